@@ -1,0 +1,142 @@
+"""The run actor: one attempt inside its cancel scope, ended at the finish boundary.
+
+The actor never lets an exception escape into the runtime, with two deliberate
+exceptions: a cancellation that came from outside the attempt (the parent ending, runtime
+shutdown) is re-raised after the commit, as Trio requires; and KeyboardInterrupt or
+SystemExit from a body starts runtime shutdown and is re-raised after the commit.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import outcome
+import trio
+
+from ._attempt import Attempt, EndRequest
+from ._classify import error_code, kind_of
+from ._errors import InvalidPayload
+from ._json import JsonValue, check_json
+from ._state import Awaiting, Cancelled, Ended, EndCause, Failed, MaxSteps, NaturalEnd, RunState
+from .store import EventDraft
+
+if TYPE_CHECKING:
+    from ._runtime import Runtime
+
+
+async def run_attempt(runtime: Runtime, attempt: Attempt) -> None:
+    """The actor task of one attempt (and, before that, of its wait for the thread)."""
+    result: outcome.Outcome[Any] | None = None
+    cancel_seen = False
+    escaped: BaseException | None = None
+    try:
+        with attempt.scope:
+            if attempt.gate_waiter is not None:
+                await attempt.gate_waiter.wait()
+                if _effectively_cancelled():
+                    # Cancelled while queued: the body never runs.
+                    cancel_seen = True
+                else:
+                    await runtime._begin_queued(attempt)
+            if attempt.started and not cancel_seen:
+                async with trio.open_nursery() as children:
+                    attempt.children_nursery = children
+                    if _effectively_cancelled():
+                        cancel_seen = True  # pre-start cancel: the body never runs
+                    else:
+                        result = await outcome.acapture(attempt.body, attempt.context)
+                        # The observation window closes here: a cancel requested from now
+                        # on is too late to change how the body ended.
+                        cancel_seen = _effectively_cancelled()
+                    children.cancel_scope.cancel(reason=f"parent run {attempt.run_id!r} ended")
+    except BaseException as exc:  # a cancel from outside the attempt, re-raised below
+        escaped = exc
+        if result is None:
+            cancel_seen = True
+    if result is None and attempt.scope.cancelled_caught:
+        cancel_seen = True  # cancelled while queued, or before the body started
+    if not attempt.started and attempt.completion.state is not None:
+        return  # the run was ended by someone else while queued; nothing of ours to commit
+    state, value, events, detail, interrupt = _decide(runtime, attempt, result, cancel_seen)
+    if interrupt is not None:
+        runtime._begin_shutdown()
+    with trio.CancelScope(shield=True):
+        await runtime._finish(attempt, state, value, events, detail)
+    if interrupt is not None:
+        raise interrupt
+    if escaped is not None:
+        raise escaped
+
+
+def _effectively_cancelled() -> bool:
+    return trio.current_effective_deadline() == -math.inf
+
+
+def _decide(
+    runtime: Runtime,
+    attempt: Attempt,
+    result: outcome.Outcome[Any] | None,
+    cancel_seen: bool,
+) -> tuple[RunState, JsonValue, list[EventDraft], dict[str, JsonValue], BaseException | None]:
+    """Classify the end of an attempt (DESIGN §2.4): error, then cancel, then value."""
+    events: list[EventDraft] = []
+    kind = "none"
+    if isinstance(result, outcome.Error):
+        kind, exc = kind_of(result.error)
+        if kind == "interrupt":
+            request = runtime._shutdown_end_request()
+            return Ended(request.cause), None, events, request.detail(), exc
+        if kind == "failure" or (kind == "cancelled" and not cancel_seen):
+            cause = Failed(error_code(exc), str(exc))
+            return Ended(cause), None, events, {"error": f"{type(exc).__qualname__}: {exc}"}, None
+    if cancel_seen:
+        request = _end_request(runtime, attempt)
+        if isinstance(result, outcome.Value):
+            events.append(EventDraft("late_result_discarded", {
+                "result": _describe(result.value), **request.detail(),
+            }))
+        return Ended(request.cause), None, events, request.detail(), None
+    if kind == "suspend" and attempt.suspension is not None:
+        ticket = attempt.suspension.ticket
+        return Awaiting(ticket), None, events, {"reason": ticket.reason}, None
+    if kind == "ceiling":
+        return Ended(MaxSteps()), None, events, {"max_steps": attempt.max_steps}, None
+    if isinstance(result, outcome.Value):
+        try:
+            value = check_json(result.value, f"result of run {attempt.run_id!r}")
+        except InvalidPayload as exc:
+            return Ended(Failed("invalid_result", str(exc))), None, events, {}, None
+        return Ended(NaturalEnd()), value, events, {}, None
+    # A suspension the body swallowed and then left by raising nothing: honour it.
+    if attempt.suspension is not None:
+        ticket = attempt.suspension.ticket
+        return Awaiting(ticket), None, events, {"reason": ticket.reason}, None
+    raise AssertionError(f"unclassifiable end of run {attempt.run_id!r}: {result!r}")
+
+
+def _end_request(runtime: Runtime, attempt: Attempt) -> EndRequest:
+    """Who cancelled this attempt: its own request, else the body itself, else shutdown,
+    else its parent."""
+    if attempt.request is not None:
+        return attempt.request
+    if attempt.scope.cancel_called:
+        return EndRequest(Cancelled(), "body", "the body cancelled its own scope")
+    if runtime._shutdown_request is not None:
+        return runtime._shutdown_request
+    parent = attempt.parent
+    if parent is not None:
+        why = parent.request.reason if parent.request is not None else None
+        return EndRequest(Cancelled(), "parent", why or f"parent run {parent.run_id!r} ended")
+    return EndRequest(Cancelled(), "scope", "an enclosing cancel scope was cancelled")
+
+
+def _describe(value: object) -> JsonValue:
+    try:
+        return check_json(value, "late result")
+    except InvalidPayload:
+        return repr(value)
+
+
+def cause_of(state: RunState) -> EndCause | None:
+    return state.cause if isinstance(state, Ended) else None

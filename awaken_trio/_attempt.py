@@ -1,0 +1,153 @@
+"""One attempt of a run: its cancel scope (the token), its inbox and its end request."""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Protocol, final
+
+import attrs
+import trio
+
+from ._json import JsonValue
+from ._state import EndCause, ResumeTicket, RunState
+
+if TYPE_CHECKING:
+    from ._context import RunContext
+    from ._registry import GateWaiter
+
+Body = Callable[["RunContext"], Awaitable[Any]]
+
+
+class OwnershipVerifier(Protocol):
+    """Says whether this process still owns an attempt (a durable claim is still current).
+
+    ``deliver_to_current_attempt`` asks it right before delivering. Return False when the
+    claim is lost; raise when the authority cannot be reached. Both fail closed.
+    """
+
+    async def verify_current(self) -> bool: ...
+
+
+@final
+@attrs.frozen
+class EndRequest:
+    """Who asked an attempt to end, and as what. The first request wins."""
+
+    cause: EndCause
+    source: str
+    reason: str | None = None
+
+    def detail(self) -> dict[str, JsonValue]:
+        return {"source": self.source, "reason": self.reason}
+
+
+@final
+@attrs.frozen
+class Suspension:
+    """The attempt ends by committing ``Awaiting(ticket)`` (a pause or ``await_input``)."""
+
+    ticket: ResumeTicket
+
+
+class SuspendAttempt(BaseException):
+    """Raised inside a body to end its attempt at a pause or an await.
+
+    A BaseException, like ``trio.Cancelled``, so ``except Exception`` in a body does not
+    swallow it.
+    """
+
+
+class StepCeiling(BaseException):
+    """Raised at the boundary that reaches the run's ``max_steps``."""
+
+
+@final
+@attrs.define(eq=False)
+class Completion:
+    """The committed state that ended one attempt (``Awaiting`` or ``Ended``)."""
+
+    state: RunState | None = None
+    _event: trio.Event = attrs.field(factory=trio.Event, init=False)
+
+    def set(self, state: RunState) -> None:
+        if self.state is None:
+            self.state = state
+            self._event.set()
+
+    async def wait(self) -> RunState:
+        await self._event.wait()
+        assert self.state is not None
+        return self.state
+
+
+@final
+@attrs.define(eq=False)
+class Attempt:
+    """Process-local state of one attempt of one run."""
+
+    run_id: str
+    thread_id: str
+    generation: int
+    parent: Attempt | None
+    body: Body
+    input: JsonValue
+    checkpoint: JsonValue
+    resume_value: JsonValue
+    max_steps: int | None = None
+    verifier: OwnershipVerifier | None = None
+    # The generation the store holds while this attempt waits for its thread.
+    queued_generation: int | None = None
+    gate_waiter: GateWaiter | None = None
+
+    scope: trio.CancelScope = attrs.field(factory=trio.CancelScope, init=False)
+    completion: Completion = attrs.field(factory=Completion, init=False)
+    request: EndRequest | None = attrs.field(default=None, init=False)
+    started: bool = attrs.field(default=False, init=False)
+    sealed: bool = attrs.field(default=False, init=False)
+    suspension: Suspension | None = attrs.field(default=None, init=False)
+    steps: int = attrs.field(default=0, init=False)
+    pause_requested: bool = attrs.field(default=False, init=False)
+    wake_pending: bool = attrs.field(default=False, init=False)
+    carried: list[JsonValue] = attrs.field(factory=list, init=False)
+    inbox: deque[JsonValue] = attrs.field(factory=deque, init=False)
+    children: dict[str, Attempt | None] = attrs.field(factory=dict, init=False)
+    children_nursery: trio.Nursery | None = attrs.field(default=None, init=False)
+    _signal: trio.Event | None = attrs.field(default=None, init=False)
+    context: RunContext | None = attrs.field(default=None, init=False)
+
+    def request_end(self, request: EndRequest) -> None:
+        """Cancel the attempt's scope as ``request`` says; a later request changes nothing."""
+        if self.request is None:
+            self.request = request
+        self.scope.cancel(reason=f"{request.source}: {request.reason or type(request.cause).__name__}")
+
+    def notify(self) -> None:
+        """Release a body waiting at ``boundary(wait=True)``."""
+        if self._signal is not None:
+            self._signal.set()
+            self._signal = None
+
+    def has_news(self) -> bool:
+        return bool(self.inbox or self.carried or self.wake_pending or self.pause_requested)
+
+    async def wait_for_news(self) -> None:
+        while not self.has_news():
+            self._signal = signal = trio.Event()
+            await signal.wait()
+
+    def drain(self) -> list[JsonValue]:
+        messages = self.carried
+        self.carried = []
+        if self.inbox:
+            messages.extend(self.inbox)
+            self.inbox.clear()
+        return messages
+
+    def ancestor_cancelled(self) -> bool:
+        parent = self.parent
+        while parent is not None:
+            if parent.scope.cancel_called:
+                return True
+            parent = parent.parent
+        return False

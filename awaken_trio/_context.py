@@ -1,0 +1,217 @@
+"""RunContext: the attempt's own view, handed to the body."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, NoReturn, final
+
+import trio
+
+from ._attempt import Attempt, Body, StepCeiling, Suspension, SuspendAttempt
+from ._errors import InvalidArgument, NotActive
+from ._json import JsonValue, check_json
+from ._state import ResumeTicket, RunState
+
+if TYPE_CHECKING:
+    from ._handle import RunHandle
+    from ._runtime import Runtime
+
+
+@final
+class RunContext:
+    """What a run body sees of its attempt.
+
+    The attempt's ``cancel_scope`` is its cancellation token: every checkpoint of the body
+    (any ``await`` on Trio) is a cancellation point, and so is `boundary`.
+    """
+
+    __slots__ = ("_attempt", "_runtime")
+
+    def __init__(self, runtime: Runtime, attempt: Attempt) -> None:
+        self._runtime = runtime
+        self._attempt = attempt
+
+    def __repr__(self) -> str:
+        a = self._attempt
+        return f"<RunContext run_id={a.run_id!r} generation={a.generation}>"
+
+    @property
+    def run_id(self) -> str:
+        return self._attempt.run_id
+
+    @property
+    def thread_id(self) -> str:
+        return self._attempt.thread_id
+
+    @property
+    def parent_run_id(self) -> str | None:
+        parent = self._attempt.parent
+        return None if parent is None else parent.run_id
+
+    @property
+    def generation(self) -> int:
+        return self._attempt.generation
+
+    @property
+    def input(self) -> JsonValue:
+        return self._attempt.input
+
+    @property
+    def checkpoint(self) -> JsonValue:
+        """The last committed progress (carried over from the previous attempt)."""
+        return self._attempt.checkpoint
+
+    @property
+    def resume_value(self) -> JsonValue:
+        """The value the resume that started this attempt passed (None on a first attempt)."""
+        return self._attempt.resume_value
+
+    @property
+    def cancel_scope(self) -> trio.CancelScope:
+        """The attempt's scope: the token. Cancelling it yourself ends the run Cancelled."""
+        return self._attempt.scope
+
+    @property
+    def is_cancelled(self) -> bool:
+        """Whether this attempt, or an ancestor of it, has been cancelled."""
+        a = self._attempt
+        return (
+            a.scope.cancel_called
+            or a.ancestor_cancelled()
+            or self._runtime._shutdown_request is not None
+        )
+
+    def _live(self, action: str) -> Attempt:
+        a = self._attempt
+        if a.sealed:
+            raise NotActive(a.run_id, f"its attempt {a.generation} has ended; {action} is only"
+                            " possible while the attempt runs")
+        return a
+
+    async def boundary(self, progress: JsonValue = None, *, wait: bool = False) -> list[JsonValue]:
+        """A safe point: commit progress, drain the inbox, honour a pending pause.
+
+        Args:
+            progress: if not None, committed as the run's checkpoint (``Running``); a
+                resumed attempt sees it as `checkpoint`.
+            wait: block until a message or a ``Wake`` arrives (a pending pause or cancel
+                still takes effect).
+
+        Returns:
+            The inbox messages, in send order (messages carried over from a paused
+            attempt first).
+
+        A pending pause ends the attempt here: ``Awaiting`` is committed with a
+        ``manual_pause`` ticket and the messages not yet returned ride with it.
+        """
+        a = self._live("boundary()")
+        await trio.lowlevel.checkpoint()
+        if progress is not None:
+            progress = check_json(progress, f"progress of run {a.run_id!r}")
+            await self._runtime._commit_progress(a, progress)
+        a.steps += 1
+        if wait and not a.has_news():
+            await a.wait_for_news()
+        if a.pause_requested:
+            # Cancel wins over pause: a pending cancel raises here.
+            await trio.lowlevel.checkpoint_if_cancelled()
+            a.suspension = Suspension(
+                ResumeTicket(
+                    correlation_id=f"{a.run_id}/pause/{a.generation}",
+                    run_id=a.run_id,
+                    thread_id=a.thread_id,
+                    reason="manual_pause",
+                )
+            )
+            raise SuspendAttempt(f"run {a.run_id!r} paused")
+        if a.max_steps is not None and a.steps >= a.max_steps:
+            raise StepCeiling(f"run {a.run_id!r} reached max_steps={a.max_steps}")
+        a.wake_pending = False
+        return a.drain()
+
+    async def await_input(
+        self,
+        reason: str,
+        *,
+        correlation_id: str | None = None,
+        payload: JsonValue = None,
+        deadline: float | None = None,
+    ) -> NoReturn:
+        """Commit ``Awaiting`` with a ticket and end this attempt.
+
+        `Runtime.resume` answers the ticket and starts the next attempt, whose
+        ``resume_value`` is the answer and whose ``checkpoint`` is the last progress.
+
+        Args:
+            reason: what the run waits for (``"user_input"``, ``"tool_permission"``, ...).
+            correlation_id: the ticket's id; defaults to ``"<run_id>/input/<generation>"``.
+            payload: a JSON value for whoever answers (a question, a tool call).
+            deadline: absolute wall-clock seconds after which resumes are refused.
+        """
+        a = self._live("await_input()")
+        if not isinstance(reason, str) or not reason:
+            raise InvalidArgument(f"await_input() of run {a.run_id!r} needs a non-empty str reason")
+        if correlation_id is not None and (not isinstance(correlation_id, str) or not correlation_id):
+            raise InvalidArgument(
+                f"await_input() of run {a.run_id!r}: correlation_id must be a non-empty str or None"
+            )
+        if deadline is not None and (
+            isinstance(deadline, bool)
+            or not isinstance(deadline, int | float)
+            or not math.isfinite(deadline)
+        ):
+            raise InvalidArgument(
+                f"await_input() of run {a.run_id!r}: deadline must be finite wall-clock"
+                f" seconds or None, not {deadline!r}"
+            )
+        payload = check_json(payload, f"ticket payload of run {a.run_id!r}")
+        await trio.lowlevel.checkpoint()
+        a.suspension = Suspension(
+            ResumeTicket(
+                correlation_id=correlation_id or f"{a.run_id}/input/{a.generation}",
+                run_id=a.run_id,
+                thread_id=a.thread_id,
+                reason=reason,
+                payload=payload,
+                deadline=None if deadline is None else float(deadline),
+            )
+        )
+        raise SuspendAttempt(f"run {a.run_id!r} awaits {reason}")
+
+    async def start_child(
+        self,
+        body: Body,
+        *,
+        input: JsonValue = None,
+        run_id: str | None = None,
+        thread_id: str | None = None,
+        name: str | None = None,
+        max_steps: int | None = None,
+    ) -> RunHandle:
+        """Start a child run inside this attempt's cancel scope.
+
+        Cancelling this attempt (or its ending for any reason) cancels the child; the
+        child's own cancel or failure never reaches this attempt. The child runs on a
+        thread of its own unless ``thread_id`` is given.
+        """
+        a = self._live("start_child()")
+        return await self._runtime._start(
+            body, input=input, run_id=run_id, thread_id=thread_id, name=name,
+            max_steps=max_steps, parent=a,
+        )
+
+    async def run_child(
+        self,
+        body: Body,
+        *,
+        input: JsonValue = None,
+        run_id: str | None = None,
+        thread_id: str | None = None,
+        name: str | None = None,
+        max_steps: int | None = None,
+    ) -> RunState:
+        """Start a child run and wait for it; its committed state comes back as a value."""
+        handle = await self.start_child(
+            body, input=input, run_id=run_id, thread_id=thread_id, name=name, max_steps=max_steps
+        )
+        return await handle.wait()

@@ -1,0 +1,125 @@
+"""The error hierarchy. Every message names the run and says what to do next."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ._state import RunState
+
+
+class AwakenError(Exception):
+    """Base class of every error awaken_trio raises on purpose."""
+
+
+class InvalidArgument(AwakenError, ValueError):
+    """An argument was malformed: an empty run id, an unknown command, a bad option."""
+
+
+class InvalidBody(InvalidArgument, TypeError):
+    """A run body was not an async callable."""
+
+
+class InvalidPayload(InvalidArgument):
+    """A payload was not a JSON value (see the payload rules in the README)."""
+
+
+class UnknownRun(AwakenError):
+    """No run with that id is known to this runtime's store."""
+
+    def __init__(self, run_id: str, detail: str = "") -> None:
+        self.run_id = run_id
+        super().__init__(
+            detail
+            or f"run {run_id!r} is unknown to this runtime's store;"
+            " check the run id, or the store URL the runtime was opened with"
+        )
+
+
+class RunExists(AwakenError):
+    """A run was started with an id that is already taken."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        super().__init__(
+            f"run {run_id!r} already exists; pass a new run_id, or omit it to get a fresh one"
+        )
+
+
+class NotActive(AwakenError):
+    """A live command found nothing controllable for the run in this process.
+
+    Do not retry the same command blindly: read the committed state with
+    `Runtime.state`; use `Runtime.cancel_run` or `Runtime.stop_run` for a queued or
+    awaiting run, and take an ended run's committed state as the answer.
+    """
+
+    def __init__(self, run_id: str, why: str = "") -> None:
+        self.run_id = run_id
+        super().__init__(
+            f"run {run_id!r} has no active attempt in this runtime"
+            f"{' (' + why + ')' if why else ''}; read runtime.state({run_id!r}):"
+            " use cancel_run/stop_run for a queued or awaiting run, and take an ended"
+            " run's committed state as the answer"
+        )
+
+
+class NotAwaiting(AwakenError):
+    """A resume found no live ticket: the run is not `Awaiting`. Nothing was committed."""
+
+    def __init__(self, run_id: str, state: RunState) -> None:
+        self.run_id = run_id
+        self.state = state
+        super().__init__(
+            f"run {run_id!r} is not awaiting (its committed state is {state!r});"
+            " only an Awaiting run can be resumed, and a cancelled or stopped run never is"
+        )
+
+
+class TicketMismatch(AwakenError):
+    """A resume named a correlation id that is not the live ticket's. Nothing was committed."""
+
+    def __init__(self, run_id: str, expected: str, given: str) -> None:
+        self.run_id = run_id
+        self.expected = expected
+        self.given = given
+        super().__init__(
+            f"run {run_id!r} awaits ticket {expected!r}, not {given!r};"
+            " resume with the live ticket's correlation_id (or None to answer whatever"
+            " ticket is live)"
+        )
+
+
+class TicketExpired(AwakenError):
+    """A resume arrived after the ticket's deadline. Nothing was committed."""
+
+    def __init__(self, run_id: str, correlation_id: str, deadline: float, now: float) -> None:
+        self.run_id = run_id
+        self.correlation_id = correlation_id
+        self.deadline = deadline
+        self.now = now
+        super().__init__(
+            f"ticket {correlation_id!r} of run {run_id!r} expired at {deadline}"
+            f" (now {now}); the run is still Awaiting: end it with cancel_run or"
+            " stop_run, or have its owner issue a new ticket"
+        )
+
+
+class RunAlreadyEnded(AwakenError):
+    """The run had already ended; `.state` carries the committed terminal state."""
+
+    def __init__(self, run_id: str, state: RunState) -> None:
+        self.run_id = run_id
+        self.state = state
+        super().__init__(
+            f"run {run_id!r} has already ended with {state!r}; that committed state is the"
+            " answer, nothing was changed"
+        )
+
+
+class RuntimeClosed(AwakenError):
+    """The runtime is shutting down or closed and accepts no new attempts."""
+
+
+class StoreError(AwakenError):
+    """The store failed to apply a commit. The committed truth is unchanged."""

@@ -1,0 +1,69 @@
+"""Following committed events."""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import TYPE_CHECKING, final
+
+from ._errors import UnknownRun
+from ._state import Ended, RunEvent
+
+if TYPE_CHECKING:
+    from ._supervisor import Supervisor
+    from .store import Store
+
+
+@final
+class EventStream:
+    """An async iterator over committed `RunEvent`s (see `Runtime.events`).
+
+    A plain class rather than an async generator, so breaking out of ``async for`` needs
+    no ``aclosing`` and nothing is left suspended.
+    """
+
+    def __init__(
+        self, store: Store, supervisor: Supervisor, run_id: str | None, follow: bool
+    ) -> None:
+        self._store = store
+        self._supervisor = supervisor
+        self._run_id = run_id
+        self._follow = follow
+        self._seq = 0
+        self._buffer: deque[RunEvent] = deque()
+        self._checked = run_id is None
+        self._finished = False
+
+    def __aiter__(self) -> EventStream:
+        return self
+
+    async def __anext__(self) -> RunEvent:
+        while True:
+            if self._buffer:
+                event = self._buffer.popleft()
+                self._seq = event.seq
+                if (
+                    self._run_id is not None
+                    and event.kind == "committed"
+                    and isinstance(event.state, Ended)
+                ):
+                    self._finished = True  # a run's story ends with its terminal event
+                    self._buffer.clear()
+                return event
+            if self._finished:
+                raise StopAsyncIteration
+            if not self._checked:
+                assert self._run_id is not None
+                if await self._store.load(self._run_id) is None:
+                    raise UnknownRun(self._run_id)
+                self._checked = True
+            # Take the notification before reading, so a commit in between is not missed.
+            changed = self._supervisor.events_changed
+            stopped = self._supervisor.stopped
+            batch = await self._store.events_after(self._seq, self._run_id)
+            if batch:
+                self._buffer.extend(batch)
+                continue
+            if not self._follow or stopped:
+                self._finished = True
+                raise StopAsyncIteration
+            await changed.wait()

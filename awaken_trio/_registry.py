@@ -1,0 +1,132 @@
+"""The active-attempt registry and the thread gate.
+
+Both are plain dicts changed only by synchronous code, so no await can interleave a
+half-done update. Entries are removed as soon as they are unused: the maps hold one entry
+per active attempt or busy thread, never one per run ever seen.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import TYPE_CHECKING, final
+
+import attrs
+import trio
+
+if TYPE_CHECKING:
+    from ._attempt import Attempt
+
+
+@final
+@attrs.define(eq=False)
+class AttemptRegistry:
+    """Maps a run id, and a thread id, to the run's current attempt.
+
+    Generation-aware: registering a replacement attempt overwrites the entry, and an
+    attempt's removal only removes the entry if it is still that attempt's generation.
+    """
+
+    _by_run: dict[str, Attempt] = attrs.field(factory=dict, init=False)
+    _by_thread: dict[str, Attempt] = attrs.field(factory=dict, init=False)
+
+    def register(self, attempt: Attempt) -> None:
+        self._by_run[attempt.run_id] = attempt
+        self._by_thread[attempt.thread_id] = attempt
+
+    def deregister(self, attempt: Attempt) -> bool:
+        """Remove ``attempt`` if it is still the current generation; True if removed."""
+        current = self._by_run.get(attempt.run_id)
+        if current is None or current.generation != attempt.generation:
+            return False
+        del self._by_run[attempt.run_id]
+        if self._by_thread.get(attempt.thread_id) is current:
+            del self._by_thread[attempt.thread_id]
+        return True
+
+    def get(self, run_id: str) -> Attempt | None:
+        return self._by_run.get(run_id)
+
+    def on_thread(self, thread_id: str) -> Attempt | None:
+        return self._by_thread.get(thread_id)
+
+    def all(self) -> list[Attempt]:
+        return list(self._by_run.values())
+
+    def __len__(self) -> int:
+        return len(self._by_run)
+
+
+@final
+@attrs.define(eq=False)
+class GateWaiter:
+    """A place in a thread's FIFO queue; ``granted`` once the thread is handed over."""
+
+    thread_id: str
+    holder: object
+    granted: bool = False
+    _event: trio.Event = attrs.field(factory=trio.Event, init=False)
+
+    async def wait(self) -> None:
+        await self._event.wait()
+
+    def _grant(self) -> None:
+        self.granted = True
+        self._event.set()
+
+
+@attrs.define(eq=False)
+class _Gate:
+    holder: object
+    waiters: deque[GateWaiter] = attrs.field(factory=deque)
+
+
+@final
+@attrs.define(eq=False)
+class ThreadGate:
+    """One holder per thread id; later arrivals wait in FIFO order.
+
+    A release hands the thread straight to the first waiter, so no later arrival can jump
+    the queue, and the entry disappears when the last holder leaves with nobody waiting.
+    """
+
+    _gates: dict[str, _Gate] = attrs.field(factory=dict, init=False)
+
+    def try_acquire(self, thread_id: str, holder: object) -> bool:
+        if thread_id in self._gates:
+            return False
+        self._gates[thread_id] = _Gate(holder)
+        return True
+
+    def enqueue(self, thread_id: str, holder: object) -> GateWaiter:
+        """Queue ``holder`` behind the thread's current holder (the thread must be busy)."""
+        waiter = GateWaiter(thread_id, holder)
+        self._gates[thread_id].waiters.append(waiter)
+        return waiter
+
+    def release(self, thread_id: str, holder: object) -> None:
+        """Free the thread if ``holder`` holds it; a no-op otherwise."""
+        gate = self._gates.get(thread_id)
+        if gate is None or gate.holder is not holder:
+            return
+        if gate.waiters:
+            waiter = gate.waiters.popleft()
+            gate.holder = waiter.holder
+            waiter._grant()
+        else:
+            del self._gates[thread_id]
+
+    def withdraw(self, waiter: GateWaiter) -> None:
+        """Leave the queue; a waiter already handed the thread passes it on."""
+        if waiter.granted:
+            self.release(waiter.thread_id, waiter.holder)
+            return
+        gate = self._gates.get(waiter.thread_id)
+        if gate is not None and waiter in gate.waiters:
+            gate.waiters.remove(waiter)
+
+    def holder(self, thread_id: str) -> object | None:
+        gate = self._gates.get(thread_id)
+        return None if gate is None else gate.holder
+
+    def __len__(self) -> int:
+        return len(self._gates)

@@ -1,0 +1,201 @@
+"""Committed values: run states, end causes, tickets, records and events.
+
+All are frozen attrs classes that compare by value and support ``match``::
+
+    match state:
+        case RunState.Ended(EndCause.Stopped(reason)):
+            ...
+
+The variants of `RunState` and `EndCause` are subclasses reachable as class attributes
+(``RunState.Running``), so the family name reads as a type and as a namespace alike.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, final
+
+import attrs
+
+from ._json import JsonValue
+
+
+def _variant_name(cls: type, family: str) -> None:
+    # Make reprs and tracebacks read `RunState.Running(generation=1)`.
+    cls.__qualname__ = f"{family}.{cls.__name__}"
+
+
+@attrs.frozen
+class EndCause:
+    """Why a run ended. One of the variants below; never instantiated itself."""
+
+    NaturalEnd: ClassVar[type[NaturalEnd]]
+    MaxSteps: ClassVar[type[MaxSteps]]
+    Cancelled: ClassVar[type[Cancelled]]
+    Stopped: ClassVar[type[Stopped]]
+    Failed: ClassVar[type[Failed]]
+    Indeterminate: ClassVar[type[Indeterminate]]
+
+    def __attrs_pre_init__(self) -> None:
+        if type(self) is EndCause:
+            raise TypeError("EndCause is a family; build one of its variants, e.g. EndCause.Cancelled()")
+
+
+@final
+@attrs.frozen
+class NaturalEnd(EndCause):
+    """The body returned a value."""
+
+
+@final
+@attrs.frozen
+class MaxSteps(EndCause):
+    """The run reached its step ceiling."""
+
+
+@final
+@attrs.frozen
+class Cancelled(EndCause):
+    """An external request to stop the work: live cancel, cancel_run, or the parent ending."""
+
+
+@final
+@attrs.frozen
+class Stopped(EndCause):
+    """The host ended the run for a reason it owns: budget, policy, shutdown."""
+
+    reason: str = attrs.field(validator=attrs.validators.instance_of(str))
+
+
+@final
+@attrs.frozen
+class Failed(EndCause):
+    """The body raised. ``code`` is the exception class in snake_case; hosts branch on it."""
+
+    code: str = attrs.field(validator=attrs.validators.instance_of(str))
+    message: str = attrs.field(validator=attrs.validators.instance_of(str))
+
+
+@final
+@attrs.frozen
+class Indeterminate(EndCause):
+    """The outcome cannot be known (for example, a lost remote execution)."""
+
+    reason: str = attrs.field(validator=attrs.validators.instance_of(str))
+
+
+for _cls in (NaturalEnd, MaxSteps, Cancelled, Stopped, Failed, Indeterminate):
+    _variant_name(_cls, "EndCause")
+    setattr(EndCause, _cls.__name__, _cls)
+
+
+@final
+@attrs.frozen
+class ResumeTicket:
+    """The one live ticket of an `Awaiting` run; a resume must answer it.
+
+    ``deadline`` is absolute wall-clock seconds (the runtime's ``clock`` scale), or None
+    for a ticket that never expires.
+    """
+
+    correlation_id: str
+    run_id: str
+    thread_id: str
+    reason: str
+    payload: JsonValue = None
+    deadline: float | None = None
+
+
+@attrs.frozen
+class RunState:
+    """Committed lifecycle state of a run. One of the variants below."""
+
+    Queued: ClassVar[type[Queued]]
+    Running: ClassVar[type[Running]]
+    Awaiting: ClassVar[type[Awaiting]]
+    Ended: ClassVar[type[Ended]]
+
+    def __attrs_pre_init__(self) -> None:
+        if type(self) is RunState:
+            raise TypeError("RunState is a family; build one of its variants, e.g. RunState.Queued()")
+
+    @property
+    def is_ended(self) -> bool:
+        """True for `RunState.Ended`, the only absorbing state."""
+        return False
+
+
+@final
+@attrs.frozen
+class Queued(RunState):
+    """Committed, waiting for its thread to free."""
+
+
+@final
+@attrs.frozen
+class Running(RunState):
+    """An attempt (``generation``: 1 for the first, +1 per resume) is executing."""
+
+    generation: int
+
+
+@final
+@attrs.frozen
+class Awaiting(RunState):
+    """Waiting on exactly one ticket; `Runtime.resume` answers it with a new attempt."""
+
+    ticket: ResumeTicket
+
+
+@final
+@attrs.frozen
+class Ended(RunState):
+    """Terminal and absorbing: the store rejects every later commit for the run."""
+
+    cause: EndCause
+
+    @property
+    def is_ended(self) -> bool:
+        return True
+
+
+for _cls in (Queued, Running, Awaiting, Ended):
+    _variant_name(_cls, "RunState")
+    setattr(RunState, _cls.__name__, _cls)
+
+
+@final
+@attrs.frozen
+class RunRecord:
+    """What the store holds about one run."""
+
+    run_id: str
+    thread_id: str
+    parent_run_id: str | None
+    name: str | None
+    state: RunState
+    generation: int
+    result: JsonValue = None
+    checkpoint: JsonValue = None
+    input: JsonValue = None
+
+
+@final
+@attrs.frozen
+class RunEvent:
+    """One committed event.
+
+    ``kind`` is ``"committed"`` for every state commit (progress commits included),
+    ``"late_result_discarded"`` and ``"messages_discarded"`` for what a terminal commit
+    threw away (these come right before that terminal event). ``seq`` is one store-wide,
+    strictly increasing sequence; ``at`` is read from the runtime's clock; ``detail`` is a
+    JSON object (cancel source and reason, discarded items, ...).
+    """
+
+    seq: int
+    run_id: str
+    thread_id: str
+    generation: int
+    kind: str
+    state: RunState
+    detail: dict[str, JsonValue]
+    at: float
