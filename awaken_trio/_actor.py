@@ -18,7 +18,7 @@ from ._attempt import Attempt, EndRequest
 from ._classify import error_code, kind_of
 from ._errors import InvalidPayload
 from ._json import JsonValue, check_json
-from ._state import Awaiting, Cancelled, Ended, EndCause, Failed, MaxSteps, NaturalEnd, RunState
+from ._state import Awaiting, Cancelled, EndCause, Ended, Failed, MaxSteps, NaturalEnd, RunState
 from .store import EventDraft
 
 if TYPE_CHECKING:
@@ -45,6 +45,7 @@ async def run_attempt(runtime: Runtime, attempt: Attempt) -> None:
                     if _effectively_cancelled():
                         cancel_seen = True  # pre-start cancel: the body never runs
                     else:
+                        assert attempt.context is not None
                         result = await outcome.acapture(attempt.body, attempt.context)
                         # The observation window closes here: a cancel requested from now
                         # on is too late to change how the body ended.
@@ -93,9 +94,15 @@ def _decide(
     if cancel_seen:
         request = _end_request(runtime, attempt)
         if isinstance(result, outcome.Value):
-            events.append(EventDraft("late_result_discarded", {
-                "result": _describe(result.value), **request.detail(),
-            }))
+            events.append(
+                EventDraft(
+                    "late_result_discarded",
+                    {
+                        "result": _describe(result.value),
+                        **request.detail(),
+                    },
+                )
+            )
         return Ended(request.cause), None, events, request.detail(), None
     if kind == "suspend" and attempt.suspension is not None:
         ticket = attempt.suspension.ticket

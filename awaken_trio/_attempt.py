@@ -120,7 +120,9 @@ class Attempt:
         """Cancel the attempt's scope as ``request`` says; a later request changes nothing."""
         if self.request is None:
             self.request = request
-        self.scope.cancel(reason=f"{request.source}: {request.reason or type(request.cause).__name__}")
+        self.scope.cancel(
+            reason=f"{request.source}: {request.reason or type(request.cause).__name__}"
+        )
 
     def notify(self) -> None:
         """Release a body waiting at ``boundary(wait=True)``."""

@@ -49,7 +49,8 @@ def kind_of(exc: BaseException) -> tuple[str, BaseException]:
         if isinstance(leaf, KeyboardInterrupt | SystemExit):
             return "interrupt", leaf
     errors = [
-        leaf for leaf in leaves
+        leaf
+        for leaf in leaves
         if not isinstance(leaf, trio.Cancelled | SuspendAttempt | StepCeiling)
     ]
     if errors:
@@ -57,7 +58,9 @@ def kind_of(exc: BaseException) -> tuple[str, BaseException]:
             return "failure", errors[0]
         # Several real errors: report the group, minus cancellations and control flow.
         if isinstance(exc, BaseExceptionGroup):
-            rest = exc.split(lambda e: not isinstance(e, trio.Cancelled | SuspendAttempt | StepCeiling))[0]
+            rest = exc.split(
+                lambda e: not isinstance(e, trio.Cancelled | SuspendAttempt | StepCeiling)
+            )[0]
             return "failure", single(rest) if rest is not None else exc
         return "failure", exc
     if any(isinstance(leaf, SuspendAttempt) for leaf in leaves):

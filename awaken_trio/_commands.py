@@ -22,7 +22,9 @@ class LiveCommand:
 
     def __attrs_pre_init__(self) -> None:
         if type(self) is LiveCommand:
-            raise TypeError("LiveCommand is a family; build a variant, e.g. LiveCommand.Cancel(run_id)")
+            raise TypeError(
+                "LiveCommand is a family; build a variant, e.g. LiveCommand.Cancel(run_id)"
+            )
 
 
 @final

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, NoReturn, final
 
 import trio
 
-from ._attempt import Attempt, Body, StepCeiling, Suspension, SuspendAttempt
+from ._attempt import Attempt, Body, StepCeiling, SuspendAttempt, Suspension
 from ._errors import InvalidArgument, NotActive
 from ._json import JsonValue, check_json
 from ._state import ResumeTicket, RunState
@@ -84,8 +84,11 @@ class RunContext:
     def _live(self, action: str) -> Attempt:
         a = self._attempt
         if a.sealed:
-            raise NotActive(a.run_id, f"its attempt {a.generation} has ended; {action} is only"
-                            " possible while the attempt runs")
+            raise NotActive(
+                a.run_id,
+                f"its attempt {a.generation} has ended; {action} is only"
+                " possible while the attempt runs",
+            )
         return a
 
     async def boundary(self, progress: JsonValue = None, *, wait: bool = False) -> list[JsonValue]:
@@ -151,7 +154,9 @@ class RunContext:
         a = self._live("await_input()")
         if not isinstance(reason, str) or not reason:
             raise InvalidArgument(f"await_input() of run {a.run_id!r} needs a non-empty str reason")
-        if correlation_id is not None and (not isinstance(correlation_id, str) or not correlation_id):
+        if correlation_id is not None and (
+            not isinstance(correlation_id, str) or not correlation_id
+        ):
             raise InvalidArgument(
                 f"await_input() of run {a.run_id!r}: correlation_id must be a non-empty str or None"
             )
@@ -196,8 +201,13 @@ class RunContext:
         """
         a = self._live("start_child()")
         return await self._runtime._start(
-            body, input=input, run_id=run_id, thread_id=thread_id, name=name,
-            max_steps=max_steps, parent=a,
+            body,
+            input=input,
+            run_id=run_id,
+            thread_id=thread_id,
+            name=name,
+            max_steps=max_steps,
+            parent=a,
         )
 
     async def run_child(

@@ -14,9 +14,7 @@ from typing import TypeAlias
 
 from ._errors import InvalidPayload
 
-JsonValue: TypeAlias = (
-    None | bool | int | float | str | list["JsonValue"] | dict[str, "JsonValue"]
-)
+JsonValue: TypeAlias = bool | int | float | str | list["JsonValue"] | dict[str, "JsonValue"] | None
 
 _SCALARS = (str, bool, int)
 _MAX_DEPTH = 200
@@ -63,8 +61,7 @@ def _copy(value: object, what: str, path: str, depth: int) -> JsonValue:
         for key, item in value.items():
             if type(key) is not str:
                 raise InvalidPayload(
-                    f"{what} has the non-string key {key!r} at {path};"
-                    " JSON object keys must be str"
+                    f"{what} has the non-string key {key!r} at {path}; JSON object keys must be str"
                 )
             out[key] = _copy(item, what, f"{path}.{key}", depth + 1)
         return out

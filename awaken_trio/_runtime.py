@@ -34,7 +34,7 @@ from ._events import EventStream
 from ._handle import RunHandle
 from ._json import JsonValue, check_json
 from ._registry import AttemptRegistry, ThreadGate
-from ._state import Awaiting, Cancelled, Ended, Queued, RunRecord, RunState, Running, Stopped
+from ._state import Awaiting, Cancelled, Ended, Queued, Running, RunRecord, RunState, Stopped
 from ._supervisor import Supervisor, SupervisorStatistics
 from .store import Accepted, Commit, CommitResult, Expect, MemoryStore, NewRun, Rejected, Store
 
@@ -146,8 +146,13 @@ class Runtime:
             max_steps: end the run ``Ended(MaxSteps())`` at this many ``boundary()`` calls.
         """
         return await self._start(
-            body, input=input, run_id=run_id, thread_id=thread_id, name=name,
-            max_steps=max_steps, parent=None,
+            body,
+            input=input,
+            run_id=run_id,
+            thread_id=thread_id,
+            name=name,
+            max_steps=max_steps,
+            parent=None,
         )
 
     async def execute(
@@ -189,6 +194,7 @@ class Runtime:
         run_id = run_id or _new_run_id()
         input = check_json(input, f"input of run {run_id!r}")
         thread_id = thread_id or run_id
+        nursery: trio.Nursery | None
         if parent is None:
             self._check_open()
             nursery = self._actors
@@ -527,13 +533,15 @@ class Runtime:
         """
         return await self._end_run(run_id, EndRequest(Cancelled(), "cancel_run"), thread_id)
 
-    async def stop_run(
-        self, run_id: str, reason: str, *, thread_id: str | None = None
-    ) -> RunState:
+    async def stop_run(self, run_id: str, reason: str, *, thread_id: str | None = None) -> RunState:
         """End the run ``Ended(Stopped(reason))``: a host decision (budget, policy, operator)."""
         if not isinstance(reason, str):
-            raise InvalidArgument(f"stop_run() of run {run_id!r} needs a str reason, not {reason!r}")
-        return await self._end_run(run_id, EndRequest(Stopped(reason), "stop_run", reason), thread_id)
+            raise InvalidArgument(
+                f"stop_run() of run {run_id!r} needs a str reason, not {reason!r}"
+            )
+        return await self._end_run(
+            run_id, EndRequest(Stopped(reason), "stop_run", reason), thread_id
+        )
 
     async def _end_run(self, run_id: str, request: EndRequest, thread_id: str | None) -> RunState:
         _check_id(run_id, "run_id")
@@ -609,6 +617,7 @@ class Runtime:
                 f"no body is known for run {run_id!r} in this runtime; pass body= to resume()"
             )
         parent = None if record.parent_run_id is None else self._registry.get(record.parent_run_id)
+        nursery: trio.Nursery | None
         if parent is not None and not parent.sealed and parent.children_nursery is not None:
             nursery = parent.children_nursery
         else:
@@ -617,14 +626,21 @@ class Runtime:
             nursery = self._actors
         assert nursery is not None
         attempt = self._new_attempt(
-            run_id, record.thread_id, record.generation + 1, parent, spec,
-            record.input, record.checkpoint, value,
+            run_id,
+            record.thread_id,
+            record.generation + 1,
+            parent,
+            spec,
+            record.input,
+            record.checkpoint,
+            value,
         )
         result = await self._admit(
             attempt,
             nursery,
-            Expect(generation=record.generation, state=Awaiting,
-                   correlation_id=ticket.correlation_id),
+            Expect(
+                generation=record.generation, state=Awaiting, correlation_id=ticket.correlation_id
+            ),
             None,
             {"source": "resume", "correlation_id": ticket.correlation_id},
         )
@@ -633,7 +649,9 @@ class Runtime:
             assert latest is not None
             self._check_ticket(latest, ticket.correlation_id)
             raise NotAwaiting(run_id, latest.state)  # pragma: no cover - defensive
-        return RunHandle(run_id, record.thread_id, attempt.generation, completion=attempt.completion)
+        return RunHandle(
+            run_id, record.thread_id, attempt.generation, completion=attempt.completion
+        )
 
     def _check_ticket(self, record: RunRecord, correlation_id: str | None) -> Any:
         state = record.state
@@ -773,7 +791,9 @@ async def open_runtime(
             f"unknown open_runtime() options {sorted(unknown)}; known: {sorted(_OPTIONS)}"
         )
     if not callable(clock):
-        raise InvalidArgument(f"clock must be a callable returning wall-clock seconds, not {clock!r}")
+        raise InvalidArgument(
+            f"clock must be a callable returning wall-clock seconds, not {clock!r}"
+        )
     max_batch = options.get("max_batch", 1024)
     if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
         raise InvalidArgument(f"max_batch must be a positive int, not {max_batch!r}")

@@ -37,7 +37,9 @@ class EndCause:
 
     def __attrs_pre_init__(self) -> None:
         if type(self) is EndCause:
-            raise TypeError("EndCause is a family; build one of its variants, e.g. EndCause.Cancelled()")
+            raise TypeError(
+                "EndCause is a family; build one of its variants, e.g. EndCause.Cancelled()"
+            )
 
 
 @final
@@ -116,7 +118,9 @@ class RunState:
 
     def __attrs_pre_init__(self) -> None:
         if type(self) is RunState:
-            raise TypeError("RunState is a family; build one of its variants, e.g. RunState.Queued()")
+            raise TypeError(
+                "RunState is a family; build one of its variants, e.g. RunState.Queued()"
+            )
 
     @property
     def is_ended(self) -> bool:
@@ -158,9 +162,9 @@ class Ended(RunState):
         return True
 
 
-for _cls in (Queued, Running, Awaiting, Ended):
-    _variant_name(_cls, "RunState")
-    setattr(RunState, _cls.__name__, _cls)
+for _state_cls in (Queued, Running, Awaiting, Ended):
+    _variant_name(_state_cls, "RunState")
+    setattr(RunState, _state_cls.__name__, _state_cls)
 
 
 @final

@@ -10,7 +10,7 @@ import attrs
 import trio
 
 from .._json import JsonValue
-from .._state import Awaiting, Ended, Queued, RunEvent, RunRecord, RunState
+from .._state import Awaiting, Ended, Queued, RunEvent, RunRecord
 from ._protocol import UNSET, Accepted, Commit, CommitResult, EventDraft, Rejected
 
 
@@ -170,4 +170,3 @@ class MemoryStore:
 
 def _discarded(messages: list[JsonValue]) -> EventDraft:
     return EventDraft("messages_discarded", {"messages": list(messages)})
-
