@@ -31,43 +31,54 @@ async def run_attempt(runtime: Runtime, attempt: Attempt) -> None:
     cancel_seen = False
     escaped: BaseException | None = None
     try:
-        with attempt.scope:
-            if attempt.gate_waiter is not None:
-                await attempt.gate_waiter.wait()
+        if attempt.gate_waiter is not None and await _wait_for_thread(attempt):
+            await runtime._begin_queued(attempt)
+        if attempt.started:
+            async with trio.open_nursery() as nursery:
+                # The nursery's scope is the attempt's token: children started into this
+                # nursery are cancelled with it, and nothing they do reaches further up.
+                attempt.scope = nursery.cancel_scope
+                attempt.children_nursery = nursery
+                if attempt.request is not None:
+                    nursery.cancel_scope.cancel(reason=attempt.request.scope_reason())
                 if _effectively_cancelled():
-                    # Cancelled while queued: the body never runs.
-                    cancel_seen = True
+                    cancel_seen = True  # a pre-start cancel: the body never runs
                 else:
-                    await runtime._begin_queued(attempt)
-            if attempt.started and not cancel_seen:
-                async with trio.open_nursery() as children:
-                    attempt.children_nursery = children
-                    if _effectively_cancelled():
-                        cancel_seen = True  # pre-start cancel: the body never runs
-                    else:
-                        assert attempt.context is not None
-                        result = await outcome.acapture(attempt.body, attempt.context)
-                        # The observation window closes here: a cancel requested from now
-                        # on is too late to change how the body ended.
-                        cancel_seen = _effectively_cancelled()
-                    children.cancel_scope.cancel(reason=f"parent run {attempt.run_id!r} ended")
+                    assert attempt.context is not None
+                    result = await outcome.acapture(attempt.body, attempt.context)
+                    # The observation window closes here: a cancel requested from now on
+                    # is too late to change how the body ended.
+                    cancel_seen = _effectively_cancelled()
+                if attempt.children:
+                    nursery.cancel_scope.cancel(reason=f"parent run {attempt.run_id!r} ended")
+        else:
+            cancel_seen = True  # cancelled while queued: the body never runs
     except BaseException as exc:  # a cancel from outside the attempt, re-raised below
         escaped = exc
         if result is None:
             cancel_seen = True
-    if result is None and attempt.scope.cancelled_caught:
-        cancel_seen = True  # cancelled while queued, or before the body started
     if not attempt.started and attempt.completion.state is not None:
         return  # the run was ended by someone else while queued; nothing of ours to commit
     state, value, events, detail, interrupt = _decide(runtime, attempt, result, cancel_seen)
     if interrupt is not None:
         runtime._begin_shutdown()
-    with trio.CancelScope(shield=True):
-        await runtime._finish(attempt, state, value, events, detail)
+    await runtime._finish(attempt, state, value, events, detail)  # shielded inside
     if interrupt is not None:
         raise interrupt
     if escaped is not None:
         raise escaped
+
+
+async def _wait_for_thread(attempt: Attempt) -> bool:
+    """Wait in FIFO order for the attempt's thread; False if cancelled meanwhile."""
+    assert attempt.gate_waiter is not None
+    with trio.CancelScope() as scope:
+        attempt.queue_scope = scope
+        if attempt.request is not None:
+            scope.cancel(reason=attempt.request.scope_reason())
+        await attempt.gate_waiter.wait()
+    attempt.queue_scope = None
+    return not scope.cancelled_caught and not _effectively_cancelled()
 
 
 def _effectively_cancelled() -> bool:
@@ -127,10 +138,10 @@ def _end_request(runtime: Runtime, attempt: Attempt) -> EndRequest:
     else its parent."""
     if attempt.request is not None:
         return attempt.request
-    if attempt.scope.cancel_called:
-        return EndRequest(Cancelled(), "body", "the body cancelled its own scope")
     if runtime._shutdown_request is not None:
         return runtime._shutdown_request
+    if attempt.scope is not None and attempt.scope.cancel_called:
+        return EndRequest(Cancelled(), "body", "the body cancelled its own scope")
     parent = attempt.parent
     if parent is not None:
         why = parent.request.reason if parent.request is not None else None

@@ -41,6 +41,9 @@ class EndRequest:
     def detail(self) -> dict[str, JsonValue]:
         return {"source": self.source, "reason": self.reason}
 
+    def scope_reason(self) -> str:
+        return f"{self.source}: {self.reason or type(self.cause).__name__}"
+
 
 @final
 @attrs.frozen
@@ -100,7 +103,11 @@ class Attempt:
     queued_generation: int | None = None
     gate_waiter: GateWaiter | None = None
 
-    scope: trio.CancelScope = attrs.field(factory=trio.CancelScope, init=False)
+    # The token: the cancel scope of the attempt's own nursery (children live inside it).
+    # It exists once the actor runs; a request that comes earlier is honoured on entry.
+    scope: trio.CancelScope | None = attrs.field(default=None, init=False)
+    # While queued for its thread, the attempt waits inside this scope instead.
+    queue_scope: trio.CancelScope | None = attrs.field(default=None, init=False)
     completion: Completion = attrs.field(factory=Completion, init=False)
     request: EndRequest | None = attrs.field(default=None, init=False)
     started: bool = attrs.field(default=False, init=False)
@@ -120,9 +127,14 @@ class Attempt:
         """Cancel the attempt's scope as ``request`` says; a later request changes nothing."""
         if self.request is None:
             self.request = request
-        self.scope.cancel(
-            reason=f"{request.source}: {request.reason or type(request.cause).__name__}"
-        )
+        scope = self.scope or self.queue_scope
+        if scope is not None:
+            scope.cancel(reason=self.request.scope_reason())
+
+    @property
+    def cancel_called(self) -> bool:
+        """Whether the attempt's own token has been cancelled (or a cancel is pending)."""
+        return self.request is not None or (self.scope is not None and self.scope.cancel_called)
 
     def notify(self) -> None:
         """Release a body waiting at ``boundary(wait=True)``."""
@@ -149,7 +161,7 @@ class Attempt:
     def ancestor_cancelled(self) -> bool:
         parent = self.parent
         while parent is not None:
-            if parent.scope.cancel_called:
+            if parent.cancel_called:
                 return True
             parent = parent.parent
         return False

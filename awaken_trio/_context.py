@@ -69,16 +69,16 @@ class RunContext:
     @property
     def cancel_scope(self) -> trio.CancelScope:
         """The attempt's scope: the token. Cancelling it yourself ends the run Cancelled."""
-        return self._attempt.scope
+        scope = self._attempt.scope
+        assert scope is not None, "the body runs inside its attempt's scope"
+        return scope
 
     @property
     def is_cancelled(self) -> bool:
         """Whether this attempt, or an ancestor of it, has been cancelled."""
         a = self._attempt
         return (
-            a.scope.cancel_called
-            or a.ancestor_cancelled()
-            or self._runtime._shutdown_request is not None
+            a.cancel_called or a.ancestor_cancelled() or self._runtime._shutdown_request is not None
         )
 
     def _live(self, action: str) -> Attempt:

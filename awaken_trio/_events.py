@@ -57,7 +57,7 @@ class EventStream:
                     raise UnknownRun(self._run_id)
                 self._checked = True
             # Take the notification before reading, so a commit in between is not missed.
-            changed = self._supervisor.events_changed
+            changed = self._supervisor.changed_event()
             stopped = self._supervisor.stopped
             batch = await self._store.events_after(self._seq, self._run_id)
             if batch:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import os
 import time
+import weakref
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from functools import partial
@@ -71,13 +73,23 @@ def _check_id(value: object, what: str) -> str:
     return value
 
 
+_ASYNC_BODIES: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
 def _check_body(body: object) -> Body:
+    try:
+        if body in _ASYNC_BODIES:
+            return body  # type: ignore[return-value]
+    except TypeError:  # unhashable callable: check it every time
+        pass
     target = body
     while isinstance(target, partial):
         target = target.func
     if inspect.iscoroutinefunction(target) or inspect.iscoroutinefunction(
         getattr(target, "__call__", None)  # noqa: B004  (an async __call__ counts)
     ):
+        with contextlib.suppress(TypeError):
+            _ASYNC_BODIES.add(body)
         return body  # type: ignore[return-value]
     raise InvalidBody(
         f"a run body must be an async function taking a RunContext, not {body!r};"
@@ -182,7 +194,7 @@ class Runtime:
         max_steps: int | None,
         parent: Attempt | None,
     ) -> RunHandle:
-        await trio.lowlevel.checkpoint_if_cancelled()
+        await trio.lowlevel.checkpoint()
         _check_body(body)
         if run_id is not None:
             _check_id(run_id, "run_id")
@@ -359,10 +371,16 @@ class Runtime:
         events: list[Any],
         detail: dict[str, JsonValue],
     ) -> None:
-        """Commit the attempt's end, after ending its awaiting children (call shielded)."""
-        for child_id, child in list(attempt.children.items()):
-            if child is None:  # an awaiting child: end it through the committed path
-                await self._end_awaiting_child(child_id, attempt)
+        """Commit the attempt's end, after ending its awaiting children.
+
+        Nothing here can be interrupted: the children's commits run shielded and
+        `Supervisor.commit` cannot be cancelled once called.
+        """
+        awaiting = [child_id for child_id, child in attempt.children.items() if child is None]
+        if awaiting:
+            with trio.CancelScope(shield=True):
+                for child_id in awaiting:
+                    await self._end_awaiting_child(child_id, attempt)
         attempt.sealed = True
         messages = tuple(attempt.drain())
         ending = isinstance(state, Ended)

@@ -10,7 +10,7 @@ nothing can observe one without the other.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import final
 
 import attrs
@@ -57,6 +57,14 @@ class Supervisor:
     _batches: int = attrs.field(default=0, init=False)
     _largest: int = attrs.field(default=0, init=False)
     events_changed: trio.Event = attrs.field(factory=trio.Event, init=False)
+    _listening: bool = attrs.field(default=False, init=False)
+    _apply_now: Callable[[Sequence[Commit]], list[CommitResult]] | None = attrs.field(
+        default=None, init=False
+    )
+
+    def __attrs_post_init__(self) -> None:
+        if getattr(self.store, "inline", False):
+            self._apply_now = self.store.apply_now  # type: ignore[attr-defined]
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """The supervisor task: apply batches until closed and drained."""
@@ -74,6 +82,7 @@ class Supervisor:
                 await self._apply(batch)
         finally:
             self._stopped = True
+            self._listening = True
             self._publish()
 
     async def _apply(self, batch: list[_Pending]) -> None:
@@ -85,39 +94,62 @@ class Supervisor:
             for pending in batch:
                 pending.error = exc
                 pending.done.set()
-        else:
-            self._commits += len(batch)
-            self._batches += 1
-            self._largest = max(self._largest, len(batch))
-            for pending, result in zip(batch, results, strict=True):
-                pending.result = result
-                if pending.on_commit is not None:
-                    pending.on_commit(result)
-                pending.done.set()
+            self._publish()
+            return
+        for pending, result in zip(batch, results, strict=True):
+            pending.result = result
+            self._settle(result, pending.on_commit)
+            pending.done.set()
+        self._count(len(batch))
+
+    def _settle(self, result: CommitResult, on_commit: OnCommit | None) -> None:
+        if on_commit is not None:
+            on_commit(result)
+
+    def _count(self, size: int) -> None:
+        self._commits += size
+        self._batches += 1
+        if size > self._largest:
+            self._largest = size
         self._publish()
 
     def _publish(self) -> None:
-        self.events_changed.set()
-        self.events_changed = trio.Event()
+        if self._listening:
+            self._listening = False
+            self.events_changed.set()
+            self.events_changed = trio.Event()
+
+    def changed_event(self) -> trio.Event:
+        """An event set at the next commit (for followers of the event log)."""
+        self._listening = True
+        return self.events_changed
 
     async def commit(self, commit: Commit, on_commit: OnCommit | None = None) -> CommitResult:
-        """Commit through the mailbox and return the store's answer.
+        """Commit and return the store's answer; ``on_commit`` runs in the commit's step.
 
-        The wait is shielded: once handed over, a commit lands, and its effects run, even if
-        the caller is being cancelled; the caller learns the answer either way.
+        A store that needs no I/O (``inline``) is applied right here, synchronously, so a
+        commit costs no task switch (and is not a checkpoint: callers are); otherwise the commit joins the mailbox and the
+        supervisor task applies it with everything else waiting (group commit). Either
+        way the call cannot be interrupted once made: a commit handed over lands, and
+        its effects run, even if the caller is being cancelled.
         """
         if self._stopped:
             raise RuntimeClosed("the runtime's supervisor has stopped; open a new runtime")
+        if self._apply_now is not None and not self._queue:
+            try:
+                result = self._apply_now((commit,))[0]
+            except Exception as exc:
+                raise _store_error(commit, exc) from exc
+            self._settle(result, on_commit)
+            self._count(1)
+            return result
         pending = _Pending(commit, on_commit)
         self._queue.append(pending)
         self._wakeup.set()
         with trio.CancelScope(shield=True):
             await pending.done.wait()
         if pending.error is not None:
-            raise StoreError(
-                f"the store failed to apply a commit for run {commit.run_id!r}:"
-                f" {pending.error!r}; committed truth is unchanged"
-            ) from pending.error
+            raise _store_error(commit, pending.error) from pending.error
         assert pending.result is not None
         return pending.result
 
@@ -138,3 +170,10 @@ class Supervisor:
             largest_batch=self._largest,
             waiting=len(self._queue),
         )
+
+
+def _store_error(commit: Commit, exc: BaseException) -> StoreError:
+    return StoreError(
+        f"the store failed to apply a commit for run {commit.run_id!r}: {exc!r};"
+        " committed truth is unchanged"
+    )

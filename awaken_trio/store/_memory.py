@@ -27,8 +27,13 @@ class _Row:
 class MemoryStore:
     """Keeps everything in this process. Not durable: shutdown stops active runs.
 
-    Applying a batch never yields in the middle, so each batch is one transaction.
+    Applying a batch never yields in the middle, so each batch is one transaction. With
+    ``inline=True`` (the default) the supervisor applies commits synchronously in the
+    committing task; ``inline=False`` sends them through the supervisor's mailbox and
+    group commit, as an I/O-bound store does.
     """
+
+    inline: bool = True
 
     _rows: dict[str, _Row] = attrs.field(factory=dict, init=False)
     _events: list[RunEvent] = attrs.field(factory=list, init=False)
@@ -87,12 +92,16 @@ class MemoryStore:
             ):
                 return Rejected("stale", current.state)
             taken, resume_value = self._take(row, commit)
-            row.record = attrs.evolve(
-                current,
+            row.record = RunRecord(
+                run_id=current.run_id,
+                thread_id=current.thread_id,
+                parent_run_id=current.parent_run_id,
+                name=current.name,
                 state=commit.state,
                 generation=commit.generation,
                 result=commit.result if type(commit.state) is Ended else current.result,
                 checkpoint=current.checkpoint if commit.checkpoint is UNSET else commit.checkpoint,
+                input=current.input,
             )
         if type(commit.state) is Awaiting:
             row.carried = commit.carried_messages
