@@ -128,8 +128,9 @@ class Supervisor:
         """Commit and return the store's answer; ``on_commit`` runs in the commit's step.
 
         A store that needs no I/O (``inline``) is applied right here, synchronously, so a
-        commit costs no task switch (and is not a checkpoint: callers are); otherwise the commit joins the mailbox and the
-        supervisor task applies it with everything else waiting (group commit). Either
+        commit costs no task switch (and is then not a checkpoint: its callers are);
+        otherwise the commit joins the mailbox and the supervisor task applies it with
+        everything else waiting (group commit). Either
         way the call cannot be interrupted once made: a commit handed over lands, and
         its effects run, even if the caller is being cancelled.
         """
