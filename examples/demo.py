@@ -1,0 +1,124 @@
+"""A tour of awaken_trio: every control path, each ending in one committed state.
+
+Run it with ``python examples/demo.py``. It starts a handful of runs on the memory
+store, then: cancels one live, pauses one and resumes it from its checkpoint, stops one
+for a host reason, cancels a parent with a tree of children, cancels a queued run
+before it ever runs, and prints every run's committed state and event trail.
+"""
+
+from __future__ import annotations
+
+import trio
+
+from awaken_trio import EndCause, LiveCommand, RunContext, Runtime, RunState, open_runtime
+
+
+async def count_to_ten(ctx: RunContext) -> object:
+    """Ten steps of work; each step commits its progress at a boundary."""
+    progress = ctx.checkpoint or {"step": 0}
+    assert isinstance(progress, dict)
+    notes: list[object] = []
+    while progress["step"] < 10:
+        await trio.sleep(0.01)  # stands for a model or tool call: a cancellation point
+        progress = {"step": int(str(progress["step"])) + 1}
+        notes += await ctx.boundary(progress)
+    return {"done": True, "resumed_with": ctx.resume_value, "notes": notes}
+
+
+async def hang(ctx: RunContext) -> object:
+    """A tool call that never returns; only cancellation ends it."""
+    await trio.sleep_forever()
+
+
+async def grandchild(ctx: RunContext) -> object:
+    await trio.sleep_forever()
+
+
+async def child(ctx: RunContext) -> object:
+    await ctx.start_child(grandchild, run_id=f"{ctx.run_id}.grandchild")
+    await trio.sleep_forever()
+
+
+async def parent(ctx: RunContext) -> object:
+    await ctx.start_child(child, run_id="tree.child-1")
+    await ctx.start_child(child, run_id="tree.child-2")
+    # A failing child comes back as a value; it never tears the parent down.
+    failed = await ctx.run_child(flaky, run_id="tree.flaky")
+    print(f"  parent saw its flaky child end as {failed}")
+    await trio.sleep_forever()
+
+
+async def flaky(ctx: RunContext) -> object:
+    raise ConnectionError("tool endpoint refused the connection")
+
+
+def show(label: str, state: RunState) -> None:
+    print(f"{label:<34} {state}")
+
+
+async def tour(runtime: Runtime) -> None:
+    print("1. live cancel of an attempt stuck in a call that never returns")
+    stuck = await runtime.start(hang, run_id="stuck")
+    await trio.sleep(0.05)
+    runtime.deliver(LiveCommand.Cancel("stuck", reason="user pressed stop"))
+    show("   stuck", await stuck.wait())
+
+    print("2. pause at a boundary, then resume from the checkpoint")
+    worker = await runtime.start(count_to_ten, run_id="worker", thread_id="conversation-1")
+    await trio.sleep(0.035)
+    runtime.deliver(LiveCommand.Message("worker", "keep it short"))
+    runtime.deliver(LiveCommand.Pause("worker"))
+    paused = await worker.wait()
+    show("   worker (paused)", paused)
+    print(f"   checkpoint kept: {(await runtime.record('worker')).checkpoint}")
+    resumed = await runtime.resume("worker", "go on")
+    show("   worker (resumed, generation 2)", await resumed.wait())
+    print(f"   result: {(await runtime.record('worker')).result}")
+
+    print("3. a host policy stops a run")
+    spender = await runtime.start(hang, run_id="spender")
+    show("   spender", await runtime.stop_run(spender.run_id, "token budget exhausted"))
+
+    print("4. cancelling a parent cancels its whole tree, children first")
+    tree = await runtime.start(parent, run_id="tree")
+    await trio.sleep(0.05)
+    runtime.deliver(LiveCommand.Cancel("tree"))
+    show("   tree", await tree.wait())
+    for run_id in (
+        "tree.child-1",
+        "tree.child-1.grandchild",
+        "tree.child-2",
+        "tree.child-2.grandchild",
+        "tree.flaky",
+    ):
+        show(f"   {run_id}", await runtime.state(run_id))
+
+    print("5. a queued run is cancelled before it ever runs")
+    first = await runtime.start(hang, run_id="first", thread_id="conversation-2")
+    queued = await runtime.start(hang, run_id="queued", thread_id="conversation-2")
+    show("   queued (before)", await runtime.state("queued"))
+    show("   queued", await runtime.cancel_run(queued.run_id))
+    show("   first (cancel_run while running)", await runtime.cancel_run(first.run_id))
+
+    print("6. late answers fail closed")
+    try:
+        await runtime.resume("spender", "too late")
+    except Exception as exc:
+        print(f"   resume after stop -> {type(exc).__name__}: {exc}")
+    assert await runtime.state("spender") == RunState.Ended(EndCause.Stopped("token budget exhausted"))
+
+    print("7. the committed event trail of 'worker'")
+    async for event in runtime.events("worker"):
+        print(f"   #{event.seq:<3} gen {event.generation} {event.kind:<10} {event.state}")
+
+
+async def main() -> None:
+    async with open_runtime() as runtime:
+        await tour(runtime)
+        survivor = await runtime.start(hang, run_id="survivor")
+    print("8. leaving the runtime stops what is still running")
+    show("   survivor", await survivor.wait())
+
+
+if __name__ == "__main__":
+    trio.run(main)
