@@ -10,17 +10,16 @@ from __future__ import annotations
 
 import trio
 
-from awaken_trio import EndCause, LiveCommand, RunContext, Runtime, RunState, open_runtime
+from awaken_trio import EndCause, LiveCommand, RunContext, RunState, Runtime, open_runtime
 
 
 async def count_to_ten(ctx: RunContext) -> object:
     """Ten steps of work; each step commits its progress at a boundary."""
     progress = ctx.checkpoint or {"step": 0}
-    assert isinstance(progress, dict)
     notes: list[object] = []
     while progress["step"] < 10:
         await trio.sleep(0.01)  # stands for a model or tool call: a cancellation point
-        progress = {"step": int(str(progress["step"])) + 1}
+        progress = {"step": progress["step"] + 1}
         notes += await ctx.boundary(progress)
     return {"done": True, "resumed_with": ctx.resume_value, "notes": notes}
 
@@ -105,7 +104,9 @@ async def tour(runtime: Runtime) -> None:
         await runtime.resume("spender", "too late")
     except Exception as exc:
         print(f"   resume after stop -> {type(exc).__name__}: {exc}")
-    assert await runtime.state("spender") == RunState.Ended(EndCause.Stopped("token budget exhausted"))
+    assert await runtime.state("spender") == RunState.Ended(
+        EndCause.Stopped("token budget exhausted")
+    )
 
     print("7. the committed event trail of 'worker'")
     async for event in runtime.events("worker"):
