@@ -7,6 +7,7 @@ parent's attempt scope; one supervisor commits every state. Start with `open_run
 
 from ._attempt import OwnershipVerifier as OwnershipVerifier
 from ._commands import LiveCommand as LiveCommand
+from ._commits import CommitStatistics as CommitStatistics
 from ._context import RunContext as RunContext
 from ._errors import AwakenError as AwakenError
 from ._errors import InvalidArgument as InvalidArgument
@@ -32,12 +33,12 @@ from ._state import ResumeTicket as ResumeTicket
 from ._state import RunEvent as RunEvent
 from ._state import RunRecord as RunRecord
 from ._state import RunState as RunState
-from ._supervisor import SupervisorStatistics as SupervisorStatistics
 
 __version__ = "0.1.0"
 
 __all__ = [
     "AwakenError",
+    "CommitStatistics",
     "EndCause",
     "EventStream",
     "InvalidArgument",
@@ -60,7 +61,6 @@ __all__ = [
     "RuntimeClosed",
     "RuntimeStatistics",
     "StoreError",
-    "SupervisorStatistics",
     "TicketExpired",
     "TicketMismatch",
     "UnknownRun",

@@ -22,17 +22,17 @@ from ._state import Awaiting, Cancelled, EndCause, Ended, Failed, MaxSteps, Natu
 from .store import EventDraft
 
 if TYPE_CHECKING:
-    from ._runtime import Runtime
+    from ._supervisor import Supervisor
 
 
-async def run_attempt(runtime: Runtime, attempt: Attempt) -> None:
+async def run_attempt(supervisor: Supervisor, attempt: Attempt) -> None:
     """The actor task of one attempt (and, before that, of its wait for the thread)."""
     result: outcome.Outcome[Any] | None = None
     cancel_seen = False
     escaped: BaseException | None = None
     try:
         if attempt.gate_waiter is not None and await _wait_for_thread(attempt):
-            await runtime._begin_queued(attempt)
+            await supervisor.begin_queued(attempt)
         if attempt.started:
             async with trio.open_nursery() as nursery:
                 # The nursery's scope is the attempt's token: children started into this
@@ -59,10 +59,10 @@ async def run_attempt(runtime: Runtime, attempt: Attempt) -> None:
             cancel_seen = True
     if not attempt.started and attempt.completion.state is not None:
         return  # the run was ended by someone else while queued; nothing of ours to commit
-    state, value, events, detail, interrupt = _decide(runtime, attempt, result, cancel_seen)
+    state, value, events, detail, interrupt = _decide(supervisor, attempt, result, cancel_seen)
     if interrupt is not None:
-        runtime._begin_shutdown()
-    await runtime._finish(attempt, state, value, events, detail)  # shielded inside
+        supervisor.begin_shutdown()
+    await supervisor.finish(attempt, state, value, events, detail)  # shielded inside
     if interrupt is not None:
         raise interrupt
     if escaped is not None:
@@ -86,7 +86,7 @@ def _effectively_cancelled() -> bool:
 
 
 def _decide(
-    runtime: Runtime,
+    supervisor: Supervisor,
     attempt: Attempt,
     result: outcome.Outcome[Any] | None,
     cancel_seen: bool,
@@ -97,13 +97,13 @@ def _decide(
     if isinstance(result, outcome.Error):
         kind, exc = kind_of(result.error)
         if kind == "interrupt":
-            request = runtime._shutdown_end_request()
+            request = supervisor.shutdown_end_request()
             return Ended(request.cause), None, events, request.detail(), exc
         if kind == "failure" or (kind == "cancelled" and not cancel_seen):
             cause = Failed(error_code(exc), str(exc))
             return Ended(cause), None, events, {"error": f"{type(exc).__qualname__}: {exc}"}, None
     if cancel_seen:
-        request = _end_request(runtime, attempt)
+        request = _end_request(supervisor, attempt)
         if isinstance(result, outcome.Value):
             events.append(
                 EventDraft(
@@ -133,13 +133,13 @@ def _decide(
     raise AssertionError(f"unclassifiable end of run {attempt.run_id!r}: {result!r}")
 
 
-def _end_request(runtime: Runtime, attempt: Attempt) -> EndRequest:
+def _end_request(supervisor: Supervisor, attempt: Attempt) -> EndRequest:
     """Who cancelled this attempt: its own request, else the body itself, else shutdown,
     else its parent."""
     if attempt.request is not None:
         return attempt.request
-    if runtime._shutdown_request is not None:
-        return runtime._shutdown_request
+    if supervisor.shutdown_request is not None:
+        return supervisor.shutdown_request
     if attempt.scope is not None and attempt.scope.cancel_called:
         return EndRequest(Cancelled(), "body", "the body cancelled its own scope")
     parent = attempt.parent

@@ -14,7 +14,7 @@ from ._state import ResumeTicket, RunState
 
 if TYPE_CHECKING:
     from ._handle import RunHandle
-    from ._runtime import Runtime
+    from ._supervisor import Supervisor
 
 
 @final
@@ -25,10 +25,10 @@ class RunContext:
     (any ``await`` on Trio) is a cancellation point, and so is `boundary`.
     """
 
-    __slots__ = ("_attempt", "_runtime")
+    __slots__ = ("_attempt", "_supervisor")
 
-    def __init__(self, runtime: Runtime, attempt: Attempt) -> None:
-        self._runtime = runtime
+    def __init__(self, supervisor: Supervisor, attempt: Attempt) -> None:
+        self._supervisor = supervisor
         self._attempt = attempt
 
     def __repr__(self) -> str:
@@ -78,7 +78,9 @@ class RunContext:
         """Whether this attempt, or an ancestor of it, has been cancelled."""
         a = self._attempt
         return (
-            a.cancel_called or a.ancestor_cancelled() or self._runtime._shutdown_request is not None
+            a.cancel_called
+            or a.ancestor_cancelled()
+            or self._supervisor.shutdown_request is not None
         )
 
     def _live(self, action: str) -> Attempt:
@@ -111,7 +113,7 @@ class RunContext:
         await trio.lowlevel.checkpoint()
         if progress is not None:
             progress = check_json(progress, f"progress of run {a.run_id!r}")
-            await self._runtime._commit_progress(a, progress)
+            await self._supervisor.commit_progress(a, progress)
         a.steps += 1
         if wait and not a.has_news():
             await a.wait_for_news()
@@ -200,7 +202,7 @@ class RunContext:
         thread of its own unless ``thread_id`` is given.
         """
         a = self._live("start_child()")
-        return await self._runtime._start(
+        return await self._supervisor.start_run(
             body,
             input=input,
             run_id=run_id,

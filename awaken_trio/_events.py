@@ -9,7 +9,7 @@ from ._errors import UnknownRun
 from ._state import Ended, RunEvent
 
 if TYPE_CHECKING:
-    from ._supervisor import Supervisor
+    from ._commits import CommitMailbox
     from .store import Store
 
 
@@ -22,10 +22,10 @@ class EventStream:
     """
 
     def __init__(
-        self, store: Store, supervisor: Supervisor, run_id: str | None, follow: bool
+        self, store: Store, mailbox: CommitMailbox, run_id: str | None, follow: bool
     ) -> None:
         self._store = store
-        self._supervisor = supervisor
+        self._mailbox = mailbox
         self._run_id = run_id
         self._follow = follow
         self._seq = 0
@@ -57,8 +57,8 @@ class EventStream:
                     raise UnknownRun(self._run_id)
                 self._checked = True
             # Take the notification before reading, so a commit in between is not missed.
-            changed = self._supervisor.changed_event()
-            stopped = self._supervisor.stopped
+            changed = self._mailbox.changed_event()
+            stopped = self._mailbox.stopped
             batch = await self._store.events_after(self._seq, self._run_id)
             if batch:
                 self._buffer.extend(batch)

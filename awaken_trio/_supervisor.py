@@ -1,180 +1,399 @@
-"""The supervisor: the one writer of committed state.
+"""The supervisor: admissions, the active-attempt registry and the finish boundary.
 
-Every commit (start, progress, pause, await, terminal) goes through `Supervisor.commit`.
-The supervisor task takes all commits waiting in its mailbox, hands them to the store as
-one batch (group commit: one transaction for many runs), and then, still in the same
-synchronous step, runs each commit's ``on_commit`` effect: register an attempt, deregister
-it, free its thread, release ``wait()``. So a commit and its effects are one step, and
-nothing can observe one without the other.
+The supervisor is the only writer of committed state. It admits attempts (commits
+``Running`` or ``Queued`` and spawns the actor), commits their progress, and ends them at
+the finish boundary: one commit that, in the same step, deregisters the attempt, frees its
+thread and releases everyone waiting for it. It owns the nursery the top-level actors live
+in; only runtime shutdown cancels that nursery, never the code that opened the runtime.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import final
+from collections.abc import Callable
+from functools import partial
+from typing import Any, final
 
-import attrs
 import trio
 
-from ._errors import RuntimeClosed, StoreError
-from .store import Commit, CommitResult, Store
+from ._actor import run_attempt
+from ._attempt import Attempt, Body, EndRequest, OwnershipVerifier
+from ._commits import CommitMailbox
+from ._context import RunContext
+from ._errors import RunAlreadyEnded, RunExists, RuntimeClosed, StoreError
+from ._handle import RunHandle
+from ._json import JsonValue, check_json
+from ._registry import AttemptRegistry, ThreadGate
+from ._state import Awaiting, Cancelled, Ended, Queued, Running, RunRecord, RunState, Stopped
+from ._validate import check_body, check_id, check_max_steps, check_name, new_run_id
+from .store import Accepted, Commit, CommitResult, Expect, NewRun, Rejected, Store
 
-OnCommit = Callable[[CommitResult], None]
-
-
-@attrs.define(eq=False)
-class _Pending:
-    commit: Commit
-    on_commit: OnCommit | None
-    result: CommitResult | None = None
-    error: BaseException | None = None
-    done: trio.Event = attrs.field(factory=trio.Event)
-
-
-@final
-@attrs.frozen
-class SupervisorStatistics:
-    """Counters for monitoring group commit."""
-
-    commits: int
-    batches: int
-    largest_batch: int
-    waiting: int
+Clock = Callable[[], float]
+VerifierFactory = Callable[[str, str, int], OwnershipVerifier | None]
 
 
 @final
-@attrs.define(eq=False)
+class RunSpec:
+    """What a later attempt of the same run needs and the store does not hold."""
+
+    __slots__ = ("body", "max_steps")
+
+    def __init__(self, body: Body, max_steps: int | None) -> None:
+        self.body = body
+        self.max_steps = max_steps
+
+
+@final
 class Supervisor:
-    """Owns the mailbox of commits and the store's write side."""
+    """Owns the registry, the thread gate and every commit (see the module docstring)."""
 
-    store: Store
-    max_batch: int = 1024
-    _queue: list[_Pending] = attrs.field(factory=list, init=False)
-    _wakeup: trio.Event = attrs.field(factory=trio.Event, init=False)
-    _closing: bool = attrs.field(default=False, init=False)
-    _stopped: bool = attrs.field(default=False, init=False)
-    _commits: int = attrs.field(default=0, init=False)
-    _batches: int = attrs.field(default=0, init=False)
-    _largest: int = attrs.field(default=0, init=False)
-    events_changed: trio.Event = attrs.field(factory=trio.Event, init=False)
-    _listening: bool = attrs.field(default=False, init=False)
-    _apply_now: Callable[[Sequence[Commit]], list[CommitResult]] | None = attrs.field(
-        default=None, init=False
-    )
+    def __init__(
+        self,
+        store: Store,
+        mailbox: CommitMailbox,
+        clock: Clock,
+        verifier_factory: VerifierFactory | None,
+    ) -> None:
+        self.store = store
+        self.mailbox = mailbox
+        self.clock = clock
+        self.verifier_factory = verifier_factory
+        self.registry = AttemptRegistry()
+        self.gate = ThreadGate()
+        self.queued: dict[str, Attempt] = {}
+        self.specs: dict[str, RunSpec] = {}
+        self.shutdown_request: EndRequest | None = None
+        self._actors: trio.Nursery | None = None
+        self._closing = False
+        self._inflight = 0
+        self._admissions_closed = trio.Event()
+        self.actors_done = trio.Event()
 
-    def __attrs_post_init__(self) -> None:
-        if getattr(self.store, "inline", False):
-            self._apply_now = self.store.apply_now  # type: ignore[attr-defined]
+    # ------------------------------------------------------------------ admissions
 
-    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """The supervisor task: apply batches until closed and drained."""
-        task_status.started()
-        try:
-            while True:
-                if not self._queue:
-                    if self._closing:
-                        return
-                    self._wakeup = trio.Event()
-                    await self._wakeup.wait()
-                    continue
-                batch = self._queue[: self.max_batch]
-                del self._queue[: self.max_batch]
-                await self._apply(batch)
-        finally:
-            self._stopped = True
-            self._listening = True
-            self._publish()
+    async def start_run(
+        self,
+        body: Body,
+        *,
+        input: JsonValue,
+        run_id: str | None,
+        thread_id: str | None,
+        name: str | None,
+        max_steps: int | None,
+        parent: Attempt | None,
+    ) -> RunHandle:
+        """Check the arguments, commit a new run and start (or queue) its first attempt."""
+        await trio.lowlevel.checkpoint()
+        check_body(body)
+        if run_id is not None:
+            check_id(run_id, "run_id")
+        if thread_id is not None:
+            check_id(thread_id, "thread_id")
+        check_name(name)
+        max_steps = check_max_steps(max_steps)
+        run_id = run_id or new_run_id()
+        input = check_json(input, f"input of run {run_id!r}")
+        thread_id = thread_id or run_id
+        nursery = self.actors_nursery() if parent is None else parent.children_nursery
+        assert nursery is not None
+        attempt = self.new_attempt(
+            run_id, thread_id, 1, parent, RunSpec(body, max_steps), input, None, None
+        )
+        result = await self.admit(
+            attempt,
+            nursery,
+            Expect(new=True),
+            NewRun(thread_id, None if parent is None else parent.run_id, name, input),
+            {"source": "start"},
+        )
+        if isinstance(result, Rejected):
+            raise RunExists(run_id)
+        return RunHandle(run_id, thread_id, 1, completion=attempt.completion)
 
-    async def _apply(self, batch: list[_Pending]) -> None:
-        try:
-            results = await self.store.apply([p.commit for p in batch])
-            if len(results) != len(batch):
-                raise StoreError(f"store returned {len(results)} results for {len(batch)} commits")
-        except Exception as exc:
-            for pending in batch:
-                pending.error = exc
-                pending.done.set()
-            self._publish()
-            return
-        for pending, result in zip(batch, results, strict=True):
-            pending.result = result
-            self._settle(result, pending.on_commit)
-            pending.done.set()
-        self._count(len(batch))
+    def new_attempt(
+        self,
+        run_id: str,
+        thread_id: str,
+        generation: int,
+        parent: Attempt | None,
+        spec: RunSpec,
+        input: JsonValue,
+        checkpoint: JsonValue,
+        resume_value: JsonValue,
+    ) -> Attempt:
+        verifier = None
+        if self.verifier_factory is not None:
+            verifier = self.verifier_factory(run_id, thread_id, generation)
+        attempt = Attempt(
+            run_id=run_id,
+            thread_id=thread_id,
+            generation=generation,
+            parent=parent,
+            body=spec.body,
+            input=input,
+            checkpoint=checkpoint,
+            resume_value=resume_value,
+            max_steps=spec.max_steps,
+            verifier=verifier,
+        )
+        attempt.context = RunContext(self, attempt)
+        return attempt
 
-    def _settle(self, result: CommitResult, on_commit: OnCommit | None) -> None:
-        if on_commit is not None:
-            on_commit(result)
+    async def admit(
+        self,
+        attempt: Attempt,
+        nursery: trio.Nursery,
+        expect: Expect,
+        new_run: NewRun | None,
+        detail: dict[str, JsonValue],
+    ) -> CommitResult:
+        """Commit ``Running`` (thread free) or ``Queued`` (thread busy) and spawn the actor.
 
-    def _count(self, size: int) -> None:
-        self._commits += size
-        self._batches += 1
-        if size > self._largest:
-            self._largest = size
-        self._publish()
-
-    def _publish(self) -> None:
-        if self._listening:
-            self._listening = False
-            self.events_changed.set()
-            self.events_changed = trio.Event()
-
-    def changed_event(self) -> trio.Event:
-        """An event set at the next commit (for followers of the event log)."""
-        self._listening = True
-        return self.events_changed
-
-    async def commit(self, commit: Commit, on_commit: OnCommit | None = None) -> CommitResult:
-        """Commit and return the store's answer; ``on_commit`` runs in the commit's step.
-
-        A store that needs no I/O (``inline``) is applied right here, synchronously, so a
-        commit costs no task switch (and is then not a checkpoint: its callers are);
-        otherwise the commit joins the mailbox and the supervisor task applies it with
-        everything else waiting (group commit). Either
-        way the call cannot be interrupted once made: a commit handed over lands, and
-        its effects run, even if the caller is being cancelled.
+        The thread's place is taken before the commit, so FIFO order is call order. The
+        registration and the spawn happen in the commit's own step.
         """
-        if self._stopped:
-            raise RuntimeClosed("the runtime's supervisor has stopped; open a new runtime")
-        if self._apply_now is not None and not self._queue:
-            try:
-                result = self._apply_now((commit,))[0]
-            except Exception as exc:
-                raise _store_error(commit, exc) from exc
-            self._settle(result, on_commit)
-            self._count(1)
-            return result
-        pending = _Pending(commit, on_commit)
-        self._queue.append(pending)
-        self._wakeup.set()
-        with trio.CancelScope(shield=True):
-            await pending.done.wait()
-        if pending.error is not None:
-            raise _store_error(commit, pending.error) from pending.error
-        assert pending.result is not None
-        return pending.result
+        run_id, thread_id, generation = attempt.run_id, attempt.thread_id, attempt.generation
+        running = self.gate.try_acquire(thread_id, attempt)
+        if running:
+            state: RunState = Running(generation)
+            committed_generation = generation
+        else:
+            attempt.gate_waiter = self.gate.enqueue(thread_id, attempt)
+            attempt.queued_generation = committed_generation = generation - 1
+            state = Queued()
+        spec = RunSpec(attempt.body, attempt.max_steps)
 
-    @property
-    def stopped(self) -> bool:
-        """Whether the supervisor has stopped (the runtime is closed)."""
-        return self._stopped
+        def on_commit(result: CommitResult) -> None:
+            if isinstance(result, Rejected):
+                self._release_thread(attempt)
+                return
+            if running:
+                attempt.started = True
+                attempt.carried = list(result.taken_messages)
+                self.registry.register(attempt)
+            else:
+                self.queued[run_id] = attempt
+            self.specs[run_id] = spec
+            if attempt.parent is not None:
+                attempt.parent.children[run_id] = attempt
+            nursery.start_soon(run_attempt, self, attempt)
 
-    def close(self) -> None:
-        """Stop once the mailbox is drained."""
-        self._closing = True
-        self._wakeup.set()
+        commit = Commit(
+            run_id=run_id,
+            state=state,
+            generation=committed_generation,
+            expect=expect,
+            at=self.clock(),
+            new_run=new_run,
+            take_messages=running,
+            resume_value=None if running else attempt.resume_value,
+            detail=detail,
+        )
+        self._inflight += 1
+        try:
+            return await self.mailbox.commit(commit, on_commit)
+        finally:
+            self._inflight -= 1
+            self._maybe_close_admissions()
 
-    def statistics(self) -> SupervisorStatistics:
-        return SupervisorStatistics(
-            commits=self._commits,
-            batches=self._batches,
-            largest_batch=self._largest,
-            waiting=len(self._queue),
+    async def begin_queued(self, attempt: Attempt) -> None:
+        """The queued attempt got its thread: commit ``Running`` and register it."""
+        assert attempt.queued_generation is not None
+
+        def on_commit(result: CommitResult) -> None:
+            if isinstance(result, Rejected):
+                self._retire(attempt, result)
+                return
+            attempt.started = True
+            attempt.carried = list(result.taken_messages)
+            self.queued.pop(attempt.run_id, None)
+            self.registry.register(attempt)
+
+        await self.mailbox.commit(
+            Commit(
+                run_id=attempt.run_id,
+                state=Running(attempt.generation),
+                generation=attempt.generation,
+                expect=Expect(generation=attempt.queued_generation, state=Queued),
+                at=self.clock(),
+                take_messages=True,
+                detail={"source": "thread_free"},
+            ),
+            on_commit,
         )
 
+    async def commit_progress(self, attempt: Attempt, progress: JsonValue) -> None:
+        """Commit ``Running`` with new progress, fenced by the attempt's generation."""
+        result = await self.mailbox.commit(
+            Commit(
+                run_id=attempt.run_id,
+                state=Running(attempt.generation),
+                generation=attempt.generation,
+                expect=Expect(generation=attempt.generation, state=Running),
+                at=self.clock(),
+                checkpoint=progress,
+                detail={"source": "boundary"},
+            )
+        )
+        if isinstance(result, Rejected):
+            assert result.state is not None
+            if isinstance(result.state, Ended):
+                raise RunAlreadyEnded(attempt.run_id, result.state)
+            raise StoreError(
+                f"progress of run {attempt.run_id!r} attempt {attempt.generation} was fenced"
+                f" off: the run moved on to {result.state!r}"
+            )
+        attempt.checkpoint = progress
 
-def _store_error(commit: Commit, exc: BaseException) -> StoreError:
-    return StoreError(
-        f"the store failed to apply a commit for run {commit.run_id!r}: {exc!r};"
-        " committed truth is unchanged"
-    )
+    # ------------------------------------------------------------------ the finish boundary
+
+    async def finish(
+        self,
+        attempt: Attempt,
+        state: RunState,
+        result: JsonValue,
+        events: list[Any],
+        detail: dict[str, JsonValue],
+    ) -> None:
+        """Commit the attempt's end, after ending its awaiting children.
+
+        Nothing here can be interrupted: the children's commits run shielded and
+        `CommitMailbox.commit` cannot be cancelled once called.
+        """
+        awaiting = [child_id for child_id, child in attempt.children.items() if child is None]
+        if awaiting:
+            with trio.CancelScope(shield=True):
+                for child_id in awaiting:
+                    await self._end_awaiting_child(child_id, attempt)
+        attempt.sealed = True
+        messages = tuple(attempt.drain())
+        ending = isinstance(state, Ended)
+        if attempt.started:
+            expect = Expect(generation=attempt.generation, state=Running)
+            generation = attempt.generation
+        else:
+            assert attempt.queued_generation is not None
+            expect = Expect(generation=attempt.queued_generation, state=Queued)
+            generation = attempt.queued_generation
+        commit = Commit(
+            run_id=attempt.run_id,
+            state=state,
+            generation=generation,
+            expect=expect,
+            at=self.clock(),
+            result=result,
+            carried_messages=() if ending else messages,
+            discarded_messages=messages if ending else (),
+            events=tuple(events),
+            detail=detail,
+        )
+        await self.mailbox.commit(commit, partial(self._retire, attempt))
+
+    def _retire(self, attempt: Attempt, result: CommitResult) -> None:
+        """Deregister, free the thread and release waiters: the commit's own step."""
+        state = result.record.state if isinstance(result, Accepted) else result.state
+        assert state is not None
+        attempt.sealed = True
+        self.registry.deregister(attempt)
+        self._release_thread(attempt)
+        run_id = attempt.run_id
+        if self.queued.get(run_id) is attempt:
+            del self.queued[run_id]
+        parent = attempt.parent
+        if parent is not None and parent.children.get(run_id) is attempt:
+            if isinstance(state, Awaiting):
+                parent.children[run_id] = None
+            else:
+                del parent.children[run_id]
+        if isinstance(state, Ended):
+            self.specs.pop(run_id, None)
+        attempt.context = None  # break the attempt <-> context cycle early
+        attempt.completion.set(state)
+
+    def _release_thread(self, attempt: Attempt) -> None:
+        if attempt.gate_waiter is not None:
+            self.gate.withdraw(attempt.gate_waiter)
+        else:
+            self.gate.release(attempt.thread_id, attempt)
+
+    async def _end_awaiting_child(self, child_id: str, parent: Attempt) -> None:
+        record = await self.store.load(child_id)
+        if record is not None and isinstance(record.state, Awaiting | Queued):
+            if self.shutdown_request is not None:
+                request = self.shutdown_request
+            else:
+                request = EndRequest(Cancelled(), "parent", f"parent run {parent.run_id!r} ended")
+            await self.commit_end(record, request)
+        parent.children.pop(child_id, None)
+
+    async def commit_end(self, record: RunRecord, request: EndRequest) -> CommitResult:
+        """End a run that has no attempt here (awaiting, or queued or orphaned elsewhere).
+
+        Fenced by the generation and state kind that were read, so a run that moved on
+        in the meantime is left alone (the result is then `Rejected`).
+        """
+        run_id = record.run_id
+
+        def on_commit(result: CommitResult) -> None:
+            if isinstance(result, Accepted):
+                self.specs.pop(run_id, None)
+                parent_id = record.parent_run_id
+                parent = None if parent_id is None else self.registry.get(parent_id)
+                if parent is not None and parent.children.get(run_id, False) is None:
+                    del parent.children[run_id]
+
+        return await self.mailbox.commit(
+            Commit(
+                run_id=run_id,
+                state=Ended(request.cause),
+                generation=record.generation,
+                expect=Expect(generation=record.generation, state=type(record.state)),
+                at=self.clock(),
+                detail=request.detail(),
+            ),
+            on_commit,
+        )
+
+    # ------------------------------------------------------------------ lifetime
+
+    def actors_nursery(self) -> trio.Nursery:
+        """The nursery for top-level actors; refuses once shutdown has begun."""
+        if self._closing:
+            raise RuntimeClosed(
+                "the runtime is shutting down and starts no new attempts;"
+                " start runs inside the 'async with open_runtime()' block"
+            )
+        assert self._actors is not None
+        return self._actors
+
+    def shutdown_end_request(self) -> EndRequest:
+        if self.shutdown_request is None:
+            self.shutdown_request = EndRequest(
+                Stopped("runtime shutdown"), "shutdown", "runtime shutdown"
+            )
+        return self.shutdown_request
+
+    def begin_shutdown(self) -> None:
+        """Refuse new attempts and cancel every actor (sync: safe from any task)."""
+        self._closing = True
+        self.shutdown_end_request()
+        if self._actors is not None:
+            self._actors.cancel_scope.cancel(reason="runtime shutdown")
+        self._maybe_close_admissions()
+
+    def _maybe_close_admissions(self) -> None:
+        if self._closing and self._inflight == 0:
+            self._admissions_closed.set()
+
+    async def host_actors(self, *, task_status: trio.TaskStatus[None]) -> None:
+        """Own the actors' nursery. Only shutdown cancels it, never the caller's scopes."""
+        try:
+            with trio.CancelScope(shield=True):
+                async with trio.open_nursery() as actors:
+                    self._actors = actors
+                    task_status.started()
+                    # Stay open for admissions already committed; shutdown cancels the rest.
+                    with trio.CancelScope(shield=True):
+                        await self._admissions_closed.wait()
+        finally:
+            self.actors_done.set()
+            self.mailbox.close()

@@ -1,0 +1,183 @@
+"""The commit mailbox: how the supervisor writes to the store.
+
+Every commit (start, progress, pause, await, terminal) goes through `CommitMailbox.commit`.
+The mailbox task takes all commits waiting, hands them to the store as one batch (group
+commit: one transaction for many runs), and then, still in the same synchronous step, runs
+each commit's ``on_commit`` effect: register an attempt, deregister it, free its thread,
+release ``wait()``. So a commit and its effects are one step, and nothing can observe one
+without the other. A store that needs no I/O is applied inline instead, in the committing
+task's own step, with the same effects.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import final
+
+import attrs
+import trio
+
+from ._errors import RuntimeClosed, StoreError
+from .store import Commit, CommitResult, Store
+
+OnCommit = Callable[[CommitResult], None]
+
+
+@attrs.define(eq=False)
+class _Pending:
+    commit: Commit
+    on_commit: OnCommit | None
+    result: CommitResult | None = None
+    error: BaseException | None = None
+    done: trio.Event = attrs.field(factory=trio.Event)
+
+
+@final
+@attrs.frozen
+class CommitStatistics:
+    """Counters for monitoring group commit."""
+
+    commits: int
+    batches: int
+    largest_batch: int
+    waiting: int
+
+
+@final
+@attrs.define(eq=False)
+class CommitMailbox:
+    """Owns the store's write side: the mailbox of commits and the task that applies them."""
+
+    store: Store
+    max_batch: int = 1024
+    _queue: list[_Pending] = attrs.field(factory=list, init=False)
+    _wakeup: trio.Event = attrs.field(factory=trio.Event, init=False)
+    _closing: bool = attrs.field(default=False, init=False)
+    _stopped: bool = attrs.field(default=False, init=False)
+    _commits: int = attrs.field(default=0, init=False)
+    _batches: int = attrs.field(default=0, init=False)
+    _largest: int = attrs.field(default=0, init=False)
+    events_changed: trio.Event = attrs.field(factory=trio.Event, init=False)
+    _listening: bool = attrs.field(default=False, init=False)
+    _apply_now: Callable[[Sequence[Commit]], list[CommitResult]] | None = attrs.field(
+        default=None, init=False
+    )
+
+    def __attrs_post_init__(self) -> None:
+        if getattr(self.store, "inline", False):
+            self._apply_now = self.store.apply_now  # type: ignore[attr-defined]
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """The mailbox task: apply batches until closed and drained."""
+        task_status.started()
+        try:
+            while True:
+                if not self._queue:
+                    if self._closing:
+                        return
+                    self._wakeup = trio.Event()
+                    await self._wakeup.wait()
+                    continue
+                batch = self._queue[: self.max_batch]
+                del self._queue[: self.max_batch]
+                await self._apply(batch)
+        finally:
+            self._stopped = True
+            self._listening = True
+            self._publish()
+
+    async def _apply(self, batch: list[_Pending]) -> None:
+        try:
+            results = await self.store.apply([p.commit for p in batch])
+            if len(results) != len(batch):
+                raise StoreError(f"store returned {len(results)} results for {len(batch)} commits")
+        except Exception as exc:
+            for pending in batch:
+                pending.error = exc
+                pending.done.set()
+            self._publish()
+            return
+        for pending, result in zip(batch, results, strict=True):
+            pending.result = result
+            self._settle(result, pending.on_commit)
+            pending.done.set()
+        self._count(len(batch))
+
+    def _settle(self, result: CommitResult, on_commit: OnCommit | None) -> None:
+        if on_commit is not None:
+            on_commit(result)
+
+    def _count(self, size: int) -> None:
+        self._commits += size
+        self._batches += 1
+        if size > self._largest:
+            self._largest = size
+        self._publish()
+
+    def _publish(self) -> None:
+        if self._listening:
+            self._listening = False
+            self.events_changed.set()
+            self.events_changed = trio.Event()
+
+    def changed_event(self) -> trio.Event:
+        """An event set at the next commit (for followers of the event log)."""
+        self._listening = True
+        return self.events_changed
+
+    async def commit(self, commit: Commit, on_commit: OnCommit | None = None) -> CommitResult:
+        """Commit and return the store's answer; ``on_commit`` runs in the commit's step.
+
+        A store that needs no I/O (``inline``) is applied right here, synchronously, so a
+        commit costs no task switch (and is then not a checkpoint: its callers are);
+        otherwise the commit joins the mailbox and the mailbox task applies it with
+        everything else waiting (group commit). Either
+        way the call cannot be interrupted once made: a commit handed over lands, and
+        its effects run, even if the caller is being cancelled.
+        """
+        if self._stopped:
+            raise RuntimeClosed(
+                "the runtime has closed and commits nothing more; open a new runtime"
+            )
+        if self._apply_now is not None and not self._queue:
+            try:
+                result = self._apply_now((commit,))[0]
+            except Exception as exc:
+                raise _store_error(commit, exc) from exc
+            self._settle(result, on_commit)
+            self._count(1)
+            return result
+        pending = _Pending(commit, on_commit)
+        self._queue.append(pending)
+        self._wakeup.set()
+        with trio.CancelScope(shield=True):
+            await pending.done.wait()
+        if pending.error is not None:
+            raise _store_error(commit, pending.error) from pending.error
+        assert pending.result is not None
+        return pending.result
+
+    @property
+    def stopped(self) -> bool:
+        """Whether the mailbox has stopped (the runtime is closed)."""
+        return self._stopped
+
+    def close(self) -> None:
+        """Stop once the mailbox is drained."""
+        self._closing = True
+        self._wakeup.set()
+
+    def statistics(self) -> CommitStatistics:
+        return CommitStatistics(
+            commits=self._commits,
+            batches=self._batches,
+            largest_batch=self._largest,
+            waiting=len(self._queue),
+        )
+
+
+def _store_error(commit: Commit, exc: BaseException) -> StoreError:
+    return StoreError(
+        f"the store failed to apply a commit for run {commit.run_id!r}: {exc!r};"
+        " committed truth is unchanged"
+    )
