@@ -134,18 +134,22 @@ def _decide(
 
 
 def _end_request(supervisor: Supervisor, attempt: Attempt) -> EndRequest:
-    """Who cancelled this attempt: its own request, else the body itself, else shutdown,
-    else its parent."""
+    """Who cancelled this attempt: its own request, else shutdown, else an ancestor, else
+    the body itself.
+
+    The ancestor is asked before the attempt's own scope: ending an attempt cancels that
+    scope to stop its children, which must not read as the body cancelling itself.
+    """
     if attempt.request is not None:
         return attempt.request
     if supervisor.shutdown_request is not None:
         return supervisor.shutdown_request
-    if attempt.scope is not None and attempt.scope.cancel_called:
-        return EndRequest(Cancelled(), "body", "the body cancelled its own scope")
     parent = attempt.parent
-    if parent is not None:
+    if parent is not None and attempt.ancestor_cancelled():
         why = parent.request.reason if parent.request is not None else None
         return EndRequest(Cancelled(), "parent", why or f"parent run {parent.run_id!r} ended")
+    if attempt.scope is not None and attempt.scope.cancel_called:
+        return EndRequest(Cancelled(), "body", "the body cancelled its own scope")
     return EndRequest(Cancelled(), "scope", "an enclosing cancel scope was cancelled")
 
 

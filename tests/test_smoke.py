@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import trio
 
-from awaken_trio import EndCause, LiveCommand, RunContext, Runtime, RunState
+from awaken_trio import EndCause, LiveCommand, RunContext, RunState, Runtime
 
 
 async def test_live_cancel_of_a_parked_run_commits_cancelled(
