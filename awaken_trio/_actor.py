@@ -31,6 +31,8 @@ async def run_attempt(supervisor: Supervisor, attempt: Attempt) -> None:
     cancel_seen = False
     escaped: BaseException | None = None
     try:
+        if attempt.handed_over is not None:
+            await attempt.handed_over.wait()
         if attempt.gate_waiter is not None and await _wait_for_thread(attempt):
             await supervisor.begin_queued(attempt)
         if attempt.started:

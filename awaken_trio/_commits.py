@@ -158,6 +158,11 @@ class CommitMailbox:
         return pending.result
 
     @property
+    def inline(self) -> bool:
+        """Whether commits apply in the committing task's own step (no task switch)."""
+        return self._apply_now is not None
+
+    @property
     def stopped(self) -> bool:
         """Whether the mailbox has stopped (the runtime is closed)."""
         return self._stopped

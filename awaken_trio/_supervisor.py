@@ -188,12 +188,16 @@ class Supervisor:
             resume_value=None if running else attempt.resume_value,
             detail=detail,
         )
+        if not self.mailbox.inline:
+            attempt.handed_over = trio.Event()
         self._inflight += 1
         try:
             return await self.mailbox.commit(commit, on_commit)
         finally:
             self._inflight -= 1
             self._maybe_close_admissions()
+            if attempt.handed_over is not None:
+                attempt.handed_over.set()
 
     async def begin_queued(self, attempt: Attempt) -> None:
         """The queued attempt got its thread: commit ``Running`` and register it."""
