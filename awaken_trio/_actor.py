@@ -59,7 +59,7 @@ async def run_attempt(supervisor: Supervisor, attempt: Attempt) -> None:
         escaped = exc
         if result is None:
             cancel_seen = True
-    if not attempt.started and attempt.completion.state is not None:
+    if not attempt.started and attempt.completion.done:
         return  # the run was ended by someone else while queued; nothing of ours to commit
     state, value, events, detail, interrupt = _decide(supervisor, attempt, result, cancel_seen)
     if interrupt is not None:

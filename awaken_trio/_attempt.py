@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Protocol, final
 import attrs
 import trio
 
+from ._errors import StoreError
 from ._json import JsonValue
 from ._state import EndCause, ResumeTicket, RunState
 
@@ -68,18 +69,35 @@ class StepCeiling(BaseException):
 @final
 @attrs.define(eq=False)
 class Completion:
-    """The committed state that ended one attempt (``Awaiting`` or ``Ended``)."""
+    """The committed state that ended one attempt (``Awaiting`` or ``Ended``).
+
+    If the store failed to take the attempt's end, there is no such state: waiting raises
+    that `StoreError`, and the run keeps its last committed state until it is ended by the
+    committed path (``cancel_run``/``stop_run``).
+    """
 
     state: RunState | None = None
+    error: StoreError | None = None
     _event: trio.Event = attrs.field(factory=trio.Event, init=False)
 
+    @property
+    def done(self) -> bool:
+        return self._event.is_set()
+
     def set(self, state: RunState) -> None:
-        if self.state is None:
+        if not self.done:
             self.state = state
+            self._event.set()
+
+    def fail(self, error: StoreError) -> None:
+        if not self.done:
+            self.error = error
             self._event.set()
 
     async def wait(self) -> RunState:
         await self._event.wait()
+        if self.error is not None:
+            raise self.error
         assert self.state is not None
         return self.state
 

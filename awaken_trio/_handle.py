@@ -17,7 +17,8 @@ class RunHandle:
 
     ``wait()`` returns the committed state that ended this attempt: ``Awaiting`` or
     ``Ended``. For a queued run it is the state its attempt ends in, or ``Ended`` if the
-    run was ended while it waited for its thread.
+    run was ended while it waited for its thread. If the store failed to take the
+    attempt's end, ``wait()`` raises that `StoreError`.
     """
 
     run_id: str
@@ -31,5 +32,5 @@ class RunHandle:
 
     @property
     def done(self) -> bool:
-        """Whether this attempt's end has been committed."""
-        return self._completion.state is not None
+        """Whether this attempt's end is known (committed, or failed to commit)."""
+        return self._completion.done

@@ -9,6 +9,7 @@ in; only runtime shutdown cancels that nursery, never the code that opened the r
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from functools import partial
 from typing import Any, final
@@ -193,6 +194,9 @@ class Supervisor:
         self._inflight += 1
         try:
             return await self.mailbox.commit(commit, on_commit)
+        except StoreError:
+            self._release_thread(attempt)  # nothing was committed: give the thread back
+            raise
         finally:
             self._inflight -= 1
             self._maybe_close_admissions()
@@ -212,18 +216,21 @@ class Supervisor:
             self.queued.pop(attempt.run_id, None)
             self.registry.register(attempt)
 
-        await self.mailbox.commit(
-            Commit(
-                run_id=attempt.run_id,
-                state=Running(attempt.generation),
-                generation=attempt.generation,
-                expect=Expect(generation=attempt.queued_generation, state=Queued),
-                at=self.clock(),
-                take_messages=True,
-                detail={"source": "thread_free"},
-            ),
-            on_commit,
-        )
+        try:
+            await self.mailbox.commit(
+                Commit(
+                    run_id=attempt.run_id,
+                    state=Running(attempt.generation),
+                    generation=attempt.generation,
+                    expect=Expect(generation=attempt.queued_generation, state=Queued),
+                    at=self.clock(),
+                    take_messages=True,
+                    detail={"source": "thread_free"},
+                ),
+                on_commit,
+            )
+        except StoreError as exc:
+            self._abandon(attempt, exc)
 
     async def commit_progress(self, attempt: Attempt, progress: JsonValue) -> None:
         """Commit ``Running`` with new progress, fenced by the attempt's generation."""
@@ -290,12 +297,30 @@ class Supervisor:
             events=tuple(events),
             detail=detail,
         )
-        await self.mailbox.commit(commit, partial(self._retire, attempt))
+        try:
+            await self.mailbox.commit(commit, partial(self._retire, attempt))
+        except StoreError as exc:
+            self._abandon(attempt, exc)
+
+    def _abandon(self, attempt: Attempt, error: StoreError) -> None:
+        """The store refused the attempt's commit: let go of it without a new state.
+
+        The run keeps its last committed state (an orphaned ``Running`` or ``Queued``
+        that ``cancel_run``/``stop_run`` can end later); whoever waits gets the error.
+        """
+        self._let_go(attempt, None)
+        attempt.completion.fail(error)
 
     def _retire(self, attempt: Attempt, result: CommitResult) -> None:
         """Deregister, free the thread and release waiters: the commit's own step."""
         state = result.record.state if isinstance(result, Accepted) else result.state
         assert state is not None
+        self._let_go(attempt, state)
+        if isinstance(state, Ended):
+            self.specs.pop(attempt.run_id, None)
+        attempt.completion.set(state)
+
+    def _let_go(self, attempt: Attempt, state: RunState | None) -> None:
         attempt.sealed = True
         self.registry.deregister(attempt)
         self._release_thread(attempt)
@@ -305,13 +330,10 @@ class Supervisor:
         parent = attempt.parent
         if parent is not None and parent.children.get(run_id) is attempt:
             if isinstance(state, Awaiting):
-                parent.children[run_id] = None
+                parent.children[run_id] = None  # still the parent's, to end with it
             else:
                 del parent.children[run_id]
-        if isinstance(state, Ended):
-            self.specs.pop(run_id, None)
         attempt.context = None  # break the attempt <-> context cycle early
-        attempt.completion.set(state)
 
     def _release_thread(self, attempt: Attempt) -> None:
         if attempt.gate_waiter is not None:
@@ -326,7 +348,10 @@ class Supervisor:
                 request = self.shutdown_request
             else:
                 request = EndRequest(Cancelled(), "parent", f"parent run {parent.run_id!r} ended")
-            await self.commit_end(record, request)
+            # A store failure leaves the child Awaiting (ended later by the committed
+            # path); the parent's own end must still be committed.
+            with contextlib.suppress(StoreError):
+                await self.commit_end(record, request)
         parent.children.pop(child_id, None)
 
     async def commit_end(self, record: RunRecord, request: EndRequest) -> CommitResult:
