@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any, final
+from typing import final
 
 import attrs
 import trio
@@ -26,7 +26,7 @@ from ._events import EventStream
 from ._handle import RunHandle
 from ._json import JsonValue, check_json
 from ._state import Awaiting, Cancelled, Ended, ResumeTicket, RunRecord, RunState, Stopped
-from ._supervisor import Clock, RunSpec, Supervisor
+from ._supervisor import Clock, RunSpec, Supervisor, VerifierFactory
 from ._validate import check_body, check_id
 from .store import Accepted, Expect, MemoryStore, Rejected, Store
 
@@ -372,15 +372,14 @@ def _resolve_store(store: str | Store) -> tuple[Store, bool]:
     return store, False
 
 
-_OPTIONS = {"ownership_verifier", "max_batch"}
-
-
 @asynccontextmanager
 async def open_runtime(
     store: str | Store = "memory://",
     *,
     clock: Clock = time.time,
-    **options: Any,
+    ownership_verifier: VerifierFactory | None = None,
+    max_batch: int = 1024,
+    **options: object,
 ) -> AsyncIterator[Runtime]:
     """Open a runtime: a supervisor, a store and a nursery for the run actors.
 
@@ -396,21 +395,25 @@ async def open_runtime(
             called for every attempt; `Runtime.deliver_to_current_attempt` asks it.
         max_batch: most commits the supervisor hands the store in one transaction.
     """
-    unknown = set(options) - _OPTIONS
-    if unknown:
+    if options:
         raise InvalidArgument(
-            f"unknown open_runtime() options {sorted(unknown)}; known: {sorted(_OPTIONS)}"
+            f"unknown open_runtime() options {sorted(options)};"
+            " known: clock, ownership_verifier, max_batch"
+        )
+    if ownership_verifier is not None and not callable(ownership_verifier):
+        raise InvalidArgument(
+            "ownership_verifier must be a callable (run_id, thread_id, generation) ->"
+            f" OwnershipVerifier | None, not {ownership_verifier!r}"
         )
     if not callable(clock):
         raise InvalidArgument(
             f"clock must be a callable returning wall-clock seconds, not {clock!r}"
         )
-    max_batch = options.get("max_batch", 1024)
     if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
         raise InvalidArgument(f"max_batch must be a positive int, not {max_batch!r}")
     store_obj, owned = _resolve_store(store)
     mailbox = CommitMailbox(store_obj, max_batch=max_batch)
-    supervisor = Supervisor(store_obj, mailbox, clock, options.get("ownership_verifier"))
+    supervisor = Supervisor(store_obj, mailbox, clock, ownership_verifier)
     runtime = Runtime(supervisor)
     caller_error: BaseException | None = None
     try:
