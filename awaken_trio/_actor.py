@@ -60,7 +60,10 @@ async def run_attempt(supervisor: Supervisor, attempt: Attempt) -> None:
         if result is None:
             cancel_seen = True
     if not attempt.started and attempt.completion.done:
-        return  # the run was ended by someone else while queued; nothing of ours to commit
+        # The run was ended by someone else while queued: nothing of ours to commit.
+        if escaped is not None:
+            raise escaped
+        return
     state, value, events, detail, interrupt = _decide(supervisor, attempt, result, cancel_seen)
     if interrupt is not None:
         supervisor.begin_shutdown()
