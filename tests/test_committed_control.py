@@ -4,17 +4,16 @@ log, and reading committed state."""
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
 from typing import Any, cast
 
 import pytest
 import trio
 import trio.testing
+from wrapped_stores import HoldingStore
 
 from awaken_trio import (
     EndCause,
     InvalidArgument,
-    JsonValue,
     LiveCommand,
     NotActive,
     NotAwaiting,
@@ -22,13 +21,12 @@ from awaken_trio import (
     RunContext,
     RunEvent,
     RunHandle,
-    RunRecord,
     RunState,
     Runtime,
     UnknownRun,
     open_runtime,
 )
-from awaken_trio.store import Commit, CommitResult, MemoryStore
+from awaken_trio.store import MemoryStore
 
 NATURAL = RunState.Ended(EndCause.NaturalEnd())
 CANCELLED = RunState.Ended(EndCause.Cancelled())
@@ -456,41 +454,6 @@ async def test_end_a_resume_queued_behind_a_busy_thread(runtime: Runtime, how: s
     assert await snapshot(runtime, "p") == before
     terminal = terminal_commits(await history(runtime, "p"))
     assert [e.detail for e in terminal] == [detail]
-
-
-class HoldingStore:
-    """A memory store (mailbox path) that holds back commits of one state variant until
-    ``release`` is set, so a test can act while such a commit is in flight."""
-
-    def __init__(self, hold: type[RunState]) -> None:
-        self.inner = MemoryStore(inline=False)
-        self.hold = hold
-        self.holding = trio.Event()
-        self.release = trio.Event()
-
-    @property
-    def durable(self) -> bool:
-        return False
-
-    async def apply(self, batch: Sequence[Commit]) -> list[CommitResult]:
-        if any(isinstance(commit.state, self.hold) for commit in batch):
-            self.holding.set()
-            await self.release.wait()
-        return await self.inner.apply(batch)
-
-    async def load(self, run_id: str) -> RunRecord | None:
-        return await self.inner.load(run_id)
-
-    async def carried_messages(self, run_id: str) -> tuple[JsonValue, ...]:
-        return await self.inner.carried_messages(run_id)
-
-    async def events_after(
-        self, seq: int, run_id: str | None = None, limit: int = 1000
-    ) -> list[RunEvent]:
-        return await self.inner.events_after(seq, run_id, limit)
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
 
 
 @pytest.mark.parametrize("how", sorted(ENDINGS))

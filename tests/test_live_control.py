@@ -4,12 +4,13 @@ generation replacement and the active-attempt registry."""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any, cast
 
 import pytest
 import trio
 import trio.testing
+from wrapped_stores import HoldingStore
 
 from awaken_trio import (
     EndCause,
@@ -22,12 +23,11 @@ from awaken_trio import (
     RunAlreadyEnded,
     RunContext,
     RunEvent,
-    RunRecord,
     RunState,
     Runtime,
     open_runtime,
 )
-from awaken_trio.store import Commit, CommitResult, MemoryStore
+from awaken_trio.store import MemoryStore
 
 CANCELLED = RunState.Ended(EndCause.Cancelled())
 NATURAL = RunState.Ended(EndCause.NaturalEnd())
@@ -679,41 +679,6 @@ async def test_deliver_to_current_attempt_refuses_when_a_new_generation_replaced
         proceed.set()
         assert await second.wait() == NATURAL
         assert (await runtime.record(handle.run_id)).result == []
-
-
-class HoldingStore:
-    """A memory store (mailbox path) that holds back commits of one state variant until
-    ``release`` is set, so a test can act while such a commit is in flight."""
-
-    def __init__(self, hold: type[RunState]) -> None:
-        self.inner = MemoryStore(inline=False)
-        self.hold = hold
-        self.holding = trio.Event()
-        self.release = trio.Event()
-
-    @property
-    def durable(self) -> bool:
-        return False
-
-    async def apply(self, batch: Sequence[Commit]) -> list[CommitResult]:
-        if any(isinstance(commit.state, self.hold) for commit in batch):
-            self.holding.set()
-            await self.release.wait()
-        return await self.inner.apply(batch)
-
-    async def load(self, run_id: str) -> RunRecord | None:
-        return await self.inner.load(run_id)
-
-    async def carried_messages(self, run_id: str) -> tuple[JsonValue, ...]:
-        return await self.inner.carried_messages(run_id)
-
-    async def events_after(
-        self, seq: int, run_id: str | None = None, limit: int = 1000
-    ) -> list[RunEvent]:
-        return await self.inner.events_after(seq, run_id, limit)
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
 
 
 async def test_commands_after_the_body_returned_are_refused_while_its_end_commits() -> None:

@@ -3,12 +3,12 @@ commit through the runtime's supervisor."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from functools import partial
 
 import pytest
 import trio
 import trio.testing
+from wrapped_stores import FailingStore
 
 from awaken_trio import (
     EndCause,
@@ -904,47 +904,6 @@ async def test_inline_store_commits_one_at_a_time() -> None:
         record = await store.load(f"r{i}")
         assert record is not None
         assert record.state == DONE
-
-
-class FailingStore:
-    """A memory store whose ``apply`` fails on demand.
-
-    It raises while ``failing`` is set or when a batch holds a commit for a run in
-    ``failing_runs``; with ``short`` set it applies the batch but answers one result short.
-    """
-
-    def __init__(self) -> None:
-        self.inner = MemoryStore(inline=False)
-        self.failing = False
-        self.failing_runs: set[str] = set()
-        self.short = False
-        self.failed_batches = 0
-
-    @property
-    def durable(self) -> bool:
-        return self.inner.durable
-
-    async def apply(self, batch: Sequence[Commit]) -> list[CommitResult]:
-        if self.failing or any(commit.run_id in self.failing_runs for commit in batch):
-            self.failed_batches += 1
-            await trio.lowlevel.checkpoint()
-            raise OSError("disk full")
-        results = await self.inner.apply(batch)
-        return results[:-1] if self.short else results
-
-    async def load(self, run_id: str) -> RunRecord | None:
-        return await self.inner.load(run_id)
-
-    async def carried_messages(self, run_id: str) -> tuple[JsonValue, ...]:
-        return await self.inner.carried_messages(run_id)
-
-    async def events_after(
-        self, seq: int, run_id: str | None = None, limit: int = 1000
-    ) -> list[RunEvent]:
-        return await self.inner.events_after(seq, run_id, limit)
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
 
 
 async def test_store_failure_reaches_the_caller_and_the_runtime_keeps_working() -> None:
