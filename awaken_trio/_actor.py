@@ -25,6 +25,9 @@ if TYPE_CHECKING:
     from ._supervisor import Supervisor
 
 
+_NATURAL_END = Ended(NaturalEnd())  # frozen, so one instance serves every run
+
+
 async def run_attempt(supervisor: Supervisor, attempt: Attempt) -> None:
     """The actor task of one attempt (and, before that, of its wait for the thread)."""
     result: outcome.Outcome[Any] | None = None
@@ -130,7 +133,7 @@ def _decide(
             value = check_json(result.value, f"result of run {attempt.run_id!r}")
         except InvalidPayload as exc:
             return Ended(Failed("invalid_result", str(exc))), None, events, {}, None
-        return Ended(NaturalEnd()), value, events, {}, None
+        return _NATURAL_END, value, events, {}, None
     # A suspension the body swallowed and then left by raising nothing: honour it.
     if attempt.suspension is not None:
         ticket = attempt.suspension.ticket

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol, final
 
@@ -139,7 +138,7 @@ class Attempt:
     pause_requested: bool = attrs.field(default=False, init=False)
     wake_pending: bool = attrs.field(default=False, init=False)
     carried: list[JsonValue] = attrs.field(factory=list, init=False)
-    inbox: deque[JsonValue] = attrs.field(factory=deque, init=False)
+    inbox: list[JsonValue] = attrs.field(factory=list, init=False)
     children: dict[str, Attempt | None] = attrs.field(factory=dict, init=False)
     children_nursery: trio.Nursery | None = attrs.field(default=None, init=False)
     _signal: trio.Event | None = attrs.field(default=None, init=False)

@@ -8,6 +8,8 @@ import trio
 
 from ._attempt import StepCeiling, SuspendAttempt
 
+_INTERRUPTS = (KeyboardInterrupt, SystemExit)
+_NOT_ERRORS = (trio.Cancelled, SuspendAttempt, StepCeiling)
 _ACRONYM_BOUNDARY = re.compile(r"(?<=[A-Z])(?=[A-Z][a-z])|(?<=[a-z0-9])(?=[A-Z])")
 
 
@@ -46,21 +48,15 @@ def kind_of(exc: BaseException) -> tuple[str, BaseException]:
     """
     leaves = _leaves(exc)
     for leaf in leaves:
-        if isinstance(leaf, KeyboardInterrupt | SystemExit):
+        if isinstance(leaf, _INTERRUPTS):
             return "interrupt", leaf
-    errors = [
-        leaf
-        for leaf in leaves
-        if not isinstance(leaf, trio.Cancelled | SuspendAttempt | StepCeiling)
-    ]
+    errors = [leaf for leaf in leaves if not isinstance(leaf, _NOT_ERRORS)]
     if errors:
         if len(errors) == 1:
             return "failure", errors[0]
         # Several real errors: report the group, minus cancellations and control flow.
         if isinstance(exc, BaseExceptionGroup):
-            rest = exc.split(
-                lambda e: not isinstance(e, trio.Cancelled | SuspendAttempt | StepCeiling)
-            )[0]
+            rest = exc.split(lambda e: not isinstance(e, _NOT_ERRORS))[0]
             return "failure", single(rest) if rest is not None else exc
         return "failure", exc
     if any(isinstance(leaf, SuspendAttempt) for leaf in leaves):

@@ -77,7 +77,8 @@ class GateWaiter:
 @attrs.define(eq=False)
 class _Gate:
     holder: object
-    waiters: deque[GateWaiter] = attrs.field(factory=deque)
+    # Created on the first waiter: most threads never have one.
+    waiters: deque[GateWaiter] | None = None
 
 
 @final
@@ -100,7 +101,10 @@ class ThreadGate:
     def enqueue(self, thread_id: str, holder: object) -> GateWaiter:
         """Queue ``holder`` behind the thread's current holder (the thread must be busy)."""
         waiter = GateWaiter(thread_id, holder)
-        self._gates[thread_id].waiters.append(waiter)
+        gate = self._gates[thread_id]
+        if gate.waiters is None:
+            gate.waiters = deque()
+        gate.waiters.append(waiter)
         return waiter
 
     def release(self, thread_id: str, holder: object) -> None:
@@ -121,7 +125,7 @@ class ThreadGate:
             self.release(waiter.thread_id, waiter.holder)
             return
         gate = self._gates.get(waiter.thread_id)
-        if gate is not None and waiter in gate.waiters:
+        if gate is not None and gate.waiters and waiter in gate.waiters:
             gate.waiters.remove(waiter)
 
     def holder(self, thread_id: str) -> object | None:

@@ -26,9 +26,11 @@ from ._events import EventStream
 from ._handle import RunHandle
 from ._json import JsonValue, check_json
 from ._state import Awaiting, Cancelled, Ended, ResumeTicket, RunRecord, RunState, Stopped
-from ._supervisor import Clock, RunSpec, Supervisor, VerifierFactory
+from ._supervisor import Clock, Supervisor, VerifierFactory
 from ._validate import check_body, check_id
 from .store import Accepted, Expect, MemoryStore, Rejected, Store
+
+_COMMANDS = frozenset((Cancel, Pause, Wake, Message))
 
 
 @final
@@ -148,8 +150,8 @@ class Runtime:
         self._apply(attempt, command, payload)
 
     @staticmethod
-    def _check_command(command: object) -> JsonValue:
-        if not isinstance(command, Cancel | Pause | Wake | Message):
+    def _check_command(command: LiveCommand) -> JsonValue:
+        if type(command) not in _COMMANDS:
             raise InvalidArgument(
                 f"unknown command {command!r}; deliver one of LiveCommand.Cancel,"
                 " LiveCommand.Pause, LiveCommand.Wake or LiveCommand.Message"
@@ -161,18 +163,18 @@ class Runtime:
 
     @staticmethod
     def _apply(attempt: Attempt, command: LiveCommand, payload: JsonValue) -> None:
-        match command:
-            case Cancel(reason=reason):
-                attempt.request_end(EndRequest(Cancelled(), "deliver", reason))
-            case Pause():
-                attempt.pause_requested = True
-                attempt.notify()
-            case Wake():
-                attempt.wake_pending = True
-                attempt.notify()
-            case Message():
-                attempt.inbox.append(payload)
-                attempt.notify()
+        kind = type(command)
+        if kind is Cancel:
+            assert isinstance(command, Cancel)
+            attempt.request_end(EndRequest(Cancelled(), "deliver", command.reason))
+            return
+        if kind is Pause:
+            attempt.pause_requested = True
+        elif kind is Wake:
+            attempt.wake_pending = True
+        else:
+            attempt.inbox.append(payload)
+        attempt.notify()
 
     # ------------------------------------------------------------------ committed control
 
@@ -265,12 +267,13 @@ class Runtime:
             raise UnknownRun(run_id)
         ticket = self._check_ticket(record, correlation_id)
         spec = self._supervisor.specs.get(run_id)
-        if body is not None:
-            spec = RunSpec(body, None if spec is None else spec.max_steps)
-        if spec is None:
-            raise InvalidArgument(
-                f"no body is known for run {run_id!r} in this runtime; pass body= to resume()"
-            )
+        max_steps = None if spec is None else spec.max_steps
+        if body is None:
+            if spec is None:
+                raise InvalidArgument(
+                    f"no body is known for run {run_id!r} in this runtime; pass body= to resume()"
+                )
+            body = spec.body
         parent = None if record.parent_run_id is None else self._registry.get(record.parent_run_id)
         nursery: trio.Nursery | None
         if parent is not None and not parent.sealed and parent.children_nursery is not None:
@@ -283,7 +286,8 @@ class Runtime:
             record.thread_id,
             record.generation + 1,
             parent,
-            spec,
+            body,
+            max_steps,
             record.input,
             record.checkpoint,
             value,

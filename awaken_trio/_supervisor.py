@@ -96,9 +96,7 @@ class Supervisor:
         thread_id = thread_id or run_id
         nursery = self.actors_nursery() if parent is None else parent.children_nursery
         assert nursery is not None
-        attempt = self.new_attempt(
-            run_id, thread_id, 1, parent, RunSpec(body, max_steps), input, None, None
-        )
+        attempt = self.new_attempt(run_id, thread_id, 1, parent, body, max_steps, input, None, None)
         result = await self.admit(
             attempt,
             nursery,
@@ -116,7 +114,8 @@ class Supervisor:
         thread_id: str,
         generation: int,
         parent: Attempt | None,
-        spec: RunSpec,
+        body: Body,
+        max_steps: int | None,
         input: JsonValue,
         checkpoint: JsonValue,
         resume_value: JsonValue,
@@ -129,11 +128,11 @@ class Supervisor:
             thread_id=thread_id,
             generation=generation,
             parent=parent,
-            body=spec.body,
+            body=body,
             input=input,
             checkpoint=checkpoint,
             resume_value=resume_value,
-            max_steps=spec.max_steps,
+            max_steps=max_steps,
             verifier=verifier,
         )
         attempt.context = RunContext(self, attempt)
