@@ -100,7 +100,11 @@ class Runtime:
         name: str | None = None,
         max_steps: int | None = None,
     ) -> RunState:
-        """`start`, then wait: the committed state (``Awaiting`` or ``Ended``) of the attempt."""
+        """`start`, then wait: the committed state (``Awaiting`` or ``Ended``) of the attempt.
+
+        The run belongs to the runtime, not to the caller: cancelling this call stops the
+        waiting, not the run (use `deliver` or `cancel_run` for that).
+        """
         handle = await self.start(
             body, input=input, run_id=run_id, thread_id=thread_id, name=name, max_steps=max_steps
         )
