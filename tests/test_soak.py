@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import trio
 
-from awaken_trio import EndCause, LiveCommand, RunContext, Runtime, RunState, open_runtime
+from awaken_trio import EndCause, LiveCommand, RunContext, RunState, Runtime, open_runtime
 from awaken_trio.store import MemoryStore
 
 pytestmark = pytest.mark.slow
