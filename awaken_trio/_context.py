@@ -110,9 +110,10 @@ class RunContext:
         ``manual_pause`` ticket and the messages not yet returned ride with it.
         """
         a = self._live("boundary()")
-        await trio.lowlevel.checkpoint()
         if progress is not None:
             progress = check_json(progress, f"progress of run {a.run_id!r}")
+        await trio.lowlevel.checkpoint()
+        if progress is not None:
             await self._supervisor.commit_progress(a, progress)
         a.steps += 1
         if wait and not a.has_news():
