@@ -4,6 +4,7 @@ Run from the repository root::
 
     python benchmarks/bench_runtime.py           # full run: about 3 minutes on 2 cores
     python benchmarks/bench_runtime.py --quick   # smaller sizes: about 20 seconds
+    python benchmarks/bench_runtime.py --only 4  # one benchmark (1-4; repeatable)
 
 Everything runs in one process. Each section runs in its own ``trio.run`` after a
 ``gc.collect()``; each timing is repeated and the best (lowest time) repetition is kept.
@@ -746,7 +747,16 @@ def bench_deliver(cfg: Config, report: Report) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="smaller populations, fewer repeats")
+    parser.add_argument(
+        "--only",
+        type=int,
+        choices=range(1, 5),
+        action="append",
+        metavar="N",
+        help="run only benchmark N (1-4); repeat to run several",
+    )
     args = parser.parse_args(argv)
+    chosen = set(args.only or range(1, 5))
     cfg = QUICK if args.quick else FULL
     command = shlex.join([sys.executable, *sys.argv])
     print(
@@ -755,10 +765,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     report = Report()
     started = time.perf_counter()
-    bench_throughput(cfg, report)
-    bench_cancel_latency(cfg, report)
-    bench_memory(cfg, report)
-    bench_deliver(cfg, report)
+    sections = (bench_throughput, bench_cancel_latency, bench_memory, bench_deliver)
+    for number, section in enumerate(sections, start=1):
+        if number in chosen:
+            section(cfg, report)
     total = time.perf_counter() - started
 
     print("\n== Summary ==")
