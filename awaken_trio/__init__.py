@@ -66,3 +66,15 @@ __all__ = [
     "UnknownRun",
     "open_runtime",
 ]
+
+
+def _fixup_module_metadata() -> None:
+    # Tracebacks, reprs and docs show `awaken_trio.RunState`, not the private module.
+    for name in __all__:
+        obj = globals()[name]
+        if getattr(obj, "__module__", "").startswith("awaken_trio._"):
+            obj.__module__ = __name__
+
+
+_fixup_module_metadata()
+del _fixup_module_metadata
