@@ -200,7 +200,9 @@ class RunContext:
 
         Cancelling this attempt (or its ending for any reason) cancels the child; the
         child's own cancel or failure never reaches this attempt. The child runs on a
-        thread of its own unless ``thread_id`` is given.
+        thread of its own unless ``thread_id`` is given; a child given a busy thread
+        (its parent's, say) is queued, and if its turn has not come when this attempt
+        ends, it is ended with it without ever running.
         """
         a = self._live("start_child()")
         return await self._supervisor.start_run(
