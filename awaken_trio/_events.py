@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections import deque
 from typing import TYPE_CHECKING, final
 
+import trio
+
 from ._errors import UnknownRun
 from ._state import Ended, RunEvent
 
@@ -37,6 +39,7 @@ class EventStream:
         return self
 
     async def __anext__(self) -> RunEvent:
+        await trio.lowlevel.checkpoint()  # every step is a checkpoint, buffered or not
         while True:
             if self._buffer:
                 event = self._buffer.popleft()
