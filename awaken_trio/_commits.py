@@ -18,7 +18,7 @@ import attrs
 import trio
 
 from ._errors import RuntimeClosed, StoreError
-from .store import Commit, CommitResult, Store
+from .store import Commit, CommitResult, InlineStore, Store
 
 OnCommit = Callable[[CommitResult], None]
 
@@ -64,8 +64,8 @@ class CommitMailbox:
     )
 
     def __attrs_post_init__(self) -> None:
-        if getattr(self.store, "inline", False):
-            self._apply_now = self.store.apply_now  # type: ignore[attr-defined]
+        if isinstance(self.store, InlineStore) and self.store.inline:
+            self._apply_now = self.store.apply_now
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """The mailbox task: apply batches until closed and drained."""

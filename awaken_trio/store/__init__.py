@@ -11,6 +11,7 @@ from ._protocol import Commit as Commit
 from ._protocol import CommitResult as CommitResult
 from ._protocol import EventDraft as EventDraft
 from ._protocol import Expect as Expect
+from ._protocol import InlineStore as InlineStore
 from ._protocol import NewRun as NewRun
 from ._protocol import Rejected as Rejected
 from ._protocol import Store as Store

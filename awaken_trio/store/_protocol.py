@@ -16,7 +16,7 @@ transaction every store enforces the same three rules:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol, final
+from typing import Protocol, final, runtime_checkable
 
 import attrs
 
@@ -167,4 +167,17 @@ class Store(Protocol):
 
     async def aclose(self) -> None:
         """Release the store's resources."""
+        ...
+
+
+@runtime_checkable
+class InlineStore(Store, Protocol):
+    """A store whose commits need no I/O, so the supervisor may apply them synchronously
+    in the committing task's own step (``inline`` says whether to)."""
+
+    @property
+    def inline(self) -> bool: ...
+
+    def apply_now(self, batch: Sequence[Commit]) -> list[CommitResult]:
+        """Apply ``batch`` as `Store.apply` does, without yielding."""
         ...
