@@ -44,10 +44,11 @@ CANCELLED = Ended(EndCause.Cancelled())
 DONE = Ended(EndCause.NaturalEnd())
 
 
-def _store() -> Store:
-    # Every check below goes through the protocol only.
-    store: Store = MemoryStore()
-    return store
+@pytest.fixture(params=["memory"])
+def contract_store(request: pytest.FixtureRequest) -> Store:
+    """Every store implementation; each check below goes through the protocol only."""
+    stores: dict[str, Store] = {"memory": MemoryStore()}
+    return stores[request.param]
 
 
 def _ticket(run_id: str, correlation_id: str = "c1") -> ResumeTicket:
@@ -107,8 +108,8 @@ async def _snapshot(store: Store, run_id: str) -> tuple[RunRecord | None, list[R
 # ---------------------------------------------------------------- creation and identity
 
 
-async def test_creation_with_expect_new() -> None:
-    store = _store()
+async def test_creation_with_expect_new(contract_store: Store) -> None:
+    store = contract_store
     assert store.durable is False
     assert await store.load("r1") is None
 
@@ -145,8 +146,8 @@ async def test_creation_with_expect_new() -> None:
     assert await store.events_after(0) == [event]
 
 
-async def test_creation_as_queued_keeps_generation_zero() -> None:
-    store = _store()
+async def test_creation_as_queued_keeps_generation_zero(contract_store: Store) -> None:
+    store = contract_store
     accepted = await _accepted(store, _create("r1", Queued(), generation=0))
     assert accepted.record.state == Queued()
     assert accepted.record.generation == 0
@@ -155,8 +156,10 @@ async def test_creation_as_queued_keeps_generation_zero() -> None:
     assert loaded.state == Queued()
 
 
-async def test_second_creation_is_rejected_exists_and_changes_nothing() -> None:
-    store = _store()
+async def test_second_creation_is_rejected_exists_and_changes_nothing(
+    contract_store: Store,
+) -> None:
+    store = contract_store
     await _accepted(store, _create("r1", input="first"))
     before = await _snapshot(store, "r1")
 
@@ -165,8 +168,8 @@ async def test_second_creation_is_rejected_exists_and_changes_nothing() -> None:
     assert await _snapshot(store, "r1") == before
 
 
-async def test_commit_for_an_unknown_run_is_rejected_unknown() -> None:
-    store = _store()
+async def test_commit_for_an_unknown_run_is_rejected_unknown(contract_store: Store) -> None:
+    store = contract_store
     plain = Commit(run_id="ghost", state=Running(1), generation=1, expect=Expect(), at=1.0)
     assert await _rejected(store, plain) == Rejected("unknown", None)
 
@@ -210,8 +213,10 @@ async def test_commit_for_an_unknown_run_is_rejected_unknown() -> None:
         ),
     ],
 )
-async def test_terminal_fence_rejects_every_later_commit(late: Commit) -> None:
-    store = _store()
+async def test_terminal_fence_rejects_every_later_commit(
+    contract_store: Store, late: Commit
+) -> None:
+    store = contract_store
     await _accepted(store, _create("r1"))
     end = Commit(
         run_id="r1",
@@ -229,8 +234,8 @@ async def test_terminal_fence_rejects_every_later_commit(late: Commit) -> None:
     assert await _snapshot(store, "r1") == before
 
 
-async def test_generation_mismatch_is_stale() -> None:
-    store = _store()
+async def test_generation_mismatch_is_stale(contract_store: Store) -> None:
+    store = contract_store
     await _accepted(store, _create("r1"))
     before = await _snapshot(store, "r1")
     stale = Commit(
@@ -244,8 +249,8 @@ async def test_generation_mismatch_is_stale() -> None:
     assert await _snapshot(store, "r1") == before
 
 
-async def test_state_kind_mismatch_is_stale() -> None:
-    store = _store()
+async def test_state_kind_mismatch_is_stale(contract_store: Store) -> None:
+    store = contract_store
     await _accepted(store, _create("r1"))
     before = await _snapshot(store, "r1")
     for expected in (Queued, Awaiting, Ended):
@@ -260,8 +265,8 @@ async def test_state_kind_mismatch_is_stale() -> None:
     assert await _snapshot(store, "r1") == before
 
 
-async def test_correlation_id_mismatch_is_stale() -> None:
-    store = _store()
+async def test_correlation_id_mismatch_is_stale(contract_store: Store) -> None:
+    store = contract_store
     ticket = _ticket("r1", "c1")
     await _accepted(store, _create("r1"))
     await _accepted(
@@ -299,8 +304,8 @@ async def test_correlation_id_mismatch_is_stale() -> None:
     assert accepted.record.generation == 2
 
 
-async def test_correlation_id_when_no_ticket_is_live_is_stale() -> None:
-    store = _store()
+async def test_correlation_id_when_no_ticket_is_live_is_stale(contract_store: Store) -> None:
+    store = contract_store
     await _accepted(store, _create("r1"))
     wrong = Commit(
         run_id="r1",
@@ -312,8 +317,8 @@ async def test_correlation_id_when_no_ticket_is_live_is_stale() -> None:
     assert await _rejected(store, wrong) == Rejected("stale", Running(1))
 
 
-async def test_matching_expectation_is_accepted() -> None:
-    store = _store()
+async def test_matching_expectation_is_accepted(contract_store: Store) -> None:
+    store = contract_store
     await _accepted(store, _create("r1"))
     accepted = await _accepted(
         store,
@@ -333,8 +338,8 @@ async def test_matching_expectation_is_accepted() -> None:
 # ---------------------------------------------------------------- ticket slot
 
 
-async def test_ticket_lives_only_while_awaiting() -> None:
-    store = _store()
+async def test_ticket_lives_only_while_awaiting(contract_store: Store) -> None:
+    store = contract_store
     ticket = _ticket("r1", "c1")
     await _accepted(store, _create("r1"))
     await _accepted(
@@ -378,8 +383,8 @@ async def test_ticket_lives_only_while_awaiting() -> None:
     assert await _rejected(store, answer) == Rejected("stale", Queued())
 
 
-async def test_a_new_awaiting_commit_replaces_the_ticket() -> None:
-    store = _store()
+async def test_a_new_awaiting_commit_replaces_the_ticket(contract_store: Store) -> None:
+    store = contract_store
     await _accepted(store, _create("r1"))
     first, second = _ticket("r1", "c1"), _ticket("r1", "c2")
     await _accepted(
@@ -409,8 +414,8 @@ async def test_a_new_awaiting_commit_replaces_the_ticket() -> None:
     assert await _rejected(store, stale) == Rejected("stale", Awaiting(second))
 
 
-async def test_terminal_commit_deletes_the_ticket() -> None:
-    store = _store()
+async def test_terminal_commit_deletes_the_ticket(contract_store: Store) -> None:
+    store = contract_store
     await _accepted(store, _create("r1"))
     await _accepted(
         store,
@@ -449,8 +454,8 @@ async def _awaiting_with(store: Store, run_id: str, messages: tuple[JsonValue, .
     )
 
 
-async def test_awaiting_carries_queued_keeps_and_take_hands_over() -> None:
-    store = _store()
+async def test_awaiting_carries_queued_keeps_and_take_hands_over(contract_store: Store) -> None:
+    store = contract_store
     await _awaiting_with(store, "r1", ("a", {"b": [1]}))
     assert await store.carried_messages("r1") == ("a", {"b": [1]})
 
@@ -499,8 +504,8 @@ async def test_awaiting_carries_queued_keeps_and_take_hands_over() -> None:
     assert again.resume_value is None
 
 
-async def test_take_straight_from_awaiting() -> None:
-    store = _store()
+async def test_take_straight_from_awaiting(contract_store: Store) -> None:
+    store = contract_store
     await _awaiting_with(store, "r1", ("m1", "m2"))
     started = await _accepted(
         store,
@@ -523,8 +528,10 @@ async def test_take_straight_from_awaiting() -> None:
     assert [e.kind for e in ended.events] == ["committed"]
 
 
-async def test_terminal_commit_discards_carried_and_inbox_messages_in_one_event() -> None:
-    store = _store()
+async def test_terminal_commit_discards_carried_and_inbox_messages_in_one_event(
+    contract_store: Store,
+) -> None:
+    store = contract_store
     await _awaiting_with(store, "r1", ("carried-1", "carried-2"))
     ended = await _accepted(
         store,
@@ -550,8 +557,8 @@ async def test_terminal_commit_discards_carried_and_inbox_messages_in_one_event(
     assert (await store.events_after(0))[-2:] == list(ended.events)
 
 
-async def test_terminal_commit_with_only_inbox_messages_records_them() -> None:
-    store = _store()
+async def test_terminal_commit_with_only_inbox_messages_records_them(contract_store: Store) -> None:
+    store = contract_store
     await _accepted(store, _create("r1"))
     ended = await _accepted(
         store,
@@ -568,8 +575,10 @@ async def test_terminal_commit_with_only_inbox_messages_records_them() -> None:
     assert ended.events[0].detail == {"messages": ["x", "y"]}
 
 
-async def test_terminal_commit_without_messages_writes_no_discard_event() -> None:
-    store = _store()
+async def test_terminal_commit_without_messages_writes_no_discard_event(
+    contract_store: Store,
+) -> None:
+    store = contract_store
     await _accepted(store, _create("r1"))
     ended = await _accepted(
         store,
@@ -578,8 +587,8 @@ async def test_terminal_commit_without_messages_writes_no_discard_event() -> Non
     assert [e.kind for e in ended.events] == ["committed"]
 
 
-async def test_terminal_commit_from_queued_discards_carried_messages() -> None:
-    store = _store()
+async def test_terminal_commit_from_queued_discards_carried_messages(contract_store: Store) -> None:
+    store = contract_store
     await _awaiting_with(store, "r1", ("kept",))
     await _accepted(
         store,
@@ -596,8 +605,8 @@ async def test_terminal_commit_from_queued_discards_carried_messages() -> None:
 # ---------------------------------------------------------------- events, checkpoint, result
 
 
-async def test_extra_event_drafts_precede_the_commits_own_event() -> None:
-    store = _store()
+async def test_extra_event_drafts_precede_the_commits_own_event(contract_store: Store) -> None:
+    store = contract_store
     await _accepted(store, _create("r1"))
     accepted = await _accepted(
         store,
@@ -635,8 +644,8 @@ async def test_extra_event_drafts_precede_the_commits_own_event() -> None:
     assert await store.events_after(1) == list(events)
 
 
-async def test_extra_events_on_a_non_terminal_commit() -> None:
-    store = _store()
+async def test_extra_events_on_a_non_terminal_commit(contract_store: Store) -> None:
+    store = contract_store
     await _accepted(store, _create("r1"))
     accepted = await _accepted(
         store,
@@ -655,8 +664,8 @@ async def test_extra_events_on_a_non_terminal_commit() -> None:
     ]
 
 
-async def test_checkpoint_unset_keeps_the_committed_one() -> None:
-    store = _store()
+async def test_checkpoint_unset_keeps_the_committed_one(contract_store: Store) -> None:
+    store = contract_store
     created = await _accepted(store, _create("r1"))
     assert created.record.checkpoint is None  # the UNSET marker never leaks into a record
 
@@ -691,8 +700,8 @@ async def test_checkpoint_unset_keeps_the_committed_one() -> None:
     assert loaded.checkpoint == {"step": 2}
 
 
-async def test_checkpoint_none_replaces_the_committed_one() -> None:
-    store = _store()
+async def test_checkpoint_none_replaces_the_committed_one(contract_store: Store) -> None:
+    store = contract_store
     await _accepted(store, _create("r1"))
     await _accepted(
         store,
@@ -705,8 +714,8 @@ async def test_checkpoint_none_replaces_the_committed_one() -> None:
     assert cleared.record.checkpoint is None
 
 
-async def test_result_is_stored_only_on_ended() -> None:
-    store = _store()
+async def test_result_is_stored_only_on_ended(contract_store: Store) -> None:
+    store = contract_store
     await _accepted(store, _create("r1"))
     running = await _accepted(
         store,
@@ -746,8 +755,8 @@ async def test_result_is_stored_only_on_ended() -> None:
     assert loaded.generation == 2
 
 
-async def test_events_after_paging_and_filtering() -> None:
-    store = _store()
+async def test_events_after_paging_and_filtering(contract_store: Store) -> None:
+    store = contract_store
     # r1: 3 events, r2: 2 events, interleaved.
     await _accepted(store, _create("r1"))  # seq 1
     await _accepted(store, _create("r2"))  # seq 2
@@ -785,8 +794,8 @@ async def test_events_after_paging_and_filtering() -> None:
     assert seen == [1, 2, 3, 4, 5]
 
 
-async def test_batch_applies_in_order_with_independent_results() -> None:
-    store = _store()
+async def test_batch_applies_in_order_with_independent_results(contract_store: Store) -> None:
+    store = contract_store
     await _accepted(store, _create("done"))
     await _accepted(store, Commit(run_id="done", state=DONE, generation=1, expect=Expect(), at=1.0))
     before = await store.events_after(0)
@@ -837,8 +846,8 @@ async def test_batch_applies_in_order_with_independent_results() -> None:
     assert loaded.state == DONE
 
 
-async def test_an_empty_batch_returns_no_results() -> None:
-    store = _store()
+async def test_an_empty_batch_returns_no_results(contract_store: Store) -> None:
+    store = contract_store
     assert await store.apply([]) == []
     assert await store.events_after(0) == []
 
