@@ -46,6 +46,8 @@ def kind_of(exc: BaseException) -> tuple[str, BaseException]:
     control exceptions; ``exc`` is then the exception to report, group-unwrapped),
     ``"suspend"``, ``"ceiling"`` or ``"cancelled"``.
     """
+    if type(exc) is trio.Cancelled:
+        return "cancelled", exc  # the common case, without walking a group
     leaves = _leaves(exc)
     for leaf in leaves:
         if isinstance(leaf, _INTERRUPTS):

@@ -269,7 +269,11 @@ class Supervisor:
         Nothing here can be interrupted: the children's commits run shielded and
         `CommitMailbox.commit` cannot be cancelled once called.
         """
-        awaiting = [child_id for child_id, child in attempt.children.items() if child is None]
+        awaiting = (
+            [child_id for child_id, child in attempt.children.items() if child is None]
+            if attempt.children
+            else None
+        )
         if awaiting:
             with trio.CancelScope(shield=True):
                 for child_id in awaiting:
