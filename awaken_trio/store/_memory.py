@@ -126,29 +126,33 @@ class MemoryStore:
     def _write_events(
         self, row: _Row, commit: Commit, taken: tuple[JsonValue, ...]
     ) -> tuple[RunEvent, ...]:
-        record = row.record
-        drafts = list(commit.events)
-        if type(commit.state) is Ended:
-            discarded = [*taken, *commit.discarded_messages]
-            if discarded:
-                drafts.append(_discarded(discarded))
-        out = []
-        for kind, detail in [*((d.kind, d.detail) for d in drafts), ("committed", commit.detail)]:
-            self._seq += 1
-            event = RunEvent(
-                seq=self._seq,
-                run_id=record.run_id,
-                thread_id=record.thread_id,
-                generation=record.generation,
-                kind=kind,
-                state=record.state,
-                detail=detail,
-                at=commit.at,
-            )
-            self._events.append(event)
-            row.events.append(event)
-            out.append(event)
+        drafts = commit.events
+        if type(commit.state) is Ended and (taken or commit.discarded_messages):
+            drafts = (*drafts, _discarded([*taken, *commit.discarded_messages]))
+        if not drafts:
+            return (self._write_event(row, "committed", commit.detail, commit.at),)
+        out = [self._write_event(row, d.kind, d.detail, commit.at) for d in drafts]
+        out.append(self._write_event(row, "committed", commit.detail, commit.at))
         return tuple(out)
+
+    def _write_event(
+        self, row: _Row, kind: str, detail: dict[str, JsonValue], at: float
+    ) -> RunEvent:
+        record = row.record
+        self._seq += 1
+        event = RunEvent(
+            seq=self._seq,
+            run_id=record.run_id,
+            thread_id=record.thread_id,
+            generation=record.generation,
+            kind=kind,
+            state=record.state,
+            detail=detail,
+            at=at,
+        )
+        self._events.append(event)
+        row.events.append(event)
+        return event
 
     async def load(self, run_id: str) -> RunRecord | None:
         await trio.lowlevel.checkpoint()
