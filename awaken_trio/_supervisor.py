@@ -83,7 +83,6 @@ class Supervisor:
         parent: Attempt | None,
     ) -> RunHandle:
         """Check the arguments, commit a new run and start (or queue) its first attempt."""
-        await trio.lowlevel.checkpoint()
         check_body(body)
         if run_id is not None:
             check_id(run_id, "run_id")
@@ -94,6 +93,7 @@ class Supervisor:
         run_id = run_id or new_run_id()
         input = check_json(input, f"input of run {run_id!r}")
         thread_id = thread_id or run_id
+        await trio.lowlevel.checkpoint()
         nursery = self.actors_nursery() if parent is None else parent.children_nursery
         assert nursery is not None
         attempt = self.new_attempt(run_id, thread_id, 1, parent, body, max_steps, input, None, None)
