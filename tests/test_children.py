@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import trio
 import trio.testing
+from run_helpers import history, reach, settle
 
 from awaken_trio import (
     EndCause,
@@ -12,14 +13,9 @@ from awaken_trio import (
     LiveCommand,
     RunContext,
     RunEvent,
-    RunHandle,
     RunState,
     Runtime,
 )
-
-
-async def events_of(runtime: Runtime, run_id: str | None = None) -> list[RunEvent]:
-    return [event async for event in runtime.events(run_id, follow=False)]
 
 
 def terminal_event(events: list[RunEvent], run_id: str) -> RunEvent:
@@ -29,18 +25,6 @@ def terminal_event(events: list[RunEvent], run_id: str) -> RunEvent:
         if e.run_id == run_id and e.kind == "committed" and isinstance(e.state, RunState.Ended)
     ]
     return event
-
-
-async def reach(event: trio.Event) -> None:
-    """Wait for a point the body signals; a failure instead of a hang if it never comes."""
-    with trio.fail_after(600):
-        await event.wait()
-
-
-async def settle(handle: RunHandle) -> RunState:
-    """The attempt's committed end; a failure instead of a hang if it never comes."""
-    with trio.fail_after(600):
-        return await handle.wait()
 
 
 def last_commit(events: list[RunEvent], run_id: str) -> RunEvent:
@@ -184,7 +168,7 @@ async def test_parent_end_cancels_every_descendant_three_levels_deep_first(
         expected = RunState.Ended(EndCause.Failed("value_error", "parent broke"))
     assert await settle(handle) == expected
 
-    events = await events_of(runtime)
+    events = await history(runtime)
     p_end = terminal_event(events, "p")
     c_end = terminal_event(events, "c")
     g_end = terminal_event(events, "g")
@@ -261,7 +245,7 @@ async def test_parent_attempt_end_ends_running_queued_and_awaiting_children_firs
         case "stop":
             assert parent_state == RunState.Ended(EndCause.Stopped("policy"))
 
-    events = await events_of(runtime)
+    events = await history(runtime)
     parent_commit = last_commit(events, "p")
     assert parent_commit.state == parent_state
     for child_id in ("c-running", "c-queued", "c-awaiting"):
@@ -305,7 +289,7 @@ async def test_a_resumed_child_is_ended_when_its_parent_ends(
     assert await settle(handle) == RunState.Ended(EndCause.NaturalEnd())
     assert resumed.done
     assert await settle(resumed) == RunState.Ended(EndCause.Cancelled())
-    events = await events_of(runtime)
+    events = await history(runtime)
     assert terminal_event(events, "kid").seq < terminal_event(events, "dad").seq
 
 

@@ -9,6 +9,7 @@ from typing import Any, cast
 import pytest
 import trio
 import trio.testing
+from run_helpers import history, snapshot, terminal_commits
 from wrapped_stores import HoldingStore
 
 from awaken_trio import (
@@ -45,18 +46,6 @@ async def end_run(
     if how == "cancel_run":
         return await runtime.cancel_run(run_id, thread_id=thread_id)
     return await runtime.stop_run(run_id, "budget", thread_id=thread_id)
-
-
-async def history(runtime: Runtime, run_id: str | None = None) -> list[RunEvent]:
-    return [event async for event in runtime.events(run_id, follow=False)]
-
-
-def terminal_commits(events: list[RunEvent]) -> list[RunEvent]:
-    return [e for e in events if e.kind == "committed" and isinstance(e.state, RunState.Ended)]
-
-
-async def snapshot(runtime: Runtime, run_id: str) -> tuple[RunState, int]:
-    return await runtime.state(run_id), len(await history(runtime))
 
 
 async def start_awaiting(runtime: Runtime, run_id: str = "asking") -> RunHandle:

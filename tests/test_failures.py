@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
+from run_helpers import history, reach, settle
 
 from awaken_trio import (
     EndCause,
@@ -17,9 +18,7 @@ from awaken_trio import (
     LiveCommand,
     RunAlreadyEnded,
     RunContext,
-    RunEvent,
     RunExists,
-    RunHandle,
     RunState,
     Runtime,
     UnknownRun,
@@ -28,22 +27,6 @@ from awaken_trio import (
 
 class HTTPError(Exception):
     pass
-
-
-async def reach(event: trio.Event) -> None:
-    """Wait for a point the body signals; a failure instead of a hang if it never comes."""
-    with trio.fail_after(600):
-        await event.wait()
-
-
-async def settle(handle: RunHandle) -> RunState:
-    """The attempt's committed end; a failure instead of a hang if it never comes."""
-    with trio.fail_after(600):
-        return await handle.wait()
-
-
-async def events_of(runtime: Runtime, run_id: str | None = None) -> list[RunEvent]:
-    return [event async for event in runtime.events(run_id, follow=False)]
 
 
 async def test_a_raised_value_error_ends_failed_with_code_and_message(
@@ -206,7 +189,7 @@ async def test_start_refuses_a_body_that_is_not_an_async_function(
         await runtime.start(body, run_id="not-async")
     assert isinstance(info.value, TypeError)
     assert isinstance(info.value, InvalidArgument)
-    assert await events_of(runtime) == []
+    assert await history(runtime) == []
     with pytest.raises(UnknownRun):
         await runtime.state("not-async")
 
@@ -218,7 +201,7 @@ async def test_start_refuses_an_empty_run_id(
         await runtime.start(an_async_body, run_id="")
     with pytest.raises(InvalidArgument):
         await runtime.start(an_async_body, thread_id="")
-    assert await events_of(runtime) == []
+    assert await history(runtime) == []
 
 
 @pytest.mark.parametrize(
@@ -236,10 +219,10 @@ async def test_non_json_input_is_refused_and_nothing_is_committed(
     runtime: Runtime, payload: Any, autojump_clock: trio.testing.MockClock
 ) -> None:
     await runtime.execute(an_async_body, run_id="existing")
-    before = await events_of(runtime)
+    before = await history(runtime)
     with pytest.raises(InvalidPayload):
         await runtime.start(an_async_body, run_id="bad-input", input=payload)
-    assert await events_of(runtime) == before
+    assert await history(runtime) == before
     with pytest.raises(UnknownRun):
         await runtime.state("bad-input")
 
@@ -256,10 +239,10 @@ async def test_a_duplicate_run_id_is_refused(
         return "first"
 
     handle = await runtime.start(body, run_id="dup", input=1)
-    before = await events_of(runtime)
+    before = await history(runtime)
     with pytest.raises(RunExists):
         await runtime.start(body, run_id="dup", input=2)
-    assert await events_of(runtime) == before
+    assert await history(runtime) == before
     gate.set()
     assert await settle(handle) == RunState.Ended(EndCause.NaturalEnd())
     with pytest.raises(RunExists):

@@ -10,6 +10,7 @@ from typing import Any, cast
 import pytest
 import trio
 import trio.testing
+from run_helpers import history, snapshot, terminal_commits
 from wrapped_stores import HoldingStore
 
 from awaken_trio import (
@@ -22,7 +23,6 @@ from awaken_trio import (
     OwnershipVerifier,
     RunAlreadyEnded,
     RunContext,
-    RunEvent,
     RunState,
     Runtime,
     open_runtime,
@@ -38,18 +38,6 @@ COMMANDS: dict[str, Callable[[str], LiveCommand]] = {
     "wake": lambda run_id: LiveCommand.Wake(run_id, reason="poke"),
     "message": lambda run_id: LiveCommand.Message(run_id, {"m": 1}),
 }
-
-
-async def history(runtime: Runtime, run_id: str | None = None) -> list[RunEvent]:
-    return [event async for event in runtime.events(run_id, follow=False)]
-
-
-def terminal_commits(events: list[RunEvent]) -> list[RunEvent]:
-    return [e for e in events if e.kind == "committed" and isinstance(e.state, RunState.Ended)]
-
-
-async def snapshot(runtime: Runtime, run_id: str) -> tuple[RunState, int]:
-    return await runtime.state(run_id), len(await history(runtime))
 
 
 # ---------------------------------------------------------------------- NotActive

@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable
 import pytest
 import trio
 import trio.testing
+from run_helpers import history, reach, settle
 
 from awaken_trio import (
     AwakenError,
@@ -20,8 +21,6 @@ from awaken_trio import (
     NotAwaiting,
     ResumeTicket,
     RunContext,
-    RunEvent,
-    RunHandle,
     RunState,
     Runtime,
     TicketExpired,
@@ -42,10 +41,6 @@ class FakeClock:
         return self.now
 
 
-async def events_of(runtime: Runtime, run_id: str | None = None) -> list[RunEvent]:
-    return [event async for event in runtime.events(run_id, follow=False)]
-
-
 def step_of(checkpoint: JsonValue) -> int:
     if checkpoint is None:
         return 0
@@ -53,18 +48,6 @@ def step_of(checkpoint: JsonValue) -> int:
     step = checkpoint["step"]
     assert isinstance(step, int)
     return step
-
-
-async def reach(event: trio.Event) -> None:
-    """Wait for a point the body signals; a failure instead of a hang if it never comes."""
-    with trio.fail_after(600):
-        await event.wait()
-
-
-async def settle(handle: RunHandle) -> RunState:
-    """The attempt's committed end; a failure instead of a hang if it never comes."""
-    with trio.fail_after(600):
-        return await handle.wait()
 
 
 def ticket_of(state: RunState) -> ResumeTicket:
@@ -155,7 +138,7 @@ async def test_pause_is_not_cancellation(
     assert not state.is_ended
     assert cleanup == [False]
     assert await runtime.state("p2") == state
-    events = await events_of(runtime, "p2")
+    events = await history(runtime, "p2")
     assert not any(isinstance(event.state, RunState.Ended) for event in events)
     # Nothing is active any more: the live path refuses, the committed path ends it.
     with pytest.raises(NotActive):
@@ -222,7 +205,7 @@ async def test_messages_pending_at_pause_come_first_from_the_resumed_boundary(
     gate2.set()
     assert await settle(resumed) == RunState.Ended(EndCause.NaturalEnd())
     assert batches == [(2, ["a", {"b": 2}, "c"]), (2, [])]
-    kinds = [event.kind for event in await events_of(runtime, "m2")]
+    kinds = [event.kind for event in await history(runtime, "m2")]
     assert "messages_discarded" not in kinds
 
 
@@ -279,7 +262,7 @@ async def test_messages_never_returned_are_recorded_as_discarded_before_the_term
         expected = RunState.Ended(EndCause.Cancelled())
         assert await runtime.cancel_run("m4") == expected
 
-    events = await events_of(runtime, "m4")
+    events = await history(runtime, "m4")
     discarded = [event for event in events if event.kind == "messages_discarded"]
     assert len(discarded) == 1
     assert discarded[0].detail["messages"] == ["x", {"y": [1, 2]}]
@@ -486,14 +469,14 @@ async def test_resume_with_a_wrong_correlation_id_is_refused_and_commits_nothing
 
     handle = await runtime.start(body, run_id="a2")
     awaiting = await settle(handle)
-    before_events = await events_of(runtime)
+    before_events = await history(runtime)
     before_record = await runtime.record("a2")
 
     with pytest.raises(TicketMismatch) as info:
         await runtime.resume("a2", "v", correlation_id="wrong")
     assert info.value.expected == "right"
     assert info.value.given == "wrong"
-    assert await events_of(runtime) == before_events
+    assert await history(runtime) == before_events
     assert await runtime.record("a2") == before_record
     assert await runtime.state("a2") == awaiting
 
@@ -539,7 +522,7 @@ async def test_resume_after_the_deadline_is_refused_and_the_run_stays_awaiting(
         handle = await runtime.start(body, run_id="a4")
         awaiting = await settle(handle)
         assert ticket_of(awaiting).deadline == 1_500.0
-        before_events = await events_of(runtime)
+        before_events = await history(runtime)
 
         clock.now = 1_500.5
         with pytest.raises(TicketExpired) as info:
@@ -547,7 +530,7 @@ async def test_resume_after_the_deadline_is_refused_and_the_run_stays_awaiting(
         assert info.value.deadline == 1_500.0
         with pytest.raises(TicketExpired):
             await runtime.resume("a4", "late", correlation_id="c")
-        assert await events_of(runtime) == before_events
+        assert await history(runtime) == before_events
         assert await runtime.state("a4") == awaiting
         assert seen == []
 
@@ -589,7 +572,7 @@ async def test_resume_of_an_unknown_run_raises_unknown_run(
 ) -> None:
     with pytest.raises(UnknownRun):
         await runtime.resume("no-such-run", "v")
-    assert await events_of(runtime) == []
+    assert await history(runtime) == []
 
 
 async def test_resume_of_a_running_run_is_not_awaiting(
@@ -599,11 +582,11 @@ async def test_resume_of_a_running_run_is_not_awaiting(
         await trio.sleep_forever()
 
     handle = await runtime.start(body, run_id="a6")
-    before_events = await events_of(runtime)
+    before_events = await history(runtime)
     with pytest.raises(NotAwaiting) as info:
         await runtime.resume("a6", "v")
     assert info.value.state == RunState.Running(1)
-    assert await events_of(runtime) == before_events
+    assert await history(runtime) == before_events
     assert not handle.done
     runtime.deliver(LiveCommand.Cancel("a6"))
     assert await settle(handle) == RunState.Ended(EndCause.Cancelled())

@@ -4,14 +4,9 @@ from __future__ import annotations
 
 import trio
 import trio.testing
+from run_helpers import settle
 
 from awaken_trio import EndCause, LiveCommand, RunContext, RunHandle, RunState, Runtime
-
-
-async def settle(handle: RunHandle) -> RunState:
-    """The attempt's committed end; a failure instead of a hang if it never comes."""
-    with trio.fail_after(600):
-        return await handle.wait()
 
 
 def assert_idle(runtime: Runtime) -> None:
