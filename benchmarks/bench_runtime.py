@@ -18,7 +18,10 @@ stays enabled, as it is in a real process.
    handle ("start"), and N concurrent tasks each calling ``await rt.execute(body)``
    ("execute"). Bare: N tasks started with ``nursery.start_soon``, each running the body
    inside its own ``trio.CancelScope`` with ``outcome.acapture`` and storing the outcome.
-   Ratio = ours/bare runs per second (bigger is better). Target: ratio >= 0.5. The "gc"
+   Ratio = ours/bare runs per second (bigger is better). Target: ratio >= 0.5. A "floor"
+   row (no target) times bare tasks that pay only what the design itself costs: a nursery
+   per task (the attempt's scope, where children live) and one checkpoint per spawn (an
+   awaited ``start``), with no runtime work at all. The "gc"
    columns give the share of the timed wall time spent in the cyclic garbage collector
    (measured with ``gc.callbacks``).
 2. Cancel latency with 10k parked runs (bodies in ``trio.sleep_forever()``): 1000 runs
@@ -307,6 +310,28 @@ async def bare_throughput(n: int) -> Timing:
     return watch.timing
 
 
+async def floor_throughput(n: int) -> Timing:
+    """The structural floor of a run, with none of the runtime's own work: N awaited
+    spawns (one checkpoint each, as ``start`` is), each task in a nursery of its own (the
+    attempt's scope, where children would live), capturing and storing an outcome."""
+    outcomes: list[outcome.Outcome[int] | None] = [None] * n
+
+    async def one(i: int) -> None:
+        async with trio.open_nursery():
+            result = await outcome.acapture(bare_trivial)
+        outcomes[i] = result
+
+    with Stopwatch() as watch:
+        async with trio.open_nursery() as nursery:
+            for i in range(n):
+                nursery.start_soon(one, i)
+                await trio.lowlevel.checkpoint()
+    last = outcomes[-1]
+    assert last is not None
+    assert last.unwrap() == 1
+    return watch.timing
+
+
 def best_timing(fn: Callable[[int], Awaitable[Timing]], n: int, repeats: int) -> Timing:
     """The fastest of ``repeats`` runs of ``fn(n)``, each in its own ``trio.run``."""
     best = Timing(math.inf, 0.0)
@@ -322,12 +347,27 @@ def bench_throughput(cfg: Config, report: Report) -> None:
     print("\n== 1. Throughput: trivial runs, start -> committed Ended ==")
     print("   runs/s, best of the repeats; ratio = ours/bare (bigger is better); target >= 0.50x")
     print("   gc = share of the timed wall time spent in the cyclic garbage collector")
+    print("   'floor' rows: bare tasks in a nursery each, spawned with a checkpoint each, as")
+    print("   start is: what any runtime with this design pays before doing any work")
     table: list[list[str]] = []
     for n, repeats in zip(cfg.throughput_sizes, cfg.throughput_repeats, strict=True):
         bare = best_timing(bare_throughput, n, repeats)
+        floor = best_timing(floor_throughput, n, repeats)
         started = best_timing(ours_start_throughput, n, repeats)
         executed = best_timing(ours_execute_throughput, n, repeats)
         bare_rate = n / bare.seconds
+        floor_rate = n / floor.seconds
+        table.append(
+            [
+                f"{fmt_count(n)} floor: nursery + checkpoint",
+                fmt_int(bare_rate),
+                bare.gc_share,
+                fmt_int(floor_rate),
+                floor.gc_share,
+                f"{floor_rate / bare_rate:.2f}x",
+                "-",
+            ]
+        )
         for label, ours in (("start", started), ("execute", executed)):
             rate = n / ours.seconds
             ratio = rate / bare_rate
