@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import trio
 
-from awaken_trio import RunEvent, RunHandle, RunState, Runtime
+from awaken_trio import RunContext, RunEvent, RunHandle, RunState, Runtime
 
 
 async def history(runtime: Runtime, run_id: str | None = None) -> list[RunEvent]:
@@ -31,3 +31,16 @@ async def settle(handle: RunHandle) -> RunState:
     """The attempt's committed end; a failure instead of a hang if it never comes."""
     with trio.fail_after(600):
         return await handle.wait()
+
+
+async def start_parked(runtime: Runtime, **options: object) -> RunHandle:
+    """Start a run whose body parks forever, and return once the body is running."""
+    entered = trio.Event()
+
+    async def parked(ctx: RunContext) -> object:
+        entered.set()
+        await trio.sleep_forever()
+
+    handle = await runtime.start(parked, **options)  # type: ignore[arg-type]
+    await reach(entered)
+    return handle

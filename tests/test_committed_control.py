@@ -9,7 +9,7 @@ from typing import Any, cast
 import pytest
 import trio
 import trio.testing
-from run_helpers import history, snapshot, terminal_commits
+from run_helpers import history, snapshot, start_parked, terminal_commits
 from wrapped_stores import HoldingStore
 
 from awaken_trio import (
@@ -368,14 +368,7 @@ async def test_cancel_run_while_a_stop_is_pending_carries_stopped(runtime: Runti
 
 
 async def test_stop_run_after_a_delivered_cancel_carries_cancelled(runtime: Runtime) -> None:
-    entered = trio.Event()
-
-    async def body(ctx: RunContext) -> object:
-        entered.set()
-        await trio.sleep_forever()
-
-    handle = await runtime.start(body)
-    await entered.wait()
+    handle = await start_parked(runtime)
     runtime.deliver(LiveCommand.Cancel(handle.run_id, reason="user"))
     with pytest.raises(RunAlreadyEnded) as info:
         await runtime.stop_run(handle.run_id, "budget")

@@ -10,7 +10,7 @@ from typing import Any, cast
 import pytest
 import trio
 import trio.testing
-from run_helpers import history, snapshot, terminal_commits
+from run_helpers import history, snapshot, start_parked, terminal_commits
 from wrapped_stores import HoldingStore
 
 from awaken_trio import (
@@ -38,6 +38,18 @@ COMMANDS: dict[str, Callable[[str], LiveCommand]] = {
     "wake": lambda run_id: LiveCommand.Wake(run_id, reason="poke"),
     "message": lambda run_id: LiveCommand.Message(run_id, {"m": 1}),
 }
+
+
+async def deliver_noting(
+    runtime: Runtime, command: LiveCommand, outcome: list[BaseException | None]
+) -> None:
+    """deliver_to_current_attempt, noting the NotActive it raised (or None)."""
+    try:
+        await runtime.deliver_to_current_attempt(command)
+    except NotActive as exc:
+        outcome.append(exc)
+    else:
+        outcome.append(None)
 
 
 # ---------------------------------------------------------------------- NotActive
@@ -379,14 +391,7 @@ async def test_body_that_returns_first_wins_over_a_later_cancel(runtime: Runtime
 
 
 async def test_double_deliver_cancel_commits_one_terminal_state(runtime: Runtime) -> None:
-    entered = trio.Event()
-
-    async def body(ctx: RunContext) -> object:
-        entered.set()
-        await trio.sleep_forever()
-
-    handle = await runtime.start(body)
-    await entered.wait()
+    handle = await start_parked(runtime)
     runtime.deliver(LiveCommand.Cancel(handle.run_id, reason="first"))
     runtime.deliver(LiveCommand.Cancel(handle.run_id, reason="second"))
 
@@ -400,14 +405,7 @@ async def test_double_deliver_cancel_commits_one_terminal_state(runtime: Runtime
 async def test_deliver_cancel_then_cancel_run_commits_one_terminal_state(
     runtime: Runtime,
 ) -> None:
-    entered = trio.Event()
-
-    async def body(ctx: RunContext) -> object:
-        entered.set()
-        await trio.sleep_forever()
-
-    handle = await runtime.start(body)
-    await entered.wait()
+    handle = await start_parked(runtime)
     runtime.deliver(LiveCommand.Cancel(handle.run_id, reason="user"))
     assert await runtime.cancel_run(handle.run_id) == CANCELLED
 
@@ -502,14 +500,7 @@ async def test_deliver_to_current_attempt_without_verifier_works_like_deliver(
 
 
 async def test_deliver_to_current_attempt_without_verifier_cancels(runtime: Runtime) -> None:
-    entered = trio.Event()
-
-    async def body(ctx: RunContext) -> object:
-        entered.set()
-        await trio.sleep_forever()
-
-    handle = await runtime.start(body)
-    await entered.wait()
+    handle = await start_parked(runtime)
     await runtime.deliver_to_current_attempt(LiveCommand.Cancel(handle.run_id, reason="r"))
     assert await handle.wait() == CANCELLED
     terminal = terminal_commits(await history(runtime, handle.run_id))
@@ -594,18 +585,10 @@ async def test_deliver_to_current_attempt_refuses_when_the_attempt_ends_during_t
         handle = await runtime.start(body)
         outcome: list[BaseException | None] = []
 
-        async def deliver_message() -> None:
-            try:
-                await runtime.deliver_to_current_attempt(
-                    LiveCommand.Message(handle.run_id, "stale")
-                )
-            except NotActive as exc:
-                outcome.append(exc)
-            else:
-                outcome.append(None)
-
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(deliver_message)
+            nursery.start_soon(
+                deliver_noting, runtime, LiveCommand.Message(handle.run_id, "stale"), outcome
+            )
             await verifier.entered.wait()
             runtime.deliver(LiveCommand.Cancel(handle.run_id))
             assert await handle.wait() == CANCELLED
@@ -643,18 +626,13 @@ async def test_deliver_to_current_attempt_refuses_when_a_new_generation_replaced
         await trio.testing.wait_all_tasks_blocked()
         outcome: list[BaseException | None] = []
 
-        async def deliver_message() -> None:
-            try:
-                await runtime.deliver_to_current_attempt(
-                    LiveCommand.Message(handle.run_id, "for generation 1")
-                )
-            except NotActive as exc:
-                outcome.append(exc)
-            else:
-                outcome.append(None)
-
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(deliver_message)
+            nursery.start_soon(
+                deliver_noting,
+                runtime,
+                LiveCommand.Message(handle.run_id, "for generation 1"),
+                outcome,
+            )
             await first_verifier.entered.wait()
             runtime.deliver(LiveCommand.Pause(handle.run_id))
             assert isinstance(await handle.wait(), RunState.Awaiting)
