@@ -99,7 +99,8 @@ def _decide(
     result: outcome.Outcome[Any] | None,
     cancel_seen: bool,
 ) -> tuple[RunState, JsonValue, list[EventDraft], dict[str, JsonValue], BaseException | None]:
-    """Classify the end of an attempt (DESIGN §2.4): error, then cancel, then value."""
+    """Classify the end of an attempt (DESIGN §2.4): error, then cancel, then a pause or
+    await, then the step ceiling, then the value."""
     events: list[EventDraft] = []
     kind = "none"
     if isinstance(result, outcome.Error):
@@ -123,7 +124,9 @@ def _decide(
                 )
             )
         return Ended(request.cause), None, events, request.detail(), None
-    if kind == "suspend" and attempt.suspension is not None:
+    if attempt.suspension is not None and kind in ("suspend", "none"):
+        # The pause or await decided at the boundary stands, even if the body caught the
+        # suspension and returned: an attempt that committed to waiting ends waiting.
         ticket = attempt.suspension.ticket
         return Awaiting(ticket), None, events, {"reason": ticket.reason}, None
     if kind == "ceiling":
@@ -134,10 +137,6 @@ def _decide(
         except InvalidPayload as exc:
             return Ended(Failed("invalid_result", str(exc))), None, events, {}, None
         return _NATURAL_END, value, events, {}, None
-    # A suspension the body swallowed and then left by raising nothing: honour it.
-    if attempt.suspension is not None:
-        ticket = attempt.suspension.ticket
-        return Awaiting(ticket), None, events, {"reason": ticket.reason}, None
     raise AssertionError(f"unclassifiable end of run {attempt.run_id!r}: {result!r}")
 
 

@@ -93,3 +93,17 @@ async def test_a_context_kept_after_its_attempt_ended_refuses_to_act(runtime: Ru
     with pytest.raises(NotActive, match="start_child"):
         await ctx.start_child(child)
     assert await runtime.state("gone") == RunState.Ended(EndCause.NaturalEnd())
+
+
+async def test_a_body_that_swallows_its_pause_still_ends_awaiting(runtime: Runtime) -> None:
+    async def body(ctx: RunContext) -> object:
+        try:
+            await ctx.await_input("user_input", correlation_id="q1")
+        except BaseException:
+            pass
+        return {"too": "late"}
+
+    state = await runtime.execute(body, run_id="swallow")
+    assert isinstance(state, RunState.Awaiting)
+    assert state.ticket.correlation_id == "q1"
+    assert (await runtime.record("swallow")).result is None
