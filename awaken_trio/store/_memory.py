@@ -9,9 +9,9 @@ from typing import final
 import attrs
 import trio
 
-from .._json import JsonValue
-from .._state import Awaiting, Ended, Queued, RunEvent, RunRecord
-from ._protocol import UNSET, Accepted, Commit, CommitResult, EventDraft, Rejected
+from .._core._json import JsonValue
+from .._core._state import Awaiting, Ended, Queued, RunEvent, RunRecord
+from .._core._storage import UNSET, Accepted, Commit, CommitResult, EventDraft, Rejected
 
 
 @attrs.define(eq=False)

@@ -12,7 +12,7 @@ from ._state import Ended, RunEvent
 
 if TYPE_CHECKING:
     from ._commits import CommitMailbox
-    from .store import Store
+    from ._storage import Store
 
 
 @final

@@ -18,7 +18,7 @@ import attrs
 import trio
 
 from ._errors import RuntimeClosed, StoreError
-from .store import Commit, CommitResult, InlineStore, Store
+from ._storage import Commit, CommitResult, InlineStore, Store
 
 OnCommit = Callable[[CommitResult], None]
 

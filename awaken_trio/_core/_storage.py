@@ -20,8 +20,8 @@ from typing import Protocol, final, runtime_checkable
 
 import attrs
 
-from .._json import JsonValue
-from .._state import RunEvent, RunRecord, RunState
+from ._json import JsonValue
+from ._state import RunEvent, RunRecord, RunState
 
 
 @final

@@ -25,8 +25,8 @@ from ._handle import RunHandle
 from ._json import JsonValue, check_json
 from ._registry import AttemptRegistry, ThreadGate
 from ._state import Awaiting, Cancelled, Ended, Queued, Running, RunRecord, RunState, Stopped
+from ._storage import Accepted, Commit, CommitResult, Expect, NewRun, Rejected, Store
 from ._validate import check_body, check_id, check_max_steps, check_name, new_run_id
-from .store import Accepted, Commit, CommitResult, Expect, NewRun, Rejected, Store
 
 Clock = Callable[[], float]
 VerifierFactory = Callable[[str, str, int], OwnershipVerifier | None]

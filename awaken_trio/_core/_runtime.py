@@ -26,9 +26,9 @@ from ._events import EventStream
 from ._handle import RunHandle
 from ._json import JsonValue, check_json
 from ._state import Awaiting, Cancelled, Ended, ResumeTicket, RunRecord, RunState, Stopped
+from ._storage import Accepted, Expect, Rejected, Store
 from ._supervisor import Clock, Supervisor, VerifierFactory
 from ._validate import check_body, check_id
-from .store import Accepted, Expect, MemoryStore, Rejected, Store
 
 _COMMANDS = frozenset((Cancel, Pause, Wake, Message))
 
@@ -368,12 +368,9 @@ class Runtime:
 
 def _resolve_store(store: str | Store) -> tuple[Store, bool]:
     if isinstance(store, str):
-        if store in ("memory://", "memory:"):
-            return MemoryStore(), True
-        raise InvalidArgument(
-            f"unsupported store URL {store!r}; this version supports 'memory://'"
-            " or a Store instance"
-        )
+        from ..store import open_store  # backends load on first use of their scheme
+
+        return open_store(store), True
     for method in ("apply", "load", "events_after", "aclose"):
         if not callable(getattr(store, method, None)):
             raise InvalidArgument(f"{store!r} is not a Store: it has no {method}() method")

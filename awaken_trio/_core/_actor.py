@@ -19,7 +19,7 @@ from ._classify import error_code, kind_of
 from ._errors import InvalidPayload
 from ._json import JsonValue, check_json
 from ._state import Awaiting, Cancelled, EndCause, Ended, Failed, MaxSteps, NaturalEnd, RunState
-from .store import EventDraft
+from ._storage import EventDraft
 
 if TYPE_CHECKING:
     from ._supervisor import Supervisor
