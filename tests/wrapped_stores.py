@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import trio
 
-from awaken_trio import JsonValue, RunEvent, RunRecord, RunState
+from awaken_trio import RunEvent, RunRecord, RunState
 from awaken_trio.store import Commit, CommitResult, MemoryStore
 
 
@@ -16,18 +16,11 @@ class WrappedStore:
     def __init__(self) -> None:
         self.inner = MemoryStore(inline=False)
 
-    @property
-    def durable(self) -> bool:
-        return self.inner.durable
-
     async def apply(self, batch: Sequence[Commit]) -> list[CommitResult]:
         return await self.inner.apply(batch)
 
     async def load(self, run_id: str) -> RunRecord | None:
         return await self.inner.load(run_id)
-
-    async def carried_messages(self, run_id: str) -> tuple[JsonValue, ...]:
-        return await self.inner.carried_messages(run_id)
 
     async def events_after(
         self, seq: int, run_id: str | None = None, limit: int = 1000

@@ -1,33 +1,48 @@
 """The run actor: one attempt inside its cancel scope, ended at the finish boundary.
 
-The actor never lets an exception escape into the runtime, with two deliberate
-exceptions: a cancellation that came from outside the attempt (the parent ending, runtime
-shutdown) is re-raised after the commit, as Trio requires; and KeyboardInterrupt or
-SystemExit from a body starts runtime shutdown and is re-raised after the commit.
+The actor captures its body's outcome and always reaches the finish boundary, whatever the
+body, the clock or the store does. The one exception it lets through is a cancellation
+that came from outside the attempt (runtime shutdown, or the parent's attempt ending),
+re-raised after the commit as Trio requires. A KeyboardInterrupt or SystemExit from the
+body is not a run error: the runtime shuts down and raises it when it closes.
+
+The actor's own code is protected from KeyboardInterrupt (a Ctrl-C that arrives while it
+runs is delivered to the main task instead), so no signal can land between a commit and
+its bookkeeping; only the body itself runs unprotected.
 """
 
 from __future__ import annotations
 
+import contextvars
 import math
 from typing import TYPE_CHECKING, Any
 
 import outcome
 import trio
 
-from ._attempt import Attempt, EndRequest
-from ._classify import error_code, kind_of
-from ._errors import InvalidPayload
-from ._json import JsonValue, check_json
-from ._state import Awaiting, Cancelled, EndCause, Ended, Failed, MaxSteps, NaturalEnd, RunState
-from ._storage import EventDraft
+from ._attempt import SHUTDOWN, Attempt, Body, EndRequest
+from ._state import Cancelled
+from ._util import safe_repr
+from ._verdict import Verdict, decide, internal_failure
 
 if TYPE_CHECKING:
+    from ._context import RunContext
     from ._supervisor import Supervisor
 
+# The attempt whose body (or a task that body started) is running. Trio copies a task's
+# context into the tasks it spawns, so tasks inside an attempt see their attempt here.
+current_attempt: contextvars.ContextVar[Attempt | None] = contextvars.ContextVar(
+    "awaken_trio_current_attempt", default=None
+)
 
-_NATURAL_END = Ended(NaturalEnd())  # frozen, so one instance serves every run
+
+@trio.lowlevel.disable_ki_protection
+async def _call_body(body: Body, ctx: RunContext) -> Any:
+    # The body is user code: a Ctrl-C may land in it, like in any Trio task.
+    return await body(ctx)
 
 
+@trio.lowlevel.enable_ki_protection
 async def run_attempt(supervisor: Supervisor, attempt: Attempt) -> None:
     """The actor task of one attempt (and, before that, of its wait for the thread)."""
     result: outcome.Outcome[Any] | None = None
@@ -39,23 +54,7 @@ async def run_attempt(supervisor: Supervisor, attempt: Attempt) -> None:
         if attempt.gate_waiter is not None and await _wait_for_thread(attempt):
             await supervisor.begin_queued(attempt)
         if attempt.started:
-            async with trio.open_nursery() as nursery:
-                # The nursery's scope is the attempt's token: children started into this
-                # nursery are cancelled with it, and nothing they do reaches further up.
-                attempt.scope = nursery.cancel_scope
-                attempt.children_nursery = nursery
-                if attempt.request is not None:
-                    nursery.cancel_scope.cancel(reason=attempt.request.scope_reason())
-                if _effectively_cancelled():
-                    cancel_seen = True  # a pre-start cancel: the body never runs
-                else:
-                    assert attempt.context is not None
-                    result = await outcome.acapture(attempt.body, attempt.context)
-                    # The observation window closes here: a cancel requested from now on
-                    # is too late to change how the body ended.
-                    cancel_seen = _effectively_cancelled()
-                if attempt.children:
-                    nursery.cancel_scope.cancel(reason=f"parent run {attempt.run_id!r} ended")
+            result, cancel_seen = await _run_in_scope(supervisor, attempt)
         else:
             cancel_seen = True  # cancelled while queued: the body never runs
     except BaseException as exc:  # a cancel from outside the attempt, re-raised below
@@ -67,14 +66,63 @@ async def run_attempt(supervisor: Supervisor, attempt: Attempt) -> None:
         if escaped is not None:
             raise escaped
         return
-    state, value, events, detail, interrupt = _decide(supervisor, attempt, result, cancel_seen)
-    if interrupt is not None:
-        supervisor.begin_shutdown()
-    await supervisor.finish(attempt, state, value, events, detail)  # shielded inside
-    if interrupt is not None:
-        raise interrupt
-    if escaped is not None:
+    try:
+        verdict = _verdict(supervisor, attempt, result, cancel_seen)
+    except Exception as exc:
+        verdict = internal_failure(attempt.run_id, f"classifying its end raised {safe_repr(exc)}")
+    if verdict.interrupt is not None:
+        supervisor.interrupted(verdict.interrupt)
+    await supervisor.finish(attempt, verdict)  # shielded inside; never raises
+    if escaped is not None and not isinstance(escaped, KeyboardInterrupt | SystemExit):
         raise escaped
+    if escaped is not None:
+        supervisor.interrupted(escaped)
+
+
+async def _run_in_scope(
+    supervisor: Supervisor, attempt: Attempt
+) -> tuple[outcome.Outcome[Any] | None, bool]:
+    """Run the body in the attempt's nursery; return its outcome and whether the
+    observation window saw a cancel."""
+    from ._context import RunContext
+
+    result: outcome.Outcome[Any] | None = None
+    async with trio.open_nursery() as nursery:
+        # The nursery's scope is the attempt's token: children started into this nursery
+        # are cancelled with it, and nothing they do reaches further up.
+        attempt.scope = nursery.cancel_scope
+        attempt.children_nursery = nursery
+        if attempt.request is not None:
+            nursery.cancel_scope.cancel(reason=attempt.request.scope_reason())
+        if _effectively_cancelled():
+            cancel_seen = True  # a pre-start cancel: the body never runs
+        else:
+            current_attempt.set(attempt)
+            result = await outcome.acapture(
+                _call_body, attempt.body, RunContext._create(supervisor, attempt)
+            )
+            # The observation window closes here: a cancel requested from now on is too
+            # late to change how the body ended.
+            cancel_seen = _effectively_cancelled()
+        await attempt.close_children()
+        if attempt.children:
+            _end_children(supervisor, attempt)
+    return result, cancel_seen
+
+
+def _end_children(supervisor: Supervisor, attempt: Attempt) -> None:
+    # Each running child is told why before its scope is cancelled, so it records its
+    # parent (or shutdown) as its cause rather than whatever reaches it next.
+    request = attempt.request or supervisor.shutdown_request
+    if request is not None:
+        child_request = request.for_child(attempt.run_id)
+    else:
+        child_request = EndRequest(Cancelled(), "parent", f"parent run {attempt.run_id!r} ended")
+    for child in list(attempt.children.values()):
+        if isinstance(child, Attempt):
+            child.request_end(child_request)
+    assert attempt.scope is not None
+    attempt.scope.cancel(reason=f"parent run {attempt.run_id!r} ended")
 
 
 async def _wait_for_thread(attempt: Attempt) -> bool:
@@ -93,56 +141,27 @@ def _effectively_cancelled() -> bool:
     return trio.current_effective_deadline() == -math.inf
 
 
-def _decide(
+def _verdict(
     supervisor: Supervisor,
     attempt: Attempt,
     result: outcome.Outcome[Any] | None,
     cancel_seen: bool,
-) -> tuple[RunState, JsonValue, list[EventDraft], dict[str, JsonValue], BaseException | None]:
-    """Classify the end of an attempt (DESIGN §2.4): error, then cancel, then a pause or
-    await, then the step ceiling, then the value."""
-    events: list[EventDraft] = []
-    kind = "none"
-    if isinstance(result, outcome.Error):
-        kind, exc = kind_of(result.error)
-        if kind == "interrupt":
-            request = supervisor.shutdown_end_request()
-            return Ended(request.cause), None, events, request.detail(), exc
-        if kind == "failure" or (kind == "cancelled" and not cancel_seen):
-            cause = Failed(error_code(exc), str(exc))
-            return Ended(cause), None, events, {"error": f"{type(exc).__qualname__}: {exc}"}, None
-    if cancel_seen:
-        request = _end_request(supervisor, attempt)
-        if isinstance(result, outcome.Value):
-            events.append(
-                EventDraft(
-                    "late_result_discarded",
-                    {
-                        "result": _describe(result.value),
-                        **request.detail(),
-                    },
-                )
-            )
-        return Ended(request.cause), None, events, request.detail(), None
-    if attempt.suspension is not None and kind in ("suspend", "none"):
-        # The pause or await decided at the boundary stands, even if the body caught the
-        # suspension and returned: an attempt that committed to waiting ends waiting.
-        ticket = attempt.suspension.ticket
-        return Awaiting(ticket), None, events, {"reason": ticket.reason}, None
-    if kind == "ceiling":
-        return Ended(MaxSteps()), None, events, {"max_steps": attempt.max_steps}, None
-    if isinstance(result, outcome.Value):
-        try:
-            value = check_json(result.value, f"result of run {attempt.run_id!r}")
-        except InvalidPayload as exc:
-            return Ended(Failed("invalid_result", str(exc))), None, events, {}, None
-        return _NATURAL_END, value, events, {}, None
-    raise AssertionError(f"unclassifiable end of run {attempt.run_id!r}: {result!r}")
+) -> Verdict:
+    return decide(
+        result,
+        cancelled=_end_request(supervisor, attempt) if cancel_seen else None,
+        pending=attempt.request,
+        suspension=attempt.suspension,
+        shutdown=SHUTDOWN,
+        run_id=attempt.run_id,
+        max_steps=attempt.max_steps,
+    )
 
 
 def _end_request(supervisor: Supervisor, attempt: Attempt) -> EndRequest:
-    """Who cancelled this attempt: its own request, else shutdown, else an ancestor, else
-    the body itself.
+    """Who cancelled this attempt: its own request (the first one made, which includes
+    its parent's and shutdown's, told to it when they happened), else an ancestor, else the
+    body itself, else an enclosing scope nobody named.
 
     The ancestor is asked before the attempt's own scope: ending an attempt cancels that
     scope to stop its children, which must not read as the body cancelling itself.
@@ -153,19 +172,9 @@ def _end_request(supervisor: Supervisor, attempt: Attempt) -> EndRequest:
         return supervisor.shutdown_request
     parent = attempt.parent
     if parent is not None and attempt.ancestor_cancelled():
-        why = parent.request.reason if parent.request is not None else None
-        return EndRequest(Cancelled(), "parent", why or f"parent run {parent.run_id!r} ended")
+        if parent.request is not None:
+            return parent.request.for_child(parent.run_id)
+        return EndRequest(Cancelled(), "parent", f"parent run {parent.run_id!r} ended")
     if attempt.scope is not None and attempt.scope.cancel_called:
         return EndRequest(Cancelled(), "body", "the body cancelled its own scope")
     return EndRequest(Cancelled(), "scope", "an enclosing cancel scope was cancelled")
-
-
-def _describe(value: object) -> JsonValue:
-    try:
-        return check_json(value, "late result")
-    except InvalidPayload:
-        return repr(value)
-
-
-def cause_of(state: RunState) -> EndCause | None:
-    return state.cause if isinstance(state, Ended) else None

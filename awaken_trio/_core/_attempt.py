@@ -1,22 +1,27 @@
-"""One attempt of a run: its cancel scope (the token), its inbox and its end request."""
+"""One attempt of a run: its cancel scope (the token), its inbox, its children and who asked
+it to end."""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Protocol, final
+from typing import TYPE_CHECKING, Any, Literal, Protocol, final
 
 import attrs
 import trio
 
 from ._errors import StoreError
-from ._json import JsonValue
-from ._state import EndCause, ResumeTicket, RunState
+from ._json import FrozenDict, JsonValue, freeze_detail
+from ._state import Awaiting, Cancelled, EndCause, RunState, Stopped
 
 if TYPE_CHECKING:
     from ._context import RunContext
     from ._registry import GateWaiter
 
 Body = Callable[["RunContext"], Awaitable[Any]]
+
+EndSource = Literal["deliver", "cancel_run", "stop_run", "parent", "shutdown", "body", "scope"]
+"""Who asked an attempt to end: a live cancel, the committed paths, the parent ending,
+runtime shutdown, the body cancelling its own scope, or an enclosing scope nobody named."""
 
 
 class OwnershipVerifier(Protocol):
@@ -35,22 +40,44 @@ class EndRequest:
     """Who asked an attempt to end, and as what. The first request wins."""
 
     cause: EndCause
-    source: str
+    source: EndSource
     reason: str | None = None
-
-    def detail(self) -> dict[str, JsonValue]:
-        return {"source": self.source, "reason": self.reason}
+    detail: FrozenDict = attrs.field(
+        init=False,
+        eq=False,
+        repr=False,
+        default=attrs.Factory(
+            lambda self: freeze_detail(
+                {"source": self.source, "reason": self.reason}, "an end request"
+            ),
+            takes_self=True,
+        ),
+    )
+    """The terminal event's detail: source and reason."""
 
     def scope_reason(self) -> str:
         return f"{self.source}: {self.reason or type(self.cause).__name__}"
 
+    def for_child(self, parent_run_id: str) -> EndRequest:
+        """What this request means for a child of the attempt it ends: shutdown stays
+        shutdown; anything else cancels the child, its source being the parent."""
+        if self.source == "shutdown":
+            return self
+        why = self.reason or f"{self.source} of its parent"
+        return EndRequest(Cancelled(), "parent", f"parent run {parent_run_id!r} ended: {why}")
+
+
+SHUTDOWN = EndRequest(Stopped("runtime shutdown"), "shutdown", "runtime shutdown")
+"""Why every attempt ends when its runtime closes."""
+
 
 @final
 @attrs.frozen
-class Suspension:
-    """The attempt ends by committing ``Awaiting(ticket)`` (a pause or ``await_input``)."""
+class ParkedChild:
+    """A child of an attempt that is committed ``Awaiting`` (it has no attempt of its own):
+    it is ended with its parent, fenced by the generation it awaits in."""
 
-    ticket: ResumeTicket
+    generation: int
 
 
 class SuspendAttempt(BaseException):
@@ -62,7 +89,7 @@ class SuspendAttempt(BaseException):
 
 
 class StepCeiling(BaseException):
-    """Raised at the boundary that reaches the run's ``max_steps``."""
+    """Raised at the boundary that would take the run past its ``max_steps``."""
 
 
 @final
@@ -72,29 +99,37 @@ class Completion:
 
     If the store failed to take the attempt's end, there is no such state: waiting raises
     that `StoreError`, and the run keeps its last committed state until it is ended by the
-    committed path (``cancel_run``/``stop_run``).
+    committed path (``cancel_run``/``stop_run``). The event that wakes waiters is made only
+    when somebody waits before the end is known.
     """
 
     state: RunState | None = None
     error: StoreError | None = None
-    _event: trio.Event = attrs.field(factory=trio.Event, init=False)
-
-    @property
-    def done(self) -> bool:
-        return self._event.is_set()
+    done: bool = False
+    _event: trio.Event | None = attrs.field(default=None, init=False)
 
     def set(self, state: RunState) -> None:
         if not self.done:
             self.state = state
-            self._event.set()
+            self._settle()
 
     def fail(self, error: StoreError) -> None:
         if not self.done:
             self.error = error
+            self._settle()
+
+    def _settle(self) -> None:
+        self.done = True
+        if self._event is not None:
             self._event.set()
 
     async def wait(self) -> RunState:
-        await self._event.wait()
+        if self.done:
+            await trio.lowlevel.checkpoint()
+        else:
+            if self._event is None:
+                self._event = trio.Event()
+            await self._event.wait()
         if self.error is not None:
             raise self.error
         assert self.state is not None
@@ -123,6 +158,8 @@ class Attempt:
     checkpoint: JsonValue
     resume_value: JsonValue
     max_steps: int | None = None
+    # Boundaries the run has passed, in all its attempts so far (the budget max_steps caps).
+    steps: int = 0
     verifier: OwnershipVerifier | None = None
     # The generation the store holds while this attempt waits for its thread.
     queued_generation: int | None = None
@@ -140,17 +177,29 @@ class Attempt:
     completion: Completion = attrs.field(factory=Completion, init=False)
     request: EndRequest | None = attrs.field(default=None, init=False)
     started: bool = attrs.field(default=False, init=False)
-    suspension: Suspension | None = attrs.field(default=None, init=False)
-    steps: int = attrs.field(default=0, init=False)
+    suspension: Awaiting | None = attrs.field(default=None, init=False)
     carried: list[JsonValue] = attrs.field(factory=list, init=False)
-    children: dict[str, Attempt | None] = attrs.field(factory=dict, init=False)
+    # Children not yet ended: their attempts, or a ParkedChild for one committed Awaiting.
+    children: dict[str, Attempt | ParkedChild] = attrs.field(factory=dict, init=False)
     children_nursery: trio.Nursery | None = attrs.field(default=None, init=False)
-    context: RunContext | None = attrs.field(default=None, init=False)
+    # Children admissions: refused once the body's outcome is known; the attempt's nursery
+    # stays open until the admissions already under way have spawned their actors.
+    children_closed: bool = attrs.field(default=False, init=False)
+    admitting: int = attrs.field(default=0, init=False)
+    _admitted: trio.Event | None = attrs.field(default=None, init=False)
+    # True while a task waits in boundary(wait=True): only one may.
+    waiting: bool = attrs.field(default=False, init=False)
 
     def request_end(self, request: EndRequest) -> None:
-        """Cancel the attempt's scope as ``request`` says; a later request changes nothing."""
+        """Cancel the attempt's scope as ``request`` says. The first request wins: a later
+        one changes neither the cause nor the source. Running children are told at once,
+        so each records its own cause (the parent, or shutdown) before anyone else's."""
         if self.request is None:
             self.request = request
+            if self.children:
+                for child in list(self.children.values()):
+                    if isinstance(child, Attempt):
+                        child.request_end(request.for_child(self.run_id))
         scope = self.scope or self.queue_scope
         if scope is not None:
             scope.cancel(reason=self.request.scope_reason())
@@ -170,9 +219,18 @@ class Attempt:
         return bool(self.inbox or self.carried or self.wake_pending or self.pause_requested)
 
     async def wait_for_news(self) -> None:
-        while not self.has_news():
-            self._signal = signal = trio.Event()
-            await signal.wait()
+        if self.waiting:
+            raise trio.BusyResourceError(
+                f"another task of run {self.run_id!r} is already waiting in"
+                " boundary(wait=True); only one task may wait for its messages"
+            )
+        self.waiting = True
+        try:
+            while not self.has_news():
+                self._signal = signal = trio.Event()
+                await signal.wait()
+        finally:
+            self.waiting = False
 
     def drain(self) -> list[JsonValue]:
         messages = self.carried
@@ -189,3 +247,27 @@ class Attempt:
                 return True
             parent = parent.parent
         return False
+
+    # ------------------------------------------------------------------ children admissions
+
+    def admit_child(self) -> trio.Nursery | None:
+        """Reserve a place for a child's actor in this attempt's nursery, or None once the
+        attempt has begun to end. Every reservation is followed by `child_admitted`."""
+        if self.children_closed or self.sealed or self.children_nursery is None:
+            return None
+        self.admitting += 1
+        return self.children_nursery
+
+    def child_admitted(self) -> None:
+        self.admitting -= 1
+        if self.admitting == 0 and self._admitted is not None:
+            self._admitted.set()
+
+    async def close_children(self) -> None:
+        """Refuse new children and wait (shielded) until admissions under way have spawned
+        their actors, so none is committed without an actor behind it."""
+        self.children_closed = True
+        if self.admitting:
+            self._admitted = trio.Event()
+            with trio.CancelScope(shield=True):
+                await self._admitted.wait()

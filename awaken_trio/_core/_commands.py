@@ -1,12 +1,36 @@
-"""Live commands for an active attempt (see `Runtime.deliver`)."""
+"""Live commands for an active attempt (see `Runtime.deliver`).
+
+Commands are checked when they are built: a command that exists is well-formed, so a bad
+reason or a payload that is not JSON is refused where it was written, not where it lands.
+"""
 
 from __future__ import annotations
 
-from typing import ClassVar, final
+from typing import Any, ClassVar, final
 
 import attrs
 
-from ._json import JsonValue
+from ._errors import InvalidArgument
+from ._json import JsonValue, check_json
+from ._validate import check_id
+
+
+def _run_id(_: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    check_id(value, "a command's run_id")
+
+
+def _optional_reason(_: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if value is not None and type(value) is not str:
+        raise InvalidArgument(f"a command's reason must be a str or None, not {value!r}")
+
+
+def _reason(_: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if type(value) is not str:
+        raise InvalidArgument(f"a command's reason must be a str, not {value!r}")
+
+
+def _message_payload(value: object) -> JsonValue:
+    return check_json(value, "a message payload")
 
 
 @attrs.frozen
@@ -18,7 +42,7 @@ class LiveCommand:
     Wake: ClassVar[type[Wake]]
     Message: ClassVar[type[Message]]
 
-    run_id: str
+    run_id: str = attrs.field(validator=_run_id)
 
     def __attrs_pre_init__(self) -> None:
         if type(self) is LiveCommand:
@@ -32,7 +56,7 @@ class LiveCommand:
 class Cancel(LiveCommand):
     """Cancel the attempt's scope; the run commits ``Ended(Cancelled)``."""
 
-    reason: str | None = None
+    reason: str | None = attrs.field(default=None, validator=_optional_reason)
 
 
 @final
@@ -46,7 +70,7 @@ class Pause(LiveCommand):
 class Wake(LiveCommand):
     """Release a body waiting at ``ctx.boundary(wait=True)`` without ending it."""
 
-    reason: str = ""
+    reason: str = attrs.field(default="", validator=_reason)
 
 
 @final
@@ -54,7 +78,7 @@ class Wake(LiveCommand):
 class Message(LiveCommand):
     """A JSON payload for the attempt's inbox, returned by ``ctx.boundary()`` in send order."""
 
-    payload: JsonValue = None
+    payload: JsonValue = attrs.field(default=None, converter=_message_payload)
 
 
 for _cls in (Cancel, Pause, Wake, Message):

@@ -19,8 +19,10 @@ import trio
 
 from ._errors import RuntimeClosed, StoreError
 from ._storage import Commit, CommitResult, InlineStore, Store
+from ._util import safe_repr
 
 OnCommit = Callable[[CommitResult], None]
+OnInterrupt = Callable[[BaseException], None]
 
 
 @attrs.define(eq=False)
@@ -50,6 +52,9 @@ class CommitMailbox:
 
     store: Store
     max_batch: int = 1024
+    # Told about a KeyboardInterrupt or SystemExit raised by the store: the runtime shuts
+    # down and raises it when it closes, instead of losing it in the mailbox task.
+    on_interrupt: OnInterrupt | None = None
     _queue: list[_Pending] = attrs.field(factory=list, init=False)
     _wakeup: trio.Event = attrs.field(factory=trio.Event, init=False)
     _closing: bool = attrs.field(default=False, init=False)
@@ -90,22 +95,39 @@ class CommitMailbox:
         try:
             results = await self.store.apply([p.commit for p in batch])
             if len(results) != len(batch):
-                raise StoreError(f"store returned {len(results)} results for {len(batch)} commits")
-        except Exception as exc:
+                raise StoreError(
+                    f"the store answered {len(results)} results for a batch of {len(batch)}"
+                    " commits; whether they landed is unknown"
+                )
+        except trio.Cancelled:  # pragma: no cover - the mailbox task runs shielded
+            raise
+        except BaseException as exc:
+            self._note_interrupt(exc)
             for pending in batch:
-                pending.error = exc
+                pending.error = _store_error(pending.commit, exc, len(batch))
                 pending.done.set()
             self._publish()
             return
         for pending, result in zip(batch, results, strict=True):
             pending.result = result
-            self._settle(result, pending.on_commit)
+            pending.error = self._settle(result, pending.on_commit)
             pending.done.set()
         self._count(len(batch))
 
-    def _settle(self, result: CommitResult, on_commit: OnCommit | None) -> None:
-        if on_commit is not None:
+    def _settle(self, result: CommitResult, on_commit: OnCommit | None) -> BaseException | None:
+        """Run a commit's effect in the commit's step. An effect never takes the mailbox
+        down with it: what it raised goes to the committer alone."""
+        if on_commit is None:
+            return None
+        try:
             on_commit(result)
+        except Exception as exc:
+            return exc
+        return None
+
+    def _note_interrupt(self, exc: BaseException) -> None:
+        if isinstance(exc, KeyboardInterrupt | SystemExit) and self.on_interrupt is not None:
+            self.on_interrupt(exc)
 
     def _count(self, size: int) -> None:
         self._commits += size
@@ -142,10 +164,13 @@ class CommitMailbox:
         if self._apply_now is not None and not self._queue:
             try:
                 result = self._apply_now((commit,))[0]
-            except Exception as exc:
+            except BaseException as exc:
+                self._note_interrupt(exc)
                 raise _store_error(commit, exc) from exc
-            self._settle(result, on_commit)
+            effect_error = self._settle(result, on_commit)
             self._count(1)
+            if effect_error is not None:
+                raise effect_error
             return result
         pending = _Pending(commit, on_commit)
         self._queue.append(pending)
@@ -153,7 +178,7 @@ class CommitMailbox:
         with trio.CancelScope(shield=True):
             await pending.done.wait()
         if pending.error is not None:
-            raise _store_error(commit, pending.error) from pending.error
+            raise pending.error
         assert pending.result is not None
         return pending.result
 
@@ -181,8 +206,20 @@ class CommitMailbox:
         )
 
 
-def _store_error(commit: Commit, exc: BaseException) -> StoreError:
-    return StoreError(
-        f"the store failed to apply a commit for run {commit.run_id!r}: {exc!r};"
-        " committed truth is unchanged"
+def _store_error(commit: Commit, exc: BaseException, size: int = 1) -> StoreError:
+    known = isinstance(exc, StoreError) and not exc.outcome_unknown
+    if known:
+        outcome = "nothing was committed"
+    else:
+        outcome = (
+            "whether it was committed is unknown: read the run's committed state before"
+            " acting on it"
+        )
+    batch = f" (in a batch of {size})" if size > 1 else ""
+    error = StoreError(
+        f"the store failed to apply a commit for run {commit.run_id!r}{batch}:"
+        f" {safe_repr(exc)}; {outcome}",
+        outcome_unknown=not known,
     )
+    error.__cause__ = exc
+    return error

@@ -2,27 +2,36 @@
 
 from __future__ import annotations
 
-import math
+import re
 from typing import TYPE_CHECKING, NoReturn, final
 
 import trio
 
-from ._attempt import Attempt, Body, StepCeiling, SuspendAttempt, Suspension
-from ._errors import InvalidArgument, NotActive
-from ._json import JsonValue, check_json
-from ._state import ResumeTicket, RunState
+from ._actor import current_attempt
+from ._attempt import Attempt, Body, StepCeiling, SuspendAttempt
+from ._errors import ContextMisuse, InvalidArgument, NotActive
+from ._json import JsonValue, check_json, freeze_detail
+from ._schema import check_schema
+from ._state import Awaiting, EventKind, ResumeTicket, RunState
+from ._util import NoPublicConstructor, safe_repr
+from ._validate import check_deadline, check_id
 
 if TYPE_CHECKING:
     from ._handle import RunHandle
     from ._supervisor import Supervisor
 
+_EVENT_KIND = re.compile(r"[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+")
+_RUNTIME_KINDS = frozenset(EventKind)
+
 
 @final
-class RunContext:
+class RunContext(metaclass=NoPublicConstructor):
     """What a run body sees of its attempt.
 
     The attempt's ``cancel_scope`` is its cancellation token: every checkpoint of the body
-    (any ``await`` on Trio) is a cancellation point, and so is `boundary`.
+    (any ``await`` on Trio) is a cancellation point, and so is `boundary`. The context
+    belongs to its attempt: the body and tasks it starts inside the attempt may use it;
+    another run's task, or any task after the attempt ended, gets an error.
     """
 
     __slots__ = ("_attempt", "_supervisor")
@@ -54,17 +63,23 @@ class RunContext:
 
     @property
     def input(self) -> JsonValue:
+        """The run's input (frozen: copy it to change it)."""
         return self._attempt.input
 
     @property
     def checkpoint(self) -> JsonValue:
-        """The last committed progress (carried over from the previous attempt)."""
+        """The last committed progress, carried over from earlier attempts (frozen)."""
         return self._attempt.checkpoint
 
     @property
     def resume_value(self) -> JsonValue:
         """The value the resume that started this attempt passed (None on a first attempt)."""
         return self._attempt.resume_value
+
+    @property
+    def steps(self) -> int:
+        """The boundaries the run has passed, in all its attempts."""
+        return self._attempt.steps
 
     @property
     def cancel_scope(self) -> trio.CancelScope:
@@ -84,12 +99,24 @@ class RunContext:
         )
 
     def _live(self, action: str) -> Attempt:
+        """The attempt, if ``action`` may be taken on it from the calling task."""
         a = self._attempt
-        if a.sealed:
+        if a.sealed or a.children_closed:
             raise NotActive(
                 a.run_id,
                 f"its attempt {a.generation} has ended; {action} is only"
                 " possible while the attempt runs",
+            )
+        caller = current_attempt.get()
+        if caller is not a:
+            where = (
+                "a task outside any run"
+                if caller is None
+                else f"run {caller.run_id!r} (attempt {caller.generation})"
+            )
+            raise ContextMisuse(
+                f"{action} was called on the context of run {a.run_id!r} (attempt"
+                f" {a.generation}) from {where}; each body must use the ctx it was given"
             )
         return a
 
@@ -100,28 +127,33 @@ class RunContext:
             progress: if not None, committed as the run's checkpoint (``Running``); a
                 resumed attempt sees it as `checkpoint`.
             wait: block until a message or a ``Wake`` arrives (a pending pause or cancel
-                still takes effect).
+                still takes effect). Only one task may wait at a time; a second raises
+                ``trio.BusyResourceError``.
 
         Returns:
             The inbox messages, in send order (messages carried over from a paused
             attempt first).
 
         A pending pause ends the attempt here: ``Awaiting`` is committed with a
-        ``manual_pause`` ticket and the messages not yet returned ride with it.
+        ``manual_pause`` ticket and the messages not yet returned ride with it. A boundary
+        that would take the run past its ``max_steps`` ends it ``Ended(MaxSteps())``
+        without committing its progress.
         """
         a = self._live("boundary()")
         if progress is not None:
             progress = check_json(progress, f"progress of run {a.run_id!r}")
         await trio.lowlevel.checkpoint()
-        if progress is not None:
-            await self._supervisor.commit_progress(a, progress)
+        if a.max_steps is not None and a.steps >= a.max_steps:
+            raise StepCeiling(f"run {a.run_id!r} has used its max_steps={a.max_steps}")
         a.steps += 1
+        if progress is not None:
+            await self._supervisor.commit_progress(a, progress, a.steps)
         if wait and not a.has_news():
             await a.wait_for_news()
         if a.pause_requested:
             # Cancel wins over pause: a pending cancel raises here.
             await trio.lowlevel.checkpoint_if_cancelled()
-            a.suspension = Suspension(
+            a.suspension = Awaiting(
                 ResumeTicket(
                     correlation_id=f"{a.run_id}/pause/{a.generation}",
                     run_id=a.run_id,
@@ -130,8 +162,6 @@ class RunContext:
                 )
             )
             raise SuspendAttempt(f"run {a.run_id!r} paused")
-        if a.max_steps is not None and a.steps >= a.max_steps:
-            raise StepCeiling(f"run {a.run_id!r} reached max_steps={a.max_steps}")
         a.wake_pending = False
         return a.drain()
 
@@ -142,6 +172,7 @@ class RunContext:
         correlation_id: str | None = None,
         payload: JsonValue = None,
         deadline: float | None = None,
+        accepts: JsonValue = None,
     ) -> NoReturn:
         """Commit ``Awaiting`` with a ticket and end this attempt.
 
@@ -153,38 +184,47 @@ class RunContext:
             correlation_id: the ticket's id; defaults to ``"<run_id>/input/<generation>"``.
             payload: a JSON value for whoever answers (a question, a tool call).
             deadline: absolute wall-clock seconds after which resumes are refused.
+            accepts: a JSON Schema the resume value must match; `Runtime.resume` checks
+                it before committing anything and raises `InvalidPayload` on a mismatch.
         """
         a = self._live("await_input()")
-        if not isinstance(reason, str) or not reason:
-            raise InvalidArgument(f"await_input() of run {a.run_id!r} needs a non-empty str reason")
-        if correlation_id is not None and (
-            not isinstance(correlation_id, str) or not correlation_id
-        ):
-            raise InvalidArgument(
-                f"await_input() of run {a.run_id!r}: correlation_id must be a non-empty str or None"
-            )
-        if deadline is not None and (
-            isinstance(deadline, bool)
-            or not isinstance(deadline, int | float)
-            or not math.isfinite(deadline)
-        ):
-            raise InvalidArgument(
-                f"await_input() of run {a.run_id!r}: deadline must be finite wall-clock"
-                f" seconds or None, not {deadline!r}"
-            )
+        what = f"await_input() of run {a.run_id!r}"
+        if type(reason) is not str or not reason:
+            raise InvalidArgument(f"{what} needs a non-empty str reason, not {safe_repr(reason)}")
+        if correlation_id is not None:
+            check_id(correlation_id, f"{what}: correlation_id")
+        deadline = check_deadline(deadline, what)
         payload = check_json(payload, f"ticket payload of run {a.run_id!r}")
+        if accepts is not None:
+            accepts = check_schema(accepts, f"{what}: accepts")
         await trio.lowlevel.checkpoint()
-        a.suspension = Suspension(
+        a.suspension = Awaiting(
             ResumeTicket(
                 correlation_id=correlation_id or f"{a.run_id}/input/{a.generation}",
                 run_id=a.run_id,
                 thread_id=a.thread_id,
                 reason=reason,
                 payload=payload,
-                deadline=None if deadline is None else float(deadline),
+                deadline=deadline,
+                accepts=accepts,
             )
         )
         raise SuspendAttempt(f"run {a.run_id!r} awaits {reason}")
+
+    async def emit(self, kind: str, detail: JsonValue = None) -> None:
+        """Commit an event of the body's own ``kind`` (a dotted name such as
+        ``"agent.tool_started"``) with a JSON object ``detail``, in order with the run's
+        other events. No state changes; an attempt whose run moved on commits nothing
+        (`RunAlreadyEnded` or `StoreError`)."""
+        a = self._live("emit()")
+        if type(kind) is not str or not _EVENT_KIND.fullmatch(kind) or kind in _RUNTIME_KINDS:
+            raise InvalidArgument(
+                f"emit() of run {a.run_id!r}: kind must be a dotted lowercase name such as"
+                f" 'agent.tool_started' (not a runtime kind), not {safe_repr(kind)}"
+            )
+        frozen = freeze_detail({} if detail is None else detail, f"detail of {kind!r}")
+        await trio.lowlevel.checkpoint()
+        await self._supervisor.emit(a, kind, frozen)
 
     async def start_child(
         self,

@@ -67,13 +67,17 @@ class NotActive(AwakenError):
 class NotAwaiting(AwakenError):
     """A resume found no live ticket: the run is not `Awaiting`. Nothing was committed."""
 
-    def __init__(self, run_id: str, state: RunState) -> None:
+    def __init__(self, run_id: str, state: RunState, why: str = "") -> None:
         self.run_id = run_id
         self.state = state
-        super().__init__(
-            f"run {run_id!r} is not awaiting (its committed state is {state!r});"
-            " only an Awaiting run can be resumed, and a cancelled or stopped run never is"
-        )
+        if why:
+            text = f"run {run_id!r} cannot be resumed: {why}; nothing was committed"
+        else:
+            text = (
+                f"run {run_id!r} is not awaiting (its committed state is {state!r});"
+                " only an Awaiting run can be resumed, and a cancelled or stopped run never is"
+            )
+        super().__init__(text)
 
 
 class TicketMismatch(AwakenError):
@@ -121,5 +125,54 @@ class RuntimeClosed(AwakenError):
     """The runtime is shutting down or closed and accepts no new attempts."""
 
 
+class ContextMisuse(AwakenError, RuntimeError):
+    """A `RunContext` was used outside the attempt it belongs to.
+
+    Each body must use the ``ctx`` it was given (tasks it starts inside its attempt may share
+    it); a child run has a context of its own, and a context is dead once its attempt ended.
+    """
+
+
 class StoreError(AwakenError):
-    """The store failed to apply a commit. The committed truth is unchanged."""
+    """The store failed.
+
+    ``outcome_unknown`` tells whether the failed write may have landed: a store that knows
+    its transaction was rolled back raises with ``outcome_unknown=False`` (committed truth is
+    unchanged); any other failure leaves it unknown, so read the run's committed state
+    before acting on it.
+    """
+
+    def __init__(self, message: str, *, outcome_unknown: bool = True) -> None:
+        self.outcome_unknown = outcome_unknown
+        super().__init__(message)
+
+
+class RunError(AwakenError):
+    """Raise it (or a subclass) from a body to end the run ``Failed(code, message)``.
+
+    ``code`` is a stable snake_case name hosts can branch on; ``message`` is for people.
+    """
+
+    def __init__(self, code: str, message: str = "") -> None:
+        if not isinstance(code, str) or not _is_snake_case(code):
+            raise InvalidArgument(
+                f"a RunError code must be a snake_case str such as 'rate_limited', not {code!r}"
+            )
+        if not isinstance(message, str):
+            raise InvalidArgument(f"a RunError message must be a str, not {message!r}")
+        self.code = code
+        self.message = message
+        super().__init__(f"{code}: {message}" if message else code)
+
+
+class MaxStepsReached(AwakenError):
+    """Raise it from a body to end the run ``Ended(MaxSteps())``, as reaching ``max_steps``
+    at a boundary does."""
+
+
+def _is_snake_case(code: str) -> bool:
+    return (
+        bool(code)
+        and code[0].isalpha()
+        and all(c == "_" or c.isdigit() or ("a" <= c <= "z") for c in code)
+    )

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING, final
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING, TypeVar, final
 
 import trio
 
-from ._errors import UnknownRun
-from ._state import Ended, RunEvent
+from ._errors import AwakenError, StoreError, UnknownRun
+from ._state import Ended, EventKind, RunEvent
+from ._util import NoPublicConstructor, safe_repr
+
+T = TypeVar("T")
 
 if TYPE_CHECKING:
     from ._commits import CommitMailbox
@@ -16,7 +20,7 @@ if TYPE_CHECKING:
 
 
 @final
-class EventStream:
+class EventStream(metaclass=NoPublicConstructor):
     """An async iterator over committed `RunEvent`s (see `Runtime.events`).
 
     A plain class rather than an async generator, so breaking out of ``async for`` needs
@@ -46,7 +50,7 @@ class EventStream:
                 self._seq = event.seq
                 if (
                     self._run_id is not None
-                    and event.kind == "committed"
+                    and event.kind == EventKind.COMMITTED
                     and isinstance(event.state, Ended)
                 ):
                     self._finished = True  # a run's story ends with its terminal event
@@ -56,13 +60,13 @@ class EventStream:
                 raise StopAsyncIteration
             if not self._checked:
                 assert self._run_id is not None
-                if await self._store.load(self._run_id) is None:
+                if await self._read(self._store.load(self._run_id)) is None:
                     raise UnknownRun(self._run_id)
                 self._checked = True
             # Take the notification before reading, so a commit in between is not missed.
             changed = self._mailbox.changed_event()
             stopped = self._mailbox.stopped
-            batch = await self._store.events_after(self._seq, self._run_id)
+            batch = await self._read(self._store.events_after(self._seq, self._run_id))
             if batch:
                 self._buffer.extend(batch)
                 continue
@@ -70,3 +74,13 @@ class EventStream:
                 self._finished = True
                 raise StopAsyncIteration
             await changed.wait()
+
+    async def _read(self, call: Awaitable[T]) -> T:
+        try:
+            return await call
+        except (AwakenError, trio.Cancelled):
+            raise
+        except Exception as exc:
+            raise StoreError(
+                f"the store failed to read events: {safe_repr(exc)}", outcome_unknown=False
+            ) from exc

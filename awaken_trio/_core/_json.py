@@ -1,16 +1,20 @@
-"""JSON payload checking.
+"""JSON payloads: checked when handed over, frozen from then on.
 
 Every payload that crosses the runtime's boundary (input, result, progress, ticket payload,
-resume value, messages) must survive a JSON round trip unchanged. Checking happens when the
-value is handed over, so bad input is rejected at the call that supplied it, never later.
-The check also copies the value: the runtime never shares a mutable list or dict with the
-caller, so nothing the caller does afterwards can change committed truth.
+resume value, messages, event details) must survive a JSON round trip unchanged. The check
+runs when the value is handed over, so bad input is rejected at the call that supplied it,
+never later, and it returns a deeply frozen copy: `FrozenDict` and `FrozenList` are
+read-only subclasses of ``dict`` and ``list``. The runtime never shares a mutable container
+with anyone, so nothing a caller or a body does afterwards can change committed truth, and a
+frozen value can be handed out again and again without copying. Frozen values hash, so the
+states and records that hold them hash too.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any, TypeAlias
+from collections.abc import Iterable
+from typing import Any, NoReturn, TypeAlias
 
 from ._errors import InvalidPayload
 
@@ -19,33 +23,118 @@ from ._errors import InvalidPayload
 # `dict[str, int]` or a body reading `ctx.checkpoint["step"]` needs no casts.
 JsonValue: TypeAlias = Any
 
-_SCALARS = (str, bool, int)
 _MAX_DEPTH = 200
+# CPython refuses to turn an int of more than 4300 digits into text by default, so a larger
+# one would not survive `json.dumps`. Below this many bits an int always has fewer digits.
+_MAX_INT_DIGITS = 4300
+_SAFE_INT_BITS = 14_280
+
+
+def _read_only(self: object, *args: object, **kwargs: object) -> NoReturn:
+    raise TypeError(
+        f"this {type(self).__name__} is a committed JSON value and cannot be changed;"
+        " make a copy to edit (dict(value) or list(value)) and hand the copy over"
+    )
+
+
+class FrozenDict(dict[str, Any]):
+    """A read-only ``dict`` holding a checked JSON object.
+
+    Payloads the runtime hands out (``ctx.input``, ``ctx.checkpoint``, records, tickets,
+    events) are frozen: reading is plain ``dict`` reading, every mutator raises
+    ``TypeError``. ``dict(value)`` is a mutable copy. Building one checks its contents.
+    """
+
+    __slots__ = ()
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        dict.update(self, check_json(dict(*args, **kwargs), "a FrozenDict"))
+
+    def __hash__(self) -> int:  # type: ignore[override]
+        return hash(frozenset(self.items()))
+
+    def __copy__(self) -> FrozenDict:
+        return self
+
+    def __deepcopy__(self, memo: object) -> FrozenDict:
+        return self
+
+    __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = _read_only
+    __ior__ = _read_only
+
+
+class FrozenList(list[Any]):
+    """A read-only ``list`` holding a checked JSON array (see `FrozenDict`)."""
+
+    __slots__ = ()
+
+    def __init__(self, items: Iterable[Any] = ()) -> None:
+        list.extend(self, check_json(list(items), "a FrozenList"))
+
+    def __hash__(self) -> int:  # type: ignore[override]
+        return hash(tuple(self))
+
+    def __copy__(self) -> FrozenList:
+        return self
+
+    def __deepcopy__(self, memo: object) -> FrozenList:
+        return self
+
+    __setitem__ = __delitem__ = append = extend = insert = pop = remove = _read_only
+    clear = sort = reverse = __iadd__ = __imul__ = _read_only
+
+
+def _frozen_dict(items: dict[str, Any]) -> FrozenDict:
+    # Contents already checked and frozen: fill the instance without checking again.
+    out = dict.__new__(FrozenDict)
+    dict.update(out, items)
+    return out
+
+
+def _frozen_list(items: list[Any]) -> FrozenList:
+    out = list.__new__(FrozenList)
+    list.extend(out, items)
+    return out
+
+
+EMPTY_DICT: FrozenDict = _frozen_dict({})
 
 
 def check_json(value: object, what: str) -> JsonValue:
-    """Return a private copy of ``value`` or raise `InvalidPayload` naming ``what``.
+    """Return ``value`` as a frozen JSON value, or raise `InvalidPayload` naming ``what``.
 
     Args:
         value: the candidate payload.
         what: a phrase naming the payload and its run, used in the error message
             (for example ``"input of run 'r1'"``).
     """
-    if value is None:
-        return None
     cls = type(value)
-    if cls is str or cls is int or cls is bool:
-        return value
-    return _copy(value, what, "$", 0)
+    if value is None or cls is str or cls is bool or cls is FrozenDict or cls is FrozenList:
+        return value  # immutable already (a frozen container was checked when it was built)
+    return _freeze(value, what, "$", 0)
 
 
-def _copy(value: object, what: str, path: str, depth: int) -> JsonValue:
+def freeze_detail(detail: dict[str, JsonValue], what: str) -> FrozenDict:
+    """A frozen event detail (a JSON object), checked."""
+    frozen = check_json(detail, what)
+    if type(frozen) is not FrozenDict:
+        raise InvalidPayload(f"{what} must be a JSON object (a dict with str keys)")
+    return frozen
+
+
+def _freeze(value: object, what: str, path: str, depth: int) -> JsonValue:
     if depth > _MAX_DEPTH:
         raise InvalidPayload(f"{what} is nested deeper than {_MAX_DEPTH} levels at {path}")
-    if value is None:
-        return None
     cls = type(value)
-    if cls in _SCALARS:
+    if value is None or cls is str or cls is bool or cls is FrozenDict or cls is FrozenList:
+        return value
+    if cls is int:
+        assert isinstance(value, int)
+        if value.bit_length() > _SAFE_INT_BITS and not _few_digits(value):
+            raise InvalidPayload(
+                f"{what} holds an int of more than {_MAX_INT_DIGITS} digits at {path}, which"
+                " does not survive a JSON round trip; send it as a string"
+            )
         return value
     if cls is float:
         assert isinstance(value, float)
@@ -57,17 +146,20 @@ def _copy(value: object, what: str, path: str, depth: int) -> JsonValue:
         return value
     if cls is list:
         assert isinstance(value, list)
-        return [_copy(item, what, f"{path}[{i}]", depth + 1) for i, item in enumerate(value)]
+        return _frozen_list(
+            [_freeze(item, what, f"{path}[{i}]", depth + 1) for i, item in enumerate(value)]
+        )
     if cls is dict:
         assert isinstance(value, dict)
         out: dict[str, JsonValue] = {}
         for key, item in value.items():
             if type(key) is not str:
                 raise InvalidPayload(
-                    f"{what} has the non-string key {key!r} at {path}; JSON object keys must be str"
+                    f"{what} has the non-string key {_safe_repr(key)} at {path};"
+                    " JSON object keys must be str"
                 )
-            out[key] = _copy(item, what, f"{path}.{key}", depth + 1)
-        return out
+            out[key] = _freeze(item, what, f"{path}.{key}", depth + 1)
+        return _frozen_dict(out)
     hint = ""
     if isinstance(value, tuple | set | frozenset):
         hint = " (use a list)"
@@ -77,3 +169,17 @@ def _copy(value: object, what: str, path: str, depth: int) -> JsonValue:
         f"{what} holds a {cls.__name__} at {path}, which is not a JSON value{hint};"
         " payloads must be None, bool, int, finite float, str, list or dict with str keys"
     )
+
+
+def _few_digits(value: int) -> bool:
+    try:
+        return len(str(abs(value))) <= _MAX_INT_DIGITS
+    except ValueError:  # the interpreter's own digit limit is lower still
+        return False
+
+
+def _safe_repr(value: object) -> str:
+    try:
+        return repr(value)
+    except Exception:
+        return f"<{type(value).__name__}>"

@@ -14,20 +14,24 @@ from ._attempt import Attempt, Body, EndRequest
 from ._commands import Cancel, LiveCommand, Message, Pause, Wake
 from ._commits import CommitMailbox, CommitStatistics
 from ._errors import (
+    AwakenError,
     InvalidArgument,
     NotActive,
     NotAwaiting,
     RunAlreadyEnded,
+    StoreError,
     TicketExpired,
     TicketMismatch,
     UnknownRun,
 )
 from ._events import EventStream
 from ._handle import RunHandle
-from ._json import JsonValue, check_json
+from ._json import FrozenDict, JsonValue, check_json, freeze_detail
+from ._schema import check_value
 from ._state import Awaiting, Cancelled, Ended, ResumeTicket, RunRecord, RunState, Stopped
-from ._storage import Accepted, Expect, Rejected, Store
+from ._storage import STORE_METHODS, Accepted, Expect, Rejected, Store
 from ._supervisor import Clock, Supervisor, VerifierFactory
+from ._util import NoPublicConstructor, safe_repr
 from ._validate import check_body, check_id
 
 _COMMANDS = frozenset((Cancel, Pause, Wake, Message))
@@ -41,21 +45,28 @@ class RuntimeStatistics:
     active_attempts: int
     queued_runs: int
     busy_threads: int
-    known_bodies: int
+    awaiting_bodies: int
     supervisor: CommitStatistics
 
 
 @final
-class Runtime:
+class Runtime(metaclass=NoPublicConstructor):
     """Runs bodies as actors, one attempt at a time per thread. Get one from `open_runtime`."""
 
     def __init__(self, supervisor: Supervisor) -> None:
         self._supervisor = supervisor
         self._store = supervisor.store
         self._registry = supervisor.registry
+        supervisor.make_handle = self._handle
+
+    def _handle(self, attempt: Attempt) -> RunHandle:
+        return RunHandle._create(
+            attempt.run_id, attempt.thread_id, attempt.generation, attempt.completion, self.record
+        )
 
     # ------------------------------------------------------------------ starting runs
 
+    @trio.lowlevel.enable_ki_protection
     async def start(
         self,
         body: Body,
@@ -78,7 +89,12 @@ class Runtime:
             thread_id: the thread the run belongs to; one attempt per thread runs at a
                 time. Defaults to the run's own id.
             name: a label kept with the record.
-            max_steps: end the run ``Ended(MaxSteps())`` at this many ``boundary()`` calls.
+            max_steps: the run's budget of ``boundary()`` calls, across all its attempts;
+                the call that would exceed it ends the run ``Ended(MaxSteps())``.
+
+        Raises:
+            RunExists: ``run_id`` is taken. InvalidArgument, InvalidBody, InvalidPayload:
+            a bad argument (nothing is committed). RuntimeClosed: the runtime is closing.
         """
         return await self._supervisor.start_run(
             body,
@@ -112,27 +128,29 @@ class Runtime:
 
     # ------------------------------------------------------------------ live commands
 
+    @trio.lowlevel.enable_ki_protection
     def deliver(self, command: LiveCommand) -> None:
         """Deliver a live command to the run's active attempt in this process.
 
         Raises:
             NotActive: nothing controllable here (unknown, queued, awaiting, ended, or
                 another process's). Read the committed state; see `NotActive`.
-            InvalidArgument: not a `LiveCommand`, or a `Message` payload that is not JSON.
+            InvalidArgument: not a `LiveCommand`.
         """
-        payload = self._check_command(command)
+        self._check_command(command)
         attempt = self._registry.get(command.run_id)
         if attempt is None or attempt.sealed:
             raise NotActive(command.run_id)
-        self._apply(attempt, command, payload)
+        _apply(attempt, command)
 
+    @trio.lowlevel.enable_ki_protection
     async def deliver_to_current_attempt(self, command: LiveCommand) -> None:
         """Like `deliver`, but first ask the attempt's ownership verifier.
 
         The verifier (a durable claim check) runs outside the registry; afterwards the
         attempt must still be the registered generation, or the command is refused.
         """
-        payload = self._check_command(command)
+        self._check_command(command)
         run_id = command.run_id
         attempt = self._registry.get(run_id)
         if attempt is None or attempt.sealed:
@@ -145,40 +163,23 @@ class Runtime:
             try:
                 current = await attempt.verifier.verify_current()
             except Exception as exc:
-                raise NotActive(run_id, f"its ownership could not be verified: {exc!r}") from exc
-            if not current:
+                raise NotActive(
+                    run_id, f"its ownership could not be verified: {safe_repr(exc)}"
+                ) from exc
+            if current is not True:
                 raise NotActive(run_id, "this process no longer owns its attempt")
         again = self._registry.get(run_id)
         if again is not attempt or again.generation != generation or again.sealed:
             raise NotActive(run_id, "its attempt changed while ownership was being checked")
-        self._apply(attempt, command, payload)
+        _apply(attempt, command)
 
     @staticmethod
-    def _check_command(command: LiveCommand) -> JsonValue:
+    def _check_command(command: LiveCommand) -> None:
         if type(command) not in _COMMANDS:
             raise InvalidArgument(
-                f"unknown command {command!r}; deliver one of LiveCommand.Cancel,"
+                f"unknown command {safe_repr(command)}; deliver one of LiveCommand.Cancel,"
                 " LiveCommand.Pause, LiveCommand.Wake or LiveCommand.Message"
             )
-        check_id(command.run_id, "the command's run_id")
-        if isinstance(command, Message):
-            return check_json(command.payload, f"message for run {command.run_id!r}")
-        return None
-
-    @staticmethod
-    def _apply(attempt: Attempt, command: LiveCommand, payload: JsonValue) -> None:
-        kind = type(command)
-        if kind is Cancel:
-            assert isinstance(command, Cancel)
-            attempt.request_end(EndRequest(Cancelled(), "deliver", command.reason))
-            return
-        if kind is Pause:
-            attempt.pause_requested = True
-        elif kind is Wake:
-            attempt.wake_pending = True
-        else:
-            attempt.inbox.append(payload)
-        attempt.notify()
 
     # ------------------------------------------------------------------ committed control
 
@@ -196,14 +197,15 @@ class Runtime:
 
     async def stop_run(self, run_id: str, reason: str, *, thread_id: str | None = None) -> RunState:
         """End the run ``Ended(Stopped(reason))``: a host decision (budget, policy, operator)."""
-        if not isinstance(reason, str):
+        if type(reason) is not str:
             raise InvalidArgument(
-                f"stop_run() of run {run_id!r} needs a str reason, not {reason!r}"
+                f"stop_run() of run {run_id!r} needs a str reason, not {safe_repr(reason)}"
             )
         return await self._end_run(
             run_id, EndRequest(Stopped(reason), "stop_run", reason), thread_id
         )
 
+    @trio.lowlevel.enable_ki_protection
     async def _end_run(self, run_id: str, request: EndRequest, thread_id: str | None) -> RunState:
         check_id(run_id, "run_id")
         if thread_id is not None:
@@ -223,20 +225,25 @@ class Runtime:
                 if isinstance(state, Ended):
                     raise RunAlreadyEnded(run_id, state)
                 continue  # it paused or awaited first: end it through the committed path
-            record = await self._store.load(run_id)
-            if record is None:
-                raise UnknownRun(run_id)
+            record = await self._load(run_id)
             if thread_id is not None and record.thread_id != thread_id:
                 raise UnknownRun(run_id, f"run {run_id!r} is not on thread {thread_id!r}")
             if isinstance(record.state, Ended):
                 raise RunAlreadyEnded(run_id, record.state)
             if self._registry.get(run_id) or self._supervisor.queued.get(run_id):
                 continue  # an attempt appeared while we read
-            result = await self._supervisor.commit_end(record, request)
+            result = await self._supervisor.commit_end(
+                run_id,
+                record.generation,
+                type(record.state),
+                request,
+                parent_run_id=record.parent_run_id,
+            )
             if isinstance(result, Accepted):
                 return result.record.state
             # The run moved on between the read and the commit: look again.
 
+    @trio.lowlevel.enable_ki_protection
     async def resume(
         self,
         run_id: str,
@@ -249,7 +256,8 @@ class Runtime:
 
         The new attempt sees ``ctx.resume_value == value`` and ``ctx.checkpoint`` = the
         last committed progress; messages carried by the pause come first from its first
-        ``boundary()``. On a busy thread the run is committed ``Queued`` instead.
+        ``boundary()``. On a busy thread the run is committed ``Queued`` instead. A child
+        run is resumed inside its parent's attempt, which must still be running here.
 
         Args:
             correlation_id: must match the live ticket; None answers whatever is live.
@@ -257,6 +265,8 @@ class Runtime:
 
         Raises:
             NotAwaiting, TicketMismatch, TicketExpired, UnknownRun: nothing is committed.
+            InvalidPayload: ``value`` is not JSON, or does not match the ticket's
+                ``accepts`` schema (the ticket stays live).
         """
         check_id(run_id, "run_id")
         if correlation_id is not None:
@@ -266,53 +276,59 @@ class Runtime:
             check_body(body)
         self._supervisor.actors_nursery()  # refuses once shutdown has begun
         await trio.lowlevel.checkpoint()
-        record = await self._store.load(run_id)
-        if record is None:
-            raise UnknownRun(run_id)
+        record = await self._load(run_id)
         ticket = self._check_ticket(record, correlation_id)
-        spec = self._supervisor.specs.get(run_id)
-        max_steps = None if spec is None else spec.max_steps
+        if ticket.accepts is not None:
+            check_value(ticket.accepts, value, f"the resume value for run {run_id!r}")
         if body is None:
-            if spec is None:
+            body = self._supervisor.bodies.get(run_id)
+            if body is None:
                 raise InvalidArgument(
                     f"no body is known for run {run_id!r} in this runtime; pass body= to resume()"
                 )
-            body = spec.body
-        parent = None if record.parent_run_id is None else self._registry.get(record.parent_run_id)
-        nursery: trio.Nursery | None
-        if parent is not None and not parent.sealed and parent.children_nursery is not None:
-            nursery = parent.children_nursery
-        else:
-            parent = None
-            nursery = self._supervisor.actors_nursery()
+        parent = None
+        if record.parent_run_id is not None:
+            parent = self._registry.get(record.parent_run_id)
+            if parent is None or parent.children_closed or parent.sealed:
+                raise NotAwaiting(
+                    run_id,
+                    record.state,
+                    f"its parent run {record.parent_run_id!r} has no running attempt here,"
+                    " and a child never outlives its parent's attempt",
+                )
         attempt = self._supervisor.new_attempt(
             run_id,
             record.thread_id,
             record.generation + 1,
             parent,
             body,
-            max_steps,
+            record.max_steps,
+            record.steps,
             record.input,
             record.checkpoint,
             value,
         )
-        result = await self._supervisor.admit(
-            attempt,
-            nursery,
-            Expect(
-                generation=record.generation, state=Awaiting, correlation_id=ticket.correlation_id
-            ),
-            None,
-            {"source": "resume", "correlation_id": ticket.correlation_id},
-        )
+        try:
+            result = await self._supervisor.admit(
+                attempt,
+                Expect(
+                    generation=record.generation,
+                    state=Awaiting,
+                    correlation_id=ticket.correlation_id,
+                ),
+                None,
+                _resume_detail(ticket.correlation_id),
+            )
+        except NotActive:
+            raise NotAwaiting(
+                run_id, record.state, "its parent's attempt began to end meanwhile"
+            ) from None
         if isinstance(result, Rejected):
-            latest = await self._store.load(run_id)
-            assert latest is not None
+            assert result.state is not None
+            latest = await self._load(run_id)
             self._check_ticket(latest, ticket.correlation_id)
-            raise NotAwaiting(run_id, latest.state)  # pragma: no cover - defensive
-        return RunHandle(
-            run_id, record.thread_id, attempt.generation, completion=attempt.completion
-        )
+            raise NotAwaiting(run_id, latest.state)
+        return self._handle(attempt)
 
     def _check_ticket(self, record: RunRecord, correlation_id: str | None) -> ResumeTicket:
         state = record.state
@@ -322,7 +338,7 @@ class Runtime:
         if correlation_id is not None and correlation_id != ticket.correlation_id:
             raise TicketMismatch(record.run_id, ticket.correlation_id, correlation_id)
         if ticket.deadline is not None:
-            now = self._supervisor.clock()
+            now = self._supervisor.now()
             if now > ticket.deadline:
                 raise TicketExpired(record.run_id, ticket.correlation_id, ticket.deadline, now)
         return ticket
@@ -334,9 +350,20 @@ class Runtime:
         return (await self.record(run_id)).state
 
     async def record(self, run_id: str) -> RunRecord:
-        """The run's committed record."""
+        """The run's committed record (its payloads are frozen)."""
         check_id(run_id, "run_id")
-        record = await self._store.load(run_id)
+        return await self._load(run_id)
+
+    async def _load(self, run_id: str) -> RunRecord:
+        try:
+            record = await self._store.load(run_id)
+        except (AwakenError, trio.Cancelled):
+            raise
+        except Exception as exc:
+            raise StoreError(
+                f"the store failed to read run {run_id!r}: {safe_repr(exc)}",
+                outcome_unknown=False,
+            ) from exc
         if record is None:
             raise UnknownRun(run_id)
         return record
@@ -354,16 +381,36 @@ class Runtime:
         """
         if run_id is not None:
             check_id(run_id, "run_id")
-        return EventStream(self._store, self._supervisor.mailbox, run_id, follow)
+        return EventStream._create(self._store, self._supervisor.mailbox, run_id, follow)
 
     def statistics(self) -> RuntimeStatistics:
         return RuntimeStatistics(
             active_attempts=len(self._registry),
             queued_runs=len(self._supervisor.queued),
             busy_threads=len(self._supervisor.gate),
-            known_bodies=len(self._supervisor.specs),
+            awaiting_bodies=len(self._supervisor.bodies),
             supervisor=self._supervisor.mailbox.statistics(),
         )
+
+
+def _apply(attempt: Attempt, command: LiveCommand) -> None:
+    kind = type(command)
+    if kind is Cancel:
+        assert isinstance(command, Cancel)
+        attempt.request_end(EndRequest(Cancelled(), "deliver", command.reason))
+        return
+    if kind is Pause:
+        attempt.pause_requested = True
+    elif kind is Wake:
+        attempt.wake_pending = True
+    else:
+        assert isinstance(command, Message)
+        attempt.inbox.append(command.payload)
+    attempt.notify()
+
+
+def _resume_detail(correlation_id: str) -> FrozenDict:
+    return freeze_detail({"source": "resume", "correlation_id": correlation_id}, "detail")
 
 
 def _resolve_store(store: str | Store) -> tuple[Store, bool]:
@@ -371,9 +418,9 @@ def _resolve_store(store: str | Store) -> tuple[Store, bool]:
         from ..store import open_store  # backends load on first use of their scheme
 
         return open_store(store), True
-    for method in ("apply", "load", "events_after", "aclose"):
+    for method in STORE_METHODS:
         if not callable(getattr(store, method, None)):
-            raise InvalidArgument(f"{store!r} is not a Store: it has no {method}() method")
+            raise InvalidArgument(f"{safe_repr(store)} is not a Store: it has no {method}() method")
     return store, False
 
 
@@ -384,14 +431,14 @@ async def open_runtime(
     clock: Clock = time.time,
     ownership_verifier: VerifierFactory | None = None,
     max_batch: int = 1024,
-    **options: object,
 ) -> AsyncIterator[Runtime]:
     """Open a runtime: a supervisor, a store and a nursery for the run actors.
 
     Leaving the block ends every active or queued run of a non-durable store with
     ``Ended(Stopped("runtime shutdown"))`` (each commit shielded) and returns once they are
     committed. An exception from the block comes out unwrapped; KeyboardInterrupt and
-    SystemExit, from the block or from a body, shut down the same way and are re-raised.
+    SystemExit, from the block, from a body or from anything the runtime calls (the
+    clock, the store), shut down the same way and are re-raised.
 
     Args:
         store: ``"memory://"`` (the default) or a `Store` instance.
@@ -400,31 +447,27 @@ async def open_runtime(
             called for every attempt; `Runtime.deliver_to_current_attempt` asks it.
         max_batch: most commits the supervisor hands the store in one transaction.
     """
-    if options:
-        raise InvalidArgument(
-            f"unknown open_runtime() options {sorted(options)};"
-            " known: clock, ownership_verifier, max_batch"
-        )
     if ownership_verifier is not None and not callable(ownership_verifier):
         raise InvalidArgument(
             "ownership_verifier must be a callable (run_id, thread_id, generation) ->"
-            f" OwnershipVerifier | None, not {ownership_verifier!r}"
+            f" OwnershipVerifier | None, not {safe_repr(ownership_verifier)}"
         )
     if not callable(clock):
         raise InvalidArgument(
-            f"clock must be a callable returning wall-clock seconds, not {clock!r}"
+            f"clock must be a callable returning wall-clock seconds, not {safe_repr(clock)}"
         )
-    if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
-        raise InvalidArgument(f"max_batch must be a positive int, not {max_batch!r}")
+    if type(max_batch) is not int or max_batch < 1:
+        raise InvalidArgument(f"max_batch must be a positive int, not {safe_repr(max_batch)}")
     store_obj, owned = _resolve_store(store)
     mailbox = CommitMailbox(store_obj, max_batch=max_batch)
     supervisor = Supervisor(store_obj, mailbox, clock, ownership_verifier)
-    runtime = Runtime(supervisor)
+    runtime = Runtime._create(supervisor)
     caller_error: BaseException | None = None
+    internal_error: BaseException | None = None
     try:
         async with trio.open_nursery() as system:
             await system.start(_run_mailbox, mailbox)
-            await system.start(supervisor.host_actors)
+            await system.start(supervisor.host_actors, system.cancel_scope)
             try:
                 yield runtime
             except BaseException as exc:  # re-raised below, outside the nursery, unwrapped
@@ -433,31 +476,30 @@ async def open_runtime(
                 with trio.CancelScope(shield=True):
                     supervisor.begin_shutdown()
                     await supervisor.actors_done.wait()
-    except BaseExceptionGroup as group:
-        interrupt = _find_interrupt(group)
-        if interrupt is not None:
-            raise interrupt from None
-        raise
+    except BaseExceptionGroup as group:  # pragma: no cover - the system tasks never raise
+        internal_error = group
     finally:
         if owned:
             with trio.CancelScope(shield=True):
                 await store_obj.aclose()
-    if caller_error is not None:
+    interrupt = supervisor.interrupt
+    if isinstance(caller_error, KeyboardInterrupt | SystemExit):
         raise caller_error
+    if interrupt is not None:
+        # The interrupt stopped the block: a Cancelled it caused is not the caller's.
+        if isinstance(caller_error, trio.Cancelled):
+            raise interrupt from None
+        raise interrupt
+    if caller_error is not None:
+        if internal_error is not None:  # pragma: no cover
+            caller_error.add_note(f"awaken_trio also failed while closing: {internal_error!r}")
+        raise caller_error
+    if internal_error is not None:  # pragma: no cover
+        raise internal_error
 
 
+@trio.lowlevel.enable_ki_protection
 async def _run_mailbox(mailbox: CommitMailbox, *, task_status: trio.TaskStatus[None]) -> None:
     # The mailbox must outlive every actor: only its close() ends it.
     with trio.CancelScope(shield=True):
         await mailbox.run(task_status=task_status)
-
-
-def _find_interrupt(group: BaseExceptionGroup[BaseException]) -> BaseException | None:
-    for exc in group.exceptions:
-        if isinstance(exc, KeyboardInterrupt | SystemExit):
-            return exc
-        if isinstance(exc, BaseExceptionGroup):
-            found = _find_interrupt(exc)
-            if found is not None:
-                return found
-    return None

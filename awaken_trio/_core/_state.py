@@ -12,11 +12,25 @@ The variants of `RunState` and `EndCause` are subclasses reachable as class attr
 
 from __future__ import annotations
 
-from typing import ClassVar, final
+import enum
+from typing import Any, ClassVar, final
 
 import attrs
 
-from ._json import JsonValue
+from ._json import FrozenDict, JsonValue, check_json, freeze_detail
+
+
+def _payload(value: object) -> JsonValue:
+    return check_json(value, "a payload")
+
+
+def _detail(value: dict[str, JsonValue]) -> FrozenDict:
+    return freeze_detail(value, "an event detail")
+
+
+def _is_str(_: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if type(value) is not str:
+        raise TypeError(f"{attribute.name} must be a str, not {value!r}")
 
 
 def _variant_name(cls: type, family: str) -> None:
@@ -65,16 +79,17 @@ class Cancelled(EndCause):
 class Stopped(EndCause):
     """The host ended the run for a reason it owns: budget, policy, shutdown."""
 
-    reason: str = attrs.field(validator=attrs.validators.instance_of(str))
+    reason: str = attrs.field(validator=_is_str)
 
 
 @final
 @attrs.frozen
 class Failed(EndCause):
-    """The body raised. ``code`` is the exception class in snake_case; hosts branch on it."""
+    """The body raised. ``code`` is a stable snake_case name hosts branch on: a
+    `RunError`'s code, else the exception class in snake_case."""
 
-    code: str = attrs.field(validator=attrs.validators.instance_of(str))
-    message: str = attrs.field(validator=attrs.validators.instance_of(str))
+    code: str = attrs.field(validator=_is_str)
+    message: str = attrs.field(validator=_is_str)
 
 
 @final
@@ -82,7 +97,7 @@ class Failed(EndCause):
 class Indeterminate(EndCause):
     """The outcome cannot be known (for example, a lost remote execution)."""
 
-    reason: str = attrs.field(validator=attrs.validators.instance_of(str))
+    reason: str = attrs.field(validator=_is_str)
 
 
 for _cls in (NaturalEnd, MaxSteps, Cancelled, Stopped, Failed, Indeterminate):
@@ -96,15 +111,17 @@ class ResumeTicket:
     """The one live ticket of an `Awaiting` run; a resume must answer it.
 
     ``deadline`` is absolute wall-clock seconds (the runtime's ``clock`` scale), or None
-    for a ticket that never expires.
+    for a ticket that never expires. ``accepts`` is a JSON Schema the resume value must
+    match, or None for any JSON value.
     """
 
     correlation_id: str
     run_id: str
     thread_id: str
     reason: str
-    payload: JsonValue = None
+    payload: JsonValue = attrs.field(default=None, converter=_payload)
     deadline: float | None = None
+    accepts: JsonValue = attrs.field(default=None, converter=_payload)
 
 
 @attrs.frozen
@@ -178,9 +195,23 @@ class RunRecord:
     name: str | None
     state: RunState
     generation: int
-    result: JsonValue = None
-    checkpoint: JsonValue = None
-    input: JsonValue = None
+    result: JsonValue = attrs.field(default=None, converter=_payload)
+    checkpoint: JsonValue = attrs.field(default=None, converter=_payload)
+    input: JsonValue = attrs.field(default=None, converter=_payload)
+    steps: int = 0
+    max_steps: int | None = None
+
+
+class EventKind(enum.StrEnum):
+    """The kinds of event the runtime writes (a body's own events, from ``ctx.emit``,
+    carry dotted kinds of its own such as ``"agent.tool_started"``)."""
+
+    COMMITTED = "committed"
+    """A state commit: start, progress, pause or await, resume, end."""
+    LATE_RESULT_DISCARDED = "late_result_discarded"
+    """A value the body returned after its run was cancelled; never committed."""
+    MESSAGES_DISCARDED = "messages_discarded"
+    """Accepted messages no attempt will read, because the run ended."""
 
 
 @final
@@ -188,11 +219,12 @@ class RunRecord:
 class RunEvent:
     """One committed event.
 
-    ``kind`` is ``"committed"`` for every state commit (progress commits included),
-    ``"late_result_discarded"`` and ``"messages_discarded"`` for what a terminal commit
-    threw away (these come right before that terminal event). ``seq`` is one store-wide,
-    strictly increasing sequence; ``at`` is read from the runtime's clock; ``detail`` is a
-    JSON object (cancel source and reason, discarded items, ...).
+    ``kind`` is an `EventKind` (``"committed"`` for every state commit, progress commits
+    included; ``"late_result_discarded"`` and ``"messages_discarded"`` for what a terminal
+    commit threw away, right before that terminal event), or a body's own dotted kind from
+    ``ctx.emit``. ``seq`` is one store-wide, strictly increasing sequence; ``at`` is read
+    from the runtime's clock; ``detail`` is a frozen JSON object (cancel source and reason,
+    discarded items, ...).
     """
 
     seq: int
@@ -201,5 +233,5 @@ class RunEvent:
     generation: int
     kind: str
     state: RunState
-    detail: dict[str, JsonValue]
+    detail: FrozenDict = attrs.field(converter=_detail)
     at: float

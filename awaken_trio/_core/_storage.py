@@ -1,8 +1,8 @@
-"""The store contract.
+"""The store contract: the values the runtime commits and the protocol a store implements.
 
-A store holds committed truth. The supervisor is its only writer: it hands the store a
-batch of `Commit` values and the store applies them in one transaction, in order, each one
-accepted or rejected on its own (a rejected commit changes nothing). Inside that
+A store holds committed truth. The runtime's supervisor is its only writer: it hands the
+store a batch of `Commit` values and the store applies them in one transaction, in order,
+each one accepted or rejected on its own (a rejected commit changes nothing). Inside that
 transaction every store enforces the same three rules:
 
 * terminal fence: a run whose state is `Ended` accepts no further commit;
@@ -11,17 +11,44 @@ transaction every store enforces the same three rules:
   stale attempt or a lost race can never overwrite newer truth;
 * ticket slot: an `Awaiting` commit stores the ticket (inside the state) together with
   the messages it carries; any other commit deletes the ticket.
+
+`awaken_trio.testing` ships these rules as a test suite any store can run.
 """
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Sequence
-from typing import Protocol, final, runtime_checkable
+from typing import Final, Literal, Protocol, final, runtime_checkable
 
 import attrs
 
-from ._json import JsonValue
+from ._json import EMPTY_DICT, FrozenDict, JsonValue, check_json, freeze_detail
 from ._state import RunEvent, RunRecord, RunState
+
+
+class _Unset(enum.Enum):
+    UNSET = "UNSET"
+
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+UNSET: Final = _Unset.UNSET
+"""A commit's ``checkpoint`` when it keeps the committed one."""
+
+
+class RejectReason(enum.StrEnum):
+    """Why a store refused a commit (nothing changed)."""
+
+    ENDED = "ended"
+    """The run has ended: the terminal fence."""
+    EXISTS = "exists"
+    """The commit creates a run whose id is taken."""
+    UNKNOWN = "unknown"
+    """The commit names a run the store has never seen."""
+    STALE = "stale"
+    """The run moved on: its generation, state or ticket is not what the commit expects."""
 
 
 @final
@@ -42,13 +69,21 @@ class Expect:
     correlation_id: str | None = None
 
 
+def _detail(value: dict[str, JsonValue]) -> FrozenDict:
+    return freeze_detail(value, "an event detail")
+
+
 @final
 @attrs.frozen
 class EventDraft:
     """An extra event that rides a commit, written before the commit's own event."""
 
     kind: str
-    detail: dict[str, JsonValue]
+    detail: FrozenDict = attrs.field(converter=_detail)
+
+
+def _input(value: object) -> JsonValue:
+    return check_json(value, "a run's input")
 
 
 @final
@@ -59,10 +94,12 @@ class NewRun:
     thread_id: str
     parent_run_id: str | None
     name: str | None
-    input: JsonValue
+    input: JsonValue = attrs.field(default=None, converter=_input)
+    max_steps: int | None = None
 
 
-_UNSET: JsonValue = {"__awaken_unset__": True}
+def _messages(value: Sequence[JsonValue]) -> tuple[JsonValue, ...]:
+    return tuple(check_json(item, "a message") for item in value)
 
 
 @final
@@ -79,6 +116,7 @@ class Commit:
         new_run: identity of a run this commit creates.
         result: the run's result (NaturalEnd commits).
         checkpoint: new progress, or `UNSET` to keep the committed one.
+        steps: the run's boundary count so far, or None to keep the committed one.
         carried_messages: messages an `Awaiting` commit keeps for the next attempt.
         take_messages: hand the committed carried messages to the committer (an attempt
             start); they are cleared.
@@ -86,6 +124,8 @@ class Commit:
             its own carried messages and writes one ``messages_discarded`` event.
         events: extra events written before the commit's own event.
         detail: the detail of the commit's own event.
+        announce: write the commit's own ``committed`` event. A commit that only records
+            a body's events (``ctx.emit``) changes no state and announces nothing.
         resume_value: the value a queued resume will hand to its attempt.
     """
 
@@ -96,16 +136,15 @@ class Commit:
     at: float
     new_run: NewRun | None = None
     result: JsonValue = None
-    checkpoint: JsonValue = _UNSET
-    carried_messages: tuple[JsonValue, ...] = ()
+    checkpoint: JsonValue = UNSET
+    steps: int | None = None
+    carried_messages: tuple[JsonValue, ...] = attrs.field(default=(), converter=_messages)
     take_messages: bool = False
-    discarded_messages: tuple[JsonValue, ...] = ()
+    discarded_messages: tuple[JsonValue, ...] = attrs.field(default=(), converter=_messages)
     events: tuple[EventDraft, ...] = ()
-    detail: dict[str, JsonValue] = attrs.field(factory=dict)
+    detail: FrozenDict = attrs.field(default=EMPTY_DICT, converter=_detail)
+    announce: bool = True
     resume_value: JsonValue = None
-
-
-UNSET = _UNSET
 
 
 @final
@@ -122,13 +161,10 @@ class Accepted:
 @final
 @attrs.frozen
 class Rejected:
-    """The commit was fenced off; nothing changed.
+    """The commit was fenced off; nothing changed. ``state`` is the committed state that
+    fenced it (None for an unknown run)."""
 
-    ``reason`` is one of ``"ended"``, ``"exists"``, ``"unknown"``, ``"stale"``;
-    ``state`` is the committed state that fenced it (None for an unknown run).
-    """
-
-    reason: str
+    reason: RejectReason
     state: RunState | None
 
 
@@ -139,30 +175,23 @@ class Store(Protocol):
     """Committed truth for runs, their tickets and their events.
 
     ``apply`` is called only by the runtime's supervisor. Reads may come from any task.
-    All methods are checkpoints.
+    All methods are checkpoints. A store that fails raises; it raises `StoreError` with
+    ``outcome_unknown=False`` when it knows the failed batch left nothing behind.
     """
-
-    @property
-    def durable(self) -> bool:
-        """Whether committed runs outlive the process (decides what shutdown does)."""
-        ...
 
     async def apply(self, batch: Sequence[Commit]) -> list[CommitResult]:
         """Apply ``batch`` in one transaction, in order; one result per commit."""
         ...
 
     async def load(self, run_id: str) -> RunRecord | None:
-        """The run's record, or None if the store has never seen it."""
-        ...
-
-    async def carried_messages(self, run_id: str) -> tuple[JsonValue, ...]:
-        """Messages an Awaiting or Queued run carries for its next attempt."""
+        """The run's record, or None if the store does not hold it."""
         ...
 
     async def events_after(
         self, seq: int, run_id: str | None = None, limit: int = 1000
     ) -> list[RunEvent]:
-        """Committed events with ``seq`` greater than ``seq``, oldest first."""
+        """Committed events with ``seq`` greater than ``seq``, oldest first, at most
+        ``limit`` of them; an empty list means there are none yet."""
         ...
 
     async def aclose(self) -> None:
@@ -181,3 +210,7 @@ class InlineStore(Store, Protocol):
     def apply_now(self, batch: Sequence[Commit]) -> list[CommitResult]:
         """Apply ``batch`` as `Store.apply` does, without yielding."""
         ...
+
+
+StoreMethod = Literal["apply", "load", "events_after", "aclose"]
+STORE_METHODS: tuple[StoreMethod, ...] = ("apply", "load", "events_after", "aclose")

@@ -5,42 +5,66 @@ The supervisor is the only writer of committed state. It admits attempts (commit
 the finish boundary: one commit that, in the same step, deregisters the attempt, frees its
 thread and releases everyone waiting for it. It owns the nursery the top-level actors live
 in; only runtime shutdown cancels that nursery, never the code that opened the runtime.
+
+Two rules keep every committed state backed by an actor. An admission reserves its place
+in the nursery before it commits, and a nursery closes only after the admissions under way
+have spawned (`Attempt.close_children`, `Supervisor.host_actors`). And the finish boundary
+never raises: whatever fails on the way (the clock, the store, a child's commit), the
+attempt is let go and every waiter is answered.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Callable
-from functools import partial
-from typing import Any, final
+from typing import TYPE_CHECKING, final
 
 import trio
 
 from ._actor import run_attempt
-from ._attempt import Attempt, Body, EndRequest, OwnershipVerifier
+from ._attempt import SHUTDOWN, Attempt, Body, EndRequest, OwnershipVerifier, ParkedChild
 from ._commits import CommitMailbox
-from ._context import RunContext
-from ._errors import RunAlreadyEnded, RunExists, RuntimeClosed, StoreError
-from ._handle import RunHandle
-from ._json import JsonValue, check_json
+from ._errors import (
+    InvalidArgument,
+    NotActive,
+    RunAlreadyEnded,
+    RunExists,
+    RuntimeClosed,
+    StoreError,
+)
+from ._json import FrozenDict, JsonValue, check_json, freeze_detail
 from ._registry import AttemptRegistry, ThreadGate
-from ._state import Awaiting, Cancelled, Ended, Queued, Running, RunRecord, RunState, Stopped
-from ._storage import Accepted, Commit, CommitResult, Expect, NewRun, Rejected, Store
+from ._state import Awaiting, Cancelled, Ended, Queued, Running, RunState
+from ._storage import (
+    Accepted,
+    Commit,
+    CommitResult,
+    EventDraft,
+    Expect,
+    NewRun,
+    Rejected,
+    Store,
+)
+from ._util import safe_repr
 from ._validate import check_body, check_id, check_max_steps, check_name, new_run_id
+from ._verdict import Verdict
+
+if TYPE_CHECKING:
+    from ._handle import RunHandle
 
 Clock = Callable[[], float]
 VerifierFactory = Callable[[str, str, int], OwnershipVerifier | None]
+HandleFactory = Callable[[Attempt], "RunHandle"]
+
+_DETAIL_START = freeze_detail({"source": "start"}, "detail")
+_DETAIL_THREAD_FREE = freeze_detail({"source": "thread_free"}, "detail")
+_DETAIL_BOUNDARY = freeze_detail({"source": "boundary"}, "detail")
+_RUNNING = tuple(Running(generation) for generation in range(17))  # shared, frozen
 
 
-@final
-class RunSpec:
-    """What a later attempt of the same run needs and the store does not hold."""
-
-    __slots__ = ("body", "max_steps")
-
-    def __init__(self, body: Body, max_steps: int | None) -> None:
-        self.body = body
-        self.max_steps = max_steps
+def running(generation: int) -> RunState:
+    return _RUNNING[generation] if generation < len(_RUNNING) else Running(generation)
 
 
 @final
@@ -61,13 +85,52 @@ class Supervisor:
         self.registry = AttemptRegistry()
         self.gate = ThreadGate()
         self.queued: dict[str, Attempt] = {}
-        self.specs: dict[str, RunSpec] = {}
+        # The bodies of runs committed Awaiting here, for their resume.
+        self.bodies: dict[str, Body] = {}
+        # Messages of attempts whose last commit failed: discarded, with an event, by
+        # whichever commit ends the run later, so an accepted message never vanishes.
+        self.stranded: dict[str, tuple[JsonValue, ...]] = {}
         self.shutdown_request: EndRequest | None = None
+        self.interrupt: BaseException | None = None
+        self.make_handle: HandleFactory | None = None
         self._actors: trio.Nursery | None = None
+        self._system_scope: trio.CancelScope | None = None
         self._closing = False
-        self._inflight = 0
+        self._admitting = 0
         self._admissions_closed = trio.Event()
+        self._last_at = 0.0
         self.actors_done = trio.Event()
+        mailbox.on_interrupt = self.interrupted
+
+    # ------------------------------------------------------------------ the clock
+
+    def now(self) -> float:
+        """The runtime clock, checked. Admissions read it before they take anything, so a
+        clock that fails leaves nothing behind."""
+        at = self.clock()
+        if type(at) is not float:
+            if type(at) is not int:
+                raise InvalidArgument(
+                    f"the runtime's clock returned {safe_repr(at)}; it must return wall-clock"
+                    " seconds as a float (time.time() scale)"
+                )
+            at = float(at)
+        if not math.isfinite(at):
+            raise InvalidArgument(f"the runtime's clock returned {at!r}; it must be finite")
+        self._last_at = at
+        return at
+
+    def now_for_end(self) -> tuple[float, str | None]:
+        """The clock for a commit that must land anyway: on failure, the last good reading
+        and what went wrong (a KeyboardInterrupt from the clock shuts the runtime down)."""
+        try:
+            return self.now(), None
+        except BaseException as exc:
+            if isinstance(exc, KeyboardInterrupt | SystemExit):
+                self.interrupted(exc)
+            elif isinstance(exc, trio.Cancelled):  # pragma: no cover - the clock is sync
+                raise
+            return self._last_at, f"the clock failed: {safe_repr(exc)}"
 
     # ------------------------------------------------------------------ admissions
 
@@ -94,19 +157,17 @@ class Supervisor:
         input = check_json(input, f"input of run {run_id!r}")
         thread_id = thread_id or run_id
         await trio.lowlevel.checkpoint()
-        nursery = self.actors_nursery() if parent is None else parent.children_nursery
-        assert nursery is not None
-        attempt = self.new_attempt(run_id, thread_id, 1, parent, body, max_steps, input, None, None)
-        result = await self.admit(
-            attempt,
-            nursery,
-            Expect(new=True),
-            NewRun(thread_id, None if parent is None else parent.run_id, name, input),
-            {"source": "start"},
+        attempt = self.new_attempt(
+            run_id, thread_id, 1, parent, body, max_steps, 0, input, None, None
         )
+        new_run = NewRun(
+            thread_id, None if parent is None else parent.run_id, name, input, max_steps
+        )
+        result = await self.admit(attempt, Expect(new=True), new_run, _DETAIL_START)
         if isinstance(result, Rejected):
             raise RunExists(run_id)
-        return RunHandle(run_id, thread_id, 1, completion=attempt.completion)
+        assert self.make_handle is not None
+        return self.make_handle(attempt)
 
     def new_attempt(
         self,
@@ -116,6 +177,7 @@ class Supervisor:
         parent: Attempt | None,
         body: Body,
         max_steps: int | None,
+        steps: int,
         input: JsonValue,
         checkpoint: JsonValue,
         resume_value: JsonValue,
@@ -123,7 +185,7 @@ class Supervisor:
         verifier = None
         if self.verifier_factory is not None:
             verifier = self.verifier_factory(run_id, thread_id, generation)
-        attempt = Attempt(
+        return Attempt(
             run_id=run_id,
             thread_id=thread_id,
             generation=generation,
@@ -133,46 +195,98 @@ class Supervisor:
             checkpoint=checkpoint,
             resume_value=resume_value,
             max_steps=max_steps,
+            steps=steps,
             verifier=verifier,
         )
-        attempt.context = RunContext(self, attempt)
-        return attempt
+
+    def reserve(self, parent: Attempt | None) -> trio.Nursery | None:
+        """A place for an actor: in the parent attempt's nursery, or the runtime's. None
+        once that nursery has begun to close (the caller raises its own error)."""
+        if parent is not None:
+            return parent.admit_child()
+        if self._closing or self._actors is None:
+            return None
+        self._admitting += 1
+        return self._actors
+
+    def _unreserve(self, parent: Attempt | None) -> None:
+        if parent is not None:
+            parent.child_admitted()
+        else:
+            self._admitting -= 1
+            self._maybe_close_admissions()
 
     async def admit(
+        self,
+        attempt: Attempt,
+        expect: Expect,
+        new_run: NewRun | None,
+        detail: FrozenDict,
+    ) -> CommitResult:
+        """Commit ``Running`` (thread free) or ``Queued`` (thread busy) and spawn the actor.
+
+        The clock is read first and the actor's place is reserved before the thread is
+        taken, so a failure of either leaves nothing behind. The thread's place is taken
+        before the commit, so FIFO order is call order; the registration and the spawn
+        happen in the commit's own step.
+
+        Raises:
+            RuntimeClosed: the runtime is shutting down (top-level runs).
+            NotActive: the parent's attempt has begun to end (children).
+        """
+        at = self.now()
+        parent = attempt.parent
+        nursery = self.reserve(parent)
+        if nursery is None:
+            raise self._refusal(attempt)
+        try:
+            return await self._admit(attempt, nursery, expect, new_run, detail, at)
+        finally:
+            self._unreserve(parent)
+
+    def _refusal(self, attempt: Attempt) -> Exception:
+        parent = attempt.parent
+        if parent is None:
+            return RuntimeClosed(
+                "the runtime is shutting down and starts no new attempts;"
+                " start runs inside the 'async with open_runtime()' block"
+            )
+        return NotActive(
+            parent.run_id,
+            f"its attempt {parent.generation} has begun to end, so run {attempt.run_id!r}"
+            " cannot be started or resumed as its child",
+        )
+
+    async def _admit(
         self,
         attempt: Attempt,
         nursery: trio.Nursery,
         expect: Expect,
         new_run: NewRun | None,
-        detail: dict[str, JsonValue],
+        detail: FrozenDict,
+        at: float,
     ) -> CommitResult:
-        """Commit ``Running`` (thread free) or ``Queued`` (thread busy) and spawn the actor.
-
-        The thread's place is taken before the commit, so FIFO order is call order. The
-        registration and the spawn happen in the commit's own step.
-        """
         run_id, thread_id, generation = attempt.run_id, attempt.thread_id, attempt.generation
-        running = self.gate.try_acquire(thread_id, attempt)
-        if running:
-            state: RunState = Running(generation)
+        is_running = self.gate.try_acquire(thread_id, attempt)
+        if is_running:
+            state = running(generation)
             committed_generation = generation
         else:
             attempt.gate_waiter = self.gate.enqueue(thread_id, attempt)
             attempt.queued_generation = committed_generation = generation - 1
             state = Queued()
-        spec = RunSpec(attempt.body, attempt.max_steps)
 
         def on_commit(result: CommitResult) -> None:
             if isinstance(result, Rejected):
                 self._release_thread(attempt)
                 return
-            if running:
+            if is_running:
                 attempt.started = True
                 attempt.carried = list(result.taken_messages)
                 self.registry.register(attempt)
             else:
                 self.queued[run_id] = attempt
-            self.specs[run_id] = spec
+            self.bodies.pop(run_id, None)
             if attempt.parent is not None:
                 attempt.parent.children[run_id] = attempt
             nursery.start_soon(run_attempt, self, attempt)
@@ -182,23 +296,21 @@ class Supervisor:
             state=state,
             generation=committed_generation,
             expect=expect,
-            at=self.clock(),
+            at=at,
             new_run=new_run,
-            take_messages=running,
-            resume_value=None if running else attempt.resume_value,
+            take_messages=is_running,
+            resume_value=None if is_running else attempt.resume_value,
             detail=detail,
         )
         if not self.mailbox.inline:
             attempt.handed_over = trio.Event()
-        self._inflight += 1
         try:
             return await self.mailbox.commit(commit, on_commit)
-        except StoreError:
-            self._release_thread(attempt)  # nothing was committed: give the thread back
+        except BaseException:
+            if not attempt.started and run_id not in self.queued:
+                self._release_thread(attempt)  # nothing was committed: give the thread back
             raise
         finally:
-            self._inflight -= 1
-            self._maybe_close_admissions()
             if attempt.handed_over is not None:
                 attempt.handed_over.set()
 
@@ -215,33 +327,35 @@ class Supervisor:
             self.queued.pop(attempt.run_id, None)
             self.registry.register(attempt)
 
+        at, clock_error = self.now_for_end()
         try:
             await self.mailbox.commit(
                 Commit(
                     run_id=attempt.run_id,
-                    state=Running(attempt.generation),
+                    state=running(attempt.generation),
                     generation=attempt.generation,
                     expect=Expect(generation=attempt.queued_generation, state=Queued),
-                    at=self.clock(),
+                    at=at,
                     take_messages=True,
-                    detail={"source": "thread_free"},
+                    detail=_with_clock_error(_DETAIL_THREAD_FREE, clock_error),
                 ),
                 on_commit,
             )
-        except StoreError as exc:
-            self._abandon(attempt, exc)
+        except (StoreError, RuntimeClosed) as exc:
+            self._abandon(attempt, exc, ())
 
-    async def commit_progress(self, attempt: Attempt, progress: JsonValue) -> None:
+    async def commit_progress(self, attempt: Attempt, progress: JsonValue, steps: int) -> None:
         """Commit ``Running`` with new progress, fenced by the attempt's generation."""
         result = await self.mailbox.commit(
             Commit(
                 run_id=attempt.run_id,
-                state=Running(attempt.generation),
+                state=running(attempt.generation),
                 generation=attempt.generation,
                 expect=Expect(generation=attempt.generation, state=Running),
-                at=self.clock(),
+                at=self.now(),
                 checkpoint=progress,
-                detail={"source": "boundary"},
+                steps=steps,
+                detail=_DETAIL_BOUNDARY,
             )
         )
         if isinstance(result, Rejected):
@@ -250,37 +364,49 @@ class Supervisor:
                 raise RunAlreadyEnded(attempt.run_id, result.state)
             raise StoreError(
                 f"progress of run {attempt.run_id!r} attempt {attempt.generation} was fenced"
-                f" off: the run moved on to {result.state!r}"
+                f" off: the run moved on to {result.state!r}",
+                outcome_unknown=False,
             )
         attempt.checkpoint = progress
 
+    async def emit(self, attempt: Attempt, kind: str, detail: FrozenDict) -> None:
+        """Commit a body's own event; no state changes. Fenced like any commit of the
+        attempt, so an attempt that has lost its run commits nothing."""
+        result = await self.mailbox.commit(
+            Commit(
+                run_id=attempt.run_id,
+                state=running(attempt.generation),
+                generation=attempt.generation,
+                expect=Expect(generation=attempt.generation, state=Running),
+                at=self.now(),
+                events=(EventDraft(kind, detail),),
+                announce=False,
+            )
+        )
+        if isinstance(result, Rejected):
+            assert result.state is not None
+            if isinstance(result.state, Ended):
+                raise RunAlreadyEnded(attempt.run_id, result.state)
+            raise StoreError(
+                f"an event of run {attempt.run_id!r} attempt {attempt.generation} was fenced"
+                f" off: the run moved on to {result.state!r}",
+                outcome_unknown=False,
+            )
+
     # ------------------------------------------------------------------ the finish boundary
 
-    async def finish(
-        self,
-        attempt: Attempt,
-        state: RunState,
-        result: JsonValue,
-        events: list[Any],
-        detail: dict[str, JsonValue],
-    ) -> None:
-        """Commit the attempt's end, after ending its awaiting children.
+    async def finish(self, attempt: Attempt, verdict: Verdict) -> None:
+        """Commit the attempt's end, after ending its parked children. Never raises.
 
         Nothing here can be interrupted: the children's commits run shielded and
-        `CommitMailbox.commit` cannot be cancelled once called.
+        `CommitMailbox.commit` cannot be cancelled once called. If the store fails, the
+        attempt is let go with its messages kept for whoever ends the run later.
         """
-        awaiting = (
-            [child_id for child_id, child in attempt.children.items() if child is None]
-            if attempt.children
-            else None
-        )
-        if awaiting:
-            with trio.CancelScope(shield=True):
-                for child_id in awaiting:
-                    await self._end_awaiting_child(child_id, attempt)
+        if attempt.children:
+            await self._end_parked_children(attempt)
         attempt.sealed = True
         messages = tuple(attempt.drain())
-        ending = isinstance(state, Ended)
+        ending = isinstance(verdict.state, Ended)
         if attempt.started:
             expect = Expect(generation=attempt.generation, state=Running)
             generation = attempt.generation
@@ -288,30 +414,64 @@ class Supervisor:
             assert attempt.queued_generation is not None
             expect = Expect(generation=attempt.queued_generation, state=Queued)
             generation = attempt.queued_generation
+        at, clock_error = self.now_for_end()
+        stranded = self.stranded.pop(attempt.run_id, ()) if self.stranded else ()
         commit = Commit(
             run_id=attempt.run_id,
-            state=state,
+            state=verdict.state,
             generation=generation,
             expect=expect,
-            at=self.clock(),
-            result=result,
-            carried_messages=() if ending else messages,
-            discarded_messages=messages if ending else (),
-            events=tuple(events),
-            detail=detail,
+            at=at,
+            result=verdict.result,
+            steps=attempt.steps if attempt.started else None,
+            carried_messages=() if ending else (*stranded, *messages),
+            discarded_messages=(*stranded, *messages) if ending else (),
+            events=verdict.events,
+            detail=_with_clock_error(verdict.detail, clock_error),
         )
         try:
-            await self.mailbox.commit(commit, partial(self._retire, attempt))
-        except StoreError as exc:
-            self._abandon(attempt, exc)
+            await self.mailbox.commit(commit, lambda result: self._retire(attempt, result))
+        except (StoreError, RuntimeClosed) as exc:
+            self._abandon(attempt, exc, (*stranded, *messages))
+        except Exception as exc:  # an effect of the commit failed: still answer everyone
+            self._abandon(attempt, StoreError(f"ending run {attempt.run_id!r} failed: {exc!r}"), ())
 
-    def _abandon(self, attempt: Attempt, error: StoreError) -> None:
+    async def _end_parked_children(self, attempt: Attempt) -> None:
+        parked = [
+            (child_id, child.generation)
+            for child_id, child in attempt.children.items()
+            if isinstance(child, ParkedChild)
+        ]
+        if not parked:
+            return
+        if attempt.request is not None:
+            request = attempt.request.for_child(attempt.run_id)
+        else:
+            request = self.shutdown_request or EndRequest(
+                Cancelled(), "parent", f"parent run {attempt.run_id!r} ended"
+            )
+        with trio.CancelScope(shield=True):
+            for child_id, generation in parked:
+                # A store failure leaves the child Awaiting; it can never be resumed without
+                # its parent's attempt, and cancel_run/stop_run still end it.
+                with contextlib.suppress(StoreError, RuntimeClosed):
+                    await self.commit_end(child_id, generation, Awaiting, request)
+                attempt.children.pop(child_id, None)
+
+    def _abandon(
+        self, attempt: Attempt, error: StoreError | RuntimeClosed, messages: tuple[JsonValue, ...]
+    ) -> None:
         """The store refused the attempt's commit: let go of it without a new state.
 
         The run keeps its last committed state (an orphaned ``Running`` or ``Queued``
-        that ``cancel_run``/``stop_run`` can end later); whoever waits gets the error.
+        that ``cancel_run``/``stop_run`` can end later, discarding ``messages`` with an
+        event); whoever waits gets the error.
         """
+        if messages:
+            self.stranded[attempt.run_id] = messages
         self._let_go(attempt, None)
+        if not isinstance(error, StoreError):
+            error = StoreError(str(error), outcome_unknown=False)
         attempt.completion.fail(error)
 
     def _retire(self, attempt: Attempt, result: CommitResult) -> None:
@@ -319,8 +479,8 @@ class Supervisor:
         state = result.record.state if isinstance(result, Accepted) else result.state
         assert state is not None
         self._let_go(attempt, state)
-        if isinstance(state, Ended):
-            self.specs.pop(attempt.run_id, None)
+        if isinstance(state, Awaiting):
+            self.bodies[attempt.run_id] = attempt.body
         attempt.completion.set(state)
 
     def _let_go(self, attempt: Attempt, state: RunState | None) -> None:
@@ -333,10 +493,10 @@ class Supervisor:
         parent = attempt.parent
         if parent is not None and parent.children.get(run_id) is attempt:
             if isinstance(state, Awaiting):
-                parent.children[run_id] = None  # still the parent's, to end with it
+                # Still the parent's, to be ended with it.
+                parent.children[run_id] = ParkedChild(attempt.generation)
             else:
                 del parent.children[run_id]
-        attempt.context = None  # break the attempt <-> context cycle early
 
     def _release_thread(self, attempt: Attempt) -> None:
         if attempt.gate_waiter is not None:
@@ -344,88 +504,106 @@ class Supervisor:
         else:
             self.gate.release(attempt.thread_id, attempt)
 
-    async def _end_awaiting_child(self, child_id: str, parent: Attempt) -> None:
-        record = await self.store.load(child_id)
-        if record is not None and isinstance(record.state, Awaiting | Queued):
-            if self.shutdown_request is not None:
-                request = self.shutdown_request
-            else:
-                request = EndRequest(Cancelled(), "parent", f"parent run {parent.run_id!r} ended")
-            # A store failure leaves the child Awaiting (ended later by the committed
-            # path); the parent's own end must still be committed.
-            with contextlib.suppress(StoreError):
-                await self.commit_end(record, request)
-        parent.children.pop(child_id, None)
-
-    async def commit_end(self, record: RunRecord, request: EndRequest) -> CommitResult:
+    async def commit_end(
+        self,
+        run_id: str,
+        generation: int,
+        state: type[RunState],
+        request: EndRequest,
+        *,
+        parent_run_id: str | None = None,
+    ) -> CommitResult:
         """End a run that has no attempt here (awaiting, or queued or orphaned elsewhere).
 
         Fenced by the generation and state kind that were read, so a run that moved on
         in the meantime is left alone (the result is then `Rejected`).
         """
-        run_id = record.run_id
+        stranded = self.stranded.pop(run_id, ()) if self.stranded else ()
 
         def on_commit(result: CommitResult) -> None:
             if isinstance(result, Accepted):
-                self.specs.pop(run_id, None)
-                parent_id = record.parent_run_id
-                parent = None if parent_id is None else self.registry.get(parent_id)
-                if parent is not None and parent.children.get(run_id, False) is None:
+                self.bodies.pop(run_id, None)
+                parent = None if parent_run_id is None else self.registry.get(parent_run_id)
+                if parent is not None and isinstance(parent.children.get(run_id), ParkedChild):
                     del parent.children[run_id]
+            elif stranded:
+                self.stranded[run_id] = stranded
 
-        return await self.mailbox.commit(
-            Commit(
-                run_id=run_id,
-                state=Ended(request.cause),
-                generation=record.generation,
-                expect=Expect(generation=record.generation, state=type(record.state)),
-                at=self.clock(),
-                detail=request.detail(),
-            ),
-            on_commit,
-        )
+        at, clock_error = self.now_for_end()
+        try:
+            return await self.mailbox.commit(
+                Commit(
+                    run_id=run_id,
+                    state=Ended(request.cause),
+                    generation=generation,
+                    expect=Expect(generation=generation, state=state),
+                    at=at,
+                    discarded_messages=stranded,
+                    detail=_with_clock_error(request.detail, clock_error),
+                ),
+                on_commit,
+            )
+        except BaseException:
+            if stranded:
+                self.stranded[run_id] = stranded
+            raise
 
     # ------------------------------------------------------------------ lifetime
 
     def actors_nursery(self) -> trio.Nursery:
         """The nursery for top-level actors; refuses once shutdown has begun."""
-        if self._closing:
+        if self._closing or self._actors is None:
             raise RuntimeClosed(
                 "the runtime is shutting down and starts no new attempts;"
                 " start runs inside the 'async with open_runtime()' block"
             )
-        assert self._actors is not None
         return self._actors
 
-    def shutdown_end_request(self) -> EndRequest:
-        if self.shutdown_request is None:
-            self.shutdown_request = EndRequest(
-                Stopped("runtime shutdown"), "shutdown", "runtime shutdown"
-            )
-        return self.shutdown_request
-
     def begin_shutdown(self) -> None:
-        """Refuse new attempts and cancel every actor (sync: safe from any task)."""
+        """Refuse new attempts, tell every attempt why it ends, and cancel every actor
+        (sync: safe from any task). Telling each attempt first makes shutdown the cause
+        it records, whatever request arrives while it unwinds."""
+        if self._closing:
+            return
         self._closing = True
-        self.shutdown_end_request()
+        self.shutdown_request = request = SHUTDOWN
+        for attempt in (*self.registry.all(), *self.queued.values()):
+            attempt.request_end(request)
         if self._actors is not None:
             self._actors.cancel_scope.cancel(reason="runtime shutdown")
         self._maybe_close_admissions()
 
+    def interrupted(self, exc: BaseException) -> None:
+        """A KeyboardInterrupt or SystemExit reached runtime code or a run's task: shut
+        down, stop the block that opened the runtime, and raise it when the runtime closes."""
+        if self.interrupt is None:
+            self.interrupt = exc
+        self.begin_shutdown()
+        if self._system_scope is not None:
+            self._system_scope.cancel(reason="interrupted")
+
     def _maybe_close_admissions(self) -> None:
-        if self._closing and self._inflight == 0:
+        if self._closing and self._admitting == 0:
             self._admissions_closed.set()
 
-    async def host_actors(self, *, task_status: trio.TaskStatus[None]) -> None:
+    async def host_actors(
+        self, system_scope: trio.CancelScope, *, task_status: trio.TaskStatus[None]
+    ) -> None:
         """Own the actors' nursery. Only shutdown cancels it, never the caller's scopes."""
+        self._system_scope = system_scope
         try:
             with trio.CancelScope(shield=True):
                 async with trio.open_nursery() as actors:
                     self._actors = actors
                     task_status.started()
-                    # Stay open for admissions already committed; shutdown cancels the rest.
-                    with trio.CancelScope(shield=True):
-                        await self._admissions_closed.wait()
+                    # Stay open for admissions already under way; shutdown cancels the rest.
+                    await self._admissions_closed.wait()
         finally:
             self.actors_done.set()
             self.mailbox.close()
+
+
+def _with_clock_error(detail: FrozenDict, clock_error: str | None) -> FrozenDict:
+    if clock_error is None:
+        return detail
+    return freeze_detail({**detail, "clock_error": clock_error}, "detail")

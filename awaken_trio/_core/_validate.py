@@ -4,16 +4,21 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import math
 import os
 import weakref
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ._attempt import Body
 from ._errors import InvalidArgument, InvalidBody
+from ._util import safe_repr
+
+if TYPE_CHECKING:
+    from ._attempt import Body
 
 # Bodies already seen to be async callables; weak, so the cache never keeps one alive.
 _ASYNC_BODIES: weakref.WeakSet[Any] = weakref.WeakSet()
+_MAX_ID_LENGTH = 512
 
 
 def new_run_id() -> str:
@@ -21,27 +26,49 @@ def new_run_id() -> str:
 
 
 def check_id(value: object, what: str) -> str:
-    if not isinstance(value, str) or not value:
+    """A run, thread or correlation id: a non-empty str every store can keep as text."""
+    if type(value) is not str or not value:
         raise InvalidArgument(f"{what} must be a non-empty str, not {value!r}")
+    if len(value) > _MAX_ID_LENGTH or "\x00" in value or not _encodable(value):
+        raise InvalidArgument(
+            f"{what} must be at most {_MAX_ID_LENGTH} characters of text without NUL or"
+            f" unpaired surrogates, not {value[:80]!r}"
+        )
     return value
 
 
+def _encodable(value: str) -> bool:
+    if value.isascii():
+        return True
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def check_body(body: object) -> Body:
-    """Return ``body`` if it is an async callable (function, partial, async ``__call__``)."""
+    """Return ``body`` if calling it with a context gives a coroutine: an async function,
+    a bound async method, a partial of one, or an instance whose ``__call__`` is async."""
     with contextlib.suppress(TypeError):  # an unhashable callable is checked every time
         if body in _ASYNC_BODIES:
             return body  # type: ignore[return-value]
     target = body
     while isinstance(target, partial):
         target = target.func
+    if isinstance(target, type):
+        raise InvalidBody(
+            f"a run body must be an async callable, not the class {target.__qualname__}"
+            " (calling a class builds an instance); pass an instance whose __call__ is async"
+        )
     if inspect.iscoroutinefunction(target) or inspect.iscoroutinefunction(
-        getattr(target, "__call__", None)  # noqa: B004  (an async __call__ counts)
+        getattr(type(target), "__call__", None)  # noqa: B004  (an async __call__ counts)
     ):
         with contextlib.suppress(TypeError):
             _ASYNC_BODIES.add(body)
         return body  # type: ignore[return-value]
     raise InvalidBody(
-        f"a run body must be an async function taking a RunContext, not {body!r};"
+        f"a run body must be an async function taking a RunContext, not {safe_repr(body)};"
         " define it with 'async def body(ctx): ...'"
     )
 
@@ -49,12 +76,22 @@ def check_body(body: object) -> Body:
 def check_max_steps(max_steps: object) -> int | None:
     if max_steps is None:
         return None
-    if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
+    if type(max_steps) is not int or max_steps < 1:
         raise InvalidArgument(f"max_steps must be a positive int or None, not {max_steps!r}")
     return max_steps
 
 
 def check_name(name: object) -> str | None:
-    if name is not None and not isinstance(name, str):
-        raise InvalidArgument(f"name must be a str or None, not {name!r}")
-    return name
+    if name is not None:
+        check_id(name, "name")
+    return name  # type: ignore[return-value]
+
+
+def check_deadline(deadline: object, what: str) -> float | None:
+    if deadline is None:
+        return None
+    if type(deadline) not in (int, float) or not math.isfinite(deadline):  # type: ignore[arg-type]
+        raise InvalidArgument(
+            f"{what}: deadline must be finite wall-clock seconds or None, not {deadline!r}"
+        )
+    return float(deadline)  # type: ignore[arg-type]

@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from awaken_trio import InvalidPayload
+from awaken_trio import FrozenDict, FrozenList, InvalidPayload
 from awaken_trio._core._json import check_json
 
 WHAT = "input of run 'r1'"
@@ -47,10 +47,12 @@ class Thing:
         {"a": [1, {"b": None}], "c": {"d": [[], {}]}, "": "empty key"},
     ],
 )
-def test_accepts_json_values_and_returns_an_equal_value(value: object) -> None:
+def test_accepts_json_values_and_returns_an_equal_frozen_value(value: object) -> None:
     copy = check_json(value, WHAT)
     assert copy == value
-    assert type(copy) is type(value)
+    frozen: dict[type, type] = {dict: FrozenDict, list: FrozenList}
+    assert type(copy) is frozen.get(type(value), type(value))
+    hash(copy)  # frozen values hash, so states and records holding them hash too
 
 
 def test_copy_is_independent_of_the_input() -> None:

@@ -660,7 +660,7 @@ async def test_invalid_await_input_arguments_raise_in_the_body(
 
 
 @pytest.mark.parametrize("max_steps", [1, 3])
-async def test_max_steps_ends_the_run_at_the_nth_boundary(
+async def test_max_steps_ends_the_run_at_the_boundary_that_would_exceed_it(
     runtime: Runtime, max_steps: int, autojump_clock: trio.testing.MockClock
 ) -> None:
     entered: list[int] = []
@@ -674,6 +674,11 @@ async def test_max_steps_ends_the_run_at_the_nth_boundary(
 
     state = await runtime.execute(body, run_id="ms", max_steps=max_steps)
     assert state == RunState.Ended(EndCause.MaxSteps())
-    assert entered == list(range(1, max_steps + 1))
-    assert returned == list(range(1, max_steps))
-    assert await runtime.state("ms") == RunState.Ended(EndCause.MaxSteps())
+    # max_steps boundaries pass; the next one would exceed the budget and ends the run
+    # without committing its progress.
+    assert entered == list(range(1, max_steps + 2))
+    assert returned == list(range(1, max_steps + 1))
+    record = await runtime.record("ms")
+    assert record.state == RunState.Ended(EndCause.MaxSteps())
+    assert record.checkpoint == {"step": max_steps}
+    assert record.steps == max_steps

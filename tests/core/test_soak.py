@@ -61,6 +61,6 @@ async def test_ten_thousand_runs_leave_no_registry_gate_or_body_entries(
             assert states.count(RunState.Ended(EndCause.Cancelled())) == PER_WAVE // 5
         stats = runtime.statistics()
         assert (stats.active_attempts, stats.queued_runs, stats.busy_threads) == (0, 0, 0)
-        assert stats.known_bodies == 0
+        assert stats.awaiting_bodies == 0
         # Runs, their children and their pause/resume commits are all in the store.
         assert stats.supervisor.commits > WAVES * PER_WAVE * 2

@@ -424,11 +424,8 @@ async def check_states(store: MemoryStore, model: Model, runtime: Runtime | None
             assert record.result == run.result
         else:
             assert record.result is None
-        carried = await store.carried_messages(run.run_id)
-        if run.status in ("awaiting", "queued"):
-            assert list(carried) == run.carried, run.run_id
-        else:
-            assert carried == ()
+        # Carried messages are checked where they surface: the first boundary of the next
+        # attempt returns them, and a terminal commit records them as discarded.
     if runtime is not None:
         stats = runtime.statistics()
         assert stats.active_attempts == len(model.with_status("running"))
@@ -494,7 +491,18 @@ async def check_log(store: MemoryStore, model: Model) -> None:
         assert last.state == run.end
         assert last.detail.get("source") == run.source, (run_id, last.detail)
         if run.end == FAILED:
-            assert last.detail == {"error": "ValueError: boom"}
+            # An error that won over a cancel or stop requested in the same step keeps
+            # that request in the detail.
+            assert last.detail["error"] == "ValueError: boom"
+            assert set(last.detail) <= {"error", "pending"}, last.detail
+            if "pending" in last.detail:
+                assert last.detail["pending"]["source"] in (
+                    "deliver",
+                    "cancel_run",
+                    "stop_run",
+                    "parent",
+                    "shutdown",
+                )
         extras = [e for e in run_events[:-1] if isinstance(e.state, RunState.Ended)]
         expected_kinds = []
         if run.late_result is not None:

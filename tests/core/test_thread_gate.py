@@ -14,7 +14,7 @@ def assert_idle(runtime: Runtime) -> None:
     assert stats.active_attempts == 0, stats
     assert stats.queued_runs == 0, stats
     assert stats.busy_threads == 0, stats
-    assert stats.known_bodies == 0, stats
+    assert stats.awaiting_bodies == 0, stats
 
 
 async def test_runs_on_one_thread_run_one_at_a_time_in_start_order(
@@ -177,7 +177,7 @@ async def test_statistics_return_to_zero_after_many_runs(
     assert stats.active_attempts == 10
     assert stats.queued_runs == 990
     assert stats.busy_threads == 10
-    assert stats.known_bodies == 1000
+    assert stats.awaiting_bodies == 0  # bodies are kept only for runs that await a resume
 
     gate.set()
     for handle in handles:
@@ -204,7 +204,7 @@ async def test_statistics_cover_paused_and_cancelled_runs(
     # The paused run's body is kept for its resume; the next one holds the thread.
     stats = runtime.statistics()
     assert (stats.active_attempts, stats.queued_runs, stats.busy_threads) == (1, 1, 1)
-    assert stats.known_bodies == 3
+    assert stats.awaiting_bodies == 1
 
     for handle in handles:
         assert await runtime.cancel_run(handle.run_id) == RunState.Ended(EndCause.Cancelled())

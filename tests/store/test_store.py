@@ -32,6 +32,7 @@ from awaken_trio.store import (
     MemoryStore,
     NewRun,
     Rejected,
+    RejectReason,
     Store,
 )
 
@@ -110,7 +111,6 @@ async def _snapshot(store: Store, run_id: str) -> tuple[RunRecord | None, list[R
 
 async def test_creation_with_expect_new(contract_store: Store) -> None:
     store = contract_store
-    assert store.durable is False
     assert await store.load("r1") is None
 
     accepted = await _accepted(
@@ -164,24 +164,23 @@ async def test_second_creation_is_rejected_exists_and_changes_nothing(
     before = await _snapshot(store, "r1")
 
     rejected = await _rejected(store, _create("r1", Queued(), generation=0, input="second"))
-    assert rejected == Rejected("exists", Running(1))
+    assert rejected == Rejected(RejectReason.EXISTS, Running(1))
     assert await _snapshot(store, "r1") == before
 
 
 async def test_commit_for_an_unknown_run_is_rejected_unknown(contract_store: Store) -> None:
     store = contract_store
     plain = Commit(run_id="ghost", state=Running(1), generation=1, expect=Expect(), at=1.0)
-    assert await _rejected(store, plain) == Rejected("unknown", None)
+    assert await _rejected(store, plain) == Rejected(RejectReason.UNKNOWN, None)
 
     # Expect(new=True) without an identity cannot create a run either.
     no_identity = Commit(
         run_id="ghost", state=Running(1), generation=1, expect=Expect(new=True), at=1.0
     )
-    assert await _rejected(store, no_identity) == Rejected("unknown", None)
+    assert await _rejected(store, no_identity) == Rejected(RejectReason.UNKNOWN, None)
 
     assert await store.load("ghost") is None
     assert await store.events_after(0) == []
-    assert await store.carried_messages("ghost") == ()
 
 
 # ---------------------------------------------------------------- fences
@@ -230,7 +229,7 @@ async def test_terminal_fence_rejects_every_later_commit(
     await _accepted(store, end)
     before = await _snapshot(store, "r1")
 
-    assert await _rejected(store, late) == Rejected("ended", CANCELLED)
+    assert await _rejected(store, late) == Rejected(RejectReason.ENDED, CANCELLED)
     assert await _snapshot(store, "r1") == before
 
 
@@ -245,7 +244,7 @@ async def test_generation_mismatch_is_stale(contract_store: Store) -> None:
         expect=Expect(generation=2, state=Running),
         at=2.0,
     )
-    assert await _rejected(store, stale) == Rejected("stale", Running(1))
+    assert await _rejected(store, stale) == Rejected(RejectReason.STALE, Running(1))
     assert await _snapshot(store, "r1") == before
 
 
@@ -261,7 +260,7 @@ async def test_state_kind_mismatch_is_stale(contract_store: Store) -> None:
             expect=Expect(generation=1, state=expected),
             at=2.0,
         )
-        assert await _rejected(store, wrong) == Rejected("stale", Running(1))
+        assert await _rejected(store, wrong) == Rejected(RejectReason.STALE, Running(1))
     assert await _snapshot(store, "r1") == before
 
 
@@ -288,7 +287,7 @@ async def test_correlation_id_mismatch_is_stale(contract_store: Store) -> None:
         at=3.0,
         take_messages=True,
     )
-    assert await _rejected(store, wrong) == Rejected("stale", Awaiting(ticket))
+    assert await _rejected(store, wrong) == Rejected(RejectReason.STALE, Awaiting(ticket))
     assert await _snapshot(store, "r1") == before
 
     right = Commit(
@@ -314,7 +313,7 @@ async def test_correlation_id_when_no_ticket_is_live_is_stale(contract_store: St
         expect=Expect(correlation_id="c1"),
         at=2.0,
     )
-    assert await _rejected(store, wrong) == Rejected("stale", Running(1))
+    assert await _rejected(store, wrong) == Rejected(RejectReason.STALE, Running(1))
 
 
 async def test_matching_expectation_is_accepted(contract_store: Store) -> None:
@@ -380,7 +379,7 @@ async def test_ticket_lives_only_while_awaiting(contract_store: Store) -> None:
         expect=Expect(generation=1, correlation_id="c1"),
         at=4.0,
     )
-    assert await _rejected(store, answer) == Rejected("stale", Queued())
+    assert await _rejected(store, answer) == Rejected(RejectReason.STALE, Queued())
 
 
 async def test_a_new_awaiting_commit_replaces_the_ticket(contract_store: Store) -> None:
@@ -411,7 +410,7 @@ async def test_a_new_awaiting_commit_replaces_the_ticket(contract_store: Store) 
     stale = Commit(
         run_id="r1", state=Running(3), generation=3, expect=Expect(correlation_id="c1"), at=5
     )
-    assert await _rejected(store, stale) == Rejected("stale", Awaiting(second))
+    assert await _rejected(store, stale) == Rejected(RejectReason.STALE, Awaiting(second))
 
 
 async def test_terminal_commit_deletes_the_ticket(contract_store: Store) -> None:
@@ -457,7 +456,6 @@ async def _awaiting_with(store: Store, run_id: str, messages: tuple[JsonValue, .
 async def test_awaiting_carries_queued_keeps_and_take_hands_over(contract_store: Store) -> None:
     store = contract_store
     await _awaiting_with(store, "r1", ("a", {"b": [1]}))
-    assert await store.carried_messages("r1") == ("a", {"b": [1]})
 
     queued = await _accepted(
         store,
@@ -471,7 +469,6 @@ async def test_awaiting_carries_queued_keeps_and_take_hands_over(contract_store:
         ),
     )
     assert queued.taken_messages == ()
-    assert await store.carried_messages("r1") == ("a", {"b": [1]})
 
     started = await _accepted(
         store,
@@ -486,7 +483,6 @@ async def test_awaiting_carries_queued_keeps_and_take_hands_over(contract_store:
     )
     assert started.taken_messages == ("a", {"b": [1]})
     assert started.resume_value == {"answer": "yes"}
-    assert await store.carried_messages("r1") == ()
 
     # Taken once: a later take finds nothing, and the resume value is spent too.
     again = await _accepted(
@@ -519,7 +515,6 @@ async def test_take_straight_from_awaiting(contract_store: Store) -> None:
         ),
     )
     assert started.taken_messages == ("m1", "m2")
-    assert await store.carried_messages("r1") == ()
     # Nothing of them is left for a terminal commit to discard.
     ended = await _accepted(
         store,
@@ -553,7 +548,6 @@ async def test_terminal_commit_discards_carried_and_inbox_messages_in_one_event(
     assert discarded.seq < terminal.seq
     assert discarded.state == CANCELLED
     assert terminal.detail == {"source": "cancel_run", "reason": None}
-    assert await store.carried_messages("r1") == ()
     assert (await store.events_after(0))[-2:] == list(ended.events)
 
 
@@ -820,12 +814,12 @@ async def test_batch_applies_in_order_with_independent_results(contract_store: S
     results = await store.apply(batch)
     assert len(results) == len(batch)
     assert isinstance(results[0], Accepted)
-    assert results[1] == Rejected("ended", DONE)
-    assert results[2] == Rejected("stale", Running(1))
+    assert results[1] == Rejected(RejectReason.ENDED, DONE)
+    assert results[2] == Rejected(RejectReason.STALE, Running(1))
     assert isinstance(results[3], Accepted)
     assert results[3].record.checkpoint == {"after": "create"}
-    assert results[4] == Rejected("unknown", None)
-    assert results[5] == Rejected("exists", Running(1))
+    assert results[4] == Rejected(RejectReason.UNKNOWN, None)
+    assert results[5] == Rejected(RejectReason.EXISTS, Running(1))
     assert isinstance(results[6], Accepted)
     assert isinstance(results[7], Accepted)
     assert results[7].record.state == CANCELLED
@@ -996,7 +990,7 @@ async def test_store_answering_too_few_results_is_a_store_error() -> None:
     store = FailingStore()
     async with open_runtime(store) as runtime:
         store.short = True
-        with pytest.raises(StoreError, match="0 results for 1 commits"):
+        with pytest.raises(StoreError, match="answered 0 results for a batch of 1 commits"):
             await runtime.start(_returns_quickly, run_id="r1")
         store.short = False
         handle = await runtime.start(_returns_quickly, run_id="r2")

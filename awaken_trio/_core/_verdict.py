@@ -1,0 +1,218 @@
+"""How an attempt ended: turning a body's outcome into the state to commit.
+
+The order is fixed, and it is what makes a run's end explainable:
+
+1. the body raised an error (not a cancellation): ``Failed``, even if a cancel or stop was
+   also requested, because a real error must never be hidden behind the cancellation of
+   the cleanup that raised it (the request is kept in the event detail);
+2. the attempt was cancelled: the requested cause (``Cancelled`` or ``Stopped``); a value
+   the body returned anyway is a late result, discarded and recorded, never committed;
+3. the body paused or awaited input: ``Awaiting`` with its ticket;
+4. the run's step budget ran out: ``MaxSteps``;
+5. the body returned: ``NaturalEnd`` with its result, if that result is JSON.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from typing import Any, final
+
+import attrs
+import outcome
+import trio
+
+from ._attempt import EndRequest, StepCeiling, SuspendAttempt
+from ._errors import InvalidPayload, MaxStepsReached, RunError
+from ._json import EMPTY_DICT, FrozenDict, JsonValue, check_json, freeze_detail
+from ._state import Awaiting, Ended, EventKind, Failed, MaxSteps, NaturalEnd, RunState
+from ._storage import EventDraft
+from ._util import safe_repr, safe_str
+
+_INTERRUPTS = (KeyboardInterrupt, SystemExit)
+_NOT_ERRORS = (trio.Cancelled, SuspendAttempt, StepCeiling, MaxStepsReached)
+_ACRONYM_BOUNDARY = re.compile(r"(?<=[A-Z])(?=[A-Z][a-z])|(?<=[a-z0-9])(?=[A-Z])")
+_MAX_MESSAGE = 4000
+
+NATURAL_END: RunState = Ended(NaturalEnd())  # frozen, so one instance serves every run
+
+
+class Ending(enum.Enum):
+    """What a body's exception means for its attempt."""
+
+    INTERRUPT = "interrupt"  # KeyboardInterrupt or SystemExit: the whole runtime stops
+    FAILURE = "failure"  # a real error
+    SUSPEND = "suspend"  # a pause or an await_input
+    CEILING = "ceiling"  # the step budget ran out
+    CANCELLED = "cancelled"  # only cancellation
+
+
+@final
+@attrs.frozen(eq=False)
+class Classified:
+    """A body's exception, classified. ``error`` is the exception to report: for a failure,
+    the real error with cancellations and control flow taken out of its group."""
+
+    ending: Ending
+    error: BaseException
+
+
+@final
+@attrs.frozen(eq=False)
+class Verdict:
+    """The state an attempt ends in, with what its terminal commit records."""
+
+    state: RunState
+    result: JsonValue = None
+    events: tuple[EventDraft, ...] = ()
+    detail: FrozenDict = EMPTY_DICT
+    # A KeyboardInterrupt or SystemExit from the body: the runtime shuts down and raises it.
+    interrupt: BaseException | None = None
+
+
+def error_code(exc: BaseException) -> str:
+    """A `RunError`'s code, else the class name in snake_case, acronyms kept together.
+
+    ``ValueError`` -> ``value_error``, ``HTTPError`` -> ``http_error``,
+    ``OAuth2TokenError`` -> ``o_auth2_token_error``.
+    """
+    if isinstance(exc, RunError):
+        return exc.code
+    return _ACRONYM_BOUNDARY.sub("_", type(exc).__name__).lower()
+
+
+def error_message(exc: BaseException) -> str:
+    """A `RunError`'s message, else ``str(exc)``; never raises, and never huge."""
+    text = exc.message if isinstance(exc, RunError) else safe_str(exc)
+    if len(text) > _MAX_MESSAGE:
+        text = text[:_MAX_MESSAGE] + f"... ({len(text) - _MAX_MESSAGE} more characters)"
+    return text
+
+
+def classify(exc: BaseException) -> Classified:
+    """Classify what a body raised (exception groups are looked through)."""
+    if type(exc) is trio.Cancelled:
+        return Classified(Ending.CANCELLED, exc)  # the common case, without walking a group
+    leaves = _leaves(exc)
+    for leaf in leaves:
+        if isinstance(leaf, _INTERRUPTS):
+            return Classified(Ending.INTERRUPT, leaf)
+    errors = [leaf for leaf in leaves if not isinstance(leaf, _NOT_ERRORS)]
+    if len(errors) == 1:
+        return Classified(Ending.FAILURE, errors[0])
+    if errors:
+        # Several real errors: report the group, minus cancellations and control flow.
+        assert isinstance(exc, BaseExceptionGroup)
+        rest = exc.split(lambda e: not isinstance(e, _NOT_ERRORS))[0]
+        return Classified(Ending.FAILURE, _single(rest) if rest is not None else exc)
+    if any(isinstance(leaf, SuspendAttempt) for leaf in leaves):
+        return Classified(Ending.SUSPEND, exc)
+    if any(isinstance(leaf, StepCeiling | MaxStepsReached) for leaf in leaves):
+        return Classified(Ending.CEILING, exc)
+    return Classified(Ending.CANCELLED, exc)
+
+
+def decide(
+    result: outcome.Outcome[Any] | None,
+    *,
+    cancelled: EndRequest | None,
+    pending: EndRequest | None,
+    suspension: Awaiting | None,
+    shutdown: EndRequest,
+    run_id: str,
+    max_steps: int | None,
+) -> Verdict:
+    """The verdict on an attempt, in the order the module docstring gives.
+
+    Args:
+        result: the body's outcome, or None if the body never ran.
+        cancelled: who cancelled the attempt, if its observation window saw a cancel.
+        pending: the end request made of the attempt, seen in time or not.
+        suspension: the ``Awaiting`` state a pause or an await decided on, if any.
+        shutdown: the runtime's shutdown request, the cause a KeyboardInterrupt ends with.
+    """
+    ending: Ending | None = None
+    if isinstance(result, outcome.Error):
+        classified = classify(result.error)
+        ending = classified.ending
+        if ending is Ending.INTERRUPT:
+            return Verdict(
+                Ended(shutdown.cause), detail=shutdown.detail, interrupt=classified.error
+            )
+        if ending is Ending.FAILURE or (ending is Ending.CANCELLED and cancelled is None):
+            return failure(classified.error, cancelled or pending)
+    if cancelled is not None:
+        events: tuple[EventDraft, ...] = ()
+        if isinstance(result, outcome.Value):
+            late = {"result": _describe(result.value), **cancelled.detail}
+            events = (EventDraft(EventKind.LATE_RESULT_DISCARDED, late),)
+        return Verdict(Ended(cancelled.cause), events=events, detail=cancelled.detail)
+    if suspension is not None and ending in (Ending.SUSPEND, None):
+        # The pause or await decided at the boundary stands, even if the body caught the
+        # suspension and returned: an attempt that committed to waiting ends waiting.
+        return Verdict(suspension, detail=_reason_detail(suspension.ticket.reason))
+    if ending is Ending.CEILING:
+        return Verdict(Ended(MaxSteps()), detail=freeze_detail({"max_steps": max_steps}, "max"))
+    if isinstance(result, outcome.Value):
+        try:
+            value = check_json(result.value, f"result of run {run_id!r}")
+        except InvalidPayload as exc:
+            return Verdict(Ended(Failed("invalid_result", str(exc))))
+        return Verdict(NATURAL_END, result=value)
+    # Only a suspension that is not this attempt's gets here (a context used across runs
+    # is refused before it can raise one); end the run rather than leave it running.
+    return internal_failure(
+        run_id, f"the attempt ended with {safe_repr(result)} and nothing to commit"
+    )
+
+
+def failure(error: BaseException, pending: EndRequest | None) -> Verdict:
+    """``Failed`` for ``error``. A cancel or stop that was already requested is kept in the
+    detail, so a host can tell an error that won over a request from one nobody asked for."""
+    detail: dict[str, JsonValue] = {"error": f"{type(error).__qualname__}: {error_message(error)}"}
+    if pending is not None:
+        detail["pending"] = dict(pending.detail)
+    return Verdict(
+        Ended(Failed(error_code(error), error_message(error))),
+        detail=freeze_detail(detail, "a failure detail"),
+    )
+
+
+def internal_failure(run_id: str, what: str) -> Verdict:
+    """The run's end could not be decided the normal way; it still ends, ``Failed``."""
+    message = f"run {run_id!r} could not be ended normally: {what}"
+    return Verdict(Ended(Failed("internal_error", message)))
+
+
+_REASON_DETAILS: dict[str, FrozenDict] = {}
+
+
+def _reason_detail(reason: str) -> FrozenDict:
+    detail = _REASON_DETAILS.get(reason)
+    if detail is None:
+        detail = freeze_detail({"reason": reason}, "a suspension")
+        if len(_REASON_DETAILS) < 64:  # the common reasons, shared by every run
+            _REASON_DETAILS[reason] = detail
+    return detail
+
+
+def _describe(value: object) -> JsonValue:
+    try:
+        return check_json(value, "late result")
+    except InvalidPayload:
+        return safe_repr(value)
+
+
+def _single(exc: BaseException) -> BaseException:
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        out: list[BaseException] = []
+        for inner in exc.exceptions:
+            out.extend(_leaves(inner))
+        return out
+    return [exc]
