@@ -104,7 +104,8 @@ async def _run_in_scope(
             # The observation window closes here: a cancel requested from now on is too
             # late to change how the body ended.
             cancel_seen = _effectively_cancelled()
-        await attempt.close_children()
+        if attempt.close_children():
+            await attempt.wait_for_admissions()
         if attempt.children:
             _end_children(supervisor, attempt)
     return result, cancel_seen

@@ -263,11 +263,16 @@ class Attempt:
         if self.admitting == 0 and self._admitted is not None:
             self._admitted.set()
 
-    async def close_children(self) -> None:
-        """Refuse new children and wait (shielded) until admissions under way have spawned
-        their actors, so none is committed without an actor behind it."""
+    def close_children(self) -> bool:
+        """Refuse new children; True if admissions under way must still spawn their actors
+        (then `wait_for_admissions` before the nursery closes)."""
         self.children_closed = True
-        if self.admitting:
-            self._admitted = trio.Event()
-            with trio.CancelScope(shield=True):
+        return self.admitting > 0
+
+    async def wait_for_admissions(self) -> None:
+        """Wait (shielded) until admissions under way have spawned their actors, so none is
+        committed without an actor behind it."""
+        self._admitted = trio.Event()
+        with trio.CancelScope(shield=True):
+            while self.admitting:
                 await self._admitted.wait()

@@ -147,31 +147,46 @@ class CommitMailbox:
         self._listening = True
         return self.events_changed
 
-    async def commit(self, commit: Commit, on_commit: OnCommit | None = None) -> CommitResult:
-        """Commit and return the store's answer; ``on_commit`` runs in the commit's step.
+    def commit_now(self, commit: Commit, on_commit: OnCommit | None = None) -> CommitResult | None:
+        """Apply ``commit`` right here if the store needs no I/O and nothing is waiting
+        ahead of it; None if it must go through the mailbox (`commit`).
 
-        A store that needs no I/O (``inline``) is applied right here, synchronously, so a
-        commit costs no task switch (and is then not a checkpoint: its callers are);
-        otherwise the commit joins the mailbox and the mailbox task applies it with
-        everything else waiting (group commit). Either
-        way the call cannot be interrupted once made: a commit handed over lands, and
-        its effects run, even if the caller is being cancelled.
+        The commit and its ``on_commit`` effect happen in the caller's step, with no task
+        switch (so this is not a checkpoint: its callers are).
         """
+        if self._apply_now is None or self._queue:
+            return None
         if self._stopped:
             raise RuntimeClosed(
                 "the runtime has closed and commits nothing more; open a new runtime"
             )
-        if self._apply_now is not None and not self._queue:
-            try:
-                result = self._apply_now((commit,))[0]
-            except BaseException as exc:
-                self._note_interrupt(exc)
-                raise _store_error(commit, exc) from exc
-            effect_error = self._settle(result, on_commit)
-            self._count(1)
-            if effect_error is not None:
-                raise effect_error
+        try:
+            result = self._apply_now((commit,))[0]
+        except BaseException as exc:
+            self._note_interrupt(exc)
+            raise _store_error(commit, exc) from exc
+        effect_error = self._settle(result, on_commit)
+        self._count(1)
+        if effect_error is not None:
+            raise effect_error
+        return result
+
+    async def commit(self, commit: Commit, on_commit: OnCommit | None = None) -> CommitResult:
+        """Commit and return the store's answer; ``on_commit`` runs in the commit's step.
+
+        A store that needs no I/O (``inline``) is applied right here, synchronously
+        (`commit_now`); otherwise the commit joins the mailbox and the mailbox task applies
+        it with everything else waiting (group commit). Either way the call cannot be
+        interrupted once made: a commit handed over lands, and its effects run, even if
+        the caller is being cancelled.
+        """
+        result = self.commit_now(commit, on_commit)
+        if result is not None:
             return result
+        if self._stopped:
+            raise RuntimeClosed(
+                "the runtime has closed and commits nothing more; open a new runtime"
+            )
         pending = _Pending(commit, on_commit)
         self._queue.append(pending)
         self._wakeup.set()

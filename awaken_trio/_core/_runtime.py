@@ -240,7 +240,7 @@ class Runtime(metaclass=NoPublicConstructor):
                 parent_run_id=record.parent_run_id,
             )
             if isinstance(result, Accepted):
-                return result.record.state
+                return result.state
             # The run moved on between the read and the commit: look again.
 
     @trio.lowlevel.enable_ki_protection

@@ -23,7 +23,7 @@ from typing import Final, Literal, Protocol, final, runtime_checkable
 
 import attrs
 
-from ._json import EMPTY_DICT, FrozenDict, JsonValue, check_json, freeze_detail
+from ._json import EMPTY_DICT, FrozenDict, JsonValue
 from ._state import RunEvent, RunRecord, RunState
 
 
@@ -69,21 +69,13 @@ class Expect:
     correlation_id: str | None = None
 
 
-def _detail(value: dict[str, JsonValue]) -> FrozenDict:
-    return freeze_detail(value, "an event detail")
-
-
 @final
 @attrs.frozen
 class EventDraft:
     """An extra event that rides a commit, written before the commit's own event."""
 
     kind: str
-    detail: FrozenDict = attrs.field(converter=_detail)
-
-
-def _input(value: object) -> JsonValue:
-    return check_json(value, "a run's input")
+    detail: FrozenDict
 
 
 @final
@@ -94,18 +86,17 @@ class NewRun:
     thread_id: str
     parent_run_id: str | None
     name: str | None
-    input: JsonValue = attrs.field(default=None, converter=_input)
+    input: JsonValue = None
     max_steps: int | None = None
-
-
-def _messages(value: Sequence[JsonValue]) -> tuple[JsonValue, ...]:
-    return tuple(check_json(item, "a message") for item in value)
 
 
 @final
 @attrs.frozen
 class Commit:
     """One atomic change to one run.
+
+    The runtime builds commits from values it has already checked and frozen (payloads
+    are `FrozenDict`, `FrozenList` or scalars), so a store may keep them as they are.
 
     Attributes:
         run_id: the run.
@@ -138,11 +129,11 @@ class Commit:
     result: JsonValue = None
     checkpoint: JsonValue = UNSET
     steps: int | None = None
-    carried_messages: tuple[JsonValue, ...] = attrs.field(default=(), converter=_messages)
+    carried_messages: tuple[JsonValue, ...] = ()
     take_messages: bool = False
-    discarded_messages: tuple[JsonValue, ...] = attrs.field(default=(), converter=_messages)
+    discarded_messages: tuple[JsonValue, ...] = ()
     events: tuple[EventDraft, ...] = ()
-    detail: FrozenDict = attrs.field(default=EMPTY_DICT, converter=_detail)
+    detail: FrozenDict = EMPTY_DICT
     announce: bool = True
     resume_value: JsonValue = None
 
@@ -150,10 +141,21 @@ class Commit:
 @final
 @attrs.frozen
 class Accepted:
-    """The commit landed. ``taken_messages`` are the carried messages it took."""
+    """The commit landed.
 
-    record: RunRecord
-    events: tuple[RunEvent, ...]
+    Attributes:
+        state: the run's committed state now (the commit's own state).
+        last_seq: the seq of the last event the commit wrote (0 if it wrote none).
+        taken_messages: the carried messages the commit took (``take_messages``).
+        resume_value: the value a queued resume left for the attempt this commit starts.
+
+    A store answers with what the runtime needs, not with the whole record or the
+    events (read them with `Store.load` and `Store.events_after`), so a commit never
+    costs a read-back.
+    """
+
+    state: RunState
+    last_seq: int
     taken_messages: tuple[JsonValue, ...] = ()
     resume_value: JsonValue = None
 

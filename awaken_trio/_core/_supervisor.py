@@ -63,8 +63,19 @@ _DETAIL_BOUNDARY = freeze_detail({"source": "boundary"}, "detail")
 _RUNNING = tuple(Running(generation) for generation in range(17))  # shared, frozen
 
 
+_EXPECT_NEW = Expect(new=True)
+_EXPECT_RUNNING = tuple(Expect(generation=g, state=Running) for g in range(17))
+
+
 def running(generation: int) -> RunState:
     return _RUNNING[generation] if generation < len(_RUNNING) else Running(generation)
+
+
+def expect_running(generation: int) -> Expect:
+    """The fence of a commit by the attempt of ``generation`` (shared for small ones)."""
+    if generation < len(_EXPECT_RUNNING):
+        return _EXPECT_RUNNING[generation]
+    return Expect(generation=generation, state=Running)
 
 
 @final
@@ -163,7 +174,7 @@ class Supervisor:
         new_run = NewRun(
             thread_id, None if parent is None else parent.run_id, name, input, max_steps
         )
-        result = await self.admit(attempt, Expect(new=True), new_run, _DETAIL_START)
+        result = await self.admit(attempt, _EXPECT_NEW, new_run, _DETAIL_START)
         if isinstance(result, Rejected):
             raise RunExists(run_id)
         assert self.make_handle is not None
@@ -302,10 +313,12 @@ class Supervisor:
             resume_value=None if is_running else attempt.resume_value,
             detail=detail,
         )
-        if not self.mailbox.inline:
-            attempt.handed_over = trio.Event()
         try:
-            return await self.mailbox.commit(commit, on_commit)
+            result = self.mailbox.commit_now(commit, on_commit)
+            if result is None:
+                attempt.handed_over = trio.Event()
+                result = await self.mailbox.commit(commit, on_commit)
+            return result
         except BaseException:
             if not attempt.started and run_id not in self.queued:
                 self._release_thread(attempt)  # nothing was committed: give the thread back
@@ -351,7 +364,7 @@ class Supervisor:
                 run_id=attempt.run_id,
                 state=running(attempt.generation),
                 generation=attempt.generation,
-                expect=Expect(generation=attempt.generation, state=Running),
+                expect=expect_running(attempt.generation),
                 at=self.now(),
                 checkpoint=progress,
                 steps=steps,
@@ -377,7 +390,7 @@ class Supervisor:
                 run_id=attempt.run_id,
                 state=running(attempt.generation),
                 generation=attempt.generation,
-                expect=Expect(generation=attempt.generation, state=Running),
+                expect=expect_running(attempt.generation),
                 at=self.now(),
                 events=(EventDraft(kind, detail),),
                 announce=False,
@@ -408,7 +421,7 @@ class Supervisor:
         messages = tuple(attempt.drain())
         ending = isinstance(verdict.state, Ended)
         if attempt.started:
-            expect = Expect(generation=attempt.generation, state=Running)
+            expect = expect_running(attempt.generation)
             generation = attempt.generation
         else:
             assert attempt.queued_generation is not None
@@ -429,8 +442,13 @@ class Supervisor:
             events=verdict.events,
             detail=_with_clock_error(verdict.detail, clock_error),
         )
+
+        def on_commit(result: CommitResult) -> None:
+            self._retire(attempt, result)
+
         try:
-            await self.mailbox.commit(commit, lambda result: self._retire(attempt, result))
+            if self.mailbox.commit_now(commit, on_commit) is None:
+                await self.mailbox.commit(commit, on_commit)
         except (StoreError, RuntimeClosed) as exc:
             self._abandon(attempt, exc, (*stranded, *messages))
         except Exception as exc:  # an effect of the commit failed: still answer everyone
@@ -476,7 +494,7 @@ class Supervisor:
 
     def _retire(self, attempt: Attempt, result: CommitResult) -> None:
         """Deregister, free the thread and release waiters: the commit's own step."""
-        state = result.record.state if isinstance(result, Accepted) else result.state
+        state = result.state
         assert state is not None
         self._let_go(attempt, state)
         if isinstance(state, Awaiting):

@@ -6,6 +6,7 @@ import contextlib
 import inspect
 import math
 import os
+import random
 import weakref
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -21,8 +22,16 @@ _ASYNC_BODIES: weakref.WeakSet[Any] = weakref.WeakSet()
 _MAX_ID_LENGTH = 512
 
 
+# Run ids are 96 random bits: unique across processes and machines without coordination.
+# They are not secrets, so a generator seeded from the OS (and reseeded in a forked child,
+# which would otherwise repeat its parent's ids) is enough, and much cheaper than a
+# system call per run.
+_ids = random.Random(os.urandom(32))
+os.register_at_fork(after_in_child=lambda: _ids.seed(os.urandom(32)))
+
+
 def new_run_id() -> str:
-    return os.urandom(12).hex()
+    return f"{_ids.getrandbits(96):024x}"
 
 
 def check_id(value: object, what: str) -> str:

@@ -145,7 +145,9 @@ def decide(
         events: tuple[EventDraft, ...] = ()
         if isinstance(result, outcome.Value):
             late = {"result": _describe(result.value), **cancelled.detail}
-            events = (EventDraft(EventKind.LATE_RESULT_DISCARDED, late),)
+            events = (
+                EventDraft(EventKind.LATE_RESULT_DISCARDED, freeze_detail(late, "late result")),
+            )
         return Verdict(Ended(cancelled.cause), events=events, detail=cancelled.detail)
     if suspension is not None and ending in (Ending.SUSPEND, None):
         # The pause or await decided at the boundary stands, even if the body caught the

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+from collections import deque
 from collections.abc import Sequence
 from typing import final
 
@@ -11,7 +12,7 @@ import trio
 
 from .._core._errors import InvalidArgument
 from .._core._json import FrozenDict, JsonValue, freeze_detail
-from .._core._state import Awaiting, Ended, EventKind, Queued, RunEvent, RunRecord
+from .._core._state import Awaiting, Ended, EventKind, Queued, RunEvent, RunRecord, RunState
 from .._core._storage import (
     UNSET,
     Accepted,
@@ -24,16 +25,46 @@ from .._core._storage import (
 
 _NO_MESSAGES: tuple[JsonValue, ...] = ()
 
+# An event as the store keeps it: the fields of a `RunEvent`, in order. A tuple costs a
+# fraction of a frozen object to build, and events are written far more often than read.
+_Entry = tuple[int, str, str, int, str, RunState, FrozenDict, float]
+
 
 @final
 @attrs.define(eq=False)
-class _Pending:
-    """What a run holds for its next attempt besides its record: the messages an
-    ``Awaiting`` commit carried and the value a queued resume hands over (rare, so kept
-    apart from the record)."""
+class _Row:
+    """One run's committed truth, updated in place by each accepted commit; `load` hands
+    out a frozen `RunRecord` of it."""
 
+    thread_id: str
+    parent_run_id: str | None
+    name: str | None
+    input: JsonValue
+    max_steps: int | None
+    state: RunState
+    generation: int
+    result: JsonValue = None
+    checkpoint: JsonValue = None
+    steps: int = 0
+    # The messages an Awaiting commit carried, and the value a queued resume hands over.
     carried: tuple[JsonValue, ...] = ()
     resume_value: JsonValue = None
+    events: list[_Entry] = attrs.field(factory=list)
+
+    def record(self, run_id: str) -> RunRecord:
+        return RunRecord(
+            run_id=run_id,
+            thread_id=self.thread_id,
+            parent_run_id=self.parent_run_id,
+            name=self.name,
+            state=self.state,
+            generation=self.generation,
+            result=self.result,
+            checkpoint=self.checkpoint,
+            input=self.input,
+            steps=self.steps,
+            max_steps=self.max_steps,
+        )
 
 
 @final
@@ -55,14 +86,12 @@ class MemoryStore:
     inline: bool = True
     max_ended_runs: int = attrs.field(default=10_000, kw_only=True)
 
-    _records: dict[str, RunRecord] = attrs.field(factory=dict, init=False)
-    _events_of: dict[str, list[RunEvent]] = attrs.field(factory=dict, init=False)
-    _pending: dict[str, _Pending] = attrs.field(factory=dict, init=False)
-    # Ended runs, oldest end first (dicts keep insertion order): the eviction queue.
-    _ended: dict[str, None] = attrs.field(factory=dict, init=False)
+    _rows: dict[str, _Row] = attrs.field(factory=dict, init=False)
+    # Ended runs, oldest end first: the eviction queue.
+    _ended: deque[str] = attrs.field(factory=deque, init=False)
     # Every event in seq order. Events of forgotten runs stay until they are more than half
     # of it; readers skip them.
-    _log: list[RunEvent] = attrs.field(factory=list, init=False)
+    _log: list[_Entry] = attrs.field(factory=list, init=False)
     _forgotten_events: int = attrs.field(default=0, init=False)
     _seq: int = attrs.field(default=0, init=False)
 
@@ -82,159 +111,114 @@ class MemoryStore:
 
     def _apply_one(self, commit: Commit) -> CommitResult:
         run_id = commit.run_id
-        current = self._records.get(run_id)
-        expect = commit.expect
+        row = self._rows.get(run_id)
         state = commit.state
-        ended = type(state) is Ended
         taken = _NO_MESSAGES
         resume_value: JsonValue = None
-        if current is None:
+        if row is None:
             new = commit.new_run
-            if not expect.new or new is None:
+            if not commit.expect.new or new is None:
                 return Rejected(RejectReason.UNKNOWN, None)
-            record = RunRecord(
-                run_id=run_id,
+            row = _Row(
                 thread_id=new.thread_id,
                 parent_run_id=new.parent_run_id,
                 name=new.name,
-                state=state,
-                generation=commit.generation,
                 input=new.input,
                 max_steps=new.max_steps,
-            )
-            events: list[RunEvent] = []
-            self._events_of[run_id] = events
-        else:
-            rejected = _fence(current, commit)
-            if rejected is not None:
-                return rejected
-            pending = self._pending.get(run_id)
-            if pending is not None:
-                taken, resume_value = self._take(run_id, pending, commit)
-            record = RunRecord(
-                run_id=run_id,
-                thread_id=current.thread_id,
-                parent_run_id=current.parent_run_id,
-                name=current.name,
                 state=state,
                 generation=commit.generation,
-                result=commit.result if ended else current.result,
-                checkpoint=current.checkpoint if commit.checkpoint is UNSET else commit.checkpoint,
-                input=current.input,
-                steps=current.steps if commit.steps is None else commit.steps,
-                max_steps=current.max_steps,
             )
-            events = self._events_of[run_id]
-        self._records[run_id] = record
-        if type(state) is Awaiting and commit.carried_messages:
-            self._pending.setdefault(run_id, _Pending()).carried = commit.carried_messages
-        elif type(state) is Queued and commit.resume_value is not None:
-            self._pending.setdefault(run_id, _Pending()).resume_value = commit.resume_value
-        written = self._write_events(record, events, commit, taken)
-        if ended:
-            self._ended[run_id] = None
+            self._rows[run_id] = row
+        else:
+            rejected = _fence(row, commit)
+            if rejected is not None:
+                return rejected
+            # The ticket lives inside the Awaiting state, so replacing the state deletes it.
+            # Carried messages move to whoever takes them (an attempt start) or are
+            # discarded with a terminal commit; a Queued commit keeps them for the queued
+            # attempt, and the resume value it leaves is handed to the attempt after it.
+            if row.carried and (commit.take_messages or type(state) is Ended):
+                taken, row.carried = row.carried, _NO_MESSAGES
+            resume_value = row.resume_value
+            row.resume_value = None
+            row.state = state
+            row.generation = commit.generation
+            if commit.checkpoint is not UNSET:
+                row.checkpoint = commit.checkpoint
+            if commit.steps is not None:
+                row.steps = commit.steps
+        kind = type(state)
+        if kind is Awaiting:
+            row.carried = commit.carried_messages
+        elif kind is Queued:
+            row.resume_value = commit.resume_value
+        elif kind is Ended:
+            row.result = commit.result
+        last_seq = self._write_events(run_id, row, commit, taken)
+        if kind is Ended:
+            self._ended.append(run_id)
             if len(self._ended) > self.max_ended_runs:
                 self._forget_oldest()
-        return Accepted(record, written, taken if commit.take_messages else (), resume_value)
-
-    def _take(
-        self, run_id: str, pending: _Pending, commit: Commit
-    ) -> tuple[tuple[JsonValue, ...], JsonValue]:
-        # The ticket lives inside the Awaiting state, so replacing the state deletes it.
-        # Carried messages move to whoever takes them (an attempt start) or are discarded
-        # with a terminal commit; a Queued commit keeps them for the queued attempt.
-        taken = _NO_MESSAGES
-        if commit.take_messages or type(commit.state) is Ended:
-            taken, pending.carried = pending.carried, ()
-        resume_value = pending.resume_value
-        if type(commit.state) is not Queued:
-            pending.resume_value = None
-        if not pending.carried and pending.resume_value is None:
-            del self._pending[run_id]
-        return taken, resume_value
+        return Accepted(state, last_seq, taken if commit.take_messages else (), resume_value)
 
     def _write_events(
-        self,
-        record: RunRecord,
-        events: list[RunEvent],
-        commit: Commit,
-        taken: tuple[JsonValue, ...],
-    ) -> tuple[RunEvent, ...]:
+        self, run_id: str, row: _Row, commit: Commit, taken: tuple[JsonValue, ...]
+    ) -> int:
         drafts = commit.events
         if type(commit.state) is Ended and (taken or commit.discarded_messages):
             drafts = (*drafts, _discarded((*taken, *commit.discarded_messages)))
-        if not drafts:
-            if not commit.announce:
-                return ()
-            return (
-                self._write_event(record, events, EventKind.COMMITTED, commit.detail, commit.at),
-            )
-        written = [self._write_event(record, events, d.kind, d.detail, commit.at) for d in drafts]
+        for draft in drafts:
+            self._write_event(run_id, row, draft.kind, draft.detail, commit.at)
         if commit.announce:
-            written.append(
-                self._write_event(record, events, EventKind.COMMITTED, commit.detail, commit.at)
-            )
-        return tuple(written)
+            self._write_event(run_id, row, EventKind.COMMITTED, commit.detail, commit.at)
+        elif not drafts:
+            return 0
+        return self._seq
 
     def _write_event(
-        self,
-        record: RunRecord,
-        events: list[RunEvent],
-        kind: str,
-        detail: FrozenDict,
-        at: float,
-    ) -> RunEvent:
+        self, run_id: str, row: _Row, kind: str, detail: FrozenDict, at: float
+    ) -> None:
         self._seq += 1
-        event = RunEvent(
-            seq=self._seq,
-            run_id=record.run_id,
-            thread_id=record.thread_id,
-            generation=record.generation,
-            kind=kind,
-            state=record.state,
-            detail=detail,
-            at=at,
-        )
-        self._log.append(event)
-        events.append(event)
-        return event
+        entry = (self._seq, run_id, row.thread_id, row.generation, kind, row.state, detail, at)
+        self._log.append(entry)
+        row.events.append(entry)
 
     def _forget_oldest(self) -> None:
-        run_id = next(iter(self._ended))
-        del self._ended[run_id]
-        del self._records[run_id]
-        self._pending.pop(run_id, None)
-        self._forgotten_events += len(self._events_of.pop(run_id))
+        run_id = self._ended.popleft()
+        self._forgotten_events += len(self._rows.pop(run_id).events)
         if self._forgotten_events * 2 > len(self._log):
-            self._log = [e for e in self._log if self._is_live(e)]
+            self._log = [entry for entry in self._log if self._is_live(entry)]
             self._forgotten_events = 0
 
-    def _is_live(self, event: RunEvent) -> bool:
+    def _is_live(self, entry: _Entry) -> bool:
         # An event is live if its run is still kept and it belongs to that run's current
         # life (a run id may be reused after the run that had it was forgotten).
-        events = self._events_of.get(event.run_id)
-        return events is not None and events[0].seq <= event.seq
+        row = self._rows.get(entry[1])
+        return row is not None and bool(row.events) and row.events[0][0] <= entry[0]
 
     async def load(self, run_id: str) -> RunRecord | None:
         await trio.lowlevel.checkpoint()
-        return self._records.get(run_id)
+        row = self._rows.get(run_id)
+        return None if row is None else row.record(run_id)
 
     async def events_after(
         self, seq: int, run_id: str | None = None, limit: int = 1000
     ) -> list[RunEvent]:
         await trio.lowlevel.checkpoint()
         if run_id is not None:
-            source = self._events_of.get(run_id, [])
-            start = bisect.bisect_right(source, seq, key=lambda e: e.seq)
-            return source[start : start + limit]
+            row = self._rows.get(run_id)
+            if row is None:
+                return []
+            start = bisect.bisect_right(row.events, seq, key=_seq_of)
+            return [_event(entry) for entry in row.events[start : start + limit]]
         log = self._log
-        start = bisect.bisect_right(log, seq, key=lambda e: e.seq)
+        start = bisect.bisect_right(log, seq, key=_seq_of)
         if not self._forgotten_events:
-            return log[start : start + limit]
+            return [_event(entry) for entry in log[start : start + limit]]
         out: list[RunEvent] = []
-        for event in log[start:]:
-            if self._is_live(event):
-                out.append(event)
+        for entry in log[start:]:
+            if self._is_live(entry):
+                out.append(_event(entry))
                 if len(out) == limit:
                     break
         return out
@@ -243,15 +227,33 @@ class MemoryStore:
         await trio.lowlevel.checkpoint()
 
 
-def _fence(current: RunRecord, commit: Commit) -> Rejected | None:
-    state = current.state
+def _seq_of(entry: _Entry) -> int:
+    return entry[0]
+
+
+def _event(entry: _Entry) -> RunEvent:
+    seq, run_id, thread_id, generation, kind, state, detail, at = entry
+    return RunEvent(
+        seq=seq,
+        run_id=run_id,
+        thread_id=thread_id,
+        generation=generation,
+        kind=kind,
+        state=state,
+        detail=detail,
+        at=at,
+    )
+
+
+def _fence(row: _Row, commit: Commit) -> Rejected | None:
+    state = row.state
     if type(state) is Ended:
         return Rejected(RejectReason.ENDED, state)
     expect = commit.expect
     if expect.new:
         return Rejected(RejectReason.EXISTS, state)
     if (
-        (expect.generation is not None and current.generation != expect.generation)
+        (expect.generation is not None and row.generation != expect.generation)
         or (expect.state is not None and type(state) is not expect.state)
         or (
             expect.correlation_id is not None
