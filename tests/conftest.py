@@ -9,6 +9,9 @@ import pytest
 from awaken_trio import Runtime, open_runtime
 from awaken_trio.store import MemoryStore
 
+# `pytester` runs the store contract in a project of its own (test_contract_suite.py).
+pytest_plugins = ["pytester"]
+
 
 @pytest.fixture(params=["inline", "mailbox"])
 def store(request: pytest.FixtureRequest) -> MemoryStore:

@@ -151,7 +151,7 @@ async def test_pause_is_not_cancellation(
 # --------------------------------------------------------------------------- messages
 
 
-async def test_messages_reach_boundary_in_send_order(
+async def test_messages_reach_successive_boundaries_in_send_order(
     runtime: Runtime, autojump_clock: trio.testing.MockClock
 ) -> None:
     gate_a = trio.Event()
@@ -276,7 +276,7 @@ async def test_messages_never_returned_are_recorded_as_discarded_before_the_term
 # --------------------------------------------------------------------------- wake
 
 
-async def test_wake_releases_a_waiting_boundary_without_ending_the_run(
+async def test_wake_releases_a_waiting_boundary_with_no_messages_and_the_body_goes_on(
     runtime: Runtime, autojump_clock: trio.testing.MockClock
 ) -> None:
     released = trio.Event()
@@ -398,7 +398,7 @@ async def test_cancel_while_waiting_at_boundary_ends_cancelled(
 
 @pytest.mark.parametrize("where", ["waiting_boundary", "shielded_work"])
 @pytest.mark.parametrize("order", ["pause_first", "cancel_first"])
-async def test_cancel_wins_over_a_pending_pause(
+async def test_cancel_wins_over_a_pending_pause_in_either_order_and_place(
     runtime: Runtime, where: str, order: str, autojump_clock: trio.testing.MockClock
 ) -> None:
     gate = trio.Event()

@@ -1,0 +1,37 @@
+"""Test helpers for code built on awaken_trio. Needs pytest and pytest-trio.
+
+`StoreContract` is the store contract as a pytest test class: subclass it in a test module,
+give it a ``store`` fixture that yields a new, empty store, and pytest runs every check of
+the contract against that store::
+
+    import pytest
+    from collections.abc import AsyncIterator
+
+    from awaken_trio.store import Store
+    from awaken_trio.testing import StoreContract
+
+
+    class TestMyStore(StoreContract):
+        @pytest.fixture
+        async def store(self) -> AsyncIterator[Store]:
+            store = MyStore(...)
+            yield store
+            await store.aclose()
+
+The class carries the ``trio`` mark, so its tests run under pytest-trio whether or not the
+project sets ``trio_mode``.
+"""
+
+import pytest
+
+# The contract's checks live in a library module, not a test module; register it before it
+# is imported so a failing check reports its values as plain test assertions do.
+pytest.register_assert_rewrite("awaken_trio.testing._store_contract")
+
+from .._core._util import fixup_module_metadata as _fixup_module_metadata  # noqa: E402
+from ._store_contract import StoreContract as StoreContract  # noqa: E402
+
+__all__ = ["StoreContract"]
+
+_fixup_module_metadata(__name__, globals())
+del _fixup_module_metadata

@@ -1,0 +1,71 @@
+"""`awaken_trio.testing.StoreContract` as a third party uses it: subclassed in a project of
+its own, with or without pytest-trio's ``trio_mode``."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from awaken_trio.testing import StoreContract
+
+THIRD_PARTY_TESTS = """
+from collections.abc import AsyncIterator
+
+import pytest
+
+from awaken_trio.store import MemoryStore, Store
+from awaken_trio.testing import StoreContract
+
+
+class TestMyStore(StoreContract):
+    @pytest.fixture
+    async def store(self) -> AsyncIterator[Store]:
+        s = MemoryStore(inline=False)
+        yield s
+        await s.aclose()
+"""
+
+
+def _contract_size() -> int:
+    """How many tests one subclass runs: each method once per parameter set."""
+    size = 0
+    for name in dir(StoreContract):
+        if name.startswith("test_"):
+            marks = getattr(getattr(StoreContract, name), "pytestmark", [])
+            size += math.prod(len(m.args[1]) for m in marks if m.name == "parametrize")
+    return size
+
+
+def _project(pytester: pytest.Pytester, trio_mode: bool, tests: str) -> None:
+    pytester.makeini(
+        f"""
+        [pytest]
+        trio_mode = {"true" if trio_mode else "false"}
+        addopts = --strict-markers --strict-config
+        filterwarnings = error
+        """
+    )
+    pytester.makepyfile(test_my_store=tests)
+
+
+@pytest.mark.parametrize("trio_mode", [True, False], ids=["trio_mode", "no_trio_mode"])
+def test_a_subclass_runs_the_whole_contract(pytester: pytest.Pytester, trio_mode: bool) -> None:
+    _project(pytester, trio_mode, THIRD_PARTY_TESTS)
+    result = pytester.runpytest()
+    assert _contract_size() > 40
+    result.assert_outcomes(passed=_contract_size())
+
+
+def test_a_subclass_without_a_store_fixture_is_told_to_write_one(
+    pytester: pytest.Pytester,
+) -> None:
+    _project(
+        pytester,
+        False,
+        "from awaken_trio.testing import StoreContract\n\n"
+        "class TestForgotten(StoreContract):\n    pass\n",
+    )
+    result = pytester.runpytest()
+    result.assert_outcomes(errors=_contract_size())
+    result.stdout.fnmatch_lines(["*TestForgotten must override the `store` fixture*"])
