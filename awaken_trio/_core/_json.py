@@ -114,7 +114,7 @@ def check_json(value: object, what: str) -> JsonValue:
     return _freeze(value, what, "$", 0)
 
 
-def freeze_detail(detail: dict[str, JsonValue], what: str) -> FrozenDict:
+def freeze_detail(detail: object, what: str) -> FrozenDict:
     """A frozen event detail (a JSON object), checked."""
     frozen = check_json(detail, what)
     if type(frozen) is not FrozenDict:

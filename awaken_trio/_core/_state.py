@@ -24,7 +24,7 @@ def _payload(value: object) -> JsonValue:
     return check_json(value, "a payload")
 
 
-def _detail(value: dict[str, JsonValue]) -> FrozenDict:
+def _detail(value: object) -> FrozenDict:
     return freeze_detail(value, "an event detail")
 
 

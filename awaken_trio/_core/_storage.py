@@ -18,12 +18,12 @@ transaction every store enforces the same three rules:
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Final, Literal, Protocol, final, runtime_checkable
 
 import attrs
 
-from ._json import EMPTY_DICT, FrozenDict, JsonValue
+from ._json import EMPTY_DICT, JsonValue
 from ._state import RunEvent, RunRecord, RunState
 
 
@@ -75,7 +75,7 @@ class EventDraft:
     """An extra event that rides a commit, written before the commit's own event."""
 
     kind: str
-    detail: FrozenDict
+    detail: Mapping[str, JsonValue]
 
 
 @final
@@ -133,7 +133,7 @@ class Commit:
     take_messages: bool = False
     discarded_messages: tuple[JsonValue, ...] = ()
     events: tuple[EventDraft, ...] = ()
-    detail: FrozenDict = EMPTY_DICT
+    detail: Mapping[str, JsonValue] = EMPTY_DICT
     announce: bool = True
     resume_value: JsonValue = None
 

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import bisect
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import final
 
 import attrs
 import trio
 
 from .._core._errors import InvalidArgument
-from .._core._json import FrozenDict, JsonValue, freeze_detail
+from .._core._json import JsonValue, freeze_detail
 from .._core._state import Awaiting, Ended, EventKind, Queued, RunEvent, RunRecord, RunState
 from .._core._storage import (
     UNSET,
@@ -27,7 +27,7 @@ _NO_MESSAGES: tuple[JsonValue, ...] = ()
 
 # An event as the store keeps it: the fields of a `RunEvent`, in order. A tuple costs a
 # fraction of a frozen object to build, and events are written far more often than read.
-_Entry = tuple[int, str, str, int, str, RunState, FrozenDict, float]
+_Entry = tuple[int, str, str, int, str, RunState, Mapping[str, JsonValue], float]
 
 
 @final
@@ -176,7 +176,7 @@ class MemoryStore:
         return self._seq
 
     def _write_event(
-        self, run_id: str, row: _Row, kind: str, detail: FrozenDict, at: float
+        self, run_id: str, row: _Row, kind: str, detail: Mapping[str, JsonValue], at: float
     ) -> None:
         self._seq += 1
         entry = (self._seq, run_id, row.thread_id, row.generation, kind, row.state, detail, at)

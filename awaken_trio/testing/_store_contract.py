@@ -10,9 +10,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from itertools import pairwise
 
+import attrs
 import pytest
 
-from .._core._json import FrozenDict, JsonValue
+from .._core._json import FrozenDict, FrozenList, JsonValue
 from .._core._state import EndCause, ResumeTicket, RunEvent, RunRecord, RunState
 from .._core._storage import (
     UNSET,
@@ -75,10 +76,40 @@ async def _one(store: Store, commit: Commit) -> CommitResult:
     return results[0]
 
 
-async def _accepted(store: Store, commit: Commit) -> Accepted:
+@attrs.frozen
+class _Landed:
+    """An accepted commit with what it left in the store: the run's record right after it
+    and the events it wrote (read back through the protocol)."""
+
+    accepted: Accepted
+    record: RunRecord
+    events: tuple[RunEvent, ...]
+
+    @property
+    def taken_messages(self) -> tuple[JsonValue, ...]:
+        return self.accepted.taken_messages
+
+    @property
+    def resume_value(self) -> JsonValue:
+        return self.accepted.resume_value
+
+
+async def _written(store: Store, run_id: str, after: int, accepted: Accepted) -> list[RunEvent]:
+    """The events of ``run_id`` an accepted commit wrote (seq after ``after``)."""
+    events = [e for e in await store.events_after(after, run_id) if e.seq <= accepted.last_seq]
+    assert accepted.last_seq == (events[-1].seq if events else 0), (accepted, events)
+    return events
+
+
+async def _accepted(store: Store, commit: Commit) -> _Landed:
+    before = await store.events_after(0, commit.run_id)
+    after = before[-1].seq if before else 0
     result = await _one(store, commit)
     assert isinstance(result, Accepted), result
-    return result
+    record = await _loaded(store, commit.run_id)
+    assert result.state == record.state, (result, record)
+    events = await _written(store, commit.run_id, after, result)
+    return _Landed(result, record, tuple(events))
 
 
 async def _rejected(store: Store, commit: Commit) -> Rejected:
@@ -1056,7 +1087,9 @@ class StoreContract:
     async def test_taken_messages_and_resume_values_handed_back_are_frozen(
         self, store: Store
     ) -> None:
-        await _awaiting_with(store, "r1", ({"m": [1, {"n": [2]}]}, ["list", {"k": "v"}]))
+        # The runtime hands the store frozen payloads (commits carry checked values).
+        messages = (FrozenDict({"m": [1, {"n": [2]}]}), FrozenList(["list", {"k": "v"}]))
+        await _awaiting_with(store, "r1", messages)
         await _accepted(
             store,
             Commit(
@@ -1132,9 +1165,12 @@ class StoreContract:
         written: list[RunEvent] = []
 
         async def apply(*batch: Commit) -> None:
-            for result in await store.apply(batch):
+            cursor = written[-1].seq if written else 0
+            for commit, result in zip(batch, await store.apply(batch), strict=True):
                 assert isinstance(result, Accepted), result
-                written.extend(result.events)
+                mine = await _written(store, commit.run_id, cursor, result)
+                written.extend(mine)
+                cursor = result.last_seq
 
         await apply(_create("a"), _create("b"))
         await apply(
@@ -1245,12 +1281,16 @@ class StoreContract:
         assert results[1] == Rejected(RejectReason.ENDED, DONE)
         assert results[2] == Rejected(RejectReason.STALE, Running(1))
         assert isinstance(results[3], Accepted)
-        assert results[3].record.checkpoint == {"after": "create"}
+        assert results[3].state == Running(1)
+        assert (await _loaded(store, "a")).checkpoint == {"after": "create"}
         assert results[4] == Rejected(RejectReason.UNKNOWN, None)
         assert results[5] == Rejected(RejectReason.EXISTS, Running(1))
         assert isinstance(results[6], Accepted)
         assert isinstance(results[7], Accepted)
-        assert results[7].record.state == CANCELLED
+        assert results[7].state == CANCELLED
+        assert [r.last_seq for r in results if isinstance(r, Accepted)] == list(
+            range(before[-1].seq + 1, before[-1].seq + 5)
+        )
 
         after = await store.events_after(0)
         assert after[: len(before)] == before

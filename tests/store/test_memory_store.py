@@ -20,7 +20,6 @@ from awaken_trio import (
     open_runtime,
 )
 from awaken_trio.store import (
-    Accepted,
     Commit,
     CommitResult,
     Expect,
@@ -29,6 +28,7 @@ from awaken_trio.store import (
     Store,
 )
 from awaken_trio.testing import StoreContract
+from awaken_trio.testing._store_contract import _accepted, _Landed
 
 Running = RunState.Running
 Ended = RunState.Ended
@@ -119,10 +119,8 @@ def _end(run_id: str) -> Commit:
     )
 
 
-async def _apply(store: MemoryStore, commit: Commit) -> Accepted:
-    (result,) = await store.apply([commit])
-    assert isinstance(result, Accepted), result
-    return result
+async def _apply(store: MemoryStore, commit: Commit) -> _Landed:
+    return await _accepted(store, commit)
 
 
 async def test_the_run_that_ended_longest_ago_is_forgotten_first() -> None:
@@ -264,7 +262,7 @@ async def test_log_compaction_keeps_what_readers_see() -> None:
         if len(store._log) < log_before:
             compactions += 1
         kept.setdefault(c.run_id, []).extend(accepted.events)
-        if accepted.record.state.is_ended:
+        if accepted.accepted.state.is_ended:
             ended.append(c.run_id)
             if len(ended) > 2:
                 del kept[ended.pop(0)]
