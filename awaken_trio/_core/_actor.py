@@ -13,27 +13,22 @@ its bookkeeping; only the body itself runs unprotected.
 
 from __future__ import annotations
 
-import contextvars
 import math
 from typing import TYPE_CHECKING, Any
 
 import outcome
 import trio
 
-from ._attempt import SHUTDOWN, Attempt, Body, EndRequest
+from ._attempt import SHUTDOWN, Attempt, Body, EndRequest, current_attempt
+from ._context import RunContext
 from ._state import Cancelled
 from ._util import safe_repr
-from ._verdict import Verdict, decide, internal_failure
+from ._verdict import NATURAL_END, Verdict, decide, internal_failure
 
 if TYPE_CHECKING:
-    from ._context import RunContext
     from ._supervisor import Supervisor
 
-# The attempt whose body (or a task that body started) is running. Trio copies a task's
-# context into the tasks it spawns, so tasks inside an attempt see their attempt here.
-current_attempt: contextvars.ContextVar[Attempt | None] = contextvars.ContextVar(
-    "awaken_trio_current_attempt", default=None
-)
+_SCALARS = frozenset((type(None), bool, int, str))
 
 
 @trio.lowlevel.disable_ki_protection
@@ -84,8 +79,6 @@ async def _run_in_scope(
 ) -> tuple[outcome.Outcome[Any] | None, bool]:
     """Run the body in the attempt's nursery; return its outcome and whether the
     observation window saw a cancel."""
-    from ._context import RunContext
-
     result: outcome.Outcome[Any] | None = None
     async with trio.open_nursery() as nursery:
         # The nursery's scope is the attempt's token: children started into this nursery
@@ -94,7 +87,7 @@ async def _run_in_scope(
         attempt.children_nursery = nursery
         if attempt.request is not None:
             nursery.cancel_scope.cancel(reason=attempt.request.scope_reason())
-        if _effectively_cancelled():
+        if attempt.cancel_reaches(supervisor.closing):
             cancel_seen = True  # a pre-start cancel: the body never runs
         else:
             current_attempt.set(attempt)
@@ -103,7 +96,7 @@ async def _run_in_scope(
             )
             # The observation window closes here: a cancel requested from now on is too
             # late to change how the body ended.
-            cancel_seen = _effectively_cancelled()
+            cancel_seen = attempt.cancel_reaches(supervisor.closing)
         if attempt.close_children():
             await attempt.wait_for_admissions()
         if attempt.children:
@@ -135,11 +128,7 @@ async def _wait_for_thread(attempt: Attempt) -> bool:
             scope.cancel(reason=attempt.request.scope_reason())
         await attempt.gate_waiter.wait()
     attempt.queue_scope = None
-    return not scope.cancelled_caught and not _effectively_cancelled()
-
-
-def _effectively_cancelled() -> bool:
-    return trio.current_effective_deadline() == -math.inf
+    return not scope.cancelled_caught and trio.current_effective_deadline() != -math.inf
 
 
 def _verdict(
@@ -148,6 +137,13 @@ def _verdict(
     result: outcome.Outcome[Any] | None,
     cancel_seen: bool,
 ) -> Verdict:
+    if (
+        type(result) is outcome.Value
+        and not cancel_seen
+        and attempt.suspension is None
+        and type(result.value) in _SCALARS
+    ):
+        return Verdict(NATURAL_END, result=result.value)  # the common end, decided at once
     return decide(
         result,
         cancelled=_end_request(supervisor, attempt) if cancel_seen else None,

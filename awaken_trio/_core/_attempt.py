@@ -3,6 +3,7 @@ it to end."""
 
 from __future__ import annotations
 
+import contextvars
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Literal, Protocol, final
 
@@ -18,6 +19,12 @@ if TYPE_CHECKING:
     from ._registry import GateWaiter
 
 Body = Callable[["RunContext"], Awaitable[Any]]
+
+# The attempt whose body (or a task that body started) is running. Trio copies a task's
+# context into the tasks it spawns, so tasks inside an attempt see their attempt here.
+current_attempt: contextvars.ContextVar[Attempt | None] = contextvars.ContextVar(
+    "awaken_trio_current_attempt", default=None
+)
 
 EndSource = Literal["deliver", "cancel_run", "stop_run", "parent", "shutdown", "body", "scope"]
 """Who asked an attempt to end: a live cancel, the committed paths, the parent ending,
@@ -239,6 +246,14 @@ class Attempt:
             messages.extend(self.inbox)
             self.inbox.clear()
         return messages
+
+    def cancel_reaches(self, closing: bool) -> bool:
+        """Whether a cancellation reaches this attempt's scope: its own, an ancestor
+        attempt's, or (``closing``) the runtime's. Those are the only scopes an attempt
+        lives in, so this is Trio's effective cancellation, read without walking Trio's
+        cancel status."""
+        scope = self.scope
+        return (scope is not None and scope.cancel_called) or closing or self.ancestor_cancelled()
 
     def ancestor_cancelled(self) -> bool:
         parent = self.parent

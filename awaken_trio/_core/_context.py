@@ -7,8 +7,7 @@ from typing import TYPE_CHECKING, NoReturn, final
 
 import trio
 
-from ._actor import current_attempt
-from ._attempt import Attempt, Body, StepCeiling, SuspendAttempt
+from ._attempt import Attempt, Body, StepCeiling, SuspendAttempt, current_attempt
 from ._errors import ContextMisuse, InvalidArgument, NotActive
 from ._json import JsonValue, check_json, freeze_detail
 from ._schema import check_schema

@@ -10,16 +10,14 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
-import jsonschema
-import jsonschema.exceptions
-import jsonschema.validators
-
 from ._errors import InvalidArgument, InvalidPayload
 from ._json import FrozenDict, JsonValue, check_json
 
 
 def check_schema(schema: JsonValue, what: str) -> JsonValue:
     """Return ``schema`` frozen if it is a valid JSON Schema, else raise `InvalidArgument`."""
+    import jsonschema.exceptions  # imported on first use: most runs never need it
+
     frozen = check_json(schema, what)
     if type(frozen) is not FrozenDict and type(frozen) is not bool:
         raise InvalidArgument(f"{what} must be a JSON Schema (an object or a bool)")
@@ -32,6 +30,8 @@ def check_schema(schema: JsonValue, what: str) -> JsonValue:
 
 def check_value(schema: JsonValue, value: JsonValue, what: str) -> None:
     """Raise `InvalidPayload` naming the first mismatch if ``value`` fails ``schema``."""
+    import jsonschema.exceptions
+
     error = jsonschema.exceptions.best_match(_validator(schema).iter_errors(value))
     if error is not None:
         where = "".join(f"[{p!r}]" for p in error.absolute_path) or " (the value itself)"
@@ -42,6 +42,8 @@ def check_value(schema: JsonValue, value: JsonValue, what: str) -> None:
 
 @lru_cache(maxsize=256)
 def _validator(schema: Any) -> Any:
+    import jsonschema.validators
+
     cls = jsonschema.validators.validator_for(schema)
     cls.check_schema(schema)
     return cls(schema)

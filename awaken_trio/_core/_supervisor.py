@@ -600,6 +600,11 @@ class Supervisor:
         if self._system_scope is not None:
             self._system_scope.cancel(reason="interrupted")
 
+    @property
+    def closing(self) -> bool:
+        """Whether shutdown has begun (every actor's scope is being cancelled)."""
+        return self._closing
+
     def _maybe_close_admissions(self) -> None:
         if self._closing and self._admitting == 0:
             self._admissions_closed.set()

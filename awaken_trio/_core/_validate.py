@@ -8,6 +8,7 @@ import math
 import os
 import random
 import weakref
+from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +23,22 @@ _ASYNC_BODIES: weakref.WeakSet[Any] = weakref.WeakSet()
 _MAX_ID_LENGTH = 512
 
 
+def _nothing() -> None:
+    return None
+
+
+# The body checked last, held weakly: most starts pass the same body as the one before.
+_last_body: Callable[[], object] = _nothing
+
+
+def _remember(body: object) -> None:
+    global _last_body
+    try:
+        _last_body = weakref.ref(body)
+    except TypeError:  # not weak-referenceable: no shortcut for it
+        _last_body = _nothing
+
+
 # Run ids are 96 random bits: unique across processes and machines without coordination.
 # They are not secrets, so a generator seeded from the OS (and reseeded in a forked child,
 # which would otherwise repeat its parent's ids) is enough, and much cheaper than a
@@ -31,7 +48,7 @@ os.register_at_fork(after_in_child=lambda: _ids.seed(os.urandom(32)))
 
 
 def new_run_id() -> str:
-    return f"{_ids.getrandbits(96):024x}"
+    return _ids.randbytes(12).hex()
 
 
 def check_id(value: object, what: str) -> str:
@@ -59,8 +76,11 @@ def _encodable(value: str) -> bool:
 def check_body(body: object) -> Body:
     """Return ``body`` if calling it with a context gives a coroutine: an async function,
     a bound async method, a partial of one, or an instance whose ``__call__`` is async."""
+    if body is not None and _last_body() is body:  # (a dead reference reads as None)
+        return body  # type: ignore[return-value]  # the same body as last time: the common case
     with contextlib.suppress(TypeError):  # an unhashable callable is checked every time
         if body in _ASYNC_BODIES:
+            _remember(body)
             return body  # type: ignore[return-value]
     target = body
     while isinstance(target, partial):
@@ -75,6 +95,7 @@ def check_body(body: object) -> Body:
     ):
         with contextlib.suppress(TypeError):
             _ASYNC_BODIES.add(body)
+        _remember(body)
         return body  # type: ignore[return-value]
     raise InvalidBody(
         f"a run body must be an async function taking a RunContext, not {safe_repr(body)};"
