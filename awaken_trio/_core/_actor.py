@@ -90,10 +90,14 @@ async def _run_in_scope(
         if attempt.cancel_reaches(supervisor.closing):
             cancel_seen = True  # a pre-start cancel: the body never runs
         else:
-            current_attempt.set(attempt)
+            token = current_attempt.set(attempt)
             result = await outcome.acapture(
                 _call_body, attempt.body, RunContext._create(supervisor, attempt)
             )
+            # The task's context must not keep the attempt: the attempt holds the scope
+            # that holds this task, and that cycle would outlive the run until a full
+            # garbage collection.
+            current_attempt.reset(token)
             # The observation window closes here: a cancel requested from now on is too
             # late to change how the body ended.
             cancel_seen = attempt.cancel_reaches(supervisor.closing)

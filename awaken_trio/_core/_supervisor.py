@@ -250,33 +250,6 @@ class Supervisor:
         nursery = self.reserve(parent)
         if nursery is None:
             raise self._refusal(attempt)
-        try:
-            return await self._admit(attempt, nursery, expect, new_run, detail, at)
-        finally:
-            self._unreserve(parent)
-
-    def _refusal(self, attempt: Attempt) -> Exception:
-        parent = attempt.parent
-        if parent is None:
-            return RuntimeClosed(
-                "the runtime is shutting down and starts no new attempts;"
-                " start runs inside the 'async with open_runtime()' block"
-            )
-        return NotActive(
-            parent.run_id,
-            f"its attempt {parent.generation} has begun to end, so run {attempt.run_id!r}"
-            " cannot be started or resumed as its child",
-        )
-
-    async def _admit(
-        self,
-        attempt: Attempt,
-        nursery: trio.Nursery,
-        expect: Expect,
-        new_run: NewRun | None,
-        detail: FrozenDict,
-        at: float,
-    ) -> CommitResult:
         run_id, thread_id, generation = attempt.run_id, attempt.thread_id, attempt.generation
         is_running = self.gate.try_acquire(thread_id, attempt)
         if is_running:
@@ -293,13 +266,15 @@ class Supervisor:
                 return
             if is_running:
                 attempt.started = True
-                attempt.carried = list(result.taken_messages)
+                if result.taken_messages:
+                    attempt.carried = list(result.taken_messages)
                 self.registry.register(attempt)
             else:
                 self.queued[run_id] = attempt
-            self.bodies.pop(run_id, None)
-            if attempt.parent is not None:
-                attempt.parent.children[run_id] = attempt
+            if self.bodies:
+                self.bodies.pop(run_id, None)
+            if parent is not None:
+                parent.children[run_id] = attempt
             nursery.start_soon(run_attempt, self, attempt)
 
         commit = Commit(
@@ -326,6 +301,20 @@ class Supervisor:
         finally:
             if attempt.handed_over is not None:
                 attempt.handed_over.set()
+            self._unreserve(parent)
+
+    def _refusal(self, attempt: Attempt) -> Exception:
+        parent = attempt.parent
+        if parent is None:
+            return RuntimeClosed(
+                "the runtime is shutting down and starts no new attempts;"
+                " start runs inside the 'async with open_runtime()' block"
+            )
+        return NotActive(
+            parent.run_id,
+            f"its attempt {parent.generation} has begun to end, so run {attempt.run_id!r}"
+            " cannot be started or resumed as its child",
+        )
 
     async def begin_queued(self, attempt: Attempt) -> None:
         """The queued attempt got its thread: commit ``Running`` and register it."""
