@@ -18,6 +18,7 @@ import random
 from collections.abc import Callable, Iterable
 from typing import Any, NoReturn, final
 
+import attrs
 import trio
 
 from awaken_trio import (
@@ -137,23 +138,34 @@ class Agent:
         # A resumed attempt takes the messages its pause carried at a first boundary.
         take_carried = ctx.checkpoint is not None
         dirty = self._take_answer(progress, ctx.resume_value)
-        while True:
-            calls = progress.pending_calls()
-            if calls is not None:
-                await self._finish_step(ctx, progress, calls, dirty=dirty)
+        step: _Step | None = None  # the step in progress, until its boundary commits it
+        try:
+            while True:
+                calls = progress.pending_calls()
+                if calls is not None:
+                    step = _Step(progress.steps, "tools", [call.id for call in calls])
+                    await self._finish_step(ctx, progress, calls, step, dirty=dirty)
+                    dirty = True
+                if dirty or take_carried:
+                    if step is not None:
+                        step.phase = "boundary"
+                    await self._boundary(ctx, progress, commit=dirty)
+                    dirty = take_carried = False
+                    step = None
+                if progress.finished:
+                    return progress.result()
+                if self._max_steps is not None and progress.steps >= self._max_steps:
+                    raise MaxStepsReached(
+                        f"run {ctx.run_id!r} made its max_steps={self._max_steps} steps and"
+                        " the model still asked for tool calls"
+                    )
+                step = _Step(progress.steps + 1, "inference", [])
+                progress.add_reply(await self._infer(ctx, progress, step.number))
                 dirty = True
-            if dirty or take_carried:
-                await self._boundary(ctx, progress, commit=dirty)
-                dirty = take_carried = False
-            if progress.finished:
-                return progress.result()
-            if self._max_steps is not None and progress.steps >= self._max_steps:
-                raise MaxStepsReached(
-                    f"run {ctx.run_id!r} made its max_steps={self._max_steps} steps and the"
-                    " model still asked for tool calls"
-                )
-            progress.add_reply(await self._infer(ctx, progress))
-            dirty = True
+        except BaseException as exc:
+            if step is not None and _cancelled(exc):
+                await _interrupted(ctx, step)
+            raise
 
     async def _boundary(self, ctx: RunContext, progress: Progress, *, commit: bool) -> None:
         """Commit the progress (if ``commit``), honour a pause, and take live messages as
@@ -181,41 +193,35 @@ class Agent:
 
     # ------------------------------------------------------------------ inference
 
-    async def _infer(self, ctx: RunContext, progress: Progress) -> ModelReply:
-        step = progress.steps + 1
+    async def _infer(self, ctx: RunContext, progress: Progress, step: int) -> ModelReply:
         retry = 0
-        try:
-            while True:
-                try:
-                    reply = await self._model.infer(
-                        thaw(progress.messages), [thaw(spec) for spec in self._specs]
-                    )
-                except ModelError as exc:
-                    if not exc.retryable or retry >= self._retries:
-                        raise
-                    retry += 1
-                    delay = max(self._backoff(retry), exc.retry_after or 0.0)
-                    await ctx.emit(
-                        "agent.retry",
-                        {
-                            "step": step,
-                            "retry": retry,
-                            "code": exc.code,
-                            "message": exc.message,
-                            "delay": delay,
-                        },
-                    )
-                    await trio.sleep(delay)
-                    continue
-                if not isinstance(reply, ModelReply):
-                    raise ModelError(
-                        "invalid_reply", f"the model returned {type(reply).__name__}, not a reply"
-                    )
-                return reply
-        except BaseException as exc:
-            if _cancelled(exc):
-                await _interrupted(ctx, step, "inference", [])
-            raise
+        while True:
+            try:
+                reply = await self._model.infer(
+                    thaw(progress.messages), [thaw(spec) for spec in self._specs]
+                )
+            except ModelError as exc:
+                if not exc.retryable or retry >= self._retries:
+                    raise
+                retry += 1
+                delay = max(self._backoff(retry), exc.retry_after or 0.0)
+                await ctx.emit(
+                    "agent.retry",
+                    {
+                        "step": step,
+                        "retry": retry,
+                        "code": exc.code,
+                        "message": exc.message,
+                        "delay": delay,
+                    },
+                )
+                await trio.sleep(delay)
+                continue
+            if not isinstance(reply, ModelReply):
+                raise ModelError(
+                    "invalid_reply", f"the model returned {type(reply).__name__}, not a reply"
+                )
+            return reply
 
     # ------------------------------------------------------------------ tool calls
 
@@ -247,7 +253,13 @@ class Agent:
         return tool.permission
 
     async def _finish_step(
-        self, ctx: RunContext, progress: Progress, calls: list[PendingCall], *, dirty: bool
+        self,
+        ctx: RunContext,
+        progress: Progress,
+        calls: list[PendingCall],
+        step: _Step,
+        *,
+        dirty: bool,
     ) -> None:
         """Ask the step's waiting calls one ticket at a time, in call order; once every
         call is decided, run the runnable ones concurrently and complete the step."""
@@ -257,7 +269,7 @@ class Agent:
                 if dirty:  # the ticket's answer must find the step committed
                     await self._boundary(ctx, progress, commit=True)
                 await self._ask(ctx, progress, call, wait)
-        progress.complete_step(await self._execute(ctx, progress, calls))
+        progress.complete_step(await self._execute(ctx, progress, calls, step))
 
     async def _ask(
         self, ctx: RunContext, progress: Progress, call: PendingCall, wait: Wait
@@ -273,11 +285,10 @@ class Agent:
         )
 
     async def _execute(
-        self, ctx: RunContext, progress: Progress, calls: list[PendingCall]
+        self, ctx: RunContext, progress: Progress, calls: list[PendingCall], step: _Step
     ) -> dict[str, str]:
         """Every call's tool message content: decided ones at once, the rest run."""
-        step = progress.steps
-        results: dict[str, str] = {}
+        results = step.results
         runnable: list[tuple[PendingCall, Tool]] = []
         for call in calls:
             tool = self._tools.get(call.name)
@@ -303,15 +314,9 @@ class Agent:
             else:
                 runnable.append((call, tool))
         if runnable:
-            try:
-                async with trio.open_nursery() as nursery:
-                    for call, tool in runnable:
-                        nursery.start_soon(self._run_call, ctx, step, call, tool, results)
-            except BaseException as exc:
-                if _cancelled(exc):
-                    unfinished = [call.id for call, _ in runnable if call.id not in results]
-                    await _interrupted(ctx, step, "tools", unfinished)
-                raise
+            async with trio.open_nursery() as nursery:
+                for call, tool in runnable:
+                    nursery.start_soon(self._run_call, ctx, step.number, call, tool, results)
         return results
 
     @staticmethod
@@ -337,6 +342,20 @@ class Agent:
         results[call.id] = content
 
 
+@final
+@attrs.define
+class _Step:
+    """The step in progress, for the ``agent.interrupted`` event if it is cancelled."""
+
+    number: int
+    phase: str  # "inference", "tools" or "boundary"
+    calls: list[str]
+    results: dict[str, str] = attrs.Factory(dict)  # finished calls' tool messages
+
+    def unfinished(self) -> list[str]:
+        return [call_id for call_id in self.calls if call_id not in self.results]
+
+
 def _cancelled(exc: BaseException) -> bool:
     """Whether ``exc`` is only cancellation (possibly grouped by a nursery)."""
     if isinstance(exc, BaseExceptionGroup):
@@ -344,13 +363,13 @@ def _cancelled(exc: BaseException) -> bool:
     return isinstance(exc, trio.Cancelled)
 
 
-async def _interrupted(ctx: RunContext, step: int, phase: str, call_ids: list[str]) -> None:
-    """Record that a step was cancelled, before the attempt's terminal commit."""
+async def _interrupted(ctx: RunContext, step: _Step) -> None:
+    """Record that a step was cancelled, from the attempt's own (shielded) cleanup, so
+    the event comes before the attempt's terminal commit."""
+    detail = {"step": step.number, "phase": step.phase, "tool_call_ids": step.unfinished()}
     # AwakenError: the run has moved on (its end is already committed): nothing to add.
     with trio.CancelScope(shield=True), contextlib.suppress(AwakenError):
-        await ctx.emit(
-            "agent.interrupted", {"step": step, "phase": phase, "tool_call_ids": call_ids}
-        )
+        await ctx.emit("agent.interrupted", detail)
 
 
 def _jittered(rng: random.Random) -> Backoff:

@@ -10,9 +10,11 @@ httpx is an optional dependency: ``pip install 'awaken-trio[openai]'``.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
+import ssl
 from typing import TYPE_CHECKING, Any, final
 
 from awaken_trio import InvalidArgument
@@ -38,6 +40,14 @@ def _httpx() -> Any:
     except ImportError as exc:  # pragma: no cover - the test extra installs it
         raise ImportError("OpenAIChatModel needs httpx: pip install 'awaken-trio[openai]'") from exc
     return httpx
+
+
+@functools.cache
+def _ssl_context() -> ssl.SSLContext:
+    """One TLS context for the clients this module opens (building one costs far more
+    than the client itself)."""
+    context: ssl.SSLContext = _httpx().create_ssl_context()
+    return context
 
 
 @final
@@ -109,7 +119,7 @@ class OpenAIChatModel:
             if self._client is not None:
                 return await self._post(self._client, body, headers)
             timeout = httpx.Timeout(self._timeout, connect=min(self._timeout, 10.0))
-            async with httpx.AsyncClient(timeout=timeout) as client:
+            async with httpx.AsyncClient(timeout=timeout, verify=_ssl_context()) as client:
                 return await self._post(client, body, headers)
         except httpx.TimeoutException as exc:
             raise ModelError(
@@ -128,20 +138,25 @@ class OpenAIChatModel:
         url = f"{self.base_url}/chat/completions"
         async with client.stream("POST", url, json=body, headers=headers) as response:
             if response.status_code != 200:
-                raw = bytearray()
-                async for chunk in response.aiter_bytes():
-                    raw += chunk
-                    if len(raw) >= _MAX_ERROR_BODY:
-                        break
-                raise status_error(response.status_code, bytes(raw), response.headers)
+                raw = await response.aread()
+                raise status_error(response.status_code, raw[:_MAX_ERROR_BODY], response.headers)
             content_type = response.headers.get("content-type", "")
             if content_type.startswith("application/json"):
                 # A server that ignores ``stream`` answers with one completion object.
                 return _completion(await response.aread())
             assembler = _Assembler()
+            failure: ModelError | None = None
+            # The stream is always read to its end (or until the read itself fails):
+            # httpx's line iterator sits on nested generators that closing the outer one
+            # would leave unfinished, so once the reply is decided the rest is skipped.
             async for line in response.aiter_lines():
-                if assembler.feed(line):
-                    break
+                if failure is None and not assembler.done:
+                    try:
+                        assembler.feed(line)
+                    except ModelError as exc:
+                        failure = exc
+            if failure is not None:
+                raise failure
             return assembler.reply()
 
 
@@ -159,22 +174,26 @@ class _Assembler:
         self._finished = False
         self._done = False
 
-    def feed(self, line: str) -> bool:
-        """Take one line of the stream; True once ``[DONE]`` has been read."""
+    @property
+    def done(self) -> bool:
+        """Whether ``[DONE]`` has been read."""
+        return self._done
+
+    def feed(self, line: str) -> None:
+        """Take one line of the stream."""
         if line == "":
             if self._data:
                 data, self._data = "\n".join(self._data), []
                 self._event(data)
-            return self._done
+            return
         if line.startswith(":"):
-            return False  # a comment (keep-alive)
+            return  # a comment (keep-alive)
         field, _, value = line.partition(":")
         if field == "data":
             self._data.append(value[1:] if value.startswith(" ") else value)
             if self._data == ["[DONE]"]:
                 self._data = []
                 self._done = True
-        return self._done
 
     def _event(self, data: str) -> None:
         if data.strip() == "[DONE]":
@@ -233,6 +252,9 @@ class _Assembler:
             call["arguments"].append(arguments)
 
     def reply(self) -> ModelReply:
+        if self._data and not self._done:  # a last event the stream did not terminate
+            data, self._data = "\n".join(self._data), []
+            self._event(data)
         if not self._done and not self._finished:
             raise ModelError(
                 "provider_error",
