@@ -284,3 +284,30 @@ async def test_a_pause_that_lands_before_a_permission_ticket_keeps_the_step(
     final = await runtime.resume(handle.run_id, {"decision": "allow"})
     assert await settle(final) == NATURAL_END
     assert tools.ran == ["delete"]
+
+
+async def test_messages_taken_between_two_tickets_of_a_step_wait_in_the_checkpoint(
+    runtime: Runtime, autojump_clock: trio.testing.MockClock
+) -> None:
+    tools = Recorder()
+    model = ScriptedModel([calls(call("c1", "one"), call("c2", "two")), text("done")])
+    agent = Agent(model, [tools.tool("one", permission="ask"), tools.tool("two", permission="ask")])
+    handle = await runtime.start(agent, input="go")
+    assert ticket_of(await settle(handle)).payload["tool_call"]["id"] == "c1"
+    second = await runtime.resume(handle.run_id, {"decision": "allow"})
+    runtime.deliver(LiveCommand.Message(handle.run_id, "meanwhile"))
+    assert ticket_of(await settle(second)).payload["tool_call"]["id"] == "c2"
+    # Taken at the boundary that committed the first answer; a user message cannot sit
+    # between an assistant's tool calls and their results, so it waits with the step.
+    checkpoint = (await runtime.record(handle.run_id)).checkpoint
+    assert checkpoint["pending"]["queued"] == [{"role": "user", "content": "meanwhile"}]
+    assert checkpoint["messages"][-1]["role"] == "assistant"
+    last = await runtime.resume(handle.run_id, {"decision": "allow"})
+    assert await settle(last) == NATURAL_END
+    assert [(m["role"], m.get("tool_call_id")) for m in model.calls[1][-4:]] == [
+        ("assistant", None),
+        ("tool", "c1"),
+        ("tool", "c2"),
+        ("user", None),
+    ]
+    assert "pending" not in (await runtime.record(handle.run_id)).checkpoint
