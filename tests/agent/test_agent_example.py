@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -51,3 +52,12 @@ async def test_the_agent_example_runs_on_scripted_models_and_prints_committed_st
         " ['What files are there?', 'Answer in one line, please.']" in lines
     )
     assert lines.count("committed: RunState.Ended(cause=EndCause.NaturalEnd())") == 3
+
+
+def test_the_readme_agent_example_runs_and_its_assertions_hold() -> None:
+    readme = (ROOT / "README.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", readme, flags=re.DOTALL)
+    [block] = [b for b in blocks if "awaken_trio.agent" in b]
+    assert "trio.run(main)" in block
+    namespace: dict[str, object] = {"__name__": "readme_agent_example"}
+    exec(compile(block, "README.md", "exec"), namespace)
