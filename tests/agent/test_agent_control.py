@@ -24,8 +24,9 @@ from agent_helpers import (
 )
 from run_helpers import reach, settle
 
-from awaken_trio import EndCause, LiveCommand, RunContext, RunState, Runtime
+from awaken_trio import EndCause, LiveCommand, RunContext, RunState, Runtime, open_runtime
 from awaken_trio.agent import Agent, ModelError, ModelReply, ScriptedModel, Tool
+from awaken_trio.store import MemoryStore
 
 CANCELLED = RunState.Ended(EndCause.Cancelled())
 NATURAL_END = RunState.Ended(EndCause.NaturalEnd())
@@ -308,3 +309,18 @@ async def test_a_model_that_ignores_messages_it_was_given_cannot_change_the_tran
         {"role": "user", "content": "hi"},
         {"role": "assistant", "content": "fine"},
     ]
+
+
+async def test_runtime_shutdown_stops_an_agent_mid_inference_and_records_the_interrupt(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    store = MemoryStore()
+    model = ScriptedModel([hang])
+    async with open_runtime(store) as runtime:
+        handle = await runtime.start(Agent(model), input="hi")
+        await trio.testing.wait_all_tasks_blocked()
+    async with open_runtime(store) as reader:
+        events = await all_events(reader, handle.run_id)
+    assert events[-1].state == RunState.Ended(EndCause.Stopped("runtime shutdown"))
+    assert events[-2].kind == "agent.interrupted"
+    assert events[-2].detail == {"step": 1, "phase": "inference", "tool_call_ids": []}
