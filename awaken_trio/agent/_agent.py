@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import random
 from collections.abc import Callable, Iterable
-from typing import Any, NoReturn, final
+from typing import Any, Literal, NoReturn, final
 
 import attrs
 import trio
@@ -48,6 +48,10 @@ from ._transcript import (
     answer_fits,
     user_message,
 )
+
+Phase = Literal["inference", "tools", "boundary"]
+"""Where a step is: waiting for the model, deciding and running its tool calls, or
+committing at its boundary."""
 
 Backoff = Callable[[int], float]
 """Seconds to wait before retry number ``n`` (1 for the first retry)."""
@@ -156,8 +160,8 @@ class Agent:
                     return progress.result()
                 if self._max_steps is not None and progress.steps >= self._max_steps:
                     raise MaxStepsReached(
-                        f"run {ctx.run_id!r} made its max_steps={self._max_steps} steps and"
-                        " the model still asked for tool calls"
+                        f"run {ctx.run_id!r} made its max_steps={self._max_steps} steps"
+                        " without a final answer"
                     )
                 step = _Step(progress.steps + 1, "inference", [])
                 progress.add_reply(await self._infer(ctx, progress, step.number))
@@ -348,7 +352,7 @@ class _Step:
     """The step in progress, for the ``agent.interrupted`` event if it is cancelled."""
 
     number: int
-    phase: str  # "inference", "tools" or "boundary"
+    phase: Phase
     calls: list[str]
     results: dict[str, str] = attrs.Factory(dict)  # finished calls' tool messages
 
