@@ -10,21 +10,12 @@ import attrs
 
 from awaken_trio import FrozenDict, InvalidArgument, InvalidPayload, RunError
 
-MODEL_ERROR_CODES = frozenset(
-    {
-        "rate_limited",
-        "context_overflow",
-        "unauthorized",
-        "provider_error",
-        "timeout",
-        "invalid_reply",
-    }
-)
-"""The stable codes the bundled adapters raise (any snake_case code is accepted)."""
-
 
 class ModelError(RunError):
     """A model call failed. A run that gives up on it ends ``Failed(code, message)``.
+
+    The bundled adapters use ``rate_limited``, ``context_overflow``, ``unauthorized``,
+    ``provider_error``, ``timeout`` and ``invalid_reply``; any snake_case code is allowed.
 
     ``retryable`` says whether the same request may succeed later (rate limits, provider
     outages, timeouts); the agent retries those with backoff. ``retry_after`` is the wait
