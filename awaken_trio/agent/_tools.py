@@ -71,7 +71,9 @@ class Tool:
     inside the run's attempt (so it is cancelled with it) and gets a mutable copy of the
     arguments. What it returns is the tool message (a str as is, anything else as JSON
     text); what it raises is an error tool message ``{"error": <code>, "message": ...}``
-    for the model, never the run's failure.
+    for the model, never the run's failure. A tool may start child runs and emit events
+    through ``ctx``; the step boundaries and tickets are the agent's own, so a tool never
+    calls ``ctx.boundary`` or ``ctx.await_input`` (use ``permission`` instead).
 
     ``permission``: ``"auto"`` runs the call; ``"ask"`` first commits ``Awaiting`` with a
     ``tool_permission`` ticket; ``"client"`` never runs ``call`` (it may be None): the run
