@@ -6,7 +6,8 @@ parent's attempt scope; one supervisor commits every state. Start with `open_run
 
 Layering: ``awaken_trio._core`` is the kernel and depends on nothing else in the package;
 ``awaken_trio.store`` holds the store protocol, the memory store and the URL-selected
-backends; ``awaken_trio.testing`` helps test stores and runs. Everything public is
+backends; ``awaken_trio.testing`` helps test stores and runs; ``awaken_trio.agent`` runs
+model-and-tool loops as run bodies, built on this public API only. Everything public is
 re-exported here or in those public subpackages.
 """
 

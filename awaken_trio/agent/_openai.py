@@ -1,0 +1,392 @@
+"""OpenAIChatModel: the `Model` port over an OpenAI-compatible chat-completions endpoint.
+
+It streams (server-sent events, ``stream: true`` with usage in the last chunk), assembles
+tool calls from their deltas, and maps every provider failure to a `ModelError` with a
+stable code. httpx runs on Trio (through its Trio network backend), so a hung stream is
+cancelled like any other ``await``, and the connection is closed on the way out.
+
+httpx is an optional dependency: ``pip install 'awaken-trio[openai]'``.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+import ssl
+from typing import TYPE_CHECKING, Any, final
+
+from awaken_trio import InvalidArgument
+
+from ._model import ModelError, ModelReply, ToolCall
+
+if TYPE_CHECKING:
+    import httpx
+
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+_MAX_ERROR_BODY = 64 * 1024
+_MAX_MESSAGE = 500
+_CONTEXT_CODES = frozenset({"context_length_exceeded", "string_above_max_length"})
+_CONTEXT_TEXT = re.compile(
+    r"context[ _-]?(length|window)|maximum context|too many tokens|prompt is too long",
+    re.IGNORECASE,
+)
+
+
+def _httpx() -> Any:
+    try:
+        import httpx
+    except ImportError as exc:  # pragma: no cover - the test extra installs it
+        raise ImportError("OpenAIChatModel needs httpx: pip install 'awaken-trio[openai]'") from exc
+    return httpx
+
+
+@functools.cache
+def _ssl_context() -> ssl.SSLContext:
+    """One TLS context for the clients this module opens (building one costs far more
+    than the client itself)."""
+    context: ssl.SSLContext = _httpx().create_ssl_context()
+    return context
+
+
+@final
+class OpenAIChatModel:
+    """A `Model` that calls ``POST {base_url}/chat/completions`` with streaming.
+
+    Args:
+        model: the provider's model name.
+        base_url: the API root; defaults to ``$OPENAI_BASE_URL``, else OpenAI's.
+        api_key: sent as a bearer token; defaults to ``$OPENAI_API_KEY`` (none is sent
+            if neither is set, as local servers expect).
+        http_client: an ``httpx.AsyncClient`` to use (and keep open): pooling, proxies,
+            its own timeouts. Without one, each call opens and closes its own client.
+        timeout: seconds for the client this model opens (per read, so a stream that
+            stalls this long fails ``timeout``); a given ``http_client`` keeps its own.
+
+    Failures: 429 ``rate_limited`` (retryable, with the provider's ``Retry-After``; not
+    retryable when the quota is spent), 401/403 ``unauthorized``, 400 about the context
+    length ``context_overflow``, 408 and timeouts ``timeout`` (retryable), 5xx and
+    connection failures ``provider_error`` (retryable), other statuses ``provider_error``,
+    a reply that cannot be read ``invalid_reply``.
+    """
+
+    __slots__ = ("_api_key", "_client", "_httpx", "_timeout", "base_url", "model")
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        http_client: httpx.AsyncClient | None = None,
+        timeout: float = 60.0,
+    ) -> None:
+        if type(model) is not str or not model:
+            raise InvalidArgument(f"OpenAIChatModel needs a model name, not {model!r}")
+        self._httpx = _httpx()
+        if http_client is not None and not isinstance(http_client, self._httpx.AsyncClient):
+            raise InvalidArgument(
+                f"http_client must be an httpx.AsyncClient, not {type(http_client).__name__}"
+            )
+        self.model = model
+        self.base_url = (base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL).rstrip(
+            "/"
+        )
+        self._api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
+        self._client = http_client
+        self._timeout = timeout
+
+    def __repr__(self) -> str:
+        return f"OpenAIChatModel({self.model!r}, base_url={self.base_url!r})"
+
+    async def infer(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]
+    ) -> ModelReply:
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": messages,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        if tools:
+            body["tools"] = tools
+        headers = {"Accept": "text/event-stream"}
+        if self._api_key:
+            headers["Authorization"] = f"Bearer {self._api_key}"
+        httpx = self._httpx
+        try:
+            if self._client is not None:
+                return await self._post(self._client, body, headers)
+            timeout = httpx.Timeout(self._timeout, connect=min(self._timeout, 10.0))
+            async with httpx.AsyncClient(timeout=timeout, verify=_ssl_context()) as client:
+                return await self._post(client, body, headers)
+        except httpx.TimeoutException as exc:
+            raise ModelError(
+                "timeout", f"{self.base_url}: {type(exc).__name__}: {exc}", retryable=True
+            ) from exc
+        except httpx.HTTPError as exc:
+            raise ModelError(
+                "provider_error", f"{self.base_url}: {type(exc).__name__}: {exc}", retryable=True
+            ) from exc
+        except httpx.InvalidURL as exc:
+            raise ModelError("provider_error", f"bad base_url {self.base_url!r}: {exc}") from exc
+
+    async def _post(
+        self, client: httpx.AsyncClient, body: dict[str, Any], headers: dict[str, str]
+    ) -> ModelReply:
+        url = f"{self.base_url}/chat/completions"
+        async with client.stream("POST", url, json=body, headers=headers) as response:
+            if response.status_code != 200:
+                raw = await response.aread()
+                raise status_error(response.status_code, raw[:_MAX_ERROR_BODY], response.headers)
+            content_type = response.headers.get("content-type", "")
+            if content_type.startswith("application/json"):
+                # A server that ignores ``stream`` answers with one completion object.
+                return _completion(await response.aread())
+            assembler = _Assembler()
+            failure: ModelError | None = None
+            # The stream is always read to its end (or until the read itself fails):
+            # httpx's line iterator sits on nested generators that closing the outer one
+            # would leave unfinished, so once the reply is decided the rest is skipped.
+            async for line in response.aiter_lines():
+                if failure is None and not assembler.done:
+                    try:
+                        assembler.feed(line)
+                    except ModelError as exc:
+                        failure = exc
+            if failure is not None:
+                raise failure
+            return assembler.reply()
+
+
+# --------------------------------------------------------------------------- streaming
+
+
+class _Assembler:
+    """Builds one reply from the chunks of a chat-completions event stream."""
+
+    def __init__(self) -> None:
+        self._data: list[str] = []
+        self._text: list[str] = []
+        self._calls: dict[int, dict[str, Any]] = {}
+        self._usage: dict[str, Any] | None = None
+        self._finished = False
+        self._done = False
+
+    @property
+    def done(self) -> bool:
+        """Whether ``[DONE]`` has been read."""
+        return self._done
+
+    def feed(self, line: str) -> None:
+        """Take one line of the stream."""
+        if line == "":
+            if self._data:
+                data, self._data = "\n".join(self._data), []
+                self._event(data)
+            return
+        if line.startswith(":"):
+            return  # a comment (keep-alive)
+        field, _, value = line.partition(":")
+        if field == "data":
+            self._data.append(value[1:] if value.startswith(" ") else value)
+            if self._data == ["[DONE]"]:
+                self._data = []
+                self._done = True
+
+    def _event(self, data: str) -> None:
+        if data.strip() == "[DONE]":
+            self._done = True
+            return
+        try:
+            chunk = json.loads(data)
+        except ValueError:
+            raise ModelError(
+                "invalid_reply", f"a stream chunk is not JSON: {data[:_MAX_MESSAGE]!r}"
+            ) from None
+        if not isinstance(chunk, dict):
+            raise ModelError("invalid_reply", f"a stream chunk is not an object: {data[:200]!r}")
+        if "error" in chunk:
+            raise _body_error(None, chunk)
+        usage = chunk.get("usage")
+        if isinstance(usage, dict):
+            self._usage = usage
+        choices = chunk.get("choices") or []
+        if not isinstance(choices, list):
+            raise ModelError("invalid_reply", "a stream chunk's choices are not a list")
+        for choice in choices:
+            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+                continue
+            if choice.get("finish_reason"):
+                self._finished = True
+            delta = choice.get("delta") or {}
+            if not isinstance(delta, dict):
+                raise ModelError("invalid_reply", "a stream chunk's delta is not an object")
+            content = delta.get("content")
+            if isinstance(content, str):
+                self._text.append(content)
+            elif content is not None:
+                raise ModelError("invalid_reply", "a delta's content is not a str")
+            for part in delta.get("tool_calls") or ():
+                self._tool_delta(part)
+
+    def _tool_delta(self, part: object) -> None:
+        if not isinstance(part, dict):
+            raise ModelError("invalid_reply", "a tool call delta is not an object")
+        index = part.get("index", len(self._calls))
+        if type(index) is not int:
+            raise ModelError("invalid_reply", f"a tool call delta has index {index!r}")
+        call = self._calls.setdefault(index, {"id": None, "name": "", "arguments": []})
+        if isinstance(part.get("id"), str) and part["id"]:
+            call["id"] = part["id"]
+        function = part.get("function") or {}
+        if not isinstance(function, dict):
+            raise ModelError("invalid_reply", "a tool call delta's function is not an object")
+        name = function.get("name")
+        if isinstance(name, str):
+            # Providers send the name once; a few repeat it whole in later deltas.
+            call["name"] = name if name.startswith(call["name"]) else call["name"] + name
+        arguments = function.get("arguments")
+        if isinstance(arguments, str):
+            call["arguments"].append(arguments)
+
+    def reply(self) -> ModelReply:
+        if self._data and not self._done:  # a last event the stream did not terminate
+            data, self._data = "\n".join(self._data), []
+            self._event(data)
+        if not self._done and not self._finished:
+            raise ModelError(
+                "provider_error",
+                "the stream ended before the reply was complete",
+                retryable=True,
+            )
+        calls = []
+        for index in sorted(self._calls):
+            call = self._calls[index]
+            calls.append(_tool_call(call["id"], call["name"], "".join(call["arguments"])))
+        text = "".join(self._text) if self._text else None
+        return _reply(text, calls, self._usage)
+
+
+def _tool_call(call_id: object, name: object, arguments: str) -> ToolCall:
+    if type(call_id) is not str or not call_id or type(name) is not str or not name:
+        raise ModelError(
+            "invalid_reply", f"a tool call has no id or name (id {call_id!r}, name {name!r})"
+        )
+    try:
+        parsed = json.loads(arguments) if arguments.strip() else {}
+    except ValueError:
+        parsed = None
+    if not isinstance(parsed, dict):
+        raise ModelError(
+            "invalid_reply",
+            f"the arguments of tool call {call_id!r} ({name}) are not a JSON object:"
+            f" {arguments[:_MAX_MESSAGE]!r}",
+        )
+    return ToolCall(call_id, name, parsed)
+
+
+def _reply(text: str | None, calls: list[ToolCall], usage: dict[str, Any] | None) -> ModelReply:
+    try:
+        return ModelReply(text=text, tool_calls=calls, usage=usage)
+    except InvalidArgument as exc:
+        raise ModelError("invalid_reply", str(exc)) from None
+
+
+def _completion(raw: bytes) -> ModelReply:
+    """A non-streamed chat.completion object as a reply."""
+    try:
+        body = json.loads(raw)
+        if isinstance(body, dict) and "error" in body:
+            raise _body_error(None, body)
+        message = body["choices"][0]["message"]
+        text = message.get("content")
+        calls = [
+            _tool_call(c.get("id"), c["function"].get("name"), c["function"].get("arguments", ""))
+            for c in message.get("tool_calls") or ()
+        ]
+    except ModelError:
+        raise
+    except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+        raise ModelError(
+            "invalid_reply", f"the completion cannot be read: {raw[:_MAX_MESSAGE]!r}"
+        ) from None
+    usage = body.get("usage")
+    return _reply(
+        text if isinstance(text, str) else None, calls, usage if isinstance(usage, dict) else None
+    )
+
+
+# --------------------------------------------------------------------------- errors
+
+
+def status_error(status: int, raw: bytes, headers: httpx.Headers) -> ModelError:
+    """The `ModelError` for an HTTP error status and its body."""
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        body = raw.decode("utf-8", "replace")[:_MAX_MESSAGE]
+    return _body_error(status, body, headers)
+
+
+def _body_error(
+    status: int | None, body: object, headers: httpx.Headers | None = None
+) -> ModelError:
+    code, kind, message = _error_fields(body)
+    where = f"HTTP {status}" if status is not None else "the stream reported an error"
+    text = f"{where}: {message}" if message else where
+    if len(text) > _MAX_MESSAGE:
+        text = text[:_MAX_MESSAGE] + "..."
+    if status == 429:
+        quota = code == "insufficient_quota" or kind == "insufficient_quota"
+        return ModelError(
+            "rate_limited", text, retryable=not quota, retry_after=_retry_after(headers)
+        )
+    if status in (401, 403):
+        return ModelError("unauthorized", text)
+    if code in _CONTEXT_CODES or (
+        status in (None, 400, 413) and _CONTEXT_TEXT.search(message or "")
+    ):
+        return ModelError("context_overflow", text)
+    if status == 408:
+        return ModelError("timeout", text, retryable=True)
+    if status is None or status >= 500 or status == 409:
+        return ModelError("provider_error", text, retryable=True)
+    return ModelError("provider_error", text)
+
+
+def _error_fields(body: object) -> tuple[str | None, str | None, str]:
+    """(code, type, message) of an error body, in the shapes providers use."""
+    if isinstance(body, str):
+        return None, None, body
+    if not isinstance(body, dict):
+        return None, None, ""
+    error = body.get("error", body)
+    if isinstance(error, str):
+        return None, None, error
+    if not isinstance(error, dict):
+        return None, None, ""
+    code = error.get("code")
+    kind = error.get("type")
+    message = error.get("message")
+    return (
+        code if isinstance(code, str) else None,
+        kind if isinstance(kind, str) else None,
+        message if isinstance(message, str) else "",
+    )
+
+
+def _retry_after(headers: httpx.Headers | None) -> float | None:
+    if headers is None:
+        return None
+    for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
+        value = headers.get(name)
+        if value is not None:
+            try:
+                seconds = float(value) * scale
+            except ValueError:
+                continue
+            if 0 <= seconds < 3600:
+                return seconds
+    return None

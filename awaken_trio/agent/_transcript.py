@@ -1,0 +1,261 @@
+"""An agent run's working state: the transcript and what its current step has decided.
+
+It is rebuilt at the start of every attempt from the run's committed checkpoint (or, on
+the first attempt, from its input) and written back as the checkpoint at each boundary::
+
+    {"messages": [...], "steps": n}             # between steps
+    {..., "usage": {...}}                       # once the model reported usage
+    {..., "pending": {"answers": {...}, "queued": [...]}}
+                                                # while a step's tool calls wait for tickets
+
+A step is pending while the last message is an assistant message with tool calls: its
+tool messages are appended together when every call has its result, so the transcript is
+always valid for the chat-completions API. ``answers`` holds the resume values already
+given to the step's waiting calls; ``queued`` holds user messages that arrived meanwhile,
+appended after the step's tool messages.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal, final
+
+import attrs
+
+from awaken_trio import JsonValue, RunContext, RunError
+
+from ._model import ModelReply
+from ._tools import dumps, thaw
+
+_ROLES = ("system", "user", "assistant", "tool")
+
+PERMISSION_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"decision": {"enum": ["allow", "deny"]}, "note": {"type": "string"}},
+    "required": ["decision"],
+    "additionalProperties": False,
+}
+"""What a ``tool_permission`` ticket accepts: ``{"decision": "allow" | "deny", "note"?}``."""
+
+CLIENT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"result": {}},
+    "required": ["result"],
+    "additionalProperties": False,
+}
+"""What a ``client_execution`` ticket accepts: ``{"result": <json>}``."""
+
+Wait = Literal["ask", "client"]
+
+
+@final
+@attrs.frozen
+class PendingCall:
+    """A tool call of the pending step, as its assistant message records it."""
+
+    id: str
+    name: str
+    arguments: dict[str, Any] | None  # None: the recorded arguments are not a JSON object
+
+    def payload(self) -> dict[str, Any]:
+        """The ticket payload that shows this call to whoever answers it."""
+        return {"tool_call": {"id": self.id, "name": self.name, "arguments": self.arguments}}
+
+
+def answer_fits(wait: Wait, value: JsonValue) -> bool:
+    """Whether ``value`` answers a call waiting as ``wait`` (the ticket's schema, again)."""
+    if not isinstance(value, dict):
+        return False
+    if wait == "client":
+        return set(value) == {"result"}
+    if not set(value) <= {"decision", "note"}:
+        return False
+    note = value.get("note")
+    return value.get("decision") in ("allow", "deny") and (note is None or type(note) is str)
+
+
+@attrs.define
+class Progress:
+    """The mutable working copy of one agent run's state (see the module docstring)."""
+
+    messages: list[dict[str, Any]]
+    steps: int = 0
+    usage: dict[str, Any] | None = None
+    answers: dict[str, dict[str, Any]] = attrs.Factory(dict)
+    queued: list[dict[str, Any]] = attrs.Factory(list)
+
+    # ------------------------------------------------------------------ loading
+
+    @classmethod
+    def load(cls, ctx: RunContext, system: str | None) -> Progress:
+        """The state to continue from: the committed checkpoint, else the run's input."""
+        checkpoint = ctx.checkpoint
+        if checkpoint is not None:
+            return cls._from_checkpoint(ctx.run_id, checkpoint)
+        messages = _input_messages(ctx.run_id, ctx.input)
+        if system is not None and (not messages or messages[0]["role"] != "system"):
+            messages.insert(0, {"role": "system", "content": system})
+        return cls(messages)
+
+    @classmethod
+    def _from_checkpoint(cls, run_id: str, checkpoint: JsonValue) -> Progress:
+        if (
+            not isinstance(checkpoint, dict)
+            or not isinstance(checkpoint.get("messages"), list)
+            or type(checkpoint.get("steps")) is not int
+        ):
+            raise RunError(
+                "invalid_checkpoint",
+                f"run {run_id!r} has a checkpoint that is not an agent's"
+                ' ({"messages": [...], "steps": n}); was it started with another body?',
+            )
+        pending = checkpoint.get("pending") or {}
+        usage = checkpoint.get("usage")
+        return cls(
+            messages=thaw(checkpoint["messages"]),
+            steps=checkpoint["steps"],
+            usage=None if usage is None else thaw(usage),
+            answers=thaw(pending.get("answers", {})),
+            queued=thaw(pending.get("queued", [])),
+        )
+
+    def checkpoint(self) -> dict[str, Any]:
+        """The progress to commit (the boundary freezes a copy of it)."""
+        out: dict[str, Any] = {"messages": self.messages, "steps": self.steps}
+        if self.usage is not None:
+            out["usage"] = self.usage
+        if self.answers or self.queued:
+            out["pending"] = {"answers": self.answers, "queued": self.queued}
+        return out
+
+    # ------------------------------------------------------------------ reading
+
+    def pending_calls(self) -> list[PendingCall] | None:
+        """The tool calls of the step in progress, or None between steps."""
+        if not self.messages:
+            return None
+        last = self.messages[-1]
+        calls = last.get("tool_calls")
+        if last.get("role") != "assistant" or not calls:
+            return None
+        out = []
+        for raw in calls:
+            function = raw.get("function") or {}
+            try:
+                arguments = json.loads(function.get("arguments") or "{}")
+            except (TypeError, ValueError):
+                arguments = None
+            out.append(
+                PendingCall(
+                    id=str(raw.get("id")),
+                    name=str(function.get("name")),
+                    arguments=arguments if isinstance(arguments, dict) else None,
+                )
+            )
+        return out
+
+    @property
+    def finished(self) -> bool:
+        """The model gave its final answer and nothing came in since."""
+        if self.steps == 0 or not self.messages:
+            return False
+        last = self.messages[-1]
+        return last.get("role") == "assistant" and not last.get("tool_calls")
+
+    def result(self) -> dict[str, Any]:
+        text = self.messages[-1].get("content")
+        out: dict[str, Any] = {"text": text if type(text) is str else "", "steps": self.steps}
+        if self.usage is not None:
+            out["usage"] = self.usage
+        return out
+
+    # ------------------------------------------------------------------ changing
+
+    def add_reply(self, reply: ModelReply) -> None:
+        """Append the model's reply as the next step's assistant message."""
+        message: dict[str, Any] = {"role": "assistant", "content": reply.text}
+        if reply.tool_calls:
+            message["tool_calls"] = [
+                {
+                    "id": call.id,
+                    "type": "function",
+                    "function": {"name": call.name, "arguments": dumps(call.arguments)},
+                }
+                for call in reply.tool_calls
+            ]
+        self.messages.append(message)
+        self.steps += 1
+        if reply.usage is not None:
+            self.usage = _summed(self.usage or {}, thaw(reply.usage))
+
+    def answer(self, call: PendingCall, value: dict[str, Any]) -> None:
+        self.answers[call.id] = value
+
+    def add_user(self, message: dict[str, Any]) -> None:
+        """A user message: into the transcript, or queued behind a pending step."""
+        if self.pending_calls() is None:
+            self.messages.append(message)
+        else:
+            self.queued.append(message)
+
+    def complete_step(self, results: dict[str, str]) -> None:
+        """Append the pending step's tool messages (in call order), then what queued."""
+        calls = self.pending_calls()
+        assert calls is not None
+        for call in calls:
+            self.messages.append(
+                {"role": "tool", "tool_call_id": call.id, "content": results[call.id]}
+            )
+        self.messages.extend(self.queued)
+        self.queued = []
+        self.answers = {}
+
+
+def user_message(payload: JsonValue) -> dict[str, Any] | None:
+    """A live message payload (a str, or ``{"content": str}``) as a user message."""
+    if type(payload) is str:
+        return {"role": "user", "content": payload}
+    if isinstance(payload, dict) and type(payload.get("content")) is str:
+        message: dict[str, Any] = {"role": "user", "content": payload["content"]}
+        if type(payload.get("name")) is str:
+            message["name"] = payload["name"]
+        return message
+    return None
+
+
+def _input_messages(run_id: str, value: JsonValue) -> list[dict[str, Any]]:
+    if type(value) is str:
+        return [{"role": "user", "content": value}]
+    if isinstance(value, dict) and isinstance(value.get("messages"), list):
+        messages: list[dict[str, Any]] = thaw(value["messages"])
+        for i, message in enumerate(messages):
+            if not isinstance(message, dict) or message.get("role") not in _ROLES:
+                raise RunError(
+                    "invalid_input",
+                    f"message {i} of run {run_id!r}'s input is not a chat message with a"
+                    f" role in {_ROLES}: {message!r}",
+                )
+        return messages
+    raise RunError(
+        "invalid_input",
+        f"an agent run's input is a prompt str or {{'messages': [...]}}, not {value!r}"
+        f" (run {run_id!r})",
+    )
+
+
+def _summed(total: dict[str, Any], more: dict[str, Any]) -> dict[str, Any]:
+    """Usage added up: numbers summed (nested objects too), anything else the latest."""
+    out = dict(total)
+    for key, value in more.items():
+        old = out.get(key)
+        if isinstance(value, dict):
+            out[key] = _summed(old if isinstance(old, dict) else {}, value)
+        elif _number(value) and _number(old):
+            out[key] = old + value
+        else:
+            out[key] = value
+    return out
+
+
+def _number(value: object) -> bool:
+    return type(value) in (int, float)

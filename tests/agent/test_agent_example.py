@@ -1,0 +1,63 @@
+"""examples/agent.py runs as a script and prints the committed trail it promises."""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from pathlib import Path
+
+import trio
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "agent.py"
+
+
+async def test_the_agent_example_runs_on_scripted_models_and_prints_committed_states() -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI_")}
+    env["PYTHONPATH"] = str(ROOT)  # this checkout's package, whatever is installed
+    with trio.fail_after(60):
+        done = await trio.run_process(
+            [sys.executable, "-W", "error", str(EXAMPLE)],
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+            env=env,
+            cwd=ROOT,
+        )
+    out = done.stdout.decode()
+    assert done.returncode == 0, done.stderr.decode()
+    lines = [line.strip() for line in out.splitlines()]
+    assert lines[0] == "model: scripted"
+    # 1. approval: the run waits for a person, then ends with the tool's work done.
+    assert any(line.startswith("committed: Awaiting(tool_permission)") for line in lines)
+    assert "approving delete_file({'path': 'draft.txt'})" in lines
+    assert "result: {'text': 'Deleted draft.txt.', 'steps': 3}" in lines
+    assert "files left: ['notes.txt']" in lines
+    # 2. delegation: the child's final text is the lead's tool result.
+    assert (
+        "the sub-agent's answer, as the lead saw it:"
+        " Trio is a structured-concurrency library for Python." in lines
+    )
+    # 3. cancel: committed Cancelled, nothing of the interrupted step committed.
+    assert "committed: RunState.Ended(cause=EndCause.Cancelled())" in lines
+    assert (
+        "event agent.interrupted: {'step': 1, 'phase': 'inference', 'tool_call_ids': []}" in lines
+    )
+    # 4. pause and resume: the queued message reaches the resumed run.
+    assert any(line.startswith("committed: Awaiting(manual_pause)") for line in lines)
+    assert "steps committed before the pause: 1" in lines
+    assert (
+        "user messages in the committed transcript:"
+        " ['What files are there?', 'Answer in one line, please.']" in lines
+    )
+    assert lines.count("committed: RunState.Ended(cause=EndCause.NaturalEnd())") == 3
+
+
+def test_the_readme_agent_example_runs_and_its_assertions_hold() -> None:
+    readme = (ROOT / "README.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", readme, flags=re.DOTALL)
+    [block] = [b for b in blocks if "awaken_trio.agent" in b]
+    assert "trio.run(main)" in block
+    namespace: dict[str, object] = {"__name__": "readme_agent_example"}
+    exec(compile(block, "README.md", "exec"), namespace)
