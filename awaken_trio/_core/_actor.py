@@ -21,7 +21,7 @@ import trio
 
 from ._attempt import SHUTDOWN, Attempt, Body, EndRequest, current_attempt
 from ._context import RunContext
-from ._state import Cancelled
+from ._state import CANCELLED_CAUSE
 from ._util import safe_repr
 from ._verdict import NATURAL_END, Verdict, decide, internal_failure
 
@@ -115,7 +115,10 @@ def _end_children(supervisor: Supervisor, attempt: Attempt) -> None:
     if request is not None:
         child_request = request.for_child(attempt.run_id)
     else:
-        child_request = EndRequest(Cancelled(), "parent", f"parent run {attempt.run_id!r} ended")
+        child_request = EndRequest(
+            CANCELLED_CAUSE, "parent", f"parent run {attempt.run_id!r} ended"
+        )
+    assert attempt.children is not None
     for child in list(attempt.children.values()):
         if isinstance(child, Attempt):
             child.request_end(child_request)
@@ -175,7 +178,7 @@ def _end_request(supervisor: Supervisor, attempt: Attempt) -> EndRequest:
     if parent is not None and attempt.ancestor_cancelled():
         if parent.request is not None:
             return parent.request.for_child(parent.run_id)
-        return EndRequest(Cancelled(), "parent", f"parent run {parent.run_id!r} ended")
+        return EndRequest(CANCELLED_CAUSE, "parent", f"parent run {parent.run_id!r} ended")
     if attempt.scope is not None and attempt.scope.cancel_called:
-        return EndRequest(Cancelled(), "body", "the body cancelled its own scope")
-    return EndRequest(Cancelled(), "scope", "an enclosing cancel scope was cancelled")
+        return EndRequest(CANCELLED_CAUSE, "body", "the body cancelled its own scope")
+    return EndRequest(CANCELLED_CAUSE, "scope", "an enclosing cancel scope was cancelled")

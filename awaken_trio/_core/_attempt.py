@@ -11,8 +11,8 @@ import attrs
 import trio
 
 from ._errors import StoreError
-from ._json import FrozenDict, JsonValue, freeze_detail
-from ._state import Awaiting, Cancelled, EndCause, RunState, Stopped
+from ._json import FrozenDict, JsonValue, scalar_dict
+from ._state import CANCELLED_CAUSE, Awaiting, EndCause, RunState, Stopped
 
 if TYPE_CHECKING:
     from ._context import RunContext
@@ -49,18 +49,12 @@ class EndRequest:
     cause: EndCause
     source: EndSource
     reason: str | None = None
-    detail: FrozenDict = attrs.field(
-        init=False,
-        eq=False,
-        repr=False,
-        default=attrs.Factory(
-            lambda self: freeze_detail(
-                {"source": self.source, "reason": self.reason}, "an end request"
-            ),
-            takes_self=True,
-        ),
-    )
-    """The terminal event's detail: source and reason."""
+
+    @property
+    def detail(self) -> FrozenDict:
+        """The terminal event's detail: source and reason (made when the end is committed,
+        not when the request is, so a cancel costs nothing it does not need)."""
+        return scalar_dict({"source": self.source, "reason": self.reason})
 
     def scope_reason(self) -> str:
         return f"{self.source}: {self.reason or type(self.cause).__name__}"
@@ -71,7 +65,7 @@ class EndRequest:
         if self.source == "shutdown":
             return self
         why = self.reason or f"{self.source} of its parent"
-        return EndRequest(Cancelled(), "parent", f"parent run {parent_run_id!r} ended: {why}")
+        return EndRequest(CANCELLED_CAUSE, "parent", f"parent run {parent_run_id!r} ended: {why}")
 
 
 SHUTDOWN = EndRequest(Stopped("runtime shutdown"), "shutdown", "runtime shutdown")
@@ -153,7 +147,8 @@ class Attempt:
     sealed: bool = attrs.field(default=False, init=False)
     pause_requested: bool = attrs.field(default=False, init=False)
     wake_pending: bool = attrs.field(default=False, init=False)
-    inbox: list[JsonValue] = attrs.field(factory=list, init=False)
+    # Messages accepted and not yet read; made on the first one (most runs get none).
+    inbox: list[JsonValue] | None = attrs.field(default=None, init=False)
     _signal: trio.Event | None = attrs.field(default=None, init=False)
 
     run_id: str
@@ -185,9 +180,11 @@ class Attempt:
     request: EndRequest | None = attrs.field(default=None, init=False)
     started: bool = attrs.field(default=False, init=False)
     suspension: Awaiting | None = attrs.field(default=None, init=False)
-    carried: list[JsonValue] = attrs.field(factory=list, init=False)
-    # Children not yet ended: their attempts, or a ParkedChild for one committed Awaiting.
-    children: dict[str, Attempt | ParkedChild] = attrs.field(factory=dict, init=False)
+    # Messages an earlier attempt accepted and did not read, handed over at this start.
+    carried: tuple[JsonValue, ...] = attrs.field(default=(), init=False)
+    # Children not yet ended: their attempts, or a ParkedChild for one committed Awaiting
+    # (made on the first child: most runs have none).
+    children: dict[str, Attempt | ParkedChild] | None = attrs.field(default=None, init=False)
     children_nursery: trio.Nursery | None = attrs.field(default=None, init=False)
     # Children admissions: refused once the body's outcome is known; the attempt's nursery
     # stays open until the admissions already under way have spawned their actors.
@@ -222,6 +219,19 @@ class Attempt:
             self._signal.set()
             self._signal = None
 
+    def add_message(self, payload: JsonValue) -> None:
+        if self.inbox is None:
+            self.inbox = []
+        self.inbox.append(payload)
+
+    def add_child(self, run_id: str, child: Attempt | ParkedChild) -> None:
+        if self.children is None:
+            self.children = {}
+        self.children[run_id] = child
+
+    def has_messages(self) -> bool:
+        return bool(self.inbox or self.carried)
+
     def has_news(self) -> bool:
         return bool(self.inbox or self.carried or self.wake_pending or self.pause_requested)
 
@@ -240,8 +250,9 @@ class Attempt:
             self.waiting = False
 
     def drain(self) -> list[JsonValue]:
-        messages = self.carried
-        self.carried = []
+        """The messages not yet read, carried ones first; the inbox is left empty."""
+        messages = list(self.carried)
+        self.carried = ()
         if self.inbox:
             messages.extend(self.inbox)
             self.inbox.clear()

@@ -132,8 +132,7 @@ class CommitMailbox:
     def _count(self, size: int) -> None:
         self._commits += size
         self._batches += 1
-        if size > self._largest:
-            self._largest = size
+        self._largest = max(self._largest, size)
         self._publish()
 
     def _publish(self) -> None:
@@ -165,10 +164,12 @@ class CommitMailbox:
         except BaseException as exc:
             self._note_interrupt(exc)
             raise _store_error(commit, exc) from exc
-        effect_error = self._settle(result, on_commit)
-        self._count(1)
-        if effect_error is not None:
-            raise effect_error
+        self._commits += 1
+        self._batches += 1
+        if self._listening:
+            self._publish()
+        if on_commit is not None:
+            on_commit(result)  # runs in the caller: what it raises is the caller's
         return result
 
     async def commit(self, commit: Commit, on_commit: OnCommit | None = None) -> CommitResult:
@@ -216,7 +217,7 @@ class CommitMailbox:
         return CommitStatistics(
             commits=self._commits,
             batches=self._batches,
-            largest_batch=self._largest,
+            largest_batch=max(self._largest, 1 if self._commits else 0),
             waiting=len(self._queue),
         )
 

@@ -100,6 +100,12 @@ def _frozen_list(items: list[Any]) -> FrozenList:
 EMPTY_DICT: FrozenDict = _frozen_dict({})
 
 
+def scalar_dict(items: dict[str, str | int | float | bool | None]) -> FrozenDict:
+    """A `FrozenDict` of values the caller has already checked to be JSON scalars (strs,
+    ints, finite floats, bools, None): the runtime's own event details."""
+    return _frozen_dict(items)
+
+
 def check_json(value: object, what: str) -> JsonValue:
     """Return ``value`` as a frozen JSON value, or raise `InvalidPayload` naming ``what``.
 

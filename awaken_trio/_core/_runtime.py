@@ -28,7 +28,7 @@ from ._events import EventStream
 from ._handle import RunHandle
 from ._json import FrozenDict, JsonValue, check_json, freeze_detail
 from ._schema import check_value
-from ._state import Awaiting, Cancelled, Ended, ResumeTicket, RunRecord, RunState, Stopped
+from ._state import CANCELLED_CAUSE, Awaiting, Ended, ResumeTicket, RunRecord, RunState, Stopped
 from ._storage import STORE_METHODS, Accepted, Expect, Rejected, Store
 from ._supervisor import Clock, Supervisor, VerifierFactory
 from ._util import NoPublicConstructor, safe_repr
@@ -193,7 +193,7 @@ class Runtime(metaclass=NoPublicConstructor):
             RunAlreadyEnded: it had ended another way (``.state`` is how).
             UnknownRun: no such run (or not on ``thread_id``).
         """
-        return await self._end_run(run_id, EndRequest(Cancelled(), "cancel_run"), thread_id)
+        return await self._end_run(run_id, EndRequest(CANCELLED_CAUSE, "cancel_run"), thread_id)
 
     async def stop_run(self, run_id: str, reason: str, *, thread_id: str | None = None) -> RunState:
         """End the run ``Ended(Stopped(reason))``: a host decision (budget, policy, operator)."""
@@ -397,7 +397,7 @@ def _apply(attempt: Attempt, command: LiveCommand) -> None:
     kind = type(command)
     if kind is Cancel:
         assert isinstance(command, Cancel)
-        attempt.request_end(EndRequest(Cancelled(), "deliver", command.reason))
+        attempt.request_end(EndRequest(CANCELLED_CAUSE, "deliver", command.reason))
         return
     if kind is Pause:
         attempt.pause_requested = True
@@ -405,7 +405,7 @@ def _apply(attempt: Attempt, command: LiveCommand) -> None:
         attempt.wake_pending = True
     else:
         assert isinstance(command, Message)
-        attempt.inbox.append(command.payload)
+        attempt.add_message(command.payload)
     attempt.notify()
 
 

@@ -235,3 +235,20 @@ class RunEvent:
     state: RunState
     detail: FrozenDict = attrs.field(converter=_detail)
     at: float
+
+
+CANCELLED_CAUSE: EndCause = Cancelled()
+"""One frozen `Cancelled` cause shared by every cancel (values compare by value)."""
+
+
+def ended(cause: EndCause) -> RunState:
+    """``Ended(cause)``, shared for the causes without fields."""
+    shared = _SHARED_ENDS.get(type(cause))
+    return shared if shared is not None else Ended(cause)
+
+
+_SHARED_ENDS: dict[type[EndCause], RunState] = {
+    NaturalEnd: Ended(NaturalEnd()),
+    MaxSteps: Ended(MaxSteps()),
+    Cancelled: Ended(CANCELLED_CAUSE),
+}

@@ -35,7 +35,7 @@ from ._errors import (
 )
 from ._json import FrozenDict, JsonValue, check_json, freeze_detail
 from ._registry import AttemptRegistry, ThreadGate
-from ._state import Awaiting, Cancelled, Ended, Queued, Running, RunState
+from ._state import CANCELLED_CAUSE, Awaiting, Ended, Queued, Running, RunState
 from ._storage import (
     Accepted,
     Commit,
@@ -106,7 +106,8 @@ class Supervisor:
         self.make_handle: HandleFactory | None = None
         self._actors: trio.Nursery | None = None
         self._system_scope: trio.CancelScope | None = None
-        self._closing = False
+        # Shutdown has begun: every actor's scope is being cancelled.
+        self.closing = False
         self._admitting = 0
         self._admissions_closed = trio.Event()
         self._last_at = 0.0
@@ -162,8 +163,10 @@ class Supervisor:
             check_id(run_id, "run_id")
         if thread_id is not None:
             check_id(thread_id, "thread_id")
-        check_name(name)
-        max_steps = check_max_steps(max_steps)
+        if name is not None:
+            check_name(name)
+        if max_steps is not None:
+            check_max_steps(max_steps)
         run_id = run_id or new_run_id()
         input = check_json(input, f"input of run {run_id!r}")
         thread_id = thread_id or run_id
@@ -215,7 +218,7 @@ class Supervisor:
         once that nursery has begun to close (the caller raises its own error)."""
         if parent is not None:
             return parent.admit_child()
-        if self._closing or self._actors is None:
+        if self.closing or self._actors is None:
             return None
         self._admitting += 1
         return self._actors
@@ -266,15 +269,14 @@ class Supervisor:
                 return
             if is_running:
                 attempt.started = True
-                if result.taken_messages:
-                    attempt.carried = list(result.taken_messages)
+                attempt.carried = result.taken_messages
                 self.registry.register(attempt)
             else:
                 self.queued[run_id] = attempt
             if self.bodies:
                 self.bodies.pop(run_id, None)
             if parent is not None:
-                parent.children[run_id] = attempt
+                parent.add_child(run_id, attempt)
             nursery.start_soon(run_attempt, self, attempt)
 
         commit = Commit(
@@ -325,7 +327,7 @@ class Supervisor:
                 self._retire(attempt, result)
                 return
             attempt.started = True
-            attempt.carried = list(result.taken_messages)
+            attempt.carried = result.taken_messages
             self.queued.pop(attempt.run_id, None)
             self.registry.register(attempt)
 
@@ -407,7 +409,7 @@ class Supervisor:
         if attempt.children:
             await self._end_parked_children(attempt)
         attempt.sealed = True
-        messages = tuple(attempt.drain())
+        messages = tuple(attempt.drain()) if attempt.has_messages() else ()
         ending = isinstance(verdict.state, Ended)
         if attempt.started:
             expect = expect_running(attempt.generation)
@@ -429,7 +431,9 @@ class Supervisor:
             carried_messages=() if ending else (*stranded, *messages),
             discarded_messages=(*stranded, *messages) if ending else (),
             events=verdict.events,
-            detail=_with_clock_error(verdict.detail, clock_error),
+            detail=verdict.detail
+            if clock_error is None
+            else _with_clock_error(verdict.detail, clock_error),
         )
 
         def on_commit(result: CommitResult) -> None:
@@ -444,6 +448,7 @@ class Supervisor:
             self._abandon(attempt, StoreError(f"ending run {attempt.run_id!r} failed: {exc!r}"), ())
 
     async def _end_parked_children(self, attempt: Attempt) -> None:
+        assert attempt.children is not None
         parked = [
             (child_id, child.generation)
             for child_id, child in attempt.children.items()
@@ -455,7 +460,7 @@ class Supervisor:
             request = attempt.request.for_child(attempt.run_id)
         else:
             request = self.shutdown_request or EndRequest(
-                Cancelled(), "parent", f"parent run {attempt.run_id!r} ended"
+                CANCELLED_CAUSE, "parent", f"parent run {attempt.run_id!r} ended"
             )
         with trio.CancelScope(shield=True):
             for child_id, generation in parked:
@@ -498,12 +503,13 @@ class Supervisor:
         if self.queued.get(run_id) is attempt:
             del self.queued[run_id]
         parent = attempt.parent
-        if parent is not None and parent.children.get(run_id) is attempt:
+        siblings = None if parent is None else parent.children
+        if siblings is not None and siblings.get(run_id) is attempt:
             if isinstance(state, Awaiting):
                 # Still the parent's, to be ended with it.
-                parent.children[run_id] = ParkedChild(attempt.generation)
+                siblings[run_id] = ParkedChild(attempt.generation)
             else:
-                del parent.children[run_id]
+                del siblings[run_id]
 
     def _release_thread(self, attempt: Attempt) -> None:
         if attempt.gate_waiter is not None:
@@ -531,8 +537,9 @@ class Supervisor:
             if isinstance(result, Accepted):
                 self.bodies.pop(run_id, None)
                 parent = None if parent_run_id is None else self.registry.get(parent_run_id)
-                if parent is not None and isinstance(parent.children.get(run_id), ParkedChild):
-                    del parent.children[run_id]
+                siblings = None if parent is None else parent.children
+                if siblings is not None and isinstance(siblings.get(run_id), ParkedChild):
+                    del siblings[run_id]
             elif stranded:
                 self.stranded[run_id] = stranded
 
@@ -559,7 +566,7 @@ class Supervisor:
 
     def actors_nursery(self) -> trio.Nursery:
         """The nursery for top-level actors; refuses once shutdown has begun."""
-        if self._closing or self._actors is None:
+        if self.closing or self._actors is None:
             raise RuntimeClosed(
                 "the runtime is shutting down and starts no new attempts;"
                 " start runs inside the 'async with open_runtime()' block"
@@ -570,9 +577,9 @@ class Supervisor:
         """Refuse new attempts, tell every attempt why it ends, and cancel every actor
         (sync: safe from any task). Telling each attempt first makes shutdown the cause
         it records, whatever request arrives while it unwinds."""
-        if self._closing:
+        if self.closing:
             return
-        self._closing = True
+        self.closing = True
         self.shutdown_request = request = SHUTDOWN
         for attempt in (*self.registry.all(), *self.queued.values()):
             attempt.request_end(request)
@@ -589,13 +596,8 @@ class Supervisor:
         if self._system_scope is not None:
             self._system_scope.cancel(reason="interrupted")
 
-    @property
-    def closing(self) -> bool:
-        """Whether shutdown has begun (every actor's scope is being cancelled)."""
-        return self._closing
-
     def _maybe_close_admissions(self) -> None:
-        if self._closing and self._admitting == 0:
+        if self.closing and self._admitting == 0:
             self._admissions_closed.set()
 
     async def host_actors(

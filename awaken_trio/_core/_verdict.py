@@ -25,7 +25,7 @@ import trio
 from ._attempt import EndRequest, StepCeiling, SuspendAttempt
 from ._errors import InvalidPayload, MaxStepsReached, RunError
 from ._json import EMPTY_DICT, FrozenDict, JsonValue, check_json, freeze_detail
-from ._state import Awaiting, Ended, EventKind, Failed, MaxSteps, NaturalEnd, RunState
+from ._state import Awaiting, Ended, EventKind, Failed, MaxSteps, NaturalEnd, RunState, ended
 from ._storage import EventDraft
 from ._util import safe_repr, safe_str
 
@@ -148,7 +148,7 @@ def decide(
             events = (
                 EventDraft(EventKind.LATE_RESULT_DISCARDED, freeze_detail(late, "late result")),
             )
-        return Verdict(Ended(cancelled.cause), events=events, detail=cancelled.detail)
+        return Verdict(ended(cancelled.cause), events=events, detail=cancelled.detail)
     if suspension is not None and ending in (Ending.SUSPEND, None):
         # The pause or await decided at the boundary stands, even if the body caught the
         # suspension and returned: an attempt that committed to waiting ends waiting.

@@ -107,7 +107,7 @@ class MemoryStore:
 
     def apply_now(self, batch: Sequence[Commit]) -> list[CommitResult]:
         """Apply ``batch`` synchronously (the memory store needs no I/O)."""
-        return [self._apply_one(commit) for commit in batch]
+        return list(map(self._apply_one, batch))
 
     def _apply_one(self, commit: Commit) -> CommitResult:
         run_id = commit.run_id
@@ -167,6 +167,9 @@ class MemoryStore:
         drafts = commit.events
         if type(commit.state) is Ended and (taken or commit.discarded_messages):
             drafts = (*drafts, _discarded((*taken, *commit.discarded_messages)))
+        elif not drafts and commit.announce:  # the common commit: its own event alone
+            self._write_event(run_id, row, EventKind.COMMITTED, commit.detail, commit.at)
+            return self._seq
         for draft in drafts:
             self._write_event(run_id, row, draft.kind, draft.detail, commit.at)
         if commit.announce:
