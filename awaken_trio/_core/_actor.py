@@ -26,7 +26,7 @@ from ._util import safe_repr
 from ._verdict import NATURAL_END, Verdict, decide, internal_failure
 
 if TYPE_CHECKING:
-    from ._supervisor import Supervisor
+    from ._host import AttemptHost
 
 _SCALARS = frozenset((type(None), bool, int, str))
 
@@ -38,7 +38,7 @@ async def _call_body(body: Body, ctx: RunContext) -> Any:
 
 
 @trio.lowlevel.enable_ki_protection
-async def run_attempt(supervisor: Supervisor, attempt: Attempt) -> None:
+async def run_attempt(host: AttemptHost, attempt: Attempt) -> None:
     """The actor task of one attempt (and, before that, of its wait for the thread)."""
     result: outcome.Outcome[Any] | None = None
     cancel_seen = False
@@ -47,9 +47,9 @@ async def run_attempt(supervisor: Supervisor, attempt: Attempt) -> None:
         if attempt.handed_over is not None:
             await attempt.handed_over.wait()
         if attempt.gate_waiter is not None and await _wait_for_thread(attempt):
-            await supervisor.begin_queued(attempt)
+            await host.begin_queued(attempt)
         if attempt.started:
-            result, cancel_seen = await _run_in_scope(supervisor, attempt)
+            result, cancel_seen = await _run_in_scope(host, attempt)
         else:
             cancel_seen = True  # cancelled while queued: the body never runs
     except BaseException as exc:  # a cancel from outside the attempt, re-raised below
@@ -62,20 +62,20 @@ async def run_attempt(supervisor: Supervisor, attempt: Attempt) -> None:
             raise escaped
         return
     try:
-        verdict = _verdict(supervisor, attempt, result, cancel_seen)
+        verdict = _verdict(host, attempt, result, cancel_seen)
     except Exception as exc:
         verdict = internal_failure(attempt.run_id, f"classifying its end raised {safe_repr(exc)}")
     if verdict.interrupt is not None:
-        supervisor.interrupted(verdict.interrupt)
-    await supervisor.finish(attempt, verdict)  # shielded inside; never raises
+        host.interrupted(verdict.interrupt)
+    await host.finish(attempt, verdict)  # shielded inside; never raises
     if escaped is not None and not isinstance(escaped, KeyboardInterrupt | SystemExit):
         raise escaped
     if escaped is not None:
-        supervisor.interrupted(escaped)
+        host.interrupted(escaped)
 
 
 async def _run_in_scope(
-    supervisor: Supervisor, attempt: Attempt
+    host: AttemptHost, attempt: Attempt
 ) -> tuple[outcome.Outcome[Any] | None, bool]:
     """Run the body in the attempt's nursery; return its outcome and whether the
     observation window saw a cancel."""
@@ -87,12 +87,12 @@ async def _run_in_scope(
         attempt.children_nursery = nursery
         if attempt.request is not None:
             nursery.cancel_scope.cancel(reason=attempt.request.scope_reason())
-        if attempt.cancel_reaches(supervisor.closing):
+        if attempt.cancel_reaches(host.closing):
             cancel_seen = True  # a pre-start cancel: the body never runs
         else:
             token = current_attempt.set(attempt)
             result = await outcome.acapture(
-                _call_body, attempt.body, RunContext._create(supervisor, attempt)
+                _call_body, attempt.body, RunContext._create(host, attempt)
             )
             # The task's context must not keep the attempt: the attempt holds the scope
             # that holds this task, and that cycle would outlive the run until a full
@@ -100,18 +100,18 @@ async def _run_in_scope(
             current_attempt.reset(token)
             # The observation window closes here: a cancel requested from now on is too
             # late to change how the body ended.
-            cancel_seen = attempt.cancel_reaches(supervisor.closing)
+            cancel_seen = attempt.cancel_reaches(host.closing)
         if attempt.close_children():
             await attempt.wait_for_admissions()
         if attempt.children:
-            _end_children(supervisor, attempt)
+            _end_children(host, attempt)
     return result, cancel_seen
 
 
-def _end_children(supervisor: Supervisor, attempt: Attempt) -> None:
+def _end_children(host: AttemptHost, attempt: Attempt) -> None:
     # Each running child is told why before its scope is cancelled, so it records its
     # parent (or shutdown) as its cause rather than whatever reaches it next.
-    request = attempt.request or supervisor.shutdown_request
+    request = attempt.request or host.shutdown_request
     if request is not None:
         child_request = request.for_child(attempt.run_id)
     else:
@@ -139,7 +139,7 @@ async def _wait_for_thread(attempt: Attempt) -> bool:
 
 
 def _verdict(
-    supervisor: Supervisor,
+    host: AttemptHost,
     attempt: Attempt,
     result: outcome.Outcome[Any] | None,
     cancel_seen: bool,
@@ -153,7 +153,7 @@ def _verdict(
         return Verdict(NATURAL_END, result=result.value)  # the common end, decided at once
     return decide(
         result,
-        cancelled=_end_request(supervisor, attempt) if cancel_seen else None,
+        cancelled=_end_request(host, attempt) if cancel_seen else None,
         pending=attempt.request,
         suspension=attempt.suspension,
         shutdown=SHUTDOWN,
@@ -162,7 +162,7 @@ def _verdict(
     )
 
 
-def _end_request(supervisor: Supervisor, attempt: Attempt) -> EndRequest:
+def _end_request(host: AttemptHost, attempt: Attempt) -> EndRequest:
     """Who cancelled this attempt: its own request (the first one made, which includes
     its parent's and shutdown's, told to it when they happened), else an ancestor, else the
     body itself, else an enclosing scope nobody named.
@@ -172,8 +172,8 @@ def _end_request(supervisor: Supervisor, attempt: Attempt) -> EndRequest:
     """
     if attempt.request is not None:
         return attempt.request
-    if supervisor.shutdown_request is not None:
-        return supervisor.shutdown_request
+    if host.shutdown_request is not None:
+        return host.shutdown_request
     parent = attempt.parent
     if parent is not None and attempt.ancestor_cancelled():
         if parent.request is not None:

@@ -12,7 +12,8 @@ import trio
 
 from ._errors import StoreError
 from ._json import FrozenDict, JsonValue, scalar_dict
-from ._state import CANCELLED_CAUSE, Awaiting, EndCause, RunState, Stopped
+from ._state import CANCELLED_CAUSE, Awaiting, EndCause, ResumeTicket, RunState, Stopped
+from ._storage import UNSET
 
 if TYPE_CHECKING:
     from ._context import RunContext
@@ -162,6 +163,8 @@ class Attempt:
     max_steps: int | None = None
     # Boundaries the run has passed, in all its attempts so far (the budget max_steps caps).
     steps: int = 0
+    # The ticket this attempt answers (a resume), or None for a first attempt.
+    ticket: ResumeTicket | None = None
     verifier: OwnershipVerifier | None = None
     # The generation the store holds while this attempt waits for its thread.
     queued_generation: int | None = None
@@ -180,6 +183,8 @@ class Attempt:
     request: EndRequest | None = attrs.field(default=None, init=False)
     started: bool = attrs.field(default=False, init=False)
     suspension: Awaiting | None = attrs.field(default=None, init=False)
+    # Progress to commit together with the suspension (``await_input(progress=...)``).
+    suspension_checkpoint: JsonValue = attrs.field(default=UNSET, init=False)
     # Messages an earlier attempt accepted and did not read, handed over at this start.
     carried: tuple[JsonValue, ...] = attrs.field(default=(), init=False)
     # Children not yet ended: their attempts, or a ParkedChild for one committed Awaiting

@@ -17,7 +17,7 @@ from ._validate import check_deadline, check_id
 
 if TYPE_CHECKING:
     from ._handle import RunHandle
-    from ._supervisor import Supervisor
+    from ._host import AttemptHost
 
 _EVENT_KIND = re.compile(r"[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+")
 _RUNTIME_KINDS = frozenset(EventKind)
@@ -33,10 +33,10 @@ class RunContext(metaclass=NoPublicConstructor):
     another run's task, or any task after the attempt ended, gets an error.
     """
 
-    __slots__ = ("_attempt", "_supervisor")
+    __slots__ = ("_attempt", "_host")
 
-    def __init__(self, supervisor: Supervisor, attempt: Attempt) -> None:
-        self._supervisor = supervisor
+    def __init__(self, host: AttemptHost, attempt: Attempt) -> None:
+        self._host = host
         self._attempt = attempt
 
     def __repr__(self) -> str:
@@ -76,6 +76,12 @@ class RunContext(metaclass=NoPublicConstructor):
         return self._attempt.resume_value
 
     @property
+    def resumed_ticket(self) -> ResumeTicket | None:
+        """The ticket the resume that started this attempt answered (its reason,
+        correlation id and payload), or None on a first attempt."""
+        return self._attempt.ticket
+
+    @property
     def steps(self) -> int:
         """The boundaries the run has passed, in all its attempts."""
         return self._attempt.steps
@@ -91,11 +97,7 @@ class RunContext(metaclass=NoPublicConstructor):
     def is_cancelled(self) -> bool:
         """Whether this attempt, or an ancestor of it, has been cancelled."""
         a = self._attempt
-        return (
-            a.cancel_called
-            or a.ancestor_cancelled()
-            or self._supervisor.shutdown_request is not None
-        )
+        return a.cancel_called or a.ancestor_cancelled() or self._host.shutdown_request is not None
 
     def _live(self, action: str) -> Attempt:
         """The attempt, if ``action`` may be taken on it from the calling task."""
@@ -146,7 +148,7 @@ class RunContext(metaclass=NoPublicConstructor):
             raise StepCeiling(f"run {a.run_id!r} has used its max_steps={a.max_steps}")
         a.steps += 1
         if progress is not None:
-            await self._supervisor.commit_progress(a, progress, a.steps)
+            await self._host.commit_progress(a, progress, a.steps)
         if wait and not a.has_news():
             await a.wait_for_news()
         if a.pause_requested:
@@ -172,6 +174,7 @@ class RunContext(metaclass=NoPublicConstructor):
         payload: JsonValue = None,
         deadline: float | None = None,
         accepts: JsonValue = None,
+        progress: JsonValue = None,
     ) -> NoReturn:
         """Commit ``Awaiting`` with a ticket and end this attempt.
 
@@ -185,6 +188,9 @@ class RunContext(metaclass=NoPublicConstructor):
             deadline: absolute wall-clock seconds after which resumes are refused.
             accepts: a JSON Schema the resume value must match; `Runtime.resume` checks
                 it before committing anything and raises `InvalidPayload` on a mismatch.
+            progress: if not None, committed as the run's checkpoint in the same commit
+                as the ``Awaiting`` state (no boundary is passed: no pause is honoured, no
+                message is drained, no step is counted).
         """
         a = self._live("await_input()")
         what = f"await_input() of run {a.run_id!r}"
@@ -196,7 +202,11 @@ class RunContext(metaclass=NoPublicConstructor):
         payload = check_json(payload, f"ticket payload of run {a.run_id!r}")
         if accepts is not None:
             accepts = check_schema(accepts, f"{what}: accepts")
+        if progress is not None:
+            progress = check_json(progress, f"progress of run {a.run_id!r}")
         await trio.lowlevel.checkpoint()
+        if progress is not None:
+            a.suspension_checkpoint = progress
         a.suspension = Awaiting(
             ResumeTicket(
                 correlation_id=correlation_id or f"{a.run_id}/input/{a.generation}",
@@ -223,7 +233,7 @@ class RunContext(metaclass=NoPublicConstructor):
             )
         frozen = freeze_detail({} if detail is None else detail, f"detail of {kind!r}")
         await trio.lowlevel.checkpoint()
-        await self._supervisor.emit(a, kind, frozen)
+        await self._host.emit(a, kind, frozen)
 
     async def start_child(
         self,
@@ -244,7 +254,7 @@ class RunContext(metaclass=NoPublicConstructor):
         ends, it is ended with it without ever running.
         """
         a = self._live("start_child()")
-        return await self._supervisor.start_run(
+        return await self._host.start_run(
             body,
             input=input,
             run_id=run_id,

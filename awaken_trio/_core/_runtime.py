@@ -307,6 +307,7 @@ class Runtime(metaclass=NoPublicConstructor):
             record.input,
             record.checkpoint,
             value,
+            ticket,
         )
         try:
             result = await self._supervisor.admit(

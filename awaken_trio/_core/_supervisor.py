@@ -35,8 +35,9 @@ from ._errors import (
 )
 from ._json import FrozenDict, JsonValue, check_json, freeze_detail
 from ._registry import AttemptRegistry, ThreadGate
-from ._state import CANCELLED_CAUSE, Awaiting, Ended, Queued, Running, RunState
+from ._state import CANCELLED_CAUSE, Awaiting, Ended, Queued, ResumeTicket, Running, RunState
 from ._storage import (
+    UNSET,
     Accepted,
     Commit,
     CommitResult,
@@ -195,6 +196,7 @@ class Supervisor:
         input: JsonValue,
         checkpoint: JsonValue,
         resume_value: JsonValue,
+        ticket: ResumeTicket | None = None,
     ) -> Attempt:
         verifier = None
         if self.verifier_factory is not None:
@@ -210,6 +212,7 @@ class Supervisor:
             resume_value=resume_value,
             max_steps=max_steps,
             steps=steps,
+            ticket=ticket,
             verifier=verifier,
         )
 
@@ -427,6 +430,7 @@ class Supervisor:
             expect=expect,
             at=at,
             result=verdict.result,
+            checkpoint=attempt.suspension_checkpoint if not ending else UNSET,
             steps=attempt.steps if attempt.started else None,
             carried_messages=() if ending else (*stranded, *messages),
             discarded_messages=(*stranded, *messages) if ending else (),

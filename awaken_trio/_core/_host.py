@@ -1,0 +1,63 @@
+"""What an attempt needs from the supervisor that runs it.
+
+The actor and `RunContext` see their supervisor through this narrow protocol, never its
+internals: committing an attempt's progress, events and end, starting children, and the
+runtime's shutdown state. A supervisor that adds durable claims keeps this surface.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+from ._json import FrozenDict, JsonValue
+
+if TYPE_CHECKING:
+    from ._attempt import Attempt, Body, EndRequest
+    from ._handle import RunHandle
+    from ._verdict import Verdict
+
+
+class AttemptHost(Protocol):
+    @property
+    def closing(self) -> bool:
+        """Shutdown has begun: every actor's scope is being cancelled."""
+        ...
+
+    @property
+    def shutdown_request(self) -> EndRequest | None:
+        """Why attempts end at shutdown, once it has begun."""
+        ...
+
+    async def start_run(
+        self,
+        body: Body,
+        *,
+        input: JsonValue,
+        run_id: str | None,
+        thread_id: str | None,
+        name: str | None,
+        max_steps: int | None,
+        parent: Attempt | None,
+    ) -> RunHandle:
+        """Commit a new run (a child when ``parent`` is given) and start its attempt."""
+        ...
+
+    async def begin_queued(self, attempt: Attempt) -> None:
+        """The queued attempt got its thread: commit ``Running``."""
+        ...
+
+    async def commit_progress(self, attempt: Attempt, progress: JsonValue, steps: int) -> None:
+        """Commit the attempt's progress as the run's checkpoint."""
+        ...
+
+    async def emit(self, attempt: Attempt, kind: str, detail: FrozenDict) -> None:
+        """Commit an event of the body's own kind."""
+        ...
+
+    async def finish(self, attempt: Attempt, verdict: Verdict) -> None:
+        """Commit the attempt's end; never raises."""
+        ...
+
+    def interrupted(self, exc: BaseException) -> None:
+        """A KeyboardInterrupt or SystemExit reached a run's task: shut down."""
+        ...
