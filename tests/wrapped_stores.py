@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 import trio
 
@@ -16,8 +16,15 @@ class WrappedStore:
     def __init__(self) -> None:
         self.inner = MemoryStore(inline=False)
 
+    @property
+    def durable(self) -> bool:
+        return self.inner.durable
+
     async def apply(self, batch: Sequence[Commit]) -> list[CommitResult]:
         return await self.inner.apply(batch)
+
+    async def runnable(self, names: Collection[str], now: float, limit: int) -> list[RunRecord]:
+        return await self.inner.runnable(names, now, limit)
 
     async def load(self, run_id: str) -> RunRecord | None:
         return await self.inner.load(run_id)

@@ -12,19 +12,31 @@ transaction every store enforces the same three rules:
 * ticket slot: an `Awaiting` commit stores the ticket (inside the state) together with
   the messages it carries; any other commit deletes the ticket.
 
+A store shared by several runtimes (``durable``: SQLite, PostgreSQL, or a memory store
+shared in one process) also keeps claims, and enforces two more rules in the same
+transaction:
+
+* claim fence: a commit made under a claim (`Fence`) is accepted only while the root run's
+  claim is still that owner's, at that epoch, with its lease unexpired; epochs strictly
+  increase per run, so a stalled or partitioned owner can commit nothing once it is
+  superseded;
+* thread guard: a commit that starts an attempt on a thread is refused while another run's
+  attempt on that thread is live (its claim current), so one attempt per thread holds
+  across every runtime sharing the store.
+
 `awaken_trio.testing` ships these rules as a test suite any store can run.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Final, Literal, Protocol, final, runtime_checkable
 
 import attrs
 
 from ._json import EMPTY_DICT, JsonValue
-from ._state import RunEvent, RunRecord, RunState
+from ._state import ResumeTicket, RunEvent, RunRecord, RunState
 
 
 class _Unset(enum.Enum):
@@ -49,6 +61,11 @@ class RejectReason(enum.StrEnum):
     """The commit names a run the store has never seen."""
     STALE = "stale"
     """The run moved on: its generation, state or ticket is not what the commit expects."""
+    FENCED = "fenced"
+    """The commit was made under a claim that is no longer current (superseded, released,
+    or its lease expired), or asks for a claim another owner holds."""
+    THREAD_BUSY = "thread_busy"
+    """Another run's attempt is live on the run's thread."""
 
 
 @final
@@ -81,13 +98,40 @@ class EventDraft:
 @final
 @attrs.frozen
 class NewRun:
-    """The identity of a run a commit creates (with ``Expect(new=True)``)."""
+    """The identity of a run a commit creates (with ``Expect(new=True)``).
+
+    ``root_run_id`` is the top of the run's tree (its own id for a run without a parent):
+    a child lives on its root's claim.
+    """
 
     thread_id: str
     parent_run_id: str | None
     name: str | None
     input: JsonValue = None
     max_steps: int | None = None
+    root_run_id: str | None = None
+
+
+@final
+@attrs.frozen
+class Fence:
+    """The claim a commit is made under: ``root_run_id``'s claim must be ``owner``'s, at
+    ``epoch``, with its lease not expired at the commit's ``at``."""
+
+    root_run_id: str
+    owner: str
+    epoch: int
+
+
+@final
+@attrs.frozen
+class Claim:
+    """A claim a commit takes on its (root) run: the next epoch, held by ``owner`` until
+    ``lease_until`` unless renewed. Refused (`RejectReason.FENCED`) while another owner's
+    claim on the run is live."""
+
+    owner: str
+    lease_until: float
 
 
 @final
@@ -118,6 +162,14 @@ class Commit:
         announce: write the commit's own ``committed`` event. A commit that only records
             a body's events (``ctx.emit``) changes no state and announces nothing.
         resume_value: the value a queued resume will hand to its attempt.
+        resume_ticket: the ticket a queued resume answered, handed to its attempt too.
+        fence: the claim the commit is made under (durable stores).
+        claim: a claim the commit takes on its run (durable stores).
+        release: the commit drops its run's claim (the attempt that held it is over).
+        thread_guard: refuse the commit (`RejectReason.THREAD_BUSY`) while another run's
+            attempt on the run's thread is live (durable stores).
+        consumed: ids of stored commands (`StoredCommand.id`) the attempt has applied;
+            deleted with the commit.
     """
 
     run_id: str
@@ -136,6 +188,12 @@ class Commit:
     detail: Mapping[str, JsonValue] = EMPTY_DICT
     announce: bool = True
     resume_value: JsonValue = None
+    resume_ticket: ResumeTicket | None = None
+    fence: Fence | None = None
+    claim: Claim | None = None
+    release: bool = False
+    thread_guard: bool = False
+    consumed: tuple[int, ...] = ()
 
 
 @final
@@ -148,6 +206,8 @@ class Accepted:
         last_seq: the seq of the last event the commit wrote (0 if it wrote none).
         taken_messages: the carried messages the commit took (``take_messages``).
         resume_value: the value a queued resume left for the attempt this commit starts.
+        resume_ticket: the ticket that queued resume answered.
+        epoch: the epoch of the claim the commit took (``claim``), else None.
 
     A store answers with what the runtime needs, not with the whole record or the
     events (read them with `Store.load` and `Store.events_after`), so a commit never
@@ -158,6 +218,8 @@ class Accepted:
     last_seq: int
     taken_messages: tuple[JsonValue, ...] = ()
     resume_value: JsonValue = None
+    resume_ticket: ResumeTicket | None = None
+    epoch: int | None = None
 
 
 @final
@@ -181,6 +243,13 @@ class Store(Protocol):
     ``outcome_unknown=False`` when it knows the failed batch left nothing behind.
     """
 
+    @property
+    def durable(self) -> bool:
+        """Whether the store is shared beyond this runtime (other processes, or other
+        runtimes in this one): then it is a `DurableStore`, runs are claimed, and leaving a
+        runtime releases its claims instead of stopping its runs."""
+        ...
+
     async def apply(self, batch: Sequence[Commit]) -> list[CommitResult]:
         """Apply ``batch`` in one transaction, in order; one result per commit."""
         ...
@@ -196,8 +265,99 @@ class Store(Protocol):
         ``limit`` of them; an empty list means there are none yet."""
         ...
 
+    async def runnable(self, names: Collection[str], now: float, limit: int) -> list[RunRecord]:
+        """Root runs (no parent) named in ``names`` that could start an attempt now, oldest
+        first, at most ``limit``: ``Queued`` runs whose thread is free and that nobody
+        holds a live claim on, and ``Awaiting`` runs whose ``scheduled_action`` ticket is
+        due (``payload["wake_at"] <= now``)."""
+        ...
+
     async def aclose(self) -> None:
         """Release the store's resources."""
+        ...
+
+
+@final
+@attrs.frozen
+class StoredCommand:
+    """A live command stored for a run's attempt (`DurableStore.post_command`).
+
+    ``kind`` is ``"message"``, ``"pause"``, ``"wake"`` or ``"cancel"``; ``id`` increases in
+    the order commands were stored.
+    """
+
+    id: int
+    run_id: str
+    kind: CommandKind
+    payload: JsonValue
+    reason: str | None
+    at: float
+
+
+CommandKind = Literal["message", "pause", "wake", "cancel"]
+
+
+@final
+@attrs.frozen
+class Recovered:
+    """A run whose owner was lost, claimed for a new attempt at ``epoch``."""
+
+    record: RunRecord
+    epoch: int
+
+
+@runtime_checkable
+class DurableStore(Store, Protocol):
+    """A store several runtimes share: claims with leases and epochs, stored commands, and
+    a version that tells a runtime something changed elsewhere."""
+
+    async def renew(
+        self, owner: str, held: Mapping[str, int], now: float, lease_until: float
+    ) -> list[str]:
+        """Extend ``owner``'s claims (root run id -> epoch) to ``lease_until``; return the
+        run ids whose claim is no longer that owner's at that epoch, or had expired by
+        ``now`` (those are lost: their attempts must stop)."""
+        ...
+
+    async def release(self, owner: str, run_id: str) -> None:
+        """Drop ``owner``'s claim on ``run_id`` (its attempt is over), whatever its epoch."""
+        ...
+
+    async def recover(
+        self,
+        owner: str,
+        names: Collection[str],
+        now: float,
+        lease_until: float,
+        max_recoveries: int,
+        limit: int,
+    ) -> list[Recovered]:
+        """Deal with runs whose claim's lease expired before ``now``, at most ``limit``.
+
+        Each in one transaction: the run's unended descendants are ended
+        ``Indeterminate("owner lost")``; then a root still ``Running`` that has no name is
+        ended ``Indeterminate("owner lost")``, one that has been lost more than
+        ``max_recoveries`` times ``Indeterminate("owner lost <n> times")``, and one whose
+        name is in ``names`` is claimed by ``owner`` at the next epoch, its loss counted,
+        and returned for a new attempt. A root that is not running just loses the stale
+        claim. A recoverable root whose name is not in ``names`` is left for a runtime that
+        has its body.
+        """
+        ...
+
+    async def post_command(
+        self, run_id: str, kind: CommandKind, payload: JsonValue, reason: str | None, at: float
+    ) -> int | Rejected:
+        """Store a command for the run's current or next attempt; its id, or `Rejected`
+        when the run is not ``Running`` (unknown, queued, awaiting, ended)."""
+        ...
+
+    async def commands(self, run_ids: Collection[str], after: int = 0) -> list[StoredCommand]:
+        """Stored commands of these runs with an id greater than ``after``, oldest first."""
+        ...
+
+    async def version(self) -> int:
+        """A number that changes whenever another connection (another runtime) commits."""
         ...
 
 
@@ -214,5 +374,5 @@ class InlineStore(Store, Protocol):
         ...
 
 
-StoreMethod = Literal["apply", "load", "events_after", "aclose"]
-STORE_METHODS: tuple[StoreMethod, ...] = ("apply", "load", "events_after", "aclose")
+STORE_METHODS = ("apply", "load", "events_after", "runnable", "aclose")
+DURABLE_METHODS = ("renew", "release", "recover", "post_command", "commands", "version")

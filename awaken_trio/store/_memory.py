@@ -4,23 +4,37 @@ from __future__ import annotations
 
 import bisect
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import final
 
 import attrs
 import trio
 
 from .._core._errors import InvalidArgument
-from .._core._json import JsonValue, freeze_detail
-from .._core._state import Awaiting, Ended, EventKind, Queued, RunEvent, RunRecord, RunState
+from .._core._json import JsonValue, freeze_detail, scalar_dict
+from .._core._state import (
+    Awaiting,
+    Ended,
+    EventKind,
+    Indeterminate,
+    Queued,
+    ResumeTicket,
+    RunEvent,
+    Running,
+    RunRecord,
+    RunState,
+)
 from .._core._storage import (
     UNSET,
     Accepted,
+    CommandKind,
     Commit,
     CommitResult,
     EventDraft,
+    Recovered,
     Rejected,
     RejectReason,
+    StoredCommand,
 )
 
 _NO_MESSAGES: tuple[JsonValue, ...] = ()
@@ -38,6 +52,7 @@ class _Row:
 
     thread_id: str
     parent_run_id: str | None
+    root_run_id: str
     name: str | None
     input: JsonValue
     max_steps: int | None
@@ -46,9 +61,15 @@ class _Row:
     result: JsonValue = None
     checkpoint: JsonValue = None
     steps: int = 0
-    # The messages an Awaiting commit carried, and the value a queued resume hands over.
+    # The messages an Awaiting commit carried, and what a queued resume hands over.
     carried: tuple[JsonValue, ...] = ()
     resume_value: JsonValue = None
+    resume_ticket: ResumeTicket | None = None
+    # Claims (shared stores): the last epoch granted, the epoch of the attempt live on the
+    # run (None when none is), and how many times its owner was lost.
+    epoch: int = 0
+    attempt_epoch: int | None = None
+    recoveries: int = 0
     events: list[_Entry] = attrs.field(factory=list)
 
     def record(self, run_id: str) -> RunRecord:
@@ -68,14 +89,28 @@ class _Row:
 
 
 @final
+@attrs.frozen
+class _ClaimRow:
+    owner: str
+    epoch: int
+    lease_until: float
+
+
+@final
 @attrs.define(eq=False)
 class MemoryStore:
-    """Keeps everything in this process. Not durable: shutdown stops active runs.
+    """Keeps everything in this process.
 
     Applying a batch never yields in the middle, so each batch is one transaction. With
     ``inline=True`` (the default) the supervisor applies commits synchronously in the
     committing task; ``inline=False`` sends them through the supervisor's mailbox and
     group commit, as an I/O-bound store does.
+
+    By default the store belongs to one runtime: leaving that runtime stops its runs. With
+    ``shared=True`` it is a store several runtimes in this process share, with everything
+    a durable store has (claims with leases and epochs, recovery of a lost owner's runs,
+    stored commands): leaving a runtime releases its claims, and its named runs are picked
+    up by another. That makes failover testable in one process, on Trio's virtual clock.
 
     So that a long-lived process does not grow without limit, the store keeps at most
     ``max_ended_runs`` ended runs (10,000 by default): when one more run ends, the run that
@@ -85,6 +120,7 @@ class MemoryStore:
 
     inline: bool = True
     max_ended_runs: int = attrs.field(default=10_000, kw_only=True)
+    shared: bool = attrs.field(default=False, kw_only=True)
 
     _rows: dict[str, _Row] = attrs.field(factory=dict, init=False)
     # Ended runs, oldest end first: the eviction queue.
@@ -94,6 +130,15 @@ class MemoryStore:
     _log: list[_Entry] = attrs.field(factory=list, init=False)
     _forgotten_events: int = attrs.field(default=0, init=False)
     _seq: int = attrs.field(default=0, init=False)
+    # Indexes for `runnable`: queued root runs in the order they were queued, awaiting ones
+    # with a scheduled ticket, and the runs holding each thread.
+    _queued: dict[str, None] = attrs.field(factory=dict, init=False)
+    _scheduled: dict[str, float] = attrs.field(factory=dict, init=False)
+    _on_thread: dict[str, set[str]] = attrs.field(factory=dict, init=False)
+    _claims: dict[str, _ClaimRow] = attrs.field(factory=dict, init=False)
+    _commands: dict[int, StoredCommand] = attrs.field(factory=dict, init=False)
+    _command_id: int = attrs.field(default=0, init=False)
+    _version: int = attrs.field(default=0, init=False)
 
     def __attrs_post_init__(self) -> None:
         if type(self.max_ended_runs) is not int or self.max_ended_runs < 1:
@@ -101,13 +146,21 @@ class MemoryStore:
                 f"max_ended_runs must be a positive int, not {self.max_ended_runs!r}"
             )
 
+    @property
+    def durable(self) -> bool:
+        return self.shared
+
     async def apply(self, batch: Sequence[Commit]) -> list[CommitResult]:
         await trio.lowlevel.checkpoint()
         return self.apply_now(batch)
 
     def apply_now(self, batch: Sequence[Commit]) -> list[CommitResult]:
         """Apply ``batch`` synchronously (the memory store needs no I/O)."""
+        if self.shared:
+            self._version += 1
         return list(map(self._apply_one, batch))
+
+    # ------------------------------------------------------------------ commits
 
     def _apply_one(self, commit: Commit) -> CommitResult:
         run_id = commit.run_id
@@ -115,32 +168,42 @@ class MemoryStore:
         state = commit.state
         taken = _NO_MESSAGES
         resume_value: JsonValue = None
+        resume_ticket: ResumeTicket | None = None
         if row is None:
             new = commit.new_run
             if not commit.expect.new or new is None:
                 return Rejected(RejectReason.UNKNOWN, None)
+            if commit.thread_guard and self._thread_busy(new.thread_id, run_id, commit.at):
+                return Rejected(RejectReason.THREAD_BUSY, None)
             row = _Row(
                 thread_id=new.thread_id,
                 parent_run_id=new.parent_run_id,
+                root_run_id=new.root_run_id or run_id,
                 name=new.name,
                 input=new.input,
                 max_steps=new.max_steps,
                 state=state,
                 generation=commit.generation,
             )
+            if commit.fence is not None and not self._fence_holds(commit):
+                return Rejected(RejectReason.FENCED, None)
             self._rows[run_id] = row
+            if self.shared:
+                self._on_thread.setdefault(row.thread_id, set()).add(run_id)
         else:
-            rejected = _fence(row, commit)
+            rejected = self._fence(row, commit)
             if rejected is not None:
                 return rejected
             # The ticket lives inside the Awaiting state, so replacing the state deletes it.
             # Carried messages move to whoever takes them (an attempt start) or are
             # discarded with a terminal commit; a Queued commit keeps them for the queued
-            # attempt, and the resume value it leaves is handed to the attempt after it.
+            # attempt, and what a queued resume left is handed to the attempt after it.
             if row.carried and (commit.take_messages or type(state) is Ended):
                 taken, row.carried = row.carried, _NO_MESSAGES
-            resume_value = row.resume_value
-            row.resume_value = None
+            resume_value, resume_ticket = row.resume_value, row.resume_ticket
+            row.resume_value = row.resume_ticket = None
+            if row.name is not None:
+                self._unindex(run_id)
             row.state = state
             row.generation = commit.generation
             if commit.checkpoint is not UNSET:
@@ -148,18 +211,129 @@ class MemoryStore:
             if commit.steps is not None:
                 row.steps = commit.steps
         kind = type(state)
+        epoch = None
+        if commit.claim is not None:
+            row.epoch = epoch = row.epoch + 1
+            self._claims[run_id] = _ClaimRow(commit.claim.owner, epoch, commit.claim.lease_until)
+        if kind is Running:
+            live = epoch if epoch is not None else (commit.fence.epoch if commit.fence else None)
+            row.attempt_epoch = live
+        else:
+            row.attempt_epoch = None
+        if commit.release:
+            self._claims.pop(run_id, None)
         if kind is Awaiting:
             row.carried = commit.carried_messages
         elif kind is Queued:
             row.resume_value = commit.resume_value
+            row.resume_ticket = commit.resume_ticket
         elif kind is Ended:
             row.result = commit.result
+        if row.name is not None and row.parent_run_id is None:
+            self._index(run_id, row)
+        if commit.consumed:
+            for command_id in commit.consumed:
+                self._commands.pop(command_id, None)
+        if kind is Ended and self._commands:
+            stored = self._drop_commands(run_id)
+            if stored:
+                commit = attrs.evolve(
+                    commit, discarded_messages=(*commit.discarded_messages, *stored)
+                )
         last_seq = self._write_events(run_id, row, commit, taken)
         if kind is Ended:
             self._ended.append(run_id)
             if len(self._ended) > self.max_ended_runs:
                 self._forget_oldest()
-        return Accepted(state, last_seq, taken if commit.take_messages else (), resume_value)
+        return Accepted(
+            state,
+            last_seq,
+            taken if commit.take_messages else (),
+            resume_value,
+            resume_ticket,
+            epoch,
+        )
+
+    def _fence(self, row: _Row, commit: Commit) -> Rejected | None:
+        state = row.state
+        if type(state) is Ended:
+            return Rejected(RejectReason.ENDED, state)
+        expect = commit.expect
+        if expect.new:
+            return Rejected(RejectReason.EXISTS, state)
+        if commit.fence is not None and not self._fence_holds(commit):
+            return Rejected(RejectReason.FENCED, state)
+        if commit.claim is not None:
+            held = self._claims.get(commit.run_id)
+            if (
+                held is not None
+                and held.owner != commit.claim.owner
+                and held.lease_until >= commit.at
+            ):
+                return Rejected(RejectReason.FENCED, state)
+        if (
+            (expect.generation is not None and row.generation != expect.generation)
+            or (expect.state is not None and type(state) is not expect.state)
+            or (
+                expect.correlation_id is not None
+                and not (
+                    type(state) is Awaiting and state.ticket.correlation_id == expect.correlation_id
+                )
+            )
+        ):
+            return Rejected(RejectReason.STALE, state)
+        if commit.thread_guard and self._thread_busy(row.thread_id, commit.run_id, commit.at):
+            return Rejected(RejectReason.THREAD_BUSY, state)
+        return None
+
+    def _fence_holds(self, commit: Commit) -> bool:
+        fence = commit.fence
+        assert fence is not None
+        held = self._claims.get(fence.root_run_id)
+        return (
+            held is not None
+            and held.owner == fence.owner
+            and held.epoch == fence.epoch
+            and held.lease_until >= commit.at
+        )
+
+    def _live(self, row: _Row, now: float) -> bool:
+        """Whether an attempt of the run may still be running somewhere."""
+        if not self.shared:
+            return type(row.state) is Running
+        if row.attempt_epoch is None:
+            return False
+        held = self._claims.get(row.root_run_id)
+        return held is not None and held.epoch == row.attempt_epoch and held.lease_until >= now
+
+    def _thread_busy(self, thread_id: str, run_id: str, now: float) -> bool:
+        for other in self._on_thread.get(thread_id, ()):
+            if other != run_id and self._live(self._rows[other], now):
+                return True
+        return False
+
+    def _index(self, run_id: str, row: _Row) -> None:
+        # Only named root runs are ever runnable by a serving runtime.
+        kind = type(row.state)
+        if kind is Queued:
+            self._queued[run_id] = None
+        elif kind is Awaiting:
+            ticket = row.state.ticket  # type: ignore[attr-defined]
+            wake_at = _wake_at(ticket)
+            if wake_at is not None:
+                self._scheduled[run_id] = wake_at
+
+    def _unindex(self, run_id: str) -> None:
+        self._queued.pop(run_id, None)
+        self._scheduled.pop(run_id, None)
+
+    def _drop_commands(self, run_id: str) -> list[JsonValue]:
+        dropped = [c for c in self._commands.values() if c.run_id == run_id]
+        for command in dropped:
+            del self._commands[command.id]
+        return [c.payload for c in dropped if c.kind == "message"]
+
+    # ------------------------------------------------------------------ events
 
     def _write_events(
         self, run_id: str, row: _Row, commit: Commit, taken: tuple[JsonValue, ...]
@@ -188,7 +362,13 @@ class MemoryStore:
 
     def _forget_oldest(self) -> None:
         run_id = self._ended.popleft()
-        self._forgotten_events += len(self._rows.pop(run_id).events)
+        row = self._rows.pop(run_id)
+        self._forgotten_events += len(row.events)
+        on_thread = self._on_thread.get(row.thread_id)
+        if on_thread is not None:
+            on_thread.discard(run_id)
+            if not on_thread:
+                del self._on_thread[row.thread_id]
         if self._forgotten_events * 2 > len(self._log):
             self._log = [entry for entry in self._log if self._is_live(entry)]
             self._forgotten_events = 0
@@ -198,6 +378,8 @@ class MemoryStore:
         # life (a run id may be reused after the run that had it was forgotten).
         row = self._rows.get(entry[1])
         return row is not None and bool(row.events) and row.events[0][0] <= entry[0]
+
+    # ------------------------------------------------------------------ reads
 
     async def load(self, run_id: str) -> RunRecord | None:
         await trio.lowlevel.checkpoint()
@@ -226,8 +408,162 @@ class MemoryStore:
                     break
         return out
 
+    async def runnable(self, names: Collection[str], now: float, limit: int) -> list[RunRecord]:
+        await trio.lowlevel.checkpoint()
+        out: list[RunRecord] = []
+        for run_id in self._queued:
+            if len(out) >= limit:
+                return out
+            row = self._rows[run_id]
+            if row.name not in names:
+                continue
+            held = self._claims.get(run_id)
+            if held is not None and held.lease_until >= now:
+                continue
+            # A store of one runtime leaves threads to that runtime's own thread gate.
+            if not (self.shared and self._thread_busy(row.thread_id, run_id, now)):
+                out.append(row.record(run_id))
+        for run_id, wake_at in sorted(self._scheduled.items(), key=lambda item: item[1]):
+            if len(out) >= limit or wake_at > now:
+                break
+            row = self._rows[run_id]
+            if row.name in names:
+                out.append(row.record(run_id))
+        return out
+
     async def aclose(self) -> None:
         await trio.lowlevel.checkpoint()
+
+    # ------------------------------------------------------------------ claims
+
+    async def renew(
+        self, owner: str, held: Mapping[str, int], now: float, lease_until: float
+    ) -> list[str]:
+        await trio.lowlevel.checkpoint()
+        self._version += 1
+        lost: list[str] = []
+        for run_id, epoch in held.items():
+            claim = self._claims.get(run_id)
+            if (
+                claim is None
+                or claim.owner != owner
+                or claim.epoch != epoch
+                or claim.lease_until < now
+            ):
+                lost.append(run_id)
+            else:
+                self._claims[run_id] = _ClaimRow(owner, epoch, lease_until)
+        return lost
+
+    async def release(self, owner: str, run_id: str) -> None:
+        await trio.lowlevel.checkpoint()
+        claim = self._claims.get(run_id)
+        if claim is not None and claim.owner == owner:
+            del self._claims[run_id]
+            self._version += 1
+
+    async def recover(
+        self,
+        owner: str,
+        names: Collection[str],
+        now: float,
+        lease_until: float,
+        max_recoveries: int,
+        limit: int,
+    ) -> list[Recovered]:
+        await trio.lowlevel.checkpoint()
+        expired = [run_id for run_id, c in self._claims.items() if c.lease_until < now]
+        recovered: list[Recovered] = []
+        for run_id in expired[:limit]:
+            root = self._rows.get(run_id)
+            if root is None:
+                del self._claims[run_id]
+                continue
+            if type(root.state) is Running and root.name is not None:
+                losses = root.recoveries + 1
+                if losses <= max_recoveries and root.name not in names:
+                    continue  # left for a runtime that has the body
+            self._version += 1
+            self._end_descendants(run_id, now)
+            if type(root.state) is not Running:
+                del self._claims[run_id]  # a stale claim: nothing to recover
+                continue
+            losses = root.recoveries + 1
+            root.recoveries = losses
+            if root.name is None or losses > max_recoveries:
+                why = "owner lost" if root.name is None else f"owner lost {losses} times"
+                del self._claims[run_id]
+                self._end_lost(run_id, root, why, now)
+                continue
+            root.epoch += 1
+            self._claims[run_id] = _ClaimRow(owner, root.epoch, lease_until)
+            recovered.append(Recovered(root.record(run_id), root.epoch))
+        return recovered
+
+    def _end_descendants(self, root_run_id: str, now: float) -> None:
+        for run_id, row in list(self._rows.items()):
+            if (
+                row.root_run_id == root_run_id
+                and run_id != root_run_id
+                and type(row.state) is not Ended
+            ):
+                self._end_lost(run_id, row, "owner lost", now)
+
+    def _end_lost(self, run_id: str, row: _Row, why: str, now: float) -> None:
+        self._unindex(run_id)
+        row.state = Ended(Indeterminate(why))
+        row.attempt_epoch = None
+        taken, row.carried = row.carried, _NO_MESSAGES
+        row.resume_value = row.resume_ticket = None
+        stored = self._drop_commands(run_id) if self._commands else []
+        messages = (*taken, *stored)
+        if messages:
+            self._write_event(
+                run_id, row, EventKind.MESSAGES_DISCARDED, _discarded(messages).detail, now
+            )
+        self._write_event(run_id, row, EventKind.COMMITTED, _lost_detail(why), now)
+        self._ended.append(run_id)
+        if len(self._ended) > self.max_ended_runs:
+            self._forget_oldest()
+
+    # ------------------------------------------------------------------ commands
+
+    async def post_command(
+        self, run_id: str, kind: CommandKind, payload: JsonValue, reason: str | None, at: float
+    ) -> int | Rejected:
+        await trio.lowlevel.checkpoint()
+        row = self._rows.get(run_id)
+        if row is None:
+            return Rejected(RejectReason.UNKNOWN, None)
+        if type(row.state) is not Running:
+            reason_ = RejectReason.ENDED if type(row.state) is Ended else RejectReason.STALE
+            return Rejected(reason_, row.state)
+        self._command_id += 1
+        self._commands[self._command_id] = StoredCommand(
+            self._command_id, run_id, kind, payload, reason, at
+        )
+        self._version += 1
+        return self._command_id
+
+    async def commands(self, run_ids: Collection[str], after: int = 0) -> list[StoredCommand]:
+        await trio.lowlevel.checkpoint()
+        wanted = set(run_ids)
+        return [c for i, c in self._commands.items() if i > after and c.run_id in wanted]
+
+    async def version(self) -> int:
+        await trio.lowlevel.checkpoint()
+        return self._version
+
+
+def _wake_at(ticket: ResumeTicket) -> float | None:
+    if ticket.reason != "scheduled_action":
+        return None
+    payload = ticket.payload
+    if isinstance(payload, Mapping):
+        wake_at = payload.get("wake_at")
+        if isinstance(wake_at, int | float) and not isinstance(wake_at, bool):
+            return float(wake_at)
+    return None
 
 
 def _seq_of(entry: _Entry) -> int:
@@ -248,25 +584,8 @@ def _event(entry: _Entry) -> RunEvent:
     )
 
 
-def _fence(row: _Row, commit: Commit) -> Rejected | None:
-    state = row.state
-    if type(state) is Ended:
-        return Rejected(RejectReason.ENDED, state)
-    expect = commit.expect
-    if expect.new:
-        return Rejected(RejectReason.EXISTS, state)
-    if (
-        (expect.generation is not None and row.generation != expect.generation)
-        or (expect.state is not None and type(state) is not expect.state)
-        or (
-            expect.correlation_id is not None
-            and not (
-                type(state) is Awaiting and state.ticket.correlation_id == expect.correlation_id
-            )
-        )
-    ):
-        return Rejected(RejectReason.STALE, state)
-    return None
+def _lost_detail(why: str) -> Mapping[str, JsonValue]:
+    return scalar_dict({"source": "recovery", "reason": why})
 
 
 def _discarded(messages: tuple[JsonValue, ...]) -> EventDraft:

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Collection, Sequence
 
 import pytest
 import trio
@@ -59,9 +59,16 @@ class _ApplyNow:
     def __init__(self) -> None:
         self.inner = MemoryStore(inline=True)
 
+    @property
+    def durable(self) -> bool:
+        return False
+
     async def apply(self, batch: Sequence[Commit]) -> list[CommitResult]:
         await trio.lowlevel.checkpoint()
         return self.inner.apply_now(batch)
+
+    async def runnable(self, names: Collection[str], now: float, limit: int) -> list[RunRecord]:
+        return await self.inner.runnable(names, now, limit)
 
     async def load(self, run_id: str) -> RunRecord | None:
         return await self.inner.load(run_id)
