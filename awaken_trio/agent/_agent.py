@@ -6,6 +6,13 @@ the loop knows lives in that checkpoint (see `Progress`), so a resumed or recove
 attempt continues from committed truth, and an `Agent` keeps no per-run state: one
 instance serves any number of runs, and may be registered by name.
 
+A tool call that waits (``permission="ask"`` or ``"client"``) is asked with
+``ctx.await_input(..., progress=checkpoint)``: the step is committed together with its
+ticket, without passing a boundary, so a pending pause waits for the next boundary with
+no tool call pending, and live messages stay in the inbox (they ride with the ticket to
+the next attempt). The resume that answers a ticket is matched to its call through
+``ctx.resumed_ticket`` (reason and correlation id), never by the value's shape.
+
 Cancellation needs no special code: every ``await`` is a cancellation point, and every
 commit the loop makes is preceded by one, so a reply or a tool result that arrives after
 the attempt was cancelled never reaches the committed transcript.
@@ -14,6 +21,7 @@ the attempt was cancelled never reaches the committed transcript.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import random
 from collections.abc import Callable, Iterable
 from typing import Any, Literal, NoReturn, final
@@ -26,6 +34,7 @@ from awaken_trio import (
     InvalidArgument,
     JsonValue,
     MaxStepsReached,
+    ResumeTicket,
     RunContext,
 )
 
@@ -52,6 +61,9 @@ from ._transcript import (
 Phase = Literal["inference", "tools", "boundary"]
 """Where a step is: waiting for the model, deciding and running its tool calls, or
 committing at its boundary."""
+
+_REASONS: dict[Wait, str] = {"ask": "tool_permission", "client": "client_execution"}
+"""The ticket reason a waiting call is asked with."""
 
 Backoff = Callable[[int], float]
 """Seconds to wait before retry number ``n`` (1 for the first retry)."""
@@ -80,6 +92,16 @@ class Agent:
     The run's input is a prompt str or ``{"messages": [...]}``; its result is
     ``{"text": <final text>, "steps": n}`` plus the summed ``"usage"`` when the model
     reported usage.
+
+    The run's checkpoint is ``{"messages": [...], "steps": n}`` (the transcript in the
+    OpenAI chat shape, and the steps made), with two more keys when they apply:
+    ``"usage"``, the usage summed so far once the model reported any, and ``"answers"``,
+    while a step's tool calls wait for tickets: the answers already given to its earlier
+    waiting calls, by tool call id (each ticket is answered by a resume of its own).
+
+    A waiting call's ticket (``tool_permission`` or ``client_execution``) has the
+    correlation id ``"<run id>/step-<n>/<tool call id>"`` (a digest stands in for a call
+    id that is too long or not printable).
     """
 
     __slots__ = ("_backoff", "_max_steps", "_model", "_retries", "_specs", "_system", "_tools")
@@ -139,9 +161,10 @@ class Agent:
 
     async def __call__(self, ctx: RunContext) -> JsonValue:
         progress = Progress.load(ctx, self._system)
-        # A resumed attempt takes the messages its pause carried at a first boundary.
+        # A resumed attempt takes the messages its pause or ticket carried at a first
+        # boundary (after its pending step, if it has one).
         take_carried = ctx.checkpoint is not None
-        dirty = self._take_answer(progress, ctx.resume_value)
+        dirty = self._take_answer(ctx, progress)
         step: _Step | None = None  # the step in progress, until its boundary commits it
         try:
             while True:
@@ -229,15 +252,24 @@ class Agent:
 
     # ------------------------------------------------------------------ tool calls
 
-    def _take_answer(self, progress: Progress, value: JsonValue) -> bool:
-        """Record a resume value as the answer of the step's first waiting call, if it is
-        one (a resume after a pause carries anything, and is ignored)."""
+    def _take_answer(self, ctx: RunContext, progress: Progress) -> bool:
+        """Record the resume value as the answer of the waiting call whose ticket the
+        resume answered; whether anything was recorded.
+
+        The call is found by the resumed ticket's reason and correlation id; any other
+        resume (a pause's ``manual_pause`` ticket, say) carries a value that is ignored,
+        whatever its shape.
+        """
+        ticket = ctx.resumed_ticket
         calls = progress.pending_calls()
-        if calls is None:
+        if ticket is None or calls is None:
             return False
-        for call in calls:
+        for index, call in enumerate(calls):
             wait = self._wait_of(progress, call)
-            if wait is not None:
+            if wait is not None and _asks(ticket, wait, ctx.run_id, progress.steps, index, call):
+                value = ctx.resume_value
+                # The ticket's schema was checked by resume(); a value that still does not
+                # fit (a store edited by hand) leaves the call waiting: it is asked again.
                 if not answer_fits(wait, value):
                     return False
                 progress.answer(call, thaw(value))
@@ -265,27 +297,33 @@ class Agent:
         *,
         dirty: bool,
     ) -> None:
-        """Ask the step's waiting calls one ticket at a time, in call order; once every
-        call is decided, run the runnable ones concurrently and complete the step."""
-        for call in calls:
+        """Ask the step's first waiting call, if any (the calls are asked one ticket at a
+        time, in call order); once every call is decided, run the runnable ones
+        concurrently and complete the step."""
+        for index, call in enumerate(calls):
             wait = self._wait_of(progress, call)
             if wait is not None:
-                if dirty:  # the ticket's answer must find the step committed
-                    await self._boundary(ctx, progress, commit=True)
-                await self._ask(ctx, progress, call, wait)
+                await self._ask(ctx, progress, index, call, wait, dirty=dirty)
         progress.complete_step(await self._execute(ctx, progress, calls, step))
 
+    @staticmethod
     async def _ask(
-        self, ctx: RunContext, progress: Progress, call: PendingCall, wait: Wait
+        ctx: RunContext,
+        progress: Progress,
+        index: int,
+        call: PendingCall,
+        wait: Wait,
+        *,
+        dirty: bool,
     ) -> NoReturn:
-        correlation_id = f"{ctx.run_id}/step-{progress.steps}/{call.id}"
-        if len(correlation_id) > 256 or not correlation_id.isprintable():
-            correlation_id = f"{ctx.run_id}/step-{progress.steps}/{len(progress.answers)}"
+        """Commit ``Awaiting`` with ``call``'s ticket, and the step with it when it has
+        changed since it was last committed (the answer must find the step committed)."""
         await ctx.await_input(
-            "tool_permission" if wait == "ask" else "client_execution",
-            correlation_id=correlation_id,
+            _REASONS[wait],
+            correlation_id=ticket_id(ctx.run_id, progress.steps, index, call),
             payload=call.payload(),
             accepts=PERMISSION_SCHEMA if wait == "ask" else CLIENT_SCHEMA,
+            progress=progress.checkpoint() if dirty else None,
         )
 
     async def _execute(
@@ -358,6 +396,32 @@ class _Step:
 
     def unfinished(self) -> list[str]:
         return [call_id for call_id in self.calls if call_id not in self.results]
+
+
+_MAX_TICKET_ID = 512  # the longest id the runtime accepts
+_MAX_CALL_ID = 128
+
+
+def ticket_id(run_id: str, step: int, index: int, call: PendingCall) -> str:
+    """The correlation id of the ticket that asks ``call``, the ``index``-th call of step
+    ``step``: it names the run, the step and the tool call id, so each ticket of a run
+    has its own, and a resumed attempt finds the call its resume answered."""
+    if len(call.id) <= _MAX_CALL_ID and call.id.isprintable():
+        name = call.id
+    else:
+        digest = hashlib.sha256(call.id.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+        name = f"call-{index}-{digest}"
+    tail = f"/step-{step}/{name}"
+    return run_id[: _MAX_TICKET_ID - len(tail)] + tail
+
+
+def _asks(
+    ticket: ResumeTicket, wait: Wait, run_id: str, step: int, index: int, call: PendingCall
+) -> bool:
+    """Whether ``ticket`` is the one that asked ``call``."""
+    return ticket.reason == _REASONS[wait] and ticket.correlation_id == ticket_id(
+        run_id, step, index, call
+    )
 
 
 def _cancelled(exc: BaseException) -> bool:

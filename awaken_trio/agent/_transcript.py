@@ -1,18 +1,18 @@
 """An agent run's working state: the transcript and what its current step has decided.
 
 It is rebuilt at the start of every attempt from the run's committed checkpoint (or, on
-the first attempt, from its input) and written back as the checkpoint at each boundary::
+the first attempt, from its input) and written back as the checkpoint::
 
     {"messages": [...], "steps": n}             # between steps
     {..., "usage": {...}}                       # once the model reported usage
-    {..., "pending": {"answers": {...}, "queued": [...]}}
+    {..., "answers": {<tool call id>: <answer>}}
                                                 # while a step's tool calls wait for tickets
 
 A step is pending while the last message is an assistant message with tool calls: its
 tool messages are appended together when every call has its result, so the transcript is
 always valid for the chat-completions API. ``answers`` holds the resume values already
-given to the step's waiting calls; ``queued`` holds user messages that arrived meanwhile,
-appended after the step's tool messages.
+given to the step's waiting calls (each ticket is answered by its own resume, so the
+answers to the earlier ones must be committed while the later ones are asked).
 """
 
 from __future__ import annotations
@@ -82,7 +82,6 @@ class Progress:
     steps: int = 0
     usage: dict[str, Any] | None = None
     answers: dict[str, dict[str, Any]] = attrs.Factory(dict)
-    queued: list[dict[str, Any]] = attrs.Factory(list)
 
     # ------------------------------------------------------------------ loading
 
@@ -109,14 +108,13 @@ class Progress:
                 f"run {run_id!r} has a checkpoint that is not an agent's"
                 ' ({"messages": [...], "steps": n}); was it started with another body?',
             )
-        pending = checkpoint.get("pending") or {}
         usage = checkpoint.get("usage")
+        answers = checkpoint.get("answers")
         return cls(
             messages=thaw(checkpoint["messages"]),
             steps=checkpoint["steps"],
             usage=None if usage is None else thaw(usage),
-            answers=thaw(pending.get("answers", {})),
-            queued=thaw(pending.get("queued", [])),
+            answers={} if answers is None else thaw(answers),
         )
 
     def checkpoint(self) -> dict[str, Any]:
@@ -124,8 +122,8 @@ class Progress:
         out: dict[str, Any] = {"messages": self.messages, "steps": self.steps}
         if self.usage is not None:
             out["usage"] = self.usage
-        if self.answers or self.queued:
-            out["pending"] = {"answers": self.answers, "queued": self.queued}
+        if self.answers:
+            out["answers"] = self.answers
         return out
 
     # ------------------------------------------------------------------ reading
@@ -192,22 +190,19 @@ class Progress:
         self.answers[call.id] = value
 
     def add_user(self, message: dict[str, Any]) -> None:
-        """A user message: into the transcript, or queued behind a pending step."""
-        if self.pending_calls() is None:
-            self.messages.append(message)
-        else:
-            self.queued.append(message)
+        """A user message, taken at a boundary: there is no pending step then (a user
+        message cannot sit between tool calls and their results)."""
+        assert self.pending_calls() is None, "user messages are taken between steps"
+        self.messages.append(message)
 
     def complete_step(self, results: dict[str, str]) -> None:
-        """Append the pending step's tool messages (in call order), then what queued."""
+        """Append the pending step's tool messages, in call order."""
         calls = self.pending_calls()
         assert calls is not None
         for call in calls:
             self.messages.append(
                 {"role": "tool", "tool_call_id": call.id, "content": results[call.id]}
             )
-        self.messages.extend(self.queued)
-        self.queued = []
         self.answers = {}
 
 
