@@ -153,6 +153,9 @@ class Commit:
         checkpoint: new progress, or `UNSET` to keep the committed one.
         steps: the run's boundary count so far, or None to keep the committed one.
         carried_messages: messages an `Awaiting` commit keeps for the next attempt.
+        carried_pause: an `Awaiting` commit keeps a pause that was asked of the attempt
+            and not yet honoured (it ended at an await); the next attempt pauses at its first
+            boundary.
         take_messages: hand the committed carried messages to the committer (an attempt
             start); they are cleared.
         discarded_messages: inbox messages a terminal commit throws away; the store adds
@@ -182,6 +185,7 @@ class Commit:
     checkpoint: JsonValue = UNSET
     steps: int | None = None
     carried_messages: tuple[JsonValue, ...] = ()
+    carried_pause: bool = False
     take_messages: bool = False
     discarded_messages: tuple[JsonValue, ...] = ()
     events: tuple[EventDraft, ...] = ()
@@ -205,6 +209,7 @@ class Accepted:
         state: the run's committed state now (the commit's own state).
         last_seq: the seq of the last event the commit wrote (0 if it wrote none).
         taken_messages: the carried messages the commit took (``take_messages``).
+        taken_pause: the commit took a carried pause (``take_messages``).
         resume_value: the value a queued resume left for the attempt this commit starts.
         resume_ticket: the ticket that queued resume answered.
         epoch: the epoch of the claim the commit took (``claim``), else None.
@@ -220,6 +225,7 @@ class Accepted:
     resume_value: JsonValue = None
     resume_ticket: ResumeTicket | None = None
     epoch: int | None = None
+    taken_pause: bool = False
 
 
 @final

@@ -273,6 +273,8 @@ class Supervisor:
             if is_running:
                 attempt.started = True
                 attempt.carried = result.taken_messages
+                if result.taken_pause:
+                    attempt.pause_requested = True
                 self.registry.register(attempt)
             else:
                 self.queued[run_id] = attempt
@@ -331,6 +333,8 @@ class Supervisor:
                 return
             attempt.started = True
             attempt.carried = result.taken_messages
+            if result.taken_pause:
+                attempt.pause_requested = True
             self.queued.pop(attempt.run_id, None)
             self.registry.register(attempt)
 
@@ -433,6 +437,13 @@ class Supervisor:
             checkpoint=attempt.suspension_checkpoint if not ending else UNSET,
             steps=attempt.steps if attempt.started else None,
             carried_messages=() if ending else (*stranded, *messages),
+            # A pause the attempt could not honour (it ended at an await) waits for the
+            # next attempt's first boundary, as its unread messages do.
+            carried_pause=(
+                attempt.pause_requested
+                and isinstance(verdict.state, Awaiting)
+                and verdict.state.ticket.reason != "manual_pause"
+            ),
             discarded_messages=(*stranded, *messages) if ending else (),
             events=verdict.events,
             detail=verdict.detail

@@ -63,6 +63,7 @@ class _Row:
     steps: int = 0
     # The messages an Awaiting commit carried, and what a queued resume hands over.
     carried: tuple[JsonValue, ...] = ()
+    carried_pause: bool = False
     resume_value: JsonValue = None
     resume_ticket: ResumeTicket | None = None
     # Claims (shared stores): the last epoch granted, the epoch of the attempt live on the
@@ -167,6 +168,7 @@ class MemoryStore:
         row = self._rows.get(run_id)
         state = commit.state
         taken = _NO_MESSAGES
+        taken_pause = False
         resume_value: JsonValue = None
         resume_ticket: ResumeTicket | None = None
         if row is None:
@@ -200,6 +202,9 @@ class MemoryStore:
             # attempt, and what a queued resume left is handed to the attempt after it.
             if row.carried and (commit.take_messages or type(state) is Ended):
                 taken, row.carried = row.carried, _NO_MESSAGES
+            if row.carried_pause and (commit.take_messages or type(state) is Ended):
+                row.carried_pause = False
+                taken_pause = commit.take_messages
             resume_value, resume_ticket = row.resume_value, row.resume_ticket
             row.resume_value = row.resume_ticket = None
             if row.name is not None:
@@ -224,6 +229,7 @@ class MemoryStore:
             self._claims.pop(run_id, None)
         if kind is Awaiting:
             row.carried = commit.carried_messages
+            row.carried_pause = commit.carried_pause
         elif kind is Queued:
             row.resume_value = commit.resume_value
             row.resume_ticket = commit.resume_ticket
@@ -252,6 +258,7 @@ class MemoryStore:
             resume_value,
             resume_ticket,
             epoch,
+            taken_pause,
         )
 
     def _fence(self, row: _Row, commit: Commit) -> Rejected | None:
@@ -514,6 +521,7 @@ class MemoryStore:
         row.state = Ended(Indeterminate(why))
         row.attempt_epoch = None
         taken, row.carried = row.carried, _NO_MESSAGES
+        row.carried_pause = False
         row.resume_value = row.resume_ticket = None
         stored = self._drop_commands(run_id) if self._commands else []
         messages = (*taken, *stored)

@@ -647,6 +647,71 @@ class StoreContract:
         assert again.taken_messages == ()
         assert again.resume_value is None
 
+    async def test_a_carried_pause_is_taken_once_and_dropped_by_an_end(
+        self, store: Store
+    ) -> None:
+        for run_id in ("r1", "r2"):
+            await _accepted(store, _create(run_id))
+            await _accepted(
+                store,
+                Commit(
+                    run_id=run_id,
+                    state=Awaiting(_ticket(run_id)),
+                    generation=1,
+                    expect=Expect(generation=1, state=Running),
+                    at=2.0,
+                    carried_pause=True,
+                ),
+            )
+        started = await _accepted(
+            store,
+            Commit(
+                run_id="r1",
+                state=Running(2),
+                generation=2,
+                expect=Expect(generation=1, state=Awaiting),
+                at=3.0,
+                take_messages=True,
+            ),
+        )
+        assert started.accepted.taken_pause is True
+        again = await _accepted(
+            store,
+            Commit(
+                run_id="r1",
+                state=Running(2),
+                generation=2,
+                expect=Expect(generation=2, state=Running),
+                at=4.0,
+                take_messages=True,
+            ),
+        )
+        assert again.accepted.taken_pause is False
+        # A commit that does not take it leaves it; an end drops it.
+        kept = await _accepted(
+            store,
+            Commit(
+                run_id="r2",
+                state=Queued(),
+                generation=1,
+                expect=Expect(generation=1, state=Awaiting),
+                at=3.0,
+            ),
+        )
+        assert kept.accepted.taken_pause is False
+        taken = await _accepted(
+            store,
+            Commit(
+                run_id="r2",
+                state=Running(2),
+                generation=2,
+                expect=Expect(generation=1, state=Queued),
+                at=4.0,
+                take_messages=True,
+            ),
+        )
+        assert taken.accepted.taken_pause is True
+
     async def test_take_straight_from_awaiting(self, store: Store) -> None:
         await _awaiting_with(store, "r1", ("m1", "m2"))
         started = await _accepted(

@@ -286,11 +286,6 @@ async def test_a_pause_that_lands_before_a_permission_ticket_lets_the_ticket_be_
     assert len(model.calls) == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the kernel drops a Pause still pending when await_input() ends the attempt;"
-    " the next attempt never sees it",
-)
 async def test_a_pause_pending_at_a_permission_ticket_is_honoured_at_the_next_step_boundary(
     runtime: Runtime, autojump_clock: trio.testing.MockClock
 ) -> None:

@@ -682,3 +682,36 @@ async def test_max_steps_ends_the_run_at_the_boundary_that_would_exceed_it(
     assert record.state == RunState.Ended(EndCause.MaxSteps())
     assert record.checkpoint == {"step": max_steps}
     assert record.steps == max_steps
+
+
+async def test_a_pause_pending_when_an_await_ends_the_attempt_is_honoured_after_the_resume(
+    runtime: Runtime, autojump_clock: trio.testing.MockClock
+) -> None:
+    gate = trio.Event()
+    boundaries: list[int] = []
+
+    async def body(ctx: RunContext) -> object:
+        if ctx.resume_value is None:
+            await gate.wait()
+            await ctx.await_input("user_input")  # ends the attempt: no boundary here
+        boundaries.append(ctx.generation)
+        await ctx.boundary()  # the carried pause takes effect at the first boundary
+        return "done"
+
+    handle = await runtime.start(body, run_id="p")
+    await trio.testing.wait_all_tasks_blocked()
+    runtime.deliver(LiveCommand.Pause("p"))
+    gate.set()
+    awaiting = await settle(handle)
+    assert isinstance(awaiting, RunState.Awaiting)
+    assert awaiting.ticket.reason == "user_input"
+
+    resumed = await runtime.resume("p", "answer")
+    paused = await settle(resumed)
+    assert isinstance(paused, RunState.Awaiting)
+    assert paused.ticket.reason == "manual_pause"
+    assert boundaries == [2]
+
+    # Honoured once: the next resume runs to the end.
+    final = await runtime.resume("p", "again")
+    assert await settle(final) == RunState.Ended(EndCause.NaturalEnd())
