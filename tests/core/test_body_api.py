@@ -482,6 +482,44 @@ async def test_a_false_schema_accepts_no_resume_value(
     assert await runtime.state("a4") == state
 
 
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        (({"const": 1}, 1), ({"const": True}, True)),
+        (({"const": True}, True), ({"const": 1}, 1)),
+        (({"enum": [0, "x"]}, 0), ({"enum": [False, "x"]}, False)),
+    ],
+    ids=["int-then-bool", "bool-then-int", "enum-zero-then-false"],
+)
+async def test_schemas_that_differ_only_by_bool_and_int_each_accept_their_own_value(
+    runtime: Runtime,
+    autojump_clock: trio.testing.MockClock,
+    first: tuple[dict[str, Any], JsonValue],
+    second: tuple[dict[str, Any], JsonValue],
+) -> None:
+    # JSON Schema tells true from 1 (and false from 0); Python's == does not.
+    values: dict[str, JsonValue] = {}
+
+    async def body(ctx: RunContext) -> None:
+        if ctx.generation == 1:
+            await ctx.await_input("user_input", accepts=ctx.input)
+        values[ctx.run_id] = ctx.resume_value
+
+    for run_id, (schema, _) in (("s-first", first), ("s-second", second)):
+        state = await runtime.execute(body, run_id=run_id, input=schema)
+        assert ticket_of(state).accepts == schema
+    refused: dict[str, str] = {}
+    for run_id, (_, value) in (("s-first", first), ("s-second", second)):
+        try:
+            await settle(await runtime.resume(run_id, value))
+        except InvalidPayload as exc:
+            refused[run_id] = str(exc)
+    assert refused == {}
+    assert values == {"s-first": first[1], "s-second": second[1]}
+    for run_id, (_, value) in (("s-first", first), ("s-second", second)):
+        assert type(values[run_id]) is type(value)
+
+
 INVALID_SCHEMAS: list[object] = [
     {"type": 7},
     {"type": "no_such_type"},
