@@ -33,6 +33,8 @@ class RunContext(metaclass=NoPublicConstructor):
     another run's task, or any task after the attempt ended, gets an error.
     """
 
+    _obtained_from = "a run body receives its RunContext as its argument"
+
     __slots__ = ("_attempt", "_host")
 
     def __init__(self, host: AttemptHost, attempt: Attempt) -> None:

@@ -27,6 +27,8 @@ class EventStream(metaclass=NoPublicConstructor):
     no ``aclosing`` and nothing is left suspended.
     """
 
+    _obtained_from = "runtime.events() returns one"
+
     def __init__(
         self, store: Store, mailbox: CommitMailbox, run_id: str | None, follow: bool
     ) -> None:

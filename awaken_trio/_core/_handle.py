@@ -22,6 +22,8 @@ class RunHandle(metaclass=NoPublicConstructor):
     attempt's end, ``wait()`` raises that `StoreError`.
     """
 
+    _obtained_from = "start, resume and ctx.start_child return one"
+
     __slots__ = ("_completion", "_read_record", "generation", "run_id", "thread_id")
 
     def __init__(

@@ -53,6 +53,8 @@ class RuntimeStatistics:
 class Runtime(metaclass=NoPublicConstructor):
     """Runs bodies as actors, one attempt at a time per thread. Get one from `open_runtime`."""
 
+    _obtained_from = "open a runtime with 'async with open_runtime() as runtime'"
+
     def __init__(self, supervisor: Supervisor) -> None:
         self._supervisor = supervisor
         self._store = supervisor.store

@@ -1,12 +1,12 @@
 """JSON Schema checks for resume values (a ticket's ``accepts``).
 
 Schemas are checked when a ticket is made, so a broken schema is the body's error, never a
-resume's. Validators are built once per schema (frozen schemas hash) and kept in a small
-cache.
+resume's. Validators are built once per schema and kept in a small cache.
 """
 
 from __future__ import annotations
 
+import json
 from functools import lru_cache
 from typing import Any
 
@@ -40,10 +40,17 @@ def check_value(schema: JsonValue, value: JsonValue, what: str) -> None:
         )
 
 
-@lru_cache(maxsize=256)
 def _validator(schema: Any) -> Any:
+    # Keyed by the schema's JSON text, not the schema: `True == 1` in Python, and a schema
+    # saying `true` must not share a validator with one saying `1`.
+    return _validator_for_text(json.dumps(schema, sort_keys=True))
+
+
+@lru_cache(maxsize=256)
+def _validator_for_text(text: str) -> Any:
     import jsonschema.validators
 
+    schema = json.loads(text)
     cls = jsonschema.validators.validator_for(schema)
     cls.check_schema(schema)
     return cls(schema)

@@ -31,13 +31,12 @@ def safe_repr(value: object) -> str:
 
 class NoPublicConstructor(type):
     """Metaclass for objects the runtime hands out but users must not build (Trio's
-    pattern): ``Cls(...)`` raises; the runtime builds them with ``Cls._create(...)``."""
+    pattern): ``Cls(...)`` raises, naming where one comes from (the class's
+    ``_obtained_from``); the runtime builds them with ``Cls._create(...)``."""
 
     def __call__(cls, *args: object, **kwargs: object) -> NoReturn:
-        raise TypeError(
-            f"{cls.__module__}.{cls.__qualname__} has no public constructor;"
-            " get one from the runtime (open_runtime, start, resume, events)"
-        )
+        where = getattr(cls, "_obtained_from", "the runtime")
+        raise TypeError(f"{cls.__module__}.{cls.__qualname__} has no public constructor; {where}")
 
     def _create(cls: type[T], *args: Any, **kwargs: Any) -> T:
         return super().__call__(*args, **kwargs)  # type: ignore[misc, no-any-return]

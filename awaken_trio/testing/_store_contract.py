@@ -647,9 +647,7 @@ class StoreContract:
         assert again.taken_messages == ()
         assert again.resume_value is None
 
-    async def test_a_carried_pause_is_taken_once_and_dropped_by_an_end(
-        self, store: Store
-    ) -> None:
+    async def test_a_carried_pause_is_taken_once_and_dropped_by_an_end(self, store: Store) -> None:
         for run_id in ("r1", "r2"):
             await _accepted(store, _create(run_id))
             await _accepted(
