@@ -32,9 +32,13 @@ _SCALARS = frozenset((type(None), bool, int, str))
 
 
 @trio.lowlevel.disable_ki_protection
-async def _call_body(body: Body, ctx: RunContext) -> Any:
-    # The body is user code: a Ctrl-C may land in it, like in any Trio task.
-    return await body(ctx)
+async def _capture_body(body: Body, ctx: RunContext) -> outcome.Outcome[Any]:
+    """Run the body and capture how it ended (as ``outcome.acapture`` does, in one frame
+    less). The body is user code: a Ctrl-C may land in it, like in any Trio task."""
+    try:
+        return outcome.Value(await body(ctx))
+    except BaseException as exc:  # everything is the body's outcome; the actor classifies it
+        return outcome.Error(exc)
 
 
 @trio.lowlevel.enable_ki_protection
@@ -49,7 +53,29 @@ async def run_attempt(host: AttemptHost, attempt: Attempt) -> None:
         if attempt.gate_waiter is not None and await _wait_for_thread(attempt):
             await host.begin_queued(attempt)
         if attempt.started:
-            result, cancel_seen = await _run_in_scope(host, attempt)
+            async with trio.open_nursery() as nursery:
+                # The nursery's scope is the attempt's token: children started into this
+                # nursery are cancelled with it, and nothing they do reaches further up.
+                attempt.scope = nursery.cancel_scope
+                attempt.children_nursery = nursery
+                if attempt.request is not None:
+                    nursery.cancel_scope.cancel(reason=attempt.request.scope_reason())
+                if attempt.cancel_reaches(host.closing):
+                    cancel_seen = True  # a pre-start cancel: the body never runs
+                else:
+                    token = current_attempt.set(attempt)
+                    result = await _capture_body(attempt.body, RunContext._create(host, attempt))
+                    # The task's context must not keep the attempt: the attempt holds the
+                    # scope that holds this task, and that cycle would outlive the run
+                    # until a full garbage collection.
+                    current_attempt.reset(token)
+                    # The observation window closes here: a cancel requested from now on
+                    # is too late to change how the body ended.
+                    cancel_seen = attempt.cancel_reaches(host.closing)
+                if attempt.close_children():
+                    await attempt.wait_for_admissions()
+                if attempt.children:
+                    _end_children(host, attempt)
         else:
             cancel_seen = True  # cancelled while queued: the body never runs
     except BaseException as exc:  # a cancel from outside the attempt, re-raised below
@@ -72,40 +98,6 @@ async def run_attempt(host: AttemptHost, attempt: Attempt) -> None:
         raise escaped
     if escaped is not None:
         host.interrupted(escaped)
-
-
-async def _run_in_scope(
-    host: AttemptHost, attempt: Attempt
-) -> tuple[outcome.Outcome[Any] | None, bool]:
-    """Run the body in the attempt's nursery; return its outcome and whether the
-    observation window saw a cancel."""
-    result: outcome.Outcome[Any] | None = None
-    async with trio.open_nursery() as nursery:
-        # The nursery's scope is the attempt's token: children started into this nursery
-        # are cancelled with it, and nothing they do reaches further up.
-        attempt.scope = nursery.cancel_scope
-        attempt.children_nursery = nursery
-        if attempt.request is not None:
-            nursery.cancel_scope.cancel(reason=attempt.request.scope_reason())
-        if attempt.cancel_reaches(host.closing):
-            cancel_seen = True  # a pre-start cancel: the body never runs
-        else:
-            token = current_attempt.set(attempt)
-            result = await outcome.acapture(
-                _call_body, attempt.body, RunContext._create(host, attempt)
-            )
-            # The task's context must not keep the attempt: the attempt holds the scope
-            # that holds this task, and that cycle would outlive the run until a full
-            # garbage collection.
-            current_attempt.reset(token)
-            # The observation window closes here: a cancel requested from now on is too
-            # late to change how the body ended.
-            cancel_seen = attempt.cancel_reaches(host.closing)
-        if attempt.close_children():
-            await attempt.wait_for_admissions()
-        if attempt.children:
-            _end_children(host, attempt)
-    return result, cancel_seen
 
 
 def _end_children(host: AttemptHost, attempt: Attempt) -> None:

@@ -96,9 +96,10 @@ class EventDraft:
 
 
 @final
-@attrs.frozen
+@attrs.define
 class NewRun:
-    """The identity of a run a commit creates (with ``Expect(new=True)``).
+    """The identity of a run a commit creates (with ``Expect(new=True)``); part of the
+    commit message, read-only like it.
 
     ``root_run_id`` is the top of the run's tree (its own id for a run without a parent):
     a child lives on its root's claim.
@@ -135,12 +136,17 @@ class Claim:
 
 
 @final
-@attrs.frozen
+@attrs.define
 class Commit:
     """One atomic change to one run.
 
     The runtime builds commits from values it has already checked and frozen (payloads
     are `FrozenDict`, `FrozenList` or scalars), so a store may keep them as they are.
+
+    A commit is a message: built once per state change, handed to one store call, never
+    changed. It is not a frozen attrs class only because it is built on the hot path, where
+    a frozen instance of this many fields costs several times as much to build (every field
+    goes through ``object.__setattr__``); treat it as read-only.
 
     Attributes:
         run_id: the run.
@@ -201,9 +207,9 @@ class Commit:
 
 
 @final
-@attrs.frozen
+@attrs.define
 class Accepted:
-    """The commit landed.
+    """The commit landed (a read-only message, not frozen for the reason `Commit` gives).
 
     Attributes:
         state: the run's committed state now (the commit's own state).

@@ -167,6 +167,7 @@ class MemoryStore:
         run_id = commit.run_id
         row = self._rows.get(run_id)
         state = commit.state
+        kind = type(state)
         taken = _NO_MESSAGES
         taken_pause = False
         resume_value: JsonValue = None
@@ -177,6 +178,8 @@ class MemoryStore:
                 return Rejected(RejectReason.UNKNOWN, None)
             if commit.thread_guard and self._thread_busy(new.thread_id, run_id, commit.at):
                 return Rejected(RejectReason.THREAD_BUSY, None)
+            if commit.fence is not None and not self._fence_holds(commit):
+                return Rejected(RejectReason.FENCED, None)
             row = _Row(
                 thread_id=new.thread_id,
                 parent_run_id=new.parent_run_id,
@@ -187,8 +190,6 @@ class MemoryStore:
                 state=state,
                 generation=commit.generation,
             )
-            if commit.fence is not None and not self._fence_holds(commit):
-                return Rejected(RejectReason.FENCED, None)
             self._rows[run_id] = row
             if self.shared:
                 self._on_thread.setdefault(row.thread_id, set()).add(run_id)
@@ -197,16 +198,15 @@ class MemoryStore:
             if rejected is not None:
                 return rejected
             # The ticket lives inside the Awaiting state, so replacing the state deletes it.
-            # Carried messages move to whoever takes them (an attempt start) or are
-            # discarded with a terminal commit; a Queued commit keeps them for the queued
-            # attempt, and what a queued resume left is handed to the attempt after it.
-            if row.carried and (commit.take_messages or type(state) is Ended):
+            # Carried messages (and a carried pause) move to whoever takes them (an attempt
+            # start) or are dropped by a terminal commit; a Queued commit keeps them for
+            # the queued attempt, and what a queued resume left goes to the attempt after.
+            if (row.carried or row.carried_pause) and (commit.take_messages or kind is Ended):
                 taken, row.carried = row.carried, _NO_MESSAGES
-            if row.carried_pause and (commit.take_messages or type(state) is Ended):
-                row.carried_pause = False
-                taken_pause = commit.take_messages
-            resume_value, resume_ticket = row.resume_value, row.resume_ticket
-            row.resume_value = row.resume_ticket = None
+                taken_pause, row.carried_pause = commit.take_messages and row.carried_pause, False
+            if row.resume_value is not None or row.resume_ticket is not None:
+                resume_value, resume_ticket = row.resume_value, row.resume_ticket
+                row.resume_value = row.resume_ticket = None
             if row.name is not None:
                 self._unindex(run_id)
             row.state = state
@@ -215,18 +215,7 @@ class MemoryStore:
                 row.checkpoint = commit.checkpoint
             if commit.steps is not None:
                 row.steps = commit.steps
-        kind = type(state)
-        epoch = None
-        if commit.claim is not None:
-            row.epoch = epoch = row.epoch + 1
-            self._claims[run_id] = _ClaimRow(commit.claim.owner, epoch, commit.claim.lease_until)
-        if kind is Running:
-            live = epoch if epoch is not None else (commit.fence.epoch if commit.fence else None)
-            row.attempt_epoch = live
-        else:
-            row.attempt_epoch = None
-        if commit.release:
-            self._claims.pop(run_id, None)
+        epoch = self._claim_effects(run_id, row, commit, kind) if self.shared else None
         if kind is Awaiting:
             row.carried = commit.carried_messages
             row.carried_pause = commit.carried_pause
@@ -235,31 +224,46 @@ class MemoryStore:
             row.resume_ticket = commit.resume_ticket
         elif kind is Ended:
             row.result = commit.result
+            if self._commands:
+                stored = self._drop_commands(run_id)
+                if stored:
+                    commit = attrs.evolve(
+                        commit, discarded_messages=(*commit.discarded_messages, *stored)
+                    )
         if row.name is not None and row.parent_run_id is None:
             self._index(run_id, row)
-        if commit.consumed:
-            for command_id in commit.consumed:
-                self._commands.pop(command_id, None)
-        if kind is Ended and self._commands:
-            stored = self._drop_commands(run_id)
-            if stored:
-                commit = attrs.evolve(
-                    commit, discarded_messages=(*commit.discarded_messages, *stored)
-                )
         last_seq = self._write_events(run_id, row, commit, taken)
         if kind is Ended:
             self._ended.append(run_id)
             if len(self._ended) > self.max_ended_runs:
                 self._forget_oldest()
-        return Accepted(
-            state,
-            last_seq,
-            taken if commit.take_messages else (),
-            resume_value,
-            resume_ticket,
-            epoch,
-            taken_pause,
-        )
+        if commit.take_messages or epoch is not None or resume_value is not None:
+            handed = taken if commit.take_messages else _NO_MESSAGES
+            return Accepted(
+                state, last_seq, handed, resume_value, resume_ticket, epoch, taken_pause
+            )
+        return Accepted(state, last_seq)
+
+    def _claim_effects(self, run_id: str, row: _Row, commit: Commit, kind: type) -> int | None:
+        """What an accepted commit does to claims (shared stores): take one at the next
+        epoch, mark the attempt live, drop one, delete the commands it consumed."""
+        epoch = None
+        if commit.claim is not None:
+            row.epoch = epoch = row.epoch + 1
+            self._claims[run_id] = _ClaimRow(commit.claim.owner, epoch, commit.claim.lease_until)
+        if kind is Running:
+            fence = commit.fence
+            if epoch is not None:
+                row.attempt_epoch = epoch
+            else:
+                row.attempt_epoch = None if fence is None else fence.epoch
+        else:
+            row.attempt_epoch = None
+        if commit.release:
+            self._claims.pop(run_id, None)
+        for command_id in commit.consumed:
+            self._commands.pop(command_id, None)
+        return epoch
 
     def _fence(self, row: _Row, commit: Commit) -> Rejected | None:
         state = row.state
