@@ -179,6 +179,10 @@ class Commit:
             attempt on the run's thread is live (durable stores).
         consumed: ids of stored commands (`StoredCommand.id`) the attempt has applied;
             deleted with the commit.
+        end_descendants: before the commit's own change, end every descendant of the run
+            that has not ended ``Ended(Cancelled())`` (detail ``source: "parent"``), each
+            with its events, in the same transaction: a run ended while its attempt runs
+            elsewhere takes its tree with it, children first.
     """
 
     run_id: str
@@ -204,6 +208,7 @@ class Commit:
     release: bool = False
     thread_guard: bool = False
     consumed: tuple[int, ...] = ()
+    end_descendants: bool = False
 
 
 @final
@@ -368,6 +373,11 @@ class DurableStore(Store, Protocol):
         """Stored commands of these runs with an id greater than ``after``, oldest first."""
         ...
 
+    async def states(self, run_ids: Collection[str]) -> dict[str, RunState]:
+        """The committed states of these runs (runs the store does not hold are left out):
+        how an owner learns that a run it executes was ended by another runtime."""
+        ...
+
     async def version(self) -> int:
         """A number that changes whenever another connection (another runtime) commits."""
         ...
@@ -387,4 +397,12 @@ class InlineStore(Store, Protocol):
 
 
 STORE_METHODS = ("apply", "load", "events_after", "runnable", "aclose")
-DURABLE_METHODS = ("renew", "release", "recover", "post_command", "commands", "version")
+DURABLE_METHODS = (
+    "renew",
+    "release",
+    "recover",
+    "post_command",
+    "commands",
+    "states",
+    "version",
+)

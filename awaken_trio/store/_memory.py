@@ -13,6 +13,7 @@ import trio
 from .._core._errors import InvalidArgument
 from .._core._json import JsonValue, freeze_detail, scalar_dict
 from .._core._state import (
+    CANCELLED_CAUSE,
     Awaiting,
     Ended,
     EventKind,
@@ -197,6 +198,8 @@ class MemoryStore:
             rejected = self._fence(row, commit)
             if rejected is not None:
                 return rejected
+            if commit.end_descendants:
+                self._end_descendants(run_id, commit.at, _PARENT_ENDED, _parent_detail(run_id))
             # The ticket lives inside the Awaiting state, so replacing the state deletes it.
             # Carried messages (and a carried pause) move to whoever takes them (an attempt
             # start) or are dropped by a terminal commit; a Queued commit keeps them for
@@ -495,7 +498,9 @@ class MemoryStore:
                 if losses <= max_recoveries and root.name not in names:
                     continue  # left for a runtime that has the body
             self._version += 1
-            self._end_descendants(run_id, now)
+            self._end_descendants(
+                run_id, now, _owner_lost("owner lost"), _lost_detail("owner lost")
+            )
             if type(root.state) is not Running:
                 del self._claims[run_id]  # a stale claim: nothing to recover
                 continue
@@ -511,18 +516,43 @@ class MemoryStore:
             recovered.append(Recovered(root.record(run_id), root.epoch))
         return recovered
 
-    def _end_descendants(self, root_run_id: str, now: float) -> None:
-        for run_id, row in list(self._rows.items()):
-            if (
-                row.root_run_id == root_run_id
-                and run_id != root_run_id
-                and type(row.state) is not Ended
-            ):
-                self._end_lost(run_id, row, "owner lost", now)
+    def _end_descendants(
+        self, ancestor: str, now: float, state: RunState, detail: Mapping[str, JsonValue]
+    ) -> None:
+        # Deepest first, so every child's terminal commit comes before its parent's.
+        for run_id in reversed(self._descendants(ancestor)):
+            row = self._rows[run_id]
+            if type(row.state) is not Ended:
+                self._end_row(run_id, row, state, detail, now)
+
+    def _descendants(self, ancestor: str) -> list[str]:
+        """Descendants of ``ancestor`` in breadth-first order."""
+        children: dict[str, list[str]] = {}
+        for run_id, row in self._rows.items():
+            if row.parent_run_id is not None:
+                children.setdefault(row.parent_run_id, []).append(run_id)
+        out: list[str] = []
+        frontier = [ancestor]
+        while frontier:
+            level = [c for parent in frontier for c in children.get(parent, ())]
+            out.extend(level)
+            frontier = level
+        return out
 
     def _end_lost(self, run_id: str, row: _Row, why: str, now: float) -> None:
+        self._end_row(run_id, row, _owner_lost(why), _lost_detail(why), now)
+
+    def _end_row(
+        self,
+        run_id: str,
+        row: _Row,
+        state: RunState,
+        detail: Mapping[str, JsonValue],
+        now: float,
+    ) -> None:
+        """End a run that has no attempt to do it (an owner lost, a parent ended elsewhere)."""
         self._unindex(run_id)
-        row.state = Ended(Indeterminate(why))
+        row.state = state
         row.attempt_epoch = None
         taken, row.carried = row.carried, _NO_MESSAGES
         row.carried_pause = False
@@ -533,7 +563,7 @@ class MemoryStore:
             self._write_event(
                 run_id, row, EventKind.MESSAGES_DISCARDED, _discarded(messages).detail, now
             )
-        self._write_event(run_id, row, EventKind.COMMITTED, _lost_detail(why), now)
+        self._write_event(run_id, row, EventKind.COMMITTED, detail, now)
         self._ended.append(run_id)
         if len(self._ended) > self.max_ended_runs:
             self._forget_oldest()
@@ -561,6 +591,11 @@ class MemoryStore:
         await trio.lowlevel.checkpoint()
         wanted = set(run_ids)
         return [c for i, c in self._commands.items() if i > after and c.run_id in wanted]
+
+    async def states(self, run_ids: Collection[str]) -> dict[str, RunState]:
+        await trio.lowlevel.checkpoint()
+        rows = self._rows
+        return {run_id: rows[run_id].state for run_id in run_ids if run_id in rows}
 
     async def version(self) -> int:
         await trio.lowlevel.checkpoint()
@@ -598,6 +633,17 @@ def _event(entry: _Entry) -> RunEvent:
 
 def _lost_detail(why: str) -> Mapping[str, JsonValue]:
     return scalar_dict({"source": "recovery", "reason": why})
+
+
+def _owner_lost(why: str) -> RunState:
+    return Ended(Indeterminate(why))
+
+
+def _parent_detail(run_id: str) -> Mapping[str, JsonValue]:
+    return scalar_dict({"source": "parent", "reason": f"parent run {run_id!r} ended"})
+
+
+_PARENT_ENDED: RunState = Ended(CANCELLED_CAUSE)
 
 
 def _discarded(messages: tuple[JsonValue, ...]) -> EventDraft:
