@@ -50,8 +50,13 @@ async def run_attempt(host: AttemptHost, attempt: Attempt) -> None:
     try:
         if attempt.handed_over is not None:
             await attempt.handed_over.wait()
-        if attempt.gate_waiter is not None and await _wait_for_thread(attempt):
-            await host.begin_queued(attempt)
+        if (attempt.gate_waiter is not None or attempt.remote_wait) and await _wait_for_thread(
+            attempt
+        ):
+            # A thread busy in another runtime (durable stores) is retried whenever the
+            # store changes, until it frees or the attempt is ended meanwhile.
+            while not await host.begin_queued(attempt) and await _wait_for_store(host, attempt):
+                pass
         if attempt.started:
             async with trio.open_nursery() as nursery:
                 # The nursery's scope is the attempt's token: children started into this
@@ -119,13 +124,30 @@ def _end_children(host: AttemptHost, attempt: Attempt) -> None:
 
 
 async def _wait_for_thread(attempt: Attempt) -> bool:
-    """Wait in FIFO order for the attempt's thread; False if cancelled meanwhile."""
-    assert attempt.gate_waiter is not None
+    """Wait in FIFO order for the attempt's thread here; False if cancelled meanwhile."""
     with trio.CancelScope() as scope:
         attempt.queue_scope = scope
         if attempt.request is not None:
             scope.cancel(reason=attempt.request.scope_reason())
-        await attempt.gate_waiter.wait()
+        if attempt.gate_waiter is not None:
+            await attempt.gate_waiter.wait()
+        else:
+            await trio.lowlevel.checkpoint()
+    attempt.queue_scope = None
+    return not scope.cancelled_caught and trio.current_effective_deadline() != -math.inf
+
+
+async def _wait_for_store(host: AttemptHost, attempt: Attempt) -> bool:
+    """Wait until the store may have changed; False if the attempt was ended meanwhile."""
+    if attempt.completion.done:
+        return False
+    with trio.CancelScope() as scope:
+        attempt.queue_scope = scope
+        if attempt.request is not None:
+            scope.cancel(reason=attempt.request.scope_reason())
+        # Bounded: a claim that lapses (its owner died) changes nothing in the store.
+        with trio.move_on_after(host.poll_interval):
+            await host.store_changed.wait()
     attempt.queue_scope = None
     return not scope.cancelled_caught and trio.current_effective_deadline() != -math.inf
 
@@ -136,6 +158,9 @@ def _verdict(
     result: outcome.Outcome[Any] | None,
     cancel_seen: bool,
 ) -> Verdict:
+    request = attempt.request
+    if request is not None and request.disposition == "abandon":
+        return Verdict(None)  # the run is lost to this attempt: nothing to commit
     if (
         type(result) is outcome.Value
         and not cancel_seen

@@ -12,8 +12,16 @@ import trio
 
 from ._errors import StoreError
 from ._json import FrozenDict, JsonValue, scalar_dict
-from ._state import CANCELLED_CAUSE, Awaiting, EndCause, ResumeTicket, RunState, Stopped
-from ._storage import UNSET
+from ._state import (
+    CANCELLED_CAUSE,
+    Awaiting,
+    EndCause,
+    Indeterminate,
+    ResumeTicket,
+    RunState,
+    Stopped,
+)
+from ._storage import UNSET, Fence
 
 if TYPE_CHECKING:
     from ._context import RunContext
@@ -27,9 +35,18 @@ current_attempt: contextvars.ContextVar[Attempt | None] = contextvars.ContextVar
     "awaken_trio_current_attempt", default=None
 )
 
-EndSource = Literal["deliver", "cancel_run", "stop_run", "parent", "shutdown", "body", "scope"]
-"""Who asked an attempt to end: a live cancel, the committed paths, the parent ending,
-runtime shutdown, the body cancelling its own scope, or an enclosing scope nobody named."""
+EndSource = Literal[
+    "deliver", "send", "cancel_run", "stop_run", "parent", "shutdown", "body", "scope", "lost"
+]
+"""Who asked an attempt to end: a live cancel (here, or sent from anywhere), the committed
+paths, the parent ending, runtime shutdown, the body cancelling its own scope, an enclosing
+scope nobody named, or the attempt losing its run (its claim, or an end made elsewhere)."""
+
+Disposition = Literal["end", "release", "abandon"]
+"""What the attempt commits when it stops: its end (``Ended(cause)``), a release (a named
+root run of a durable store goes back to ``Queued`` for another runtime, at shutdown), or
+nothing at all (the attempt has lost its run: its claim was superseded or expired, or the run
+was ended elsewhere; the store already holds the truth)."""
 
 
 class OwnershipVerifier(Protocol):
@@ -50,6 +67,7 @@ class EndRequest:
     cause: EndCause
     source: EndSource
     reason: str | None = None
+    disposition: Disposition = "end"
 
     @property
     def detail(self) -> FrozenDict:
@@ -61,9 +79,12 @@ class EndRequest:
         return f"{self.source}: {self.reason or type(self.cause).__name__}"
 
     def for_child(self, parent_run_id: str) -> EndRequest:
-        """What this request means for a child of the attempt it ends: shutdown stays
-        shutdown; anything else cancels the child, its source being the parent."""
-        if self.source == "shutdown":
+        """What this request means for a child of the attempt it ends: shutdown (or a
+        release at shutdown) stops the child, a lost run loses its children too, anything
+        else cancels the child, its source being the parent."""
+        if self.disposition == "release":
+            return SHUTDOWN
+        if self.source == "shutdown" or self.disposition == "abandon":
             return self
         why = self.reason or f"{self.source} of its parent"
         return EndRequest(CANCELLED_CAUSE, "parent", f"parent run {parent_run_id!r} ended: {why}")
@@ -71,6 +92,17 @@ class EndRequest:
 
 SHUTDOWN = EndRequest(Stopped("runtime shutdown"), "shutdown", "runtime shutdown")
 """Why every attempt ends when its runtime closes."""
+
+RELEASE = EndRequest(
+    Stopped("runtime shutdown"), "shutdown", "runtime shutdown", disposition="release"
+)
+"""Why a named root run of a durable store leaves its runtime at shutdown: back to
+``Queued``, for another runtime to run from its checkpoint."""
+
+
+def lost(why: str) -> EndRequest:
+    """The attempt has lost its run (``why``): it stops and commits nothing."""
+    return EndRequest(Indeterminate(why), "lost", why, disposition="abandon")
 
 
 @final
@@ -101,8 +133,10 @@ class Completion:
 
     If the store failed to take the attempt's end, there is no such state: waiting raises
     that `StoreError`, and the run keeps its last committed state until it is ended by the
-    committed path (``cancel_run``/``stop_run``). The event that wakes waiters is made only
-    when somebody waits before the end is known.
+    committed path (``cancel_run``/``stop_run``). An attempt that lost its run, or released
+    it at shutdown, ends with no state of its own: waiting returns None, and whoever waits
+    reads the store's truth instead. The event that wakes waiters is made only when somebody
+    waits before the end is known.
     """
 
     state: RunState | None = None
@@ -120,12 +154,17 @@ class Completion:
             self.error = error
             self._settle()
 
+    def abandon(self) -> None:
+        """The attempt ended without a state of its own (lost, or released)."""
+        if not self.done:
+            self._settle()
+
     def _settle(self) -> None:
         self.done = True
         if self._event is not None:
             self._event.set()
 
-    async def wait(self) -> RunState:
+    async def wait(self) -> RunState | None:
         if self.done:
             await trio.lowlevel.checkpoint()
         else:
@@ -134,7 +173,6 @@ class Completion:
             await self._event.wait()
         if self.error is not None:
             raise self.error
-        assert self.state is not None
         return self.state
 
 
@@ -148,8 +186,10 @@ class Attempt:
     sealed: bool = attrs.field(default=False, init=False)
     pause_requested: bool = attrs.field(default=False, init=False)
     wake_pending: bool = attrs.field(default=False, init=False)
-    # Messages accepted and not yet read; made on the first one (most runs get none).
+    # Messages accepted and not yet read; made on the first one (most runs get none). Those
+    # that came from the store (sent from anywhere) carry their command id in `inbox_ids`.
     inbox: list[JsonValue] | None = attrs.field(default=None, init=False)
+    inbox_ids: list[int | None] | None = attrs.field(default=None, init=False)
     _signal: trio.Event | None = attrs.field(default=None, init=False)
 
     run_id: str
@@ -166,6 +206,12 @@ class Attempt:
     # The ticket this attempt answers (a resume), or None for a first attempt.
     ticket: ResumeTicket | None = None
     verifier: OwnershipVerifier | None = None
+    # The run's name, if its body is registered under one (what lets it be recovered).
+    name: str | None = None
+    # The top of the run's tree, and (durable stores) the claim every commit of the tree is
+    # made under: the root's, shared by its children.
+    root_run_id: str = ""
+    fence: Fence | None = None
     # The generation the store holds while this attempt waits for its thread.
     queued_generation: int | None = None
     gate_waiter: GateWaiter | None = None
@@ -196,8 +242,17 @@ class Attempt:
     children_closed: bool = attrs.field(default=False, init=False)
     admitting: int = attrs.field(default=0, init=False)
     _admitted: trio.Event | None = attrs.field(default=None, init=False)
+    # Durable stores: the thread is busy in another runtime, so the attempt waits committed
+    # ``Queued`` and retries when the store changes.
+    remote_wait: bool = attrs.field(default=False, init=False)
+    # The seq of the event that admitted the attempt: its end is what follows.
+    start_seq: int = attrs.field(default=0, init=False)
     # True while a task waits in boundary(wait=True): only one may.
     waiting: bool = attrs.field(default=False, init=False)
+    # Stored commands applied to this attempt, and those of them its next commit consumes
+    # (deletes from the store): messages once a boundary returned them, pauses and wakes.
+    applied: set[int] | None = attrs.field(default=None, init=False)
+    consumable: list[int] | None = attrs.field(default=None, init=False)
 
     def request_end(self, request: EndRequest) -> None:
         """Cancel the attempt's scope as ``request`` says. The first request wins: a later
@@ -224,10 +279,36 @@ class Attempt:
             self._signal.set()
             self._signal = None
 
-    def add_message(self, payload: JsonValue) -> None:
+    def add_message(self, payload: JsonValue, command_id: int | None = None) -> None:
         if self.inbox is None:
             self.inbox = []
         self.inbox.append(payload)
+        if command_id is not None or self.inbox_ids is not None:
+            if self.inbox_ids is None:
+                self.inbox_ids = [None] * (len(self.inbox) - 1)
+            self.inbox_ids.append(command_id)
+
+    def first_application(self, command_id: int) -> bool:
+        """Note that a stored command reached this attempt; False if it already had."""
+        if self.applied is None:
+            self.applied = set()
+        elif command_id in self.applied:
+            return False
+        self.applied.add(command_id)
+        return True
+
+    def consume(self, command_id: int) -> None:
+        """The stored command is done with: the attempt's next commit deletes it."""
+        if self.consumable is None:
+            self.consumable = []
+        self.consumable.append(command_id)
+
+    def take_consumed(self) -> tuple[int, ...]:
+        if not self.consumable:
+            return ()
+        taken = tuple(self.consumable)
+        self.consumable.clear()
+        return taken
 
     def add_child(self, run_id: str, child: Attempt | ParkedChild) -> None:
         if self.children is None:
@@ -255,12 +336,32 @@ class Attempt:
             self.waiting = False
 
     def drain(self) -> list[JsonValue]:
-        """The messages not yet read, carried ones first; the inbox is left empty."""
+        """The messages not yet read, carried ones first; the inbox is left empty. Stored
+        messages drained here are consumed by the attempt's next commit."""
         messages = list(self.carried)
         self.carried = ()
         if self.inbox:
             messages.extend(self.inbox)
             self.inbox.clear()
+            if self.inbox_ids:
+                for command_id in self.inbox_ids:
+                    if command_id is not None:
+                        self.consume(command_id)
+                self.inbox_ids.clear()
+        return messages
+
+    def unread_local(self) -> list[JsonValue]:
+        """The messages not yet read that the store does not hold (carried ones, and those
+        delivered in this process), in order; the inbox is left empty. Stored ones stay in
+        the store, for the run's next attempt or its ``messages_discarded`` event."""
+        messages = list(self.carried)
+        self.carried = ()
+        if self.inbox:
+            ids = self.inbox_ids or [None] * len(self.inbox)
+            messages.extend(m for m, i in zip(self.inbox, ids, strict=True) if i is None)
+            self.inbox.clear()
+            if self.inbox_ids:
+                self.inbox_ids.clear()
         return messages
 
     def cancel_reaches(self, closing: bool) -> bool:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
+from trio_util import RepeatedEvent
+
 from ._json import FrozenDict, JsonValue
 
 if TYPE_CHECKING:
@@ -42,8 +44,19 @@ class AttemptHost(Protocol):
         """Commit a new run (a child when ``parent`` is given) and start its attempt."""
         ...
 
-    async def begin_queued(self, attempt: Attempt) -> None:
-        """The queued attempt got its thread: commit ``Running``."""
+    @property
+    def poll_interval(self) -> float:
+        """How often a waiter looks at the store again even if nothing signalled."""
+        ...
+
+    @property
+    def store_changed(self) -> RepeatedEvent:
+        """Set whenever the store may have changed elsewhere."""
+        ...
+
+    async def begin_queued(self, attempt: Attempt) -> bool:
+        """The queued attempt got its thread: commit ``Running``; False if the thread is
+        still busy in another runtime."""
         ...
 
     async def commit_progress(self, attempt: Attempt, progress: JsonValue, steps: int) -> None:

@@ -9,6 +9,7 @@ from typing import final
 
 import attrs
 import trio
+from trio_util import RepeatedEvent
 
 from ._attempt import Attempt, Body, EndRequest
 from ._commands import Cancel, LiveCommand, Message, Pause, Wake
@@ -28,7 +29,17 @@ from ._events import EventStream
 from ._handle import RunHandle
 from ._json import FrozenDict, JsonValue, check_json, freeze_detail
 from ._schema import check_value
-from ._state import CANCELLED_CAUSE, Awaiting, Ended, ResumeTicket, RunRecord, RunState, Stopped
+from ._state import (
+    CANCELLED_CAUSE,
+    Awaiting,
+    Ended,
+    EventKind,
+    ResumeTicket,
+    RunEvent,
+    RunRecord,
+    RunState,
+    Stopped,
+)
 from ._storage import STORE_METHODS, Accepted, Expect, Rejected, Store
 from ._supervisor import Clock, Supervisor, VerifierFactory
 from ._util import NoPublicConstructor, safe_repr
@@ -63,8 +74,41 @@ class Runtime(metaclass=NoPublicConstructor):
 
     def _handle(self, attempt: Attempt) -> RunHandle:
         return RunHandle._create(
-            attempt.run_id, attempt.thread_id, attempt.generation, attempt.completion, self.record
+            attempt.run_id,
+            attempt.thread_id,
+            attempt.generation,
+            attempt.completion,
+            self.record,
+            self._follow_end,
+            attempt.start_seq,
         )
+
+    async def _follow_end(self, run_id: str, since: int) -> RunState:
+        """The first ``Awaiting`` or ``Ended`` the store commits for the run after event
+        ``since``, whichever runtime commits it."""
+        supervisor = self._supervisor
+        while True:
+            # Take the notifications before reading, so a commit in between is not missed.
+            local = supervisor.mailbox.changed_event()
+            for event in await self._read_events(since, run_id):
+                since = event.seq
+                if event.kind == EventKind.COMMITTED and isinstance(event.state, Awaiting | Ended):
+                    return event.state
+            with trio.move_on_after(supervisor.poll_interval):
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(_set_when, local, nursery.cancel_scope)
+                    nursery.start_soon(_repeat_when, supervisor.store_changed, nursery.cancel_scope)
+
+    async def _read_events(self, since: int, run_id: str) -> list[RunEvent]:
+        try:
+            return await self._store.events_after(since, run_id)
+        except (AwakenError, trio.Cancelled):
+            raise
+        except Exception as exc:
+            raise StoreError(
+                f"the store failed to read the events of run {run_id!r}: {safe_repr(exc)}",
+                outcome_unknown=False,
+            ) from exc
 
     # ------------------------------------------------------------------ starting runs
 
@@ -506,3 +550,13 @@ async def _run_mailbox(mailbox: CommitMailbox, *, task_status: trio.TaskStatus[N
     # The mailbox must outlive every actor: only its close() ends it.
     with trio.CancelScope(shield=True):
         await mailbox.run(task_status=task_status)
+
+
+async def _set_when(event: trio.Event, scope: trio.CancelScope) -> None:
+    await event.wait()
+    scope.cancel()
+
+
+async def _repeat_when(event: RepeatedEvent, scope: trio.CancelScope) -> None:
+    await event.wait()
+    scope.cancel()

@@ -20,7 +20,9 @@ import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, final
 
+import attrs
 import trio
+from trio_util import RepeatedEvent
 
 from ._actor import run_attempt
 from ._attempt import SHUTDOWN, Attempt, Body, EndRequest, OwnershipVerifier, ParkedChild
@@ -39,12 +41,16 @@ from ._state import CANCELLED_CAUSE, Awaiting, Ended, Queued, ResumeTicket, Runn
 from ._storage import (
     UNSET,
     Accepted,
+    Claim,
     Commit,
     CommitResult,
+    DurableStore,
     EventDraft,
     Expect,
+    Fence,
     NewRun,
     Rejected,
+    RejectReason,
     Store,
 )
 from ._util import safe_repr
@@ -58,12 +64,27 @@ Clock = Callable[[], float]
 VerifierFactory = Callable[[str, str, int], OwnershipVerifier | None]
 HandleFactory = Callable[[Attempt], "RunHandle"]
 
+
+@final
+@attrs.frozen
+class ClaimSettings:
+    """How a runtime on a durable store claims runs: its owner id, the lease it holds
+    them for (renewed every third of it), how often it polls the store for what other
+    runtimes did, and how many times a run is re-executed after losing its owner."""
+
+    owner: str
+    lease: float
+    poll: float
+    max_recoveries: int
+
+
 _DETAIL_START = freeze_detail({"source": "start"}, "detail")
 _DETAIL_THREAD_FREE = freeze_detail({"source": "thread_free"}, "detail")
 _DETAIL_BOUNDARY = freeze_detail({"source": "boundary"}, "detail")
 _RUNNING = tuple(Running(generation) for generation in range(17))  # shared, frozen
 
 
+_DEFAULT_POLL = 0.05
 _EXPECT_NEW = Expect(new=True)
 _EXPECT_RUNNING = tuple(Expect(generation=g, state=Running) for g in range(17))
 
@@ -89,8 +110,18 @@ class Supervisor:
         mailbox: CommitMailbox,
         clock: Clock,
         verifier_factory: VerifierFactory | None,
+        claims: ClaimSettings | None = None,
     ) -> None:
         self.store = store
+        # Set on a durable store: root attempts are claimed and every commit is fenced.
+        self.claims = claims
+        # The claims this runtime holds: root run id -> epoch.
+        self.held: dict[str, int] = {}
+        # Bodies by name (`register`): what lets a run be submitted, served and recovered.
+        self.named: dict[str, Body] = {}
+        # Set whenever the store may have changed elsewhere (durable stores: polled), so
+        # waiters on other runtimes' doings look again.
+        self.store_changed = RepeatedEvent()
         self.mailbox = mailbox
         self.clock = clock
         self.verifier_factory = verifier_factory
@@ -172,11 +203,18 @@ class Supervisor:
         input = check_json(input, f"input of run {run_id!r}")
         thread_id = thread_id or run_id
         await trio.lowlevel.checkpoint()
+        if name is None and parent is None:
+            name = self.name_of(body)
         attempt = self.new_attempt(
-            run_id, thread_id, 1, parent, body, max_steps, 0, input, None, None
+            run_id, thread_id, 1, parent, body, max_steps, 0, input, None, None, name=name
         )
         new_run = NewRun(
-            thread_id, None if parent is None else parent.run_id, name, input, max_steps
+            thread_id,
+            None if parent is None else parent.run_id,
+            name,
+            input,
+            max_steps,
+            attempt.root_run_id,
         )
         result = await self.admit(attempt, _EXPECT_NEW, new_run, _DETAIL_START)
         if isinstance(result, Rejected):
@@ -197,6 +235,7 @@ class Supervisor:
         checkpoint: JsonValue,
         resume_value: JsonValue,
         ticket: ResumeTicket | None = None,
+        name: str | None = None,
     ) -> Attempt:
         verifier = None
         if self.verifier_factory is not None:
@@ -214,7 +253,42 @@ class Supervisor:
             steps=steps,
             ticket=ticket,
             verifier=verifier,
+            name=name,
+            # A child lives on its root's claim.
+            root_run_id=run_id if parent is None else parent.root_run_id,
+            fence=None if parent is None else parent.fence,
         )
+
+    @property
+    def poll_interval(self) -> float:
+        return _DEFAULT_POLL if self.claims is None else self.claims.poll
+
+    def register(self, name: str, body: Body) -> None:
+        """Give ``body`` a name runs can be submitted, served and recovered by."""
+        check_id(name, "a body's name")
+        check_body(body)
+        known = self.named.get(name)
+        if known is not None and known is not body:
+            raise InvalidArgument(
+                f"the name {name!r} is registered for another body ({safe_repr(known)});"
+                " register each body under a name of its own"
+            )
+        self.named[name] = body
+
+    def name_of(self, body: Body) -> str | None:
+        """The name ``body`` is registered under, if any (the first, if several)."""
+        for name, known in self.named.items():
+            if known is body:
+                return name
+        return None
+
+    def body_for(self, run_id: str, name: str | None) -> Body | None:
+        """The body to run a run with here: the one it awaits a resume with, or the one
+        registered under its name."""
+        body = self.bodies.get(run_id)
+        if body is None and name is not None:
+            body = self.named.get(name)
+        return body
 
     def reserve(self, parent: Attempt | None) -> trio.Nursery | None:
         """A place for an actor: in the parent attempt's nursery, or the runtime's. None
@@ -239,6 +313,10 @@ class Supervisor:
         expect: Expect,
         new_run: NewRun | None,
         detail: FrozenDict,
+        *,
+        fence: Fence | None = None,
+        take_handover: bool = False,
+        queue_if_busy: bool = True,
     ) -> CommitResult:
         """Commit ``Running`` (thread free) or ``Queued`` (thread busy) and spawn the actor.
 
@@ -246,6 +324,13 @@ class Supervisor:
         taken, so a failure of either leaves nothing behind. The thread's place is taken
         before the commit, so FIFO order is call order; the registration and the spawn
         happen in the commit's own step.
+
+        On a durable store a root attempt also takes its run's claim (or comes with the
+        ``fence`` of a claim already taken, for a recovery), every commit of its tree is
+        made under that claim, and a thread busy in another runtime makes the run wait
+        ``Queued`` here (``queue_if_busy``) or refuses the admission (`Rejected`).
+        ``take_handover`` takes the resume value and ticket a queued resume left in the
+        store (a run this runtime did not queue itself).
 
         Raises:
             RuntimeClosed: the runtime is shutting down (top-level runs).
@@ -265,16 +350,23 @@ class Supervisor:
             attempt.gate_waiter = self.gate.enqueue(thread_id, attempt)
             attempt.queued_generation = committed_generation = generation - 1
             state = Queued()
+        if fence is not None:
+            attempt.fence = fence
 
         def on_commit(result: CommitResult) -> None:
             if isinstance(result, Rejected):
                 self._release_thread(attempt)
                 return
+            attempt.start_seq = result.last_seq
             if is_running:
                 attempt.started = True
                 attempt.carried = result.taken_messages
                 if result.taken_pause:
                     attempt.pause_requested = True
+                if take_handover:
+                    attempt.resume_value = result.resume_value
+                    attempt.ticket = result.resume_ticket
+                self._hold(attempt, result.epoch)
                 self.registry.register(attempt)
             else:
                 self.queued[run_id] = attempt
@@ -284,6 +376,7 @@ class Supervisor:
                 parent.add_child(run_id, attempt)
             nursery.start_soon(run_attempt, self, attempt)
 
+        claims = self.claims
         commit = Commit(
             run_id=run_id,
             state=state,
@@ -293,13 +386,43 @@ class Supervisor:
             new_run=new_run,
             take_messages=is_running,
             resume_value=None if is_running else attempt.resume_value,
+            resume_ticket=None if is_running else attempt.ticket,
             detail=detail,
         )
+        if claims is not None and is_running:
+            self._claim_fields(commit, attempt, at)
         try:
             result = self.mailbox.commit_now(commit, on_commit)
             if result is None:
                 attempt.handed_over = trio.Event()
                 result = await self.mailbox.commit(commit, on_commit)
+            if (
+                isinstance(result, Rejected)
+                and result.reason is RejectReason.THREAD_BUSY
+                and queue_if_busy
+            ):
+                # The thread is busy in another runtime: the run waits Queued here, and
+                # its actor retries when the store changes.
+                attempt.remote_wait = True
+                attempt.queued_generation = generation - 1
+                queued = Commit(
+                    run_id=run_id,
+                    state=Queued(),
+                    generation=generation - 1,
+                    expect=expect,
+                    at=at,
+                    new_run=new_run,
+                    resume_value=attempt.resume_value,
+                    resume_ticket=attempt.ticket,
+                    fence=None if parent is None else attempt.fence,
+                    detail=detail,
+                )
+                is_running = False
+                # The rejection gave our place on the thread back: take it again (or
+                # queue for it) so no run of ours starts on it meanwhile.
+                if not self.gate.try_acquire(thread_id, attempt):
+                    attempt.gate_waiter = self.gate.enqueue(thread_id, attempt)
+                result = await self.mailbox.commit(queued, on_commit)
             return result
         except BaseException:
             if not attempt.started and run_id not in self.queued:
@@ -309,6 +432,23 @@ class Supervisor:
             if attempt.handed_over is not None:
                 attempt.handed_over.set()
             self._unreserve(parent)
+
+    def _claim_fields(self, commit: Commit, attempt: Attempt, at: float) -> None:
+        """Durable stores: a root attempt takes its run's claim (unless it comes with one),
+        a child commits under its root's; both start only on a thread no runtime uses."""
+        claims = self.claims
+        assert claims is not None
+        if attempt.parent is None and attempt.fence is None:
+            commit.claim = Claim(claims.owner, at + claims.lease)
+        else:
+            commit.fence = attempt.fence
+        commit.thread_guard = attempt.parent is not None or attempt.fence is None
+
+    def _hold(self, attempt: Attempt, epoch: int | None) -> None:
+        if epoch is not None and self.claims is not None:
+            attempt.fence = Fence(attempt.run_id, self.claims.owner, epoch)
+        if attempt.parent is None and attempt.fence is not None:
+            self.held[attempt.run_id] = attempt.fence.epoch
 
     def _refusal(self, attempt: Attempt) -> Exception:
         parent = attempt.parent
@@ -323,37 +463,49 @@ class Supervisor:
             " cannot be started or resumed as its child",
         )
 
-    async def begin_queued(self, attempt: Attempt) -> None:
-        """The queued attempt got its thread: commit ``Running`` and register it."""
+    async def begin_queued(self, attempt: Attempt) -> bool:
+        """The queued attempt got its thread: commit ``Running`` and register it.
+
+        False if the thread is still busy in another runtime (durable stores): the attempt
+        stays queued and tries again when the store changes.
+        """
         assert attempt.queued_generation is not None
+        busy = False
 
         def on_commit(result: CommitResult) -> None:
+            nonlocal busy
             if isinstance(result, Rejected):
+                if result.reason is RejectReason.THREAD_BUSY:
+                    busy = True
+                    return
                 self._retire(attempt, result)
                 return
             attempt.started = True
+            attempt.remote_wait = False
             attempt.carried = result.taken_messages
             if result.taken_pause:
                 attempt.pause_requested = True
+            self._hold(attempt, result.epoch)
             self.queued.pop(attempt.run_id, None)
             self.registry.register(attempt)
 
         at, clock_error = self.now_for_end()
+        commit = Commit(
+            run_id=attempt.run_id,
+            state=running(attempt.generation),
+            generation=attempt.generation,
+            expect=Expect(generation=attempt.queued_generation, state=Queued),
+            at=at,
+            take_messages=True,
+            detail=_with_clock_error(_DETAIL_THREAD_FREE, clock_error),
+        )
+        if self.claims is not None:
+            self._claim_fields(commit, attempt, at)
         try:
-            await self.mailbox.commit(
-                Commit(
-                    run_id=attempt.run_id,
-                    state=running(attempt.generation),
-                    generation=attempt.generation,
-                    expect=Expect(generation=attempt.queued_generation, state=Queued),
-                    at=at,
-                    take_messages=True,
-                    detail=_with_clock_error(_DETAIL_THREAD_FREE, clock_error),
-                ),
-                on_commit,
-            )
+            await self.mailbox.commit(commit, on_commit)
         except (StoreError, RuntimeClosed) as exc:
             self._abandon(attempt, exc, ())
+        return not busy
 
     async def commit_progress(self, attempt: Attempt, progress: JsonValue, steps: int) -> None:
         """Commit ``Running`` with new progress, fenced by the attempt's generation."""
@@ -367,6 +519,8 @@ class Supervisor:
                 checkpoint=progress,
                 steps=steps,
                 detail=_DETAIL_BOUNDARY,
+                fence=attempt.fence,
+                consumed=attempt.take_consumed(),
             )
         )
         if isinstance(result, Rejected):
@@ -392,6 +546,7 @@ class Supervisor:
                 at=self.now(),
                 events=(EventDraft(kind, detail),),
                 announce=False,
+                fence=attempt.fence,
             )
         )
         if isinstance(result, Rejected):
@@ -411,12 +566,21 @@ class Supervisor:
 
         Nothing here can be interrupted: the children's commits run shielded and
         `CommitMailbox.commit` cannot be cancelled once called. If the store fails, the
-        attempt is let go with its messages kept for whoever ends the run later.
+        attempt is let go with its messages kept for whoever ends the run later. An attempt
+        that lost its run (``verdict.state`` is None) commits nothing; on a durable store a
+        root attempt's end drops its claim.
         """
         if attempt.children:
             await self._end_parked_children(attempt)
         attempt.sealed = True
-        messages = tuple(attempt.drain()) if attempt.has_messages() else ()
+        if verdict.state is None:
+            self._let_go(attempt, None)
+            attempt.completion.abandon()
+            await self._drop_claim(attempt)
+            return
+        # Messages the store holds (sent from anywhere) stay there: for the run's next
+        # attempt, or for the messages_discarded event of its end.
+        messages = tuple(attempt.unread_local()) if attempt.has_messages() else ()
         ending = isinstance(verdict.state, Ended)
         if attempt.started:
             expect = expect_running(attempt.generation)
@@ -450,17 +614,46 @@ class Supervisor:
             if clock_error is None
             else _with_clock_error(verdict.detail, clock_error),
         )
+        if self.claims is not None:
+            commit.fence = attempt.fence
+            commit.consumed = attempt.take_consumed()
+            commit.release = attempt.parent is None and attempt.started
 
         def on_commit(result: CommitResult) -> None:
+            if isinstance(result, Rejected) and result.reason is RejectReason.FENCED:
+                # The claim is no longer ours: another runtime holds the truth now.
+                self._let_go(attempt, None)
+                attempt.completion.abandon()
+                return
             self._retire(attempt, result)
 
         try:
-            if self.mailbox.commit_now(commit, on_commit) is None:
-                await self.mailbox.commit(commit, on_commit)
+            result = self.mailbox.commit_now(commit, on_commit)
+            if result is None:
+                result = await self.mailbox.commit(commit, on_commit)
         except (StoreError, RuntimeClosed) as exc:
             self._abandon(attempt, exc, (*stranded, *messages))
+            return
         except Exception as exc:  # an effect of the commit failed: still answer everyone
             self._abandon(attempt, StoreError(f"ending run {attempt.run_id!r} failed: {exc!r}"), ())
+            return
+        if self.claims is not None and (isinstance(result, Rejected) or not commit.release):
+            await self._drop_claim(attempt)
+        elif commit.release:
+            self.held.pop(attempt.run_id, None)
+
+    async def _drop_claim(self, attempt: Attempt) -> None:
+        """A root attempt on a durable store is over: let its claim go (best effort: if the
+        store cannot be reached, the lease lapses on its own)."""
+        if self.claims is None or attempt.parent is not None:
+            return
+        self.held.pop(attempt.run_id, None)
+        if attempt.fence is None:
+            return
+        store = self.store
+        assert isinstance(store, DurableStore)
+        with trio.CancelScope(shield=True), contextlib.suppress(Exception):
+            await store.release(self.claims.owner, attempt.run_id)
 
     async def _end_parked_children(self, attempt: Attempt) -> None:
         assert attempt.children is not None

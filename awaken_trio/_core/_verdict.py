@@ -24,8 +24,18 @@ import trio
 
 from ._attempt import EndRequest, StepCeiling, SuspendAttempt
 from ._errors import InvalidPayload, MaxStepsReached, RunError
-from ._json import EMPTY_DICT, FrozenDict, JsonValue, check_json, freeze_detail
-from ._state import Awaiting, Ended, EventKind, Failed, MaxSteps, NaturalEnd, RunState, ended
+from ._json import EMPTY_DICT, FrozenDict, JsonValue, check_json, freeze_detail, scalar_dict
+from ._state import (
+    Awaiting,
+    Ended,
+    EventKind,
+    Failed,
+    MaxSteps,
+    NaturalEnd,
+    Queued,
+    RunState,
+    ended,
+)
 from ._storage import EventDraft
 from ._util import safe_repr, safe_str
 
@@ -35,6 +45,8 @@ _ACRONYM_BOUNDARY = re.compile(r"(?<=[A-Z])(?=[A-Z][a-z])|(?<=[a-z0-9])(?=[A-Z])
 _MAX_MESSAGE = 4000
 
 NATURAL_END: RunState = Ended(NaturalEnd())  # frozen, so one instance serves every run
+QUEUED: RunState = Queued()
+_RELEASED = scalar_dict({"source": "shutdown", "reason": "released for another runtime"})
 
 
 class Ending(enum.Enum):
@@ -60,9 +72,10 @@ class Classified:
 @final
 @attrs.frozen(eq=False)
 class Verdict:
-    """The state an attempt ends in, with what its terminal commit records."""
+    """The state an attempt ends in, with what its terminal commit records. None: the
+    attempt lost its run and commits nothing."""
 
-    state: RunState
+    state: RunState | None
     result: JsonValue = None
     events: tuple[EventDraft, ...] = ()
     detail: FrozenDict = EMPTY_DICT
@@ -141,6 +154,9 @@ def decide(
             )
         if ending is Ending.FAILURE or (ending is Ending.CANCELLED and cancelled is None):
             return failure(classified.error, cancelled or pending)
+    if cancelled is not None and cancelled.disposition == "release":
+        # Shutdown of a durable store: the run goes back to Queued for another runtime.
+        return Verdict(QUEUED, detail=_RELEASED)
     if cancelled is not None:
         events: tuple[EventDraft, ...] = ()
         if isinstance(result, outcome.Value):
