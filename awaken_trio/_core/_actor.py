@@ -58,6 +58,8 @@ async def run_attempt(host: AttemptHost, attempt: Attempt) -> None:
             while not await host.begin_queued(attempt) and await _wait_for_store(host, attempt):
                 pass
         if attempt.started:
+            if attempt.fence is not None:
+                await host.load_commands(attempt)
             async with trio.open_nursery() as nursery:
                 # The nursery's scope is the attempt's token: children started into this
                 # nursery are cancelled with it, and nothing they do reaches further up.

@@ -253,6 +253,7 @@ class Attempt:
     # (deletes from the store): messages once a boundary returned them, pauses and wakes.
     applied: set[int] | None = attrs.field(default=None, init=False)
     consumable: list[int] | None = attrs.field(default=None, init=False)
+    pause_ids: list[int] | None = attrs.field(default=None, init=False)
 
     def request_end(self, request: EndRequest) -> None:
         """Cancel the attempt's scope as ``request`` says. The first request wins: a later
@@ -287,6 +288,36 @@ class Attempt:
             if self.inbox_ids is None:
                 self.inbox_ids = [None] * (len(self.inbox) - 1)
             self.inbox_ids.append(command_id)
+
+    def apply_stored(
+        self, command_id: int, kind: str, payload: JsonValue, reason: str | None
+    ) -> None:
+        """Apply a command stored for the run (sent from anywhere), once. A message is
+        consumed once a boundary returns it, a pause once it is honoured, a wake at once;
+        a cancel ends the run, and its end drops every command left."""
+        if not self.first_application(command_id):
+            return
+        if kind == "cancel":
+            self.request_end(EndRequest(CANCELLED_CAUSE, "send", reason))
+            return
+        if kind == "pause":
+            self.pause_requested = True
+            if self.pause_ids is None:
+                self.pause_ids = []
+            self.pause_ids.append(command_id)
+        elif kind == "wake":
+            self.wake_pending = True
+            self.consume(command_id)
+        else:
+            self.add_message(payload, command_id)
+        self.notify()
+
+    def pause_honoured(self) -> None:
+        """The pause took effect: the stored pauses are done with."""
+        if self.pause_ids:
+            for command_id in self.pause_ids:
+                self.consume(command_id)
+            self.pause_ids.clear()
 
     def first_application(self, command_id: int) -> bool:
         """Note that a stored command reached this attempt; False if it already had."""

@@ -156,6 +156,7 @@ class RunContext(metaclass=NoPublicConstructor):
         if a.pause_requested:
             # Cancel wins over pause: a pending cancel raises here.
             await trio.lowlevel.checkpoint_if_cancelled()
+            a.pause_honoured()
             a.suspension = Awaiting(
                 ResumeTicket(
                     correlation_id=f"{a.run_id}/pause/{a.generation}",
@@ -221,6 +222,33 @@ class RunContext(metaclass=NoPublicConstructor):
             )
         )
         raise SuspendAttempt(f"run {a.run_id!r} awaits {reason}")
+
+    async def sleep_until(self, when: float) -> NoReturn:
+        """End this attempt until ``when`` (wall-clock seconds, the runtime's clock): the
+        run commits ``Awaiting`` with a ``scheduled_action`` ticket whose payload is
+        ``{"wake_at": when}``, and is resumed (value None) when it is due, by this runtime
+        while it stays open, else by a serving runtime that has its body. Nothing of the
+        attempt stays in memory meanwhile: the resumed attempt continues from its
+        checkpoint. ``resume`` may answer the ticket early; a run cancelled or stopped
+        before it is due is never resumed."""
+        a = self._live("sleep_until()")
+        wake_at = check_deadline(when, f"sleep_until() of run {a.run_id!r}")
+        assert wake_at is not None, "a wake-up time is required"
+        await self.await_input(
+            "scheduled_action",
+            correlation_id=f"{a.run_id}/sleep/{a.generation}",
+            payload={"wake_at": wake_at},
+        )
+
+    async def sleep(self, seconds: float) -> NoReturn:
+        """`sleep_until` ``seconds`` from now (the runtime's clock)."""
+        a = self._live("sleep()")
+        if type(seconds) not in (int, float) or not 0 <= seconds < float("inf"):
+            raise InvalidArgument(
+                f"sleep() of run {a.run_id!r} needs a finite number of seconds >= 0,"
+                f" not {safe_repr(seconds)}"
+            )
+        await self.sleep_until(self._host.now() + seconds)
 
     async def emit(self, kind: str, detail: JsonValue = None) -> None:
         """Commit an event of the body's own ``kind`` (a dotted name such as

@@ -59,6 +59,14 @@ class AttemptHost(Protocol):
         still busy in another runtime."""
         ...
 
+    async def load_commands(self, attempt: Attempt) -> None:
+        """Durable stores: apply the commands stored for the run before the attempt began."""
+        ...
+
+    def now(self) -> float:
+        """The runtime's wall clock."""
+        ...
+
     async def commit_progress(self, attempt: Attempt, progress: JsonValue, steps: int) -> None:
         """Commit the attempt's progress as the run's checkpoint."""
         ...

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import math
+import os
+import socket
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import final
 
@@ -20,6 +23,7 @@ from ._errors import (
     NotActive,
     NotAwaiting,
     RunAlreadyEnded,
+    RunExists,
     StoreError,
     TicketExpired,
     TicketMismatch,
@@ -40,10 +44,22 @@ from ._state import (
     RunState,
     Stopped,
 )
-from ._storage import STORE_METHODS, Accepted, Expect, Rejected, Store
-from ._supervisor import Clock, Supervisor, VerifierFactory
+from ._storage import (
+    DURABLE_METHODS,
+    STORE_METHODS,
+    Accepted,
+    CommandKind,
+    Commit,
+    DurableStore,
+    Expect,
+    NewRun,
+    Rejected,
+    Store,
+)
+from ._supervisor import ClaimSettings, Clock, Supervisor, VerifierFactory
 from ._util import NoPublicConstructor, safe_repr
-from ._validate import check_body, check_id
+from ._validate import check_body, check_id, new_run_id
+from ._verdict import QUEUED
 
 _COMMANDS = frozenset((Cancel, Pause, Wake, Message))
 
@@ -172,7 +188,130 @@ class Runtime(metaclass=NoPublicConstructor):
         )
         return await handle.wait()
 
+    # ------------------------------------------------------------------ durable runs
+
+    def register(self, name: str, body: Body) -> None:
+        """Register ``body`` under ``name``: runs can then be submitted by that name,
+        served here, and recovered here when their owner is lost. A run started with a
+        registered body carries its name.
+
+        Raises:
+            InvalidArgument: the name is registered for another body, or is not a valid id.
+            InvalidBody: ``body`` is not an async callable.
+        """
+        self._supervisor.register(name, body)
+
+    @trio.lowlevel.enable_ki_protection
+    async def submit(
+        self,
+        name: str,
+        *,
+        input: JsonValue = None,
+        run_id: str | None = None,
+        thread_id: str | None = None,
+    ) -> RunHandle:
+        """Commit a run ``Queued`` for any serving runtime that has a body named ``name``.
+
+        Idempotent by run id: submitting an existing ``run_id`` with the same name, input
+        and thread (``thread_id=None`` meaning the run's own) returns a handle to that run.
+        The handle's ``wait()`` returns the first ``Awaiting`` or ``Ended`` the run commits,
+        whichever runtime runs it.
+
+        Raises:
+            RunExists: ``run_id`` is taken by a different run.
+        """
+        check_id(name, "name")
+        if run_id is not None:
+            check_id(run_id, "run_id")
+        if thread_id is not None:
+            check_id(thread_id, "thread_id")
+        supervisor = self._supervisor
+        supervisor.actors_nursery()  # refuses once shutdown has begun
+        run_id = run_id or new_run_id()
+        input = check_json(input, f"input of run {run_id!r}")
+        thread_id = thread_id or run_id
+        await trio.lowlevel.checkpoint()
+        result = await supervisor.mailbox.commit(
+            Commit(
+                run_id=run_id,
+                state=QUEUED,
+                generation=0,
+                expect=Expect(new=True),
+                at=supervisor.now(),
+                new_run=NewRun(thread_id, None, name, input, None, run_id),
+                detail=_DETAIL_SUBMIT,
+            )
+        )
+        if isinstance(result, Rejected):
+            record = await self._load(run_id)
+            if (record.name, record.input, record.thread_id, record.parent_run_id) != (
+                name,
+                input,
+                thread_id,
+                None,
+            ):
+                raise RunExists(run_id)
+        supervisor.wake_servers()
+        return self._remote_handle(run_id, thread_id, 1, 0)
+
+    async def serve(
+        self,
+        *,
+        concurrency: int = 8,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Claim and run runs whose body is registered here, at most ``concurrency`` root
+        attempts at once (children do not count): queued runs, due scheduled resumes, and
+        on a durable store runs whose owner was lost (re-executed from their checkpoint,
+        or ended if they can never run again). Returns only when cancelled; with
+        ``await nursery.start(runtime.serve)`` once it is claiming.
+        """
+        from ..worker._serve import serve
+
+        if type(concurrency) is not int or concurrency < 1:
+            raise InvalidArgument(
+                f"concurrency must be a positive int, not {safe_repr(concurrency)}"
+            )
+        if not self._supervisor.named:
+            raise InvalidArgument(
+                "serve() has nothing to run: register bodies by name first"
+                " (open_runtime(bodies=...) or runtime.register(name, body))"
+            )
+        self._supervisor.actors_nursery()  # refuses once shutdown has begun
+        await serve(self._supervisor, concurrency, task_status=task_status)
+
+    async def _scheduled_resume(self, run_id: str, correlation_id: str) -> None:
+        await self.resume(run_id, None, correlation_id=correlation_id)
+
     # ------------------------------------------------------------------ live commands
+
+    @trio.lowlevel.enable_ki_protection
+    async def send(self, command: LiveCommand) -> None:
+        """Send a live command to the run's current attempt, wherever it executes.
+
+        On a durable store the command is stored before ``send`` returns and is applied by
+        the current attempt (within a few ``poll`` intervals when it runs in another
+        process), or, if its owner is lost, by the run's next attempt. Here it is
+        `deliver`.
+
+        Raises:
+            NotActive: the run is not ``Running`` (queued, awaiting, ended or unknown).
+        """
+        self._check_command(command)
+        supervisor = self._supervisor
+        store = self._store
+        if supervisor.claims is None or not isinstance(store, DurableStore):
+            await trio.lowlevel.checkpoint()
+            self.deliver(command)
+            return
+        kind, payload, reason = _stored_form(command)
+        result = await store.post_command(command.run_id, kind, payload, reason, supervisor.now())
+        if isinstance(result, Rejected):
+            why = "it is unknown" if result.state is None else f"it is {result.state!r}"
+            raise NotActive(command.run_id, why)
+        attempt = self._registry.get(command.run_id)
+        if attempt is not None and not attempt.sealed:
+            attempt.apply_stored(result, kind, payload, reason)  # here: no need to wait
 
     @trio.lowlevel.enable_ki_protection
     def deliver(self, command: LiveCommand) -> None:
@@ -278,12 +417,16 @@ class Runtime(metaclass=NoPublicConstructor):
                 raise RunAlreadyEnded(run_id, record.state)
             if self._registry.get(run_id) or self._supervisor.queued.get(run_id):
                 continue  # an attempt appeared while we read
+            # A run Running with no attempt here runs elsewhere (or its owner is gone): its
+            # end is committed at once, its descendants' first, which fences its owner; the
+            # owner sees it and stops.
             result = await self._supervisor.commit_end(
                 run_id,
                 record.generation,
                 type(record.state),
                 request,
                 parent_run_id=record.parent_run_id,
+                end_descendants=isinstance(record.state, RunState.Running),
             )
             if isinstance(result, Accepted):
                 return result.state
@@ -327,10 +470,13 @@ class Runtime(metaclass=NoPublicConstructor):
         if ticket.accepts is not None:
             check_value(ticket.accepts, value, f"the resume value for run {run_id!r}")
         if body is None:
-            body = self._supervisor.bodies.get(run_id)
+            body = self._supervisor.body_for(run_id, record.name)
             if body is None:
+                if self._supervisor.claims is not None and record.parent_run_id is None:
+                    return await self._queue_resume(record, ticket, value)
                 raise InvalidArgument(
-                    f"no body is known for run {run_id!r} in this runtime; pass body= to resume()"
+                    f"no body is known for run {run_id!r} in this runtime; pass body= to"
+                    " resume(), or register its body by name"
                 )
         parent = None
         if record.parent_run_id is not None:
@@ -354,6 +500,7 @@ class Runtime(metaclass=NoPublicConstructor):
             record.checkpoint,
             value,
             ticket,
+            name=record.name,
         )
         try:
             result = await self._supervisor.admit(
@@ -376,6 +523,43 @@ class Runtime(metaclass=NoPublicConstructor):
             self._check_ticket(latest, ticket.correlation_id)
             raise NotAwaiting(run_id, latest.state)
         return self._handle(attempt)
+
+    async def _queue_resume(
+        self, record: RunRecord, ticket: ResumeTicket, value: JsonValue
+    ) -> RunHandle:
+        """Durable stores: the body is not here, so the resume is committed ``Queued`` (with
+        its value and ticket) for a serving runtime that has the body."""
+        supervisor = self._supervisor
+        result = await supervisor.mailbox.commit(
+            Commit(
+                run_id=record.run_id,
+                state=QUEUED,
+                generation=record.generation,
+                expect=Expect(
+                    generation=record.generation,
+                    state=Awaiting,
+                    correlation_id=ticket.correlation_id,
+                ),
+                at=supervisor.now(),
+                resume_value=value,
+                resume_ticket=ticket,
+                detail=_resume_detail(ticket.correlation_id),
+            )
+        )
+        if isinstance(result, Rejected):
+            latest = await self._load(record.run_id)
+            self._check_ticket(latest, ticket.correlation_id)
+            raise NotAwaiting(record.run_id, latest.state)
+        supervisor.wake_servers()
+        return self._remote_handle(
+            record.run_id, record.thread_id, record.generation + 1, result.last_seq
+        )
+
+    def _remote_handle(self, run_id: str, thread_id: str, generation: int, since: int) -> RunHandle:
+        """A handle on a run whose attempt runs wherever a runtime picks it up."""
+        return RunHandle._create(
+            run_id, thread_id, generation, None, self.record, self._follow_end, since
+        )
 
     def _check_ticket(self, record: RunRecord, correlation_id: str | None) -> ResumeTicket:
         state = record.state
@@ -441,6 +625,7 @@ class Runtime(metaclass=NoPublicConstructor):
 
 
 def _apply(attempt: Attempt, command: LiveCommand) -> None:
+    """Apply a live command delivered in this process."""
     kind = type(command)
     if kind is Cancel:
         assert isinstance(command, Cancel)
@@ -454,6 +639,20 @@ def _apply(attempt: Attempt, command: LiveCommand) -> None:
         assert isinstance(command, Message)
         attempt.add_message(command.payload)
     attempt.notify()
+
+
+_DETAIL_SUBMIT = freeze_detail({"source": "submit"}, "detail")
+
+
+def _stored_form(command: LiveCommand) -> tuple[CommandKind, JsonValue, str | None]:
+    if isinstance(command, Cancel):
+        return "cancel", None, command.reason
+    if isinstance(command, Pause):
+        return "pause", None, None
+    if isinstance(command, Wake):
+        return "wake", None, command.reason
+    assert isinstance(command, Message)
+    return "message", command.payload, None
 
 
 def _resume_detail(correlation_id: str) -> FrozenDict:
@@ -476,6 +675,10 @@ async def open_runtime(
     store: str | Store = "memory://",
     *,
     clock: Clock = time.time,
+    bodies: Mapping[str, Body] | None = None,
+    lease: float = 30.0,
+    poll: float = 0.05,
+    max_recoveries: int = 3,
     ownership_verifier: VerifierFactory | None = None,
     max_batch: int = 1024,
 ) -> AsyncIterator[Runtime]:
@@ -483,13 +686,23 @@ async def open_runtime(
 
     Leaving the block ends every active or queued run of a non-durable store with
     ``Ended(Stopped("runtime shutdown"))`` (each commit shielded) and returns once they are
-    committed. An exception from the block comes out unwrapped; KeyboardInterrupt and
-    SystemExit, from the block, from a body or from anything the runtime calls (the
-    clock, the store), shut down the same way and are re-raised.
+    committed; on a durable store it releases this runtime's claims instead: a named run
+    goes back to ``Queued`` for another runtime (its children end ``Stopped`` first), a run
+    with no name ends ``Stopped``. An exception from the block comes out unwrapped;
+    KeyboardInterrupt and SystemExit, from the block, from a body or from anything the
+    runtime calls (the clock, the store), shut down the same way and are re-raised.
 
     Args:
-        store: ``"memory://"`` (the default) or a `Store` instance.
-        clock: wall clock for ticket deadlines and event times (``time.time`` scale).
+        store: ``"memory://"`` (the default), ``"sqlite:///path.db"``, or a `Store`.
+        clock: wall clock for ticket deadlines, leases and event times (``time.time``
+            scale); every runtime sharing a store must agree on it.
+        bodies: run bodies by name (also `Runtime.register`): what lets runs be
+            submitted, served and recovered.
+        lease: seconds a claim on a run lasts unless renewed (every third of it); a
+            runtime that misses it loses its runs to another. Durable stores only.
+        poll: seconds between looks at the store for what other runtimes did (commands
+            sent, runs ended elsewhere, threads freed); a signal takes effect within a few.
+        max_recoveries: how many times a run is re-executed after losing its owner.
         ownership_verifier: ``f(run_id, thread_id, generation) -> OwnershipVerifier | None``
             called for every attempt; `Runtime.deliver_to_current_attempt` asks it.
         max_batch: most commits the supervisor hands the store in one transaction.
@@ -505,24 +718,48 @@ async def open_runtime(
         )
     if type(max_batch) is not int or max_batch < 1:
         raise InvalidArgument(f"max_batch must be a positive int, not {safe_repr(max_batch)}")
+    for option, value in (("lease", lease), ("poll", poll)):
+        if type(value) not in (int, float) or not 0 < value < math.inf:
+            raise InvalidArgument(f"{option} must be a positive number of seconds, not {value!r}")
+    if type(max_recoveries) is not int or max_recoveries < 0:
+        raise InvalidArgument(
+            f"max_recoveries must be an int >= 0, not {safe_repr(max_recoveries)}"
+        )
+    if bodies is not None and not isinstance(bodies, Mapping):
+        raise InvalidArgument(f"bodies must map names to run bodies, not {safe_repr(bodies)}")
     store_obj, owned = _resolve_store(store)
+    claims = None
+    if store_obj.durable:
+        if not isinstance(store_obj, DurableStore):
+            missing = [m for m in DURABLE_METHODS if not callable(getattr(store_obj, m, None))]
+            raise InvalidArgument(
+                f"{safe_repr(store_obj)} says it is durable but has no {', '.join(missing)}"
+            )
+        claims = ClaimSettings(_new_owner(), float(lease), float(poll), max_recoveries)
     mailbox = CommitMailbox(store_obj, max_batch=max_batch)
-    supervisor = Supervisor(store_obj, mailbox, clock, ownership_verifier)
+    supervisor = Supervisor(store_obj, mailbox, clock, ownership_verifier, claims)
     runtime = Runtime._create(supervisor)
+    for name, body in (bodies or {}).items():
+        supervisor.register(name, body)
     caller_error: BaseException | None = None
     internal_error: BaseException | None = None
     try:
         async with trio.open_nursery() as system:
             await system.start(_run_mailbox, mailbox)
             await system.start(supervisor.host_actors, system.cancel_scope)
-            try:
-                yield runtime
-            except BaseException as exc:  # re-raised below, outside the nursery, unwrapped
-                caller_error = exc
-            finally:
-                with trio.CancelScope(shield=True):
-                    supervisor.begin_shutdown()
-                    await supervisor.actors_done.wait()
+            async with trio.open_nursery() as services:
+                await _start_services(services, supervisor, runtime)
+                try:
+                    yield runtime
+                except BaseException as exc:  # re-raised below, outside the nursery, unwrapped
+                    caller_error = exc
+                finally:
+                    with trio.CancelScope(shield=True):
+                        # The services (claim renewals, control from other runtimes) keep
+                        # running while the attempts drain, then stop.
+                        supervisor.begin_shutdown()
+                        await supervisor.actors_done.wait()
+                        services.cancel_scope.cancel(reason="runtime closed")
     except BaseExceptionGroup as group:  # pragma: no cover - the system tasks never raise
         internal_error = group
     finally:
@@ -543,6 +780,28 @@ async def open_runtime(
         raise caller_error
     if internal_error is not None:  # pragma: no cover
         raise internal_error
+
+
+async def _start_services(services: trio.Nursery, supervisor: Supervisor, runtime: Runtime) -> None:
+    """The runtime's own background tasks: scheduled resumes on every store; on a durable
+    store also claim renewals and the relay of what other runtimes do."""
+    from ..worker._schedule import Scheduler
+
+    scheduler = Scheduler(supervisor.now, runtime._scheduled_resume)
+    supervisor.on_scheduled = scheduler.schedule
+    await services.start(scheduler.run)
+    store = supervisor.store
+    if supervisor.claims is not None and isinstance(store, DurableStore):
+        from ..worker._claims import ClaimKeeper
+        from ..worker._relay import StoreRelay
+
+        await services.start(ClaimKeeper(supervisor, store).run)
+        await services.start(StoreRelay(supervisor, store).run)
+
+
+def _new_owner() -> str:
+    # Unique across machines, processes and runtimes in one process.
+    return f"{socket.gethostname()}:{os.getpid()}:{os.urandom(6).hex()}"
 
 
 @trio.lowlevel.enable_ki_protection

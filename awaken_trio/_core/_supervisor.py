@@ -25,7 +25,16 @@ import trio
 from trio_util import RepeatedEvent
 
 from ._actor import run_attempt
-from ._attempt import SHUTDOWN, Attempt, Body, EndRequest, OwnershipVerifier, ParkedChild
+from ._attempt import (
+    RELEASE,
+    SHUTDOWN,
+    Attempt,
+    Body,
+    EndRequest,
+    OwnershipVerifier,
+    ParkedChild,
+    lost,
+)
 from ._commits import CommitMailbox
 from ._errors import (
     InvalidArgument,
@@ -37,7 +46,16 @@ from ._errors import (
 )
 from ._json import FrozenDict, JsonValue, check_json, freeze_detail
 from ._registry import AttemptRegistry, ThreadGate
-from ._state import CANCELLED_CAUSE, Awaiting, Ended, Queued, ResumeTicket, Running, RunState
+from ._state import (
+    CANCELLED_CAUSE,
+    Awaiting,
+    Ended,
+    Queued,
+    ResumeTicket,
+    Running,
+    RunRecord,
+    RunState,
+)
 from ._storage import (
     UNSET,
     Accepted,
@@ -52,6 +70,7 @@ from ._storage import (
     Rejected,
     RejectReason,
     Store,
+    StoredCommand,
 )
 from ._util import safe_repr
 from ._validate import check_body, check_id, check_max_steps, check_name, new_run_id
@@ -81,6 +100,9 @@ class ClaimSettings:
 _DETAIL_START = freeze_detail({"source": "start"}, "detail")
 _DETAIL_THREAD_FREE = freeze_detail({"source": "thread_free"}, "detail")
 _DETAIL_BOUNDARY = freeze_detail({"source": "boundary"}, "detail")
+_DETAIL_SERVE = freeze_detail({"source": "serve"}, "detail")
+_DETAIL_SCHEDULED = freeze_detail({"source": "scheduled"}, "detail")
+_DETAIL_RECOVERY = freeze_detail({"source": "recovery"}, "detail")
 _RUNNING = tuple(Running(generation) for generation in range(17))  # shared, frozen
 
 
@@ -122,6 +144,8 @@ class Supervisor:
         # Set whenever the store may have changed elsewhere (durable stores: polled), so
         # waiters on other runtimes' doings look again.
         self.store_changed = RepeatedEvent()
+        # Told about every scheduled resume (``ctx.sleep``) an attempt here commits.
+        self.on_scheduled: Callable[[float, str, str], None] | None = None
         self.mailbox = mailbox
         self.clock = clock
         self.verifier_factory = verifier_factory
@@ -274,6 +298,47 @@ class Supervisor:
                 " register each body under a name of its own"
             )
         self.named[name] = body
+
+    # ------------------------------------------------------------------ other runtimes
+
+    def active_run_ids(self) -> list[str]:
+        """The runs with an attempt running here (what other runtimes may want to reach)."""
+        return [a.run_id for a in self.registry.all() if not a.sealed]
+
+    def apply_stored(self, command: StoredCommand) -> None:
+        """A command stored for a run whose attempt runs here: apply it (once)."""
+        attempt = self.registry.get(command.run_id)
+        if attempt is not None and not attempt.sealed:
+            attempt.apply_stored(command.id, command.kind, command.payload, command.reason)
+
+    def ended_elsewhere(self, run_id: str, state: RunState) -> None:
+        """Another runtime committed the run's end while its attempt runs here: the
+        attempt stops at once and commits nothing (the store holds the truth)."""
+        attempt = self.registry.get(run_id)
+        if attempt is not None and not attempt.sealed:
+            attempt.request_end(lost(f"the run was ended elsewhere: {state!r}"))
+
+    def lose(self, run_id: str, why: str) -> None:
+        """This runtime's claim on the root run is lost: its attempt (and every child of
+        it) stops at once and commits nothing."""
+        self.held.pop(run_id, None)
+        attempt = self.registry.get(run_id) or self.queued.get(run_id)
+        if attempt is not None and not attempt.sealed:
+            attempt.request_end(lost(why))
+
+    async def load_commands(self, attempt: Attempt) -> None:
+        """Durable stores: commands stored for the run before this attempt began (sent to a
+        lost attempt, say) apply to it as they would have."""
+        store = self.store
+        if self.claims is None or not isinstance(store, DurableStore):
+            return
+        with contextlib.suppress(Exception):  # the relay delivers them later anyway
+            for command in await store.commands((attempt.run_id,)):
+                attempt.apply_stored(command.id, command.kind, command.payload, command.reason)
+
+    def wake_servers(self) -> None:
+        """Something may have become runnable: serving loops look again."""
+        self.store_changed.set()
 
     def name_of(self, body: Body) -> str | None:
         """The name ``body`` is registered under, if any (the first, if several)."""
@@ -432,6 +497,69 @@ class Supervisor:
             if attempt.handed_over is not None:
                 attempt.handed_over.set()
             self._unreserve(parent)
+
+    async def admit_stored(
+        self, record: RunRecord, *, fence: Fence | None = None
+    ) -> Attempt | None:
+        """Start an attempt of a root run found in the store (serving): queued, due for its
+        scheduled resume, or recovered from a lost owner (``fence``: the claim recovery
+        took for it). None if it is not this runtime's to start after all: no body here,
+        another runtime took it first, or its thread is busy elsewhere."""
+        body = self.body_for(record.run_id, record.name)
+        state = record.state
+        if body is None:
+            await self._drop_recovered(record.run_id, fence)
+            return None
+        ticket = None
+        if fence is not None:
+            expect = Expect(generation=record.generation, state=Running)
+            detail = _DETAIL_RECOVERY
+        elif isinstance(state, Awaiting):
+            ticket = state.ticket
+            expect = Expect(
+                generation=record.generation,
+                state=Awaiting,
+                correlation_id=ticket.correlation_id,
+            )
+            detail = _DETAIL_SCHEDULED
+        else:
+            expect = Expect(generation=record.generation, state=Queued)
+            detail = _DETAIL_SERVE
+        attempt = self.new_attempt(
+            record.run_id,
+            record.thread_id,
+            record.generation + 1,
+            None,
+            body,
+            record.max_steps,
+            record.steps,
+            record.input,
+            record.checkpoint,
+            None,
+            ticket,
+            name=record.name,
+        )
+        result = await self.admit(
+            attempt,
+            expect,
+            None,
+            detail,
+            fence=fence,
+            take_handover=ticket is None and fence is None,
+            queue_if_busy=False,
+        )
+        if isinstance(result, Rejected) or not attempt.started:
+            await self._drop_recovered(record.run_id, fence)
+            return None
+        return attempt
+
+    async def _drop_recovered(self, run_id: str, fence: Fence | None) -> None:
+        # A claim recovery took for a run that cannot start here goes back at once.
+        store = self.store
+        if fence is None or self.claims is None or not isinstance(store, DurableStore):
+            return
+        with trio.CancelScope(shield=True), contextlib.suppress(Exception):
+            await store.release(self.claims.owner, run_id)
 
     def _claim_fields(self, commit: Commit, attempt: Attempt, at: float) -> None:
         """Durable stores: a root attempt takes its run's claim (unless it comes with one),
@@ -701,6 +829,9 @@ class Supervisor:
         self._let_go(attempt, state)
         if isinstance(state, Awaiting):
             self.bodies[attempt.run_id] = attempt.body
+            wake_at = scheduled_at(state.ticket)
+            if wake_at is not None and self.on_scheduled is not None:
+                self.on_scheduled(wake_at, attempt.run_id, state.ticket.correlation_id)
         attempt.completion.set(state)
 
     def _let_go(self, attempt: Attempt, state: RunState | None) -> None:
@@ -733,6 +864,7 @@ class Supervisor:
         request: EndRequest,
         *,
         parent_run_id: str | None = None,
+        end_descendants: bool = False,
     ) -> CommitResult:
         """End a run that has no attempt here (awaiting, or queued or orphaned elsewhere).
 
@@ -762,6 +894,7 @@ class Supervisor:
                     at=at,
                     discarded_messages=stranded,
                     detail=_with_clock_error(request.detail, clock_error),
+                    end_descendants=end_descendants,
                 ),
                 on_commit,
             )
@@ -788,9 +921,12 @@ class Supervisor:
         if self.closing:
             return
         self.closing = True
-        self.shutdown_request = request = SHUTDOWN
+        self.shutdown_request = SHUTDOWN
         for attempt in (*self.registry.all(), *self.queued.values()):
-            attempt.request_end(request)
+            # On a durable store a named root run goes back to Queued for another runtime
+            # (its children end Stopped first); anything else ends Stopped.
+            released = self.claims is not None and attempt.parent is None and attempt.name
+            attempt.request_end(RELEASE if released else SHUTDOWN)
         if self._actors is not None:
             self._actors.cancel_scope.cancel(reason="runtime shutdown")
         self._maybe_close_admissions()
@@ -829,3 +965,14 @@ def _with_clock_error(detail: FrozenDict, clock_error: str | None) -> FrozenDict
     if clock_error is None:
         return detail
     return freeze_detail({**detail, "clock_error": clock_error}, "detail")
+
+
+def scheduled_at(ticket: ResumeTicket) -> float | None:
+    """When a ``scheduled_action`` ticket is due (its payload's ``wake_at``), else None."""
+    if ticket.reason != "scheduled_action":
+        return None
+    payload = ticket.payload
+    wake_at = payload.get("wake_at") if isinstance(payload, dict) else None
+    if isinstance(wake_at, int | float) and not isinstance(wake_at, bool):
+        return float(wake_at)
+    return None

@@ -1,0 +1,51 @@
+"""Control from other processes: the store is polled for changes (its version), and what
+other runtimes did is relayed to the attempts here: commands sent to them (messages, pause,
+wake, cancel), and ends committed elsewhere (``cancel_run``/``stop_run`` from another
+process), which stop the attempt at once. The stored state is the truth; the poll only
+hastens it, and is bounded by ``poll`` seconds."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import final
+
+import trio
+from trio_util import periodic
+
+from .._core._state import Ended
+from .._core._storage import DurableStore
+from .._core._supervisor import Supervisor
+
+
+@final
+class StoreRelay:
+    def __init__(self, supervisor: Supervisor, store: DurableStore) -> None:
+        assert supervisor.claims is not None
+        self._supervisor = supervisor
+        self._store = store
+        self._poll = supervisor.claims.poll
+        self._version: int | None = None
+        self._last_command = 0
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        async with contextlib.aclosing(periodic(self._poll)) as ticks:
+            async for _ in ticks:
+                with contextlib.suppress(Exception):  # an unreachable store: poll again
+                    await self.poll()
+
+    async def poll(self) -> None:
+        version = await self._store.version()
+        if version == self._version:
+            return
+        self._version = version
+        self._supervisor.store_changed.set()
+        active = self._supervisor.active_run_ids()
+        if not active:
+            return
+        for command in await self._store.commands(active, self._last_command):
+            self._last_command = max(self._last_command, command.id)
+            self._supervisor.apply_stored(command)
+        for run_id, state in (await self._store.states(active)).items():
+            if isinstance(state, Ended):
+                self._supervisor.ended_elsewhere(run_id, state)

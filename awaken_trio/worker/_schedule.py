@@ -1,0 +1,55 @@
+"""Scheduled resumes (``ctx.sleep``): a run this runtime ran that committed a
+``scheduled_action`` ticket is resumed here when it is due, while the runtime stays open; a
+serving runtime with its body picks it up otherwise. Only one resume wins: the ticket fences
+it, and a run cancelled or stopped before it is due is never resumed."""
+
+from __future__ import annotations
+
+import contextlib
+import heapq
+from collections.abc import Awaitable, Callable
+from typing import final
+
+import trio
+
+from .._core._errors import AwakenError
+
+Resume = Callable[[str, str], Awaitable[object]]
+Clock = Callable[[], float]
+
+
+@final
+class Scheduler:
+    def __init__(self, clock: Clock, resume: Resume) -> None:
+        self._clock = clock
+        self._resume = resume
+        self._due: list[tuple[float, str, str]] = []
+        self._changed = trio.Event()
+
+    def schedule(self, wake_at: float, run_id: str, correlation_id: str) -> None:
+        heapq.heappush(self._due, (wake_at, run_id, correlation_id))
+        self._changed.set()
+
+    def __len__(self) -> int:
+        return len(self._due)
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        while True:
+            self._changed = trio.Event()
+            if not self._due:
+                await self._changed.wait()
+                continue
+            wake_at, run_id, correlation_id = self._due[0]
+            try:
+                delay = wake_at - self._clock()
+            except Exception:
+                delay = 1.0  # a failing clock: look again soon
+            if delay > 0:
+                with trio.move_on_after(delay):
+                    await self._changed.wait()
+                continue
+            heapq.heappop(self._due)
+            # Resumed, cancelled or stopped meanwhile: the ticket decided, nothing to do.
+            with contextlib.suppress(AwakenError):
+                await self._resume(run_id, correlation_id)

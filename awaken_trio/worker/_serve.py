@@ -1,0 +1,83 @@
+"""The serving loop: claim runs whose body is registered here and run them, at most
+``concurrency`` root attempts at once (children do not count; nor do attempts that lost
+their claim, which stop at once).
+
+Each pass, on a durable store, first deals with runs whose owner was lost (the store ends
+what can never run again and claims the rest for a new attempt here), then takes runnable
+runs: queued ones on a free thread, and awaiting ones whose scheduled resume is due. Passes
+run when something committed here, when the store changed elsewhere, when an attempt ends,
+and at least every ``poll`` seconds (a lease that lapses changes nothing in the store).
+"""
+
+from __future__ import annotations
+
+import trio
+
+from .._core._attempt import Attempt
+from .._core._errors import RuntimeClosed
+from .._core._storage import DurableStore, Fence
+from .._core._supervisor import Supervisor
+
+
+async def serve(
+    supervisor: Supervisor,
+    concurrency: int,
+    *,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    active: dict[str, Attempt] = {}
+    started = False
+    while True:
+        # Take the notifications before looking, so a change in between is not missed.
+        local = supervisor.mailbox.changed_event()
+        for run_id in [r for r, attempt in active.items() if attempt.completion.done]:
+            del active[run_id]
+        try:
+            await _one_pass(supervisor, concurrency, active)
+        except RuntimeClosed:
+            return
+        if not started:
+            task_status.started()
+            started = True
+        with trio.move_on_after(supervisor.poll_interval):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_cancel_when_set, local, nursery.cancel_scope)
+                nursery.start_soon(_cancel_when_changed, supervisor, nursery.cancel_scope)
+
+
+async def _one_pass(supervisor: Supervisor, concurrency: int, active: dict[str, Attempt]) -> None:
+    names = list(supervisor.named)
+    if not names:
+        await trio.lowlevel.checkpoint()
+        return
+    store = supervisor.store
+    claims = supervisor.claims
+    if claims is not None and isinstance(store, DurableStore):
+        now = supervisor.now()
+        free = concurrency - len(active)
+        for recovered in await store.recover(
+            claims.owner, names, now, now + claims.lease, claims.max_recoveries, max(free, 0)
+        ):
+            fence = Fence(recovered.record.run_id, claims.owner, recovered.epoch)
+            attempt = await supervisor.admit_stored(recovered.record, fence=fence)
+            if attempt is not None:
+                active[attempt.run_id] = attempt
+    free = concurrency - len(active)
+    if free <= 0:
+        return
+    for record in await store.runnable(names, supervisor.now(), free):
+        if supervisor.gate.holder(record.thread_id) is not None:
+            continue  # the thread is busy here: its turn comes when it frees
+        attempt = await supervisor.admit_stored(record)
+        if attempt is not None:
+            active[attempt.run_id] = attempt
+
+
+async def _cancel_when_set(event: trio.Event, scope: trio.CancelScope) -> None:
+    await event.wait()
+    scope.cancel()
+
+
+async def _cancel_when_changed(supervisor: Supervisor, scope: trio.CancelScope) -> None:
+    await supervisor.store_changed.wait()
+    scope.cancel()
