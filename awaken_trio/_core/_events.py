@@ -15,13 +15,14 @@ from ._util import NoPublicConstructor, safe_repr
 T = TypeVar("T")
 
 if TYPE_CHECKING:
-    from ._commits import CommitMailbox
     from ._storage import Store
+    from ._supervisor import Supervisor
 
 
 @final
 class EventStream(metaclass=NoPublicConstructor):
-    """An async iterator over committed `RunEvent`s (see `Runtime.events`).
+    """An async iterator over committed `RunEvent`s (see `Runtime.events`), whichever
+    runtime committed them.
 
     A plain class rather than an async generator, so breaking out of ``async for`` needs
     no ``aclosing`` and nothing is left suspended.
@@ -30,10 +31,11 @@ class EventStream(metaclass=NoPublicConstructor):
     _obtained_from = "runtime.events() returns one"
 
     def __init__(
-        self, store: Store, mailbox: CommitMailbox, run_id: str | None, follow: bool
+        self, store: Store, supervisor: Supervisor, run_id: str | None, follow: bool
     ) -> None:
         self._store = store
-        self._mailbox = mailbox
+        self._supervisor = supervisor
+        self._mailbox = supervisor.mailbox
         self._run_id = run_id
         self._follow = follow
         self._seq = 0
@@ -75,7 +77,7 @@ class EventStream(metaclass=NoPublicConstructor):
             if not self._follow or stopped:
                 self._finished = True
                 raise StopAsyncIteration
-            await changed.wait()
+            await self._supervisor.changed(changed)
 
     async def _read(self, call: Awaitable[T]) -> T:
         try:

@@ -12,7 +12,6 @@ from typing import final
 
 import attrs
 import trio
-from trio_util import RepeatedEvent
 
 from ._attempt import Attempt, Body, EndRequest
 from ._commands import Cancel, LiveCommand, Message, Pause, Wake
@@ -110,10 +109,7 @@ class Runtime(metaclass=NoPublicConstructor):
                 since = event.seq
                 if event.kind == EventKind.COMMITTED and isinstance(event.state, Awaiting | Ended):
                     return event.state
-            with trio.move_on_after(supervisor.poll_interval):
-                async with trio.open_nursery() as nursery:
-                    nursery.start_soon(_set_when, local, nursery.cancel_scope)
-                    nursery.start_soon(_repeat_when, supervisor.store_changed, nursery.cancel_scope)
+            await supervisor.changed(local)
 
     async def _read_events(self, since: int, run_id: str) -> list[RunEvent]:
         try:
@@ -612,7 +608,7 @@ class Runtime(metaclass=NoPublicConstructor):
         """
         if run_id is not None:
             check_id(run_id, "run_id")
-        return EventStream._create(self._store, self._supervisor.mailbox, run_id, follow)
+        return EventStream._create(self._store, self._supervisor, run_id, follow)
 
     def statistics(self) -> RuntimeStatistics:
         return RuntimeStatistics(
@@ -809,13 +805,3 @@ async def _run_mailbox(mailbox: CommitMailbox, *, task_status: trio.TaskStatus[N
     # The mailbox must outlive every actor: only its close() ends it.
     with trio.CancelScope(shield=True):
         await mailbox.run(task_status=task_status)
-
-
-async def _set_when(event: trio.Event, scope: trio.CancelScope) -> None:
-    await event.wait()
-    scope.cancel()
-
-
-async def _repeat_when(event: RepeatedEvent, scope: trio.CancelScope) -> None:
-    await event.wait()
-    scope.cancel()

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, final
 
 import attrs
@@ -335,6 +335,19 @@ class Supervisor:
         with contextlib.suppress(Exception):  # the relay delivers them later anyway
             for command in await store.commands((attempt.run_id,)):
                 attempt.apply_stored(command.id, command.kind, command.payload, command.reason)
+
+    async def changed(self, local: trio.Event) -> None:
+        """Wait until something may have changed: a commit here (``local``, an event taken
+        from the mailbox before the caller looked) or, on a durable store, a change made
+        by another runtime (seen within a poll interval, and looked at again after one
+        anyway: a lapsed lease changes nothing in the store)."""
+        if self.claims is None:
+            await local.wait()
+            return
+        with trio.move_on_after(self.poll_interval):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_cancel_after, local.wait, nursery.cancel_scope)
+                nursery.start_soon(_cancel_after, self.store_changed.wait, nursery.cancel_scope)
 
     def wake_servers(self) -> None:
         """Something may have become runnable: serving loops look again."""
@@ -976,3 +989,8 @@ def scheduled_at(ticket: ResumeTicket) -> float | None:
     if isinstance(wake_at, int | float) and not isinstance(wake_at, bool):
         return float(wake_at)
     return None
+
+
+async def _cancel_after(wait: Callable[[], Awaitable[object]], scope: trio.CancelScope) -> None:
+    await wait()
+    scope.cancel()

@@ -40,9 +40,7 @@ async def serve(
             task_status.started()
             started = True
         with trio.move_on_after(supervisor.poll_interval):
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(_cancel_when_set, local, nursery.cancel_scope)
-                nursery.start_soon(_cancel_when_changed, supervisor, nursery.cancel_scope)
+            await supervisor.changed(local)
 
 
 async def _one_pass(supervisor: Supervisor, concurrency: int, active: dict[str, Attempt]) -> None:
@@ -71,13 +69,3 @@ async def _one_pass(supervisor: Supervisor, concurrency: int, active: dict[str, 
         attempt = await supervisor.admit_stored(record)
         if attempt is not None:
             active[attempt.run_id] = attempt
-
-
-async def _cancel_when_set(event: trio.Event, scope: trio.CancelScope) -> None:
-    await event.wait()
-    scope.cancel()
-
-
-async def _cancel_when_changed(supervisor: Supervisor, scope: trio.CancelScope) -> None:
-    await supervisor.store_changed.wait()
-    scope.cancel()

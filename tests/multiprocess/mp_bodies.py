@@ -1,0 +1,93 @@
+"""Run bodies the multi-process tests register in every worker process (by name)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import trio
+
+from awaken_trio import JsonValue, RunContext
+from awaken_trio._core._attempt import Body
+from awaken_trio.agent import Agent, ModelReply, Tool, ToolCall
+
+
+async def stepper(ctx: RunContext) -> JsonValue:
+    """``input = {"steps": n, "delay": seconds}``: n steps, each committed as progress
+    ``{"step": i, "generations": [...]}``; a new attempt continues from the checkpoint."""
+    done = dict(ctx.checkpoint or {"step": 0, "generations": []})
+    generations = [*done["generations"], ctx.generation]
+    for step in range(done["step"], ctx.input["steps"]):
+        await trio.sleep(ctx.input.get("delay", 0.05))
+        await ctx.boundary({"step": step + 1, "generations": generations})
+    return {"steps": ctx.input["steps"], "generation": ctx.generation}
+
+
+async def parker(ctx: RunContext) -> JsonValue:
+    """Waits for messages, committing each in its checkpoint; ``"finish"`` ends it."""
+    seen = list((ctx.checkpoint or {}).get("messages", []))
+    while True:
+        messages = await ctx.boundary({"messages": seen, "generation": ctx.generation}, wait=True)
+        seen.extend(messages)
+        if "finish" in messages:
+            await ctx.boundary({"messages": seen, "generation": ctx.generation})
+            return {"messages": seen, "generation": ctx.generation}
+
+
+async def child_parker(ctx: RunContext) -> JsonValue:
+    await trio.sleep_forever()
+
+
+async def parent_of_two(ctx: RunContext) -> JsonValue:
+    """Starts two children that park, commits progress, then parks itself."""
+    if ctx.generation == 1:
+        for i in range(2):
+            await ctx.start_child(child_parker, run_id=f"{ctx.run_id}-child-{i}")
+    await ctx.boundary({"generation": ctx.generation})
+    if ctx.input and ctx.input.get("finish_on_recovery") and ctx.generation > 1:
+        return {"recovered_in": ctx.generation}
+    await trio.sleep_forever()
+
+
+async def napper(ctx: RunContext) -> JsonValue:
+    """Sleeps durably (``ctx.sleep``) once, then returns."""
+    if ctx.resumed_ticket is None:
+        await ctx.sleep(ctx.input["seconds"])
+    return {"woke_in": ctx.generation}
+
+
+async def _reply(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> ModelReply:
+    # Deterministic from the transcript: one tool call per step, then a final answer.
+    results = [m for m in messages if m["role"] == "tool"]
+    if len(results) < 2:
+        return ModelReply(
+            tool_calls=(ToolCall(f"call-{len(results)}", "work", {"n": len(results)}),)
+        )
+    return ModelReply(text=f"done after {len(results)} tool results")
+
+
+class _TranscriptModel:
+    async def infer(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]
+    ) -> ModelReply:
+        await trio.lowlevel.checkpoint()
+        return await _reply(messages, tools)
+
+
+async def _work(arguments: dict[str, Any], ctx: RunContext) -> JsonValue:
+    # The second step's tool hangs in the first attempt: the worker is killed there.
+    if arguments["n"] == 1 and ctx.generation == 1:
+        await trio.sleep_forever()
+    return {"worked": arguments["n"], "generation": ctx.generation}
+
+
+agent = Agent(_TranscriptModel(), [Tool("work", _work, description="does work")])
+
+
+BODIES: dict[str, Body] = {
+    "stepper": stepper,
+    "parker": parker,
+    "child_parker": child_parker,
+    "parent_of_two": parent_of_two,
+    "napper": napper,
+    "agent": agent,
+}

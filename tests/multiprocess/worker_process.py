@@ -1,0 +1,54 @@
+"""A worker process for the multi-process tests: it opens a runtime on a store URL with the
+test bodies registered, serves, and prints ``ready`` once it is claiming.
+
+    python worker_process.py <store-url> [--lease S] [--poll S] [--concurrency N]
+                             [--max-recoveries N] [--name NAME]
+
+Every line it prints is flushed, so a test reads them as they come.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import trio
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import contextlib
+
+from mp_bodies import BODIES
+
+from awaken_trio import open_runtime
+
+
+async def main(args: argparse.Namespace) -> None:
+    async with (
+        open_runtime(
+            args.store,
+            bodies=BODIES,
+            lease=args.lease,
+            poll=args.poll,
+            max_recoveries=args.max_recoveries,
+        ) as runtime,
+        trio.open_nursery() as nursery,
+    ):
+        await nursery.start(
+            lambda task_status: runtime.serve(concurrency=args.concurrency, task_status=task_status)
+        )
+        print(f"ready {args.name}", flush=True)
+        await trio.sleep_forever()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("store")
+    parser.add_argument("--lease", type=float, default=1.0)
+    parser.add_argument("--poll", type=float, default=0.02)
+    parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--max-recoveries", type=int, default=3)
+    parser.add_argument("--name", default="worker")
+    with contextlib.suppress(KeyboardInterrupt):
+        trio.run(main, parser.parse_args())
