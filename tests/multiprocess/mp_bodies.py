@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import trio
@@ -55,6 +56,16 @@ async def napper(ctx: RunContext) -> JsonValue:
     return {"woke_in": ctx.generation}
 
 
+async def reporter(ctx: RunContext) -> JsonValue:
+    """Says on stdout when it runs and when it observes a cancellation (with the time), so
+    a test or benchmark in another process can see both."""
+    print(f"running {ctx.run_id}", flush=True)
+    try:
+        await trio.sleep_forever()
+    finally:
+        print(f"cancelled {ctx.run_id} {time.time()!r}", flush=True)
+
+
 async def _reply(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> ModelReply:
     # Deterministic from the transcript: one tool call per step, then a final answer.
     results = [m for m in messages if m["role"] == "tool"]
@@ -89,5 +100,6 @@ BODIES: dict[str, Body] = {
     "child_parker": child_parker,
     "parent_of_two": parent_of_two,
     "napper": napper,
+    "reporter": reporter,
     "agent": agent,
 }

@@ -1,0 +1,286 @@
+"""Durable runs on SQLite, measured against baselines run on the same machine.
+
+Run from the repository root::
+
+    python benchmarks/bench_durable.py            # about a minute
+    python benchmarks/bench_durable.py --quick    # smaller sizes
+    python benchmarks/bench_durable.py --only 3   # one benchmark (1-4; repeatable)
+
+1. ``start`` -> committed ``Ended`` throughput on SQLite (``synchronous=FULL``, the
+   default, and ``normal``) against the memory store, in one process: N concurrent
+   ``execute`` calls of a one-step body (one ``boundary`` with progress, then a result), so
+   the supervisor groups every waiting commit into one transaction. Ratio = SQLite/memory
+   runs per second. Target: >= 0.3x with ``synchronous=FULL``.
+2. ``submit`` -> claimed -> ``Ended`` with 1 and 2 worker processes: this process submits N
+   runs of the same body to a SQLite file and waits for every end; the workers
+   (``tests/multiprocess/worker_process.py``) serve it. Runs per second.
+3. Side by side with DBOS (the ``dbos`` package, SQLite system database): the same one-step
+   workflow, run first by DBOS (synchronous workflows, one after another, and async ones
+   gathered: its best is kept), then by awaken_trio in the same process. Ratio =
+   awaken_trio/DBOS runs per second. Target: >= 30x. Needs ``pip install dbos`` (the
+   ``bench`` extra); skipped with a message otherwise.
+4. Cross-process cancel: a worker process runs parked runs; this process calls
+   ``cancel_run`` and the owner's body reports the moment it observes the cancellation
+   (a line on its stdout, stamped with ``time.time()``). p50 and p99 of that delay, at the
+   default ``poll`` (0.05 s). Target: p99 < 100 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import logging
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import trio
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests" / "multiprocess"))
+
+from awaken_trio import EndCause, RunContext, RunState, open_runtime  # noqa: E402
+
+WORKER = ROOT / "tests" / "multiprocess" / "worker_process.py"
+DONE = RunState.Ended(EndCause.NaturalEnd())
+
+
+async def one_step(ctx: RunContext) -> object:
+    await ctx.boundary({"step": 1})
+    return {"done": ctx.input}
+
+
+# ---------------------------------------------------------------------------- 1. throughput
+
+
+async def _execute_many(url: str, n: int) -> float:
+    async with open_runtime(url) as runtime:
+        states: list[RunState] = []
+
+        async def one(i: int) -> None:
+            states.append(await runtime.execute(one_step, input=i))
+
+        started = time.perf_counter()
+        async with trio.open_nursery() as nursery:
+            for i in range(n):
+                nursery.start_soon(one, i)
+        elapsed = time.perf_counter() - started
+    assert states.count(DONE) == n, states[:3]
+    return n / elapsed
+
+
+def bench_throughput(n: int, report: list[str]) -> None:
+    print(f"\n== 1. start -> Ended, {n} concurrent one-step runs ==")
+    memory = trio.run(_execute_many, "memory://", n)
+    rows: list[tuple[str, float, float | None]] = [("memory", memory, None)]
+    for sync in ("full", "normal"):
+        with tempfile.TemporaryDirectory() as tmp:
+            url = f"sqlite:///{tmp}/runs.db?synchronous={sync}"
+            rate = trio.run(_execute_many, url, n)
+        rows.append((f"sqlite synchronous={sync}", rate, rate / memory))
+    for label, rate, ratio in rows:
+        shown = "-" if ratio is None else f"{ratio:.2f}x"
+        print(f"  {label:28s} {rate:10,.0f} runs/s  {shown}")
+    full = rows[1][2]
+    assert full is not None
+    report.append(
+        f"1. sqlite (FULL) / memory: {full:.2f}x (target >= 0.30x) "
+        f"{'PASS' if full >= 0.3 else 'MISS'}"
+    )
+
+
+# ---------------------------------------------------------------------------- 2. workers
+
+
+def _start_worker(url: str, name: str) -> subprocess.Popen[str]:
+    process = subprocess.Popen(
+        [sys.executable, str(WORKER), url, "--name", name, "--concurrency", "64"],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert process.stdout is not None
+    line = process.stdout.readline()
+    assert line.startswith("ready"), line
+    return process
+
+
+async def _submit_and_wait(url: str, n: int) -> float:
+    async with open_runtime(url) as runtime:
+        started = time.perf_counter()
+        handles = [
+            await runtime.submit("stepper", input={"steps": 1, "delay": 0}) for _ in range(n)
+        ]
+        for handle in handles:
+            state = await handle.wait()
+            assert state == DONE, state
+        return n / (time.perf_counter() - started)
+
+
+def bench_workers(n: int, report: list[str]) -> None:
+    print(f"\n== 2. submit -> claimed -> Ended, {n} runs, worker processes ==")
+    for workers in (1, 2):
+        with tempfile.TemporaryDirectory() as tmp:
+            url = f"sqlite:///{tmp}/runs.db"
+            trio.run(_touch, url)
+            processes = [_start_worker(url, f"w{i}") for i in range(workers)]
+            try:
+                rate = trio.run(_submit_and_wait, url, n)
+            finally:
+                for process in processes:
+                    process.kill()
+                    process.wait()
+        print(f"  {workers} worker(s)  {rate:10,.0f} runs/s")
+        report.append(f"2. submit -> Ended with {workers} worker(s): {rate:,.0f} runs/s")
+
+
+async def _touch(url: str) -> None:
+    async with open_runtime(url):
+        pass
+
+
+# ---------------------------------------------------------------------------- 3. DBOS
+
+
+def _dbos_rate(n: int, directory: str) -> float | None:
+    try:
+        dbos: Any = importlib.import_module("dbos")
+    except ImportError:
+        return None
+    logging.getLogger("dbos").setLevel(logging.WARNING)
+    DBOS = dbos.DBOS
+    DBOS(config={"name": "bench", "system_database_url": f"sqlite:///{directory}/dbos.db"})
+
+    def step(x: int) -> int:
+        return x + 1
+
+    async def astep(x: int) -> int:
+        return x + 1
+
+    durable_step = DBOS.step()(step)
+    durable_astep = DBOS.step()(astep)
+
+    def workflow(x: int) -> Any:
+        return durable_step(x)
+
+    async def aworkflow(x: int) -> Any:
+        return await durable_astep(x)
+
+    durable_workflow = DBOS.workflow()(workflow)
+    durable_aworkflow = DBOS.workflow()(aworkflow)
+    DBOS.launch()
+    try:
+        started = time.perf_counter()
+        for i in range(n):
+            durable_workflow(i)
+        sequential = n / (time.perf_counter() - started)
+
+        async def gathered() -> float:
+            t = time.perf_counter()
+            await asyncio.gather(*(durable_aworkflow(i) for i in range(n)))
+            return n / (time.perf_counter() - t)
+
+        concurrent = asyncio.run(gathered())
+    finally:
+        DBOS.destroy()
+    return max(sequential, concurrent)
+
+
+def bench_dbos(n: int, report: list[str]) -> None:
+    print(f"\n== 3. one-step workflows on SQLite: DBOS vs awaken_trio ({n} runs) ==")
+    with tempfile.TemporaryDirectory() as tmp:
+        dbos = _dbos_rate(n, tmp)
+        ours = trio.run(_execute_many, f"sqlite:///{tmp}/runs.db", n)
+    if dbos is None:
+        print("  skipped: the dbos package is not installed (pip install -e '.[bench]')")
+        report.append("3. DBOS comparison: skipped (dbos not installed)")
+        return
+    ratio = ours / dbos
+    print(f"  DBOS         {dbos:10,.0f} runs/s (its best of sequential and gathered)")
+    print(f"  awaken_trio  {ours:10,.0f} runs/s  {ratio:.1f}x")
+    report.append(
+        f"3. awaken_trio / DBOS: {ratio:.1f}x (target >= 30x) {'PASS' if ratio >= 30 else 'MISS'}"
+    )
+
+
+# ---------------------------------------------------------------------------- 4. cancel
+
+
+async def _cancel_latencies(url: str, worker: subprocess.Popen[str], samples: int) -> list[float]:
+    assert worker.stdout is not None
+    delays: list[float] = []
+    async with open_runtime(url, poll=0.05) as runtime:
+        for i in range(samples):
+            handle = await runtime.submit("reporter", run_id=f"c{i}")
+            # Wait until the worker's body runs (it says so), then cancel from here.
+            line = await trio.to_thread.run_sync(worker.stdout.readline)
+            assert line.startswith(f"running c{i}"), line
+            asked = time.time()
+            await runtime.cancel_run(handle.run_id)
+            line = await trio.to_thread.run_sync(worker.stdout.readline)
+            run_id, observed = line.split()[1:3]
+            assert run_id == f"c{i}", line
+            delays.append(float(observed) - asked)
+    return delays
+
+
+def bench_cancel(samples: int, report: list[str]) -> None:
+    print(f"\n== 4. cross-process cancel_run -> the owner's body sees it ({samples} runs) ==")
+    with tempfile.TemporaryDirectory() as tmp:
+        url = f"sqlite:///{tmp}/runs.db"
+        trio.run(_touch, url)
+        worker = subprocess.Popen(
+            [sys.executable, str(WORKER), url, "--poll", "0.05", "--lease", "5"],
+            stdout=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
+        try:
+            assert worker.stdout is not None
+            assert worker.stdout.readline().startswith("ready")
+            delays = trio.run(_cancel_latencies, url, worker, samples)
+        finally:
+            worker.kill()
+            worker.wait()
+    delays.sort()
+    p50 = statistics.median(delays) * 1000
+    p99 = delays[min(len(delays) - 1, int(len(delays) * 0.99))] * 1000
+    print(f"  p50 {p50:6.1f} ms   p99 {p99:6.1f} ms   (poll 50 ms)")
+    report.append(
+        f"4. cross-process cancel p50 {p50:.1f} ms, p99 {p99:.1f} ms (target p99 < 100 ms) "
+        f"{'PASS' if p99 < 100 else 'MISS'}"
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--only", type=int, action="append", choices=[1, 2, 3, 4])
+    args = parser.parse_args(argv)
+    chosen = set(args.only or [1, 2, 3, 4])
+    report: list[str] = []
+    if 1 in chosen:
+        bench_throughput(2_000 if args.quick else 10_000, report)
+    if 2 in chosen:
+        bench_workers(500 if args.quick else 2_000, report)
+    if 3 in chosen:
+        bench_dbos(300 if args.quick else 1_000, report)
+    if 4 in chosen:
+        bench_cancel(50 if args.quick else 200, report)
+    print("\n== Summary ==")
+    for line in report:
+        print("  " + line)
+    print(f"command: {' '.join([sys.executable, *sys.argv])}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
