@@ -160,3 +160,20 @@ async def test_a_run_started_with_a_name_is_recovered_under_that_name(
         assert await b.state("r") == NATURAL
         assert (await b.record("r")).result == "finished"
     assert entered == [("a", 1), ("b", 2)]
+
+
+class Job:
+    async def run(self, ctx: RunContext) -> object:
+        return "job"
+
+
+async def test_a_bound_method_body_is_known_by_its_registered_name(
+    shared_store: MemoryStore, autojump_clock: trio.testing.MockClock
+) -> None:
+    """``job.run`` makes a new bound-method object at each access; it is the same body
+    all the same (they compare equal)."""
+    job = Job()
+    async with shared_runtime(shared_store, bodies={"job": job.run}) as rt:
+        rt.register("job", job.run)  # the same body again: fine
+        await settle(await rt.start(job.run, run_id="r"))
+        assert (await rt.record("r")).name == "job"
