@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import trio
 import trio.testing
-from worker_helpers import (
+
+from awaken_trio import EventKind, LiveCommand, RunContext, RunState
+from awaken_trio.store import MemoryStore
+
+from .worker_helpers import (
     NATURAL,
     POLL,
     POLL_BOUND,
+    Follower,
     history,
     is_running,
     reach,
@@ -16,9 +21,6 @@ from worker_helpers import (
     shared_runtime,
     until_state,
 )
-
-from awaken_trio import EventKind, LiveCommand, RunContext, RunEvent, RunState
-from awaken_trio.store import MemoryStore
 
 
 async def test_a_handle_waits_for_the_end_another_runtime_commits(
@@ -91,32 +93,26 @@ async def test_events_followed_in_one_runtime_include_another_runtimes_commits(
         await ctx.emit("test.almost", {"n": 2})
         return "done"
 
-    followed: list[tuple[float, RunEvent]] = []
     async with (
         shared_runtime(shared_store) as a,
         shared_runtime(shared_store, bodies={"job": body}) as b,
         serving(b),
     ):
         await a.submit("job", run_id="r")
+        follower = Follower(a.events("r", follow=True))
         with trio.fail_after(600):
             async with trio.open_nursery() as nursery:
-
-                async def follow() -> None:
-                    async for event in a.events("r", follow=True):
-                        followed.append((trio.current_time(), event))
-
-                nursery.start_soon(follow)
+                nursery.start_soon(follower.run)
                 await reach(stepped)
                 at = trio.current_time()
                 await trio.sleep(POLL_BOUND)
                 # The step B committed reached the follower in A without waiting for
                 # anything A commits.
-                assert any(
-                    dict(e.detail).get("source") == "boundary" for _, e in followed
-                ), [e for _, e in followed]
-                assert max(t for t, _ in followed) - at <= POLL_BOUND
+                sources = [dict(e.detail).get("source") for e in follower.events]
+                assert "boundary" in sources, follower.events
+                assert max(follower.arrived) - at <= POLL_BOUND
                 release.set()
-        events = [e for _, e in followed]
+        events = follower.events
         assert events == await history(b, "r")
         assert events[-1].state == NATURAL
         assert events[-1].kind == EventKind.COMMITTED
@@ -129,23 +125,21 @@ async def test_events_of_all_runs_followed_in_one_runtime_include_another_runtim
     async def body(ctx: RunContext) -> object:
         return ctx.input
 
-    followed: list[RunEvent] = []
-    async with shared_runtime(shared_store) as a, shared_runtime(shared_store) as b:
-        async with trio.open_nursery() as nursery:
-
-            async def follow() -> None:
-                async for event in a.events(follow=True):
-                    followed.append(event)
-
-            nursery.start_soon(follow)
-            await trio.testing.wait_all_tasks_blocked()
-            await settle(await b.start(body, run_id="in-b", input=1))
-            await trio.sleep(POLL_BOUND)
-            assert [(e.run_id, e.state) for e in followed] == [
-                ("in-b", RunState.Running(1)),
-                ("in-b", NATURAL),
-            ]
-            nursery.cancel_scope.cancel()
+    async with (
+        shared_runtime(shared_store) as a,
+        shared_runtime(shared_store) as b,
+        trio.open_nursery() as nursery,
+    ):
+        follower = Follower(a.events(follow=True))
+        nursery.start_soon(follower.run)
+        await trio.testing.wait_all_tasks_blocked()
+        await settle(await b.start(body, run_id="in-b", input=1))
+        await trio.sleep(POLL_BOUND)
+        assert [(e.run_id, e.state) for e in follower.events] == [
+            ("in-b", RunState.Running(1)),
+            ("in-b", NATURAL),
+        ]
+        nursery.cancel_scope.cancel()
 
 
 async def test_a_follower_in_a_closed_runtime_reads_the_history_from_the_shared_store(

@@ -9,7 +9,18 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
-from worker_helpers import (
+
+from awaken_trio import (
+    EndCause,
+    EventKind,
+    RunContext,
+    RunState,
+    Runtime,
+    StoreError,
+)
+from awaken_trio.store import MemoryStore
+
+from .worker_helpers import (
     LEASE,
     NATURAL,
     OWNER_LOST,
@@ -26,16 +37,6 @@ from worker_helpers import (
     terminal,
     until_state,
 )
-
-from awaken_trio import (
-    EndCause,
-    EventKind,
-    RunContext,
-    RunState,
-    Runtime,
-    StoreError,
-)
-from awaken_trio.store import MemoryStore
 
 
 def lost_times(n: int) -> RunState:
@@ -55,7 +56,7 @@ async def test_a_stalled_owners_named_run_is_re_executed_from_its_checkpoint(
 
     async def in_b(ctx: RunContext) -> object:
         seen.append(("b", ctx.generation, ctx.checkpoint))
-        await ctx.boundary({"step": ctx.checkpoint["step"] + 1})  # type: ignore[index]
+        await ctx.boundary({"step": ctx.checkpoint["step"] + 1})
         await finish.wait()
         return {"by": "b"}
 
@@ -302,17 +303,16 @@ async def test_after_max_recoveries_the_next_loss_ends_the_run(
     count = max_recoveries + 2
     bodies = [body_in(index) for index in range(count)]
     async with contextlib.AsyncExitStack() as runtimes:
-        rts: list[Runtime] = []
-        for index in range(count):
-            rts.append(
-                await runtimes.enter_async_context(
-                    shared_runtime(
-                        shared_store,
-                        bodies={"w": bodies[index]},
-                        max_recoveries=0 if index == 0 else max_recoveries,
-                    )
+        rts: list[Runtime] = [
+            await runtimes.enter_async_context(
+                shared_runtime(
+                    shared_store,
+                    bodies={"w": bodies[index]},
+                    max_recoveries=0 if index == 0 else max_recoveries,
                 )
             )
+            for index in range(count)
+        ]
         with contextlib.ExitStack() as stalls:
             await rts[0].start(bodies[0], run_id="r")
             await trio.testing.wait_all_tasks_blocked()
@@ -397,18 +397,18 @@ async def test_a_lost_attempt_does_not_count_toward_concurrency(
     async with (
         shared_runtime(shared_store) as submitter,
         shared_runtime(shared_store, bodies={"w": body}, max_recoveries=0) as worker,
+        serving(worker, concurrency=1),
     ):
-        async with serving(worker, concurrency=1):
-            await submitter.submit("w", run_id="first")
-            await until_state(submitter, "first", is_running)
-            with Stall(worker):
-                await past_lease()
-            woke = trio.current_time()
-            await submitter.submit("w", run_id="second")
-            await trio.sleep(LEASE / 3 + 20 * POLL)
-            assert "second" in started
-            assert started["second"] - woke <= LEASE / 3 + 20 * POLL
-            await submitter.cancel_run("second")
+        await submitter.submit("w", run_id="first")
+        await until_state(submitter, "first", is_running)
+        with Stall(worker):
+            await past_lease()
+        woke = trio.current_time()
+        await submitter.submit("w", run_id="second")
+        await trio.sleep(LEASE / 3 + 20 * POLL)
+        assert "second" in started
+        assert started["second"] - woke <= LEASE / 3 + 20 * POLL
+        await submitter.cancel_run("second")
 
 
 async def test_a_run_whose_stalled_owner_woke_before_anyone_recovered_it_is_still_recovered(
@@ -473,3 +473,35 @@ async def test_the_claim_of_a_live_owner_is_never_taken(
         assert (await b.record("r")).result == "a"
         assert [e for e in await history(b, "r") if e.kind != EventKind.COMMITTED] == []
     assert entered == [("a", 1)]
+
+
+async def test_a_recovered_attempt_keeps_the_runs_input_and_step_budget(
+    shared_store: MemoryStore, autojump_clock: trio.testing.MockClock
+) -> None:
+    seen: list[tuple[str, int, Any, int]] = []
+
+    async def in_a(ctx: RunContext) -> object:
+        seen.append(("a", ctx.generation, ctx.input, ctx.steps))
+        await ctx.boundary({"step": 1})
+        await ctx.boundary({"step": 2})
+        await trio.sleep_forever()
+
+    async def in_b(ctx: RunContext) -> object:
+        seen.append(("b", ctx.generation, ctx.input, ctx.steps))
+        await ctx.boundary({"step": 3})
+        await ctx.boundary({"step": 4})  # one more than max_steps allows
+        return "over budget"
+
+    async with (
+        shared_runtime(shared_store, bodies={"w": in_a}) as a,
+        shared_runtime(shared_store, bodies={"w": in_b}) as b,
+    ):
+        await a.start(in_a, run_id="r", input={"doc": 7}, max_steps=3)
+        await trio.testing.wait_all_tasks_blocked()
+        with Stall(a):
+            async with serving(b):
+                await past_lease()
+                state = await until_state(b, "r", is_ended)
+        assert state == RunState.Ended(EndCause.MaxSteps())
+        assert (await b.record("r")).checkpoint == {"step": 3}
+    assert seen == [("a", 1, {"doc": 7}, 0), ("b", 2, {"doc": 7}, 2)]

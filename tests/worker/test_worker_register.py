@@ -7,7 +7,6 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
-from worker_helpers import NATURAL, serving, settle, shared_runtime
 
 from awaken_trio import (
     InvalidArgument,
@@ -17,6 +16,8 @@ from awaken_trio import (
     open_runtime,
 )
 from awaken_trio.store import MemoryStore
+
+from .worker_helpers import NATURAL, is_ended, serving, settle, shared_runtime, until_state
 
 
 async def first(ctx: RunContext) -> object:
@@ -79,7 +80,7 @@ async def test_register_refuses_a_body_that_is_not_async(
 
     async with shared_runtime(shared_store) as rt:
         with pytest.raises(InvalidBody):
-            rt.register("job", not_async)  # type: ignore[arg-type]
+            rt.register("job", not_async)
 
 
 async def test_open_runtime_refuses_bodies_that_are_not_a_mapping(
@@ -154,9 +155,7 @@ async def test_a_run_started_with_a_name_is_recovered_under_that_name(
             await trio.testing.wait_all_tasks_blocked()
         assert await b.state("r") == RunState.Queued()
         async with serving(b):
-            with trio.fail_after(60):
-                while not isinstance(await b.state("r"), RunState.Ended):
-                    await trio.sleep(0.05)
+            await until_state(b, "r", is_ended, seconds=60)
         assert await b.state("r") == NATURAL
         assert (await b.record("r")).result == "finished"
     assert entered == [("a", 1), ("b", 2)]

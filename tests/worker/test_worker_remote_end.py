@@ -7,7 +7,18 @@ from __future__ import annotations
 import pytest
 import trio
 import trio.testing
-from worker_helpers import (
+
+from awaken_trio import (
+    EndCause,
+    RunAlreadyEnded,
+    RunContext,
+    RunState,
+    Runtime,
+    UnknownRun,
+)
+from awaken_trio.store import MemoryStore
+
+from .worker_helpers import (
     CANCELLED,
     LEASE,
     NATURAL,
@@ -24,16 +35,6 @@ from worker_helpers import (
     terminal,
     until_state,
 )
-
-from awaken_trio import (
-    EndCause,
-    RunAlreadyEnded,
-    RunContext,
-    RunState,
-    Runtime,
-    UnknownRun,
-)
-from awaken_trio.store import MemoryStore
 
 STOPPED = RunState.Ended(EndCause.Stopped("budget"))
 ENDINGS = {

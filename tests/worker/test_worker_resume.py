@@ -7,17 +7,6 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
-from worker_helpers import (
-    CANCELLED,
-    NATURAL,
-    POLL,
-    history,
-    is_ended,
-    serving,
-    settle,
-    shared_runtime,
-    until_state,
-)
 
 from awaken_trio import (
     InvalidPayload,
@@ -29,6 +18,18 @@ from awaken_trio import (
     TicketMismatch,
 )
 from awaken_trio.store import MemoryStore
+
+from .worker_helpers import (
+    CANCELLED,
+    NATURAL,
+    POLL,
+    history,
+    is_ended,
+    serving,
+    settle,
+    shared_runtime,
+    until_state,
+)
 
 Seen = list[tuple[str, int, Any, Any, ResumeTicket | None]]
 

@@ -7,7 +7,19 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
-from worker_helpers import (
+
+from awaken_trio import (
+    InvalidArgument,
+    JsonValue,
+    LiveCommand,
+    NotActive,
+    RunContext,
+    RunState,
+    Runtime,
+)
+from awaken_trio.store import MemoryStore
+
+from .worker_helpers import (
     CANCELLED,
     LEASE,
     NATURAL,
@@ -25,17 +37,6 @@ from worker_helpers import (
     terminal_event,
     until_state,
 )
-
-from awaken_trio import (
-    InvalidArgument,
-    JsonValue,
-    LiveCommand,
-    NotActive,
-    RunContext,
-    RunState,
-    Runtime,
-)
-from awaken_trio.store import MemoryStore
 
 
 class Listener:
@@ -241,7 +242,7 @@ async def test_send_refuses_what_is_not_a_live_command(
 ) -> None:
     async with shared_runtime(shared_store) as b:
         with pytest.raises(InvalidArgument):
-            await b.send("cancel r")  # type: ignore[arg-type]
+            await b.send("cancel r")
 
 
 async def test_messages_sent_to_a_lost_attempt_reach_the_next_attempts_first_boundary(

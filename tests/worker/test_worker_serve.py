@@ -9,18 +9,20 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
-from worker_helpers import (
+
+from awaken_trio import InvalidArgument, RunContext, RunState, RuntimeClosed
+from awaken_trio.store import MemoryStore
+
+from .worker_helpers import (
     NATURAL,
     POLL,
     is_ended,
+    reach,
     serving,
     settle,
     shared_runtime,
     until_state,
 )
-
-from awaken_trio import InvalidArgument, RunContext, RunState, RuntimeClosed
-from awaken_trio.store import MemoryStore
 
 
 async def noop(ctx: RunContext) -> object:
@@ -90,10 +92,12 @@ async def test_serve_takes_the_next_run_when_a_slot_frees(
     shared_store: MemoryStore, autojump_clock: trio.testing.MockClock
 ) -> None:
     releases = {f"r{i}": trio.Event() for i in range(3)}
+    entries = {f"r{i}": trio.Event() for i in range(3)}
     entered: list[tuple[str, float]] = []
 
     async def body(ctx: RunContext) -> object:
         entered.append((ctx.run_id, trio.current_time()))
+        entries[ctx.run_id].set()
         await releases[ctx.run_id].wait()
         return None
 
@@ -104,10 +108,12 @@ async def test_serve_takes_the_next_run_when_a_slot_frees(
         releases["r0"].set()
         freed = trio.current_time()
         await settle(handles[0])
-        await until_state(rt, "r1", lambda s: s == RunState.Running(1))
+        await reach(entries["r1"])
+        await trio.sleep(100 * POLL)
         assert [run_id for run_id, _ in entered] == ["r0", "r1"]
         assert entered[1][1] - freed <= 4 * POLL
         releases["r1"].set()
+        await reach(entries["r2"])
         releases["r2"].set()
         for handle in handles:
             await settle(handle)
@@ -131,9 +137,7 @@ async def test_children_do_not_count_toward_concurrency(
 
     async def parent(ctx: RunContext) -> object:
         entered.append(ctx.run_id)
-        handles = [
-            await ctx.start_child(child, run_id=f"{ctx.run_id}-kid{i}") for i in range(3)
-        ]
+        handles = [await ctx.start_child(child, run_id=f"{ctx.run_id}-kid{i}") for i in range(3)]
         for handle in handles:
             await handle.wait()
         return None

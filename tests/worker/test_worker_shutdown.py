@@ -6,7 +6,11 @@ from typing import Any
 
 import trio
 import trio.testing
-from worker_helpers import (
+
+from awaken_trio import RunContext, RunHandle, RunState
+from awaken_trio.store import MemoryStore
+
+from .worker_helpers import (
     LEASE,
     NATURAL,
     POLL,
@@ -18,11 +22,9 @@ from worker_helpers import (
     settle,
     shared_runtime,
     terminal,
+    until,
     until_state,
 )
-
-from awaken_trio import RunContext, RunHandle, RunState
-from awaken_trio.store import MemoryStore
 
 RELEASED = {"source": "shutdown", "reason": "released for another runtime"}
 
@@ -91,9 +93,7 @@ async def test_shutdown_stops_the_children_of_a_released_run_first(
             await trio.testing.wait_all_tasks_blocked()
         assert await observer.state("p") == RunState.Queued()
         events = await history(observer)
-        release = next(
-            e for e in events if e.run_id == "p" and dict(e.detail) == RELEASED
-        )
+        release = next(e for e in events if e.run_id == "p" and dict(e.detail) == RELEASED)
         for kid in kids:
             [end] = terminal([e for e in events if e.run_id == kid])
             assert end.state == SHUTDOWN
@@ -131,12 +131,16 @@ async def test_shutdown_releases_a_named_run_queued_behind_its_thread(
         assert await b.state("first") == RunState.Queued()
         assert await b.state("second") == RunState.Queued()
         async with serving(b):
-            with trio.fail_after(60):
-                while len(seen) < 2:
-                    await trio.sleep(POLL)
+
+            async def one_left_the_queue() -> bool:
+                states = (await b.state("first"), await b.state("second"))
+                return states != (RunState.Queued(), RunState.Queued())
+
+            await until(one_left_the_queue, seconds=60)
+            await trio.testing.wait_all_tasks_blocked()
             # The thread's order holds: the run that had it resumes before the one that
             # was queued behind it (which had never run: its first attempt comes next).
-            assert seen[1] == ("b", "first", 2, {"step": 1})
+            assert seen[1][:3] == ("b", "first", 2), seen
             await until_state(b, "first", is_ended)
             await until_state(b, "second", lambda s: s == RunState.Running(1))
     assert seen == [

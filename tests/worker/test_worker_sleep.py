@@ -8,18 +8,6 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
-from worker_helpers import (
-    CANCELLED,
-    NATURAL,
-    POLL,
-    POLL_BOUND,
-    history,
-    is_ended,
-    serving,
-    settle,
-    shared_runtime,
-    until_state,
-)
 
 from awaken_trio import (
     EndCause,
@@ -31,6 +19,19 @@ from awaken_trio import (
     open_runtime,
 )
 from awaken_trio.store import MemoryStore
+
+from .worker_helpers import (
+    CANCELLED,
+    NATURAL,
+    POLL,
+    POLL_BOUND,
+    history,
+    is_ended,
+    serving,
+    settle,
+    shared_runtime,
+    until_state,
+)
 
 STOPPED = RunState.Ended(EndCause.Stopped("budget"))
 
@@ -87,7 +88,7 @@ async def test_sleep_commits_awaiting_and_the_runtime_that_ran_it_resumes_it(
         await until_state(a, "r", is_ended, seconds=60)
         assert await a.state("r") == NATURAL
         assert (await a.record("r")).generation == 2
-    [first, second] = sleeper.entries
+    [_, second] = sleeper.entries
     assert second[1:2] == (2,)
     assert started + 30.0 <= second[2] <= started + 30.0 + POLL_BOUND
     assert second[3] is None  # resumed with value None

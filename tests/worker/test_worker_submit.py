@@ -8,16 +8,6 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
-from worker_helpers import (
-    NATURAL,
-    POLL,
-    history,
-    is_running,
-    serving,
-    settle,
-    shared_runtime,
-    until_state,
-)
 
 from awaken_trio import (
     InvalidArgument,
@@ -29,6 +19,17 @@ from awaken_trio import (
     UnknownRun,
 )
 from awaken_trio.store import MemoryStore
+
+from .worker_helpers import (
+    NATURAL,
+    POLL,
+    history,
+    is_running,
+    serving,
+    settle,
+    shared_runtime,
+    until_state,
+)
 
 
 async def echo(ctx: RunContext) -> object:

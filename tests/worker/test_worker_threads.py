@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import trio
 import trio.testing
-from worker_helpers import (
+
+from awaken_trio import RunContext, RunState
+from awaken_trio.store import MemoryStore
+
+from .worker_helpers import (
     CANCELLED,
     NATURAL,
     POLL,
@@ -16,9 +20,6 @@ from worker_helpers import (
     shared_runtime,
     until_state,
 )
-
-from awaken_trio import RunContext, RunState
-from awaken_trio.store import MemoryStore
 
 
 class Thread:
@@ -64,6 +65,7 @@ async def test_a_start_on_a_thread_busy_in_another_runtime_is_queued_until_it_fr
         thread.gate("first").set()
         assert await settle(first) == NATURAL
         await until_state(b, "second", is_running)
+        await trio.testing.wait_all_tasks_blocked()  # its body has begun
         assert b.active_attempt_run_id("T") == "second"
         assert thread.entered[1][0] == "second"
         assert thread.entered[1][1] - thread.left["first"] <= POLL_BOUND
@@ -117,6 +119,7 @@ async def test_a_queued_run_on_a_busy_thread_waits_for_a_serving_runtime(
         thread.gate("first").set()
         await settle(first)
         await until_state(a, "second", is_running)
+        await trio.testing.wait_all_tasks_blocked()  # its body has begun
         assert thread.entered[1][1] - thread.left["first"] <= POLL_BOUND
         thread.gate("second").set()
         assert await settle(submitted) == NATURAL
@@ -150,6 +153,7 @@ async def test_a_resume_on_a_thread_busy_in_another_runtime_is_queued(
         thread.gate("holder").set()
         await settle(holder)
         await until_state(b, "asker", is_running)
+        await trio.testing.wait_all_tasks_blocked()  # its body has begun
         assert resumed_with == ["yes"]
         thread.gate("asker").set()
         assert await settle(resumed) == NATURAL
@@ -177,6 +181,7 @@ async def test_a_child_on_a_thread_busy_in_another_runtime_waits_queued(
         thread.gate("holder").set()
         await settle(holder)
         await until_state(b, "kid", is_running)
+        await trio.testing.wait_all_tasks_blocked()  # its body has begun
         thread.gate("kid").set()
         assert await settle(parent_handle) == NATURAL
         assert (await b.record("p")).result is True

@@ -12,7 +12,7 @@ public API.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from functools import partial
 from types import TracebackType
@@ -24,6 +24,7 @@ import trio.testing
 from awaken_trio import (
     EndCause,
     EventKind,
+    EventStream,
     RunContext,
     RunEvent,
     RunHandle,
@@ -102,6 +103,20 @@ async def past_lease(lease: float = LEASE) -> None:
     await trio.sleep(lease + 10 * POLL)
 
 
+class Follower:
+    """Collects a followed event stream as it comes, with the time each event arrived."""
+
+    def __init__(self, stream: EventStream) -> None:
+        self._stream = stream
+        self.events: list[RunEvent] = []
+        self.arrived: list[float] = []
+
+    async def run(self) -> None:
+        async for event in self._stream:
+            self.events.append(event)
+            self.arrived.append(trio.current_time())
+
+
 async def history(runtime: Runtime, run_id: str | None = None) -> list[RunEvent]:
     return [event async for event in runtime.events(run_id, follow=False)]
 
@@ -140,6 +155,15 @@ async def until_state(
             state = await runtime.state(run_id)
             if wanted(state):
                 return state
+            await trio.sleep(POLL)
+
+
+async def until(check: Callable[[], Awaitable[bool]], seconds: float = 600) -> None:
+    """Poll ``check`` (virtual time) until it holds."""
+    with trio.fail_after(seconds):
+        while True:
+            if await check():
+                return
             await trio.sleep(POLL)
 
 
