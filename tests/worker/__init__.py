@@ -1,0 +1,1 @@
+"""Tests of the durable layer: several runtimes sharing one store."""

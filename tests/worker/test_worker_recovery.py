@@ -1,0 +1,507 @@
+"""Claims and recovery: a lost owner's runs are re-executed elsewhere from their checkpoint,
+or ended when they can never run again; the lost attempt commits nothing more."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+
+from awaken_trio import (
+    EndCause,
+    EventKind,
+    RunContext,
+    RunState,
+    Runtime,
+    StoreError,
+)
+from awaken_trio.store import MemoryStore
+
+from .worker_helpers import (
+    LEASE,
+    NATURAL,
+    OWNER_LOST,
+    POLL,
+    Stall,
+    history,
+    is_ended,
+    is_running,
+    past_lease,
+    reach,
+    serving,
+    settle,
+    shared_runtime,
+    terminal,
+    until_state,
+)
+
+
+def lost_times(n: int) -> RunState:
+    return RunState.Ended(EndCause.Indeterminate(f"owner lost {n} times"))
+
+
+async def test_a_stalled_owners_named_run_is_re_executed_from_its_checkpoint(
+    shared_store: MemoryStore, autojump_clock: trio.testing.MockClock
+) -> None:
+    seen: list[tuple[str, int, Any]] = []
+    finish = trio.Event()
+
+    async def in_a(ctx: RunContext) -> object:
+        seen.append(("a", ctx.generation, ctx.checkpoint))
+        await ctx.boundary({"step": 1})
+        await trio.sleep_forever()
+
+    async def in_b(ctx: RunContext) -> object:
+        seen.append(("b", ctx.generation, ctx.checkpoint))
+        await ctx.boundary({"step": ctx.checkpoint["step"] + 1})
+        await finish.wait()
+        return {"by": "b"}
+
+    async with (
+        shared_runtime(shared_store, bodies={"w": in_a}) as a,
+        shared_runtime(shared_store, bodies={"w": in_b}) as b,
+    ):
+        await a.start(in_a, run_id="r", input={"q": 1})
+        await trio.testing.wait_all_tasks_blocked()
+        with Stall(a):
+            async with serving(b):
+                await past_lease()
+                assert await b.state("r") == RunState.Running(2)
+                record = await b.record("r")
+                assert record.checkpoint == {"step": 2}
+                assert record.generation == 2
+                finish.set()
+                await until_state(b, "r", is_ended)
+        assert await b.state("r") == NATURAL
+        assert (await b.record("r")).result == {"by": "b"}
+        events = await history(b, "r")
+        recovery = [e for e in events if dict(e.detail).get("source") == "recovery"]
+        assert [(e.generation, e.state) for e in recovery] == [(2, RunState.Running(2))]
+    assert seen == [("a", 1, None), ("b", 2, {"step": 1})]
+
+
+async def test_the_stalled_owners_later_commits_are_rejected(
+    shared_store: MemoryStore, autojump_clock: trio.testing.MockClock
+) -> None:
+    late = trio.Event()
+    a_done = trio.Event()
+    finish = trio.Event()
+    errors: dict[str, BaseException] = {}
+
+    async def in_a(ctx: RunContext) -> object:
+        try:
+            await ctx.boundary({"step": 1})
+            await late.wait()
+            try:
+                await ctx.boundary({"step": "late"})
+            except Exception as exc:
+                errors["boundary"] = exc
+            try:
+                await ctx.emit("test.late", {"n": 1})
+            except Exception as exc:
+                errors["emit"] = exc
+            return {"by": "a"}
+        finally:
+            a_done.set()
+
+    async def in_b(ctx: RunContext) -> object:
+        await ctx.boundary({"step": 2})
+        await finish.wait()
+        return {"by": "b"}
+
+    async with (
+        shared_runtime(shared_store, bodies={"w": in_a}) as a,
+        shared_runtime(shared_store, bodies={"w": in_b}) as b,
+    ):
+        handle_a = await a.start(in_a, run_id="r")
+        await trio.testing.wait_all_tasks_blocked()
+        with Stall(a):
+            async with serving(b):
+                await past_lease()
+                assert await b.state("r") == RunState.Running(2)
+                log_before = await history(b, "r")
+                late.set()
+                await reach(a_done)
+                await trio.testing.wait_all_tasks_blocked()
+                assert isinstance(errors.get("boundary"), StoreError)
+                assert isinstance(errors.get("emit"), StoreError)
+                # Nothing the stalled attempt did landed: no checkpoint, no event, no end.
+                assert await history(b, "r") == log_before
+                record = await b.record("r")
+                assert (record.state, record.checkpoint) == (RunState.Running(2), {"step": 2})
+                ends: list[RunState] = []
+                async with trio.open_nursery() as nursery:
+
+                    async def wait_a() -> None:
+                        ends.append(await settle(handle_a))
+
+                    nursery.start_soon(wait_a)
+                    await trio.sleep(100 * POLL)
+                    assert ends == []  # a lost attempt is not an end: it waits for one
+                    finish.set()
+                assert ends == [NATURAL]
+        assert (await b.record("r")).result == {"by": "b"}
+        events = await history(b, "r")
+        assert not [e for e in events if e.kind == "test.late"]
+        assert len(terminal(events)) == 1
+
+
+async def test_a_stalled_owner_that_wakes_stops_its_attempt_at_its_next_renewal(
+    shared_store: MemoryStore, autojump_clock: trio.testing.MockClock
+) -> None:
+    stopped_at: list[float] = []
+    finish = trio.Event()
+
+    async def in_a(ctx: RunContext) -> object:
+        try:
+            await trio.sleep_forever()
+        finally:
+            stopped_at.append(trio.current_time())
+
+    async def in_b(ctx: RunContext) -> object:
+        await finish.wait()
+        return "b"
+
+    async with (
+        shared_runtime(shared_store, bodies={"w": in_a}) as a,
+        shared_runtime(shared_store, bodies={"w": in_b}) as b,
+    ):
+        handle_a = await a.start(in_a, run_id="r")
+        await trio.testing.wait_all_tasks_blocked()
+        async with serving(b):
+            with Stall(a):
+                await past_lease()
+                assert await b.state("r") == RunState.Running(2)
+                assert stopped_at == []
+            woke = trio.current_time()
+            await trio.sleep(LEASE / 3 + 10 * POLL)
+            assert len(stopped_at) == 1
+            assert stopped_at[0] - woke <= LEASE / 3 + POLL
+            assert await b.state("r") == RunState.Running(2)
+            assert a.active_attempt_run_id("r") is None
+            assert b.active_attempt_run_id("r") == "r"
+            finish.set()
+            assert await settle(handle_a) == NATURAL
+        assert len(terminal(await history(b, "r"))) == 1
+
+
+async def test_unended_children_of_the_lost_attempt_end_owner_lost_first(
+    shared_store: MemoryStore, autojump_clock: trio.testing.MockClock
+) -> None:
+    kids = ("kid-running", "kid-awaiting", "kid-queued")
+    seen_by_b: dict[str, RunState] = {}
+    b_runtime: list[Runtime] = []
+    finish = trio.Event()
+
+    async def parked_kid(ctx: RunContext) -> object:
+        await trio.sleep_forever()
+
+    async def asking_kid(ctx: RunContext) -> object:
+        await ctx.await_input("user_input")
+
+    async def in_a(ctx: RunContext) -> object:
+        await ctx.start_child(parked_kid, run_id="kid-running", thread_id="kt")
+        await ctx.run_child(asking_kid, run_id="kid-awaiting")
+        await ctx.start_child(parked_kid, run_id="kid-queued", thread_id="kt")
+        await ctx.boundary({"kids": 3})
+        await trio.sleep_forever()
+
+    async def in_b(ctx: RunContext) -> object:
+        for kid in kids:
+            seen_by_b[kid] = await b_runtime[0].state(kid)
+        await finish.wait()
+        return None
+
+    async with (
+        shared_runtime(shared_store, bodies={"p": in_a}) as a,
+        shared_runtime(shared_store, bodies={"p": in_b}) as b,
+    ):
+        b_runtime.append(b)
+        handle = await a.start(in_a, run_id="p")
+        await trio.testing.wait_all_tasks_blocked()
+        assert await a.state("kid-running") == RunState.Running(1)
+        assert isinstance(await a.state("kid-awaiting"), RunState.Awaiting)
+        assert await a.state("kid-queued") == RunState.Queued()
+        with Stall(a):
+            async with serving(b):
+                await past_lease()
+                assert await b.state("p") == RunState.Running(2)
+                # The new attempt saw every child already ended.
+                assert seen_by_b == dict.fromkeys(kids, OWNER_LOST)
+                events = await history(b)
+                recovery = next(
+                    e
+                    for e in events
+                    if e.run_id == "p" and dict(e.detail).get("source") == "recovery"
+                )
+                for kid in kids:
+                    [end] = terminal([e for e in events if e.run_id == kid])
+                    assert end.state == OWNER_LOST
+                    assert dict(end.detail) == {"source": "recovery", "reason": "owner lost"}
+                    assert end.seq < recovery.seq
+                finish.set()
+                await settle(handle)
+        # The old attempt's children stopped with it, committing nothing more.
+        events = await history(b)
+        for kid in kids:
+            assert await b.state(kid) == OWNER_LOST
+            assert len(terminal([e for e in events if e.run_id == kid])) == 1
+
+
+async def test_a_lost_run_with_no_name_ends_owner_lost(
+    shared_store: MemoryStore, autojump_clock: trio.testing.MockClock
+) -> None:
+    entered: list[int] = []
+
+    async def unregistered(ctx: RunContext) -> object:
+        entered.append(ctx.generation)
+        await trio.sleep_forever()
+
+    async def other(ctx: RunContext) -> object:
+        return None
+
+    async with (
+        shared_runtime(shared_store) as a,
+        shared_runtime(shared_store, bodies={"other": other}) as b,
+    ):
+        handle = await a.start(unregistered, run_id="r")
+        await trio.testing.wait_all_tasks_blocked()
+        assert (await a.record("r")).name is None
+        with Stall(a):
+            async with serving(b):
+                await past_lease()
+                assert await b.state("r") == OWNER_LOST
+                assert await settle(handle) == OWNER_LOST
+                end = terminal(await history(b, "r"))
+                assert [dict(e.detail) for e in end] == [
+                    {"source": "recovery", "reason": "owner lost"}
+                ]
+        await trio.sleep(LEASE)
+        assert await b.state("r") == OWNER_LOST
+    assert entered == [1]
+
+
+@pytest.mark.parametrize("max_recoveries", [0, 1, 2])
+async def test_after_max_recoveries_the_next_loss_ends_the_run(
+    shared_store: MemoryStore, autojump_clock: trio.testing.MockClock, max_recoveries: int
+) -> None:
+    """A chain of runtimes: each stalls in turn and the next one serves. The claiming
+    runtime's setting applies (the first runtime's own max_recoveries is 0)."""
+    entered: list[tuple[int, int]] = []
+
+    def body_in(index: int) -> Any:
+        async def body(ctx: RunContext) -> object:
+            entered.append((index, ctx.generation))
+            await ctx.boundary({"by": index})
+            await trio.sleep_forever()
+
+        return body
+
+    count = max_recoveries + 2
+    bodies = [body_in(index) for index in range(count)]
+    async with contextlib.AsyncExitStack() as runtimes:
+        rts: list[Runtime] = [
+            await runtimes.enter_async_context(
+                shared_runtime(
+                    shared_store,
+                    bodies={"w": bodies[index]},
+                    max_recoveries=0 if index == 0 else max_recoveries,
+                )
+            )
+            for index in range(count)
+        ]
+        with contextlib.ExitStack() as stalls:
+            await rts[0].start(bodies[0], run_id="r")
+            await trio.testing.wait_all_tasks_blocked()
+            for index in range(1, count):
+                stalls.enter_context(Stall(rts[index - 1]))
+                async with serving(rts[index]):
+                    await past_lease()
+                    state = await rts[index].state("r")
+                if index <= max_recoveries:
+                    assert state == RunState.Running(index + 1)
+                    assert (await rts[index].record("r")).checkpoint == {"by": index}
+                else:
+                    assert state == lost_times(max_recoveries + 1)
+        end = terminal(await history(rts[0], "r"))
+        assert [dict(e.detail) for e in end] == [
+            {"source": "recovery", "reason": f"owner lost {max_recoveries + 1} times"}
+        ]
+    assert entered == [(i, i + 1) for i in range(max_recoveries + 1)]
+
+
+async def test_a_serving_runtime_without_the_body_ends_what_can_never_run_again(
+    shared_store: MemoryStore, autojump_clock: trio.testing.MockClock
+) -> None:
+    entered: list[tuple[str, int]] = []
+
+    async def in_a(ctx: RunContext) -> object:
+        entered.append((ctx.run_id, ctx.generation))
+        await trio.sleep_forever()
+
+    async def unregistered(ctx: RunContext) -> object:
+        await trio.sleep_forever()
+
+    async def other(ctx: RunContext) -> object:
+        return None
+
+    async with (
+        shared_runtime(shared_store, bodies={"w": in_a}) as a,
+        shared_runtime(shared_store, bodies={"other": other}) as bystander,
+        shared_runtime(shared_store, bodies={"other": other}, max_recoveries=0) as strict,
+        shared_runtime(shared_store, bodies={"w": in_a}) as heir,
+    ):
+        await a.start(in_a, run_id="named")
+        await a.start(in_a, run_id="named-2")
+        await a.start(unregistered, run_id="nameless")
+        await trio.testing.wait_all_tasks_blocked()
+        with Stall(a):
+            async with serving(bystander):
+                await past_lease()
+                # The nameless run can never run again: ended by a runtime without its body.
+                assert await a.state("nameless") == OWNER_LOST
+                # The named ones are left for a runtime that has their body.
+                assert await a.state("named") == RunState.Running(1)
+                assert await a.state("named-2") == RunState.Running(1)
+                await past_lease()
+                assert await a.state("named") == RunState.Running(1)
+            # Its max_recoveries (0) applies: the named run can never run again either.
+            async with serving(strict, concurrency=1):
+                await until_state(strict, "named", is_ended, seconds=10)
+            assert await a.state("named") == lost_times(1)
+            async with serving(heir):
+                await until_state(heir, "named-2", is_running)
+                assert await heir.state("named-2") == RunState.Running(2)
+    assert sorted(entered) == [("named", 1), ("named-2", 1), ("named-2", 2)]
+
+
+@pytest.mark.parametrize("cleanup", [0.0, 5 * LEASE], ids=["prompt", "slow-cleanup"])
+async def test_a_lost_attempt_does_not_count_toward_concurrency(
+    shared_store: MemoryStore, autojump_clock: trio.testing.MockClock, cleanup: float
+) -> None:
+    """The runtime's claim on its only run expires; once it knows, the slot is free for
+    other work even while the lost attempt is still unwinding."""
+    started: dict[str, float] = {}
+
+    async def body(ctx: RunContext) -> object:
+        started[ctx.run_id] = trio.current_time()
+        try:
+            await trio.sleep_forever()
+        finally:
+            with trio.CancelScope(shield=True):
+                await trio.sleep(cleanup)
+
+    async with (
+        shared_runtime(shared_store) as submitter,
+        shared_runtime(shared_store, bodies={"w": body}, max_recoveries=0) as worker,
+        serving(worker, concurrency=1),
+    ):
+        await submitter.submit("w", run_id="first")
+        await until_state(submitter, "first", is_running)
+        with Stall(worker):
+            await past_lease()
+        woke = trio.current_time()
+        await submitter.submit("w", run_id="second")
+        await trio.sleep(LEASE / 3 + 20 * POLL)
+        assert "second" in started
+        assert started["second"] - woke <= LEASE / 3 + 20 * POLL
+        await submitter.cancel_run("second")
+
+
+async def test_a_run_whose_stalled_owner_woke_before_anyone_recovered_it_is_still_recovered(
+    shared_store: MemoryStore, autojump_clock: trio.testing.MockClock
+) -> None:
+    """The owner stalls past its lease while no runtime serves; it wakes, its renewal
+    reports the claim lost and its attempt stops, committing nothing. The run's owner is
+    lost all the same: a serving runtime that comes later re-executes it."""
+    entered: list[tuple[str, int]] = []
+    stopped = trio.Event()
+
+    async def in_a(ctx: RunContext) -> object:
+        entered.append(("a", ctx.generation))
+        try:
+            await ctx.boundary({"step": 1})
+            await trio.sleep_forever()
+        finally:
+            stopped.set()
+
+    async def in_b(ctx: RunContext) -> object:
+        entered.append(("b", ctx.generation))
+        return ctx.checkpoint
+
+    async with (
+        shared_runtime(shared_store, bodies={"w": in_a}) as a,
+        shared_runtime(shared_store, bodies={"w": in_b}) as b,
+    ):
+        await a.start(in_a, run_id="r")
+        await trio.testing.wait_all_tasks_blocked()
+        with Stall(a):
+            await past_lease()
+        await reach(stopped, LEASE)
+        assert await a.state("r") == RunState.Running(1)
+        async with serving(b):
+            state = await until_state(b, "r", is_ended, seconds=3 * LEASE)
+        assert state == NATURAL
+        assert (await b.record("r")).result == {"step": 1}
+    assert entered == [("a", 1), ("b", 2)]
+
+
+async def test_the_claim_of_a_live_owner_is_never_taken(
+    shared_store: MemoryStore, autojump_clock: trio.testing.MockClock
+) -> None:
+    """Renewals keep the lease: a run held by a live runtime is never recovered."""
+    entered: list[tuple[str, int]] = []
+
+    def body_in(tag: str) -> Any:
+        async def body(ctx: RunContext) -> object:
+            entered.append((tag, ctx.generation))
+            await trio.sleep(20 * LEASE)
+            return tag
+
+        return body
+
+    async with (
+        shared_runtime(shared_store, bodies={"w": body_in("a")}) as a,
+        shared_runtime(shared_store, bodies={"w": body_in("b")}) as b,
+        serving(b),
+    ):
+        handle = await a.start(body_in("a"), run_id="r", name="w")
+        assert await settle(handle) == NATURAL
+        assert (await b.record("r")).result == "a"
+        assert [e for e in await history(b, "r") if e.kind != EventKind.COMMITTED] == []
+    assert entered == [("a", 1)]
+
+
+async def test_a_recovered_attempt_keeps_the_runs_input_and_step_budget(
+    shared_store: MemoryStore, autojump_clock: trio.testing.MockClock
+) -> None:
+    seen: list[tuple[str, int, Any, int]] = []
+
+    async def in_a(ctx: RunContext) -> object:
+        seen.append(("a", ctx.generation, ctx.input, ctx.steps))
+        await ctx.boundary({"step": 1})
+        await ctx.boundary({"step": 2})
+        await trio.sleep_forever()
+
+    async def in_b(ctx: RunContext) -> object:
+        seen.append(("b", ctx.generation, ctx.input, ctx.steps))
+        await ctx.boundary({"step": 3})
+        await ctx.boundary({"step": 4})  # one more than max_steps allows
+        return "over budget"
+
+    async with (
+        shared_runtime(shared_store, bodies={"w": in_a}) as a,
+        shared_runtime(shared_store, bodies={"w": in_b}) as b,
+    ):
+        await a.start(in_a, run_id="r", input={"doc": 7}, max_steps=3)
+        await trio.testing.wait_all_tasks_blocked()
+        with Stall(a):
+            async with serving(b):
+                await past_lease()
+                state = await until_state(b, "r", is_ended)
+        assert state == RunState.Ended(EndCause.MaxSteps())
+        assert (await b.record("r")).checkpoint == {"step": 3}
+    assert seen == [("a", 1, {"doc": 7}, 0), ("b", 2, {"doc": 7}, 2)]
