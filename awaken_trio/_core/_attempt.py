@@ -68,6 +68,8 @@ class EndRequest:
     source: EndSource
     reason: str | None = None
     disposition: Disposition = "end"
+    # With the "abandon" disposition: the attempt's claim is not its own any more.
+    claim_lost: bool = False
 
     @property
     def detail(self) -> FrozenDict:
@@ -100,9 +102,12 @@ RELEASE = EndRequest(
 ``Queued``, for another runtime to run from its checkpoint."""
 
 
-def lost(why: str) -> EndRequest:
-    """The attempt has lost its run (``why``): it stops and commits nothing."""
-    return EndRequest(Indeterminate(why), "lost", why, disposition="abandon")
+def lost(why: str, *, claim_lost: bool) -> EndRequest:
+    """The attempt has lost its run (``why``): it stops and commits nothing. With
+    ``claim_lost`` its claim is no longer its own to release (it lapsed, or another runtime
+    holds it): the claim is left for recovery; otherwise (the run was ended elsewhere) the
+    attempt releases it once it has stopped, which frees the run's thread."""
+    return EndRequest(Indeterminate(why), "lost", why, disposition="abandon", claim_lost=claim_lost)
 
 
 @final

@@ -232,8 +232,11 @@ class RunContext(metaclass=NoPublicConstructor):
         checkpoint. ``resume`` may answer the ticket early; a run cancelled or stopped
         before it is due is never resumed."""
         a = self._live("sleep_until()")
-        wake_at = check_deadline(when, f"sleep_until() of run {a.run_id!r}")
-        assert wake_at is not None, "a wake-up time is required"
+        what = f"sleep_until() of run {a.run_id!r}"
+        if when is None:
+            raise InvalidArgument(f"{what} needs a wake-up time (wall-clock seconds)")
+        wake_at = check_deadline(when, what)
+        assert wake_at is not None
         await self.await_input(
             "scheduled_action",
             correlation_id=f"{a.run_id}/sleep/{a.generation}",

@@ -292,7 +292,7 @@ class Supervisor:
         check_id(name, "a body's name")
         check_body(body)
         known = self.named.get(name)
-        if known is not None and known is not body:
+        if known is not None and not _same_body(known, body):
             raise InvalidArgument(
                 f"the name {name!r} is registered for another body ({safe_repr(known)});"
                 " register each body under a name of its own"
@@ -316,7 +316,7 @@ class Supervisor:
         attempt stops at once and commits nothing (the store holds the truth)."""
         attempt = self.registry.get(run_id)
         if attempt is not None and not attempt.sealed:
-            attempt.request_end(lost(f"the run was ended elsewhere: {state!r}"))
+            attempt.request_end(lost(f"the run was ended elsewhere: {state!r}", claim_lost=False))
 
     def lose(self, run_id: str, why: str) -> None:
         """This runtime's claim on the root run is lost: its attempt (and every child of
@@ -324,7 +324,7 @@ class Supervisor:
         self.held.pop(run_id, None)
         attempt = self.registry.get(run_id) or self.queued.get(run_id)
         if attempt is not None and not attempt.sealed:
-            attempt.request_end(lost(why))
+            attempt.request_end(lost(why, claim_lost=True))
 
     async def load_commands(self, attempt: Attempt) -> None:
         """Durable stores: commands stored for the run before this attempt began (sent to a
@@ -356,7 +356,7 @@ class Supervisor:
     def name_of(self, body: Body) -> str | None:
         """The name ``body`` is registered under, if any (the first, if several)."""
         for name, known in self.named.items():
-            if known is body:
+            if _same_body(known, body):
                 return name
         return None
 
@@ -717,7 +717,17 @@ class Supervisor:
         if verdict.state is None:
             self._let_go(attempt, None)
             attempt.completion.abandon()
-            await self._drop_claim(attempt)
+            request = attempt.request
+            if request is not None and request.claim_lost:
+                self.held.pop(attempt.run_id, None)  # lapsed or taken: left for recovery
+            else:
+                await self._drop_claim(attempt)
+            return
+        if isinstance(verdict.state, Queued) and not attempt.started:
+            # Released at shutdown while it waited for its thread: the store holds it
+            # Queued already, in its place in the queue.
+            self._let_go(attempt, None)
+            attempt.completion.abandon()
             return
         # Messages the store holds (sent from anywhere) stay there: for the run's next
         # attempt, or for the messages_discarded event of its end.
@@ -759,10 +769,19 @@ class Supervisor:
             commit.fence = attempt.fence
             commit.consumed = attempt.take_consumed()
             commit.release = attempt.parent is None and attempt.started
+        fenced = False
 
         def on_commit(result: CommitResult) -> None:
+            nonlocal fenced
             if isinstance(result, Rejected) and result.reason is RejectReason.FENCED:
                 # The claim is no longer ours: another runtime holds the truth now.
+                fenced = True
+                self._let_go(attempt, None)
+                attempt.completion.abandon()
+                return
+            if isinstance(verdict.state, Queued) and isinstance(result, Accepted):
+                # Released for another runtime at shutdown: not an end; waiters follow
+                # the store to the run's end wherever it happens.
                 self._let_go(attempt, None)
                 attempt.completion.abandon()
                 return
@@ -778,7 +797,9 @@ class Supervisor:
         except Exception as exc:  # an effect of the commit failed: still answer everyone
             self._abandon(attempt, StoreError(f"ending run {attempt.run_id!r} failed: {exc!r}"), ())
             return
-        if self.claims is not None and (isinstance(result, Rejected) or not commit.release):
+        if fenced:
+            self.held.pop(attempt.run_id, None)  # another runtime's claim now: hands off
+        elif self.claims is not None and (isinstance(result, Rejected) or not commit.release):
             await self._drop_claim(attempt)
         elif commit.release:
             self.held.pop(attempt.run_id, None)
@@ -994,3 +1015,14 @@ def scheduled_at(ticket: ResumeTicket) -> float | None:
 async def _cancel_after(wait: Callable[[], Awaitable[object]], scope: trio.CancelScope) -> None:
     await wait()
     scope.cancel()
+
+
+def _same_body(known: Body, body: Body) -> bool:
+    # A bound method is a new object at every attribute access; it compares equal to
+    # another for the same function and instance.
+    if known is body:
+        return True
+    try:
+        return bool(known == body)
+    except Exception:
+        return False

@@ -72,6 +72,8 @@ class _Row:
     epoch: int = 0
     attempt_epoch: int | None = None
     recoveries: int = 0
+    # The order runs were created in: queued runs start oldest first.
+    created: int = 0
     events: list[_Entry] = attrs.field(factory=list)
 
     def record(self, run_id: str) -> RunRecord:
@@ -190,6 +192,7 @@ class MemoryStore:
                 max_steps=new.max_steps,
                 state=state,
                 generation=commit.generation,
+                created=self._seq,
             )
             self._rows[run_id] = row
             if self.shared:
@@ -260,7 +263,10 @@ class MemoryStore:
                 row.attempt_epoch = epoch
             else:
                 row.attempt_epoch = None if fence is None else fence.epoch
-        else:
+        elif commit.fence is not None or commit.release:
+            # The attempt itself ended: its thread is free. An end committed by another
+            # runtime leaves the mark: the attempt may still be running until its owner
+            # releases the claim or the lease lapses.
             row.attempt_epoch = None
         if commit.release:
             self._claims.pop(run_id, None)
@@ -425,7 +431,8 @@ class MemoryStore:
     async def runnable(self, names: Collection[str], now: float, limit: int) -> list[RunRecord]:
         await trio.lowlevel.checkpoint()
         out: list[RunRecord] = []
-        for run_id in self._queued:
+        rows = self._rows
+        for run_id in sorted(self._queued, key=lambda r: rows[r].created):
             if len(out) >= limit:
                 return out
             row = self._rows[run_id]

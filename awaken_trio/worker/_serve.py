@@ -30,7 +30,7 @@ async def serve(
     while True:
         # Take the notifications before looking, so a change in between is not missed.
         local = supervisor.mailbox.changed_event()
-        for run_id in [r for r, attempt in active.items() if attempt.completion.done]:
+        for run_id in [r for r, attempt in active.items() if _over(attempt)]:
             del active[run_id]
         try:
             await _one_pass(supervisor, concurrency, active)
@@ -69,3 +69,10 @@ async def _one_pass(supervisor: Supervisor, concurrency: int, active: dict[str, 
         attempt = await supervisor.admit_stored(record)
         if attempt is not None:
             active[attempt.run_id] = attempt
+
+
+def _over(attempt: Attempt) -> bool:
+    """Whether the attempt no longer counts toward concurrency: it ended, or it lost its
+    claim (it may still be unwinding, but the run is another runtime's to execute)."""
+    request = attempt.request
+    return attempt.completion.done or (request is not None and request.claim_lost)
