@@ -10,7 +10,7 @@ import pytest
 
 from awaken_trio.store import Store
 from awaken_trio.store._sqlite import SQLiteStore
-from awaken_trio.testing import StoreContract
+from awaken_trio.testing import DurableStoreContract, StoreContract
 
 
 class TestSQLiteStore(StoreContract):
@@ -19,3 +19,18 @@ class TestSQLiteStore(StoreContract):
         store = SQLiteStore(tmp_path / "runs.db", synchronous="normal")
         yield store
         await store.aclose()
+
+
+class TestSQLiteStoreDurable(DurableStoreContract):
+    @pytest.fixture
+    async def store(self, tmp_path: Path) -> AsyncIterator[Store]:
+        store = SQLiteStore(tmp_path / "runs.db", synchronous="normal")
+        yield store
+        await store.aclose()
+
+    @pytest.fixture
+    async def peer(self, tmp_path: Path, store: Store) -> AsyncIterator[Store]:
+        await store.open()  # type: ignore[attr-defined]
+        peer = SQLiteStore(tmp_path / "runs.db", synchronous="normal")
+        yield peer
+        await peer.aclose()
