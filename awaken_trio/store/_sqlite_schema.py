@@ -187,8 +187,14 @@ def read_found(conn: sqlite3.Connection) -> Found:
 
 def inspect_read_only(path: Path) -> Found:
     """Read what an existing SQLite file says about itself through a read-only
-    connection, so nothing is written to a file that is then refused."""
-    uri = path.resolve().as_uri() + "?mode=ro"
+    connection, so nothing is written to a file that is then refused.
+
+    Even a read-only connection leaves ``-wal`` and ``-shm`` files next to a database in
+    WAL mode; when there is no write-ahead log or rollback journal (nothing committed that
+    the file itself does not hold), the file is read as immutable, which creates nothing.
+    """
+    journaled = any(Path(f"{path}{suffix}").exists() for suffix in ("-wal", "-journal"))
+    uri = path.resolve().as_uri() + ("?mode=ro" if journaled else "?mode=ro&immutable=1")
     try:
         conn = sqlite3.connect(uri, uri=True, isolation_level=None)
     except sqlite3.Error as exc:
@@ -237,7 +243,16 @@ def migrate(conn: sqlite3.Connection, current: int, migrations: Sequence[Migrati
     """Run ``migrations[current:]`` in order, each followed by its version number, inside
     the caller's transaction (a failure rolls every step back)."""
     for version in range(current, len(migrations)):
-        migrations[version](conn)
+        try:
+            migrations[version](conn)
+        except sqlite3.Error:
+            raise
+        except Exception as exc:
+            raise StoreError(
+                f"migrating the store from schema version {version} to {version + 1} failed:"
+                f" {exc!r}; it was rolled back",
+                outcome_unknown=False,
+            ) from exc
         conn.execute(f"PRAGMA user_version = {version + 1}")
 
 

@@ -102,13 +102,14 @@ class Session:
             result = fn(conn)
         except BaseException as exc:
             self._rollback()
-            if isinstance(exc, sqlite3.Error):
-                raise StoreError(
-                    f"a transaction on the store {str(self.path)!r} failed and was rolled"
-                    f" back: {exc}",
-                    outcome_unknown=False,
-                ) from exc
-            raise
+            if isinstance(exc, StoreError) or not isinstance(exc, Exception):
+                raise
+            # Rolled back: whatever went wrong, nothing of the transaction landed.
+            raise StoreError(
+                f"a transaction on the store {str(self.path)!r} failed and was rolled"
+                f" back: {exc!r}",
+                outcome_unknown=False,
+            ) from exc
         try:
             conn.execute("COMMIT")
         except sqlite3.Error as exc:
@@ -171,7 +172,8 @@ def _prepare(
             current = version_to_migrate(path, read_found(conn), len(migrations))
             migrate(conn, current, migrations)
         except BaseException:
-            conn.execute("ROLLBACK")
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
             raise
         conn.execute("COMMIT")
     except sqlite3.Error as exc:
