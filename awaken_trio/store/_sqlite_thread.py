@@ -130,6 +130,11 @@ class ResourceThread(Generic[R]):
             await trio.lowlevel.checkpoint()
             return
         worker.queue.put(None)
+        if worker.token is not trio.lowlevel.current_trio_token():
+            # Opened in a Trio run that has ended: nobody can be told the thread stopped,
+            # so wait for it from a worker thread.
+            await trio.to_thread.run_sync(thread.join)
+            return
         await worker.stopped.wait()
         # The thread has nothing left to do but return, so this join is immediate.
         thread.join()
