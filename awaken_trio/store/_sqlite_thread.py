@@ -91,6 +91,7 @@ class ResourceThread(Generic[R]):
         self._opener = opener
         self._worker: _Worker[R] | None = None
         self._thread: threading.Thread | None = None
+        self._closing = False
 
     async def start(self) -> None:
         """Start the thread and open the resource on it; raises what opening raised (the
@@ -117,6 +118,8 @@ class ResourceThread(Generic[R]):
         assert worker is not None
         if worker.token is not trio.lowlevel.current_trio_token():
             raise RuntimeError("this store was opened in another Trio run; open one per run")
+        if self._closing:  # a job behind the closing marker would never be run
+            raise trio.ClosedResourceError("the store's thread is closing")
         job: _Job[R, T] = _Job(fn)
         worker.queue.put(job)  # type: ignore[arg-type]
         await job.done.wait()
@@ -129,6 +132,7 @@ class ResourceThread(Generic[R]):
         if worker is None or thread is None:
             await trio.lowlevel.checkpoint()
             return
+        self._closing = True
         worker.queue.put(None)
         if worker.token is not trio.lowlevel.current_trio_token():
             # Opened in a Trio run that has ended: nobody can be told the thread stopped,
