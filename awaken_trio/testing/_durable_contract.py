@@ -208,7 +208,9 @@ class DurableStoreContract(StoreContract):
     * Thread guard: a commit with ``thread_guard`` is refused ``THREAD_BUSY`` while
       another run's attempt on the thread is live (its attempt epoch is its root's current
       claim, with the lease unexpired); a run never blocks itself.
-    * ``recover``: see `DurableStore.recover`, branch by branch.
+    * ``recover``: see `DurableStore.recover`, branch by branch; the runs lost longest ago
+      (earliest lease expiry) are dealt with first, and a run left for a runtime that has
+      its body does not count toward ``limit``.
     * ``runnable``: queued named root runs with no live claim and a free thread, oldest
       first, then due scheduled ones, soonest first, at most ``limit``.
     * Stored commands: ``post_command`` only for a ``Running`` run, ids increasing;
@@ -566,6 +568,20 @@ class DurableStoreContract(StoreContract):
         assert await store.recover("b", NAMES, 11.0, 40.0, 3, 0) == []
         # The live claim is untouched.
         await _accepted(store, _commit("live", Running(1), at=20.0, fence=Fence("live", "a", 1)))
+
+    async def test_recover_deals_with_the_longest_lost_first_and_skips_runs_it_leaves(
+        self, store: DurableStore
+    ) -> None:
+        await _claimed(store, "theirs", "a", 5.0, name="other")  # not this runtime's body
+        await _claimed(store, "late", "a", 8.0)
+        await _claimed(store, "early", "a", 6.0)
+        await _claimed(store, "middle", "a", 7.0)
+        first = await store.recover("b", NAMES, 11.0, 40.0, 3, 2)
+        assert [r.record.run_id for r in first] == ["early", "middle"]
+        second = await store.recover("b", NAMES, 11.0, 40.0, 3, 2)
+        assert [r.record.run_id for r in second] == ["late"]
+        theirs = await store.recover("c", frozenset({"other"}), 11.0, 40.0, 3, 2)
+        assert [r.record.run_id for r in theirs] == ["theirs"]
 
     async def test_recover_discards_the_messages_of_a_run_it_ends_and_keeps_a_recovered_runs(
         self, store: DurableStore
