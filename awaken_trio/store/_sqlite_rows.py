@@ -226,19 +226,6 @@ def end_row(
     write_event(conn, row, row.generation, EventKind.COMMITTED, state_text, dump_json(detail), now)
 
 
-_DESCENDANTS: Final = """
-    WITH RECURSIVE tree (run_id, depth) AS (
-        SELECT run_id, 1 FROM runs WHERE parent_run_id = ?
-        UNION ALL
-        SELECT r.run_id, t.depth + 1 FROM runs r JOIN tree t ON r.parent_run_id = t.run_id
-        WHERE t.depth < 10000
-    )
-    SELECT tree.run_id FROM tree JOIN runs USING (run_id)
-    WHERE runs.kind != 'ended'
-    ORDER BY tree.depth DESC, runs.rowid DESC
-"""
-
-
 def end_descendants(
     conn: sqlite3.Connection,
     ancestor: str,
@@ -247,12 +234,32 @@ def end_descendants(
     detail: Mapping[str, JsonValue],
 ) -> None:
     """End every unended descendant of ``ancestor``, deepest first, so every child's
-    terminal commit comes before its parent's."""
-    for (run_id,) in conn.execute(_DESCENDANTS, (ancestor,)).fetchall():
+    terminal commit comes before its parent's (in the memory store's order: the reverse
+    of a breadth-first walk, children in the order they were created)."""
+    for run_id in reversed(_descendants(conn, ancestor)):
         row = read_row(conn, run_id)
         assert row is not None
         if row.kind != ENDED:
             end_row(conn, row, state, detail, now)
+
+
+def _descendants(conn: sqlite3.Connection, ancestor: str) -> list[str]:
+    out: list[str] = []
+    seen = {ancestor}  # parents are named at creation, so a cycle takes bogus commits
+    frontier = [ancestor]
+    while frontier:
+        level = [
+            run_id
+            for parent in frontier
+            for (run_id,) in conn.execute(
+                "SELECT run_id FROM runs WHERE parent_run_id = ? ORDER BY rowid", (parent,)
+            ).fetchall()
+            if run_id not in seen
+        ]
+        seen.update(level)
+        out.extend(level)
+        frontier = level
+    return out
 
 
 PARENT_ENDED: Final = ended(CANCELLED_CAUSE)
