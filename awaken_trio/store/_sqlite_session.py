@@ -69,6 +69,7 @@ class Session:
     def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``fn`` in one read transaction (one snapshot of the file)."""
         conn = self.conn
+        self._rollback()  # (nothing is ever left open, unless a ROLLBACK itself failed)
         try:
             conn.execute("BEGIN")
             try:
@@ -90,6 +91,7 @@ class Session:
         (the transaction may have reached the disk).
         """
         conn = self.conn
+        self._rollback()
         before = conn.total_changes
         try:
             conn.execute("BEGIN IMMEDIATE")

@@ -18,7 +18,7 @@ import queue
 import threading
 import weakref
 from collections.abc import Callable
-from typing import Generic, Protocol, TypeVar, final
+from typing import Any, Generic, Protocol, TypeVar, final
 
 import attrs
 import outcome
@@ -92,6 +92,7 @@ class ResourceThread(Generic[R]):
         self._worker: _Worker[R] | None = None
         self._thread: threading.Thread | None = None
         self._closing = False
+        self._finalizer: weakref.finalize[Any, Any] | None = None
 
     async def start(self) -> None:
         """Start the thread and open the resource on it; raises what opening raised (the
@@ -104,7 +105,7 @@ class ResourceThread(Generic[R]):
         )
         self._thread.start()
         # A store dropped without aclose() must not keep its thread (and file) forever.
-        weakref.finalize(self, worker.queue.put, None)
+        self._finalizer = weakref.finalize(self, worker.queue.put, None)
         await opened.done.wait()
         assert opened.result is not None
         if isinstance(opened.result, outcome.Error):
@@ -133,6 +134,8 @@ class ResourceThread(Generic[R]):
             await trio.lowlevel.checkpoint()
             return
         self._closing = True
+        if self._finalizer is not None:
+            self._finalizer.detach()
         worker.queue.put(None)
         if worker.token is not trio.lowlevel.current_trio_token():
             # Opened in a Trio run that has ended: nobody can be told the thread stopped,
