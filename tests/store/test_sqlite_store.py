@@ -11,6 +11,7 @@ import gc
 import math
 import sqlite3
 from collections.abc import AsyncIterator, Callable
+from functools import partial
 from pathlib import Path
 from typing import TypeVar
 
@@ -29,6 +30,7 @@ from sqlite_helpers import (
 from awaken_trio import (
     EndCause,
     JsonValue,
+    LiveCommand,
     RunContext,
     RunState,
     StoreError,
@@ -495,3 +497,100 @@ async def test_a_refused_file_fails_the_runtime_with_a_store_error(tmp_path: Pat
             await runtime.start(_body, run_id="r1")
     assert digest(path) == before
     assert any_store_threads() == []
+
+
+async def test_the_runtime_pauses_resumes_and_awaits_input_on_sqlite(tmp_path: Path) -> None:
+    waiting = trio.Event()
+
+    async def pausable(ctx: RunContext) -> JsonValue:
+        if ctx.generation == 1:
+            waiting.set()
+            await ctx.boundary({"phase": "before pause"}, wait=True)
+        answer = (
+            await ctx.await_input("user_input", payload={"q": ["sure?"]})
+            if (ctx.generation == 2)
+            else ctx.resume_value
+        )
+        return {"answer": answer, "checkpoint": ctx.checkpoint}
+
+    path = tmp_path / "runs.db"
+    with trio.fail_after(20):
+        async with open_runtime(f"sqlite:///{path}") as runtime:
+            handle = await runtime.start(pausable, run_id="r1")
+            await waiting.wait()
+            runtime.deliver(LiveCommand.Pause("r1"))
+            paused = await handle.wait()
+            assert isinstance(paused, RunState.Awaiting)
+            assert paused.ticket.reason == "manual_pause"
+            asking = await (await runtime.resume("r1")).wait()
+            assert isinstance(asking, RunState.Awaiting)
+            assert asking.ticket.payload == {"q": ["sure?"]}
+            done = await runtime.resume("r1", {"yes": True})
+            assert await done.wait() == DONE
+            record = await runtime.record("r1")
+    assert record.result == {"answer": {"yes": True}, "checkpoint": {"phase": "before pause"}}
+    assert record.generation == 3
+    async with SQLiteStore(path) as store:
+        states = [e.state for e in await store.events_after(0, "r1") if e.kind == "committed"]
+        assert states[0] == Running(1)
+        assert states[-1] == DONE
+        assert sum(isinstance(s, RunState.Awaiting) for s in states) == 2
+
+
+async def test_the_runtime_ends_children_first_and_follows_events_on_sqlite(
+    tmp_path: Path,
+) -> None:
+    started = trio.Event()
+
+    async def child(ctx: RunContext) -> JsonValue:
+        started.set()
+        await trio.sleep_forever()
+
+    async def parent(ctx: RunContext) -> JsonValue:
+        await ctx.start_child(child, run_id="child")
+        await started.wait()
+        return "parent done"
+
+    path = tmp_path / "runs.db"
+    seen: list[tuple[str, RunState]] = []
+    with trio.fail_after(20):
+        async with open_runtime(f"sqlite:///{path}") as runtime:
+            async with trio.open_nursery() as nursery:
+
+                async def follow() -> None:
+                    seen.extend([(e.run_id, e.state) async for e in runtime.events("parent")])
+
+                handle = await runtime.start(parent, run_id="parent")
+                nursery.start_soon(follow)
+                assert await handle.wait() == DONE
+            assert await runtime.state("child") == Ended(EndCause.Cancelled())
+    assert seen[-1] == ("parent", DONE)
+    async with SQLiteStore(path) as store:
+        everything = await store.events_after(0)
+    terminal = {e.run_id: e.seq for e in everything if e.state.is_ended}
+    assert terminal["child"] < terminal["parent"]
+
+
+async def test_the_runtime_group_commits_on_sqlite(tmp_path: Path) -> None:
+    async def quick(ctx: RunContext) -> JsonValue:
+        await trio.lowlevel.checkpoint()
+        return ctx.run_id
+
+    path = tmp_path / "runs.db"
+    with trio.fail_after(60):
+        async with open_runtime(f"sqlite:///{path}") as runtime:
+            async with trio.open_nursery() as nursery:
+                for i in range(200):
+                    nursery.start_soon(partial(runtime.execute, quick, run_id=f"r{i}"))
+            stats = runtime.statistics().supervisor
+            queued_behind = await runtime.start(quick, run_id="q", thread_id="busy")
+            assert await queued_behind.wait() == DONE
+    assert stats.largest_batch > 1
+    assert stats.batches < stats.commits
+    async with SQLiteStore(path) as store:
+        events = await store.events_after(0, limit=10_000)
+        assert [e.seq for e in events] == list(range(1, len(events) + 1))
+        for i in range(200):
+            record = await store.load(f"r{i}")
+            assert record is not None
+            assert (record.state, record.result) == (DONE, f"r{i}")
