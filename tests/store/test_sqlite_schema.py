@@ -489,3 +489,52 @@ async def test_the_sqlite_backend_is_imported_on_first_use_of_its_scheme() -> No
     )
     assert out.split("\n")[:2] == ["False False", "True SQLiteStore"]
     assert not (ROOT / "never-opened.db").exists()
+
+
+_KILLED_MID_LIFE = """
+import os, sys
+import trio
+from awaken_trio import RunState
+from awaken_trio.store import Commit, Expect, NewRun
+from awaken_trio.store._sqlite import SQLiteStore
+
+async def main():
+    store = SQLiteStore(sys.argv[1])
+    await store.apply([Commit(
+        run_id="survivor", state=RunState.Running(1), generation=1,
+        expect=Expect(new=True), at=1.0, new_run=NewRun("t", None, "job", None),
+    )])
+    os._exit(0)  # as kill -9 would: no close, the log left as it is
+
+trio.run(main)
+"""
+
+
+async def test_a_store_whose_process_died_mid_life_opens_with_its_commits(tmp_path: Path) -> None:
+    path = tmp_path / "runs.db"
+    await run_python(_KILLED_MID_LIFE, str(path))
+    assert sorted(os.listdir(tmp_path)) == ["runs.db", "runs.db-shm", "runs.db-wal"]
+    async with SQLiteStore(path) as store:
+        record = await store.load("survivor")
+        assert record is not None
+        assert record.state == RunState.Running(1)
+
+
+async def test_a_newer_version_still_in_the_write_ahead_log_is_refused(tmp_path: Path) -> None:
+    # Another process migrated the file and still has it open: the new version is in the
+    # log, not yet in the file itself.
+    path = tmp_path / "runs.db"
+    await _write_a_run(path)
+    other = sqlite3.connect(path, isolation_level=None)
+    try:
+        other.execute("PRAGMA wal_autocheckpoint = 0")
+        other.execute(f"PRAGMA user_version = {LATEST + 1}")
+        wal = tmp_path / "runs.db-wal"
+        before = (digest(path), digest(wal))
+        store = SQLiteStore(path)
+        with pytest.raises(StoreError, match="newer version"):
+            await store.open()
+        await store.aclose()
+        assert (digest(path), digest(wal)) == before
+    finally:
+        other.close()
