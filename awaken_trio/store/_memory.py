@@ -493,17 +493,26 @@ class MemoryStore:
         limit: int,
     ) -> list[Recovered]:
         await trio.lowlevel.checkpoint()
-        expired = [run_id for run_id, c in self._claims.items() if c.lease_until < now]
+        # Lost longest ago first; a run left for a runtime that has its body does not count
+        # toward the limit, so runs this runtime cannot take never hide the ones it can.
+        expired = sorted(
+            (c.lease_until, run_id) for run_id, c in self._claims.items() if c.lease_until < now
+        )
         recovered: list[Recovered] = []
-        for run_id in expired[:limit]:
+        dealt = 0
+        for _, run_id in expired:
+            if dealt >= limit:
+                break
             root = self._rows.get(run_id)
             if root is None:
                 del self._claims[run_id]
+                dealt += 1
                 continue
             if type(root.state) is Running and root.name is not None:
                 losses = root.recoveries + 1
                 if losses <= max_recoveries and root.name not in names:
                     continue  # left for a runtime that has the body
+            dealt += 1
             self._version += 1
             self._end_descendants(
                 run_id, now, _owner_lost("owner lost"), _lost_detail("owner lost")

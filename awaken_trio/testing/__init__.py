@@ -20,18 +20,26 @@ the contract against that store::
 
 The class carries the ``trio`` mark, so its tests run under pytest-trio whether or not the
 project sets ``trio_mode``.
+
+`DurableStoreContract` adds the rules of a store several runtimes share (claims, leases and
+epochs, fences, the thread guard, recovery, stored commands, runnable runs, versions): a
+`DurableStore` subclasses it the same way, and may override a ``peer`` fixture that opens the
+same committed truth a second time.
 """
 
 import pytest
 
 # The contract's checks live in a library module, not a test module; register it before it
 # is imported so a failing check reports its values as plain test assertions do.
-pytest.register_assert_rewrite("awaken_trio.testing._store_contract")
+pytest.register_assert_rewrite(
+    "awaken_trio.testing._store_contract", "awaken_trio.testing._durable_contract"
+)
 
 from .._core._util import fixup_module_metadata as _fixup_module_metadata  # noqa: E402
+from ._durable_contract import DurableStoreContract as DurableStoreContract  # noqa: E402
 from ._store_contract import StoreContract as StoreContract  # noqa: E402
 
-__all__ = ["StoreContract"]
+__all__ = ["DurableStoreContract", "StoreContract"]
 
 _fixup_module_metadata(__name__, globals())
 del _fixup_module_metadata

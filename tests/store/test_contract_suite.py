@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from awaken_trio.testing import StoreContract
+from awaken_trio.testing import DurableStoreContract, StoreContract
 
 THIRD_PARTY_TESTS = """
 from collections.abc import AsyncIterator
@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from awaken_trio.store import MemoryStore, Store
-from awaken_trio.testing import StoreContract
+from awaken_trio.testing import DurableStoreContract, StoreContract
 
 
 class TestMyStore(StoreContract):
@@ -27,12 +27,30 @@ class TestMyStore(StoreContract):
 """
 
 
-def _contract_size() -> int:
+THIRD_PARTY_DURABLE_TESTS = """
+from collections.abc import AsyncIterator
+
+import pytest
+
+from awaken_trio.store import MemoryStore
+from awaken_trio.testing import DurableStoreContract
+
+
+class TestMySharedStore(DurableStoreContract):
+    @pytest.fixture
+    async def store(self) -> AsyncIterator[MemoryStore]:
+        s = MemoryStore(inline=False, shared=True)
+        yield s
+        await s.aclose()
+"""
+
+
+def _contract_size(contract: type = StoreContract) -> int:
     """How many tests one subclass runs: each method once per parameter set."""
     size = 0
-    for name in dir(StoreContract):
+    for name in dir(contract):
         if name.startswith("test_"):
-            marks = getattr(getattr(StoreContract, name), "pytestmark", [])
+            marks = getattr(getattr(contract, name), "pytestmark", [])
             size += math.prod(len(m.args[1]) for m in marks if m.name == "parametrize")
     return size
 
@@ -69,3 +87,14 @@ def test_a_subclass_without_a_store_fixture_is_told_to_write_one(
     result = pytester.runpytest()
     result.assert_outcomes(errors=_contract_size())
     result.stdout.fnmatch_lines(["*TestForgotten must override the `store` fixture*"])
+
+
+@pytest.mark.parametrize("trio_mode", [True, False], ids=["trio_mode", "no_trio_mode"])
+def test_a_subclass_runs_the_whole_durable_contract(
+    pytester: pytest.Pytester, trio_mode: bool
+) -> None:
+    _project(pytester, trio_mode, THIRD_PARTY_DURABLE_TESTS)
+    result = pytester.runpytest()
+    durable = _contract_size(DurableStoreContract)
+    assert durable > _contract_size() + 30
+    result.assert_outcomes(passed=durable)

@@ -27,7 +27,7 @@ from awaken_trio.store import (
     NewRun,
     Store,
 )
-from awaken_trio.testing import StoreContract
+from awaken_trio.testing import DurableStoreContract, StoreContract
 from awaken_trio.testing._store_contract import _accepted, _Landed
 
 Running = RunState.Running
@@ -306,3 +306,19 @@ def test_max_ended_runs_must_be_a_positive_int(bad: object) -> None:
     with pytest.raises(InvalidArgument, match="max_ended_runs"):
         MemoryStore(max_ended_runs=bad)  # type: ignore[arg-type]
     assert MemoryStore(max_ended_runs=1).max_ended_runs == 1
+
+
+class TestSharedMemoryStore(DurableStoreContract):
+    @pytest.fixture
+    async def store(self) -> AsyncIterator[Store]:
+        store = MemoryStore(shared=True)
+        yield store
+        await store.aclose()
+
+
+class TestSharedMemoryStoreThroughTheMailbox(DurableStoreContract):
+    @pytest.fixture
+    async def store(self) -> AsyncIterator[Store]:
+        store = MemoryStore(inline=False, shared=True)
+        yield store
+        await store.aclose()

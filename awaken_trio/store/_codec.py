@@ -1,0 +1,255 @@
+"""How committed values are kept as JSON by the stores that keep text (SQLite, PostgreSQL).
+
+The shapes are part of the schema: a change to them is a schema version and a migration.
+
+* a state: ``{"kind": "queued"}``, ``{"kind": "running", "generation": 2}``,
+  ``{"kind": "awaiting", "ticket": {...}}``, ``{"kind": "ended", "cause": {...}}``;
+* a ticket: ``{"correlation_id", "run_id", "thread_id", "reason", "payload", "deadline",
+  "accepts"}``;
+* a cause: ``{"kind": "natural_end" | "max_steps" | "cancelled"}``, ``{"kind": "stopped",
+  "reason"}``, ``{"kind": "failed", "code", "message"}``, ``{"kind": "indeterminate",
+  "reason"}``.
+
+Text is ASCII only (``ensure_ascii``): a NUL or an unpaired surrogate in a reason or a payload
+travels escaped, so every text column survives a database that refuses them (PostgreSQL).
+Everything read back is frozen, through the converters of the committed values or
+`check_json`, so nothing a caller changes reaches the store.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Mapping
+from typing import Any, Final, Literal
+
+from .._core._errors import StoreError
+from .._core._json import JsonValue, check_json
+from .._core._state import (
+    Awaiting,
+    Cancelled,
+    EndCause,
+    Ended,
+    Failed,
+    Indeterminate,
+    MaxSteps,
+    NaturalEnd,
+    Queued,
+    ResumeTicket,
+    Running,
+    RunState,
+    Stopped,
+    ended,
+)
+
+StateKind = Literal["queued", "running", "awaiting", "ended"]
+
+QUEUED: Final = "queued"
+RUNNING: Final = "running"
+AWAITING: Final = "awaiting"
+ENDED: Final = "ended"
+
+_KINDS: Final[dict[type[RunState], StateKind]] = {
+    Queued: "queued",
+    Running: "running",
+    Awaiting: "awaiting",
+    Ended: "ended",
+}
+
+_encode = json.JSONEncoder(
+    ensure_ascii=True, allow_nan=False, separators=(",", ":"), check_circular=False
+).encode
+_decode = json.JSONDecoder().decode
+
+
+class CodecError(StoreError):
+    """A stored value does not have the shape this schema version writes."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, outcome_unknown=False)
+
+
+# ---------------------------------------------------------------------------- payloads
+
+
+def dump_json(value: JsonValue) -> str:
+    """A checked JSON value as compact ASCII text."""
+    return _encode(value)
+
+
+def load_json(text: str, what: str) -> JsonValue:
+    """A stored JSON text as a frozen value."""
+    try:
+        return check_json(_decode(text), what)
+    except (ValueError, TypeError) as exc:  # InvalidPayload is a ValueError
+        raise CodecError(f"{what} in the store is not valid JSON: {exc}") from None
+
+
+def load_raw(text: str, what: str) -> Any:
+    """A stored JSON text, not frozen: for values an attrs converter freezes next."""
+    try:
+        return _decode(text)
+    except ValueError as exc:
+        raise CodecError(f"{what} in the store is not valid JSON: {exc}") from None
+
+
+# ---------------------------------------------------------------------------- states
+
+
+def state_kind(state: RunState) -> StateKind:
+    return _KINDS[type(state)]
+
+
+def kind_of_variant(variant: type[RunState]) -> StateKind | None:
+    """The kind a `RunState` variant is stored as (None for anything else)."""
+    return _KINDS.get(variant)
+
+
+def state_to_json(state: RunState) -> dict[str, JsonValue]:
+    match state:
+        case Running(generation):
+            return {"kind": RUNNING, "generation": generation}
+        case Awaiting(ticket):
+            return {"kind": AWAITING, "ticket": ticket_to_json(ticket)}
+        case Ended(cause):
+            return {"kind": ENDED, "cause": cause_to_json(cause)}
+        case Queued():
+            return {"kind": QUEUED}
+    raise TypeError(f"not a RunState: {state!r}")  # pragma: no cover
+
+
+def cause_to_json(cause: EndCause) -> dict[str, JsonValue]:
+    match cause:
+        case NaturalEnd():
+            return {"kind": "natural_end"}
+        case MaxSteps():
+            return {"kind": "max_steps"}
+        case Cancelled():
+            return {"kind": "cancelled"}
+        case Stopped(reason):
+            return {"kind": "stopped", "reason": reason}
+        case Failed(code, message):
+            return {"kind": "failed", "code": code, "message": message}
+        case Indeterminate(reason):
+            return {"kind": "indeterminate", "reason": reason}
+    raise TypeError(f"not an EndCause: {cause!r}")  # pragma: no cover
+
+
+def ticket_to_json(ticket: ResumeTicket) -> dict[str, JsonValue]:
+    return {
+        "correlation_id": ticket.correlation_id,
+        "run_id": ticket.run_id,
+        "thread_id": ticket.thread_id,
+        "reason": ticket.reason,
+        "payload": ticket.payload,
+        "deadline": ticket.deadline,
+        "accepts": ticket.accepts,
+    }
+
+
+def dump_state(state: RunState) -> str:
+    # The states written most often have no payload: build their text without a dict.
+    if isinstance(state, Running):
+        return f'{{"kind":"running","generation":{state.generation}}}'
+    if isinstance(state, Queued):
+        return '{"kind":"queued"}'
+    return _encode(state_to_json(state))
+
+
+def dump_ticket(ticket: ResumeTicket) -> str:
+    return _encode(ticket_to_json(ticket))
+
+
+def load_state(text: str) -> RunState:
+    """A stored state. States are frozen values, so one decoded state is shared by every
+    row and event that stored the same text (short texts only: a ticket's payload may be
+    large, and the cache must stay small)."""
+    if len(text) <= _CACHED_STATE_TEXT:
+        return _load_state_cached(text)
+    return state_from_json(load_raw(text, "a run state"))
+
+
+_CACHED_STATE_TEXT = 512
+
+
+@functools.lru_cache(maxsize=4096)
+def _load_state_cached(text: str) -> RunState:
+    return state_from_json(load_raw(text, "a run state"))
+
+
+def load_ticket(text: str) -> ResumeTicket:
+    return ticket_from_json(load_raw(text, "a resume ticket"))
+
+
+def state_from_json(data: object) -> RunState:
+    try:
+        kind = _field(data, "kind", str)
+        if kind == RUNNING:
+            return Running(_field(data, "generation", int))
+        if kind == QUEUED:
+            return Queued()
+        if kind == AWAITING:
+            return Awaiting(ticket_from_json(_field(data, "ticket", dict)))
+        if kind == ENDED:
+            return ended(cause_from_json(_field(data, "cause", dict)))
+    except (TypeError, ValueError, KeyError) as exc:
+        raise CodecError(f"a run state in the store is malformed: {exc}") from None
+    raise CodecError(f"a run state in the store has the unknown kind {kind!r}")
+
+
+def cause_from_json(data: object) -> EndCause:
+    kind = _field(data, "kind", str)
+    if kind == "natural_end":
+        return NaturalEnd()
+    if kind == "max_steps":
+        return MaxSteps()
+    if kind == "cancelled":
+        return Cancelled()
+    if kind == "stopped":
+        return Stopped(_field(data, "reason", str))
+    if kind == "failed":
+        return Failed(_field(data, "code", str), _field(data, "message", str))
+    if kind == "indeterminate":
+        return Indeterminate(_field(data, "reason", str))
+    raise ValueError(f"unknown end cause kind {kind!r}")
+
+
+def ticket_from_json(data: object) -> ResumeTicket:
+    try:
+        deadline = _field(data, "deadline", object)
+        if deadline is not None and (
+            isinstance(deadline, bool) or not isinstance(deadline, int | float)
+        ):
+            raise TypeError(f"'deadline' has the wrong type ({type(deadline).__name__})")
+        return ResumeTicket(
+            correlation_id=_field(data, "correlation_id", str),
+            run_id=_field(data, "run_id", str),
+            thread_id=_field(data, "thread_id", str),
+            reason=_field(data, "reason", str),
+            payload=_field(data, "payload", object),
+            deadline=deadline,
+            accepts=_field(data, "accepts", object),
+        )
+    except (TypeError, ValueError, KeyError) as exc:
+        raise CodecError(f"a resume ticket in the store is malformed: {exc}") from None
+
+
+def _field(data: object, key: str, kind: type) -> Any:
+    if not isinstance(data, Mapping):
+        raise TypeError(f"expected a JSON object, found {type(data).__name__}")
+    value = data[key]
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is int):
+        raise TypeError(f"{key!r} has the wrong type ({type(value).__name__})")
+    return value
+
+
+def wake_at(ticket: ResumeTicket) -> float | None:
+    """When a ``scheduled_action`` ticket is due (its ``payload["wake_at"]``), else None."""
+    if ticket.reason != "scheduled_action":
+        return None
+    payload = ticket.payload
+    if isinstance(payload, Mapping):
+        when = payload.get("wake_at")
+        if isinstance(when, int | float) and not isinstance(when, bool):
+            return float(when)
+    return None

@@ -1,0 +1,248 @@
+"""The SQLite store: committed truth in one file that every process on the machine shares.
+
+Imported only when a ``sqlite://`` URL is first used (`awaken_trio.store.open_store`).
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Callable, Collection, Mapping, Sequence
+from functools import partial
+from pathlib import Path
+from types import TracebackType
+from typing import TypeVar, final
+
+import trio
+
+from .._core._errors import InvalidArgument, StoreError
+from .._core._json import JsonValue
+from .._core._state import RunEvent, RunRecord, RunState
+from .._core._storage import CommandKind, Commit, CommitResult, Recovered, Rejected, StoredCommand
+from .._core._util import safe_repr
+from . import _sqlite_claims as claims
+from . import _sqlite_reads as reads
+from . import _sqlite_schema as schema
+from ._sqlite_commit import apply_batch
+from ._sqlite_session import Session, Synchronous
+from ._sqlite_thread import ResourceThread
+
+T = TypeVar("T")
+
+THREAD_NAME_PREFIX = "awaken_trio sqlite"
+"""Every store thread's name starts with this (so a test can see none is left)."""
+
+_SYNCHRONOUS: tuple[Synchronous, ...] = ("full", "normal")
+
+
+@final
+class SQLiteStore:
+    """A `DurableStore` in an SQLite file: claims with leases and epochs, stored commands,
+    and a version another process's commit moves, for runtimes in any process sharing the
+    file.
+
+    ``SQLiteStore(path)`` does no I/O. The store opens on ``await store.open()``, on
+    ``async with store``, or on its first use: one thread of its own opens the one
+    connection (creating the file, its parent directory and the schema, or migrating an
+    older schema forward) and runs every call in order. ``await store.aclose()`` closes the
+    connection and ends the thread.
+
+    The file is in WAL mode with ``synchronous`` ``"full"`` (every commit is on disk when
+    it returns) or ``"normal"`` (faster; a power loss may lose the last commits, never
+    corrupt the file). ``apply`` writes a whole batch in one transaction, so the runtime's
+    group commit costs one disk sync per batch, not per run.
+
+    A file that is not a store this version may open (not SQLite, another application's
+    database, a schema newer than this version knows) or a path that cannot be used raises
+    `StoreError` when the store opens, and the file is left exactly as it was.
+
+    A caller that is cancelled while it waits abandons only its wait: a call already handed
+    to the store's thread is carried out (a write is committed or rolled back whole).
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, synchronous: Synchronous = "full") -> None:
+        if not isinstance(path, str | os.PathLike):
+            raise InvalidArgument(f"an SQLite store's path must be a str or a path, not {path!r}")
+        text = os.fspath(path)
+        if not isinstance(text, str) or not text or "\x00" in text or text == ":memory:":
+            raise InvalidArgument(
+                f"an SQLite store needs the path of a file, not {safe_repr(text)}"
+                " (for a store in memory, use 'memory://')"
+            )
+        if synchronous not in _SYNCHRONOUS:
+            raise InvalidArgument(
+                f"synchronous must be 'full' or 'normal', not {safe_repr(synchronous)}"
+            )
+        # Resolved now: a relative path means the working directory of the code that named
+        # it, even if the working directory changes before the store opens.
+        self._path = Path(os.path.abspath(text))
+        self._synchronous: Synchronous = synchronous
+        self._thread: ResourceThread[Session] | None = None
+        self._opening: trio.Event | None = None
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"SQLiteStore({str(self._path)!r}, synchronous={self._synchronous!r})"
+
+    @property
+    def path(self) -> Path:
+        """The store's file (absolute)."""
+        return self._path
+
+    @property
+    def synchronous(self) -> Synchronous:
+        return self._synchronous
+
+    @property
+    def durable(self) -> bool:
+        return True
+
+    @property
+    def inline(self) -> bool:
+        """Never: every call is I/O on the store's thread, so the runtime sends commits
+        through its mailbox, which hands over every waiting commit as one batch."""
+        return False
+
+    # ------------------------------------------------------------------ lifetime
+
+    async def open(self) -> None:
+        """Open the store if it is not open yet (a checkpoint either way).
+
+        Opening runs to its end even if the caller is cancelled meanwhile (it takes at most
+        the busy timeout, while another process holds the file's lock), so the store is
+        never left half open.
+
+        Raises:
+            StoreError: the file or its path cannot be used, or is not a store this version
+                may open (nothing was written to it); or the store was closed.
+        """
+        await self._opened()
+        await trio.lowlevel.checkpoint()
+
+    async def _opened(self) -> ResourceThread[Session]:
+        while True:
+            if self._closed:
+                raise StoreError(f"the store {str(self._path)!r} is closed", outcome_unknown=False)
+            thread = self._thread
+            if thread is not None:
+                return thread
+            if self._opening is not None:
+                await self._opening.wait()  # another task is opening it: see how that went
+                continue
+            self._opening = opening = trio.Event()
+            thread = ResourceThread(
+                f"{THREAD_NAME_PREFIX} {self._path}",
+                partial(Session.open, self._path, self._synchronous, schema.MIGRATIONS),
+            )
+            try:
+                with trio.CancelScope(shield=True):
+                    await thread.start()
+                # (If aclose() was called meanwhile, it is waiting for this to close it.)
+                self._thread = thread
+            finally:
+                self._opening = None
+                opening.set()
+
+    async def aclose(self) -> None:
+        """Close the connection after the calls already handed over, and end the thread.
+        Closing twice is allowed; using a closed store raises `StoreError`."""
+        self._closed = True
+        while self._opening is not None:
+            await self._opening.wait()
+        thread, self._thread = self._thread, None
+        if thread is None:
+            await trio.lowlevel.checkpoint()
+            return
+        await thread.aclose()
+
+    async def __aenter__(self) -> SQLiteStore:
+        await self.open()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        thread = await self._opened()
+        return await thread.run(lambda session: session.read(fn))
+
+    async def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        thread = await self._opened()
+        return await thread.run(lambda session: session.write(fn))
+
+    # ------------------------------------------------------------------ Store
+
+    async def apply(self, batch: Sequence[Commit]) -> list[CommitResult]:
+        """Apply ``batch`` in one transaction (``BEGIN IMMEDIATE`` ... ``COMMIT``)."""
+        if not batch:
+            await self._opened()
+            await trio.lowlevel.checkpoint()
+            return []
+        commits = list(batch)
+        return await self._write(lambda conn: apply_batch(conn, commits))
+
+    async def load(self, run_id: str) -> RunRecord | None:
+        return await self._read(lambda conn: reads.load(conn, run_id))
+
+    async def events_after(
+        self, seq: int, run_id: str | None = None, limit: int = 1000
+    ) -> list[RunEvent]:
+        return await self._read(lambda conn: reads.events_after(conn, seq, run_id, limit))
+
+    async def runnable(self, names: Collection[str], now: float, limit: int) -> list[RunRecord]:
+        wanted = list(names)
+        return await self._read(lambda conn: reads.runnable(conn, wanted, now, limit))
+
+    # ------------------------------------------------------------------ DurableStore
+
+    async def renew(
+        self, owner: str, held: Mapping[str, int], now: float, lease_until: float
+    ) -> list[str]:
+        held = dict(held)
+        return await self._write(lambda conn: claims.renew(conn, owner, held, now, lease_until))
+
+    async def release(self, owner: str, run_id: str) -> None:
+        await self._write(lambda conn: claims.release(conn, owner, run_id))
+
+    async def recover(
+        self,
+        owner: str,
+        names: Collection[str],
+        now: float,
+        lease_until: float,
+        max_recoveries: int,
+        limit: int,
+    ) -> list[Recovered]:
+        wanted = frozenset(names)
+        return await self._write(
+            lambda conn: claims.recover(
+                conn, owner, wanted, now, lease_until, max_recoveries, limit
+            )
+        )
+
+    async def post_command(
+        self, run_id: str, kind: CommandKind, payload: JsonValue, reason: str | None, at: float
+    ) -> int | Rejected:
+        return await self._write(
+            lambda conn: claims.post_command(conn, run_id, kind, payload, reason, at)
+        )
+
+    async def commands(self, run_ids: Collection[str], after: int = 0) -> list[StoredCommand]:
+        wanted = list(run_ids)
+        return await self._read(lambda conn: reads.commands(conn, wanted, after))
+
+    async def states(self, run_ids: Collection[str]) -> dict[str, RunState]:
+        wanted = list(run_ids)
+        return await self._read(lambda conn: reads.states(conn, wanted))
+
+    async def version(self) -> int:
+        """Moves whenever this store commits a change, and whenever another connection
+        (another store on the file, in this process or another) has committed since the
+        last call: SQLite's ``data_version``."""
+        thread = await self._opened()
+        return await thread.run(Session.poll_version)

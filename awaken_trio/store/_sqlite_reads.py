@@ -1,0 +1,121 @@
+"""Reading the SQLite store: records, events, runnable runs, states and stored commands.
+
+These run on the store's thread, each inside one read transaction (one snapshot). Every
+payload comes back frozen.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Collection
+from typing import Final
+
+from .._core._state import RunEvent, RunRecord, RunState
+from .._core._storage import StoredCommand
+from ._codec import dump_json, load_json, load_raw, load_state
+from ._sqlite_rows import RECORD_COLUMNS, load_record, record_of
+
+_EVENT_COLUMNS: Final = "seq, run_id, thread_id, generation, kind, state, detail, at"
+
+
+def load(conn: sqlite3.Connection, run_id: str) -> RunRecord | None:
+    return load_record(conn, run_id)
+
+
+def events_after(
+    conn: sqlite3.Connection, seq: int, run_id: str | None, limit: int
+) -> list[RunEvent]:
+    if run_id is None:
+        found = conn.execute(
+            f"SELECT {_EVENT_COLUMNS} FROM events WHERE seq > ? ORDER BY seq LIMIT ?",
+            (seq, max(limit, 0)),
+        )
+    else:
+        found = conn.execute(
+            f"SELECT {_EVENT_COLUMNS} FROM events WHERE run_id = ? AND seq > ?"
+            " ORDER BY seq LIMIT ?",
+            (run_id, seq, max(limit, 0)),
+        )
+    return [
+        RunEvent(
+            seq=seq_,
+            run_id=run_id_,
+            thread_id=thread_id,
+            generation=generation,
+            kind=kind,
+            state=load_state(state),
+            detail=load_raw(detail, "an event detail"),
+            at=at,
+        )
+        for seq_, run_id_, thread_id, generation, kind, state, detail, at in found
+    ]
+
+
+# Queued named root runs nobody holds a live claim on, whose thread no other run's live
+# attempt occupies, in the order they were queued.
+_QUEUED: Final = f"""
+    SELECT {RECORD_COLUMNS} FROM runs r
+    WHERE r.queued_order IS NOT NULL
+      AND r.name IN (SELECT value FROM json_each(:names))
+      AND NOT EXISTS (
+          SELECT 1 FROM claims c WHERE c.run_id = r.run_id AND c.lease_until >= :now)
+      AND NOT EXISTS (
+          SELECT 1 FROM runs o JOIN claims c ON c.run_id = o.root_run_id
+          WHERE o.thread_id = r.thread_id AND o.attempt_epoch IS NOT NULL
+            AND o.run_id != r.run_id AND c.epoch = o.attempt_epoch AND c.lease_until >= :now)
+    ORDER BY r.queued_order
+    LIMIT :limit
+"""
+
+# Awaiting named root runs whose scheduled ticket is due, soonest first.
+_DUE: Final = f"""
+    SELECT {RECORD_COLUMNS} FROM tickets t JOIN runs r ON r.run_id = t.run_id
+    WHERE t.wake_at IS NOT NULL AND t.wake_at <= :now
+      AND r.parent_run_id IS NULL
+      AND r.name IN (SELECT value FROM json_each(:names))
+    ORDER BY t.wake_at, t.rowid
+    LIMIT :limit
+"""
+
+
+def runnable(
+    conn: sqlite3.Connection, names: Collection[str], now: float, limit: int
+) -> list[RunRecord]:
+    if limit <= 0 or not names:
+        return []
+    wanted = dump_json(list(names))
+    out = [
+        record_of(found)
+        for found in conn.execute(_QUEUED, {"names": wanted, "now": now, "limit": limit})
+    ]
+    if len(out) < limit:
+        params = {"names": wanted, "now": now, "limit": limit - len(out)}
+        out.extend(record_of(found) for found in conn.execute(_DUE, params))
+    return out
+
+
+def states(conn: sqlite3.Connection, run_ids: Collection[str]) -> dict[str, RunState]:
+    found = conn.execute(
+        "SELECT run_id, state FROM runs WHERE run_id IN (SELECT value FROM json_each(?))",
+        (dump_json(list(run_ids)),),
+    )
+    return {run_id: load_state(state) for run_id, state in found}
+
+
+def commands(conn: sqlite3.Connection, run_ids: Collection[str], after: int) -> list[StoredCommand]:
+    found = conn.execute(
+        "SELECT id, run_id, kind, payload, reason, at FROM inbox"
+        " WHERE id > ? AND run_id IN (SELECT value FROM json_each(?)) ORDER BY id",
+        (after, dump_json(list(run_ids))),
+    )
+    return [
+        StoredCommand(
+            id=command_id,
+            run_id=run_id,
+            kind=kind,
+            payload=load_json(payload, "a stored command's payload"),
+            reason=load_raw(reason, "a stored command's reason"),
+            at=at,
+        )
+        for command_id, run_id, kind, payload, reason, at in found
+    ]

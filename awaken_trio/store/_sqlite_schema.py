@@ -1,0 +1,285 @@
+"""The SQLite store's file: what it must look like before it is opened, its schema, and the
+ordered migrations that bring an older file forward.
+
+The schema version is ``PRAGMA user_version``; ``PRAGMA application_id`` and the
+``awaken_meta`` table say the file is an awaken_trio store. A file is inspected through a
+read-only connection before anything may write to it, so a file that is refused (not
+SQLite, another application's database, a newer schema) keeps its exact bytes.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import stat
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Final
+
+import attrs
+
+from .._core._errors import StoreError
+
+APPLICATION: Final = "awaken_trio"
+APPLICATION_ID: Final = 0x41574B4E  # "AWKN": the header field SQLite reserves for this
+_SQLITE_MAGIC: Final = b"SQLite format 3\x00"
+_HEADER_SIZE: Final = 100
+
+Migration = Callable[[sqlite3.Connection], None]
+"""One step of the schema: it brings a file from version ``i`` to ``i + 1`` (its index in
+`MIGRATIONS` is ``i``), inside the opening transaction; the version is set after it."""
+
+
+def _create_v1(conn: sqlite3.Connection) -> None:
+    """Everything: the application marker, runs, events, tickets, stored commands, claims.
+
+    Payloads and states are JSON text (see ``_codec``). ``kind`` mirrors the state's
+    variant so indexes need not parse JSON; ``queued_order`` is set only while a named root
+    run is queued (the order `runnable` hands runs out in); ``attempt_epoch`` only while an
+    attempt of the run may be live (a thread is busy while it equals the root's claim epoch).
+    """
+    for statement in _V1:
+        conn.execute(statement)
+    conn.execute("INSERT INTO awaken_meta (key, value) VALUES ('application', ?)", (APPLICATION,))
+    conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+
+
+_V1: Final = (
+    "CREATE TABLE awaken_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    """CREATE TABLE runs (
+        run_id TEXT PRIMARY KEY,
+        thread_id TEXT NOT NULL,
+        parent_run_id TEXT,
+        root_run_id TEXT NOT NULL,
+        name TEXT,
+        input TEXT NOT NULL,
+        kind TEXT NOT NULL CHECK (kind IN ('queued', 'running', 'awaiting', 'ended')),
+        state TEXT NOT NULL,
+        generation INTEGER NOT NULL,
+        result TEXT NOT NULL DEFAULT 'null',
+        checkpoint TEXT NOT NULL DEFAULT 'null',
+        steps INTEGER NOT NULL DEFAULT 0,
+        max_steps INTEGER,
+        carried TEXT NOT NULL DEFAULT '[]',
+        carried_pause INTEGER NOT NULL DEFAULT 0,
+        resume_value TEXT NOT NULL DEFAULT 'null',
+        resume_ticket TEXT,
+        epoch INTEGER NOT NULL DEFAULT 0,
+        attempt_epoch INTEGER,
+        recoveries INTEGER NOT NULL DEFAULT 0,
+        queued_order INTEGER
+    )""",
+    "CREATE INDEX runs_queued ON runs (queued_order) WHERE queued_order IS NOT NULL",
+    "CREATE INDEX runs_children ON runs (parent_run_id) WHERE parent_run_id IS NOT NULL",
+    "CREATE INDEX runs_live_on_thread ON runs (thread_id) WHERE attempt_epoch IS NOT NULL",
+    """CREATE TABLE events (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        run_id TEXT NOT NULL,
+        thread_id TEXT NOT NULL,
+        generation INTEGER NOT NULL,
+        kind TEXT NOT NULL,
+        state TEXT NOT NULL,
+        detail TEXT NOT NULL,
+        at REAL NOT NULL
+    )""",
+    "CREATE INDEX events_by_run ON events (run_id, seq)",
+    """CREATE TABLE tickets (
+        run_id TEXT PRIMARY KEY,
+        correlation_id TEXT NOT NULL,
+        wake_at REAL
+    )""",
+    "CREATE INDEX tickets_due ON tickets (wake_at) WHERE wake_at IS NOT NULL",
+    """CREATE TABLE inbox (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        run_id TEXT NOT NULL,
+        kind TEXT NOT NULL CHECK (kind IN ('message', 'pause', 'wake', 'cancel')),
+        payload TEXT NOT NULL,
+        reason TEXT NOT NULL,
+        at REAL NOT NULL
+    )""",
+    "CREATE INDEX inbox_by_run ON inbox (run_id, id)",
+    """CREATE TABLE claims (
+        run_id TEXT PRIMARY KEY,
+        owner TEXT NOT NULL,
+        epoch INTEGER NOT NULL,
+        lease_until REAL NOT NULL
+    )""",
+    "CREATE INDEX claims_by_expiry ON claims (lease_until)",
+)
+
+MIGRATIONS: Sequence[Migration] = (_create_v1,)
+"""The schema's history, oldest first: ``MIGRATIONS[i]`` takes a file from version ``i`` to
+``i + 1``. Append, never edit: a released file may be at any version."""
+
+
+# ---------------------------------------------------------------------------- inspecting
+
+
+@attrs.frozen
+class Found:
+    """What a database says about itself."""
+
+    application_id: int
+    version: int
+    tables: frozenset[str]
+    application: str | None  # the awaken_meta marker, when the table exists
+
+
+def inspect_file(path: Path) -> bool:
+    """Check, without writing, that ``path`` may hold a store; False if it is absent or
+    empty (a store will be created), True if it is an SQLite file to inspect further.
+
+    Raises:
+        StoreError: the path cannot be read, is not a regular file, or is not SQLite.
+    """
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise StoreError(
+            f"cannot open the store {str(path)!r}: {exc.strerror or exc}", outcome_unknown=False
+        ) from None
+    if stat.S_ISDIR(info.st_mode):
+        raise StoreError(
+            f"cannot open the store {str(path)!r}: it is a directory; name a file",
+            outcome_unknown=False,
+        )
+    if not stat.S_ISREG(info.st_mode):
+        raise StoreError(
+            f"cannot open the store {str(path)!r}: it is not a regular file",
+            outcome_unknown=False,
+        )
+    try:
+        with path.open("rb") as file:
+            header = file.read(_HEADER_SIZE)
+    except OSError as exc:
+        raise StoreError(
+            f"cannot read the store {str(path)!r}: {exc.strerror or exc}", outcome_unknown=False
+        ) from None
+    if not header:
+        return False
+    if len(header) < _HEADER_SIZE or not header.startswith(_SQLITE_MAGIC):
+        raise StoreError(
+            f"{str(path)!r} is not an awaken_trio store: it is not an SQLite database"
+            " (it does not start with the SQLite header); it was left unchanged",
+            outcome_unknown=False,
+        )
+    return True
+
+
+def read_found(conn: sqlite3.Connection) -> Found:
+    """What the database ``conn`` is open on says about itself (reads only)."""
+    (application_id,) = conn.execute("PRAGMA application_id").fetchone()
+    (version,) = conn.execute("PRAGMA user_version").fetchone()
+    tables = frozenset(
+        name
+        for (name,) in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+        )
+    )
+    application = None
+    if "awaken_meta" in tables:
+        row = conn.execute("SELECT value FROM awaken_meta WHERE key = 'application'").fetchone()
+        application = None if row is None else str(row[0])
+    return Found(application_id, version, tables, application)
+
+
+def inspect_read_only(path: Path) -> Found:
+    """Read what an existing SQLite file says about itself through a read-only
+    connection, so nothing is written to a file that is then refused.
+
+    Even a read-only connection leaves ``-wal`` and ``-shm`` files next to a database in
+    WAL mode; when there is no write-ahead log or rollback journal (nothing committed that
+    the file itself does not hold), the file is read as immutable, which creates nothing.
+    """
+    journaled = any(Path(f"{path}{suffix}").exists() for suffix in ("-wal", "-journal"))
+    uri = path.resolve().as_uri() + ("?mode=ro" if journaled else "?mode=ro&immutable=1")
+    try:
+        conn = sqlite3.connect(uri, uri=True, isolation_level=None)
+    except sqlite3.Error as exc:
+        raise unusable(path, exc) from None
+    try:
+        return read_found(conn)
+    except sqlite3.Error as exc:
+        raise unusable(path, exc) from None
+    finally:
+        conn.close()
+
+
+def version_to_migrate(path: Path, found: Found, latest: int) -> int:
+    """The version to migrate forward from, or `StoreError` if the file must be left as it
+    is: another application's database, a damaged store, or a newer schema."""
+    if found.application_id == APPLICATION_ID:
+        if found.version > latest:
+            raise StoreError(
+                f"the store {str(path)!r} was written by a newer version of awaken_trio"
+                f" (schema version {found.version}; this version knows up to {latest});"
+                " upgrade awaken_trio to open it. It was left unchanged",
+                outcome_unknown=False,
+            )
+        if found.version >= 1 and found.application != APPLICATION:
+            raise StoreError(
+                f"the store {str(path)!r} is damaged: it is marked as an awaken_trio store"
+                " but has no awaken_meta record; it was left unchanged",
+                outcome_unknown=False,
+            )
+        return found.version
+    if found.application_id == 0 and found.version == 0 and not found.tables:
+        return 0  # an empty SQLite database: the store is created in it
+    owner = (
+        f"application id {found.application_id:#010x}"
+        if found.application_id
+        else f"tables {', '.join(sorted(found.tables)[:5]) or 'none'}"
+    )
+    raise StoreError(
+        f"{str(path)!r} is not an awaken_trio store: it is an SQLite database of another"
+        f" application ({owner}); it was left unchanged",
+        outcome_unknown=False,
+    )
+
+
+def migrate(conn: sqlite3.Connection, current: int, migrations: Sequence[Migration]) -> None:
+    """Run ``migrations[current:]`` in order, each followed by its version number, inside
+    the caller's transaction (a failure rolls every step back)."""
+    for version in range(current, len(migrations)):
+        try:
+            migrations[version](conn)
+        except sqlite3.Error:
+            raise
+        except Exception as exc:
+            raise StoreError(
+                f"migrating the store from schema version {version} to {version + 1} failed:"
+                f" {exc!r}; it was rolled back",
+                outcome_unknown=False,
+            ) from exc
+        conn.execute(f"PRAGMA user_version = {version + 1}")
+
+
+def make_parent(path: Path) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StoreError(
+            f"cannot create the directory {str(path.parent)!r} for the store:"
+            f" {exc.strerror or exc}",
+            outcome_unknown=False,
+        ) from None
+    if not os.access(path.parent, os.W_OK | os.X_OK):
+        # SQLite would fail later, less clearly (it needs the directory for its WAL files).
+        raise StoreError(
+            f"cannot open the store {str(path)!r}: its directory is not writable"
+            " (SQLite keeps its write-ahead log next to the file)",
+            outcome_unknown=False,
+        )
+
+
+def unusable(path: Path, exc: sqlite3.Error) -> StoreError:
+    """The `StoreError` for an SQLite failure while opening ``path``."""
+    if isinstance(exc, sqlite3.DatabaseError) and "not a database" in str(exc):
+        return StoreError(
+            f"{str(path)!r} is not an awaken_trio store: SQLite says it is not a database"
+            " (damaged or not SQLite); it was left unchanged",
+            outcome_unknown=False,
+        )
+    return StoreError(f"cannot open the store {str(path)!r}: {exc}", outcome_unknown=False)

@@ -1,0 +1,182 @@
+"""The SQLite connection as the store's thread holds it: opening (checked, then migrated),
+transactions with the store's error rules, and the version other connections move.
+
+Everything here runs on the store's own thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Literal, TypeVar, final
+
+from .._core._errors import StoreError
+from ._sqlite_schema import (
+    Migration,
+    inspect_file,
+    inspect_read_only,
+    make_parent,
+    migrate,
+    read_found,
+    unusable,
+    version_to_migrate,
+)
+
+T = TypeVar("T")
+
+Synchronous = Literal["full", "normal"]
+
+BUSY_TIMEOUT = 5.0
+"""Seconds a statement waits for another connection's lock before failing: long enough for
+another process's group commit, short enough that a wedged process is reported."""
+
+
+@final
+class Session:
+    """The open connection, its transactions, and the store's version counter."""
+
+    def __init__(self, path: Path, conn: sqlite3.Connection) -> None:
+        self.path = path
+        self.conn = conn
+        self.version = 0
+        (self._data_version,) = conn.execute("PRAGMA data_version").fetchone()
+
+    @classmethod
+    def open(cls, path: Path, synchronous: Synchronous, migrations: Sequence[Migration]) -> Session:
+        """Open the store at ``path``, creating or migrating its schema; `StoreError`, with
+        the file untouched, if it is not a store this version may open."""
+        if inspect_file(path):
+            version_to_migrate(path, inspect_read_only(path), len(migrations))
+        make_parent(path)
+        try:
+            conn = sqlite3.connect(
+                path, timeout=BUSY_TIMEOUT, isolation_level=None, cached_statements=256
+            )
+        except sqlite3.Error as exc:
+            raise unusable(path, exc) from None
+        try:
+            _prepare(conn, path, synchronous, migrations)
+        except BaseException:
+            conn.close()
+            raise
+        return cls(path, conn)
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn`` in one read transaction (one snapshot of the file)."""
+        conn = self.conn
+        self._rollback()  # (nothing is ever left open, unless a ROLLBACK itself failed)
+        try:
+            conn.execute("BEGIN")
+            try:
+                return fn(conn)
+            finally:
+                conn.execute("COMMIT")  # a read transaction: this only ends the snapshot
+        except sqlite3.Error as exc:
+            self._rollback()
+            raise StoreError(
+                f"reading the store {str(self.path)!r} failed: {exc}", outcome_unknown=False
+            ) from exc
+
+    def write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn`` in one write transaction: ``BEGIN IMMEDIATE`` (the write lock first,
+        so no other writer slips in between our reads and writes) ... ``COMMIT``.
+
+        A failure before ``COMMIT`` rolls back and raises `StoreError` with
+        ``outcome_unknown=False``; a failure of ``COMMIT`` itself leaves the outcome unknown
+        (the transaction may have reached the disk).
+        """
+        conn = self.conn
+        self._rollback()
+        before = conn.total_changes
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            raise StoreError(
+                f"the store {str(self.path)!r} could not begin a transaction: {exc}",
+                outcome_unknown=False,
+            ) from exc
+        try:
+            result = fn(conn)
+        except BaseException as exc:
+            self._rollback()
+            if isinstance(exc, StoreError) or not isinstance(exc, Exception):
+                raise
+            # Rolled back: whatever went wrong, nothing of the transaction landed.
+            raise StoreError(
+                f"a transaction on the store {str(self.path)!r} failed and was rolled"
+                f" back: {exc!r}",
+                outcome_unknown=False,
+            ) from exc
+        try:
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            self._rollback()
+            raise StoreError(
+                f"committing to the store {str(self.path)!r} failed: {exc}; whether the"
+                " transaction landed is unknown",
+                outcome_unknown=True,
+            ) from exc
+        if conn.total_changes != before:
+            self.version += 1
+        return result
+
+    def poll_version(self) -> int:
+        """The store's version: moved by our own writes and by every commit another
+        connection made since the last poll (SQLite's ``data_version``)."""
+        try:
+            (data_version,) = self.conn.execute("PRAGMA data_version").fetchone()
+        except sqlite3.Error as exc:
+            raise StoreError(
+                f"reading the store {str(self.path)!r} failed: {exc}", outcome_unknown=False
+            ) from exc
+        if data_version != self._data_version:
+            self._data_version = data_version
+            self.version += 1
+        return self.version
+
+    def _rollback(self) -> None:
+        if self.conn.in_transaction:
+            # A ROLLBACK that fails finds SQLite has rolled back itself (as a failed COMMIT
+            # of an I/O error does): nothing is left open either way.
+            with contextlib.suppress(sqlite3.Error):
+                self.conn.execute("ROLLBACK")
+
+
+def _prepare(
+    conn: sqlite3.Connection, path: Path, synchronous: Synchronous, migrations: Sequence[Migration]
+) -> None:
+    try:
+        (mode,) = conn.execute("PRAGMA journal_mode = WAL").fetchone()
+        if str(mode).lower() != "wal":
+            raise StoreError(
+                f"the store {str(path)!r} cannot use SQLite's write-ahead log (journal mode"
+                f" stays {mode!r}); put it on a local file system",
+                outcome_unknown=False,
+            )
+        conn.execute(f"PRAGMA synchronous = {synchronous.upper()}")
+        try:
+            conn.execute("SELECT json_valid('[]')").fetchone()
+        except sqlite3.OperationalError:
+            raise StoreError(
+                f"this SQLite ({sqlite3.sqlite_version}) has no JSON functions; the store"
+                " needs SQLite 3.38 or one built with JSON1",
+                outcome_unknown=False,
+            ) from None
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            # Again, inside the write lock: another process may have created or migrated
+            # the file since it was inspected.
+            current = version_to_migrate(path, read_found(conn), len(migrations))
+            migrate(conn, current, migrations)
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+    except sqlite3.Error as exc:
+        raise unusable(path, exc) from None

@@ -1,0 +1,177 @@
+"""The JSON shapes text-keeping stores write: states, causes, tickets and payloads, exact and
+stable, ASCII only, frozen when read back, and refused with a StoreError when malformed."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from awaken_trio import EndCause, FrozenDict, FrozenList, ResumeTicket, RunState, StoreError
+from awaken_trio.store._codec import (
+    CodecError,
+    dump_json,
+    dump_state,
+    dump_ticket,
+    kind_of_variant,
+    load_json,
+    load_state,
+    load_ticket,
+    state_from_json,
+    state_kind,
+    state_to_json,
+    wake_at,
+)
+
+TICKET = ResumeTicket(
+    correlation_id="c1",
+    run_id="r1",
+    thread_id="t1",
+    reason="tool_permission",
+    payload={"tool_call": {"id": "x", "arguments": [1, {"a": None}]}},
+    deadline=12.5,
+    accepts={"type": "object", "required": ["decision"]},
+)
+
+STATES = [
+    RunState.Queued(),
+    RunState.Running(1),
+    RunState.Running(7),
+    RunState.Awaiting(TICKET),
+    RunState.Awaiting(ResumeTicket("c2", "r1", "t1", "manual_pause")),
+    RunState.Ended(EndCause.NaturalEnd()),
+    RunState.Ended(EndCause.MaxSteps()),
+    RunState.Ended(EndCause.Cancelled()),
+    RunState.Ended(EndCause.Stopped("runtime shutdown")),
+    RunState.Ended(EndCause.Failed("value_error", "bad \x00 input \ud800")),
+    RunState.Ended(EndCause.Indeterminate("owner lost 2 times")),
+]
+
+
+@pytest.mark.parametrize("state", STATES, ids=repr)
+def test_every_state_survives_its_text(state: RunState) -> None:
+    text = dump_state(state)
+    assert text.isascii()
+    assert "\x00" not in text
+    assert load_state(text) == state
+    assert state_from_json(state_to_json(state)) == state
+    assert kind_of_variant(type(state)) == state_kind(state)
+
+
+@pytest.mark.parametrize(
+    ("state", "text"),
+    [
+        (RunState.Queued(), '{"kind":"queued"}'),
+        (RunState.Running(2), '{"kind":"running","generation":2}'),
+        (RunState.Ended(EndCause.Cancelled()), '{"kind":"ended","cause":{"kind":"cancelled"}}'),
+        (
+            RunState.Ended(EndCause.Stopped("x")),
+            '{"kind":"ended","cause":{"kind":"stopped","reason":"x"}}',
+        ),
+        (
+            RunState.Ended(EndCause.Failed("e", "m")),
+            '{"kind":"ended","cause":{"kind":"failed","code":"e","message":"m"}}',
+        ),
+        (
+            RunState.Awaiting(ResumeTicket("c", "r", "t", "user_input", deadline=None)),
+            '{"kind":"awaiting","ticket":{"correlation_id":"c","run_id":"r","thread_id":"t",'
+            '"reason":"user_input","payload":null,"deadline":null,"accepts":null}}',
+        ),
+    ],
+)
+def test_the_stored_shapes_are_stable(state: RunState, text: str) -> None:
+    # These texts are the schema: files written by this version hold them.
+    assert dump_state(state) == text
+    assert load_state(text) == state
+
+
+def test_a_ticket_keeps_every_field_and_comes_back_frozen() -> None:
+    back = load_ticket(dump_ticket(TICKET))
+    assert back == TICKET
+    assert type(back.payload) is FrozenDict
+    assert type(back.accepts) is FrozenDict
+    awaiting = load_state(dump_state(RunState.Awaiting(TICKET)))
+    assert isinstance(awaiting, RunState.Awaiting)
+    assert type(awaiting.ticket.payload["tool_call"]["arguments"]) is FrozenList
+
+
+def test_a_long_state_is_decoded_without_the_cache() -> None:
+    big = RunState.Awaiting(ResumeTicket("c", "r", "t", "user_input", payload="x" * 10_000))
+    text = dump_state(big)
+    assert len(text) > 10_000
+    assert load_state(text) == big
+    assert load_state(text) is not load_state(text)
+    short = dump_state(RunState.Running(3))
+    assert load_state(short) is load_state(short)
+
+
+def test_payloads_are_ascii_text_and_come_back_frozen() -> None:
+    value = {"é": ["\x00", "\ud800", 1.5, 10**30, True, None], "n": {"m": []}}
+    text = dump_json(value)
+    assert text.isascii()
+    assert "\x00" not in text
+    assert " " not in text  # compact separators
+    back = load_json(text, "a payload")
+    assert back == value
+    assert type(back) is FrozenDict
+    assert type(back["é"]) is FrozenList
+    assert load_json("null", "a payload") is None
+    with pytest.raises(ValueError):
+        dump_json({"x": math.nan})
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "not json",
+        "[]",
+        '{"kind":"paused"}',
+        '{"generation":1}',
+        '{"kind":"running"}',
+        '{"kind":"running","generation":"1"}',
+        '{"kind":"running","generation":true}',
+        '{"kind":"ended"}',
+        '{"kind":"ended","cause":{"kind":"exploded"}}',
+        '{"kind":"ended","cause":{"kind":"stopped"}}',
+        '{"kind":"ended","cause":{"kind":"failed","code":"x","message":3}}',
+        '{"kind":"ended","cause":"cancelled"}',
+        '{"kind":"awaiting","ticket":{"correlation_id":"c"}}',
+        '{"kind":"awaiting","ticket":{"correlation_id":"c","run_id":"r","thread_id":"t",'
+        '"reason":"x","payload":null,"deadline":true,"accepts":null}}',
+        '{"kind":"awaiting","ticket":{"correlation_id":"c","run_id":"r","thread_id":"t",'
+        '"reason":"x","payload":null,"deadline":"soon","accepts":null}}',
+    ],
+)
+def test_a_malformed_state_is_a_store_error(text: str) -> None:
+    with pytest.raises(CodecError) as caught:
+        load_state(text)
+    assert isinstance(caught.value, StoreError)
+    assert caught.value.outcome_unknown is False
+
+
+@pytest.mark.parametrize("text", ["{", '{"a": NaN}', '{"a": Infinity}'])
+def test_malformed_payload_text_is_a_store_error(text: str) -> None:
+    with pytest.raises(CodecError, match="a checkpoint in the store"):
+        load_json(text, "a checkpoint")
+
+
+@pytest.mark.parametrize(
+    ("reason", "payload", "expected"),
+    [
+        ("scheduled_action", {"wake_at": 5}, 5.0),
+        ("scheduled_action", {"wake_at": 5.5}, 5.5),
+        ("scheduled_action", {"wake_at": True}, None),
+        ("scheduled_action", {"wake_at": "soon"}, None),
+        ("scheduled_action", {"when": 5}, None),
+        ("scheduled_action", [5], None),
+        ("user_input", {"wake_at": 5}, None),
+    ],
+)
+def test_wake_at_reads_only_scheduled_tickets(
+    reason: str, payload: object, expected: float | None
+) -> None:
+    assert wake_at(ResumeTicket("c", "r", "t", reason, payload)) == expected
+
+
+def test_only_state_variants_have_a_stored_kind() -> None:
+    assert kind_of_variant(RunState) is None
