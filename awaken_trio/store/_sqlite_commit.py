@@ -290,7 +290,10 @@ def _claim_effects(conn: sqlite3.Connection, row: Row, commit: Commit, kind: str
             row.attempt_epoch = epoch
         else:
             row.attempt_epoch = None if fence is None else fence.epoch
-    else:
+    elif commit.fence is not None or commit.release:
+        # The attempt itself ended: its thread is free. An end committed by another runtime
+        # leaves the mark: the attempt may still be running until its owner releases the
+        # claim or the lease lapses.
         row.attempt_epoch = None
     if commit.release:
         drop_claim(conn, row.run_id)

@@ -52,7 +52,7 @@ def events_after(
 
 
 # Queued named root runs nobody holds a live claim on, whose thread no other run's live
-# attempt occupies, in the order they were queued.
+# attempt occupies, oldest run first (a run released back to the queue keeps its place).
 _QUEUED: Final = f"""
     SELECT {RECORD_COLUMNS} FROM runs r
     WHERE r.queued_order IS NOT NULL
@@ -63,7 +63,7 @@ _QUEUED: Final = f"""
           SELECT 1 FROM runs o JOIN claims c ON c.run_id = o.root_run_id
           WHERE o.thread_id = r.thread_id AND o.attempt_epoch IS NOT NULL
             AND o.run_id != r.run_id AND c.epoch = o.attempt_epoch AND c.lease_until >= :now)
-    ORDER BY r.queued_order
+    ORDER BY r.rowid
     LIMIT :limit
 """
 

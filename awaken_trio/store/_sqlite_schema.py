@@ -35,8 +35,9 @@ def _create_v1(conn: sqlite3.Connection) -> None:
 
     Payloads and states are JSON text (see ``_codec``). ``kind`` mirrors the state's
     variant so indexes need not parse JSON; ``queued_order`` is set only while a named root
-    run is queued (the order `runnable` hands runs out in); ``attempt_epoch`` only while an
-    attempt of the run may be live (a thread is busy while it equals the root's claim epoch).
+    run is queued (`runnable` hands runs out oldest first, by rowid); ``attempt_epoch`` only
+    while an attempt of the run may be live (a thread is busy while it equals the root's claim
+    epoch).
     """
     for statement in _V1:
         conn.execute(statement)
