@@ -740,6 +740,12 @@ async def open_runtime(
     caller_error: BaseException | None = None
     internal_error: BaseException | None = None
     try:
+        # A store named by a URL opens here, so a file that cannot be used is refused by
+        # open_runtime itself (nothing written); inside the try, so a cancel landing just
+        # after it opened still closes it.
+        opener = getattr(store_obj, "open", None) if owned else None
+        if opener is not None:
+            await opener()
         async with trio.open_nursery() as system:
             await system.start(_run_mailbox, mailbox)
             await system.start(supervisor.host_actors, system.cancel_scope)

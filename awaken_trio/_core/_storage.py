@@ -349,7 +349,9 @@ class DurableStore(Store, Protocol):
         max_recoveries: int,
         limit: int,
     ) -> list[Recovered]:
-        """Deal with runs whose claim's lease expired before ``now``, at most ``limit``.
+        """Deal with runs whose claim's lease expired before ``now``, those lost longest ago
+        first, at most ``limit`` of them (a run left for a runtime with its body does not
+        count toward it).
 
         Each in one transaction: the run's unended descendants are ended
         ``Indeterminate("owner lost")``; then a root still ``Running`` that has no name is
