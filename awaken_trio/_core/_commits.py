@@ -27,11 +27,23 @@ OnInterrupt = Callable[[BaseException], None]
 
 @attrs.define(eq=False)
 class _Pending:
+    """A commit handed to the mailbox, and the task waiting for its answer."""
+
     commit: Commit
     on_commit: OnCommit | None
+    task: trio.lowlevel.Task
     result: CommitResult | None = None
     error: BaseException | None = None
-    done: trio.Event = attrs.field(factory=trio.Event)
+
+    def settle(self) -> None:
+        trio.lowlevel.reschedule(self.task)
+
+
+def _cannot_abort(_: object) -> trio.lowlevel.Abort:
+    # A commit handed over lands, and its effects run, even if its caller is cancelled:
+    # the wait for it cannot be interrupted (as a shielded wait, without a cancel scope per
+    # commit).
+    return trio.lowlevel.Abort.FAILED
 
 
 @final
@@ -105,13 +117,13 @@ class CommitMailbox:
             self._note_interrupt(exc)
             for pending in batch:
                 pending.error = _store_error(pending.commit, exc, len(batch))
-                pending.done.set()
+                pending.settle()
             self._publish()
             return
         for pending, result in zip(batch, results, strict=True):
             pending.result = result
             pending.error = self._settle(result, pending.on_commit)
-            pending.done.set()
+            pending.settle()
         self._count(len(batch))
 
     def _settle(self, result: CommitResult, on_commit: OnCommit | None) -> BaseException | None:
@@ -188,11 +200,10 @@ class CommitMailbox:
             raise RuntimeClosed(
                 "the runtime has closed and commits nothing more; open a new runtime"
             )
-        pending = _Pending(commit, on_commit)
+        pending = _Pending(commit, on_commit, trio.lowlevel.current_task())
         self._queue.append(pending)
         self._wakeup.set()
-        with trio.CancelScope(shield=True):
-            await pending.done.wait()
+        await trio.lowlevel.wait_task_rescheduled(_cannot_abort)
         if pending.error is not None:
             raise pending.error
         assert pending.result is not None

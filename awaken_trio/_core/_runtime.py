@@ -295,8 +295,8 @@ class Runtime(metaclass=NoPublicConstructor):
         """
         self._check_command(command)
         supervisor = self._supervisor
-        store = self._store
-        if supervisor.claims is None or not isinstance(store, DurableStore):
+        store = supervisor.durable_store
+        if store is None:
             await trio.lowlevel.checkpoint()
             self.deliver(command)
             return
@@ -792,8 +792,8 @@ async def _start_services(services: trio.Nursery, supervisor: Supervisor, runtim
     scheduler = Scheduler(supervisor.now, runtime._scheduled_resume)
     supervisor.on_scheduled = scheduler.schedule
     await services.start(scheduler.run)
-    store = supervisor.store
-    if supervisor.claims is not None and isinstance(store, DurableStore):
+    store = supervisor.durable_store
+    if store is not None:
         from ..worker._claims import ClaimKeeper
         from ..worker._relay import StoreRelay
 

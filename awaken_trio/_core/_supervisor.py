@@ -137,6 +137,9 @@ class Supervisor:
         self.store = store
         # Set on a durable store: root attempts are claimed and every commit is fenced.
         self.claims = claims
+        self.durable_store: DurableStore | None = (
+            store if claims is not None and isinstance(store, DurableStore) else None
+        )
         # The claims this runtime holds: root run id -> epoch.
         self.held: dict[str, int] = {}
         # Bodies by name (`register`): what lets a run be submitted, served and recovered.
@@ -329,9 +332,9 @@ class Supervisor:
     async def load_commands(self, attempt: Attempt) -> None:
         """Durable stores: commands stored for the run before this attempt began (sent to a
         lost attempt, say) apply to it as they would have."""
-        store = self.store
-        if self.claims is None or not isinstance(store, DurableStore):
-            return
+        store = self.durable_store
+        if store is None or attempt.generation == 1:
+            return  # nothing can be stored for a run before its first attempt runs
         with contextlib.suppress(Exception):  # the relay delivers them later anyway
             for command in await store.commands((attempt.run_id,)):
                 attempt.apply_stored(command.id, command.kind, command.payload, command.reason)
@@ -568,8 +571,8 @@ class Supervisor:
 
     async def _drop_recovered(self, run_id: str, fence: Fence | None) -> None:
         # A claim recovery took for a run that cannot start here goes back at once.
-        store = self.store
-        if fence is None or self.claims is None or not isinstance(store, DurableStore):
+        store = self.durable_store
+        if fence is None or self.claims is None or store is None:
             return
         with trio.CancelScope(shield=True), contextlib.suppress(Exception):
             await store.release(self.claims.owner, run_id)
@@ -812,8 +815,8 @@ class Supervisor:
         self.held.pop(attempt.run_id, None)
         if attempt.fence is None:
             return
-        store = self.store
-        assert isinstance(store, DurableStore)
+        store = self.durable_store
+        assert store is not None
         with trio.CancelScope(shield=True), contextlib.suppress(Exception):
             await store.release(self.claims.owner, attempt.run_id)
 

@@ -92,7 +92,6 @@ class Session:
         """
         conn = self.conn
         self._rollback()
-        before = conn.total_changes
         try:
             conn.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as exc:
@@ -121,13 +120,12 @@ class Session:
                 " transaction landed is unknown",
                 outcome_unknown=True,
             ) from exc
-        if conn.total_changes != before:
-            self.version += 1
         return result
 
     def poll_version(self) -> int:
-        """The store's version: moved by our own writes and by every commit another
-        connection made since the last poll (SQLite's ``data_version``)."""
+        """The store's version: moved by every commit another connection made since the
+        last poll (SQLite's ``data_version``). This runtime's own commits do not move it:
+        it knows of them already, and a runtime alone on its file never has to look."""
         try:
             (data_version,) = self.conn.execute("PRAGMA data_version").fetchone()
         except sqlite3.Error as exc:

@@ -15,7 +15,8 @@ import trio
 
 from .._core._attempt import Attempt
 from .._core._errors import RuntimeClosed
-from .._core._storage import DurableStore, Fence
+from .._core._state import RunRecord
+from .._core._storage import Fence
 from .._core._supervisor import Supervisor
 
 
@@ -48,9 +49,9 @@ async def _one_pass(supervisor: Supervisor, concurrency: int, active: dict[str, 
     if not names:
         await trio.lowlevel.checkpoint()
         return
-    store = supervisor.store
+    store = supervisor.durable_store
     claims = supervisor.claims
-    if claims is not None and isinstance(store, DurableStore):
+    if claims is not None and store is not None:
         now = supervisor.now()
         free = concurrency - len(active)
         for recovered in await store.recover(
@@ -63,12 +64,19 @@ async def _one_pass(supervisor: Supervisor, concurrency: int, active: dict[str, 
     free = concurrency - len(active)
     if free <= 0:
         return
-    for record in await store.runnable(names, supervisor.now(), free):
-        if supervisor.gate.holder(record.thread_id) is not None:
-            continue  # the thread is busy here: its turn comes when it frees
-        attempt = await supervisor.admit_stored(record)
-        if attempt is not None:
-            active[attempt.run_id] = attempt
+    runnable = await supervisor.store.runnable(names, supervisor.now(), free)
+    # Admitted side by side, so their commits share transactions (one fsync for all).
+    async with trio.open_nursery() as nursery:
+        for record in runnable:
+            if supervisor.gate.holder(record.thread_id) is not None:
+                continue  # the thread is busy here: its turn comes when it frees
+            nursery.start_soon(_admit, supervisor, record, active)
+
+
+async def _admit(supervisor: Supervisor, record: RunRecord, active: dict[str, Attempt]) -> None:
+    attempt = await supervisor.admit_stored(record)
+    if attempt is not None:
+        active[attempt.run_id] = attempt
 
 
 def _over(attempt: Attempt) -> bool:
