@@ -66,10 +66,12 @@ async def _one_pass(supervisor: Supervisor, concurrency: int, active: dict[str, 
         return
     runnable = await supervisor.store.runnable(names, supervisor.now(), free)
     # Admitted side by side, so their commits share transactions (one fsync for all).
+    threads: set[str] = set()
     async with trio.open_nursery() as nursery:
         for record in runnable:
-            if supervisor.gate.holder(record.thread_id) is not None:
-                continue  # the thread is busy here: its turn comes when it frees
+            if record.thread_id in threads or supervisor.gate.holder(record.thread_id):
+                continue  # its thread is taken: its turn comes, oldest first, when it frees
+            threads.add(record.thread_id)
             nursery.start_soon(_admit, supervisor, record, active)
 
 
