@@ -1,16 +1,29 @@
 """A tour of awaken_trio: every control path, each ending in one committed state.
 
-Run it with ``python examples/demo.py``. It starts a handful of runs on the memory
-store, then: cancels one live, pauses one and resumes it from its checkpoint, stops one
-for a host reason, cancels a parent with a tree of children, cancels a queued run
-before it ever runs, and prints every run's committed state and event trail.
+Run it with ``python examples/demo.py``. It keeps its runs in a SQLite file, the embedded
+durable store (in a temporary directory, removed at the end), and: cancels one run live,
+pauses one and resumes it from its checkpoint, stops one for a host reason, cancels a
+parent with a tree of children, cancels a queued run before it ever runs, prints a run's
+committed event trail; then shows what durability adds: a run that outlives the runtime
+that started it and continues in another from its checkpoint, a run steered from another
+runtime, and a durable sleep.
 """
 
 from __future__ import annotations
 
+import tempfile
+
 import trio
 
-from awaken_trio import EndCause, LiveCommand, RunContext, RunState, Runtime, open_runtime
+from awaken_trio import (
+    EndCause,
+    LiveCommand,
+    RunContext,
+    RunRecord,
+    RunState,
+    Runtime,
+    open_runtime,
+)
 
 
 async def count_to_ten(ctx: RunContext) -> object:
@@ -113,12 +126,63 @@ async def tour(runtime: Runtime) -> None:
         print(f"   #{event.seq:<3} gen {event.generation} {event.kind:<10} {event.state}")
 
 
+async def durable(url: str) -> None:
+    print("9. a named run outlives its runtime: released at shutdown, resumed elsewhere")
+    async with open_runtime(url, bodies={"count": count_to_ten}) as first:
+        await first.start(count_to_ten, run_id="long-job")
+        await trio.sleep(0.045)  # a few steps are committed
+    record = await _record(url, "long-job")
+    print(f"   after the first runtime closed: {record.state}, checkpoint {record.checkpoint}")
+    async with open_runtime(url, bodies={"count": count_to_ten}) as second:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(second.serve)
+            async for event in second.events("long-job"):  # follows until the end
+                last = event
+            show("   long-job (served by another runtime)", last.state)
+            record = await second.record("long-job")
+            print(f"   generation {record.generation}, result {record.result}")
+
+            print("10. steering a run that another runtime executes")
+            async with open_runtime(url) as elsewhere:
+                handle = await elsewhere.submit("count", run_id="steered")
+                while not isinstance(await elsewhere.state("steered"), RunState.Running):
+                    await trio.sleep(0.01)
+                await elsewhere.send(LiveCommand.Message("steered", "from afar"))
+                await elsewhere.send(LiveCommand.Pause("steered"))
+                show("   steered (paused from afar)", await handle.wait())
+                show("   steered (cancelled from afar)", await elsewhere.cancel_run("steered"))
+
+            print("11. a durable sleep: the attempt ends, the run wakes when it is due")
+            napping = await second.start(nap, run_id="napping")
+            show("   napping (asleep)", await napping.wait())
+            woke = await second.record("napping")
+            while not woke.state.is_ended:
+                await trio.sleep(0.02)
+                woke = await second.record("napping")
+            show("   napping (woke and finished)", woke.state)
+            nursery.cancel_scope.cancel()
+
+
+async def nap(ctx: RunContext) -> object:
+    if ctx.resumed_ticket is None:
+        await ctx.sleep(0.1)  # commits Awaiting(scheduled_action); nothing stays in memory
+    return {"woke_in_generation": ctx.generation}
+
+
+async def _record(url: str, run_id: str) -> RunRecord:
+    async with open_runtime(url) as reader:
+        return await reader.record(run_id)
+
+
 async def main() -> None:
-    async with open_runtime() as runtime:
-        await tour(runtime)
-        survivor = await runtime.start(hang, run_id="survivor")
-    print("8. leaving the runtime stops what is still running")
-    show("   survivor", await survivor.wait())
+    with tempfile.TemporaryDirectory() as directory:
+        url = f"sqlite:///{directory}/demo.db"
+        async with open_runtime(url) as runtime:
+            await tour(runtime)
+            survivor = await runtime.start(hang, run_id="survivor")
+        print("8. leaving the runtime stops what is still running (it has no name to resume by)")
+        show("   survivor", await survivor.wait())
+        await durable(url)
 
 
 if __name__ == "__main__":
