@@ -133,34 +133,36 @@ async def durable(url: str) -> None:
         await trio.sleep(0.045)  # a few steps are committed
     record = await _record(url, "long-job")
     print(f"   after the first runtime closed: {record.state}, checkpoint {record.checkpoint}")
-    async with open_runtime(url, bodies={"count": count_to_ten}) as second:
-        async with trio.open_nursery() as nursery:
-            await nursery.start(second.serve)
-            async for event in second.events("long-job"):  # follows until the end
-                last = event
-            show("   long-job (served by another runtime)", last.state)
-            record = await second.record("long-job")
-            print(f"   generation {record.generation}, result {record.result}")
+    async with (
+        open_runtime(url, bodies={"count": count_to_ten}) as second,
+        trio.open_nursery() as nursery,
+    ):
+        await nursery.start(second.serve)
+        async for event in second.events("long-job"):  # follows until the end
+            last = event
+        show("   long-job (served by another runtime)", last.state)
+        record = await second.record("long-job")
+        print(f"   generation {record.generation}, result {record.result}")
 
-            print("10. steering a run that another runtime executes")
-            async with open_runtime(url) as elsewhere:
-                handle = await elsewhere.submit("count", run_id="steered")
-                while not isinstance(await elsewhere.state("steered"), RunState.Running):
-                    await trio.sleep(0.01)
-                await elsewhere.send(LiveCommand.Message("steered", "from afar"))
-                await elsewhere.send(LiveCommand.Pause("steered"))
-                show("   steered (paused from afar)", await handle.wait())
-                show("   steered (cancelled from afar)", await elsewhere.cancel_run("steered"))
+        print("10. steering a run that another runtime executes")
+        async with open_runtime(url) as elsewhere:
+            handle = await elsewhere.submit("count", run_id="steered")
+            while not isinstance(await elsewhere.state("steered"), RunState.Running):
+                await trio.sleep(0.01)
+            await elsewhere.send(LiveCommand.Message("steered", "from afar"))
+            await elsewhere.send(LiveCommand.Pause("steered"))
+            show("   steered (paused from afar)", await handle.wait())
+            show("   steered (cancelled from afar)", await elsewhere.cancel_run("steered"))
 
-            print("11. a durable sleep: the attempt ends, the run wakes when it is due")
-            napping = await second.start(nap, run_id="napping")
-            show("   napping (asleep)", await napping.wait())
+        print("11. a durable sleep: the attempt ends, the run wakes when it is due")
+        napping = await second.start(nap, run_id="napping")
+        show("   napping (asleep)", await napping.wait())
+        woke = await second.record("napping")
+        while not woke.state.is_ended:
+            await trio.sleep(0.02)
             woke = await second.record("napping")
-            while not woke.state.is_ended:
-                await trio.sleep(0.02)
-                woke = await second.record("napping")
-            show("   napping (woke and finished)", woke.state)
-            nursery.cancel_scope.cancel()
+        show("   napping (woke and finished)", woke.state)
+        nursery.cancel_scope.cancel()
 
 
 async def nap(ctx: RunContext) -> object:
