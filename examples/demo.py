@@ -147,8 +147,9 @@ async def durable(url: str) -> None:
         print("10. steering a run that another runtime executes")
         async with open_runtime(url) as elsewhere:
             handle = await elsewhere.submit("count", run_id="steered")
-            while not isinstance(await elsewhere.state("steered"), RunState.Running):
-                await trio.sleep(0.01)
+            async for event in elsewhere.events("steered"):  # until a runtime runs it
+                if isinstance(event.state, RunState.Running):
+                    break
             await elsewhere.send(LiveCommand.Message("steered", "from afar"))
             await elsewhere.send(LiveCommand.Pause("steered"))
             show("   steered (paused from afar)", await handle.wait())
@@ -157,11 +158,9 @@ async def durable(url: str) -> None:
         print("11. a durable sleep: the attempt ends, the run wakes when it is due")
         napping = await second.start(nap, run_id="napping")
         show("   napping (asleep)", await napping.wait())
-        woke = await second.record("napping")
-        while not woke.state.is_ended:
-            await trio.sleep(0.02)
-            woke = await second.record("napping")
-        show("   napping (woke and finished)", woke.state)
+        async for event in second.events("napping"):  # follows it to its end
+            last = event
+        show("   napping (woke and finished)", last.state)
         nursery.cancel_scope.cancel()
 
 
