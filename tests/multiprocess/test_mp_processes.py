@@ -26,6 +26,7 @@ from mp_harness import (
     TICK,
     Cluster,
     Worker,
+    claims,
     committed,
     control_runtime,
     history,
@@ -41,7 +42,16 @@ from mp_harness import (
     writable_now,
 )
 
-from awaken_trio import EndCause, EventKind, LiveCommand, RunEvent, RunState, Runtime
+from awaken_trio import (
+    EndCause,
+    EventKind,
+    JsonValue,
+    LiveCommand,
+    RunContext,
+    RunEvent,
+    RunState,
+    Runtime,
+)
 
 CONTROL = Path(__file__).resolve().parent / "control_process.py"
 
@@ -528,3 +538,53 @@ async def test_a_killed_agent_is_recovered_from_its_committed_transcript(
     assert end.generation == 2
     recovery_of(events, 2)
     assert EventKind.COMMITTED in {e.kind for e in events}
+
+
+# ---------------------------------------------------------------------------- one per thread
+
+
+async def test_a_lost_run_is_not_recovered_onto_a_thread_another_attempt_holds(
+    control: Runtime, cluster: Cluster, db: Path
+) -> None:
+    """Rule 18 across processes: one active attempt per thread. A run whose owner died
+    leaves its thread free once its lease lapses; a run started there meanwhile (here, in
+    the test process) holds it, and the lost run's recovery must wait for it."""
+    w1 = await cluster.start("w1")
+    await control.submit("probe", run_id="a", thread_id="t")
+    await until_line(w1, "enter", "a", "1")
+    await w1.kill()
+
+    async def lapsed() -> bool:
+        await trio.lowlevel.checkpoint()
+        return claims(db)["a"][2] < time.time()
+
+    await wait_for(lapsed, "the dead owner's lease to lapse", seconds=10 * LEASE)
+    entered = trio.Event()
+
+    async def here(ctx: RunContext) -> JsonValue:
+        entered.set()
+        await trio.sleep_forever()
+
+    b = await control.start(here, run_id="b", thread_id="t")
+    assert await control.state("b") == RunState.Running(1)
+    with trio.fail_after(10):
+        await entered.wait()
+
+    w2 = await cluster.start("w2")
+    # A run on another thread started by w2 shows w2 has made a serving pass, and each
+    # pass deals with lost runs (recovery commits Running(2)) before it takes queued runs.
+    await control.submit("probe", run_id="elsewhere")
+    await until_line(w2, "enter", "elsewhere")
+    recovered_meanwhile = await control.state("a")
+    assert await control.cancel_run("b") == CANCELLED
+    with trio.fail_after(10):
+        assert await b.wait() == CANCELLED
+    await until_line(w2, "enter", "a", "2", seconds=10 * LEASE)
+
+    events = await history(control)
+    (b_end,) = terminal([e for e in events if e.run_id == "b"])
+    a_recovery = recovery_of([e for e in events if e.run_id == "a"], 2)
+    assert recovered_meanwhile == RunState.Running(1), (
+        f"run a was recovered onto thread t while run b held it: {recovered_meanwhile!r}"
+    )
+    assert a_recovery.seq > b_end.seq
