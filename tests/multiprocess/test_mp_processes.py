@@ -146,13 +146,14 @@ async def control_process(url: str, *args: str) -> list[str]:
 async def test_a_worker_killed_mid_run_has_its_run_recovered_from_the_checkpoint(
     control: Runtime, cluster: Cluster
 ) -> None:
-    w1 = await cluster.start("w1")
-    handle = await control.submit("loud_stepper", input={"steps": 12, "delay": 0.05}, run_id="r")
+    await cluster.start_many(["w1", "w2"])
+    handle = await control.submit("loud_stepper", input={"steps": 20, "delay": 0.05}, run_id="r")
+    w1, _ = await until_said(cluster, "enter", "r", "1")
+    (w2,) = [w for w in cluster.workers if w is not w1]
     await until_line(w1, "step", "r", "1", "3")
-    w2 = await cluster.start("w2")
     await w1.kill()
     at_kill = await control.record("r")
-    assert at_kill.generation == 1
+    assert at_kill.state == RunState.Running(1), "killed mid-run"
     checkpoint: Any = at_kill.checkpoint
     done_by_w1 = checkpoint["step"]
     assert done_by_w1 >= 3
@@ -162,10 +163,10 @@ async def test_a_worker_killed_mid_run_has_its_run_recovered_from_the_checkpoint
 
     record = await control.record("r")
     assert record.generation == 2
-    assert record.result == {"steps": 12, "generation": 2}
+    assert record.result == {"steps": 20, "generation": 2}
     # The second attempt started from the checkpoint: it did only the remaining steps.
-    assert record.checkpoint == {"step": 12, "generations": [1, 2]}
-    assert record.steps == 12
+    assert record.checkpoint == {"step": 20, "generations": [1, 2]}
+    assert record.steps == 20
     (enter,) = w2.said("enter", "r", "2")
     assert enter.words[3] == str(done_by_w1), "generation 2 saw the committed checkpoint"
     assert not w1.said("enter", "r", "2")
@@ -187,16 +188,19 @@ async def test_a_worker_killed_mid_run_has_its_run_recovered_from_the_checkpoint
 async def test_a_stalled_owner_is_fenced_and_its_late_commits_are_rejected(
     control: Runtime, cluster: Cluster, db: Path
 ) -> None:
-    w1 = await cluster.start("w1")
+    await cluster.start_many(["w1", "w2"])
     handle = await control.submit("loud_stepper", input={"steps": 40, "delay": 0.05}, run_id="r")
+    w1, _ = await until_said(cluster, "enter", "r", "1")
+    (w2,) = [w for w in cluster.workers if w is not w1]
     await until_line(w1, "step", "r", "1", "2")
-    w2 = await cluster.start("w2")
     await stall(w1, db)
-    stalled_at = time.time()
+    owner_pid, stalled_epoch, lease_until = claims(db)["r"]
+    assert owner_pid == w1.pid
 
     # Past its lease, the run is recovered by the other worker.
     await until_state(control, "r", lambda s: s == RunState.Running(2), seconds=10 * LEASE)
-    assert time.time() - stalled_at >= LEASE * 0.9
+    new_pid, new_epoch, _ = claims(db)["r"]
+    assert (new_pid, new_epoch) == (w2.pid, stalled_epoch + 1)  # w1's claim is superseded
     entered = await until_line(w2, "enter", "r", "2")
     recovered_from = int(entered.words[3])
     await until_line(w2, "step", "r", "2", str(recovered_from + 2))
@@ -220,6 +224,7 @@ async def test_a_stalled_owner_is_fenced_and_its_late_commits_are_rejected(
     end = check_story(events)
     assert end.generation == 2
     recovery = recovery_of(events, 2)
+    assert recovery.at >= lease_until, "recovered only once the stalled owner's lease lapsed"
     # No commit of the fenced attempt after the recovery: its late commits were rejected.
     assert [e for e in after(events, recovery) if e.generation != 2] == []
     committed_by_1 = [
