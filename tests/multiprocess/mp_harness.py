@@ -158,8 +158,9 @@ class Cluster:
         )
         return worker
 
-    async def start_many(self, names: Sequence[str], **flags: float) -> list[Worker]:
-        return [await self.start(name, **flags) for name in names]  # type: ignore[arg-type]
+    async def start_many(self, names: Sequence[str], *, max_recoveries: int = 3) -> list[Worker]:
+        """Start workers one after the other (each ready before the next starts)."""
+        return [await self.start(name, max_recoveries=max_recoveries) for name in names]
 
     @property
     def alive(self) -> list[Worker]:
