@@ -66,6 +66,61 @@ async def reporter(ctx: RunContext) -> JsonValue:
         print(f"cancelled {ctx.run_id} {time.time()!r}", flush=True)
 
 
+def _say(word: str, ctx: RunContext, *more: object) -> None:
+    # One line a test in another process reads: what, which run, which attempt, when.
+    print(word, ctx.run_id, ctx.generation, *more, repr(time.time()), flush=True)
+
+
+async def probe(ctx: RunContext) -> JsonValue:
+    """Parks until it is cancelled, saying so on stdout: ``enter``, then ``observed`` when
+    it sees the cancellation, then (``input = {"linger": seconds}``, shielded) ``exit``
+    when its attempt is done. Each line is ``<word> <run_id> <generation> <time>``."""
+    _say("enter", ctx)
+    try:
+        await trio.sleep_forever()
+    finally:
+        _say("observed", ctx)
+        with trio.CancelScope(shield=True):
+            await trio.sleep((ctx.input or {}).get("linger", 0))
+        _say("exit", ctx)
+
+
+async def loud_stepper(ctx: RunContext) -> JsonValue:
+    """`stepper` that says on stdout when it enters, after each boundary returns (``step
+    <run_id> <generation> <i> <time>``), and how its attempt left (``exit ... <how>``)."""
+    done = dict(ctx.checkpoint or {"step": 0, "generations": []})
+    generations = [*done["generations"], ctx.generation]
+    _say("enter", ctx, done["step"])
+    try:
+        for step in range(done["step"], ctx.input["steps"]):
+            await trio.sleep(ctx.input.get("delay", 0.05))
+            await ctx.boundary({"step": step + 1, "generations": generations})
+            _say("step", ctx, step + 1)
+        how = "returned"
+        return {"steps": ctx.input["steps"], "generation": ctx.generation}
+    except trio.Cancelled:
+        how = "cancelled"
+        raise
+    except BaseException as exc:
+        how = type(exc).__name__
+        raise
+    finally:
+        _say("exit", ctx, how)
+
+
+async def inbox_stepper(ctx: RunContext) -> JsonValue:
+    """`stepper` that keeps every message its boundaries return: in its checkpoint (from
+    the next boundary) and in its result, so none it read is lost."""
+    done = dict(ctx.checkpoint or {"step": 0, "generations": [], "messages": []})
+    generations = [*done["generations"], ctx.generation]
+    seen = list(done["messages"])
+    for step in range(done["step"], ctx.input["steps"]):
+        await trio.sleep(ctx.input.get("delay", 0.05))
+        progress = {"step": step + 1, "generations": generations, "messages": seen}
+        seen.extend(await ctx.boundary(progress))
+    return {"steps": ctx.input["steps"], "generation": ctx.generation, "messages": seen}
+
+
 async def _reply(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> ModelReply:
     # Deterministic from the transcript: one tool call per step, then a final answer.
     results = [m for m in messages if m["role"] == "tool"]
@@ -102,4 +157,7 @@ BODIES: dict[str, Body] = {
     "napper": napper,
     "reporter": reporter,
     "agent": agent,
+    "probe": probe,
+    "loud_stepper": loud_stepper,
+    "inbox_stepper": inbox_stepper,
 }

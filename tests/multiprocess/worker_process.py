@@ -4,12 +4,15 @@ test bodies registered, serves, and prints ``ready`` once it is claiming.
     python worker_process.py <store-url> [--lease S] [--poll S] [--concurrency N]
                              [--max-recoveries N] [--name NAME]
 
-Every line it prints is flushed, so a test reads them as they come.
+Every line it prints is flushed, so a test reads them as they come. It exits by itself
+(releasing its claims) when the process that started it is gone, so a test process that
+dies leaves no worker behind.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -39,7 +42,12 @@ async def main(args: argparse.Namespace) -> None:
             lambda task_status: runtime.serve(concurrency=args.concurrency, task_status=task_status)
         )
         print(f"ready {args.name}", flush=True)
-        await trio.sleep_forever()
+        parent = os.getppid()
+        while True:  # a pipe would do too, but a killed test may leave its pipes open
+            await trio.sleep(0.5)
+            if os.getppid() != parent:
+                nursery.cancel_scope.cancel()
+                return
 
 
 if __name__ == "__main__":
