@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, final
+from typing import TYPE_CHECKING, NoReturn, final
 
 import attrs
 import trio
@@ -329,6 +329,13 @@ class Supervisor:
         if attempt is not None and not attempt.sealed:
             attempt.request_end(lost(why, claim_lost=True))
 
+    def lose_attempt(self, attempt: Attempt, why: str) -> None:
+        """A commit of ``attempt`` was fenced: its whole tree has lost the root's claim."""
+        root = attempt
+        while root.parent is not None:
+            root = root.parent
+        self.lose(root.run_id, why)
+
     async def load_commands(self, attempt: Attempt) -> None:
         """Durable stores: commands stored for the run before this attempt began (sent to a
         lost attempt, say) apply to it as they would have."""
@@ -565,9 +572,33 @@ class Supervisor:
             queue_if_busy=False,
         )
         if isinstance(result, Rejected) or not attempt.started:
-            await self._drop_recovered(record.run_id, fence)
+            if (
+                fence is not None
+                and isinstance(result, Rejected)
+                and result.reason is RejectReason.THREAD_BUSY
+            ):
+                await self._queue_recovered(record, fence)
+            else:
+                await self._drop_recovered(record.run_id, fence)
             return None
         return attempt
+
+    async def _queue_recovered(self, record: RunRecord, fence: Fence) -> None:
+        """A run recovered onto a thread another run's attempt holds: it waits ``Queued``
+        (its claim released) and runs, generation + 1, when the thread frees."""
+        with trio.CancelScope(shield=True), contextlib.suppress(StoreError, RuntimeClosed):
+            await self.mailbox.commit(
+                Commit(
+                    run_id=record.run_id,
+                    state=Queued(),
+                    generation=record.generation,
+                    expect=Expect(generation=record.generation, state=Running),
+                    at=self.now_for_end()[0],
+                    detail=_DETAIL_RECOVERY,
+                    fence=fence,
+                    release=True,
+                )
+            )
 
     async def _drop_recovered(self, run_id: str, fence: Fence | None) -> None:
         # A claim recovery took for a run that cannot start here goes back at once.
@@ -586,7 +617,9 @@ class Supervisor:
             commit.claim = Claim(claims.owner, at + claims.lease)
         else:
             commit.fence = attempt.fence
-        commit.thread_guard = attempt.parent is not None or attempt.fence is None
+        # Every attempt that starts checks its thread, a recovered one included: the
+        # thread may have been taken while the run's owner was gone.
+        commit.thread_guard = True
 
     def _hold(self, attempt: Attempt, epoch: int | None) -> None:
         if epoch is not None and self.claims is not None:
@@ -668,14 +701,7 @@ class Supervisor:
             )
         )
         if isinstance(result, Rejected):
-            assert result.state is not None
-            if isinstance(result.state, Ended):
-                raise RunAlreadyEnded(attempt.run_id, result.state)
-            raise StoreError(
-                f"progress of run {attempt.run_id!r} attempt {attempt.generation} was fenced"
-                f" off: the run moved on to {result.state!r}",
-                outcome_unknown=False,
-            )
+            await self._refused(attempt, result, "progress")
         attempt.checkpoint = progress
 
     async def emit(self, attempt: Attempt, kind: str, detail: FrozenDict) -> None:
@@ -694,14 +720,23 @@ class Supervisor:
             )
         )
         if isinstance(result, Rejected):
-            assert result.state is not None
-            if isinstance(result.state, Ended):
-                raise RunAlreadyEnded(attempt.run_id, result.state)
-            raise StoreError(
-                f"an event of run {attempt.run_id!r} attempt {attempt.generation} was fenced"
-                f" off: the run moved on to {result.state!r}",
-                outcome_unknown=False,
-            )
+            await self._refused(attempt, result, "an event")
+
+    async def _refused(self, attempt: Attempt, result: Rejected, what: str) -> NoReturn:
+        """A commit of a running attempt was refused. Its claim superseded or lapsed: the
+        attempt stops at once (the cancellation reaches the body right here) and commits
+        nothing more. Otherwise the run moved on without it: the caller hears why."""
+        if result.reason is RejectReason.FENCED:
+            self.lose_attempt(attempt, "its claim is no longer current (superseded or lapsed)")
+            await trio.lowlevel.checkpoint()  # raises the cancellation just requested
+        assert result.state is not None
+        if isinstance(result.state, Ended):
+            raise RunAlreadyEnded(attempt.run_id, result.state)
+        raise StoreError(
+            f"{what} of run {attempt.run_id!r} attempt {attempt.generation} was fenced off:"
+            f" the run moved on to {result.state!r}",
+            outcome_unknown=False,
+        )
 
     # ------------------------------------------------------------------ the finish boundary
 
