@@ -32,8 +32,8 @@ import argparse
 import asyncio
 import importlib
 import logging
-import random
 import os
+import random
 import statistics
 import subprocess
 import sys
