@@ -48,8 +48,6 @@ async def run_attempt(host: AttemptHost, attempt: Attempt) -> None:
     cancel_seen = False
     escaped: BaseException | None = None
     try:
-        if attempt.handed_over is not None:
-            await attempt.handed_over.wait()
         if (attempt.gate_waiter is not None or attempt.remote_wait) and await _wait_for_thread(
             attempt
         ):

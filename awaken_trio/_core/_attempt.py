@@ -220,10 +220,6 @@ class Attempt:
     # The generation the store holds while this attempt waits for its thread.
     queued_generation: int | None = None
     gate_waiter: GateWaiter | None = None
-    # Set once the caller that admitted the attempt has its answer. An actor spawned from
-    # the mailbox task waits for it, so a cancel delivered before that caller next yields
-    # still finds the body unstarted.
-    handed_over: trio.Event | None = None
 
     # The token: the cancel scope of the attempt's own nursery (children live inside it).
     # It exists once the actor runs; a request that comes earlier is honoured on entry.

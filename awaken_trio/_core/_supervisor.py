@@ -440,8 +440,15 @@ class Supervisor:
             state = Queued()
         if fence is not None:
             attempt.fence = fence
+        # The actor is spawned by the admitting task, so its body starts only after that
+        # task next yields: a cancel delivered before then is a pre-start cancel. Inline,
+        # that task is the one committing; through the mailbox, it spawns once it has its
+        # answer (its wait cannot be interrupted, and the reservation holds the nursery).
+        inline = True
+        accepted = False
 
         def on_commit(result: CommitResult) -> None:
+            nonlocal accepted
             if isinstance(result, Rejected):
                 self._release_thread(attempt)
                 return
@@ -462,7 +469,9 @@ class Supervisor:
                 self.bodies.pop(run_id, None)
             if parent is not None:
                 parent.add_child(run_id, attempt)
-            nursery.start_soon(run_attempt, self, attempt)
+            accepted = True
+            if inline:
+                nursery.start_soon(run_attempt, self, attempt)
 
         claims = self.claims
         commit = Commit(
@@ -482,7 +491,7 @@ class Supervisor:
         try:
             result = self.mailbox.commit_now(commit, on_commit)
             if result is None:
-                attempt.handed_over = trio.Event()
+                inline = False
                 result = await self.mailbox.commit(commit, on_commit)
             if (
                 isinstance(result, Rejected)
@@ -510,15 +519,16 @@ class Supervisor:
                 # queue for it) so no run of ours starts on it meanwhile.
                 if not self.gate.try_acquire(thread_id, attempt):
                     attempt.gate_waiter = self.gate.enqueue(thread_id, attempt)
+                inline = False
                 result = await self.mailbox.commit(queued, on_commit)
+            if accepted and not inline:
+                nursery.start_soon(run_attempt, self, attempt)
             return result
         except BaseException:
             if not attempt.started and run_id not in self.queued:
                 self._release_thread(attempt)  # nothing was committed: give the thread back
             raise
         finally:
-            if attempt.handed_over is not None:
-                attempt.handed_over.set()
             self._unreserve(parent)
 
     async def admit_stored(
