@@ -53,7 +53,6 @@ from ._state import (
     Queued,
     ResumeTicket,
     Running,
-    RunRecord,
     RunState,
 )
 from ._storage import (
@@ -70,7 +69,6 @@ from ._storage import (
     Rejected,
     RejectReason,
     Store,
-    StoredCommand,
 )
 from ._util import safe_repr
 from ._validate import check_body, check_id, check_max_steps, check_name, new_run_id
@@ -100,9 +98,6 @@ class ClaimSettings:
 _DETAIL_START = freeze_detail({"source": "start"}, "detail")
 _DETAIL_THREAD_FREE = freeze_detail({"source": "thread_free"}, "detail")
 _DETAIL_BOUNDARY = freeze_detail({"source": "boundary"}, "detail")
-_DETAIL_SERVE = freeze_detail({"source": "serve"}, "detail")
-_DETAIL_SCHEDULED = freeze_detail({"source": "scheduled"}, "detail")
-_DETAIL_RECOVERY = freeze_detail({"source": "recovery"}, "detail")
 _RUNNING = tuple(Running(generation) for generation in range(17))  # shared, frozen
 
 
@@ -303,23 +298,6 @@ class Supervisor:
         self.named[name] = body
 
     # ------------------------------------------------------------------ other runtimes
-
-    def active_run_ids(self) -> list[str]:
-        """The runs with an attempt running here (what other runtimes may want to reach)."""
-        return [a.run_id for a in self.registry.all() if not a.sealed]
-
-    def apply_stored(self, command: StoredCommand) -> None:
-        """A command stored for a run whose attempt runs here: apply it (once)."""
-        attempt = self.registry.get(command.run_id)
-        if attempt is not None and not attempt.sealed:
-            attempt.apply_stored(command.id, command.kind, command.payload, command.reason)
-
-    def ended_elsewhere(self, run_id: str, state: RunState) -> None:
-        """Another runtime committed the run's end while its attempt runs here: the
-        attempt stops at once and commits nothing (the store holds the truth)."""
-        attempt = self.registry.get(run_id)
-        if attempt is not None and not attempt.sealed:
-            attempt.request_end(lost(f"the run was ended elsewhere: {state!r}", claim_lost=False))
 
     def lose(self, run_id: str, why: str) -> None:
         """This runtime's claim on the root run is lost: its attempt (and every child of
@@ -530,93 +508,6 @@ class Supervisor:
             raise
         finally:
             self._unreserve(parent)
-
-    async def admit_stored(
-        self, record: RunRecord, *, fence: Fence | None = None
-    ) -> Attempt | None:
-        """Start an attempt of a root run found in the store (serving): queued, due for its
-        scheduled resume, or recovered from a lost owner (``fence``: the claim recovery
-        took for it). None if it is not this runtime's to start after all: no body here,
-        another runtime took it first, or its thread is busy elsewhere."""
-        body = self.body_for(record.run_id, record.name)
-        state = record.state
-        if body is None:
-            await self._drop_recovered(record.run_id, fence)
-            return None
-        ticket = None
-        if fence is not None:
-            expect = Expect(generation=record.generation, state=Running)
-            detail = _DETAIL_RECOVERY
-        elif isinstance(state, Awaiting):
-            ticket = state.ticket
-            expect = Expect(
-                generation=record.generation,
-                state=Awaiting,
-                correlation_id=ticket.correlation_id,
-            )
-            detail = _DETAIL_SCHEDULED
-        else:
-            expect = Expect(generation=record.generation, state=Queued)
-            detail = _DETAIL_SERVE
-        attempt = self.new_attempt(
-            record.run_id,
-            record.thread_id,
-            record.generation + 1,
-            None,
-            body,
-            record.max_steps,
-            record.steps,
-            record.input,
-            record.checkpoint,
-            None,
-            ticket,
-            name=record.name,
-        )
-        result = await self.admit(
-            attempt,
-            expect,
-            None,
-            detail,
-            fence=fence,
-            take_handover=ticket is None and fence is None,
-            queue_if_busy=False,
-        )
-        if isinstance(result, Rejected) or not attempt.started:
-            if (
-                fence is not None
-                and isinstance(result, Rejected)
-                and result.reason is RejectReason.THREAD_BUSY
-            ):
-                await self._queue_recovered(record, fence)
-            else:
-                await self._drop_recovered(record.run_id, fence)
-            return None
-        return attempt
-
-    async def _queue_recovered(self, record: RunRecord, fence: Fence) -> None:
-        """A run recovered onto a thread another run's attempt holds: it waits ``Queued``
-        (its claim released) and runs, generation + 1, when the thread frees."""
-        with trio.CancelScope(shield=True), contextlib.suppress(StoreError, RuntimeClosed):
-            await self.mailbox.commit(
-                Commit(
-                    run_id=record.run_id,
-                    state=Queued(),
-                    generation=record.generation,
-                    expect=Expect(generation=record.generation, state=Running),
-                    at=self.now_for_end()[0],
-                    detail=_DETAIL_RECOVERY,
-                    fence=fence,
-                    release=True,
-                )
-            )
-
-    async def _drop_recovered(self, run_id: str, fence: Fence | None) -> None:
-        # A claim recovery took for a run that cannot start here goes back at once.
-        store = self.durable_store
-        if fence is None or self.claims is None or store is None:
-            return
-        with trio.CancelScope(shield=True), contextlib.suppress(Exception):
-            await store.release(self.claims.owner, run_id)
 
     def _claim_fields(self, commit: Commit, attempt: Attempt, at: float) -> None:
         """Durable stores: a root attempt takes its run's claim (unless it comes with one),

@@ -12,6 +12,7 @@ from typing import final
 import trio
 from trio_util import periodic
 
+from .._core._attempt import lost
 from .._core._state import Ended
 from .._core._storage import DurableStore
 from .._core._supervisor import Supervisor
@@ -40,12 +41,20 @@ class StoreRelay:
             return
         self._version = version
         self._supervisor.store_changed.set()
-        active = self._supervisor.active_run_ids()
+        registry = self._supervisor.registry
+        active = [a.run_id for a in registry.all() if not a.sealed]
         if not active:
             return
         for command in await self._store.commands(active, self._last_command):
             self._last_command = max(self._last_command, command.id)
-            self._supervisor.apply_stored(command)
+            attempt = registry.get(command.run_id)
+            if attempt is not None and not attempt.sealed:
+                attempt.apply_stored(command.id, command.kind, command.payload, command.reason)
         for run_id, state in (await self._store.states(active)).items():
-            if isinstance(state, Ended):
-                self._supervisor.ended_elsewhere(run_id, state)
+            attempt = registry.get(run_id)
+            if isinstance(state, Ended) and attempt is not None and not attempt.sealed:
+                # Ended by another runtime while its attempt runs here: the attempt stops
+                # at once and commits nothing (the store holds the truth); then it lets
+                # its claim go, which frees the run's thread.
+                why = f"the run was ended elsewhere: {state!r}"
+                attempt.request_end(lost(why, claim_lost=False))

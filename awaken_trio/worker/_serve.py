@@ -11,13 +11,20 @@ and at least every ``poll`` seconds (a lease that lapses changes nothing in the 
 
 from __future__ import annotations
 
+import contextlib
+
 import trio
 
 from .._core._attempt import Attempt
-from .._core._errors import RuntimeClosed
-from .._core._state import RunRecord
-from .._core._storage import Fence
-from .._core._supervisor import Supervisor
+from .._core._errors import RuntimeClosed, StoreError
+from .._core._json import freeze_detail
+from .._core._state import Awaiting, Queued, Running, RunRecord
+from .._core._storage import Commit, Expect, Fence, Rejected, RejectReason
+from .._core._supervisor import DETAIL_RECOVERY, Supervisor
+
+_SERVED = freeze_detail({"source": "serve"}, "detail")
+_SCHEDULED = freeze_detail({"source": "scheduled"}, "detail")
+DETAIL_RECOVERY = freeze_detail({"source": "recovery"}, "detail")
 
 
 async def serve(
@@ -58,7 +65,7 @@ async def _one_pass(supervisor: Supervisor, concurrency: int, active: dict[str, 
             claims.owner, names, now, now + claims.lease, claims.max_recoveries, max(free, 0)
         ):
             fence = Fence(recovered.record.run_id, claims.owner, recovered.epoch)
-            attempt = await supervisor.admit_stored(recovered.record, fence=fence)
+            attempt = await admit_stored(supervisor, recovered.record, fence=fence)
             if attempt is not None:
                 active[attempt.run_id] = attempt
     free = concurrency - len(active)
@@ -76,7 +83,7 @@ async def _one_pass(supervisor: Supervisor, concurrency: int, active: dict[str, 
 
 
 async def _admit(supervisor: Supervisor, record: RunRecord, active: dict[str, Attempt]) -> None:
-    attempt = await supervisor.admit_stored(record)
+    attempt = await admit_stored(supervisor, record)
     if attempt is not None:
         active[attempt.run_id] = attempt
 
@@ -86,3 +93,93 @@ def _over(attempt: Attempt) -> bool:
     claim (it may still be unwinding, but the run is another runtime's to execute)."""
     request = attempt.request
     return attempt.completion.done or (request is not None and request.claim_lost)
+
+
+async def admit_stored(
+    supervisor: Supervisor, record: RunRecord, *, fence: Fence | None = None
+) -> Attempt | None:
+    """Start an attempt of a root run found in the store (serving): queued, due for its
+    scheduled resume, or recovered from a lost owner (``fence``: the claim recovery
+    took for it). None if it is not this runtime's to start after all: no body here,
+    another runtime took it first, or its thread is busy elsewhere."""
+    body = supervisor.body_for(record.run_id, record.name)
+    state = record.state
+    if body is None:
+        await _drop_recovered(supervisor, record.run_id, fence)
+        return None
+    ticket = None
+    if fence is not None:
+        expect = Expect(generation=record.generation, state=Running)
+        detail = DETAIL_RECOVERY
+    elif isinstance(state, Awaiting):
+        ticket = state.ticket
+        expect = Expect(
+            generation=record.generation,
+            state=Awaiting,
+            correlation_id=ticket.correlation_id,
+        )
+        detail = _SCHEDULED
+    else:
+        expect = Expect(generation=record.generation, state=Queued)
+        detail = _SERVED
+    attempt = supervisor.new_attempt(
+        record.run_id,
+        record.thread_id,
+        record.generation + 1,
+        None,
+        body,
+        record.max_steps,
+        record.steps,
+        record.input,
+        record.checkpoint,
+        None,
+        ticket,
+        name=record.name,
+    )
+    result = await supervisor.admit(
+        attempt,
+        expect,
+        None,
+        detail,
+        fence=fence,
+        take_handover=ticket is None and fence is None,
+        queue_if_busy=False,
+    )
+    if isinstance(result, Rejected) or not attempt.started:
+        if (
+            fence is not None
+            and isinstance(result, Rejected)
+            and result.reason is RejectReason.THREAD_BUSY
+        ):
+            await _queue_recovered(supervisor, record, fence)
+        else:
+            await _drop_recovered(supervisor, record.run_id, fence)
+        return None
+    return attempt
+
+
+async def _queue_recovered(supervisor: Supervisor, record: RunRecord, fence: Fence) -> None:
+    """A run recovered onto a thread another run's attempt holds: it waits ``Queued``
+    (its claim released) and runs, generation + 1, when the thread frees."""
+    with trio.CancelScope(shield=True), contextlib.suppress(StoreError, RuntimeClosed):
+        await supervisor.mailbox.commit(
+            Commit(
+                run_id=record.run_id,
+                state=Queued(),
+                generation=record.generation,
+                expect=Expect(generation=record.generation, state=Running),
+                at=supervisor.now_for_end()[0],
+                detail=DETAIL_RECOVERY,
+                fence=fence,
+                release=True,
+            )
+        )
+
+
+async def _drop_recovered(supervisor: Supervisor, run_id: str, fence: Fence | None) -> None:
+    # A claim recovery took for a run that cannot start here goes back at once.
+    store = supervisor.durable_store
+    if fence is None or supervisor.claims is None or store is None:
+        return
+    with trio.CancelScope(shield=True), contextlib.suppress(Exception):
+        await store.release(supervisor.claims.owner, run_id)
