@@ -20,11 +20,11 @@ from .._core._errors import RuntimeClosed, StoreError
 from .._core._json import freeze_detail
 from .._core._state import Awaiting, Queued, Running, RunRecord
 from .._core._storage import Commit, Expect, Fence, Rejected, RejectReason
-from .._core._supervisor import DETAIL_RECOVERY, Supervisor
+from .._core._supervisor import Supervisor
 
 _SERVED = freeze_detail({"source": "serve"}, "detail")
 _SCHEDULED = freeze_detail({"source": "scheduled"}, "detail")
-DETAIL_RECOVERY = freeze_detail({"source": "recovery"}, "detail")
+_RECOVERED = freeze_detail({"source": "recovery"}, "detail")
 
 
 async def serve(
@@ -110,7 +110,7 @@ async def admit_stored(
     ticket = None
     if fence is not None:
         expect = Expect(generation=record.generation, state=Running)
-        detail = DETAIL_RECOVERY
+        detail = _RECOVERED
     elif isinstance(state, Awaiting):
         ticket = state.ticket
         expect = Expect(
@@ -169,7 +169,7 @@ async def _queue_recovered(supervisor: Supervisor, record: RunRecord, fence: Fen
                 generation=record.generation,
                 expect=Expect(generation=record.generation, state=Running),
                 at=supervisor.now_for_end()[0],
-                detail=DETAIL_RECOVERY,
+                detail=_RECOVERED,
                 fence=fence,
                 release=True,
             )
