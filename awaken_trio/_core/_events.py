@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Awaitable
-from typing import TYPE_CHECKING, TypeVar, final
+from typing import TYPE_CHECKING, final
 
 import trio
 
-from ._errors import AwakenError, StoreError, UnknownRun
+from ._errors import UnknownRun
 from ._state import Ended, EventKind, RunEvent
-from ._util import NoPublicConstructor, safe_repr
-
-T = TypeVar("T")
+from ._storage import read_store
+from ._util import NoPublicConstructor
 
 if TYPE_CHECKING:
     from ._storage import Store
@@ -64,13 +62,16 @@ class EventStream(metaclass=NoPublicConstructor):
                 raise StopAsyncIteration
             if not self._checked:
                 assert self._run_id is not None
-                if await self._read(self._store.load(self._run_id)) is None:
+                if (
+                    await read_store(self._store.load(self._run_id), f"run {self._run_id!r}")
+                    is None
+                ):
                     raise UnknownRun(self._run_id)
                 self._checked = True
             # Take the notification before reading, so a commit in between is not missed.
             changed = self._mailbox.changed_event()
             stopped = self._mailbox.stopped
-            batch = await self._read(self._store.events_after(self._seq, self._run_id))
+            batch = await read_store(self._store.events_after(self._seq, self._run_id), "events")
             if batch:
                 self._buffer.extend(batch)
                 continue
@@ -78,13 +79,3 @@ class EventStream(metaclass=NoPublicConstructor):
                 self._finished = True
                 raise StopAsyncIteration
             await self._supervisor.changed(changed)
-
-    async def _read(self, call: Awaitable[T]) -> T:
-        try:
-            return await call
-        except (AwakenError, trio.Cancelled):
-            raise
-        except Exception as exc:
-            raise StoreError(
-                f"the store failed to read events: {safe_repr(exc)}", outcome_unknown=False
-            ) from exc

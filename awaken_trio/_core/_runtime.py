@@ -17,13 +17,11 @@ from ._attempt import Attempt, Body, EndRequest
 from ._commands import Cancel, LiveCommand, Message, Pause, Wake
 from ._commits import CommitMailbox, CommitStatistics
 from ._errors import (
-    AwakenError,
     InvalidArgument,
     NotActive,
     NotAwaiting,
     RunAlreadyEnded,
     RunExists,
-    StoreError,
     TicketExpired,
     TicketMismatch,
     UnknownRun,
@@ -54,6 +52,7 @@ from ._storage import (
     NewRun,
     Rejected,
     Store,
+    read_store,
 )
 from ._supervisor import ClaimSettings, Clock, Supervisor, VerifierFactory
 from ._util import NoPublicConstructor, safe_repr
@@ -112,15 +111,9 @@ class Runtime(metaclass=NoPublicConstructor):
             await supervisor.changed(local)
 
     async def _read_events(self, since: int, run_id: str) -> list[RunEvent]:
-        try:
-            return await self._store.events_after(since, run_id)
-        except (AwakenError, trio.Cancelled):
-            raise
-        except Exception as exc:
-            raise StoreError(
-                f"the store failed to read the events of run {run_id!r}: {safe_repr(exc)}",
-                outcome_unknown=False,
-            ) from exc
+        return await read_store(
+            self._store.events_after(since, run_id), f"the events of run {run_id!r}"
+        )
 
     # ------------------------------------------------------------------ starting runs
 
@@ -582,15 +575,7 @@ class Runtime(metaclass=NoPublicConstructor):
         return await self._load(run_id)
 
     async def _load(self, run_id: str) -> RunRecord:
-        try:
-            record = await self._store.load(run_id)
-        except (AwakenError, trio.Cancelled):
-            raise
-        except Exception as exc:
-            raise StoreError(
-                f"the store failed to read run {run_id!r}: {safe_repr(exc)}",
-                outcome_unknown=False,
-            ) from exc
+        record = await read_store(self._store.load(run_id), f"run {run_id!r}")
         if record is None:
             raise UnknownRun(run_id)
         return record

@@ -30,13 +30,18 @@ transaction:
 from __future__ import annotations
 
 import enum
-from collections.abc import Collection, Mapping, Sequence
-from typing import Final, Literal, Protocol, final, runtime_checkable
+from collections.abc import Awaitable, Collection, Mapping, Sequence
+from typing import Final, Literal, Protocol, TypeVar, final, runtime_checkable
 
 import attrs
+import trio
 
+from ._errors import AwakenError, StoreError
 from ._json import EMPTY_DICT, JsonValue
 from ._state import ResumeTicket, RunEvent, RunRecord, RunState
+from ._util import safe_repr
+
+T = TypeVar("T")
 
 
 class _Unset(enum.Enum):
@@ -408,3 +413,16 @@ DURABLE_METHODS = (
     "states",
     "version",
 )
+
+
+async def read_store(call: Awaitable[T], what: str) -> T:
+    """Await a store read; anything but a cancellation or our own error becomes a
+    `StoreError` naming ``what`` was being read (a read changes nothing)."""
+    try:
+        return await call
+    except (AwakenError, trio.Cancelled):
+        raise
+    except Exception as exc:
+        raise StoreError(
+            f"the store failed to read {what}: {safe_repr(exc)}", outcome_unknown=False
+        ) from exc
