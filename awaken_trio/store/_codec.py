@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final, Literal
 
 from .._core._errors import StoreError
-from .._core._json import JsonValue, check_json
+from .._core._json import FrozenDict, JsonValue, check_json
 from .._core._state import (
     Awaiting,
     Cancelled,
@@ -74,7 +74,57 @@ class CodecError(StoreError):
 
 def dump_json(value: JsonValue) -> str:
     """A checked JSON value as compact ASCII text."""
+    # The encoder sets itself up on every call, which costs more than encoding a small
+    # value: the values written most (a number, a text, a flat object of those) are put
+    # together here, exactly as the encoder would.
+    kind = type(value)
+    if kind is str:
+        return _encode(value)  # (the encoder's own shortcut)
+    if kind is int:
+        return int.__repr__(value)
+    if value is None:
+        return "null"
+    if kind is FrozenDict or kind is dict:
+        items = value.items()
+        if len(items) <= _FLAT_MAX:
+            parts = []
+            for key, item in items:
+                text = _SCALARS.get(type(item))
+                if text is None or type(key) is not str:
+                    return _encode(value)
+                parts.append(f"{_encode(key)}:{text(item)}")
+            return "{" + ",".join(parts) + "}"
     return _encode(value)
+
+
+_FLAT_MAX: Final = 8
+_SCALARS: Final[dict[type, Callable[[Any], str]]] = {
+    str: _encode,
+    int: int.__repr__,
+    bool: lambda flag: "true" if flag else "false",
+    type(None): lambda _: "null",
+}
+
+
+_SHARED_MAX: Final = 256
+_shared: dict[int, tuple[object, str]] = {}
+
+
+def dump_shared(value: JsonValue) -> str:
+    """`dump_json` for a value the runtime hands over again and again: an event's detail is
+    most often one of a few module-level constants. A `FrozenDict` cannot change, so its
+    text is kept, by identity (never by equality: ``1 == 1.0 == True``, but their texts
+    differ), in a small table: the object itself is kept with it, so no other object can
+    take its id while the entry lives."""
+    found = _shared.get(id(value))
+    if found is not None and found[0] is value:
+        return found[1]
+    text = _encode(value)
+    if type(value) is FrozenDict:
+        if len(_shared) >= _SHARED_MAX:
+            _shared.clear()  # many one-off values: start over rather than track their age
+        _shared[id(value)] = (value, text)
+    return text
 
 
 def load_json(text: str, what: str) -> JsonValue:
@@ -153,6 +203,16 @@ def dump_state(state: RunState) -> str:
         return f'{{"kind":"running","generation":{state.generation}}}'
     if isinstance(state, Queued):
         return '{"kind":"queued"}'
+    if isinstance(state, Ended):
+        return _dump_ended(state)
+    return _encode(state_to_json(state))
+
+
+@functools.lru_cache(maxsize=1024)
+def _dump_ended(state: Ended) -> str:
+    # Kept by equality, which is safe here as it would not be for a payload: an end cause
+    # holds only strings (its fields are checked to be exactly `str`), and equal strings
+    # have equal texts.
     return _encode(state_to_json(state))
 
 

@@ -26,6 +26,7 @@ from . import _sqlite_schema as schema
 from ._sqlite_commit import apply_batch
 from ._sqlite_session import Session, Synchronous
 from ._sqlite_thread import ResourceThread
+from ._sqlite_tx import Transaction
 
 T = TypeVar("T")
 
@@ -171,7 +172,7 @@ class SQLiteStore:
         thread = await self._opened()
         return await thread.run(lambda session: session.read(fn))
 
-    async def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+    async def _write(self, fn: Callable[[Transaction], T]) -> T:
         thread = await self._opened()
         return await thread.run(lambda session: session.write(fn))
 
@@ -184,7 +185,7 @@ class SQLiteStore:
             await trio.lowlevel.checkpoint()
             return []
         commits = list(batch)
-        return await self._write(lambda conn: apply_batch(conn, commits))
+        return await self._write(lambda tx: apply_batch(tx, commits))
 
     async def load(self, run_id: str) -> RunRecord | None:
         return await self._read(lambda conn: reads.load(conn, run_id))
@@ -204,10 +205,10 @@ class SQLiteStore:
         self, owner: str, held: Mapping[str, int], now: float, lease_until: float
     ) -> list[str]:
         held = dict(held)
-        return await self._write(lambda conn: claims.renew(conn, owner, held, now, lease_until))
+        return await self._write(lambda tx: claims.renew(tx, owner, held, now, lease_until))
 
     async def release(self, owner: str, run_id: str) -> None:
-        await self._write(lambda conn: claims.release(conn, owner, run_id))
+        await self._write(lambda tx: claims.release(tx, owner, run_id))
 
     async def recover(
         self,
@@ -220,16 +221,14 @@ class SQLiteStore:
     ) -> list[Recovered]:
         wanted = frozenset(names)
         return await self._write(
-            lambda conn: claims.recover(
-                conn, owner, wanted, now, lease_until, max_recoveries, limit
-            )
+            lambda tx: claims.recover(tx, owner, wanted, now, lease_until, max_recoveries, limit)
         )
 
     async def post_command(
         self, run_id: str, kind: CommandKind, payload: JsonValue, reason: str | None, at: float
     ) -> int | Rejected:
         return await self._write(
-            lambda conn: claims.post_command(conn, run_id, kind, payload, reason, at)
+            lambda tx: claims.post_command(tx, run_id, kind, payload, reason, at)
         )
 
     async def commands(self, run_ids: Collection[str], after: int = 0) -> list[StoredCommand]:

@@ -2,14 +2,16 @@
 inside the one transaction the batch is (see ``awaken_trio._core._storage``).
 
 Each commit is checked against every fence before it writes anything, so a rejected commit
-needs no savepoint: it changes nothing, and the commits after it in the batch go on.
+needs no savepoint: it changes nothing, and the commits after it in the batch go on. The
+checks read the transaction's view of the file (``_sqlite_tx``): the store's cache, read
+ahead for the whole batch, and what the commits before it did; their writes are queued and
+reach SQLite together at the end of the batch.
 """
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Sequence
-from typing import Any, Final
+from typing import Any
 
 from .._core._json import JsonValue
 from .._core._state import Awaiting, EventKind, ResumeTicket
@@ -28,6 +30,7 @@ from ._codec import (
     QUEUED,
     RUNNING,
     dump_json,
+    dump_shared,
     dump_state,
     dump_ticket,
     kind_of_variant,
@@ -35,86 +38,48 @@ from ._codec import (
     load_raw,
     load_ticket,
     state_kind,
-    wake_at,
 )
-from ._sqlite_rows import (
-    NO_MESSAGES,
-    NULL,
-    PARENT_ENDED,
-    Row,
-    claim_of,
-    discarded_detail,
-    drop_claim,
-    drop_commands,
-    end_descendants,
-    fence_holds,
-    parent_detail,
-    put_claim,
-    read_row,
-    thread_busy,
-    write_event,
-)
+from ._sqlite_ending import end_descendants
+from ._sqlite_rows import NO_MESSAGES, NULL, PARENT_ENDED, Row, discarded_detail, parent_detail
+from ._sqlite_tx import Transaction
 
 _NO_MESSAGES: tuple[JsonValue, ...] = ()
 
-# The order a named root run was queued in: `runnable` hands queued runs out oldest first.
-_NEXT_QUEUED: Final = (
-    "(SELECT COALESCE(MAX(queued_order), 0) + 1 FROM runs WHERE queued_order IS NOT NULL)"
-)
 
-_INSERT_RUN: Final = (
-    "INSERT INTO runs (run_id, thread_id, parent_run_id, root_run_id, name, input, kind, state,"
-    " generation, result, max_steps, carried, carried_pause, resume_value, resume_ticket,"
-    " epoch, attempt_epoch, queued_order)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,"
-    f" CASE WHEN ? THEN {_NEXT_QUEUED} END)"
-)
-
-_UPDATE_RUN: Final = (
-    "UPDATE runs SET kind = ?, state = ?, generation = ?,"
-    " checkpoint = CASE WHEN ? THEN ? ELSE checkpoint END,"
-    " steps = COALESCE(?, steps),"
-    " result = CASE WHEN ? THEN ? ELSE result END,"
-    " carried = ?, carried_pause = ?, resume_value = ?, resume_ticket = ?,"
-    " epoch = ?, attempt_epoch = ?,"
-    f" queued_order = CASE WHEN ? THEN {_NEXT_QUEUED} END"
-    " WHERE run_id = ?"
-)
+def apply_batch(tx: Transaction, batch: Sequence[Commit]) -> list[CommitResult]:
+    """Apply ``batch`` in order inside ``tx``; one result per commit."""
+    tx.prefetch(batch)
+    return [_apply_one(tx, commit) for commit in batch]
 
 
-def apply_batch(conn: sqlite3.Connection, batch: Sequence[Commit]) -> list[CommitResult]:
-    """Apply ``batch`` in order inside the caller's transaction; one result per commit."""
-    return [_apply_one(conn, commit) for commit in batch]
-
-
-def _apply_one(conn: sqlite3.Connection, commit: Commit) -> CommitResult:
-    row = read_row(conn, commit.run_id)
+def _apply_one(tx: Transaction, commit: Commit) -> CommitResult:
+    row = tx.row(commit.run_id)
     if row is None:
         new = commit.new_run
         if not commit.expect.new or new is None:
             return Rejected(RejectReason.UNKNOWN, None)
-        if commit.thread_guard and thread_busy(conn, new.thread_id, commit.run_id, commit.at):
+        if commit.thread_guard and tx.thread_busy(new.thread_id, commit.run_id, commit.at):
             return Rejected(RejectReason.THREAD_BUSY, None)
-        if commit.fence is not None and not fence_holds(conn, commit.fence, commit.at):
+        if commit.fence is not None and not tx.fence_holds(commit.fence, commit.at):
             return Rejected(RejectReason.FENCED, None)
-        return _create(conn, commit, new)
-    rejected = _fence(conn, row, commit)
+        return _create(tx, commit, new)
+    rejected = _fence(tx, row, commit)
     if rejected is not None:
         return rejected
-    return _update(conn, row, commit)
+    return _update(tx, row, commit)
 
 
-def _fence(conn: sqlite3.Connection, row: Row, commit: Commit) -> Rejected | None:
+def _fence(tx: Transaction, row: Row, commit: Commit) -> Rejected | None:
     """The first fence the commit fails, in the order every store checks them."""
     if row.kind == ENDED:
         return Rejected(RejectReason.ENDED, row.state)
     expect = commit.expect
     if expect.new:
         return Rejected(RejectReason.EXISTS, row.state)
-    if commit.fence is not None and not fence_holds(conn, commit.fence, commit.at):
+    if commit.fence is not None and not tx.fence_holds(commit.fence, commit.at):
         return Rejected(RejectReason.FENCED, row.state)
     if commit.claim is not None:
-        held = claim_of(conn, commit.run_id)
+        held = tx.claim(commit.run_id)
         if held is not None and held[0] != commit.claim.owner and held[2] >= commit.at:
             return Rejected(RejectReason.FENCED, row.state)
     if (
@@ -123,7 +88,7 @@ def _fence(conn: sqlite3.Connection, row: Row, commit: Commit) -> Rejected | Non
         or (expect.correlation_id is not None and not _ticket_is(row, expect.correlation_id))
     ):
         return Rejected(RejectReason.STALE, row.state)
-    if commit.thread_guard and thread_busy(conn, row.thread_id, commit.run_id, commit.at):
+    if commit.thread_guard and tx.thread_busy(row.thread_id, commit.run_id, commit.at):
         return Rejected(RejectReason.THREAD_BUSY, row.state)
     return None
 
@@ -133,17 +98,16 @@ def _ticket_is(row: Row, correlation_id: str) -> bool:
     return isinstance(state, Awaiting) and state.ticket.correlation_id == correlation_id
 
 
-def _create(conn: sqlite3.Connection, commit: Commit, new: NewRun) -> Accepted:
+def _create(tx: Transaction, commit: Commit, new: NewRun) -> Accepted:
     run_id = commit.run_id
     state = commit.state
     kind = state_kind(state)
     state_text = dump_state(state)
-    root = new.root_run_id or run_id
     row = Row(
         run_id=run_id,
         thread_id=new.thread_id,
         parent_run_id=new.parent_run_id,
-        root_run_id=root,
+        root_run_id=new.root_run_id or run_id,
         name=new.name,
         kind=kind,
         state_text=state_text,
@@ -158,7 +122,7 @@ def _create(conn: sqlite3.Connection, commit: Commit, new: NewRun) -> Accepted:
     )
     # A creating commit keeps the new run's checkpoint None and its steps 0, as the memory
     # store does: creation is identity and state, progress comes with later commits.
-    epoch = _claim_effects(conn, row, commit, kind)
+    epoch = _claim_effects(tx, row, commit, kind)
     discarded: list[Any] = []
     result = NULL
     if kind == AWAITING:
@@ -169,45 +133,23 @@ def _create(conn: sqlite3.Connection, commit: Commit, new: NewRun) -> Accepted:
         row.resume_ticket = _ticket_text(commit.resume_ticket)
     elif kind == ENDED:
         result = dump_json(commit.result)
-        discarded = drop_commands(conn, run_id)
-    conn.execute(
-        _INSERT_RUN,
-        (
-            run_id,
-            row.thread_id,
-            row.parent_run_id,
-            root,
-            row.name,
-            dump_json(new.input),
-            kind,
-            state_text,
-            commit.generation,
-            result,
-            new.max_steps,
-            row.carried,
-            row.carried_pause,
-            row.resume_value,
-            row.resume_ticket,
-            row.epoch,
-            row.attempt_epoch,
-            kind == QUEUED and row.named_root,
-        ),
-    )
+        discarded = tx.drop_commands(run_id)
+    tx.insert_run(row, dump_json(new.input), result, new.max_steps)
     if kind == AWAITING:
-        _put_ticket(conn, run_id, state.ticket)  # type: ignore[attr-defined]
-    last_seq = _write_events(conn, row, commit, state_text, [], discarded)
+        tx.set_ticket(run_id, state.ticket)  # type: ignore[attr-defined]
+    last_seq = _write_events(tx, row, commit, state_text, [], discarded)
     if commit.take_messages or epoch is not None:
         return Accepted(state, last_seq, _NO_MESSAGES, None, None, epoch, False)
     return Accepted(state, last_seq)
 
 
-def _update(conn: sqlite3.Connection, row: Row, commit: Commit) -> Accepted:
+def _update(tx: Transaction, row: Row, commit: Commit) -> Accepted:
     run_id = commit.run_id
     state = commit.state
     kind = state_kind(state)
     state_text = dump_state(state)
     if commit.end_descendants:
-        end_descendants(conn, run_id, commit.at, PARENT_ENDED, parent_detail(run_id))
+        end_descendants(tx, run_id, commit.at, PARENT_ENDED, parent_detail(run_id))
     # Carried messages (and a carried pause) move to whoever takes them (an attempt start)
     # or are dropped by a terminal commit; a Queued commit keeps them for the queued
     # attempt, and what a queued resume left goes to the attempt after.
@@ -226,7 +168,7 @@ def _update(conn: sqlite3.Connection, row: Row, commit: Commit) -> Accepted:
         row.resume_value, row.resume_ticket = NULL, None
     was_awaiting = row.kind == AWAITING
     row.kind, row.state_text, row.generation = kind, state_text, commit.generation
-    epoch = _claim_effects(conn, row, commit, kind)
+    epoch = _claim_effects(tx, row, commit, kind)
     set_result = kind == ENDED
     discarded: list[Any] = []
     if kind == AWAITING:
@@ -236,36 +178,21 @@ def _update(conn: sqlite3.Connection, row: Row, commit: Commit) -> Accepted:
         row.resume_value = dump_json(commit.resume_value)
         row.resume_ticket = _ticket_text(commit.resume_ticket)
     elif set_result:
-        discarded = drop_commands(conn, run_id)
+        discarded = tx.drop_commands(run_id)
     checkpoint = commit.checkpoint
-    conn.execute(
-        _UPDATE_RUN,
-        (
-            kind,
-            state_text,
-            commit.generation,
-            checkpoint is not UNSET,
-            None if checkpoint is UNSET else dump_json(checkpoint),
-            commit.steps,
-            set_result,
-            dump_json(commit.result) if set_result else None,
-            row.carried,
-            row.carried_pause,
-            row.resume_value,
-            row.resume_ticket,
-            row.epoch,
-            row.attempt_epoch,
-            kind == QUEUED and row.named_root,
-            run_id,
-        ),
+    tx.update_run(
+        row,
+        checkpoint=None if checkpoint is UNSET else dump_json(checkpoint),
+        steps=commit.steps,
+        result=dump_json(commit.result) if set_result else None,
     )
     # The ticket slot: only an Awaiting run has one, and any other commit deletes it.
     if kind == AWAITING:
-        _put_ticket(conn, run_id, state.ticket)  # type: ignore[attr-defined]
+        tx.set_ticket(run_id, state.ticket)  # type: ignore[attr-defined]
     elif was_awaiting:
-        conn.execute("DELETE FROM tickets WHERE run_id = ?", (run_id,))
+        tx.set_ticket(run_id, None)
     taken: list[Any] = [] if taken_text == NO_MESSAGES else load_raw(taken_text, "carried messages")
-    last_seq = _write_events(conn, row, commit, state_text, taken, discarded)
+    last_seq = _write_events(tx, row, commit, state_text, taken, discarded)
     if commit.take_messages or epoch is not None or resume_value is not None:
         handed = (
             tuple(load_json(taken_text, "carried messages"))
@@ -276,29 +203,29 @@ def _update(conn: sqlite3.Connection, row: Row, commit: Commit) -> Accepted:
     return Accepted(state, last_seq)
 
 
-def _claim_effects(conn: sqlite3.Connection, row: Row, commit: Commit, kind: str) -> int | None:
+def _claim_effects(tx: Transaction, row: Row, commit: Commit, kind: str) -> int | None:
     """What an accepted commit does to claims: take one at the next epoch, mark the
     attempt live (or not), drop one, delete the commands it consumed."""
     epoch = None
     claim = commit.claim
     if claim is not None:
         row.epoch = epoch = row.epoch + 1
-        put_claim(conn, row.run_id, claim.owner, epoch, claim.lease_until)
+        tx.set_claim(row.run_id, (claim.owner, epoch, claim.lease_until))
     if kind == RUNNING:
         fence = commit.fence
         if epoch is not None:
-            row.attempt_epoch = epoch
+            tx.set_attempt(row, epoch)
         else:
-            row.attempt_epoch = None if fence is None else fence.epoch
+            tx.set_attempt(row, None if fence is None else fence.epoch)
     elif commit.fence is not None or commit.release:
         # The attempt itself ended: its thread is free. An end committed by another runtime
         # leaves the mark: the attempt may still be running until its owner releases the
         # claim or the lease lapses.
-        row.attempt_epoch = None
+        tx.set_attempt(row, None)
     if commit.release:
-        drop_claim(conn, row.run_id)
+        tx.set_claim(row.run_id, None)
     if commit.consumed:
-        conn.executemany("DELETE FROM inbox WHERE id = ?", [(i,) for i in commit.consumed])
+        tx.consume(commit.consumed)
     return epoch
 
 
@@ -306,34 +233,27 @@ def _ticket_text(ticket: ResumeTicket | None) -> str | None:
     return None if ticket is None else dump_ticket(ticket)
 
 
-def _put_ticket(conn: sqlite3.Connection, run_id: str, ticket: ResumeTicket) -> None:
-    conn.execute(
-        "INSERT OR REPLACE INTO tickets (run_id, correlation_id, wake_at) VALUES (?, ?, ?)",
-        (run_id, ticket.correlation_id, wake_at(ticket)),
-    )
-
-
 def _write_events(
-    conn: sqlite3.Connection,
+    tx: Transaction,
     row: Row,
     commit: Commit,
     state_text: str,
     taken: list[Any],
     stored: list[Any],
 ) -> int:
-    """The commit's events: its drafts, then (a terminal commit that threw messages away)
-    one ``messages_discarded`` event, then its own ``committed`` event unless it does not
-    announce; the last seq written, or 0."""
+    """Queue the commit's events: its drafts, then (a terminal commit that threw messages
+    away) one ``messages_discarded`` event, then its own ``committed`` event unless it does
+    not announce; the last seq written, or 0."""
     generation, at = commit.generation, commit.at
-    drafts = [(draft.kind, dump_json(draft.detail)) for draft in commit.events]
+    drafts = [(draft.kind, dump_shared(draft.detail)) for draft in commit.events]
     if row.kind == ENDED and (taken or commit.discarded_messages or stored):
         messages = [*taken, *commit.discarded_messages, *stored]
         drafts.append((EventKind.MESSAGES_DISCARDED, discarded_detail(messages)))
     last_seq = 0
     for kind, detail in drafts:
-        last_seq = write_event(conn, row, generation, kind, state_text, detail, at)
+        last_seq = tx.event(row, generation, kind, state_text, detail, at)
     if commit.announce:
-        last_seq = write_event(
-            conn, row, generation, EventKind.COMMITTED, state_text, dump_json(commit.detail), at
+        last_seq = tx.event(
+            row, generation, EventKind.COMMITTED, state_text, dump_shared(commit.detail), at
         )
     return last_seq

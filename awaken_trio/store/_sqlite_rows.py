@@ -1,6 +1,5 @@
-"""Reading and writing the SQLite store's rows inside a transaction: a run's row, its
-events, its claim, the stored commands it drops, and ending runs that have no attempt to end
-them (a lost owner's runs, the descendants of a run ended elsewhere).
+"""The SQLite store's rows as Python sees them: the columns of a run a commit reads (`Row`),
+records, and the details of the events the store writes on its own.
 
 These functions run on the store's thread, inside a transaction `Session` opened.
 """
@@ -14,25 +13,17 @@ from typing import Any, Final, final
 import attrs
 
 from .._core._json import JsonValue, scalar_dict
-from .._core._state import CANCELLED_CAUSE, EventKind, Indeterminate, RunRecord, RunState, ended
-from .._core._storage import Fence
-from ._codec import (
-    AWAITING,
-    ENDED,
-    dump_json,
-    dump_state,
-    load_raw,
-    load_state,
-)
+from .._core._state import CANCELLED_CAUSE, Indeterminate, RunRecord, RunState, ended
+from ._codec import dump_json, load_raw, load_state
 
 NO_MESSAGES: Final = "[]"
 NULL: Final = "null"
 
-_ROW = (
-    "SELECT thread_id, parent_run_id, root_run_id, name, kind, state, generation, carried,"
+ROW_COLUMNS: Final = (
+    "run_id, thread_id, parent_run_id, root_run_id, name, kind, state, generation, carried,"
     " carried_pause, resume_value, resume_ticket, epoch, attempt_epoch, recoveries"
-    " FROM runs WHERE run_id = ?"
 )
+"""The columns `row_of` reads, in its order."""
 
 
 @final
@@ -67,13 +58,21 @@ class Row:
         return self.name is not None and self.parent_run_id is None
 
 
-def read_row(conn: sqlite3.Connection, run_id: str) -> Row | None:
-    found = conn.execute(_ROW, (run_id,)).fetchone()
-    if found is None:
-        return None
-    thread_id, parent, root, name, kind, state, generation, carried, pause, *rest = found
+def row_of(found: tuple[Any, ...]) -> Row:
+    """A `Row` of a row read with `ROW_COLUMNS`."""
+    run_id, thread_id, parent, root, name, kind, state, generation, carried, pause, *rest = found
     return Row(
-        run_id, thread_id, parent, root, name, kind, state, generation, carried, bool(pause), *rest
+        run_id,
+        thread_id,
+        parent,
+        root,
+        name,
+        kind,
+        state,
+        generation,
+        carried,
+        bool(pause),
+        *rest,
     )
 
 
@@ -111,155 +110,11 @@ def load_record(conn: sqlite3.Connection, run_id: str) -> RunRecord | None:
     return None if found is None else record_of(found)
 
 
-# ---------------------------------------------------------------------------- events
-
-
-def write_event(
-    conn: sqlite3.Connection,
-    row: Row,
-    generation: int,
-    kind: str,
-    state_text: str,
-    detail: str,
-    at: float,
-) -> int:
-    """Write one event; its seq (one store-wide sequence, never reused)."""
-    cursor = conn.execute(
-        "INSERT INTO events (run_id, thread_id, generation, kind, state, detail, at)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?)",
-        (row.run_id, row.thread_id, generation, kind, state_text, detail, at),
-    )
-    seq = cursor.lastrowid
-    assert seq is not None
-    return seq
+# ---------------------------------------------------------------------------- details
 
 
 def discarded_detail(messages: list[Any]) -> str:
     return dump_json({"messages": messages})
-
-
-# ---------------------------------------------------------------------------- claims
-
-
-def claim_of(conn: sqlite3.Connection, run_id: str) -> tuple[str, int, float] | None:
-    found = conn.execute(
-        "SELECT owner, epoch, lease_until FROM claims WHERE run_id = ?", (run_id,)
-    ).fetchone()
-    return None if found is None else (found[0], found[1], found[2])
-
-
-def fence_holds(conn: sqlite3.Connection, fence: Fence, at: float) -> bool:
-    held = claim_of(conn, fence.root_run_id)
-    return held is not None and held[0] == fence.owner and held[1] == fence.epoch and held[2] >= at
-
-
-def put_claim(
-    conn: sqlite3.Connection, run_id: str, owner: str, epoch: int, lease_until: float
-) -> None:
-    conn.execute(
-        "INSERT OR REPLACE INTO claims (run_id, owner, epoch, lease_until) VALUES (?, ?, ?, ?)",
-        (run_id, owner, epoch, lease_until),
-    )
-
-
-def drop_claim(conn: sqlite3.Connection, run_id: str) -> None:
-    conn.execute("DELETE FROM claims WHERE run_id = ?", (run_id,))
-
-
-_THREAD_BUSY: Final = (
-    "SELECT 1 FROM runs o JOIN claims c ON c.run_id = o.root_run_id"
-    " WHERE o.thread_id = ? AND o.attempt_epoch IS NOT NULL AND o.run_id != ?"
-    " AND c.epoch = o.attempt_epoch AND c.lease_until >= ? LIMIT 1"
-)
-
-
-def thread_busy(conn: sqlite3.Connection, thread_id: str, run_id: str, now: float) -> bool:
-    """Whether another run's attempt may be live on ``thread_id``: its attempt's epoch is
-    its root's current claim, and that claim's lease has not expired."""
-    return conn.execute(_THREAD_BUSY, (thread_id, run_id, now)).fetchone() is not None
-
-
-# ---------------------------------------------------------------------------- commands
-
-
-def drop_commands(conn: sqlite3.Connection, run_id: str) -> list[Any]:
-    """Delete the run's stored commands; the payloads of its messages, oldest first (raw
-    JSON values, for a discard event)."""
-    found = conn.execute(
-        "SELECT kind, payload FROM inbox WHERE run_id = ? ORDER BY id", (run_id,)
-    ).fetchall()
-    if not found:
-        return []
-    conn.execute("DELETE FROM inbox WHERE run_id = ?", (run_id,))
-    return [load_raw(payload, "a stored message") for kind, payload in found if kind == "message"]
-
-
-# ---------------------------------------------------------------------------- ending
-
-
-def end_row(
-    conn: sqlite3.Connection, row: Row, state: RunState, detail: Mapping[str, JsonValue], now: float
-) -> None:
-    """End a run that has no attempt to do it: its carried and stored messages are
-    discarded in an event, its ticket and whatever a queued resume left are dropped."""
-    state_text = dump_state(state)
-    messages = load_raw(row.carried, "carried messages") if row.carried != NO_MESSAGES else []
-    messages.extend(drop_commands(conn, row.run_id))
-    conn.execute(
-        "UPDATE runs SET kind = 'ended', state = ?, attempt_epoch = NULL, carried = '[]',"
-        " carried_pause = 0, resume_value = 'null', resume_ticket = NULL, queued_order = NULL"
-        " WHERE run_id = ?",
-        (state_text, row.run_id),
-    )
-    if row.kind == AWAITING:
-        conn.execute("DELETE FROM tickets WHERE run_id = ?", (row.run_id,))
-    if messages:
-        write_event(
-            conn,
-            row,
-            row.generation,
-            EventKind.MESSAGES_DISCARDED,
-            state_text,
-            discarded_detail(messages),
-            now,
-        )
-    write_event(conn, row, row.generation, EventKind.COMMITTED, state_text, dump_json(detail), now)
-
-
-def end_descendants(
-    conn: sqlite3.Connection,
-    ancestor: str,
-    now: float,
-    state: RunState,
-    detail: Mapping[str, JsonValue],
-) -> None:
-    """End every unended descendant of ``ancestor``, deepest first, so every child's
-    terminal commit comes before its parent's (in the memory store's order: the reverse
-    of a breadth-first walk, children in the order they were created)."""
-    for run_id in reversed(_descendants(conn, ancestor)):
-        row = read_row(conn, run_id)
-        assert row is not None
-        if row.kind != ENDED:
-            end_row(conn, row, state, detail, now)
-
-
-def _descendants(conn: sqlite3.Connection, ancestor: str) -> list[str]:
-    out: list[str] = []
-    seen = {ancestor}  # parents are named at creation, so a cycle takes bogus commits
-    frontier = [ancestor]
-    while frontier:
-        level = [
-            run_id
-            for parent in frontier
-            for (run_id,) in conn.execute(
-                "SELECT run_id FROM runs WHERE parent_run_id = ? ORDER BY rowid", (parent,)
-            ).fetchall()
-            if run_id not in seen
-        ]
-        seen.update(level)
-        out.extend(level)
-        frontier = level
-    return out
 
 
 PARENT_ENDED: Final = ended(CANCELLED_CAUSE)

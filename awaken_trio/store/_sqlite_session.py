@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Literal, TypeVar, final
 
 from .._core._errors import StoreError
+from ._sqlite_cache import RunCache
 from ._sqlite_schema import (
     Migration,
     inspect_file,
@@ -23,6 +24,7 @@ from ._sqlite_schema import (
     unusable,
     version_to_migrate,
 )
+from ._sqlite_tx import Transaction
 
 T = TypeVar("T")
 
@@ -35,11 +37,13 @@ another process's group commit, short enough that a wedged process is reported."
 
 @final
 class Session:
-    """The open connection, its transactions, and the store's version counter."""
+    """The open connection, its transactions, the cache its write transactions read
+    through, and the store's version counter."""
 
     def __init__(self, path: Path, conn: sqlite3.Connection) -> None:
         self.path = path
         self.conn = conn
+        self.cache = RunCache()
         self.version = 0
         (self._data_version,) = conn.execute("PRAGMA data_version").fetchone()
 
@@ -82,13 +86,15 @@ class Session:
                 f"reading the store {str(self.path)!r} failed: {exc}", outcome_unknown=False
             ) from exc
 
-    def write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+    def write(self, fn: Callable[[Transaction], T]) -> T:
         """Run ``fn`` in one write transaction: ``BEGIN IMMEDIATE`` (the write lock first,
-        so no other writer slips in between our reads and writes) ... ``COMMIT``.
+        so no other writer slips in between our reads and writes), the writes ``fn``
+        queued, ``COMMIT``.
 
         A failure before ``COMMIT`` rolls back and raises `StoreError` with
         ``outcome_unknown=False``; a failure of ``COMMIT`` itself leaves the outcome unknown
-        (the transaction may have reached the disk).
+        (the transaction may have reached the disk). Either way the cache is dropped: it
+        may hold what the transaction did in memory.
         """
         conn = self.conn
         self._rollback()
@@ -100,8 +106,11 @@ class Session:
                 outcome_unknown=False,
             ) from exc
         try:
-            result = fn(conn)
+            tx = Transaction(conn, self.cache)
+            result = fn(tx)
+            tx.end()
         except BaseException as exc:
+            self.cache.clear()
             self._rollback()
             if isinstance(exc, StoreError) or not isinstance(exc, Exception):
                 raise
@@ -114,6 +123,7 @@ class Session:
         try:
             conn.execute("COMMIT")
         except sqlite3.Error as exc:
+            self.cache.clear()
             self._rollback()
             raise StoreError(
                 f"committing to the store {str(self.path)!r} failed: {exc}; whether the"

@@ -3,6 +3,7 @@ stable, ASCII only, frozen when read back, and refused with a StoreError when ma
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -11,6 +12,7 @@ from awaken_trio import EndCause, FrozenDict, FrozenList, ResumeTicket, RunState
 from awaken_trio.store._codec import (
     CodecError,
     dump_json,
+    dump_shared,
     dump_state,
     dump_ticket,
     kind_of_variant,
@@ -118,6 +120,57 @@ def test_payloads_are_ascii_text_and_come_back_frozen() -> None:
     assert load_json("null", "a payload") is None
     with pytest.raises(ValueError):
         dump_json({"x": math.nan})
+
+
+def _encoded(value: object) -> str:
+    return json.dumps(value, ensure_ascii=True, allow_nan=False, separators=(",", ":"))
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        0,
+        -12,
+        10**30,
+        "",
+        'é \x00 \ud800 "q"',
+        None,
+        True,
+        1.5,
+        {},
+        {"step": 1},
+        FrozenDict({"done": "x", "ok": True, "no": False, "none": None, "é": -3}),
+        {"nested": {"a": 1}},
+        {"f": 1.0},
+        {"list": [1]},
+        {str(i): i for i in range(20)},
+        [1, "a", None],
+    ],
+)
+def test_a_value_is_written_exactly_as_the_json_encoder_writes_it(value: object) -> None:
+    assert dump_json(value) == _encoded(value)
+    assert dump_shared(value) == _encoded(value)
+
+
+def test_a_shared_value_is_kept_by_identity_never_by_equality() -> None:
+    one, true, real = FrozenDict({"v": 1}), FrozenDict({"v": True}), FrozenDict({"v": 1.0})
+    assert one == true == real  # equal, and yet their texts differ
+    for _ in range(2):
+        assert [dump_shared(v) for v in (one, true, real)] == ['{"v":1}', '{"v":true}', '{"v":1.0}']
+    mutable = {"v": 1}
+    assert dump_shared(mutable) == '{"v":1}'
+    mutable["v"] = 2  # a plain dict can change: its text is not kept
+    assert dump_shared(mutable) == '{"v":2}'
+
+
+def test_an_end_is_written_the_same_from_the_cache() -> None:
+    for state in STATES:
+        if isinstance(state, RunState.Ended):
+            assert (
+                dump_state(state)
+                == dump_state(state)
+                == json.dumps(state_to_json(state), separators=(",", ":"))
+            )
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,458 @@
+"""One write transaction on the SQLite store: what the file holds, read through the store's
+cache (``_sqlite_cache``), and the writes the transaction makes, queued and handed to
+SQLite together.
+
+A batch of commits then costs a few statements instead of several per commit: each commit
+is checked and applied in memory, in order, seeing what the commits before it did, and its
+writes are queued; `Transaction.flush` writes each kind of row many at a time
+(``_sqlite_bulk``). That keeps every order that matters and only those:
+
+* an event's seq is given when it is queued, counting on from the largest seq the file
+  has handed out, as AUTOINCREMENT would: seqs increase in the order events were written,
+  and the transaction's answers carry them before anything reaches SQLite. No other
+  connection can insert an event while this one holds the write lock;
+* a run is inserted as it was created and then written once more, as it ended up, if a
+  later commit of the transaction changed it (its checkpoint, steps and result are the
+  last ones given): what separate updates in order would have left;
+* a claim or a ticket is written once, as it ended up; tickets are put in the order of
+  their last put, so their rowids (the tie-break among tickets due at the same moment)
+  keep the order separate statements would give them;
+* apart from that, order does not matter: each kind writes one table, and no statement
+  reads what another kind writes.
+
+A read the cache cannot answer goes to the file. A run row or a claim the transaction has
+not read is one it has not written (every write starts from a read), so it needs no flush;
+a query over other rows (the live attempts on a thread, a run's children, a run's stored
+commands, a record) flushes first, so it sees this transaction's writes.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Collection, Iterable, Sequence
+from typing import Any, Final, final
+
+from .._core._state import Ended, ResumeTicket
+from .._core._storage import Commit, Fence
+from ._codec import ENDED, QUEUED, load_raw, wake_at
+from ._sqlite_bulk import insert_rows, write_rows
+from ._sqlite_cache import ClaimRow, Command, RunCache
+from ._sqlite_rows import Row
+
+# Rows of NULLs pad a statement's rows to a power of two (see ``_sqlite_bulk``): inserts
+# skip them, and a NULL key matches nothing in an update or a delete.
+_INSERT_RUNS: Final = (
+    "INSERT INTO runs (rowid, run_id, thread_id, parent_run_id, root_run_id, name, input,"
+    " kind, state, generation, result, max_steps, carried, carried_pause, resume_value,"
+    " resume_ticket, epoch, attempt_epoch, queued_order)"
+    " SELECT * FROM (VALUES {}) WHERE column1 IS NOT NULL"
+)
+
+# A run's row as `update_run` left it: run_id, kind, state, generation, checkpoint (None:
+# keep), steps (None: keep), result (None: keep), carried, carried_pause, resume_value,
+# resume_ticket, epoch, attempt_epoch, recoveries, queued_order.
+_RUN_WIDTH: Final = 15
+_UPDATE_RUNS: Final = (
+    "UPDATE runs SET kind = v.column2, state = v.column3, generation = v.column4,"
+    " checkpoint = COALESCE(v.column5, runs.checkpoint), steps = COALESCE(v.column6, runs.steps),"
+    " result = COALESCE(v.column7, runs.result), carried = v.column8,"
+    " carried_pause = v.column9, resume_value = v.column10, resume_ticket = v.column11,"
+    " epoch = v.column12, attempt_epoch = v.column13, recoveries = v.column14,"
+    " queued_order = v.column15"
+    " FROM (VALUES {}) AS v WHERE runs.run_id = v.column1"
+)
+# The same, a row at a time, for an SQLite older than UPDATE ... FROM (3.33).
+_UPDATE_RUN: Final = (
+    "UPDATE runs SET kind = ?2, state = ?3, generation = ?4,"
+    " checkpoint = COALESCE(?5, checkpoint), steps = COALESCE(?6, steps),"
+    " result = COALESCE(?7, result), carried = ?8, carried_pause = ?9, resume_value = ?10,"
+    " resume_ticket = ?11, epoch = ?12, attempt_epoch = ?13, recoveries = ?14,"
+    " queued_order = ?15 WHERE run_id = ?1"
+)
+UPDATE_FROM = sqlite3.sqlite_version_info >= (3, 33, 0)
+"""Whether this SQLite updates many runs in one statement."""
+
+_INSERT_EVENTS: Final = (
+    "INSERT INTO events (seq, run_id, thread_id, generation, kind, state, detail, at)"
+    " SELECT * FROM (VALUES {}) WHERE column1 IS NOT NULL"
+)
+_PUT_CLAIMS: Final = (
+    "INSERT OR REPLACE INTO claims (run_id, owner, epoch, lease_until)"
+    " SELECT * FROM (VALUES {}) WHERE column1 IS NOT NULL"
+)
+_DROP_CLAIMS: Final = "DELETE FROM claims WHERE run_id IN (VALUES {})"
+# In order, unpadded: a ticket's rowid (the tie-break among tickets due at the same moment)
+# is its place in the order of puts.
+_PUT_TICKETS: Final = "INSERT OR REPLACE INTO tickets (run_id, correlation_id, wake_at) VALUES {}"
+_DROP_TICKETS: Final = "DELETE FROM tickets WHERE run_id IN (VALUES {})"
+_DROP_COMMANDS_BY_ID: Final = "DELETE FROM inbox WHERE id IN (VALUES {})"
+_DROP_COMMANDS_OF_RUNS: Final = "DELETE FROM inbox WHERE run_id IN (VALUES {})"
+_LAST_QUEUED: Final = "SELECT COALESCE(MAX(queued_order), 0) FROM runs"
+
+
+@final
+class Transaction:
+    """The file as one write transaction sees it, and the writes it has queued."""
+
+    def __init__(self, conn: sqlite3.Connection, cache: RunCache) -> None:
+        self.conn = conn
+        self.cache = cache
+        self._inserts: list[Any] = []  # the values of `_INSERT_RUNS` rows, one after another
+        # Runs changed since the last flush, and what their updates set past the row.
+        self._changed: dict[str, Row] = {}
+        self._checkpoints: dict[str, str] = {}
+        self._steps: dict[str, int] = {}
+        self._results: dict[str, str] = {}
+        self._last_queued: int | None = None
+        self._begun = False  # whether the transaction has read (and checked the cache)
+        self._last_seq = 0
+        self._last_rowid = 0
+        self._events: list[Any] = []  # likewise, of `_INSERT_EVENTS` rows
+        self._claims: dict[str, None] = {}  # changed claims (their value is in the cache)
+        self._tickets: dict[str, tuple[str, str, float | None] | None] = {}
+        self._consumed: list[int] = []
+        self._consumed_ids: set[int] = set()
+        self._dropped: list[str] = []
+        self._commands: dict[str, list[Command]] = {}  # read ahead for runs that end
+        self._ended: list[str] = []  # runs that ended in this transaction
+
+    # ------------------------------------------------------------------ reading
+
+    def begin(self) -> None:
+        """Make sure the transaction has read the file once: the cache is checked then."""
+        if not self._begun:
+            self._read()
+
+    def _read(
+        self,
+        run_ids: Collection[str] = (),
+        thread_ids: Collection[str] = (),
+        claim_ids: Collection[str] = (),
+        command_run_ids: Collection[str] = (),
+    ) -> dict[str, list[Command]]:
+        marks, commands = self.cache.read(
+            self.conn, run_ids, thread_ids, claim_ids, command_run_ids, begin=not self._begun
+        )
+        if not self._begun:
+            self._begun = True
+            self._last_seq, self._last_rowid = marks.last_seq, marks.last_rowid
+        return commands
+
+    def prefetch(self, batch: Sequence[Commit]) -> None:
+        """Read what ``batch`` will check, all at once instead of a query per check: its
+        runs, the live attempts on the threads it guards, the claims its fences and thread
+        checks name, and the stored commands of the runs it ends. Called before anything
+        is queued; one read, unless the cache was dropped or a guarded run's thread was
+        unknown until its row was read."""
+        ending = [commit.run_id for commit in batch if isinstance(commit.state, Ended)]
+        while True:
+            run_ids, thread_ids, claim_ids = self._missing(batch)
+            if self._begun and not (run_ids or thread_ids or claim_ids or ending):
+                return
+            commands = self._read(run_ids, thread_ids, claim_ids, ending)
+            if ending:
+                self._commands, ending = commands, []
+
+    def _missing(self, batch: Sequence[Commit]) -> tuple[set[str], set[str], set[str]]:
+        """What ``batch`` will read that the cache does not hold, as far as it can tell."""
+        rows, claims, threads = self.cache.rows, self.cache.claims, self.cache.threads
+        run_ids: set[str] = set()
+        thread_ids: set[str] = set()
+        claim_ids: set[str] = set()
+        for commit in batch:
+            run_id = commit.run_id
+            known = run_id in rows
+            row = rows.get(run_id)
+            if not known:
+                run_ids.add(run_id)
+            if commit.thread_guard:
+                # A new run's thread is the one it names (asked for before its row is read).
+                new = commit.new_run
+                thread_id = (
+                    row.thread_id if row is not None else None if new is None else new.thread_id
+                )
+                if thread_id is not None:
+                    live = threads.get(thread_id)
+                    if live is None:
+                        thread_ids.add(thread_id)
+                    else:
+                        claim_ids.update(r for r, _ in live.values() if r not in claims)
+            fence = commit.fence
+            if fence is not None and fence.root_run_id not in claims:
+                claim_ids.add(fence.root_run_id)
+            if commit.claim is not None and row is not None and run_id not in claims:
+                claim_ids.add(run_id)  # (a new run's claim is taken without a look)
+        return run_ids, thread_ids, claim_ids
+
+    def read_claims(self, run_ids: Iterable[str]) -> None:
+        """Read the claims of ``run_ids`` the cache does not hold, in one query."""
+        self.begin()
+        claims = self.cache.claims
+        missing = [run_id for run_id in run_ids if run_id not in claims]
+        if missing:
+            self._read(claim_ids=missing)
+
+    def row(self, run_id: str) -> Row | None:
+        rows = self.cache.rows
+        if not self._begun or run_id not in rows:
+            self._read(run_ids=(run_id,))
+        return rows[run_id]
+
+    def claim(self, run_id: str) -> ClaimRow | None:
+        claims = self.cache.claims
+        if not self._begun or run_id not in claims:
+            self._read(claim_ids=(run_id,))
+        return claims[run_id]
+
+    def fence_holds(self, fence: Fence, at: float) -> bool:
+        held = self.claim(fence.root_run_id)
+        return (
+            held is not None and held[0] == fence.owner and held[1] == fence.epoch and held[2] >= at
+        )
+
+    def thread_busy(self, thread_id: str, run_id: str, now: float) -> bool:
+        """Whether another run's attempt may be live on ``thread_id``: its attempt's epoch
+        is its root's current claim, and that claim's lease has not expired."""
+        self.begin()
+        threads = self.cache.threads
+        live = threads.get(thread_id)
+        if live is None:
+            self.flush()  # the query reads attempt epochs this transaction may have changed
+            self._read(thread_ids=(thread_id,))
+            live = threads[thread_id]
+        for other, (root, epoch) in live.items():
+            if other != run_id:
+                held = self.claim(root)
+                if held is not None and held[1] == epoch and held[2] >= now:
+                    return True
+        return False
+
+    def children(self, parent: str) -> list[str]:
+        """The runs created with ``parent`` as their parent, oldest first."""
+        self.flush()
+        return [
+            run_id
+            for (run_id,) in self.conn.execute(
+                "SELECT run_id FROM runs WHERE parent_run_id = ? ORDER BY rowid", (parent,)
+            )
+        ]
+
+    def drop_commands(self, run_id: str) -> list[Any]:
+        """Delete the run's stored commands; the payloads of its messages, oldest first (raw
+        JSON values, for a discard event)."""
+        found = self._commands.pop(run_id, None)
+        if found is None:
+            self.flush()  # commands consumed in this transaction are deleted first
+            found = self._read(command_run_ids=(run_id,))[run_id]
+        elif self._consumed_ids:
+            found = [command for command in found if command[0] not in self._consumed_ids]
+        if not found:
+            return []
+        self._dropped.append(run_id)
+        return [
+            load_raw(payload, "a stored message") for _, kind, payload in found if kind == "message"
+        ]
+
+    # ------------------------------------------------------------------ writing
+
+    def insert_run(
+        self, row: Row, input_text: str, result_text: str, max_steps: int | None
+    ) -> None:
+        """Create the run ``row`` describes (new to the file)."""
+        self.begin()
+        self.cache.rows[row.run_id] = row
+        if row.kind == ENDED:
+            self._ended.append(row.run_id)
+        self._last_rowid += 1
+        self._inserts.extend(
+            (
+                self._last_rowid,
+                row.run_id,
+                row.thread_id,
+                row.parent_run_id,
+                row.root_run_id,
+                row.name,
+                input_text,
+                row.kind,
+                row.state_text,
+                row.generation,
+                result_text,
+                max_steps,
+                row.carried,
+                row.carried_pause,
+                row.resume_value,
+                row.resume_ticket,
+                row.epoch,
+                row.attempt_epoch,
+                self._queued_order(row),
+            )
+        )
+
+    def update_run(
+        self,
+        row: Row,
+        *,
+        checkpoint: str | None = None,
+        steps: int | None = None,
+        result: str | None = None,
+    ) -> None:
+        """Write ``row`` (the cached row, changed) as it is now. ``checkpoint`` and
+        ``result`` (JSON texts) replace the stored ones unless None, ``steps`` likewise."""
+        run_id = row.run_id
+        self._changed[run_id] = row
+        if row.kind == ENDED:
+            self._ended.append(run_id)
+        if checkpoint is not None:
+            self._checkpoints[run_id] = checkpoint
+        if steps is not None:
+            self._steps[run_id] = steps
+        if result is not None:
+            self._results[run_id] = result
+
+    def set_attempt(self, row: Row, epoch: int | None) -> None:
+        """Mark the run's attempt live at ``epoch``, or not live (None); the row is written
+        by the caller's `update_run` or `insert_run`."""
+        row.attempt_epoch = epoch
+        live = self.cache.threads.get(row.thread_id)
+        if live is not None:
+            if epoch is None:
+                live.pop(row.run_id, None)
+            else:
+                live[row.run_id] = (row.root_run_id, epoch)
+
+    def set_claim(self, run_id: str, claim: ClaimRow | None) -> None:
+        """Put the run's claim, or drop it (None)."""
+        self.cache.claims[run_id] = claim
+        self._claims[run_id] = None
+
+    def set_ticket(self, run_id: str, ticket: ResumeTicket | None) -> None:
+        """Put the run's ticket, or delete it (None)."""
+        # Popped first: a put goes to the end, so tickets are put in their last put's order.
+        self._tickets.pop(run_id, None)
+        self._tickets[run_id] = (
+            None if ticket is None else (run_id, ticket.correlation_id, wake_at(ticket))
+        )
+
+    def consume(self, command_ids: Iterable[int]) -> None:
+        """Delete stored commands an attempt has applied."""
+        for command_id in command_ids:
+            self._consumed.append(command_id)
+            self._consumed_ids.add(command_id)
+
+    def insert_command(self, run_id: str, kind: str, payload: str, reason: str, at: float) -> int:
+        """Store a command now; its id."""
+        self.flush()  # a queued delete of the run's commands must not reach this one
+        cursor = self.conn.execute(
+            "INSERT INTO inbox (run_id, kind, payload, reason, at) VALUES (?, ?, ?, ?, ?)",
+            (run_id, kind, payload, reason, at),
+        )
+        command_id = cursor.lastrowid
+        assert command_id is not None
+        return command_id
+
+    def event(
+        self, row: Row, generation: int, kind: str, state_text: str, detail: str, at: float
+    ) -> int:
+        """Queue an event of ``row``'s run; its seq."""
+        self.begin()
+        self._last_seq = seq = self._last_seq + 1
+        self._events.extend(
+            (seq, row.run_id, row.thread_id, generation, kind, state_text, detail, at)
+        )
+        return seq
+
+    def end(self) -> None:
+        """Flush, and forget what only the runs that ended in this transaction needed: a
+        commit for an ended run is rare (it is refused), so the cache keeps the runs that
+        can still change, and reads an ended one again if it must."""
+        self.flush()
+        rows, claims, threads = self.cache.rows, self.cache.claims, self.cache.threads
+        for run_id in self._ended:
+            row = rows.pop(run_id, None)
+            if run_id in claims and claims[run_id] is None:
+                del claims[run_id]
+            if row is not None and threads.get(row.thread_id) == {}:
+                del threads[row.thread_id]
+
+    def flush(self) -> None:
+        """Hand every queued write to SQLite (see the module's docstring for the order)."""
+        conn = self.conn
+        if self._inserts:
+            write_rows(conn, _INSERT_RUNS, 19, self._inserts)
+            self._inserts.clear()
+        if self._changed:
+            self._flush_updates()
+        if self._events:
+            write_rows(conn, _INSERT_EVENTS, 8, self._events)
+            self._events.clear()
+        if self._claims:
+            claims = self.cache.claims
+            put: list[Any] = []
+            dropped: list[str] = []
+            for run_id in self._claims:
+                claim = claims[run_id]
+                if claim is None:
+                    dropped.append(run_id)
+                else:
+                    put.append(run_id)
+                    put.extend(claim)
+            write_rows(conn, _DROP_CLAIMS, 1, dropped)
+            write_rows(conn, _PUT_CLAIMS, 4, put)
+            self._claims.clear()
+        if self._tickets:
+            tickets = self._tickets.items()
+            write_rows(conn, _DROP_TICKETS, 1, [r for r, t in tickets if t is None])
+            insert_rows(conn, _PUT_TICKETS, 3, [v for _, t in tickets if t is not None for v in t])
+            self._tickets.clear()
+        if self._consumed:
+            write_rows(conn, _DROP_COMMANDS_BY_ID, 1, self._consumed)
+            self._consumed.clear()
+        if self._dropped:
+            write_rows(conn, _DROP_COMMANDS_OF_RUNS, 1, self._dropped)
+            self._dropped.clear()
+
+    def _flush_updates(self) -> None:
+        checkpoints, steps, results = self._checkpoints, self._steps, self._results
+        values: list[Any] = []
+        for run_id, row in self._changed.items():
+            values.extend(
+                (
+                    run_id,
+                    row.kind,
+                    row.state_text,
+                    row.generation,
+                    checkpoints.get(run_id),
+                    steps.get(run_id),
+                    results.get(run_id),
+                    row.carried,
+                    row.carried_pause,
+                    row.resume_value,
+                    row.resume_ticket,
+                    row.epoch,
+                    row.attempt_epoch,
+                    row.recoveries,
+                    self._queued_order(row),
+                )
+            )
+        if UPDATE_FROM:
+            write_rows(self.conn, _UPDATE_RUNS, _RUN_WIDTH, values)
+        else:
+            self.conn.executemany(
+                _UPDATE_RUN,
+                [values[i : i + _RUN_WIDTH] for i in range(0, len(values), _RUN_WIDTH)],
+            )
+        self._changed.clear()
+        checkpoints.clear()
+        steps.clear()
+        results.clear()
+
+    def _queued_order(self, row: Row) -> int | None:
+        """The place of a named root run written Queued in the queue (`runnable` hands
+        queued runs out oldest first): after every other; None for any other run."""
+        if row.kind != QUEUED or not row.named_root:
+            return None
+        last = self._last_queued
+        if last is None:
+            last = self.conn.execute(_LAST_QUEUED).fetchone()[0]
+        self._last_queued = order = last + 1
+        return order
