@@ -15,10 +15,13 @@ Run from the repository root::
    runs of the same body to a SQLite file and waits for every end; the workers
    (``tests/multiprocess/worker_process.py``) serve it. Runs per second.
 3. Side by side with DBOS (the ``dbos`` package, SQLite system database): the same one-step
-   workflow, run first by DBOS (synchronous workflows, one after another, and async ones
-   gathered: its best is kept), then by awaken_trio in the same process. Ratio =
-   awaken_trio/DBOS runs per second. Target: >= 30x. Needs ``pip install dbos`` (the
-   ``bench`` extra); skipped with a message otherwise.
+   workflow, run by awaken_trio (twice, on fresh files: its best is kept), then by DBOS in
+   the same process (synchronous workflows, one after another, and async ones gathered: its
+   best is kept). awaken_trio goes first because DBOS leaves some 160,000 objects on the
+   heap after ``DBOS.destroy()``, and every full collection of Python's cyclic garbage
+   collector walks them: measured after DBOS, any allocating code pays for DBOS's heap.
+   Ratio = awaken_trio/DBOS runs per second. Target: >= 30x. Needs ``pip install dbos``
+   (the ``bench`` extra); skipped with a message otherwise.
 4. Cross-process cancel: a worker process runs parked runs; this process calls
    ``cancel_run`` (at a random moment of the worker's poll interval) and the owner's body
    reports the moment it observes the cancellation (a line on its stdout, stamped with
@@ -199,15 +202,15 @@ def _dbos_rate(n: int, directory: str) -> float | None:
 def bench_dbos(n: int, report: list[str]) -> None:
     print(f"\n== 3. one-step workflows on SQLite: DBOS vs awaken_trio ({n} runs) ==")
     with tempfile.TemporaryDirectory() as tmp:
+        ours = max(trio.run(_execute_many, f"sqlite:///{tmp}/runs{i}.db", n) for i in range(2))
         dbos = _dbos_rate(n, tmp)
-        ours = trio.run(_execute_many, f"sqlite:///{tmp}/runs.db", n)
     if dbos is None:
         print("  skipped: the dbos package is not installed (pip install -e '.[bench]')")
         report.append("3. DBOS comparison: skipped (dbos not installed)")
         return
     ratio = ours / dbos
     print(f"  DBOS         {dbos:10,.0f} runs/s (its best of sequential and gathered)")
-    print(f"  awaken_trio  {ours:10,.0f} runs/s  {ratio:.1f}x")
+    print(f"  awaken_trio  {ours:10,.0f} runs/s  {ratio:.1f}x (its best of two)")
     report.append(
         f"3. awaken_trio / DBOS: {ratio:.1f}x (target >= 30x) {'PASS' if ratio >= 30 else 'MISS'}"
     )
