@@ -64,8 +64,8 @@ class Marks(NamedTuple):
     last_rowid: int  # the largest rowid of runs (a new run's is the next)
 
 
-_NONE_12: Final = ", NULL" * 12
-_NONE_11: Final = ", NULL" * 11
+_NONE_14: Final = ", NULL" * 14
+_NONE_13: Final = ", NULL" * 13
 
 # Everything a transaction reads, in one statement (so one call into SQLite: see
 # ``_sqlite_bulk``), by tag: 0 the marks, 1 runs by id, 2 live attempts by thread, 3 claims
@@ -74,14 +74,14 @@ _READ: Final = (
     "SELECT 0, data_version,"
     " MAX(COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'events'), 0),"
     " COALESCE((SELECT MAX(seq) FROM events), 0)),"
-    f" (SELECT COALESCE(MAX(rowid), 0) FROM runs){_NONE_12} FROM pragma_data_version"
+    f" (SELECT COALESCE(MAX(rowid), 0) FROM runs){_NONE_14} FROM pragma_data_version"
     f" UNION ALL SELECT 1, {ROW_COLUMNS} FROM runs"
     " WHERE run_id IN (SELECT value FROM json_each(?1))"
-    f" UNION ALL SELECT 2, thread_id, run_id, root_run_id, attempt_epoch{_NONE_11} FROM runs"
+    f" UNION ALL SELECT 2, thread_id, run_id, root_run_id, attempt_epoch{_NONE_13} FROM runs"
     " WHERE attempt_epoch IS NOT NULL AND thread_id IN (SELECT value FROM json_each(?2))"
-    f" UNION ALL SELECT 3, run_id, owner, epoch, lease_until{_NONE_11} FROM claims"
+    f" UNION ALL SELECT 3, run_id, owner, epoch, lease_until{_NONE_13} FROM claims"
     " WHERE run_id IN (SELECT value FROM json_each(?3))"
-    f" UNION ALL SELECT 4, run_id, id, kind, payload{_NONE_11} FROM inbox"
+    f" UNION ALL SELECT 4, run_id, id, kind, payload{_NONE_13} FROM inbox"
     " WHERE run_id IN (SELECT value FROM json_each(?4))"
 )
 

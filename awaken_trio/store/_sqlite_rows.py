@@ -7,7 +7,7 @@ These functions run on the store's thread, inside a transaction `Session` opened
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Final, final
 
 import attrs
@@ -21,7 +21,8 @@ NULL: Final = "null"
 
 ROW_COLUMNS: Final = (
     "run_id, thread_id, parent_run_id, root_run_id, name, kind, state, generation, carried,"
-    " carried_pause, resume_value, resume_ticket, epoch, attempt_epoch, recoveries"
+    " carried_pause, resume_value, resume_ticket, epoch, attempt_epoch, recoveries, rowid,"
+    " queued_order IS NOT NULL"
 )
 """The columns `row_of` reads, in its order."""
 
@@ -47,6 +48,12 @@ class Row:
     epoch: int
     attempt_epoch: int | None
     recoveries: int
+    # Where the row is and what the file holds in the columns that indexes cover and a
+    # write may change: an update sets those only when they changed, which spares SQLite
+    # taking the row out of the partial indexes and putting it back.
+    rowid: int = 0
+    filed_attempt_epoch: int | None = None
+    filed_queued: bool = False
 
     @property
     def state(self) -> RunState:
@@ -58,9 +65,27 @@ class Row:
         return self.name is not None and self.parent_run_id is None
 
 
-def row_of(found: tuple[Any, ...]) -> Row:
+def row_of(found: Sequence[Any]) -> Row:
     """A `Row` of a row read with `ROW_COLUMNS`."""
-    run_id, thread_id, parent, root, name, kind, state, generation, carried, pause, *rest = found
+    (
+        run_id,
+        thread_id,
+        parent,
+        root,
+        name,
+        kind,
+        state,
+        generation,
+        carried,
+        pause,
+        resume_value,
+        resume_ticket,
+        epoch,
+        attempt_epoch,
+        recoveries,
+        rowid,
+        queued,
+    ) = found
     return Row(
         run_id,
         thread_id,
@@ -72,7 +97,14 @@ def row_of(found: tuple[Any, ...]) -> Row:
         generation,
         carried,
         bool(pause),
-        *rest,
+        resume_value,
+        resume_ticket,
+        epoch,
+        attempt_epoch,
+        recoveries,
+        rowid,
+        attempt_epoch,
+        bool(queued),
     )
 
 

@@ -48,29 +48,51 @@ _INSERT_RUNS: Final = (
     " SELECT * FROM (VALUES {}) WHERE column1 IS NOT NULL"
 )
 
-# A run's row as `update_run` left it: run_id, kind, state, generation, checkpoint (None:
+# A run's row as `update_run` left it, by rowid: kind, state, generation, checkpoint (None:
 # keep), steps (None: keep), result (None: keep), carried, carried_pause, resume_value,
-# resume_ticket, epoch, attempt_epoch, recoveries, queued_order.
-_RUN_WIDTH: Final = 15
-_UPDATE_RUNS: Final = (
-    "UPDATE runs SET kind = v.column2, state = v.column3, generation = v.column4,"
+# resume_ticket, epoch, recoveries; then attempt_epoch and queued_order, each only in the
+# statements for rows where it changed (see `_update_statement`).
+_UPDATE_COLUMNS: Final = (
+    "kind = v.column2, state = v.column3, generation = v.column4,"
     " checkpoint = COALESCE(v.column5, runs.checkpoint), steps = COALESCE(v.column6, runs.steps),"
     " result = COALESCE(v.column7, runs.result), carried = v.column8,"
     " carried_pause = v.column9, resume_value = v.column10, resume_ticket = v.column11,"
-    " epoch = v.column12, attempt_epoch = v.column13, recoveries = v.column14,"
-    " queued_order = v.column15"
-    " FROM (VALUES {}) AS v WHERE runs.run_id = v.column1"
+    " epoch = v.column12, recoveries = v.column13"
 )
-# The same, a row at a time, for an SQLite older than UPDATE ... FROM (3.33).
+_UPDATE_WIDTH: Final = 13
+# The same, a row at a time, for an SQLite older than UPDATE ... FROM (3.33): every column.
 _UPDATE_RUN: Final = (
     "UPDATE runs SET kind = ?2, state = ?3, generation = ?4,"
     " checkpoint = COALESCE(?5, checkpoint), steps = COALESCE(?6, steps),"
     " result = COALESCE(?7, result), carried = ?8, carried_pause = ?9, resume_value = ?10,"
-    " resume_ticket = ?11, epoch = ?12, attempt_epoch = ?13, recoveries = ?14,"
-    " queued_order = ?15 WHERE run_id = ?1"
+    " resume_ticket = ?11, epoch = ?12, recoveries = ?13, attempt_epoch = ?14,"
+    " queued_order = ?15 WHERE rowid = ?1"
 )
 UPDATE_FROM = sqlite3.sqlite_version_info >= (3, 33, 0)
 """Whether this SQLite updates many runs in one statement."""
+
+
+def _update_statement(epoch: bool, order: bool) -> tuple[str, int]:
+    """The multi-row update (a template for ``_sqlite_bulk``) and its row width, setting
+    ``attempt_epoch`` and ``queued_order`` only if asked: SQLite takes a row out of every
+    index over a column an update sets, and puts it back, even when the value is the same
+    (here the partial indexes ``runs_live_on_thread`` and ``runs_queued``)."""
+    columns, width = _UPDATE_COLUMNS, _UPDATE_WIDTH
+    if epoch:
+        width += 1
+        columns += f", attempt_epoch = v.column{width}"
+    if order:
+        width += 1
+        columns += f", queued_order = v.column{width}"
+    template = f"UPDATE runs SET {columns} FROM (VALUES {{}}) AS v WHERE runs.rowid = v.column1"
+    return template, width
+
+
+_UPDATES: Final = {
+    (epoch, order): _update_statement(epoch, order)
+    for epoch in (False, True)
+    for order in (False, True)
+}
 
 _INSERT_EVENTS: Final = (
     "INSERT INTO events (seq, run_id, thread_id, generation, kind, state, detail, at)"
@@ -264,9 +286,12 @@ class Transaction:
         if row.kind == ENDED:
             self._ended.append(row.run_id)
         self._last_rowid += 1
+        row.rowid = self._last_rowid
+        order = self._queued_order(row)
+        row.filed_attempt_epoch, row.filed_queued = row.attempt_epoch, order is not None
         self._inserts.extend(
             (
-                self._last_rowid,
+                row.rowid,
                 row.run_id,
                 row.thread_id,
                 row.parent_run_id,
@@ -284,7 +309,7 @@ class Transaction:
                 row.resume_ticket,
                 row.epoch,
                 row.attempt_epoch,
-                self._queued_order(row),
+                order,
             )
         )
 
@@ -413,34 +438,43 @@ class Transaction:
 
     def _flush_updates(self) -> None:
         checkpoints, steps, results = self._checkpoints, self._steps, self._results
-        values: list[Any] = []
+        # Rows grouped by whether their attempt epoch and their place in the queue changed.
+        groups: dict[tuple[bool, bool], list[Any]] = {}
         for run_id, row in self._changed.items():
-            values.extend(
-                (
-                    run_id,
-                    row.kind,
-                    row.state_text,
-                    row.generation,
-                    checkpoints.get(run_id),
-                    steps.get(run_id),
-                    results.get(run_id),
-                    row.carried,
-                    row.carried_pause,
-                    row.resume_value,
-                    row.resume_ticket,
-                    row.epoch,
-                    row.attempt_epoch,
-                    row.recoveries,
-                    self._queued_order(row),
-                )
-            )
+            values = [
+                row.rowid,
+                row.kind,
+                row.state_text,
+                row.generation,
+                checkpoints.get(run_id),
+                steps.get(run_id),
+                results.get(run_id),
+                row.carried,
+                row.carried_pause,
+                row.resume_value,
+                row.resume_ticket,
+                row.epoch,
+                row.recoveries,
+            ]
+            order = self._queued_order(row)
+            epoch_changed = row.attempt_epoch != row.filed_attempt_epoch
+            order_changed = row.filed_queued or order is not None
+            if epoch_changed or not UPDATE_FROM:
+                values.append(row.attempt_epoch)
+            if order_changed or not UPDATE_FROM:
+                values.append(order)
+            row.filed_attempt_epoch, row.filed_queued = row.attempt_epoch, order is not None
+            groups.setdefault((epoch_changed, order_changed), []).extend(values)
         if UPDATE_FROM:
-            write_rows(self.conn, _UPDATE_RUNS, _RUN_WIDTH, values)
+            for shape, values in groups.items():
+                template, width = _UPDATES[shape]
+                write_rows(self.conn, template, width, values)
         else:
-            self.conn.executemany(
-                _UPDATE_RUN,
-                [values[i : i + _RUN_WIDTH] for i in range(0, len(values), _RUN_WIDTH)],
-            )
+            width = _UPDATE_WIDTH + 2
+            for values in groups.values():
+                self.conn.executemany(
+                    _UPDATE_RUN, [values[i : i + width] for i in range(0, len(values), width)]
+                )
         self._changed.clear()
         checkpoints.clear()
         steps.clear()

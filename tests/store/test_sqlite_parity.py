@@ -20,7 +20,7 @@ import trio
 
 from awaken_trio import EndCause, FrozenDict, ResumeTicket, RunState
 from awaken_trio._core._storage import Claim, CommandKind, DurableStore, Fence
-from awaken_trio.store import UNSET, Commit, EventDraft, Expect, MemoryStore, NewRun
+from awaken_trio.store import UNSET, Commit, EventDraft, Expect, MemoryStore, NewRun, _sqlite_tx
 from awaken_trio.store._sqlite import SQLiteStore
 
 ROOTS = [f"r{i}" for i in range(12)]
@@ -203,8 +203,12 @@ async def _compare_everything(memory: DurableStore, sqlite: DurableStore, now: f
         await _same(memory, sqlite, f"runnable {names}", lambda s, n=names: s.runnable(n, now, 100))
 
 
-@pytest.fixture
-async def stores(tmp_path: Path) -> AsyncIterator[tuple[MemoryStore, SQLiteStore]]:
+@pytest.fixture(params=["update-from", "row-at-a-time"])
+async def stores(
+    tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[tuple[MemoryStore, SQLiteStore]]:
+    # The row-at-a-time updates are what an SQLite older than 3.33 (no UPDATE ... FROM) gets.
+    monkeypatch.setattr(_sqlite_tx, "UPDATE_FROM", request.param == "update-from")
     memory = MemoryStore(inline=False, shared=True)
     async with SQLiteStore(tmp_path / "runs.db", synchronous="normal") as sqlite:
         yield memory, sqlite
