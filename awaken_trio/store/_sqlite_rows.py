@@ -67,45 +67,9 @@ class Row:
 
 def row_of(found: Sequence[Any]) -> Row:
     """A `Row` of a row read with `ROW_COLUMNS`."""
-    (
-        run_id,
-        thread_id,
-        parent,
-        root,
-        name,
-        kind,
-        state,
-        generation,
-        carried,
-        pause,
-        resume_value,
-        resume_ticket,
-        epoch,
-        attempt_epoch,
-        recoveries,
-        rowid,
-        queued,
-    ) = found
-    return Row(
-        run_id,
-        thread_id,
-        parent,
-        root,
-        name,
-        kind,
-        state,
-        generation,
-        carried,
-        bool(pause),
-        resume_value,
-        resume_ticket,
-        epoch,
-        attempt_epoch,
-        recoveries,
-        rowid,
-        attempt_epoch,
-        bool(queued),
-    )
+    *columns, queued = found  # every field up to rowid, in order; then the queue mark
+    columns[9] = bool(columns[9])  # carried_pause
+    return Row(*columns, filed_attempt_epoch=columns[13], filed_queued=bool(queued))
 
 
 RECORD_COLUMNS: Final = (
