@@ -69,7 +69,7 @@ def row_of(found: Sequence[Any]) -> Row:
     """A `Row` of a row read with `ROW_COLUMNS`."""
     *columns, queued = found  # every field up to rowid, in order; then the queue mark
     columns[9] = bool(columns[9])  # carried_pause
-    return Row(*columns, filed_attempt_epoch=columns[13], filed_queued=bool(queued))
+    return Row(*columns, columns[13], bool(queued))  # filed: as read
 
 
 RECORD_COLUMNS: Final = (
