@@ -69,7 +69,9 @@ def row_of(found: Sequence[Any]) -> Row:
     """A `Row` of a row read with `ROW_COLUMNS`."""
     *columns, queued = found  # every field up to rowid, in order; then the queue mark
     columns[9] = bool(columns[9])  # carried_pause
-    return Row(*columns, columns[13], bool(queued))  # filed: as read
+    row = Row(*columns)
+    row.filed_attempt_epoch, row.filed_queued = row.attempt_epoch, bool(queued)
+    return row
 
 
 RECORD_COLUMNS: Final = (
