@@ -2,9 +2,9 @@
 
 Run from the repository root::
 
-    python benchmarks/bench_durable.py            # about a minute
+    python benchmarks/bench_durable.py            # about two minutes
     python benchmarks/bench_durable.py --quick    # smaller sizes
-    python benchmarks/bench_durable.py --only 3   # one benchmark (1-4; repeatable)
+    python benchmarks/bench_durable.py --only 3   # one benchmark (1-5; repeatable)
 
 1. ``start`` -> committed ``Ended`` throughput on SQLite (``synchronous=FULL``, the
    default, and ``normal``) against the memory store, in one process: N concurrent
@@ -28,6 +28,13 @@ Run from the repository root::
    reports the moment it observes the cancellation (a line on its stdout, stamped with
    ``time.time()``). p50 and p99 of that delay, at the default ``poll`` (0.05 s). Target:
    p99 < 100 ms.
+5. A growing file: rounds of 1,000 concurrent one-step runs into one SQLite file (100 rounds,
+   30 with ``--quick``), once with the run ids the runtime makes up (a millisecond timestamp
+   then random bits, so they grow in creation order) and once with ids of random bits only
+   (given as ``run_id=``: the baseline). Runs per second over the first and the last ten
+   rounds of each; ratio = time-ordered/random over the last ten. No target: it shows why
+   run ids lead with a timestamp (a new random key lands on a random page of every index
+   over it, and that costs more as the file grows).
 """
 
 from __future__ import annotations
@@ -278,12 +285,47 @@ def bench_cancel(samples: int, report: list[str]) -> None:
     )
 
 
+# ---------------------------------------------------------------------------- 5. growth
+
+
+async def _rounds(url: str, rounds: int, random_ids: bool) -> list[float]:
+    rates: list[float] = []
+    async with open_runtime(url) as runtime:
+
+        async def one(i: int) -> None:
+            run_id = os.urandom(12).hex() if random_ids else None
+            state = await runtime.execute(one_step, input=i, run_id=run_id)
+            assert state == DONE, state
+
+        for _ in range(rounds):
+            started = time.perf_counter()
+            async with trio.open_nursery() as nursery:
+                for i in range(1_000):
+                    nursery.start_soon(one, i)
+            rates.append(1_000 / (time.perf_counter() - started))
+    return rates
+
+
+def bench_growth(rounds: int, report: list[str]) -> None:
+    print(f"\n== 5. a growing file: {rounds} rounds of 1,000 one-step runs ==")
+    last: dict[bool, float] = {}
+    for random_ids in (False, True):
+        with tempfile.TemporaryDirectory() as tmp:
+            rates = trio.run(_rounds, f"sqlite:///{tmp}/runs.db", rounds, random_ids)
+        first, last[random_ids] = statistics.median(rates[:10]), statistics.median(rates[-10:])
+        label = "random ids" if random_ids else "time-ordered ids"
+        print(f"  {label:18s} first ten {first:8,.0f} runs/s   last ten {last[random_ids]:8,.0f}")
+    ratio = last[False] / last[True]
+    print(f"  time-ordered / random over the last ten rounds: {ratio:.2f}x")
+    report.append(f"5. after {rounds}k runs in the file, time-ordered / random ids: {ratio:.2f}x")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--only", type=int, action="append", choices=[1, 2, 3, 4])
+    parser.add_argument("--only", type=int, action="append", choices=[1, 2, 3, 4, 5])
     args = parser.parse_args(argv)
-    chosen = set(args.only or [1, 2, 3, 4])
+    chosen = set(args.only or [1, 2, 3, 4, 5])
     report: list[str] = []
     if 1 in chosen:
         bench_throughput(2_000 if args.quick else 10_000, report)
@@ -293,6 +335,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         bench_dbos(300 if args.quick else 1_000, report)
     if 4 in chosen:
         bench_cancel(50 if args.quick else 200, report)
+    if 5 in chosen:
+        bench_growth(30 if args.quick else 100, report)
     print("\n== Summary ==")
     for line in report:
         print("  " + line)
