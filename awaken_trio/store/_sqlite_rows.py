@@ -26,6 +26,21 @@ ROW_COLUMNS: Final = (
 )
 """The columns `row_of` reads, in its order."""
 
+UPDATABLE: Final = (
+    "kind",
+    "state",
+    "generation",
+    "carried",
+    "carried_pause",
+    "resume_value",
+    "resume_ticket",
+    "epoch",
+    "attempt_epoch",
+    "recoveries",
+)
+"""The run columns a commit may change besides its checkpoint, steps, result and place in
+the queue, in the order of `Row.updatable`."""
+
 
 @final
 @attrs.define(eq=False)
@@ -48,12 +63,28 @@ class Row:
     epoch: int
     attempt_epoch: int | None
     recoveries: int
-    # Where the row is and what the file holds in the columns that indexes cover and a
-    # write may change: an update sets those only when they changed, which spares SQLite
-    # taking the row out of the partial indexes and putting it back.
+    # Where the row is, and what the file holds in the columns an update may set
+    # (`updatable`) and whether it holds a place in the queue: an update sets only the
+    # columns that changed. SQLite's cost grows with every column an update sets, and
+    # setting an indexed one takes the row out of that index and puts it back.
     rowid: int = 0
-    filed_attempt_epoch: int | None = None
+    filed: tuple[Any, ...] = ()
     filed_queued: bool = False
+
+    def updatable(self) -> tuple[Any, ...]:
+        """The values of `UPDATABLE`, as the row has them now."""
+        return (
+            self.kind,
+            self.state_text,
+            self.generation,
+            self.carried,
+            self.carried_pause,
+            self.resume_value,
+            self.resume_ticket,
+            self.epoch,
+            self.attempt_epoch,
+            self.recoveries,
+        )
 
     @property
     def state(self) -> RunState:
@@ -70,7 +101,7 @@ def row_of(found: Sequence[Any]) -> Row:
     *columns, queued = found  # every field up to rowid, in order; then the queue mark
     columns[9] = bool(columns[9])  # carried_pause
     row = Row(*columns)
-    row.filed_attempt_epoch, row.filed_queued = row.attempt_epoch, bool(queued)
+    row.filed, row.filed_queued = row.updatable(), bool(queued)
     return row
 
 

@@ -28,6 +28,7 @@ commands, a record) flushes first, so it sees this transaction's writes.
 
 from __future__ import annotations
 
+import functools
 import sqlite3
 from collections.abc import Collection, Iterable, Sequence
 from typing import Any, Final, final
@@ -37,7 +38,7 @@ from .._core._storage import Commit, Fence
 from ._codec import ENDED, QUEUED, load_raw, wake_at
 from ._sqlite_bulk import insert_rows, write_rows
 from ._sqlite_cache import ClaimRow, Command, RunCache
-from ._sqlite_rows import Row
+from ._sqlite_rows import UPDATABLE, Row
 
 # Rows of NULLs pad a statement's rows to a power of two (see ``_sqlite_bulk``): inserts
 # skip them, and a NULL key matches nothing in an update or a delete.
@@ -48,51 +49,21 @@ _INSERT_RUNS: Final = (
     " SELECT * FROM (VALUES {}) WHERE column1 IS NOT NULL"
 )
 
-# A run's row as `update_run` left it, by rowid: kind, state, generation, checkpoint (None:
-# keep), steps (None: keep), result (None: keep), carried, carried_pause, resume_value,
-# resume_ticket, epoch, recoveries; then attempt_epoch and queued_order, each only in the
-# statements for rows where it changed (see `_update_statement`).
-_UPDATE_COLUMNS: Final = (
-    "kind = v.column2, state = v.column3, generation = v.column4,"
-    " checkpoint = COALESCE(v.column5, runs.checkpoint), steps = COALESCE(v.column6, runs.steps),"
-    " result = COALESCE(v.column7, runs.result), carried = v.column8,"
-    " carried_pause = v.column9, resume_value = v.column10, resume_ticket = v.column11,"
-    " epoch = v.column12, recoveries = v.column13"
-)
-_UPDATE_WIDTH: Final = 13
-# The same, a row at a time, for an SQLite older than UPDATE ... FROM (3.33): every column.
-_UPDATE_RUN: Final = (
-    "UPDATE runs SET kind = ?2, state = ?3, generation = ?4,"
-    " checkpoint = COALESCE(?5, checkpoint), steps = COALESCE(?6, steps),"
-    " result = COALESCE(?7, result), carried = ?8, carried_pause = ?9, resume_value = ?10,"
-    " resume_ticket = ?11, epoch = ?12, recoveries = ?13, attempt_epoch = ?14,"
-    " queued_order = ?15 WHERE rowid = ?1"
-)
 UPDATE_FROM = sqlite3.sqlite_version_info >= (3, 33, 0)
-"""Whether this SQLite updates many runs in one statement."""
+"""Whether this SQLite updates many runs in one statement (``UPDATE ... FROM``, 3.33);
+an older one is given the same updates a row at a time."""
 
 
-def _update_statement(epoch: bool, order: bool) -> tuple[str, int]:
-    """The multi-row update (a template for ``_sqlite_bulk``) and its row width, setting
-    ``attempt_epoch`` and ``queued_order`` only if asked: SQLite takes a row out of every
-    index over a column an update sets, and puts it back, even when the value is the same
-    (here the partial indexes ``runs_live_on_thread`` and ``runs_queued``)."""
-    columns, width = _UPDATE_COLUMNS, _UPDATE_WIDTH
-    if epoch:
-        width += 1
-        columns += f", attempt_epoch = v.column{width}"
-    if order:
-        width += 1
-        columns += f", queued_order = v.column{width}"
-    template = f"UPDATE runs SET {columns} FROM (VALUES {{}}) AS v WHERE runs.rowid = v.column1"
-    return template, width
+@functools.cache
+def _update_statement(columns: tuple[str, ...], many: bool) -> str:
+    """The update of ``columns`` for rows given as (rowid, *values): a template for
+    ``_sqlite_bulk`` with ``many``, else one row's statement for ``executemany``."""
+    if many:
+        sets = ", ".join(f"{name} = v.column{i}" for i, name in enumerate(columns, 2))
+        return f"UPDATE runs SET {sets} FROM (VALUES {{}}) AS v WHERE runs.rowid = v.column1"
+    sets = ", ".join(f"{name} = ?{i}" for i, name in enumerate(columns, 2))
+    return f"UPDATE runs SET {sets} WHERE rowid = ?1"
 
-
-_UPDATES: Final = {
-    (epoch, order): _update_statement(epoch, order)
-    for epoch in (False, True)
-    for order in (False, True)
-}
 
 _INSERT_EVENTS: Final = (
     "INSERT INTO events (seq, run_id, thread_id, generation, kind, state, detail, at)"
@@ -288,7 +259,7 @@ class Transaction:
         self._last_rowid += 1
         row.rowid = self._last_rowid
         order = self._queued_order(row)
-        row.filed_attempt_epoch, row.filed_queued = row.attempt_epoch, order is not None
+        row.filed, row.filed_queued = row.updatable(), order is not None
         self._inserts.extend(
             (
                 row.rowid,
@@ -438,42 +409,40 @@ class Transaction:
 
     def _flush_updates(self) -> None:
         checkpoints, steps, results = self._checkpoints, self._steps, self._results
-        # Rows grouped by whether their attempt epoch and their place in the queue changed.
-        groups: dict[tuple[bool, bool], list[Any]] = {}
+        # Rows grouped by the columns that changed: one statement per group.
+        groups: dict[tuple[str, ...], list[Any]] = {}
         for run_id, row in self._changed.items():
-            values = [
-                row.rowid,
-                row.kind,
-                row.state_text,
-                row.generation,
-                checkpoints.get(run_id),
-                steps.get(run_id),
-                results.get(run_id),
-                row.carried,
-                row.carried_pause,
-                row.resume_value,
-                row.resume_ticket,
-                row.epoch,
-                row.recoveries,
-            ]
+            now = row.updatable()
+            names: list[str] = []
+            values: list[Any] = [row.rowid]
+            for name, new, old in zip(UPDATABLE, now, row.filed, strict=True):
+                if new != old:
+                    names.append(name)
+                    values.append(new)
+            for name, given in (
+                ("checkpoint", checkpoints.get(run_id)),
+                ("steps", steps.get(run_id)),
+                ("result", results.get(run_id)),
+            ):
+                if given is not None:
+                    names.append(name)
+                    values.append(given)
             order = self._queued_order(row)
-            epoch_changed = row.attempt_epoch != row.filed_attempt_epoch
-            order_changed = row.filed_queued or order is not None
-            if epoch_changed or not UPDATE_FROM:
-                values.append(row.attempt_epoch)
-            if order_changed or not UPDATE_FROM:
+            if row.filed_queued or order is not None:
+                names.append("queued_order")  # it enters, leaves or moves in the queue
                 values.append(order)
-            row.filed_attempt_epoch, row.filed_queued = row.attempt_epoch, order is not None
-            groups.setdefault((epoch_changed, order_changed), []).extend(values)
-        if UPDATE_FROM:
-            for shape, values in groups.items():
-                template, width = _UPDATES[shape]
-                write_rows(self.conn, template, width, values)
-        else:
-            width = _UPDATE_WIDTH + 2
-            for values in groups.values():
-                self.conn.executemany(
-                    _UPDATE_RUN, [values[i : i + width] for i in range(0, len(values), width)]
+            row.filed, row.filed_queued = now, order is not None
+            if names:
+                groups.setdefault(tuple(names), []).extend(values)
+        conn = self.conn
+        for columns, values in groups.items():
+            width = len(columns) + 1
+            if UPDATE_FROM:
+                write_rows(conn, _update_statement(columns, True), width, values)
+            else:
+                conn.executemany(
+                    _update_statement(columns, False),
+                    [values[i : i + width] for i in range(0, len(values), width)],
                 )
         self._changed.clear()
         checkpoints.clear()
