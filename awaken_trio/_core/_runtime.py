@@ -84,6 +84,9 @@ class Runtime(metaclass=NoPublicConstructor):
         self._supervisor = supervisor
         self._store = supervisor.store
         self._registry = supervisor.registry
+        # Bound once: every handle shares them instead of holding two method objects.
+        self._read_record = self.record
+        self._follow = self._follow_end
         supervisor.make_handle = self._handle
 
     def _handle(self, attempt: Attempt) -> RunHandle:
@@ -92,8 +95,8 @@ class Runtime(metaclass=NoPublicConstructor):
             attempt.thread_id,
             attempt.generation,
             attempt.completion,
-            self.record,
-            self._follow_end,
+            self._read_record,
+            self._follow,
             attempt.start_seq,
         )
 
@@ -547,7 +550,7 @@ class Runtime(metaclass=NoPublicConstructor):
     def _remote_handle(self, run_id: str, thread_id: str, generation: int, since: int) -> RunHandle:
         """A handle on a run whose attempt runs wherever a runtime picks it up."""
         return RunHandle._create(
-            run_id, thread_id, generation, None, self.record, self._follow_end, since
+            run_id, thread_id, generation, None, self._read_record, self._follow, since
         )
 
     def _check_ticket(self, record: RunRecord, correlation_id: str | None) -> ResumeTicket:
