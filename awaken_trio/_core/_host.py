@@ -63,6 +63,11 @@ class AttemptHost(Protocol):
         """Durable stores: apply the commands stored for the run before the attempt began."""
         ...
 
+    async def checkpoint_before_commit(self) -> None:
+        """The checkpoint of a call that commits next (its cancel point; the schedule
+        point too unless the commit itself yields)."""
+        ...
+
     def now(self) -> float:
         """The runtime's wall clock."""
         ...
