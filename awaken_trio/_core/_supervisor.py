@@ -168,6 +168,9 @@ class Supervisor:
         self._last_at = 0.0
         self.actors_done = trio.Event()
         mailbox.on_interrupt = self.interrupted
+        # The commit effects, bound once: each commit's partial holds no method of its own.
+        self._admitted_effect = self._admitted
+        self._ended_effect = self._ended
 
     # ------------------------------------------------------------------ the clock
 
@@ -431,7 +434,7 @@ class Supervisor:
             attempt.fence = fence
         # The effect of the commit, in its step: a partial rather than a closure, as it lives
         # as long as the commit waits for the mailbox.
-        on_commit = functools.partial(self._admitted, attempt, take_handover)
+        on_commit = functools.partial(self._admitted_effect, attempt, take_handover)
         claims = self.claims
         commit = Commit(
             run_id=run_id,
@@ -716,7 +719,7 @@ class Supervisor:
             commit.release = attempt.parent is None and attempt.started
         try:
             result = await self.mailbox.commit(
-                commit, functools.partial(self._ended, attempt, verdict.state)
+                commit, functools.partial(self._ended_effect, attempt, verdict.state)
             )
         except (StoreError, RuntimeClosed) as exc:
             self._abandon(attempt, exc, (*stranded, *messages))
