@@ -226,6 +226,30 @@ class Supervisor:
         parent: Attempt | None,
     ) -> RunHandle:
         """Check the arguments, commit a new run and start (or queue) its first attempt."""
+        attempt = await self.begin_run(
+            body,
+            input=input,
+            run_id=run_id,
+            thread_id=thread_id,
+            name=name,
+            max_steps=max_steps,
+            parent=parent,
+        )
+        assert self.make_handle is not None
+        return self.make_handle(attempt)
+
+    async def begin_run(
+        self,
+        body: Body,
+        *,
+        input: JsonValue,
+        run_id: str | None,
+        thread_id: str | None,
+        name: str | None,
+        max_steps: int | None,
+        parent: Attempt | None,
+    ) -> Attempt:
+        """`start_run`, returning the first attempt itself rather than a handle to it."""
         check_body(body)
         if run_id is not None:
             check_id(run_id, "run_id")
@@ -255,8 +279,7 @@ class Supervisor:
         result = await self.admit(attempt, _EXPECT_NEW, new_run, _DETAIL_START)
         if isinstance(result, Rejected):
             raise RunExists(run_id)
-        assert self.make_handle is not None
-        return self.make_handle(attempt)
+        return attempt
 
     def new_attempt(
         self,
