@@ -7,6 +7,7 @@ runtime's shutdown state. A supervisor that adds durable claims keeps this surfa
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Protocol
 
 from trio_util import RepeatedEvent
@@ -63,7 +64,8 @@ class AttemptHost(Protocol):
         """Durable stores: apply the commands stored for the run before the attempt began."""
         ...
 
-    async def checkpoint_before_commit(self) -> None:
+    @property
+    def checkpoint_before_commit(self) -> Callable[[], Awaitable[None]]:
         """The checkpoint of a call that commits next (its cancel point; the schedule
         point too unless the commit itself yields)."""
         ...

@@ -168,6 +168,13 @@ class Supervisor:
         self._last_at = 0.0
         self.actors_done = trio.Event()
         mailbox.on_interrupt = self.interrupted
+        # The checkpoint of a call that commits next. Through the mailbox, the commit's wait
+        # is the schedule point (the task sleeps until its answer), so only the cancel point
+        # is taken before it, which saves a trip through the scheduler; an inline commit
+        # yields nowhere, so the checkpoint is a full one. (The mailbox's mode is fixed.)
+        self.checkpoint_before_commit: Callable[[], Awaitable[None]] = (
+            trio.lowlevel.checkpoint if mailbox.inline else trio.lowlevel.checkpoint_if_cancelled
+        )
         # The commit effects, bound once: each commit's partial holds no method of its own.
         self._admitted_effect = self._admitted
         self._ended_effect = self._ended
@@ -201,16 +208,6 @@ class Supervisor:
             elif isinstance(exc, trio.Cancelled):  # pragma: no cover - the clock is sync
                 raise
             return self._last_at, f"the clock failed: {safe_repr(exc)}"
-
-    async def checkpoint_before_commit(self) -> None:
-        """The checkpoint of a call that commits next. Through the mailbox, the commit's
-        wait is the schedule point (the task sleeps until its answer), so only the cancel
-        point is taken here, which saves a trip through the scheduler; an inline commit
-        yields nowhere, so the checkpoint is a full one."""
-        if self.mailbox.inline:
-            await trio.lowlevel.checkpoint()
-        else:
-            await trio.lowlevel.checkpoint_if_cancelled()
 
     # ------------------------------------------------------------------ admissions
 
