@@ -113,20 +113,16 @@ class CommitMailbox:
             self._publish()
             return
         for (_, on_commit, task), result in zip(batch, results, strict=True):
-            error = None if on_commit is None else self._settle(result, on_commit)
-            trio.lowlevel.reschedule(
-                task, outcome.Value(result) if error is None else outcome.Error(error)
-            )
+            # Each commit's effect runs in the commit's step. An effect never takes the
+            # mailbox down with it: what it raised goes to the committer alone.
+            answer: outcome.Outcome[CommitResult] = outcome.Value(result)
+            if on_commit is not None:
+                try:
+                    on_commit(result)
+                except Exception as exc:
+                    answer = outcome.Error(exc)
+            trio.lowlevel.reschedule(task, answer)
         self._count(len(batch))
-
-    def _settle(self, result: CommitResult, on_commit: OnCommit) -> BaseException | None:
-        """Run a commit's effect in the commit's step. An effect never takes the mailbox
-        down with it: what it raised goes to the committer alone."""
-        try:
-            on_commit(result)
-        except Exception as exc:
-            return exc
-        return None
 
     def _note_interrupt(self, exc: BaseException) -> None:
         if isinstance(exc, KeyboardInterrupt | SystemExit) and self.on_interrupt is not None:
