@@ -23,7 +23,7 @@ from ._attempt import SHUTDOWN, Attempt, Body, EndRequest, current_attempt
 from ._context import RunContext
 from ._state import CANCELLED_CAUSE
 from ._util import safe_repr
-from ._verdict import NATURAL_END, Verdict, decide, internal_failure
+from ._verdict import NATURAL_END, Verdict, decide, internal_failure, natural_end
 
 if TYPE_CHECKING:
     from ._host import AttemptHost
@@ -56,7 +56,8 @@ async def run_attempt(host: AttemptHost, attempt: Attempt) -> None:
             while not await host.begin_queued(attempt) and await _wait_for_store(host, attempt):
                 pass
         if attempt.started:
-            if attempt.fence is not None:
+            if attempt.fence is not None and attempt.generation > 1:
+                # Nothing can be stored for a run before its first attempt runs.
                 await host.load_commands(attempt)
             async with trio.open_nursery() as nursery:
                 # The nursery's scope is the attempt's token: children started into this
@@ -161,13 +162,11 @@ def _verdict(
     request = attempt.request
     if request is not None and request.disposition == "abandon":
         return Verdict(None)  # the run is lost to this attempt: nothing to commit
-    if (
-        type(result) is outcome.Value
-        and not cancel_seen
-        and attempt.suspension is None
-        and type(result.value) in _SCALARS
-    ):
-        return Verdict(NATURAL_END, result=result.value)  # the common end, decided at once
+    if type(result) is outcome.Value and not cancel_seen and attempt.suspension is None:
+        # The common end, decided at once (what `decide` concludes for it).
+        if type(result.value) in _SCALARS:
+            return Verdict(NATURAL_END, result=result.value)
+        return natural_end(result.value, attempt.run_id)
     return decide(
         result,
         cancelled=_end_request(host, attempt) if cancel_seen else None,

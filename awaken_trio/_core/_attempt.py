@@ -140,13 +140,15 @@ class Completion:
     that `StoreError`, and the run keeps its last committed state until it is ended by the
     committed path (``cancel_run``/``stop_run``). An attempt that lost its run, or released
     it at shutdown, ends with no state of its own: waiting returns None, and whoever waits
-    reads the store's truth instead. The event that wakes waiters is made only when somebody
-    waits before the end is known.
+    reads the store's truth instead. The first task that waits before the end is known is
+    parked directly (most attempts have exactly one waiter: no event, no closure); an event
+    for further waiters is made only when there are some.
     """
 
     state: RunState | None = None
     error: StoreError | None = None
     done: bool = False
+    _waiter: trio.lowlevel.Task | None = attrs.field(default=None, init=False)
     _event: trio.Event | None = attrs.field(default=None, init=False)
 
     def set(self, state: RunState) -> None:
@@ -166,12 +168,19 @@ class Completion:
 
     def _settle(self) -> None:
         self.done = True
+        waiter = self._waiter
+        if waiter is not None:
+            self._waiter = None
+            trio.lowlevel.reschedule(waiter)
         if self._event is not None:
             self._event.set()
 
     async def wait(self) -> RunState | None:
         if self.done:
             await trio.lowlevel.checkpoint()
+        elif self._waiter is None:
+            self._waiter = trio.lowlevel.current_task()
+            await trio.lowlevel.wait_task_rescheduled(self._stop_waiting)
         else:
             if self._event is None:
                 self._event = trio.Event()
@@ -179,6 +188,11 @@ class Completion:
         if self.error is not None:
             raise self.error
         return self.state
+
+    def _stop_waiting(self, _: object) -> trio.lowlevel.Abort:
+        # The parked waiter was cancelled: it leaves, and the end no longer wakes it.
+        self._waiter = None
+        return trio.lowlevel.Abort.SUCCEEDED
 
 
 @final

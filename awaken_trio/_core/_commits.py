@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import final
 
 import attrs
+import outcome
 import trio
 
 from ._errors import RuntimeClosed, StoreError
@@ -25,18 +26,10 @@ OnCommit = Callable[[CommitResult], None]
 OnInterrupt = Callable[[BaseException], None]
 
 
-@attrs.define(eq=False)
-class _Pending:
-    """A commit handed to the mailbox, and the task waiting for its answer."""
-
-    commit: Commit
-    on_commit: OnCommit | None
-    task: trio.lowlevel.Task
-    result: CommitResult | None = None
-    error: BaseException | None = None
-
-    def settle(self) -> None:
-        trio.lowlevel.reschedule(self.task)
+# A commit handed to the mailbox, its effect, and the task waiting for the answer. A plain
+# tuple (one is made per commit): the answer goes back as the value the task is
+# rescheduled with, so nothing else needs a place to hold it.
+_Pending = tuple[Commit, OnCommit | None, trio.lowlevel.Task]
 
 
 def _cannot_abort(_: object) -> trio.lowlevel.Abort:
@@ -105,7 +98,7 @@ class CommitMailbox:
 
     async def _apply(self, batch: list[_Pending]) -> None:
         try:
-            results = await self.store.apply([p.commit for p in batch])
+            results = await self.store.apply([pending[0] for pending in batch])
             if len(results) != len(batch):
                 raise StoreError(
                     f"the store answered {len(results)} results for a batch of {len(batch)}"
@@ -115,27 +108,21 @@ class CommitMailbox:
             raise
         except BaseException as exc:
             self._note_interrupt(exc)
-            for pending in batch:
-                pending.error = _store_error(pending.commit, exc, len(batch))
-                pending.settle()
+            for commit, _, task in batch:
+                trio.lowlevel.reschedule(task, outcome.Error(_store_error(commit, exc, len(batch))))
             self._publish()
             return
-        for pending, result in zip(batch, results, strict=True):
-            pending.result = result
-            pending.error = self._settle(result, pending.on_commit)
-            pending.settle()
+        for (_, on_commit, task), result in zip(batch, results, strict=True):
+            # Each commit's effect runs in the commit's step. An effect never takes the
+            # mailbox down with it: what it raised goes to the committer alone.
+            answer: outcome.Outcome[CommitResult] = outcome.Value(result)
+            if on_commit is not None:
+                try:
+                    on_commit(result)
+                except Exception as exc:
+                    answer = outcome.Error(exc)
+            trio.lowlevel.reschedule(task, answer)
         self._count(len(batch))
-
-    def _settle(self, result: CommitResult, on_commit: OnCommit | None) -> BaseException | None:
-        """Run a commit's effect in the commit's step. An effect never takes the mailbox
-        down with it: what it raised goes to the committer alone."""
-        if on_commit is None:
-            return None
-        try:
-            on_commit(result)
-        except Exception as exc:
-            return exc
-        return None
 
     def _note_interrupt(self, exc: BaseException) -> None:
         if isinstance(exc, KeyboardInterrupt | SystemExit) and self.on_interrupt is not None:
@@ -193,21 +180,19 @@ class CommitMailbox:
         interrupted once made: a commit handed over lands, and its effects run, even if
         the caller is being cancelled.
         """
-        result = self.commit_now(commit, on_commit)
-        if result is not None:
-            return result
+        if self._apply_now is not None:
+            applied = self.commit_now(commit, on_commit)
+            if applied is not None:
+                return applied
         if self._stopped:
             raise RuntimeClosed(
                 "the runtime has closed and commits nothing more; open a new runtime"
             )
-        pending = _Pending(commit, on_commit, trio.lowlevel.current_task())
-        self._queue.append(pending)
+        self._queue.append((commit, on_commit, trio.lowlevel.current_task()))
         self._wakeup.set()
-        await trio.lowlevel.wait_task_rescheduled(_cannot_abort)
-        if pending.error is not None:
-            raise pending.error
-        assert pending.result is not None
-        return pending.result
+        # The mailbox task reschedules us with the store's answer, or with the error.
+        answer: CommitResult = await trio.lowlevel.wait_task_rescheduled(_cannot_abort)
+        return answer
 
     @property
     def inline(self) -> bool:

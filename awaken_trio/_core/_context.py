@@ -145,7 +145,9 @@ class RunContext(metaclass=NoPublicConstructor):
         a = self._live("boundary()")
         if progress is not None:
             progress = check_json(progress, f"progress of run {a.run_id!r}")
-        await trio.lowlevel.checkpoint()
+            await self._host.checkpoint_before_commit()
+        else:
+            await trio.lowlevel.checkpoint()
         if a.max_steps is not None and a.steps >= a.max_steps:
             raise StepCeiling(f"run {a.run_id!r} has used its max_steps={a.max_steps}")
         a.steps += 1
@@ -265,7 +267,7 @@ class RunContext(metaclass=NoPublicConstructor):
                 f" 'agent.tool_started' (not a runtime kind), not {safe_repr(kind)}"
             )
         frozen = freeze_detail({} if detail is None else detail, f"detail of {kind!r}")
-        await trio.lowlevel.checkpoint()
+        await self._host.checkpoint_before_commit()
         await self._host.emit(a, kind, frozen)
 
     async def start_child(

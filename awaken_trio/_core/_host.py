@@ -7,6 +7,7 @@ runtime's shutdown state. A supervisor that adds durable claims keeps this surfa
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Protocol
 
 from trio_util import RepeatedEvent
@@ -61,6 +62,12 @@ class AttemptHost(Protocol):
 
     async def load_commands(self, attempt: Attempt) -> None:
         """Durable stores: apply the commands stored for the run before the attempt began."""
+        ...
+
+    @property
+    def checkpoint_before_commit(self) -> Callable[[], Awaitable[None]]:
+        """The checkpoint of a call that commits next (its cancel point; the schedule
+        point too unless the commit itself yields)."""
         ...
 
     def now(self) -> float:

@@ -117,6 +117,12 @@ def check_json(value: object, what: str) -> JsonValue:
     cls = type(value)
     if value is None or cls is str or cls is bool or cls is FrozenDict or cls is FrozenList:
         return value  # immutable already (a frozen container was checked when it was built)
+    if cls is int and value.bit_length() <= _SAFE_INT_BITS:  # type: ignore[attr-defined]
+        return value
+    if cls is dict:
+        frozen = _flat_dict(value)  # type: ignore[arg-type]
+        if frozen is not None:
+            return frozen
     return _freeze(value, what, "$", 0)
 
 
@@ -153,7 +159,10 @@ def _freeze(value: object, what: str, path: str, depth: int) -> JsonValue:
     if cls is list:
         assert isinstance(value, list)
         return _frozen_list(
-            [_freeze(item, what, f"{path}[{i}]", depth + 1) for i, item in enumerate(value)]
+            [
+                item if _plain(item) else _freeze(item, what, f"{path}[{i}]", depth + 1)
+                for i, item in enumerate(value)
+            ]
         )
     if cls is dict:
         assert isinstance(value, dict)
@@ -164,7 +173,7 @@ def _freeze(value: object, what: str, path: str, depth: int) -> JsonValue:
                     f"{what} has the non-string key {_safe_repr(key)} at {path};"
                     " JSON object keys must be str"
                 )
-            out[key] = _freeze(item, what, f"{path}.{key}", depth + 1)
+            out[key] = item if _plain(item) else _freeze(item, what, f"{path}.{key}", depth + 1)
         return _frozen_dict(out)
     hint = ""
     if isinstance(value, tuple | set | frozenset):
@@ -174,6 +183,29 @@ def _freeze(value: object, what: str, path: str, depth: int) -> JsonValue:
     raise InvalidPayload(
         f"{what} holds a {cls.__name__} at {path}, which is not a JSON value{hint};"
         " payloads must be None, bool, int, finite float, str, list or dict with str keys"
+    )
+
+
+def _flat_dict(value: dict[Any, Any]) -> FrozenDict | None:
+    """``value`` frozen if it is a flat object of plain scalars (the usual progress, result
+    or detail), checked in one pass with no paths built; None if it needs the full walk."""
+    for key, item in value.items():
+        if type(key) is not str or not _plain(item):
+            return None
+    out = dict.__new__(FrozenDict)
+    dict.update(out, value)
+    return out
+
+
+def _plain(item: object) -> bool:
+    """Whether ``item`` is a JSON scalar that needs no further look: most items of most
+    payloads, kept as they are without building their path or recursing."""
+    cls = type(item)
+    return (
+        cls is str
+        or item is None
+        or cls is bool
+        or (cls is int and item.bit_length() <= _SAFE_INT_BITS)  # type: ignore[attr-defined]
     )
 
 

@@ -74,63 +74,63 @@ class GateWaiter:
         self._event.set()
 
 
-@attrs.define(eq=False)
-class _Gate:
-    holder: object
-    # Created on the first waiter: most threads never have one.
-    waiters: deque[GateWaiter] | None = None
-
-
 @final
 @attrs.define(eq=False)
 class ThreadGate:
     """One holder per thread id; later arrivals wait in FIFO order.
 
     A release hands the thread straight to the first waiter, so no later arrival can jump
-    the queue, and the entry disappears when the last holder leaves with nobody waiting.
+    the queue, and the entries disappear when the last holder leaves with nobody waiting.
     """
 
-    _gates: dict[str, _Gate] = attrs.field(factory=dict, init=False)
+    # The holder of each busy thread, and the queue of each thread that has waiters (most
+    # never have one, so a busy thread costs one dict entry and no object of its own).
+    _holders: dict[str, object] = attrs.field(factory=dict, init=False)
+    _waiters: dict[str, deque[GateWaiter]] = attrs.field(factory=dict, init=False)
 
     def try_acquire(self, thread_id: str, holder: object) -> bool:
-        if thread_id in self._gates:
+        if thread_id in self._holders:
             return False
-        self._gates[thread_id] = _Gate(holder)
+        self._holders[thread_id] = holder
         return True
 
     def enqueue(self, thread_id: str, holder: object) -> GateWaiter:
         """Queue ``holder`` behind the thread's current holder (the thread must be busy)."""
+        assert thread_id in self._holders
         waiter = GateWaiter(thread_id, holder)
-        gate = self._gates[thread_id]
-        if gate.waiters is None:
-            gate.waiters = deque()
-        gate.waiters.append(waiter)
+        waiters = self._waiters.get(thread_id)
+        if waiters is None:
+            waiters = self._waiters[thread_id] = deque()
+        waiters.append(waiter)
         return waiter
 
     def release(self, thread_id: str, holder: object) -> None:
         """Free the thread if ``holder`` holds it; a no-op otherwise."""
-        gate = self._gates.get(thread_id)
-        if gate is None or gate.holder is not holder:
+        if self._holders.get(thread_id, self) is not holder:
             return
-        if gate.waiters:
-            waiter = gate.waiters.popleft()
-            gate.holder = waiter.holder
+        waiters = self._waiters.get(thread_id)
+        if waiters:
+            waiter = waiters.popleft()
+            if not waiters:
+                del self._waiters[thread_id]
+            self._holders[thread_id] = waiter.holder
             waiter._grant()
         else:
-            del self._gates[thread_id]
+            del self._holders[thread_id]
 
     def withdraw(self, waiter: GateWaiter) -> None:
         """Leave the queue; a waiter already handed the thread passes it on."""
         if waiter.granted:
             self.release(waiter.thread_id, waiter.holder)
             return
-        gate = self._gates.get(waiter.thread_id)
-        if gate is not None and gate.waiters and waiter in gate.waiters:
-            gate.waiters.remove(waiter)
+        waiters = self._waiters.get(waiter.thread_id)
+        if waiters and waiter in waiters:
+            waiters.remove(waiter)
+            if not waiters:
+                del self._waiters[waiter.thread_id]
 
     def holder(self, thread_id: str) -> object | None:
-        gate = self._gates.get(thread_id)
-        return None if gate is None else gate.holder
+        return self._holders.get(thread_id)
 
     def __len__(self) -> int:
-        return len(self._gates)
+        return len(self._holders)

@@ -84,6 +84,9 @@ class Runtime(metaclass=NoPublicConstructor):
         self._supervisor = supervisor
         self._store = supervisor.store
         self._registry = supervisor.registry
+        # Bound once: every handle shares them instead of holding two method objects.
+        self._read_record = self.record
+        self._follow = self._follow_end
         supervisor.make_handle = self._handle
 
     def _handle(self, attempt: Attempt) -> RunHandle:
@@ -92,8 +95,8 @@ class Runtime(metaclass=NoPublicConstructor):
             attempt.thread_id,
             attempt.generation,
             attempt.completion,
-            self.record,
-            self._follow_end,
+            self._read_record,
+            self._follow,
             attempt.start_seq,
         )
 
@@ -147,7 +150,7 @@ class Runtime(metaclass=NoPublicConstructor):
             RunExists: ``run_id`` is taken. InvalidArgument, InvalidBody, InvalidPayload:
             a bad argument (nothing is committed). RuntimeClosed: the runtime is closing.
         """
-        return await self._supervisor.start_run(
+        attempt = await self._supervisor.begin_run(
             body,
             input=input,
             run_id=run_id,
@@ -156,6 +159,7 @@ class Runtime(metaclass=NoPublicConstructor):
             max_steps=max_steps,
             parent=None,
         )
+        return self._handle(attempt)
 
     async def execute(
         self,
@@ -172,10 +176,33 @@ class Runtime(metaclass=NoPublicConstructor):
         The run belongs to the runtime, not to the caller: cancelling this call stops the
         waiting, not the run (use `deliver` or `cancel_run` for that).
         """
-        handle = await self.start(
-            body, input=input, run_id=run_id, thread_id=thread_id, name=name, max_steps=max_steps
+        attempt = await self._begin(body, input, run_id, thread_id, name, max_steps)
+        # What `RunHandle.wait` does, without a handle nobody would see.
+        state = await attempt.completion.wait()
+        if state is not None:
+            return state
+        return await self._follow_end(attempt.run_id, attempt.start_seq)
+
+    @trio.lowlevel.enable_ki_protection
+    async def _begin(
+        self,
+        body: Body,
+        input: JsonValue,
+        run_id: str | None,
+        thread_id: str | None,
+        name: str | None,
+        max_steps: int | None,
+    ) -> Attempt:
+        """`start`, returning the attempt itself."""
+        return await self._supervisor.begin_run(
+            body,
+            input=input,
+            run_id=run_id,
+            thread_id=thread_id,
+            name=name,
+            max_steps=max_steps,
+            parent=None,
         )
-        return await handle.wait()
 
     # ------------------------------------------------------------------ durable runs
 
@@ -547,7 +574,7 @@ class Runtime(metaclass=NoPublicConstructor):
     def _remote_handle(self, run_id: str, thread_id: str, generation: int, since: int) -> RunHandle:
         """A handle on a run whose attempt runs wherever a runtime picks it up."""
         return RunHandle._create(
-            run_id, thread_id, generation, None, self.record, self._follow_end, since
+            run_id, thread_id, generation, None, self._read_record, self._follow, since
         )
 
     def _check_ticket(self, record: RunRecord, correlation_id: str | None) -> ResumeTicket:

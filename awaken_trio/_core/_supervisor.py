@@ -16,6 +16,7 @@ attempt is let go and every waiter is answered.
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, NoReturn, final
@@ -167,6 +168,16 @@ class Supervisor:
         self._last_at = 0.0
         self.actors_done = trio.Event()
         mailbox.on_interrupt = self.interrupted
+        # The checkpoint of a call that commits next. Through the mailbox, the commit's wait
+        # is the schedule point (the task sleeps until its answer), so only the cancel point
+        # is taken before it, which saves a trip through the scheduler; an inline commit
+        # yields nowhere, so the checkpoint is a full one. (The mailbox's mode is fixed.)
+        self.checkpoint_before_commit: Callable[[], Awaitable[None]] = (
+            trio.lowlevel.checkpoint if mailbox.inline else trio.lowlevel.checkpoint_if_cancelled
+        )
+        # The commit effects, bound once: each commit's partial holds no method of its own.
+        self._admitted_effect = self._admitted
+        self._ended_effect = self._ended
 
     # ------------------------------------------------------------------ the clock
 
@@ -212,6 +223,30 @@ class Supervisor:
         parent: Attempt | None,
     ) -> RunHandle:
         """Check the arguments, commit a new run and start (or queue) its first attempt."""
+        attempt = await self.begin_run(
+            body,
+            input=input,
+            run_id=run_id,
+            thread_id=thread_id,
+            name=name,
+            max_steps=max_steps,
+            parent=parent,
+        )
+        assert self.make_handle is not None
+        return self.make_handle(attempt)
+
+    async def begin_run(
+        self,
+        body: Body,
+        *,
+        input: JsonValue,
+        run_id: str | None,
+        thread_id: str | None,
+        name: str | None,
+        max_steps: int | None,
+        parent: Attempt | None,
+    ) -> Attempt:
+        """`start_run`, returning the first attempt itself rather than a handle to it."""
         check_body(body)
         if run_id is not None:
             check_id(run_id, "run_id")
@@ -224,7 +259,7 @@ class Supervisor:
         run_id = run_id or new_run_id()
         input = check_json(input, f"input of run {run_id!r}")
         thread_id = thread_id or run_id
-        await trio.lowlevel.checkpoint()
+        await self.checkpoint_before_commit()
         if name is None and parent is None:
             name = self.name_of(body)
         attempt = self.new_attempt(
@@ -241,8 +276,7 @@ class Supervisor:
         result = await self.admit(attempt, _EXPECT_NEW, new_run, _DETAIL_START)
         if isinstance(result, Rejected):
             raise RunExists(run_id)
-        assert self.make_handle is not None
-        return self.make_handle(attempt)
+        return attempt
 
     def new_attempt(
         self,
@@ -418,39 +452,9 @@ class Supervisor:
             state = Queued()
         if fence is not None:
             attempt.fence = fence
-        # The actor is spawned by the admitting task, so its body starts only after that
-        # task next yields: a cancel delivered before then is a pre-start cancel. Inline,
-        # that task is the one committing; through the mailbox, it spawns once it has its
-        # answer (its wait cannot be interrupted, and the reservation holds the nursery).
-        inline = True
-        accepted = False
-
-        def on_commit(result: CommitResult) -> None:
-            nonlocal accepted
-            if isinstance(result, Rejected):
-                self._release_thread(attempt)
-                return
-            attempt.start_seq = result.last_seq
-            if is_running:
-                attempt.started = True
-                attempt.carried = result.taken_messages
-                if result.taken_pause:
-                    attempt.pause_requested = True
-                if take_handover:
-                    attempt.resume_value = result.resume_value
-                    attempt.ticket = result.resume_ticket
-                self._hold(attempt, result.epoch)
-                self.registry.register(attempt)
-            else:
-                self.queued[run_id] = attempt
-            if self.bodies:
-                self.bodies.pop(run_id, None)
-            if parent is not None:
-                parent.add_child(run_id, attempt)
-            accepted = True
-            if inline:
-                nursery.start_soon(run_attempt, self, attempt)
-
+        # The effect of the commit, in its step: a partial rather than a closure, as it lives
+        # as long as the commit waits for the mailbox.
+        on_commit = functools.partial(self._admitted_effect, attempt, take_handover)
         claims = self.claims
         commit = Commit(
             run_id=run_id,
@@ -467,10 +471,7 @@ class Supervisor:
         if claims is not None and is_running:
             self._claim_fields(commit, attempt, at)
         try:
-            result = self.mailbox.commit_now(commit, on_commit)
-            if result is None:
-                inline = False
-                result = await self.mailbox.commit(commit, on_commit)
+            result = await self.mailbox.commit(commit, on_commit)
             if (
                 isinstance(result, Rejected)
                 and result.reason is RejectReason.THREAD_BUSY
@@ -492,14 +493,17 @@ class Supervisor:
                     fence=None if parent is None else attempt.fence,
                     detail=detail,
                 )
-                is_running = False
                 # The rejection gave our place on the thread back: take it again (or
                 # queue for it) so no run of ours starts on it meanwhile.
                 if not self.gate.try_acquire(thread_id, attempt):
                     attempt.gate_waiter = self.gate.enqueue(thread_id, attempt)
-                inline = False
                 result = await self.mailbox.commit(queued, on_commit)
-            if accepted and not inline:
+            if isinstance(result, Accepted):
+                # The actor is spawned by the admitting task, so its body starts only after
+                # that task next yields: a cancel delivered before then is a pre-start
+                # cancel. An inline commit never yielded, so this is still the commit's
+                # step; through the mailbox the task spawns once it has its answer (its
+                # wait cannot be interrupted, and the reservation holds the nursery).
                 nursery.start_soon(run_attempt, self, attempt)
             return result
         except BaseException:
@@ -508,6 +512,31 @@ class Supervisor:
             raise
         finally:
             self._unreserve(parent)
+
+    def _admitted(self, attempt: Attempt, take_handover: bool, result: CommitResult) -> None:
+        """The effect of an admission's commit: register the attempt (or queue it, if it
+        was committed ``Queued``), or give its thread back if the store refused it."""
+        if isinstance(result, Rejected):
+            self._release_thread(attempt)
+            return
+        run_id = attempt.run_id
+        attempt.start_seq = result.last_seq
+        if attempt.queued_generation is None:  # committed Running
+            attempt.started = True
+            attempt.carried = result.taken_messages
+            if result.taken_pause:
+                attempt.pause_requested = True
+            if take_handover:
+                attempt.resume_value = result.resume_value
+                attempt.ticket = result.resume_ticket
+            self._hold(attempt, result.epoch)
+            self.registry.register(attempt)
+        else:
+            self.queued[run_id] = attempt
+        if self.bodies:
+            self.bodies.pop(run_id, None)
+        if attempt.parent is not None:
+            attempt.parent.add_child(run_id, attempt)
 
     def _claim_fields(self, commit: Commit, attempt: Attempt, at: float) -> None:
         """Durable stores: a root attempt takes its run's claim (unless it comes with one),
@@ -708,40 +737,38 @@ class Supervisor:
             commit.fence = attempt.fence
             commit.consumed = attempt.take_consumed()
             commit.release = attempt.parent is None and attempt.started
-        fenced = False
-
-        def on_commit(result: CommitResult) -> None:
-            nonlocal fenced
-            if isinstance(result, Rejected) and result.reason is RejectReason.FENCED:
-                # The claim is no longer ours: another runtime holds the truth now.
-                fenced = True
-                self._let_go(attempt, None)
-                attempt.completion.abandon()
-                return
-            if isinstance(verdict.state, Queued) and isinstance(result, Accepted):
-                # Released for another runtime at shutdown: not an end; waiters follow
-                # the store to the run's end wherever it happens.
-                self._let_go(attempt, None)
-                attempt.completion.abandon()
-                return
-            self._retire(attempt, result)
-
         try:
-            result = self.mailbox.commit_now(commit, on_commit)
-            if result is None:
-                result = await self.mailbox.commit(commit, on_commit)
+            result = await self.mailbox.commit(
+                commit, functools.partial(self._ended_effect, attempt, verdict.state)
+            )
         except (StoreError, RuntimeClosed) as exc:
             self._abandon(attempt, exc, (*stranded, *messages))
             return
         except Exception as exc:  # an effect of the commit failed: still answer everyone
             self._abandon(attempt, StoreError(f"ending run {attempt.run_id!r} failed: {exc!r}"), ())
             return
-        if fenced:
+        if isinstance(result, Rejected) and result.reason is RejectReason.FENCED:
             self.held.pop(attempt.run_id, None)  # another runtime's claim now: hands off
         elif self.claims is not None and (isinstance(result, Rejected) or not commit.release):
             await self._drop_claim(attempt)
         elif commit.release:
             self.held.pop(attempt.run_id, None)
+
+    def _ended(self, attempt: Attempt, state: RunState, result: CommitResult) -> None:
+        """The effect of an attempt's end commit (``state``): it is let go, and its waiters
+        are answered."""
+        if isinstance(result, Rejected) and result.reason is RejectReason.FENCED:
+            # The claim is no longer ours: another runtime holds the truth now.
+            self._let_go(attempt, None)
+            attempt.completion.abandon()
+            return
+        if isinstance(state, Queued) and isinstance(result, Accepted):
+            # Released for another runtime at shutdown: not an end; waiters follow the
+            # store to the run's end wherever it happens.
+            self._let_go(attempt, None)
+            attempt.completion.abandon()
+            return
+        self._retire(attempt, result)
 
     async def _drop_claim(self, attempt: Attempt) -> None:
         """A root attempt on a durable store is over: let its claim go (best effort: if the

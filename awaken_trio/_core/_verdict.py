@@ -172,16 +172,21 @@ def decide(
     if ending is Ending.CEILING:
         return Verdict(Ended(MaxSteps()), detail=freeze_detail({"max_steps": max_steps}, "max"))
     if isinstance(result, outcome.Value):
-        try:
-            value = check_json(result.value, f"result of run {run_id!r}")
-        except InvalidPayload as exc:
-            return Verdict(Ended(Failed("invalid_result", str(exc))))
-        return Verdict(NATURAL_END, result=value)
+        return natural_end(result.value, run_id)
     # Only a suspension that is not this attempt's gets here (a context used across runs
     # is refused before it can raise one); end the run rather than leave it running.
     return internal_failure(
         run_id, f"the attempt ended with {safe_repr(result)} and nothing to commit"
     )
+
+
+def natural_end(value: object, run_id: str) -> Verdict:
+    """``NaturalEnd`` with the body's result, if that result is JSON; ``Failed`` if not."""
+    try:
+        result = check_json(value, f"result of run {run_id!r}")
+    except InvalidPayload as exc:
+        return Verdict(Ended(Failed("invalid_result", str(exc))))
+    return Verdict(NATURAL_END, result=result)
 
 
 def failure(error: BaseException, pending: EndRequest | None) -> Verdict:
