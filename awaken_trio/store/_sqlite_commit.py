@@ -123,7 +123,7 @@ def _create(tx: Transaction, commit: Commit, new: NewRun) -> Accepted:
     # A creating commit keeps the new run's checkpoint None and its steps 0, as the memory
     # store does: creation is identity and state, progress comes with later commits.
     epoch = _claim_effects(tx, row, commit, kind)
-    discarded: list[Any] = []
+    discarded: Sequence[Any] = ()
     result = NULL
     if kind == AWAITING:
         row.carried = dump_json(list(commit.carried_messages))
@@ -137,7 +137,7 @@ def _create(tx: Transaction, commit: Commit, new: NewRun) -> Accepted:
     tx.insert_run(row, dump_json(new.input), result, new.max_steps)
     if kind == AWAITING:
         tx.set_ticket(run_id, state.ticket)  # type: ignore[attr-defined]
-    last_seq = _write_events(tx, row, commit, state_text, [], discarded)
+    last_seq = _write_events(tx, row, commit, state_text, (), discarded)
     if commit.take_messages or epoch is not None:
         return Accepted(state, last_seq, _NO_MESSAGES, None, None, epoch, False)
     return Accepted(state, last_seq)
@@ -170,7 +170,7 @@ def _update(tx: Transaction, row: Row, commit: Commit) -> Accepted:
     row.kind, row.state_text, row.generation = kind, state_text, commit.generation
     epoch = _claim_effects(tx, row, commit, kind)
     set_result = kind == ENDED
-    discarded: list[Any] = []
+    discarded: Sequence[Any] = ()
     if kind == AWAITING:
         row.carried = dump_json(list(commit.carried_messages))
         row.carried_pause = commit.carried_pause
@@ -191,7 +191,9 @@ def _update(tx: Transaction, row: Row, commit: Commit) -> Accepted:
         tx.set_ticket(run_id, state.ticket)  # type: ignore[attr-defined]
     elif was_awaiting:
         tx.set_ticket(run_id, None)
-    taken: list[Any] = [] if taken_text == NO_MESSAGES else load_raw(taken_text, "carried messages")
+    taken: Sequence[Any] = (
+        () if taken_text == NO_MESSAGES else load_raw(taken_text, "carried messages")
+    )
     last_seq = _write_events(tx, row, commit, state_text, taken, discarded)
     if commit.take_messages or epoch is not None or resume_value is not None:
         handed = (
@@ -238,20 +240,20 @@ def _write_events(
     row: Row,
     commit: Commit,
     state_text: str,
-    taken: list[Any],
-    stored: list[Any],
+    taken: Sequence[Any],
+    stored: Sequence[Any],
 ) -> int:
     """Queue the commit's events: its drafts, then (a terminal commit that threw messages
     away) one ``messages_discarded`` event, then its own ``committed`` event unless it does
     not announce; the last seq written, or 0."""
     generation, at = commit.generation, commit.at
-    drafts = [(draft.kind, dump_shared(draft.detail)) for draft in commit.events]
+    last_seq = 0
+    for draft in commit.events:
+        last_seq = tx.event(row, generation, draft.kind, state_text, dump_shared(draft.detail), at)
     if row.kind == ENDED and (taken or commit.discarded_messages or stored):
         messages = [*taken, *commit.discarded_messages, *stored]
-        drafts.append((EventKind.MESSAGES_DISCARDED, discarded_detail(messages)))
-    last_seq = 0
-    for kind, detail in drafts:
-        last_seq = tx.event(row, generation, kind, state_text, detail, at)
+        detail = discarded_detail(messages)
+        last_seq = tx.event(row, generation, EventKind.MESSAGES_DISCARDED, state_text, detail, at)
     if commit.announce:
         last_seq = tx.event(
             row, generation, EventKind.COMMITTED, state_text, dump_shared(commit.detail), at

@@ -350,7 +350,8 @@ class Transaction:
         self, row: Row, generation: int, kind: str, state_text: str, detail: str, at: float
     ) -> int:
         """Queue an event of ``row``'s run; its seq."""
-        self.begin()
+        if not self._begun:
+            self._read()
         self._last_seq = seq = self._last_seq + 1
         self._events.extend(
             (seq, row.run_id, row.thread_id, generation, kind, state_text, detail, at)
