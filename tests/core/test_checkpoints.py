@@ -11,6 +11,7 @@ from awaken_trio import (
     NotActive,
     RunAlreadyEnded,
     RunContext,
+    RunEvent,
     Runtime,
     UnknownRun,
 )
@@ -85,3 +86,37 @@ async def test_body_calls_checkpoint(runtime: Runtime) -> None:
 
     await runtime.execute(body)
     assert seen == ["checked"]
+
+
+async def test_a_cancelled_call_that_would_commit_raises_before_committing(
+    runtime: Runtime,
+) -> None:
+    # Through the mailbox only the cancel point comes before the commit (its wait is the
+    # schedule point); either way a pending cancel wins and nothing is committed.
+    with trio.CancelScope() as scope:
+        scope.cancel()
+        await runtime.start(quick, run_id="never")
+    assert scope.cancelled_caught
+    with pytest.raises(UnknownRun):
+        await runtime.state("never")
+
+    async def body(ctx: RunContext) -> object:
+        with trio.CancelScope() as inner:
+            inner.cancel()
+            await ctx.boundary({"step": 1})
+        assert inner.cancelled_caught
+        with trio.CancelScope() as inner:
+            inner.cancel()
+            await ctx.emit("app.note", {"n": 1})
+        assert inner.cancelled_caught
+        return ctx.checkpoint
+
+    await runtime.execute(body, run_id="b")
+    record = await runtime.record("b")
+    assert record.checkpoint is None
+    assert record.result is None
+    assert [e.kind for e in await _events(runtime, "b")].count("app.note") == 0
+
+
+async def _events(runtime: Runtime, run_id: str) -> list[RunEvent]:
+    return [event async for event in runtime.events(run_id, follow=False)]
