@@ -150,16 +150,7 @@ class Runtime(metaclass=NoPublicConstructor):
             RunExists: ``run_id`` is taken. InvalidArgument, InvalidBody, InvalidPayload:
             a bad argument (nothing is committed). RuntimeClosed: the runtime is closing.
         """
-        attempt = await self._supervisor.begin_run(
-            body,
-            input=input,
-            run_id=run_id,
-            thread_id=thread_id,
-            name=name,
-            max_steps=max_steps,
-            parent=None,
-        )
-        return self._handle(attempt)
+        return self._handle(await self._begin(body, input, run_id, thread_id, name, max_steps))
 
     async def execute(
         self,
@@ -193,7 +184,7 @@ class Runtime(metaclass=NoPublicConstructor):
         name: str | None,
         max_steps: int | None,
     ) -> Attempt:
-        """`start`, returning the attempt itself."""
+        """Commit a new top-level run and start (or queue) its first attempt."""
         return await self._supervisor.begin_run(
             body,
             input=input,
