@@ -26,6 +26,12 @@ from .._core._storage import (
     StoredCommand,
 )
 from ._store_contract import (
+    CANCELLED,
+    DONE,
+    Awaiting,
+    Ended,
+    Queued,
+    Running,
     StoreContract,
     _accepted,
     _assert_frozen,
@@ -35,13 +41,6 @@ from ._store_contract import (
     _ticket,
 )
 
-Running = RunState.Running
-Queued = RunState.Queued
-Awaiting = RunState.Awaiting
-Ended = RunState.Ended
-
-CANCELLED = Ended(EndCause.Cancelled())
-DONE = Ended(EndCause.NaturalEnd())
 LOST = Ended(EndCause.Indeterminate("owner lost"))
 
 JOB = "job"
