@@ -536,21 +536,9 @@ INVALID_SCHEMAS: list[object] = [
 async def test_an_invalid_schema_raises_invalid_argument_from_await_input(
     runtime: Runtime, autojump_clock: trio.testing.MockClock, schema: object
 ) -> None:
-    raised: list[BaseException] = []
-
-    async def body(ctx: RunContext) -> str:
-        before = await snapshot(runtime, ctx.run_id)
-        try:
-            await ctx.await_input("user_input", accepts=schema)
-        except InvalidArgument as exc:
-            raised.append(exc)
-        assert await snapshot(runtime, ctx.run_id) == before
-        return "caught"
-
-    assert await runtime.execute(body, run_id="a5") == NATURAL_END
-    assert len(raised) == 1
-    assert type(raised[0]) is InvalidArgument
-    assert "accepts" in str(raised[0])
+    raised = await _refused_await_input(runtime, "a5", schema)
+    assert type(raised) is InvalidArgument
+    assert "accepts" in str(raised)
     committed = await history(runtime, "a5")
     assert not any(isinstance(event.state, RunState.Awaiting) for event in committed)
     assert (await runtime.record("a5")).result == "caught"
@@ -589,6 +577,13 @@ async def test_an_uncaught_invalid_schema_ends_the_run_failed_invalid_argument(
 async def test_a_schema_that_is_not_json_is_refused_as_invalid_payload(
     runtime: Runtime, autojump_clock: trio.testing.MockClock, schema: object
 ) -> None:
+    assert isinstance(await _refused_await_input(runtime, "a7", schema), InvalidPayload)
+
+
+async def _refused_await_input(runtime: Runtime, run_id: str, schema: object) -> BaseException:
+    """Run a body whose ``await_input(accepts=schema)`` raises `InvalidArgument`, which it
+    catches before returning; what was raised, once the call is known to have committed
+    nothing and the run to have ended naturally."""
     raised: list[BaseException] = []
 
     async def body(ctx: RunContext) -> str:
@@ -600,9 +595,9 @@ async def test_a_schema_that_is_not_json_is_refused_as_invalid_payload(
         assert await snapshot(runtime, ctx.run_id) == before
         return "caught"
 
-    assert await runtime.execute(body, run_id="a7") == NATURAL_END
+    assert await runtime.execute(body, run_id=run_id) == NATURAL_END
     assert len(raised) == 1
-    assert isinstance(raised[0], InvalidPayload)
+    return raised[0]
 
 
 # ------------------------------------------------------------ await_input(progress=...)
