@@ -35,6 +35,7 @@ from ._store_contract import (
     StoreContract,
     _accepted,
     _assert_frozen,
+    _create,
     _loaded,
     _rejected,
     _snapshot,
@@ -62,14 +63,15 @@ def _new(
     thread_guard: bool = False,
 ) -> Commit:
     """A commit creating ``run_id`` (named ``job``, on its own thread, by default)."""
-    return Commit(
-        run_id=run_id,
-        state=Running(generation) if state is None else state,
+    return _create(
+        run_id,
+        state,
         generation=generation,
-        expect=Expect(new=True),
+        parent=parent,
+        name=name,
         at=at,
-        new_run=NewRun(thread or f"thread-{run_id}", parent, name, None, None, root),
-        detail={"source": "start"},
+        thread=thread,
+        root=root,
         claim=claim,
         fence=fence,
         thread_guard=thread_guard,

@@ -18,10 +18,12 @@ from .._core._state import EndCause, ResumeTicket, RunEvent, RunRecord, RunState
 from .._core._storage import (
     UNSET,
     Accepted,
+    Claim,
     Commit,
     CommitResult,
     EventDraft,
     Expect,
+    Fence,
     NewRun,
     Rejected,
     RejectReason,
@@ -58,15 +60,24 @@ def _create(
     max_steps: int | None = None,
     at: float = 1.0,
     detail: dict[str, JsonValue] | None = None,
+    thread: str | None = None,
+    root: str | None = None,
+    claim: Claim | None = None,
+    fence: Fence | None = None,
+    thread_guard: bool = False,
 ) -> Commit:
+    """A commit creating ``run_id`` (on a thread of its own unless ``thread`` is given)."""
     return Commit(
         run_id=run_id,
         state=Running(generation) if state is None else state,
         generation=generation,
         expect=Expect(new=True),
         at=at,
-        new_run=NewRun(f"thread-{run_id}", parent, name, input, max_steps),
+        new_run=NewRun(thread or f"thread-{run_id}", parent, name, input, max_steps, root),
         detail={"source": "start"} if detail is None else detail,
+        claim=claim,
+        fence=fence,
+        thread_guard=thread_guard,
     )
 
 
