@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
+import pytest
 import trio
 import trio.testing
 
@@ -60,56 +61,34 @@ async def test_a_waiter_that_gives_up_leaves_the_run_and_later_waiters_alone(
     assert (await handle.record()).result == "done"
 
 
-async def test_the_first_waiter_giving_up_leaves_a_second_one_waiting(runtime: Runtime) -> None:
-    gate, body = _gated()
-    handle = await runtime.start(body)
-    ends: list[RunState] = []
-    first_in_line = trio.CancelScope()
-
-    async def first() -> None:
-        with first_in_line:
-            await handle.wait()
-
-    async def second() -> None:
-        ends.append(await handle.wait())
-
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(first)
-        await trio.testing.wait_all_tasks_blocked()
-        nursery.start_soon(second)
-        await trio.testing.wait_all_tasks_blocked()
-        first_in_line.cancel()
-        await trio.testing.wait_all_tasks_blocked()
-        gate.set()
-    assert first_in_line.cancelled_caught
-    assert ends == [NATURAL]
-
-
-async def test_the_second_waiter_giving_up_leaves_the_first_one_waiting(
-    runtime: Runtime,
+@pytest.mark.parametrize("gives_up", ["first", "second"])
+async def test_a_waiter_giving_up_leaves_the_other_one_waiting(
+    runtime: Runtime, gives_up: str
 ) -> None:
+    # The first waiter in line is parked directly, the second on an event: either may go.
     gate, body = _gated()
     handle = await runtime.start(body)
-    ends: list[RunState] = []
-    second_in_line = trio.CancelScope()
+    ends: list[str] = []
+    leaving = trio.CancelScope()
 
-    async def first() -> None:
-        ends.append(await handle.wait())
-
-    async def second() -> None:
-        with second_in_line:
-            await handle.wait()
+    async def waiter(name: str) -> None:
+        if name == gives_up:
+            with leaving:
+                await handle.wait()
+        else:
+            assert await handle.wait() == NATURAL
+            ends.append(name)
 
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(first)
+        nursery.start_soon(waiter, "first")
         await trio.testing.wait_all_tasks_blocked()
-        nursery.start_soon(second)
+        nursery.start_soon(waiter, "second")
         await trio.testing.wait_all_tasks_blocked()
-        second_in_line.cancel()
+        leaving.cancel()
         await trio.testing.wait_all_tasks_blocked()
         gate.set()
-    assert second_in_line.cancelled_caught
-    assert ends == [NATURAL]
+    assert leaving.cancelled_caught
+    assert ends == ["second" if gives_up == "first" else "first"]
 
 
 async def test_a_waiter_after_the_end_is_answered_at_once_and_checkpoints(
