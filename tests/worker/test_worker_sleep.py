@@ -245,35 +245,20 @@ BAD_SLEEPS: list[Any] = [-1, -0.5, math.inf, math.nan, "1", True, None, [1]]
 BAD_WAKE_TIMES: list[Any] = [math.inf, -math.inf, math.nan, "soon", True, None, {"at": 1}]
 
 
-@pytest.mark.parametrize("seconds", BAD_SLEEPS, ids=repr)
-async def test_sleep_refuses_bad_seconds(
-    shared_store: MemoryStore, autojump_clock: trio.testing.MockClock, seconds: Any
+@pytest.mark.parametrize(
+    ("call", "value"),
+    [("sleep", seconds) for seconds in BAD_SLEEPS]
+    + [("sleep_until", when) for when in BAD_WAKE_TIMES],
+    ids=repr,
+)
+async def test_sleep_and_sleep_until_refuse_a_bad_time(
+    shared_store: MemoryStore, autojump_clock: trio.testing.MockClock, call: str, value: Any
 ) -> None:
     raised: list[BaseException] = []
 
     async def body(ctx: RunContext) -> object:
         try:
-            await ctx.sleep(seconds)
-        except Exception as exc:
-            raised.append(exc)
-        return "went on"
-
-    async with shared_runtime(shared_store) as rt:
-        assert await settle(await rt.start(body, run_id="r")) == NATURAL
-        states = [e.state for e in await history(rt, "r")]
-    assert [type(e) for e in raised] == [InvalidArgument]
-    assert not any(isinstance(s, RunState.Awaiting) for s in states)
-
-
-@pytest.mark.parametrize("when", BAD_WAKE_TIMES, ids=repr)
-async def test_sleep_until_refuses_a_bad_wake_time(
-    shared_store: MemoryStore, autojump_clock: trio.testing.MockClock, when: Any
-) -> None:
-    raised: list[BaseException] = []
-
-    async def body(ctx: RunContext) -> object:
-        try:
-            await ctx.sleep_until(when)
+            await getattr(ctx, call)(value)
         except Exception as exc:
             raised.append(exc)
         return "went on"
