@@ -94,7 +94,7 @@ class CommitMailbox:
         finally:
             self._stopped = True
             self._listening = True
-            self._publish()
+            self.publish()
 
     async def _apply(self, batch: list[_Pending]) -> None:
         try:
@@ -110,7 +110,7 @@ class CommitMailbox:
             self._note_interrupt(exc)
             for commit, _, task in batch:
                 trio.lowlevel.reschedule(task, outcome.Error(_store_error(commit, exc, len(batch))))
-            self._publish()
+            self.publish()
             return
         for (_, on_commit, task), result in zip(batch, results, strict=True):
             # Each commit's effect runs in the commit's step. An effect never takes the
@@ -132,9 +132,11 @@ class CommitMailbox:
         self._commits += size
         self._batches += 1
         self._largest = max(self._largest, size)
-        self._publish()
+        self.publish()
 
-    def _publish(self) -> None:
+    def publish(self) -> None:
+        """Wake whoever took `changed_event`: a commit landed here, or (called by the
+        relay) the store changed elsewhere."""
         if self._listening:
             self._listening = False
             self.events_changed.set()
@@ -166,7 +168,7 @@ class CommitMailbox:
         self._commits += 1
         self._batches += 1
         if self._listening:
-            self._publish()
+            self.publish()
         if on_commit is not None:
             on_commit(result)  # runs in the caller: what it raises is the caller's
         return result

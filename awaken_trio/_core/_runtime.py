@@ -752,39 +752,93 @@ async def open_runtime(
         async with trio.open_nursery() as system:
             await system.start(_run_mailbox, mailbox)
             await system.start(supervisor.host_actors, system.cancel_scope)
-            async with trio.open_nursery() as services:
-                await _start_services(services, supervisor, runtime)
-                try:
-                    yield runtime
-                except BaseException as exc:  # re-raised below, outside the nursery, unwrapped
-                    caller_error = exc
-                finally:
-                    with trio.CancelScope(shield=True):
-                        # The services (claim renewals, control from other runtimes) keep
-                        # running while the attempts drain, then stop.
-                        supervisor.begin_shutdown()
-                        await supervisor.actors_done.wait()
-                        services.cancel_scope.cancel(reason="runtime closed")
-    except BaseExceptionGroup as group:  # pragma: no cover - the system tasks never raise
+            services = await system.start(_host_services, supervisor, runtime)
+            try:
+                yield runtime
+            except BaseException as exc:  # re-raised below, outside the nursery, unwrapped
+                caller_error = exc
+            finally:
+                with trio.CancelScope(shield=True):
+                    # The services (claim renewals, control from other runtimes) keep
+                    # running while the attempts drain, whatever cancelled the block, then
+                    # stop.
+                    supervisor.begin_shutdown()
+                    await supervisor.actors_done.wait()
+                    services.cancel(reason="runtime closed")
+    except BaseExceptionGroup as group:
+        # The system tasks never raise; what reaches here is a cancel of the caller's that
+        # the nursery's exit met, or an interrupt.
         internal_error = group
     finally:
         if owned:
             with trio.CancelScope(shield=True):
                 await store_obj.aclose()
-    interrupt = supervisor.interrupt
-    if isinstance(caller_error, KeyboardInterrupt | SystemExit):
-        raise caller_error
+    raise_block_exit(supervisor.interrupt, caller_error, internal_error)
+
+
+def raise_block_exit(
+    interrupt: BaseException | None,
+    caller_error: BaseException | None,
+    internal_error: BaseException | None,
+) -> None:
+    """Raise what leaving `open_runtime` comes out as (rule 12), or return for nothing.
+
+    In order: a KeyboardInterrupt or SystemExit, as itself, wherever it was raised and
+    whatever nursery it crossed (the runtime's own, or one of the caller's in the block);
+    else the caller's own exception, unwrapped; else, when an enclosing scope was
+    cancelled, one plain `trio.Cancelled` (the nursery exits met it; it says nothing about
+    the runtime). A real failure of the runtime's own tasks (never expected) is raised
+    itself, or noted on the caller's exception.
+    """
+    if interrupt is None:
+        interrupt = _first_interrupt(caller_error) or _first_interrupt(internal_error)
     if interrupt is not None:
-        # The interrupt stopped the block: a Cancelled it caused is not the caller's.
-        if isinstance(caller_error, trio.Cancelled):
+        if interrupt is caller_error or isinstance(caller_error, trio.Cancelled):
+            # The interrupt stopped the block: a Cancelled it caused is not the caller's.
             raise interrupt from None
         raise interrupt
+    failure = internal_error
+    if isinstance(failure, BaseExceptionGroup):
+        _, failure = failure.split(trio.Cancelled)
     if caller_error is not None:
-        if internal_error is not None:  # pragma: no cover
-            caller_error.add_note(f"awaken_trio also failed while closing: {internal_error!r}")
+        if failure is not None:  # pragma: no cover - the system tasks never raise
+            caller_error.add_note(f"awaken_trio also failed while closing: {failure!r}")
         raise caller_error
-    if internal_error is not None:  # pragma: no cover
-        raise internal_error
+    if failure is not None:  # pragma: no cover
+        raise failure
+    if internal_error is not None:
+        cancelled = _leaves(internal_error)[0]
+        raise cancelled from None
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
+    return [exc]
+
+
+def _first_interrupt(exc: BaseException | None) -> BaseException | None:
+    if exc is None:
+        return None
+    for leaf in _leaves(exc):
+        if isinstance(leaf, KeyboardInterrupt | SystemExit):
+            return leaf
+    return None
+
+
+async def _host_services(
+    supervisor: Supervisor,
+    runtime: Runtime,
+    *,
+    task_status: trio.TaskStatus[trio.CancelScope],
+) -> None:
+    """Run the runtime's services until the scope handed back is cancelled. Shielded: a
+    cancel of the caller's block must not stop claim renewals while attempts drain."""
+    with trio.CancelScope(shield=True) as scope:
+        async with trio.open_nursery() as services:
+            await _start_services(services, supervisor, runtime)
+            task_status.started(scope)
+            await trio.sleep_forever()
 
 
 async def _start_services(services: trio.Nursery, supervisor: Supervisor, runtime: Runtime) -> None:

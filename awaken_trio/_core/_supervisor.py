@@ -359,21 +359,27 @@ class Supervisor:
                 attempt.apply_stored(command.id, command.kind, command.payload, command.reason)
 
     async def changed(self, local: trio.Event) -> None:
-        """Wait until something may have changed: a commit here (``local``, an event taken
-        from the mailbox before the caller looked) or, on a durable store, a change made
-        by another runtime (seen within a poll interval, and looked at again after one
-        anyway: a lapsed lease changes nothing in the store)."""
+        """Wait until something may have changed: a commit here or, on a durable store, a
+        change made by another runtime (`store_changed_elsewhere` sets ``local`` too), an
+        event the caller took from the mailbox before it looked; on a durable store, at
+        most a poll interval (a lapsed lease changes nothing in the store).
+
+        One event and no nursery of its own: a KeyboardInterrupt delivered while a caller
+        waits here comes out as itself, not wrapped in a group."""
         if self.claims is None:
             await local.wait()
             return
         with trio.move_on_after(self.poll_interval):
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(_cancel_after, local.wait, nursery.cancel_scope)
-                nursery.start_soon(_cancel_after, self.store_changed.wait, nursery.cancel_scope)
+            await local.wait()
+
+    def store_changed_elsewhere(self) -> None:
+        """Another runtime changed the store: wake everything that waits on it."""
+        self.store_changed.set()
+        self.mailbox.publish()
 
     def wake_servers(self) -> None:
         """Something may have become runnable: serving loops look again."""
-        self.store_changed.set()
+        self.store_changed_elsewhere()
 
     def name_of(self, body: Body) -> str | None:
         """The name ``body`` is registered under, if any (the first, if several)."""
@@ -976,11 +982,6 @@ def scheduled_at(ticket: ResumeTicket) -> float | None:
     if isinstance(wake_at, int | float) and not isinstance(wake_at, bool):
         return float(wake_at)
     return None
-
-
-async def _cancel_after(wait: Callable[[], Awaitable[object]], scope: trio.CancelScope) -> None:
-    await wait()
-    scope.cancel()
 
 
 def _same_body(known: Body, body: Body) -> bool:

@@ -40,7 +40,7 @@ class StoreRelay:
         if version == self._version:
             return
         self._version = version
-        self._supervisor.store_changed.set()
+        self._supervisor.store_changed_elsewhere()
         registry = self._supervisor.registry
         active = [a.run_id for a in registry.all() if not a.sealed]
         if not active:

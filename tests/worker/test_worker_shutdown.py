@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import trio
 import trio.testing
 
@@ -221,11 +222,13 @@ async def test_the_handle_of_a_released_run_waits_for_its_end_elsewhere(
         assert ends == [NATURAL]
 
 
+@pytest.mark.parametrize("leaving", ["returns", "enclosing_cancel"])
 async def test_renewals_keep_running_while_the_runtime_drains(
-    shared_store: MemoryStore, autojump_clock: trio.testing.MockClock
+    shared_store: MemoryStore, autojump_clock: trio.testing.MockClock, leaving: str
 ) -> None:
     """A body whose shielded cleanup outlasts the lease keeps its claim: nobody recovers
-    the run meanwhile, and its release lands."""
+    the run meanwhile, and its release lands; also when the block is left because an
+    enclosing scope was cancelled."""
     seen: list[tuple[str, int, float]] = []
     cleaned = trio.Event()
 
@@ -244,9 +247,14 @@ async def test_renewals_keep_running_while_the_runtime_drains(
         return ctx.checkpoint
 
     async with shared_runtime(shared_store, bodies={"w": in_b}) as b, serving(b):
-        async with shared_runtime(shared_store, bodies={"w": slow}) as a:
-            await a.start(slow, run_id="r")
-            await trio.testing.wait_all_tasks_blocked()
+        with trio.CancelScope() as enclosing:
+            async with shared_runtime(shared_store, bodies={"w": slow}) as a:
+                await a.start(slow, run_id="r")
+                await trio.testing.wait_all_tasks_blocked()
+                if leaving == "enclosing_cancel":
+                    enclosing.cancel()
+                    await trio.sleep_forever()
+        assert enclosing.cancelled_caught == (leaving == "enclosing_cancel")
         closed = trio.current_time()
         assert cleaned.is_set()
         await until_state(b, "r", is_ended)
