@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import pytest
+from cancelled_guard import pytest_runtest_call as pytest_runtest_call
 
 from awaken_trio import Runtime, open_runtime
 from awaken_trio.store import MemoryStore
