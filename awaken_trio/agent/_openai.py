@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, final
 
 from awaken_trio import InvalidArgument
 
-from ._model import ModelError, ModelReply, ToolCall
+from ._model import ModelError, ModelReply, ToolCall, parse_arguments
 
 if TYPE_CHECKING:
     import httpx
@@ -68,7 +68,9 @@ class OpenAIChatModel:
     retryable when the quota is spent), 401/403 ``unauthorized``, 400 about the context
     length ``context_overflow``, 408 and timeouts ``timeout`` (retryable), 5xx and
     connection failures ``provider_error`` (retryable), other statuses ``provider_error``,
-    a reply that cannot be read ``invalid_reply``.
+    a reply that cannot be read ``invalid_reply``. A tool call whose arguments are not a
+    JSON object is no failure: it comes back as ``ToolCall(..., raw_arguments=<the text>)``
+    (the agent tells the model). The reply's ``finish_reason`` is the provider's.
     """
 
     __slots__ = ("_api_key", "_client", "_httpx", "_timeout", "base_url", "model")
@@ -171,6 +173,7 @@ class _Assembler:
         self._text: list[str] = []
         self._calls: dict[int, dict[str, Any]] = {}
         self._usage: dict[str, Any] | None = None
+        self._finish_reason: str | None = None
         self._finished = False
         self._done = False
 
@@ -218,8 +221,11 @@ class _Assembler:
         for choice in choices:
             if not isinstance(choice, dict) or choice.get("index", 0) != 0:
                 continue
-            if choice.get("finish_reason"):
+            finish_reason = choice.get("finish_reason")
+            if finish_reason:
                 self._finished = True
+                if isinstance(finish_reason, str):
+                    self._finish_reason = finish_reason
             delta = choice.get("delta") or {}
             if not isinstance(delta, dict):
                 raise ModelError("invalid_reply", "a stream chunk's delta is not an object")
@@ -266,30 +272,34 @@ class _Assembler:
             call = self._calls[index]
             calls.append(_tool_call(call["id"], call["name"], "".join(call["arguments"])))
         text = "".join(self._text) if self._text else None
-        return _reply(text, calls, self._usage)
+        return _reply(text, calls, self._usage, self._finish_reason)
 
 
-def _tool_call(call_id: object, name: object, arguments: str) -> ToolCall:
+def _tool_call(call_id: object, name: object, arguments: object) -> ToolCall:
     if type(call_id) is not str or not call_id or type(name) is not str or not name:
         raise ModelError(
             "invalid_reply", f"a tool call has no id or name (id {call_id!r}, name {name!r})"
         )
-    try:
-        parsed = json.loads(arguments) if arguments.strip() else {}
-    except ValueError:
-        parsed = None
-    if not isinstance(parsed, dict):
+    if type(arguments) is not str:
         raise ModelError(
-            "invalid_reply",
-            f"the arguments of tool call {call_id!r} ({name}) are not a JSON object:"
-            f" {arguments[:_MAX_MESSAGE]!r}",
+            "invalid_reply", f"the arguments of tool call {call_id!r} ({name}) are not text"
         )
+    try:
+        parsed = parse_arguments(arguments)
+    except InvalidArgument:
+        # The model is told (an error tool message) and the transcript keeps its text.
+        return ToolCall(call_id, name, raw_arguments=arguments)
     return ToolCall(call_id, name, parsed)
 
 
-def _reply(text: str | None, calls: list[ToolCall], usage: dict[str, Any] | None) -> ModelReply:
+def _reply(
+    text: str | None,
+    calls: list[ToolCall],
+    usage: dict[str, Any] | None,
+    finish_reason: str | None,
+) -> ModelReply:
     try:
-        return ModelReply(text=text, tool_calls=calls, usage=usage)
+        return ModelReply(text=text, tool_calls=calls, usage=usage, finish_reason=finish_reason)
     except InvalidArgument as exc:
         raise ModelError("invalid_reply", str(exc)) from None
 
@@ -300,7 +310,9 @@ def _completion(raw: bytes) -> ModelReply:
         body = json.loads(raw)
         if isinstance(body, dict) and "error" in body:
             raise _body_error(None, body)
-        message = body["choices"][0]["message"]
+        choice = body["choices"][0]
+        message = choice["message"]
+        finish_reason = choice.get("finish_reason")
         text = message.get("content")
         calls = [
             _tool_call(c.get("id"), c["function"].get("name"), c["function"].get("arguments", ""))
@@ -314,7 +326,10 @@ def _completion(raw: bytes) -> ModelReply:
         ) from None
     usage = body.get("usage")
     return _reply(
-        text if isinstance(text, str) else None, calls, usage if isinstance(usage, dict) else None
+        text if isinstance(text, str) else None,
+        calls,
+        usage if isinstance(usage, dict) else None,
+        finish_reason if isinstance(finish_reason, str) else None,
     )
 
 
