@@ -18,7 +18,7 @@ from agent_helpers import call, calls, echo, tool_contents, transcript
 from fake_openai import FakeOpenAI, Raw, Status, Stream, chunk, text_stream, usage_chunk
 from run_helpers import settle
 
-from awaken_trio import EndCause, LiveCommand, RunContext, RunState, Runtime
+from awaken_trio import EndCause, InvalidArgument, LiveCommand, RunContext, RunState, Runtime
 from awaken_trio.agent import Agent, ModelError, ModelReply, OpenAIChatModel, Tool, ToolCall
 
 USER = [{"role": "user", "content": "hi"}]
@@ -429,3 +429,108 @@ async def test_an_agent_run_cut_off_by_the_length_limit_reports_it_in_its_result
         assert await handle.wait() == RunState.Ended(EndCause.NaturalEnd())
     record = await runtime.record(handle.run_id)
     assert record.result == {"text": "Once upon", "steps": 1, "finish_reason": "length"}
+
+
+async def test_request_parameters_are_passed_through_unchanged(server: FakeOpenAI) -> None:
+    tool_choice = {"type": "function", "function": {"name": "add"}}
+    response_format = {"type": "json_schema", "json_schema": {"name": "n", "schema": {}}}
+    extra_body = {"seed": 7, "top_p": 0.5, "metadata": {"tags": ["a", None]}}
+    model = model_for(
+        server,
+        api_key="sk-test",
+        temperature=0.2,
+        max_tokens=50,
+        tool_choice=tool_choice,
+        response_format=response_format,
+        extra_headers={"X-Org": "acme", "OpenAI-Beta": "x=1"},
+        extra_body=extra_body,
+    )
+    # What the caller keeps and changes afterwards is not what the model sends.
+    extra_body["seed"] = 8
+    tool_choice["type"] = "changed"
+    spec = Tool("add", echo).spec()
+    server.script(text_stream("one"), text_stream("two"))
+    assert (await infer(model, [spec])).text == "one"
+    assert (await infer(model, [spec])).text == "two"
+    first, second = server.requests
+    assert (
+        first.body
+        == second.body
+        == {
+            "model": "fake-model",
+            "messages": USER,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "tools": [spec],
+            "temperature": 0.2,
+            "max_tokens": 50,
+            "tool_choice": {"type": "function", "function": {"name": "add"}},
+            "response_format": response_format,
+            "seed": 7,
+            "top_p": 0.5,
+            "metadata": {"tags": ["a", None]},
+        }
+    )
+    assert first.headers["x-org"] == "acme"
+    assert first.headers["openai-beta"] == "x=1"
+    assert first.headers["authorization"] == "Bearer sk-test"
+    assert "acme" not in repr(model)
+
+
+async def test_a_request_without_tools_sends_no_tool_choice(server: FakeOpenAI) -> None:
+    # The API refuses a tool_choice without tools; an agent with no tools sends none.
+    server.script(text_stream("ok"))
+    assert (await infer(model_for(server, tool_choice="required", temperature=0))).text == "ok"
+    body = server.requests[0].body
+    assert "tool_choice" not in body
+    assert body["temperature"] == 0
+
+
+async def test_an_extra_header_replaces_the_one_the_model_would_send(server: FakeOpenAI) -> None:
+    model = model_for(
+        server,
+        api_key="sk-test",
+        extra_headers={"authorization": "Basic dXNlcjpwYXNz", "ACCEPT": "text/event-stream"},
+    )
+    server.script(text_stream("ok"))
+    assert (await infer(model)).text == "ok"
+    headers = server.requests[0].headers
+    assert headers["authorization"] == "Basic dXNlcjpwYXNz"
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        ({"temperature": "hot"}, "temperature"),
+        ({"temperature": True}, "temperature"),
+        ({"temperature": float("nan")}, "temperature"),
+        ({"max_tokens": 0}, "max_tokens"),
+        ({"max_tokens": 1.5}, "max_tokens"),
+        ({"max_tokens": True}, "max_tokens"),
+        ({"tool_choice": 3}, "tool_choice"),
+        ({"tool_choice": ""}, "tool_choice"),
+        ({"tool_choice": {"x": (1,)}}, "tool_choice"),
+        ({"response_format": "json"}, "response_format"),
+        ({"extra_headers": {"X-Key": 1}}, "extra_headers"),
+        ({"extra_headers": {"bad name": "v"}}, "extra_headers"),
+        ({"extra_headers": {"X-Key": "a\r\nInjected: 1"}}, "extra_headers"),
+        ({"extra_headers": ["X-Key"]}, "extra_headers"),
+        ({"extra_body": [1]}, "extra_body"),
+        ({"extra_body": {"seed": float("inf")}}, "extra_body"),
+        ({"extra_body": {"stream": False}}, "stream"),
+        ({"extra_body": {"messages": []}}, "messages"),
+        ({"temperature": 1, "extra_body": {"temperature": 0}}, "temperature"),
+    ],
+)
+def test_bad_request_parameters_are_refused_when_the_model_is_built(
+    options: dict[str, Any], named: str
+) -> None:
+    with pytest.raises(InvalidArgument) as refused:
+        OpenAIChatModel("m", base_url="http://127.0.0.1:9/v1", **options)
+    assert named in str(refused.value)
+
+
+def test_a_refused_header_value_is_not_repeated() -> None:
+    with pytest.raises(InvalidArgument) as refused:
+        OpenAIChatModel("m", base_url="http://x", extra_headers={"X-Key": "sk-secret\n"})
+    assert "sk-secret" not in str(refused.value)
