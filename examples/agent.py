@@ -2,9 +2,10 @@
 
 Run it with ``python examples/agent.py``. It plays scripted models, so it needs no
 network; with ``OPENAI_BASE_URL`` set (and ``OPENAI_API_KEY``, ``OPENAI_MODEL`` if your
-endpoint wants them) the same runs talk to that OpenAI-compatible endpoint instead
-(``pip install 'awaken-trio[openai]'``), and what the model chooses to do decides the
-trail. Every run ends in one committed state, printed as it is committed.
+endpoint wants them) the same runs talk to that OpenAI-compatible endpoint instead (this
+needs httpx: ``pip install -e '.[openai]'`` from this checkout), and what the model
+chooses to do decides the trail. Every run ends in one committed state, printed as it is
+committed.
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ tool calls from their deltas, and maps every provider failure to a `ModelError` 
 stable code. httpx runs on Trio (through its Trio network backend), so a hung stream is
 cancelled like any other ``await``, and the connection is closed on the way out.
 
-httpx is an optional dependency: ``pip install 'awaken-trio[openai]'``.
+httpx is an optional dependency, the ``[openai]`` extra: from a checkout of this project,
+``pip install -e '.[openai]'``.
 """
 
 from __future__ import annotations
@@ -44,8 +45,11 @@ _CONTEXT_TEXT = re.compile(
 def _httpx() -> Any:
     try:
         import httpx
-    except ImportError as exc:  # pragma: no cover - the test extra installs it
-        raise ImportError("OpenAIChatModel needs httpx: pip install 'awaken-trio[openai]'") from exc
+    except ImportError as exc:
+        raise ImportError(
+            "OpenAIChatModel needs httpx, which is not installed; install the [openai]"
+            " extra (from a checkout of awaken_trio: pip install -e '.[openai]')"
+        ) from exc
     return httpx
 
 
