@@ -539,3 +539,34 @@ async def test_a_cut_off_final_reply_is_still_reported_after_a_pause_and_resume(
     assert len(model.calls) == 1
     record = await runtime.record(handle.run_id)
     assert record.result == {"text": "The answer is", "steps": 1, "finish_reason": "length"}
+
+
+async def test_a_message_taken_after_a_cut_off_final_reply_leaves_no_stale_finish_reason(
+    runtime: Runtime, autojump_clock: trio.testing.MockClock
+) -> None:
+    release, entered = trio.Event(), trio.Event()
+    second_release, second_entered = trio.Event(), trio.Event()
+    cut = ModelReply(text="The answer is", finish_reason="length")
+    model = ScriptedModel(
+        [
+            blocking_reply(cut, release, entered),
+            blocking_reply(text("The answer is 4."), second_release, second_entered),
+        ]
+    )
+    handle = await runtime.start(Agent(model), input="2 + 2?")
+    await reach(entered)
+    runtime.deliver(LiveCommand.Message(handle.run_id, "go on"))
+    release.set()
+    await reach(second_entered)
+    # Committed with the message: the cut-off reply is no longer the final one.
+    record = await runtime.record(handle.run_id)
+    assert record.checkpoint["messages"][-1] == {"role": "user", "content": "go on"}
+    assert "finish_reason" not in record.checkpoint
+    second_release.set()
+    assert await settle(handle) == NATURAL_END
+    record = await runtime.record(handle.run_id)
+    assert record.result == {"text": "The answer is 4.", "steps": 2}
+    assert model.calls[1][-2:] == [
+        {"role": "assistant", "content": "The answer is"},
+        {"role": "user", "content": "go on"},
+    ]
