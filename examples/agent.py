@@ -2,9 +2,10 @@
 
 Run it with ``python examples/agent.py``. It plays scripted models, so it needs no
 network; with ``OPENAI_BASE_URL`` set (and ``OPENAI_API_KEY``, ``OPENAI_MODEL`` if your
-endpoint wants them) the same runs talk to that OpenAI-compatible endpoint instead
-(``pip install 'awaken-trio[openai]'``), and what the model chooses to do decides the
-trail. Every run ends in one committed state, printed as it is committed.
+endpoint wants them) the same runs talk to that OpenAI-compatible endpoint instead (this
+needs httpx: ``pip install -e '.[openai]'`` from this checkout), and what the model
+chooses to do decides the trail. Every run ends in one committed state, printed as it is
+committed.
 """
 
 from __future__ import annotations
@@ -14,7 +15,16 @@ from typing import Any
 
 import trio
 
-from awaken_trio import LiveCommand, RunContext, RunHandle, RunState, Runtime, open_runtime
+from awaken_trio import (
+    EndCause,
+    LiveCommand,
+    NotActive,
+    RunContext,
+    RunHandle,
+    RunState,
+    Runtime,
+    open_runtime,
+)
 from awaken_trio.agent import (
     Agent,
     Model,
@@ -35,6 +45,21 @@ def model(script: list[Any]) -> Model:
     if REAL:
         return OpenAIChatModel(os.environ.get("OPENAI_MODEL", "gpt-4o-mini"))
     return ScriptedModel(script)
+
+
+class Watched:
+    """A model that says when an inference has begun, so the example can act while the
+    model is thinking, whichever model it is."""
+
+    def __init__(self, inner: Model) -> None:
+        self.inner = inner
+        self.thinking = trio.Event()
+
+    async def infer(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]
+    ) -> ModelReply:
+        self.thinking.set()
+        return await self.inner.infer(messages, tools)
 
 
 async def list_files(arguments: dict[str, Any], ctx: RunContext) -> object:
@@ -125,30 +150,34 @@ async def delegate_to_a_sub_agent(runtime: Runtime) -> None:
     handle = await runtime.start(lead, input="Find out what Trio is.")
     await finish(runtime, handle)
     record = await runtime.record(handle.run_id)
-    for message in record.checkpoint["messages"]:
+    for message in record.checkpoint["messages"] if record.checkpoint else ():
         if message["role"] == "tool":
             print(f"  the sub-agent's answer, as the lead saw it: {message['content']}")
 
 
 async def cancel_one(runtime: Runtime) -> None:
     print("3. a live cancel while the model is still thinking")
-    thinking = trio.Event()
 
     async def slow_provider(messages: list[dict[str, Any]], tools: list[Any]) -> ModelReply:
-        thinking.set()
         await trio.sleep_forever()  # a provider that never answers
         raise AssertionError("unreachable")
 
-    agent = Agent(model([slow_provider]))
-    handle = await runtime.start(agent, input="Write a very long essay.")
-    if REAL:
-        await trio.sleep(0.5)  # let the request reach the endpoint
-    else:
-        await thinking.wait()
-    runtime.deliver(LiveCommand.Cancel(handle.run_id, "the user closed the tab"))
-    show("committed", await handle.wait())
+    watched = Watched(model([slow_provider]))
+    handle = await runtime.start(Agent(watched), input="Write a very long essay.")
+    await watched.thinking.wait()
+    try:
+        runtime.deliver(LiveCommand.Cancel(handle.run_id, "the user closed the tab"))
+    except NotActive:
+        # A live command reaches only an active attempt. This run has none: it ended
+        # first (a fast endpoint answered, or failed), and its committed end is the answer.
+        print("  the run ended before the cancel reached it")
+    state = await handle.wait()
+    show("committed", state)
     record = await runtime.record(handle.run_id)
-    print(f"  committed transcript: {record.checkpoint} (the interrupted step left nothing)")
+    if state == RunState.Ended(EndCause.Cancelled()):
+        print(f"  committed transcript: {record.checkpoint} (the interrupted step left nothing)")
+    else:
+        print(f"  result: {record.result}")
     async for event in runtime.events(handle.run_id, follow=False):
         if event.kind.startswith("agent."):
             print(f"  event {event.kind}: {dict(event.detail)}")
@@ -168,11 +197,15 @@ async def pause_and_resume(runtime: Runtime) -> None:
         system="You answer questions about the files.",
     )
     handle = await runtime.start(agent, input="What files are there?")
+    # No await since start returned: the body has not run yet, so its attempt is active
+    # and these reach it (the pause then waits for the first step's boundary).
     runtime.deliver(LiveCommand.Pause(handle.run_id))
     runtime.deliver(LiveCommand.Message(handle.run_id, "Answer in one line, please."))
     gate.set()
     state = await handle.wait()
     show("committed", state)
+    if not isinstance(state, RunState.Awaiting):  # an endpoint that failed the run
+        return
     record = await runtime.record(handle.run_id)
     print(f"  steps committed before the pause: {record.checkpoint['steps']}")
     resumed = await runtime.resume(handle.run_id)

@@ -7,7 +7,8 @@ run's checkpoint. Cancelling, pausing, resuming, tool permissions, client-execut
 and delegation to sub-agents all go through the runtime's committed paths.
 
 The `Model` port has two adapters here: `ScriptedModel` (a script, for tests and demos)
-and `OpenAIChatModel` (any OpenAI-compatible endpoint; needs the ``[openai]`` extra).
+and `OpenAIChatModel` (any OpenAI-compatible endpoint; needs the ``[openai]`` extra:
+``pip install -e '.[openai]'`` from a checkout).
 This package is built on the public ``awaken_trio`` API only.
 """
 

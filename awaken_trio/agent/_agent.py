@@ -91,13 +91,23 @@ class Agent:
 
     The run's input is a prompt str or ``{"messages": [...]}``; its result is
     ``{"text": <final text>, "steps": n}`` plus the summed ``"usage"`` when the model
-    reported usage.
+    reported usage, and ``"finish_reason"`` when the final reply says it stopped other
+    than normally (anything but ``"stop"`` or ``"tool_calls"``: ``"length"`` when the
+    token limit cut it off, ``"content_filter"``, ...). A reply cut off by the token limit
+    (``finish_reason="length"``, final or not) is also recorded as an ``agent.truncated``
+    event ``{"step": n, "finish_reason": "length"}``.
+
+    A tool call whose arguments are not a JSON object (the reply's `ToolCall` has
+    ``raw_arguments``) is answered with the error tool message ``{"error":
+    "invalid_arguments", "message": ...}``, without calling the tool or asking for
+    permission; the transcript keeps the text the model sent, and the run goes on.
 
     The run's checkpoint is ``{"messages": [...], "steps": n}`` (the transcript in the
-    OpenAI chat shape, and the steps made), with two more keys when they apply:
-    ``"usage"``, the usage summed so far once the model reported any, and ``"answers"``,
+    OpenAI chat shape, and the steps made), with more keys when they apply:
+    ``"usage"``, the usage summed so far once the model reported any; ``"answers"``,
     while a step's tool calls wait for tickets: the answers already given to its earlier
-    waiting calls, by tool call id (each ticket is answered by a resume of its own).
+    waiting calls, by tool call id (each ticket is answered by a resume of its own); and
+    ``"finish_reason"``, that of a final reply that did not stop normally.
 
     A waiting call's ticket (``tool_permission`` or ``client_execution``) has the
     correlation id ``"<run id>/step-<n>/<tool call id>"`` (a digest stands in for a call
@@ -187,7 +197,12 @@ class Agent:
                         " without a final answer"
                     )
                 step = _Step(progress.steps + 1, "inference", [])
-                progress.add_reply(await self._infer(ctx, progress, step.number))
+                reply = await self._infer(ctx, progress, step.number)
+                if reply.finish_reason == "length":
+                    await ctx.emit(
+                        "agent.truncated", {"step": step.number, "finish_reason": "length"}
+                    )
+                progress.add_reply(reply)
                 dirty = True
         except BaseException as exc:
             if step is not None and _cancelled(exc):
@@ -342,7 +357,10 @@ class Agent:
                 )
             elif call.arguments is None:
                 results[call.id] = error_content(
-                    "invalid_arguments", "the call's arguments are not a JSON object"
+                    "invalid_arguments",
+                    f"the arguments of this call are not a JSON object ({call.problem});"
+                    f" to use {call.name!r}, call it again with its arguments as one JSON"
+                    " object",
                 )
             elif tool.permission == "client":
                 results[call.id] = result_content(answer["result"])

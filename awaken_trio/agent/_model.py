@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterable
 from typing import Any, Protocol, final, runtime_checkable
@@ -65,15 +66,69 @@ def _arguments(value: object) -> FrozenDict:
         raise InvalidArgument(f"tool call arguments must be JSON: {exc}") from None
 
 
+_MAX_PROBLEM = 300  # how much of a parser's complaint an error message repeats
+
+
+def _no_constant(name: str) -> object:
+    raise ValueError(f"JSON has no {name}")
+
+
+def parse_arguments(text: str) -> FrozenDict:
+    """A tool call's arguments as the chat-completions wire carries them (JSON text), as
+    a frozen JSON object; a blank text is no arguments (``{}``). Raises `InvalidArgument`
+    saying why the text is not a JSON object."""
+    if not text.strip():
+        return FrozenDict()
+    try:
+        value = json.loads(text, parse_constant=_no_constant)
+    except (ValueError, RecursionError) as exc:
+        raise InvalidArgument(f"not JSON: {str(exc)[:_MAX_PROBLEM]}") from None
+    if not isinstance(value, dict):
+        raise InvalidArgument(f"JSON, but {type(value).__name__} rather than an object")
+    try:
+        return FrozenDict(value)
+    except InvalidPayload as exc:
+        raise InvalidArgument(str(exc)[:_MAX_PROBLEM]) from None
+
+
+def _raw_arguments(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is not None and type(value) is not str:
+        raise InvalidArgument(f"a tool call's raw_arguments must be a str or None, not {value!r}")
+
+
 @final
 @attrs.frozen
 class ToolCall:
     """A call the model asks for: its ``id`` (unique within the reply), the tool's
-    ``name`` and its ``arguments`` (a JSON object, kept frozen)."""
+    ``name`` and its ``arguments`` (a JSON object, kept frozen).
+
+    ``raw_arguments`` is for a model that sent arguments text that is not a JSON object
+    (cut off, malformed, an array): the text exactly as sent, with ``arguments`` left
+    empty. The transcript records the call with that text, and the agent answers it with
+    an ``invalid_arguments`` error tool message instead of calling the tool, so the model
+    is told and may try again.
+    """
 
     id: str = attrs.field(validator=_non_empty_str)
     name: str = attrs.field(validator=_non_empty_str)
     arguments: FrozenDict = attrs.field(factory=FrozenDict, converter=_arguments)
+    raw_arguments: str | None = attrs.field(default=None, kw_only=True, validator=_raw_arguments)
+
+    def __attrs_post_init__(self) -> None:
+        if self.raw_arguments is None:
+            return
+        if self.arguments:
+            raise InvalidArgument(
+                f"tool call {self.id!r} has both arguments and raw_arguments; give one"
+            )
+        try:
+            parse_arguments(self.raw_arguments)
+        except InvalidArgument:
+            return
+        raise InvalidArgument(
+            f"tool call {self.id!r}: raw_arguments {self.raw_arguments[:_MAX_PROBLEM]!r} reads"
+            " as a JSON object; pass it as arguments (raw_arguments is for text that does not)"
+        )
 
 
 def _tool_calls(value: Iterable[ToolCall]) -> tuple[ToolCall, ...]:
@@ -105,16 +160,25 @@ def _usage(value: object) -> FrozenDict | None:
         raise InvalidArgument(f"a reply's usage must be JSON: {exc}") from None
 
 
+def _finish_reason(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is not None and type(value) is not str:
+        raise InvalidArgument(f"a reply's finish_reason must be a str or None, not {value!r}")
+
+
 @final
 @attrs.frozen
 class ModelReply:
     """One model answer: ``text`` (the assistant's words, if any), the ``tool_calls`` it
-    asks for (none means this is the run's final answer) and the token ``usage`` the
-    provider reported (a JSON object such as ``{"prompt_tokens": 9, ...}``), if any."""
+    asks for (none means this is the run's final answer), the token ``usage`` the
+    provider reported (a JSON object such as ``{"prompt_tokens": 9, ...}``), if any, and
+    ``finish_reason``, why the model stopped, if the provider said (chat-completions
+    values: ``"stop"``, ``"tool_calls"``, ``"length"`` for a reply cut off by the token
+    limit, ``"content_filter"``)."""
 
     text: str | None = attrs.field(default=None, validator=_text)
     tool_calls: tuple[ToolCall, ...] = attrs.field(default=(), converter=_tool_calls)
     usage: FrozenDict | None = attrs.field(default=None, converter=_usage)
+    finish_reason: str | None = attrs.field(default=None, kw_only=True, validator=_finish_reason)
 
 
 @runtime_checkable

@@ -5,21 +5,25 @@ tool calls from their deltas, and maps every provider failure to a `ModelError` 
 stable code. httpx runs on Trio (through its Trio network backend), so a hung stream is
 cancelled like any other ``await``, and the connection is closed on the way out.
 
-httpx is an optional dependency: ``pip install 'awaken-trio[openai]'``.
+httpx is an optional dependency, the ``[openai]`` extra: from a checkout of this project,
+``pip install -e '.[openai]'``.
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 import re
 import ssl
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, final
 
-from awaken_trio import InvalidArgument
+from awaken_trio import FrozenDict, InvalidArgument, InvalidPayload, JsonValue
 
-from ._model import ModelError, ModelReply, ToolCall
+from ._model import ModelError, ModelReply, ToolCall, parse_arguments
+from ._tools import thaw
 
 if TYPE_CHECKING:
     import httpx
@@ -28,6 +32,10 @@ DEFAULT_BASE_URL = "https://api.openai.com/v1"
 _MAX_ERROR_BODY = 64 * 1024
 _MAX_MESSAGE = 500
 _CONTEXT_CODES = frozenset({"context_length_exceeded", "string_above_max_length"})
+# The request keys this adapter owns: it streams, and it sends the agent's transcript and
+# tools; extra_body may add any other key.
+_OWN_KEYS = frozenset({"model", "messages", "stream", "stream_options", "tools"})
+_HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # an HTTP token
 _CONTEXT_TEXT = re.compile(
     r"context[ _-]?(length|window)|maximum context|too many tokens|prompt is too long",
     re.IGNORECASE,
@@ -37,8 +45,11 @@ _CONTEXT_TEXT = re.compile(
 def _httpx() -> Any:
     try:
         import httpx
-    except ImportError as exc:  # pragma: no cover - the test extra installs it
-        raise ImportError("OpenAIChatModel needs httpx: pip install 'awaken-trio[openai]'") from exc
+    except ImportError as exc:
+        raise ImportError(
+            "OpenAIChatModel needs httpx, which is not installed; install the [openai]"
+            " extra (from a checkout of awaken_trio: pip install -e '.[openai]')"
+        ) from exc
     return httpx
 
 
@@ -63,15 +74,36 @@ class OpenAIChatModel:
             its own timeouts. Without one, each call opens and closes its own client.
         timeout: seconds for the client this model opens (per read, so a stream that
             stalls this long fails ``timeout``); a given ``http_client`` keeps its own.
+        temperature: sent as ``temperature`` (a finite number).
+        max_tokens: sent as ``max_tokens`` (an int >= 1); a reply it cuts off comes
+            back with ``finish_reason="length"``.
+        tool_choice: sent as ``tool_choice`` (``"auto"``, ``"none"``, ``"required"``
+            or ``{"type": "function", "function": {"name": ...}}``) with a request that
+            has tools; a request without tools (an agent with none) sends none, as the
+            API refuses a tool choice without tools.
+        response_format: sent as ``response_format`` (a JSON object such as
+            ``{"type": "json_object"}``).
+        extra_headers: more HTTP headers for every request (``OpenAI-Organization``,
+            a gateway's key, ...); one named like a header this model sends
+            (``Authorization``, ``Accept``) replaces it.
+        extra_body: more keys for the request body, sent as they are (``seed``,
+            ``top_p``, ``max_completion_tokens``, a provider's own options); it cannot
+            set the keys this model owns (``model``, ``messages``, ``stream``,
+            ``stream_options``, ``tools``) or repeat a parameter given above.
+
+    Every parameter is checked and copied here, so a bad one is refused when the model is
+    built and a dict changed afterwards changes nothing; each request gets fresh copies.
 
     Failures: 429 ``rate_limited`` (retryable, with the provider's ``Retry-After``; not
     retryable when the quota is spent), 401/403 ``unauthorized``, 400 about the context
     length ``context_overflow``, 408 and timeouts ``timeout`` (retryable), 5xx and
     connection failures ``provider_error`` (retryable), other statuses ``provider_error``,
-    a reply that cannot be read ``invalid_reply``.
+    a reply that cannot be read ``invalid_reply``. A tool call whose arguments are not a
+    JSON object is no failure: it comes back as ``ToolCall(..., raw_arguments=<the text>)``
+    (the agent tells the model). The reply's ``finish_reason`` is the provider's.
     """
 
-    __slots__ = ("_api_key", "_client", "_httpx", "_timeout", "base_url", "model")
+    __slots__ = ("_client", "_headers", "_httpx", "_params", "_timeout", "base_url", "model")
 
     def __init__(
         self,
@@ -81,6 +113,12 @@ class OpenAIChatModel:
         api_key: str | None = None,
         http_client: httpx.AsyncClient | None = None,
         timeout: float = 60.0,
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+        tool_choice: str | Mapping[str, JsonValue] | None = None,
+        response_format: Mapping[str, JsonValue] | None = None,
+        extra_headers: Mapping[str, str] | None = None,
+        extra_body: Mapping[str, JsonValue] | None = None,
     ) -> None:
         if type(model) is not str or not model:
             raise InvalidArgument(f"OpenAIChatModel needs a model name, not {model!r}")
@@ -93,9 +131,20 @@ class OpenAIChatModel:
         self.base_url = (base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL).rstrip(
             "/"
         )
-        self._api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
+        api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
         self._client = http_client
         self._timeout = timeout
+        self._params = _params(
+            temperature=temperature,
+            max_tokens=max_tokens,
+            tool_choice=tool_choice,
+            response_format=response_format,
+            extra_body=extra_body,
+        )
+        headers = {"Accept": "text/event-stream"}
+        if api_key:
+            headers["Authorization"] = f"Bearer {api_key}"
+        self._headers = _merged_headers(headers, extra_headers)
 
     def __repr__(self) -> str:
         return f"OpenAIChatModel({self.model!r}, base_url={self.base_url!r})"
@@ -103,17 +152,8 @@ class OpenAIChatModel:
     async def infer(
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]
     ) -> ModelReply:
-        body: dict[str, Any] = {
-            "model": self.model,
-            "messages": messages,
-            "stream": True,
-            "stream_options": {"include_usage": True},
-        }
-        if tools:
-            body["tools"] = tools
-        headers = {"Accept": "text/event-stream"}
-        if self._api_key:
-            headers["Authorization"] = f"Bearer {self._api_key}"
+        body = self._body(messages, tools)
+        headers = dict(self._headers)
         httpx = self._httpx
         try:
             if self._client is not None:
@@ -131,6 +171,21 @@ class OpenAIChatModel:
             ) from exc
         except httpx.InvalidURL as exc:
             raise ModelError("provider_error", f"bad base_url {self.base_url!r}: {exc}") from exc
+
+    def _body(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> dict[str, Any]:
+        """The request body: the adapter's own keys, then the caller's parameters."""
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": messages,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        if tools:
+            body["tools"] = tools
+        for key, value in self._params.items():
+            if key != "tool_choice" or tools:
+                body[key] = thaw(value)
+        return body
 
     async def _post(
         self, client: httpx.AsyncClient, body: dict[str, Any], headers: dict[str, str]
@@ -160,6 +215,100 @@ class OpenAIChatModel:
             return assembler.reply()
 
 
+# --------------------------------------------------------------------------- parameters
+
+
+def _params(
+    *,
+    temperature: object,
+    max_tokens: object,
+    tool_choice: object,
+    response_format: object,
+    extra_body: object,
+) -> FrozenDict:
+    """The request parameters, checked, as one frozen object of body keys."""
+    params: dict[str, JsonValue] = {}
+    if temperature is not None:
+        if (
+            isinstance(temperature, bool)
+            or not isinstance(temperature, int | float)
+            or not math.isfinite(temperature)
+        ):
+            raise InvalidArgument(
+                f"OpenAIChatModel temperature must be a finite number, not {temperature!r}"
+            )
+        params["temperature"] = temperature
+    if max_tokens is not None:
+        if type(max_tokens) is not int or max_tokens < 1:
+            raise InvalidArgument(
+                f"OpenAIChatModel max_tokens must be an int >= 1, not {max_tokens!r}"
+            )
+        params["max_tokens"] = max_tokens
+    if tool_choice is not None:
+        if type(tool_choice) is str:
+            if not tool_choice:
+                raise InvalidArgument(
+                    "OpenAIChatModel tool_choice must be a non-empty str or a JSON object"
+                )
+            params["tool_choice"] = tool_choice
+        else:
+            params["tool_choice"] = _json_object("tool_choice", tool_choice)
+    if response_format is not None:
+        params["response_format"] = _json_object("response_format", response_format)
+    if extra_body is not None:
+        for key, value in _json_object("extra_body", extra_body).items():
+            if key in _OWN_KEYS:
+                raise InvalidArgument(
+                    f"OpenAIChatModel extra_body cannot set {key!r}: the model sets"
+                    f" {sorted(_OWN_KEYS)} itself"
+                )
+            if key in params:
+                raise InvalidArgument(
+                    f"OpenAIChatModel got {key!r} twice, as a parameter and in extra_body;"
+                    " give it once"
+                )
+            params[key] = value
+    return FrozenDict(params)
+
+
+def _json_object(name: str, value: object) -> FrozenDict:
+    if not isinstance(value, Mapping):
+        raise InvalidArgument(
+            f"OpenAIChatModel {name} must be a JSON object (a dict), not {type(value).__name__}"
+        )
+    try:
+        return FrozenDict(dict(value))
+    except InvalidPayload as exc:
+        raise InvalidArgument(f"OpenAIChatModel {name} must be JSON: {exc}") from None
+
+
+def _merged_headers(own: dict[str, str], extra: object) -> dict[str, str]:
+    """``own`` with the ``extra`` headers added, each replacing an own header of the same
+    name (names are case-insensitive). Values are never repeated in an error: headers
+    carry keys."""
+    if extra is None:
+        return own
+    if not isinstance(extra, Mapping):
+        raise InvalidArgument(
+            f"OpenAIChatModel extra_headers must be a dict of str, not {type(extra).__name__}"
+        )
+    merged = dict(own)
+    for name, value in extra.items():
+        if type(name) is not str or not _HEADER_NAME.fullmatch(name):
+            raise InvalidArgument(
+                f"OpenAIChatModel extra_headers has {name!r}, which is not an HTTP header name"
+            )
+        if type(value) is not str or any(c in value for c in "\r\n\0"):
+            raise InvalidArgument(
+                f"OpenAIChatModel extra_headers[{name!r}] must be a str on one line"
+                " (no CR, LF or NUL)"
+            )
+        for known in [key for key in merged if key.lower() == name.lower()]:
+            del merged[known]
+        merged[name] = value
+    return merged
+
+
 # --------------------------------------------------------------------------- streaming
 
 
@@ -171,6 +320,7 @@ class _Assembler:
         self._text: list[str] = []
         self._calls: dict[int, dict[str, Any]] = {}
         self._usage: dict[str, Any] | None = None
+        self._finish_reason: str | None = None
         self._finished = False
         self._done = False
 
@@ -218,8 +368,11 @@ class _Assembler:
         for choice in choices:
             if not isinstance(choice, dict) or choice.get("index", 0) != 0:
                 continue
-            if choice.get("finish_reason"):
+            finish_reason = choice.get("finish_reason")
+            if finish_reason:
                 self._finished = True
+                if isinstance(finish_reason, str):
+                    self._finish_reason = finish_reason
             delta = choice.get("delta") or {}
             if not isinstance(delta, dict):
                 raise ModelError("invalid_reply", "a stream chunk's delta is not an object")
@@ -266,30 +419,34 @@ class _Assembler:
             call = self._calls[index]
             calls.append(_tool_call(call["id"], call["name"], "".join(call["arguments"])))
         text = "".join(self._text) if self._text else None
-        return _reply(text, calls, self._usage)
+        return _reply(text, calls, self._usage, self._finish_reason)
 
 
-def _tool_call(call_id: object, name: object, arguments: str) -> ToolCall:
+def _tool_call(call_id: object, name: object, arguments: object) -> ToolCall:
     if type(call_id) is not str or not call_id or type(name) is not str or not name:
         raise ModelError(
             "invalid_reply", f"a tool call has no id or name (id {call_id!r}, name {name!r})"
         )
-    try:
-        parsed = json.loads(arguments) if arguments.strip() else {}
-    except ValueError:
-        parsed = None
-    if not isinstance(parsed, dict):
+    if type(arguments) is not str:
         raise ModelError(
-            "invalid_reply",
-            f"the arguments of tool call {call_id!r} ({name}) are not a JSON object:"
-            f" {arguments[:_MAX_MESSAGE]!r}",
+            "invalid_reply", f"the arguments of tool call {call_id!r} ({name}) are not text"
         )
+    try:
+        parsed = parse_arguments(arguments)
+    except InvalidArgument:
+        # The model is told (an error tool message) and the transcript keeps its text.
+        return ToolCall(call_id, name, raw_arguments=arguments)
     return ToolCall(call_id, name, parsed)
 
 
-def _reply(text: str | None, calls: list[ToolCall], usage: dict[str, Any] | None) -> ModelReply:
+def _reply(
+    text: str | None,
+    calls: list[ToolCall],
+    usage: dict[str, Any] | None,
+    finish_reason: str | None,
+) -> ModelReply:
     try:
-        return ModelReply(text=text, tool_calls=calls, usage=usage)
+        return ModelReply(text=text, tool_calls=calls, usage=usage, finish_reason=finish_reason)
     except InvalidArgument as exc:
         raise ModelError("invalid_reply", str(exc)) from None
 
@@ -300,7 +457,9 @@ def _completion(raw: bytes) -> ModelReply:
         body = json.loads(raw)
         if isinstance(body, dict) and "error" in body:
             raise _body_error(None, body)
-        message = body["choices"][0]["message"]
+        choice = body["choices"][0]
+        message = choice["message"]
+        finish_reason = choice.get("finish_reason")
         text = message.get("content")
         calls = [
             _tool_call(c.get("id"), c["function"].get("name"), c["function"].get("arguments", ""))
@@ -314,7 +473,10 @@ def _completion(raw: bytes) -> ModelReply:
         ) from None
     usage = body.get("usage")
     return _reply(
-        text if isinstance(text, str) else None, calls, usage if isinstance(usage, dict) else None
+        text if isinstance(text, str) else None,
+        calls,
+        usage if isinstance(usage, dict) else None,
+        finish_reason if isinstance(finish_reason, str) else None,
     )
 
 

@@ -5,6 +5,7 @@ the first attempt, from its input) and written back as the checkpoint::
 
     {"messages": [...], "steps": n}             # between steps
     {..., "usage": {...}}                       # once the model reported usage
+    {..., "finish_reason": "length"}            # a final reply that did not stop normally
     {..., "answers": {<tool call id>: <answer>}}
                                                 # while a step's tool calls wait for tickets
 
@@ -13,18 +14,20 @@ tool messages are appended together when every call has its result, so the trans
 always valid for the chat-completions API. ``answers`` holds the resume values already
 given to the step's waiting calls (each ticket is answered by its own resume, so the
 answers to the earlier ones must be committed while the later ones are asked).
+
+A tool call's arguments are recorded as the text the model sent; a call whose text is not
+a JSON object is answered with an error tool message (see `PendingCall.problem`).
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any, Literal, final
 
 import attrs
 
-from awaken_trio import JsonValue, RunContext, RunError
+from awaken_trio import InvalidArgument, JsonValue, RunContext, RunError
 
-from ._model import ModelReply
+from ._model import ModelReply, parse_arguments
 from ._tools import dumps, thaw
 
 _ROLES = ("system", "user", "assistant", "tool")
@@ -47,6 +50,9 @@ CLIENT_SCHEMA: dict[str, Any] = {
 
 Wait = Literal["ask", "client"]
 
+NORMAL_STOPS = frozenset({"stop", "tool_calls"})
+"""The finish reasons of a reply that ended as the model meant it to."""
+
 
 @final
 @attrs.frozen
@@ -56,6 +62,7 @@ class PendingCall:
     id: str
     name: str
     arguments: dict[str, Any] | None  # None: the recorded arguments are not a JSON object
+    problem: str | None = None  # why the arguments are unusable, when they are None
 
     def payload(self) -> dict[str, Any]:
         """The ticket payload that shows this call to whoever answers it."""
@@ -82,6 +89,9 @@ class Progress:
     steps: int = 0
     usage: dict[str, Any] | None = None
     answers: dict[str, dict[str, Any]] = attrs.Factory(dict)
+    # Why the final reply stopped, when that was not a normal stop (None otherwise, and
+    # whenever the last message is not a final reply).
+    finish_reason: str | None = None
 
     # ------------------------------------------------------------------ loading
 
@@ -110,11 +120,13 @@ class Progress:
             )
         usage = checkpoint.get("usage")
         answers = checkpoint.get("answers")
+        finish_reason = checkpoint.get("finish_reason")
         return cls(
             messages=thaw(checkpoint["messages"]),
             steps=checkpoint["steps"],
             usage=None if usage is None else thaw(usage),
             answers={} if answers is None else thaw(answers),
+            finish_reason=finish_reason if type(finish_reason) is str else None,
         )
 
     def checkpoint(self) -> dict[str, Any]:
@@ -124,6 +136,8 @@ class Progress:
             out["usage"] = self.usage
         if self.answers:
             out["answers"] = self.answers
+        if self.finish_reason is not None:
+            out["finish_reason"] = self.finish_reason
         return out
 
     # ------------------------------------------------------------------ reading
@@ -139,15 +153,22 @@ class Progress:
         out = []
         for raw in calls:
             function = raw.get("function") or {}
-            try:
-                arguments = json.loads(function.get("arguments") or "{}")
-            except (TypeError, ValueError):
-                arguments = None
+            text = function.get("arguments")
+            arguments: dict[str, Any] | None = None
+            problem: str | None = None
+            if text is None or type(text) is str:
+                try:
+                    arguments = thaw(parse_arguments(text or ""))
+                except InvalidArgument as exc:
+                    problem = str(exc)
+            else:
+                problem = f"recorded as {type(text).__name__}, not JSON text"
             out.append(
                 PendingCall(
                     id=str(raw.get("id")),
                     name=str(function.get("name")),
-                    arguments=arguments if isinstance(arguments, dict) else None,
+                    arguments=arguments,
+                    problem=problem,
                 )
             )
         return out
@@ -165,6 +186,8 @@ class Progress:
         out: dict[str, Any] = {"text": text if type(text) is str else "", "steps": self.steps}
         if self.usage is not None:
             out["usage"] = self.usage
+        if self.finish_reason is not None:
+            out["finish_reason"] = self.finish_reason
         return out
 
     # ------------------------------------------------------------------ changing
@@ -177,12 +200,21 @@ class Progress:
                 {
                     "id": call.id,
                     "type": "function",
-                    "function": {"name": call.name, "arguments": dumps(call.arguments)},
+                    "function": {
+                        "name": call.name,
+                        "arguments": (
+                            dumps(call.arguments)
+                            if call.raw_arguments is None
+                            else call.raw_arguments
+                        ),
+                    },
                 }
                 for call in reply.tool_calls
             ]
         self.messages.append(message)
         self.steps += 1
+        abnormal = reply.finish_reason not in NORMAL_STOPS
+        self.finish_reason = reply.finish_reason if abnormal and not reply.tool_calls else None
         if reply.usage is not None:
             self.usage = _summed(self.usage or {}, thaw(reply.usage))
 
@@ -194,6 +226,7 @@ class Progress:
         message cannot sit between tool calls and their results)."""
         assert self.pending_calls() is None, "user messages are taken between steps"
         self.messages.append(message)
+        self.finish_reason = None  # the last message is no longer the final reply
 
     def complete_step(self, results: dict[str, str]) -> None:
         """Append the pending step's tool messages, in call order."""

@@ -417,3 +417,156 @@ async def test_a_resumed_attempt_continues_from_the_committed_transcript_only(
     assert committed[-1] == {"role": "tool", "tool_call_id": "c1", "content": "5"}
     assert len(first_model.calls) == 1
     assert (await runtime.record(handle.run_id)).result == {"text": "5", "steps": 2}
+
+
+async def test_a_call_whose_arguments_are_not_a_json_object_is_answered_with_an_error(
+    runtime: Runtime, autojump_clock: trio.testing.MockClock
+) -> None:
+    ran: list[dict[str, Any]] = []
+
+    async def work(arguments: dict[str, Any], ctx: RunContext) -> object:
+        ran.append(arguments)
+        return "done"
+
+    model = ScriptedModel(
+        [
+            calls(
+                ToolCall("c1", "work", raw_arguments='{"path": "a'),
+                call("c2", "work", n=2),
+                # A call that would wait for permission is answered at once: there is
+                # nothing a person could approve.
+                ToolCall("c3", "guarded", raw_arguments="[1, 2]"),
+            ),
+            text("ok"),
+        ]
+    )
+    agent = Agent(model, [Tool("work", work), Tool("guarded", work, permission="ask")])
+    handle = await runtime.start(agent, input="go")
+    assert await settle(handle) == NATURAL_END
+    assert ran == [{"n": 2}]
+    messages = await transcript(runtime, handle.run_id)
+    # The assistant message keeps the text the model sent: the transcript is what it said.
+    assert [c["function"]["arguments"] for c in messages[1]["tool_calls"]] == [
+        '{"path": "a',
+        '{"n": 2}',
+        "[1, 2]",
+    ]
+    contents = tool_contents(messages)
+    assert contents["c2"] == "done"
+    for call_id in ("c1", "c3"):
+        error = parsed(contents[call_id])
+        assert error["error"] == "invalid_arguments"
+        assert "JSON object" in error["message"]
+    assert model.calls[1] == messages[:-1]  # the model was told, and answered
+    assert (await runtime.record(handle.run_id)).result == {"text": "ok", "steps": 2}
+
+
+async def test_a_final_reply_cut_off_by_the_length_limit_is_recorded(
+    runtime: Runtime, autojump_clock: trio.testing.MockClock
+) -> None:
+    model = ScriptedModel([ModelReply(text="The answer is", finish_reason="length")])
+    handle = await runtime.start(Agent(model), input="go")
+    assert await settle(handle) == NATURAL_END
+    record = await runtime.record(handle.run_id)
+    assert record.result == {"text": "The answer is", "steps": 1, "finish_reason": "length"}
+    events = await agent_events(runtime, handle.run_id)
+    assert [(e.kind, e.detail) for e in events] == [
+        ("agent.truncated", {"step": 1, "finish_reason": "length"})
+    ]
+
+
+@pytest.mark.parametrize("finish_reason", [None, "stop"])
+async def test_a_normal_stop_adds_nothing_to_the_result(
+    runtime: Runtime, autojump_clock: trio.testing.MockClock, finish_reason: str | None
+) -> None:
+    model = ScriptedModel([ModelReply(text="ok", finish_reason=finish_reason)])
+    handle = await runtime.start(Agent(model), input="go")
+    assert await settle(handle) == NATURAL_END
+    assert (await runtime.record(handle.run_id)).result == {"text": "ok", "steps": 1}
+    assert await agent_events(runtime, handle.run_id) == []
+
+
+async def test_a_final_reply_that_stopped_another_way_says_why_in_the_result(
+    runtime: Runtime, autojump_clock: trio.testing.MockClock
+) -> None:
+    model = ScriptedModel([ModelReply(text="I can", finish_reason="content_filter")])
+    handle = await runtime.start(Agent(model), input="go")
+    assert await settle(handle) == NATURAL_END
+    record = await runtime.record(handle.run_id)
+    assert record.result == {"text": "I can", "steps": 1, "finish_reason": "content_filter"}
+    assert await agent_events(runtime, handle.run_id) == []  # not cut off by the limit
+
+
+async def test_a_step_cut_off_mid_tool_call_is_recorded_and_the_run_goes_on(
+    runtime: Runtime, autojump_clock: trio.testing.MockClock
+) -> None:
+    model = ScriptedModel(
+        [
+            ModelReply(
+                tool_calls=(ToolCall("c1", "echo", raw_arguments='{"n": '),),
+                finish_reason="length",
+            ),
+            ModelReply(text="ok", finish_reason="stop"),
+        ]
+    )
+    handle = await runtime.start(Agent(model, [Tool("echo", echo)]), input="go")
+    assert await settle(handle) == NATURAL_END
+    # The final reply stopped normally: the result has no finish_reason.
+    assert (await runtime.record(handle.run_id)).result == {"text": "ok", "steps": 2}
+    events = await agent_events(runtime, handle.run_id)
+    assert [(e.kind, e.detail) for e in events] == [
+        ("agent.truncated", {"step": 1, "finish_reason": "length"})
+    ]
+    contents = tool_contents(await transcript(runtime, handle.run_id))
+    assert parsed(contents["c1"])["error"] == "invalid_arguments"
+
+
+async def test_a_cut_off_final_reply_is_still_reported_after_a_pause_and_resume(
+    runtime: Runtime, autojump_clock: trio.testing.MockClock
+) -> None:
+    release, entered = trio.Event(), trio.Event()
+    cut = ModelReply(text="The answer is", finish_reason="length")
+    model = ScriptedModel([blocking_reply(cut, release, entered)])
+    handle = await runtime.start(Agent(model), input="go")
+    await reach(entered)
+    runtime.deliver(LiveCommand.Pause(handle.run_id))
+    release.set()
+    assert isinstance(await settle(handle), RunState.Awaiting)
+    record = await runtime.record(handle.run_id)
+    assert record.checkpoint["finish_reason"] == "length"
+    resumed = await runtime.resume(handle.run_id)
+    assert await settle(resumed) == NATURAL_END
+    assert len(model.calls) == 1
+    record = await runtime.record(handle.run_id)
+    assert record.result == {"text": "The answer is", "steps": 1, "finish_reason": "length"}
+
+
+async def test_a_message_taken_after_a_cut_off_final_reply_leaves_no_stale_finish_reason(
+    runtime: Runtime, autojump_clock: trio.testing.MockClock
+) -> None:
+    release, entered = trio.Event(), trio.Event()
+    second_release, second_entered = trio.Event(), trio.Event()
+    cut = ModelReply(text="The answer is", finish_reason="length")
+    model = ScriptedModel(
+        [
+            blocking_reply(cut, release, entered),
+            blocking_reply(text("The answer is 4."), second_release, second_entered),
+        ]
+    )
+    handle = await runtime.start(Agent(model), input="2 + 2?")
+    await reach(entered)
+    runtime.deliver(LiveCommand.Message(handle.run_id, "go on"))
+    release.set()
+    await reach(second_entered)
+    # Committed with the message: the cut-off reply is no longer the final one.
+    record = await runtime.record(handle.run_id)
+    assert record.checkpoint["messages"][-1] == {"role": "user", "content": "go on"}
+    assert "finish_reason" not in record.checkpoint
+    second_release.set()
+    assert await settle(handle) == NATURAL_END
+    record = await runtime.record(handle.run_id)
+    assert record.result == {"text": "The answer is 4.", "steps": 2}
+    assert model.calls[1][-2:] == [
+        {"role": "assistant", "content": "The answer is"},
+        {"role": "user", "content": "go on"},
+    ]

@@ -177,3 +177,27 @@ def test_sub_agent_tool_checks_its_name() -> None:
         return None
 
     assert SubAgentTool("any_body", body).as_tool().parameters is not None
+
+
+def test_a_tool_call_can_carry_arguments_text_that_is_not_a_json_object() -> None:
+    cut = ToolCall("c1", "add", raw_arguments='{"a": 1')
+    assert (cut.arguments, cut.raw_arguments) == (FrozenDict(), '{"a": 1')
+    assert ToolCall("c1", "add", {"a": 1}).raw_arguments is None
+    bad_calls: list[Callable[[], object]] = [
+        lambda: ToolCall("c1", "add", {"a": 1}, raw_arguments="{oops"),  # both
+        lambda: ToolCall("c1", "add", raw_arguments='{"a": 1}'),  # readable: use arguments
+        lambda: ToolCall("c1", "add", raw_arguments=""),  # no arguments: use arguments={}
+        lambda: ToolCall("c1", "add", raw_arguments=3),  # type: ignore[arg-type]
+    ]
+    for bad in bad_calls:
+        with pytest.raises(InvalidArgument):
+            bad()
+
+
+def test_a_reply_says_why_the_model_stopped_if_it_said() -> None:
+    assert ModelReply(text="x").finish_reason is None
+    assert ModelReply(text="x", finish_reason="length").finish_reason == "length"
+    with pytest.raises(InvalidArgument):
+        ModelReply(finish_reason=3)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        ModelReply("x", (), None, "length")  # type: ignore[call-arg]

@@ -18,7 +18,7 @@ from agent_helpers import call, calls, echo, tool_contents, transcript
 from fake_openai import FakeOpenAI, Raw, Status, Stream, chunk, text_stream, usage_chunk
 from run_helpers import settle
 
-from awaken_trio import EndCause, LiveCommand, RunState, Runtime
+from awaken_trio import EndCause, InvalidArgument, LiveCommand, RunContext, RunState, Runtime
 from awaken_trio.agent import Agent, ModelError, ModelReply, OpenAIChatModel, Tool, ToolCall
 
 USER = [{"role": "user", "content": "hi"}]
@@ -60,6 +60,7 @@ async def test_a_streamed_reply_is_assembled_with_its_usage(server: FakeOpenAI) 
     assert reply == ModelReply(
         text="Hello!",
         usage={"prompt_tokens": 12, "completion_tokens": 3, "total_tokens": 15},
+        finish_reason="stop",
     )
     [request] = server.requests
     assert (request.method, request.path) == ("POST", "/v1/chat/completions")
@@ -91,7 +92,7 @@ async def test_tool_calls_are_assembled_from_their_deltas(server: FakeOpenAI) ->
         )
     )
     reply = await infer(model_for(server))
-    assert reply.text == "Let me check."
+    assert (reply.text, reply.finish_reason) == ("Let me check.", "tool_calls")
     assert reply.tool_calls == (
         ToolCall("call_a", "add", {"a": 1, "b": 2}),
         ToolCall("call_b", "look", {"q": "x"}),
@@ -177,20 +178,6 @@ async def test_a_rate_limit_carries_the_providers_retry_after(server: FakeOpenAI
         (
             Stream(
                 [
-                    chunk(
-                        tool_calls=[
-                            {"index": 0, "id": "c", "function": {"name": "f", "arguments": "{oops"}}
-                        ]
-                    ),
-                    chunk(finish="tool_calls"),
-                ]
-            ),
-            "invalid_reply",
-            False,
-        ),
-        (
-            Stream(
-                [
                     chunk(tool_calls=[{"index": 0, "function": {"arguments": "{}"}}]),
                     chunk(finish="stop"),
                 ]
@@ -231,6 +218,7 @@ async def test_a_server_that_ignores_stream_is_still_understood(server: FakeOpen
                         }
                     ],
                 },
+                "finish_reason": "tool_calls",
             }
         ],
         "usage": {"total_tokens": 4},
@@ -238,7 +226,9 @@ async def test_a_server_that_ignores_stream_is_still_understood(server: FakeOpen
     server.script(Raw(json.dumps(completion).encode(), content_type="application/json"))
     reply = await infer(model_for(server))
     assert reply == ModelReply(
-        tool_calls=(ToolCall("c1", "f", {"x": 1}),), usage={"total_tokens": 4}
+        tool_calls=(ToolCall("c1", "f", {"x": 1}),),
+        usage={"total_tokens": 4},
+        finish_reason="tool_calls",
     )
 
 
@@ -346,3 +336,201 @@ async def test_a_retryable_provider_error_is_retried_by_the_agent(
     assert len(server.requests) == 2
     assert (await runtime.record(handle.run_id)).result == {"text": "recovered", "steps": 1}
     assert calls(call("x", "y")).tool_calls  # the helpers build the same values as the adapter
+
+
+@pytest.mark.parametrize(
+    "arguments", ["{oops", '{"path": "a', "[1, 2]", '"text"', '{"n": NaN}', '{"a": 1} {"b": 2}']
+)
+async def test_tool_call_arguments_that_are_not_a_json_object_are_kept_as_sent(
+    server: FakeOpenAI, arguments: str
+) -> None:
+    server.script(
+        Stream(
+            [
+                chunk(
+                    tool_calls=[
+                        {"index": 0, "id": "c", "function": {"name": "f", "arguments": arguments}}
+                    ]
+                ),
+                chunk(finish="tool_calls"),
+            ]
+        )
+    )
+    reply = await infer(model_for(server))
+    assert reply.tool_calls == (ToolCall("c", "f", raw_arguments=arguments),)
+
+
+async def test_a_reply_cut_off_by_the_length_limit_says_so(server: FakeOpenAI) -> None:
+    server.script(Stream([chunk(content="The answer is"), chunk(finish="length")]))
+    reply = await infer(model_for(server))
+    assert (reply.text, reply.finish_reason) == ("The answer is", "length")
+    completion = {
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": "A"},
+                "finish_reason": "length",
+            }
+        ]
+    }
+    server.script(Raw(json.dumps(completion).encode(), content_type="application/json"))
+    assert (await infer(model_for(server))).finish_reason == "length"
+
+
+async def test_an_agent_tells_the_model_its_tool_call_arguments_were_not_json(
+    runtime: Runtime, server: FakeOpenAI
+) -> None:
+    ran: list[object] = []
+
+    async def look(arguments: dict[str, Any], ctx: RunContext) -> object:
+        ran.append(arguments)
+        return "found"
+
+    cut = '{"path": "notes'
+    server.script(
+        Stream(
+            [
+                chunk(
+                    tool_calls=[
+                        {"index": 0, "id": "call_1", "function": {"name": "look", "arguments": cut}}
+                    ]
+                ),
+                chunk(finish="length"),
+            ]
+        ),
+        text_stream("I will not guess the path."),
+    )
+    handle = await runtime.start(Agent(model_for(server), [Tool("look", look)]), input="look")
+    with trio.fail_after(BOUND):
+        assert await handle.wait() == RunState.Ended(EndCause.NaturalEnd())
+    assert ran == []
+    # The second request is valid chat-completions input: the call as the model sent it,
+    # then its tool message.
+    assistant, tool = server.requests[1].body["messages"][1:]
+    assert assistant["tool_calls"] == [
+        {"id": "call_1", "type": "function", "function": {"name": "look", "arguments": cut}}
+    ]
+    assert tool["role"] == "tool"
+    assert tool["tool_call_id"] == "call_1"
+    assert json.loads(tool["content"])["error"] == "invalid_arguments"
+    record = await runtime.record(handle.run_id)
+    assert record.result == {"text": "I will not guess the path.", "steps": 2}
+    events = [e async for e in runtime.events(handle.run_id, follow=False)]
+    truncated = [e.detail for e in events if e.kind == "agent.truncated"]
+    assert truncated == [{"step": 1, "finish_reason": "length"}]
+
+
+async def test_an_agent_run_cut_off_by_the_length_limit_reports_it_in_its_result(
+    runtime: Runtime, server: FakeOpenAI
+) -> None:
+    server.script(Stream([chunk(content="Once upon"), chunk(finish="length")]))
+    handle = await runtime.start(Agent(model_for(server)), input="a long story")
+    with trio.fail_after(BOUND):
+        assert await handle.wait() == RunState.Ended(EndCause.NaturalEnd())
+    record = await runtime.record(handle.run_id)
+    assert record.result == {"text": "Once upon", "steps": 1, "finish_reason": "length"}
+
+
+async def test_request_parameters_are_passed_through_unchanged(server: FakeOpenAI) -> None:
+    tool_choice = {"type": "function", "function": {"name": "add"}}
+    response_format = {"type": "json_schema", "json_schema": {"name": "n", "schema": {}}}
+    extra_body = {"seed": 7, "top_p": 0.5, "metadata": {"tags": ["a", None]}}
+    model = model_for(
+        server,
+        api_key="sk-test",
+        temperature=0.2,
+        max_tokens=50,
+        tool_choice=tool_choice,
+        response_format=response_format,
+        extra_headers={"X-Org": "acme", "OpenAI-Beta": "x=1"},
+        extra_body=extra_body,
+    )
+    # What the caller keeps and changes afterwards is not what the model sends.
+    extra_body["seed"] = 8
+    tool_choice["type"] = "changed"
+    spec = Tool("add", echo).spec()
+    server.script(text_stream("one"), text_stream("two"))
+    assert (await infer(model, [spec])).text == "one"
+    assert (await infer(model, [spec])).text == "two"
+    first, second = server.requests
+    assert (
+        first.body
+        == second.body
+        == {
+            "model": "fake-model",
+            "messages": USER,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "tools": [spec],
+            "temperature": 0.2,
+            "max_tokens": 50,
+            "tool_choice": {"type": "function", "function": {"name": "add"}},
+            "response_format": response_format,
+            "seed": 7,
+            "top_p": 0.5,
+            "metadata": {"tags": ["a", None]},
+        }
+    )
+    assert first.headers["x-org"] == "acme"
+    assert first.headers["openai-beta"] == "x=1"
+    assert first.headers["authorization"] == "Bearer sk-test"
+    assert "acme" not in repr(model)
+
+
+async def test_a_request_without_tools_sends_no_tool_choice(server: FakeOpenAI) -> None:
+    # The API refuses a tool_choice without tools; an agent with no tools sends none.
+    server.script(text_stream("ok"))
+    assert (await infer(model_for(server, tool_choice="required", temperature=0))).text == "ok"
+    body = server.requests[0].body
+    assert "tool_choice" not in body
+    assert body["temperature"] == 0
+
+
+async def test_an_extra_header_replaces_the_one_the_model_would_send(server: FakeOpenAI) -> None:
+    model = model_for(
+        server,
+        api_key="sk-test",
+        extra_headers={"authorization": "Basic dXNlcjpwYXNz", "ACCEPT": "text/event-stream"},
+    )
+    server.script(text_stream("ok"))
+    assert (await infer(model)).text == "ok"
+    headers = server.requests[0].headers
+    assert headers["authorization"] == "Basic dXNlcjpwYXNz"
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        ({"temperature": "hot"}, "temperature"),
+        ({"temperature": True}, "temperature"),
+        ({"temperature": float("nan")}, "temperature"),
+        ({"max_tokens": 0}, "max_tokens"),
+        ({"max_tokens": 1.5}, "max_tokens"),
+        ({"max_tokens": True}, "max_tokens"),
+        ({"tool_choice": 3}, "tool_choice"),
+        ({"tool_choice": ""}, "tool_choice"),
+        ({"tool_choice": {"x": (1,)}}, "tool_choice"),
+        ({"response_format": "json"}, "response_format"),
+        ({"extra_headers": {"X-Key": 1}}, "extra_headers"),
+        ({"extra_headers": {"bad name": "v"}}, "extra_headers"),
+        ({"extra_headers": {"X-Key": "a\r\nInjected: 1"}}, "extra_headers"),
+        ({"extra_headers": ["X-Key"]}, "extra_headers"),
+        ({"extra_body": [1]}, "extra_body"),
+        ({"extra_body": {"seed": float("inf")}}, "extra_body"),
+        ({"extra_body": {"stream": False}}, "stream"),
+        ({"extra_body": {"messages": []}}, "messages"),
+        ({"temperature": 1, "extra_body": {"temperature": 0}}, "temperature"),
+    ],
+)
+def test_bad_request_parameters_are_refused_when_the_model_is_built(
+    options: dict[str, Any], named: str
+) -> None:
+    with pytest.raises(InvalidArgument) as refused:
+        OpenAIChatModel("m", base_url="http://127.0.0.1:9/v1", **options)
+    assert named in str(refused.value)
+
+
+def test_a_refused_header_value_is_not_repeated() -> None:
+    with pytest.raises(InvalidArgument) as refused:
+        OpenAIChatModel("m", base_url="http://x", extra_headers={"X-Key": "sk-secret\n"})
+    assert "sk-secret" not in str(refused.value)
