@@ -463,6 +463,9 @@ class Runtime(metaclass=NoPublicConstructor):
             NotAwaiting, TicketMismatch, TicketExpired, UnknownRun: nothing is committed.
             InvalidPayload: ``value`` is not JSON, or does not match the ticket's
                 ``accepts`` schema (the ticket stays live).
+            InvalidArgument: no runtime could run the new attempt: this one has no body
+                for the run, and the run has no name a serving runtime could find its
+                body by (or the store is not durable). Nothing is committed.
         """
         check_id(run_id, "run_id")
         if correlation_id is not None:
@@ -479,6 +482,13 @@ class Runtime(metaclass=NoPublicConstructor):
         if body is None:
             body = self._supervisor.body_for(run_id, record.name)
             if body is None:
+                if record.name is None:
+                    # No runtime can ever find its body by name: queued, it would wait forever.
+                    raise InvalidArgument(
+                        f"run {run_id!r} has no name, so only a runtime that has its body can"
+                        " run it: resume it from the runtime that started it, or pass body="
+                        " to resume(); its ticket is still live"
+                    )
                 if self._supervisor.claims is not None and record.parent_run_id is None:
                     return await self._queue_resume(record, ticket, value)
                 raise InvalidArgument(
