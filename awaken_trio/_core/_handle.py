@@ -20,7 +20,9 @@ class RunHandle(metaclass=NoPublicConstructor):
 
     ``wait()`` returns the committed state that ended this attempt: ``Awaiting`` or
     ``Ended``. For a queued run it is the state its attempt ends in, or ``Ended`` if the
-    run was ended while it waited for its thread. If the store failed to take the
+    run was ended while it waited for its thread. A handle from a repeated ``submit``
+    waits for the first of them committed after it was made (a run that had already
+    ended: its end). If the store failed to take the
     attempt's end, ``wait()`` raises that `StoreError`. Whoever commits that state (this
     runtime, or on a durable store any other): an attempt that lost its run or released
     it is not an end, and waiting goes on until the store holds one.

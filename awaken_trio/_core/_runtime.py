@@ -37,6 +37,7 @@ from ._state import (
     EventKind,
     ResumeTicket,
     RunEvent,
+    Running,
     RunRecord,
     RunState,
     Stopped,
@@ -221,8 +222,9 @@ class Runtime(metaclass=NoPublicConstructor):
 
         Idempotent by run id: submitting an existing ``run_id`` with the same name, input
         and thread (``thread_id=None`` meaning the run's own) returns a handle to that run.
-        The handle's ``wait()`` returns the first ``Awaiting`` or ``Ended`` the run commits,
-        whichever runtime runs it.
+        The handle's ``wait()`` returns the first ``Awaiting`` or ``Ended`` the run commits
+        after the handle was made, whichever runtime runs it (at once the end of a run
+        that had already ended).
 
         Raises:
             RunExists: ``run_id`` is taken by a different run.
@@ -258,8 +260,30 @@ class Runtime(metaclass=NoPublicConstructor):
                 None,
             ):
                 raise RunExists(run_id)
+            return await self._handle_from_now(run_id, thread_id)
         supervisor.wake_servers()
         return self._remote_handle(run_id, thread_id, 1, 0)
+
+    async def _handle_from_now(self, run_id: str, thread_id: str) -> RunHandle:
+        """A handle on an existing run whose ``wait()`` returns the first ``Awaiting`` or
+        ``Ended`` committed from now on, or the run's end if it has ended: what it awaited
+        and was answered before is history."""
+        last: RunEvent | None = None  # the last committed event: the run's state now
+        since = 0
+        while events := await self._read_events(since, run_id):
+            since = events[-1].seq
+            for event in events:
+                if event.kind == EventKind.COMMITTED:
+                    last = event
+        if last is None:  # pragma: no cover - every commit writes one; forgotten meanwhile
+            raise UnknownRun(run_id)
+        if isinstance(last.state, Ended):
+            # Followed from just before its terminal event, the handle returns it at once.
+            return self._remote_handle(run_id, thread_id, last.generation, last.seq - 1)
+        # Running is its attempt's generation; Queued and Awaiting keep the generation of
+        # the attempt before the one they wait for.
+        generation = last.generation + (not isinstance(last.state, Running))
+        return self._remote_handle(run_id, thread_id, generation, since)
 
     async def serve(
         self,
@@ -463,6 +487,9 @@ class Runtime(metaclass=NoPublicConstructor):
             NotAwaiting, TicketMismatch, TicketExpired, UnknownRun: nothing is committed.
             InvalidPayload: ``value`` is not JSON, or does not match the ticket's
                 ``accepts`` schema (the ticket stays live).
+            InvalidArgument: no runtime could run the new attempt: this one has no body
+                for the run, and the run has no name a serving runtime could find its
+                body by (or the store is not durable). Nothing is committed.
         """
         check_id(run_id, "run_id")
         if correlation_id is not None:
@@ -479,6 +506,13 @@ class Runtime(metaclass=NoPublicConstructor):
         if body is None:
             body = self._supervisor.body_for(run_id, record.name)
             if body is None:
+                if record.name is None:
+                    # No runtime can ever find its body by name: queued, it would wait forever.
+                    raise InvalidArgument(
+                        f"run {run_id!r} has no name, so only a runtime that has its body can"
+                        " run it: resume it from the runtime that started it, or pass body="
+                        " to resume(); its ticket is still live"
+                    )
                 if self._supervisor.claims is not None and record.parent_run_id is None:
                     return await self._queue_resume(record, ticket, value)
                 raise InvalidArgument(

@@ -3,14 +3,17 @@
 A store holds committed truth. The runtime's supervisor is its only writer: it hands the
 store a batch of `Commit` values and the store applies them in one transaction, in order,
 each one accepted or rejected on its own (a rejected commit changes nothing). Inside that
-transaction every store enforces the same three rules:
+transaction every store enforces the same four rules:
 
 * terminal fence: a run whose state is `Ended` accepts no further commit;
 * expectation fence: a commit names what it expects to find (`Expect`: the generation,
   the kind of state, the live ticket), and is rejected when the run has moved on, so a
   stale attempt or a lost race can never overwrite newer truth;
 * ticket slot: an `Awaiting` commit stores the ticket (inside the state) together with
-  the messages it carries; any other commit deletes the ticket.
+  the messages it carries; any other commit deletes the ticket;
+* resume: an answered ticket and its value stay with the run while it is queued or
+  running, handed to every attempt that starts (a recovered one too), until an
+  `Awaiting` or `Ended` commit deletes them.
 
 A store shared by several runtimes (``durable``: SQLite, PostgreSQL, or a memory store
 shared in one process) also keeps claims, and enforces two more rules in the same
@@ -175,8 +178,12 @@ class Commit:
         detail: the detail of the commit's own event.
         announce: write the commit's own ``committed`` event. A commit that only records
             a body's events (``ctx.emit``) changes no state and announces nothing.
-        resume_value: the value a queued resume will hand to its attempt.
-        resume_ticket: the ticket a queued resume answered, handed to its attempt too.
+        resume_value: the value of an answered ticket: a ``Queued`` or ``Running`` commit
+            with a value or a ticket (a queued resume, or the attempt a resume starts)
+            makes it the run's resume, which the store keeps until the run next awaits
+            or ends and hands to every attempt that starts meanwhile (``take_messages``),
+            a recovered one included.
+        resume_ticket: the ticket that resume answered, kept and handed over with it.
         fence: the claim the commit is made under (durable stores).
         claim: a claim the commit takes on its run (durable stores).
         release: the commit drops its run's claim (the attempt that held it is over).
@@ -226,8 +233,10 @@ class Accepted:
         last_seq: the seq of the last event the commit wrote (0 if it wrote none).
         taken_messages: the carried messages the commit took (``take_messages``).
         taken_pause: the commit took a carried pause (``take_messages``).
-        resume_value: the value a queued resume left for the attempt this commit starts.
-        resume_ticket: the ticket that queued resume answered.
+        resume_value: the run's resume value, for the attempt this commit starts
+            (``take_messages``): what a queued resume left, or the answer the attempt it
+            replaces was running with.
+        resume_ticket: the ticket that resume answered.
         epoch: the epoch of the claim the commit took (``claim``), else None.
 
     A store answers with what the runtime needs, not with the whole record or the

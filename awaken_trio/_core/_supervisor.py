@@ -435,8 +435,9 @@ class Supervisor:
         ``fence`` of a claim already taken, for a recovery), every commit of its tree is
         made under that claim, and a thread busy in another runtime makes the run wait
         ``Queued`` here (``queue_if_busy``) or refuses the admission (`Rejected`).
-        ``take_handover`` takes the resume value and ticket a queued resume left in the
-        store (a run this runtime did not queue itself).
+        ``take_handover`` takes the resume value and ticket the store holds for the run
+        (a queued resume this runtime did not make, or the answer a lost or released
+        attempt was running with).
 
         Raises:
             RuntimeClosed: the runtime is shutting down (top-level runs).
@@ -470,8 +471,10 @@ class Supervisor:
             at=at,
             new_run=new_run,
             take_messages=is_running,
-            resume_value=None if is_running else attempt.resume_value,
-            resume_ticket=None if is_running else attempt.ticket,
+            # The answer is committed with the attempt it starts (or the Queued state it
+            # waits in), so an attempt that replaces this one is handed it too.
+            resume_value=attempt.resume_value,
+            resume_ticket=attempt.ticket,
             detail=detail,
         )
         if claims is not None and is_running:

@@ -62,7 +62,8 @@ class _Row:
     result: JsonValue = None
     checkpoint: JsonValue = None
     steps: int = 0
-    # The messages an Awaiting commit carried, and what a queued resume hands over.
+    # The messages an Awaiting commit carried, and the resume the run's current or next
+    # attempt answers (kept until the run awaits or ends).
     carried: tuple[JsonValue, ...] = ()
     carried_pause: bool = False
     resume_value: JsonValue = None
@@ -206,13 +207,10 @@ class MemoryStore:
             # The ticket lives inside the Awaiting state, so replacing the state deletes it.
             # Carried messages (and a carried pause) move to whoever takes them (an attempt
             # start) or are dropped by a terminal commit; a Queued commit keeps them for
-            # the queued attempt, and what a queued resume left goes to the attempt after.
+            # the queued attempt.
             if (row.carried or row.carried_pause) and (commit.take_messages or kind is Ended):
                 taken, row.carried = row.carried, _NO_MESSAGES
                 taken_pause, row.carried_pause = commit.take_messages and row.carried_pause, False
-            if row.resume_value is not None or row.resume_ticket is not None:
-                resume_value, resume_ticket = row.resume_value, row.resume_ticket
-                row.resume_value = row.resume_ticket = None
             if row.name is not None:
                 self._unindex(run_id)
             row.state = state
@@ -222,20 +220,28 @@ class MemoryStore:
             if commit.steps is not None:
                 row.steps = commit.steps
         epoch = self._claim_effects(run_id, row, commit, kind) if self.shared else None
+        # The resume (an answered ticket and its value) stays with the run until it next
+        # awaits or ends, so every attempt that starts meanwhile, a recovered or released
+        # one's successor included, is handed the answer the attempt it replaces had.
         if kind is Awaiting:
             row.carried = commit.carried_messages
             row.carried_pause = commit.carried_pause
-        elif kind is Queued:
-            row.resume_value = commit.resume_value
-            row.resume_ticket = commit.resume_ticket
+            row.resume_value = row.resume_ticket = None
         elif kind is Ended:
             row.result = commit.result
+            row.resume_value = row.resume_ticket = None
             if self._commands:
                 stored = self._drop_commands(run_id)
                 if stored:
                     commit = attrs.evolve(
                         commit, discarded_messages=(*commit.discarded_messages, *stored)
                     )
+        elif commit.resume_ticket is not None or commit.resume_value is not None:
+            # Queued or Running on an answer: a queued resume, or the attempt it starts.
+            row.resume_value = commit.resume_value
+            row.resume_ticket = commit.resume_ticket
+        if commit.take_messages:
+            resume_value, resume_ticket = row.resume_value, row.resume_ticket
         if row.name is not None and row.parent_run_id is None:
             self._index(run_id, row)
         last_seq = self._write_events(run_id, row, commit, taken)
@@ -243,7 +249,7 @@ class MemoryStore:
             self._ended.append(run_id)
             if len(self._ended) > self.max_ended_runs:
                 self._forget_oldest()
-        if commit.take_messages or epoch is not None or resume_value is not None:
+        if commit.take_messages or epoch is not None:
             handed = taken if commit.take_messages else _NO_MESSAGES
             return Accepted(
                 state, last_seq, handed, resume_value, resume_ticket, epoch, taken_pause

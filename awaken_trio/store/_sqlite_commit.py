@@ -27,7 +27,6 @@ from .._core._storage import (
 from ._codec import (
     AWAITING,
     ENDED,
-    QUEUED,
     RUNNING,
     dump_json,
     dump_shared,
@@ -128,18 +127,19 @@ def _create(tx: Transaction, commit: Commit, new: NewRun) -> Accepted:
     if kind == AWAITING:
         row.carried = dump_json(list(commit.carried_messages))
         row.carried_pause = commit.carried_pause
-    elif kind == QUEUED:
-        row.resume_value = dump_json(commit.resume_value)
-        row.resume_ticket = _ticket_text(commit.resume_ticket)
     elif kind == ENDED:
         result = dump_json(commit.result)
         discarded = tx.drop_commands(run_id)
+    elif _answers(commit):
+        row.resume_value = dump_json(commit.resume_value)
+        row.resume_ticket = _ticket_text(commit.resume_ticket)
     tx.insert_run(row, dump_json(new.input), result, new.max_steps)
     if kind == AWAITING:
         tx.set_ticket(run_id, state.ticket)  # type: ignore[attr-defined]
     last_seq = _write_events(tx, row, commit, state_text, (), discarded)
     if commit.take_messages or epoch is not None:
-        return Accepted(state, last_seq, _NO_MESSAGES, None, None, epoch, False)
+        value, ticket = _resume_of(row) if commit.take_messages else (None, None)
+        return Accepted(state, last_seq, _NO_MESSAGES, value, ticket, epoch, False)
     return Accepted(state, last_seq)
 
 
@@ -152,7 +152,7 @@ def _update(tx: Transaction, row: Row, commit: Commit) -> Accepted:
         end_descendants(tx, run_id, commit.at, PARENT_ENDED, parent_detail(run_id))
     # Carried messages (and a carried pause) move to whoever takes them (an attempt start)
     # or are dropped by a terminal commit; a Queued commit keeps them for the queued
-    # attempt, and what a queued resume left goes to the attempt after.
+    # attempt.
     taken_text = NO_MESSAGES
     taken_pause = False
     if (row.carried != NO_MESSAGES or row.carried_pause) and (
@@ -160,25 +160,24 @@ def _update(tx: Transaction, row: Row, commit: Commit) -> Accepted:
     ):
         taken_text, row.carried = row.carried, NO_MESSAGES
         taken_pause, row.carried_pause = commit.take_messages and row.carried_pause, False
-    resume_value: JsonValue = None
-    resume_ticket: ResumeTicket | None = None
-    if row.resume_value != NULL or row.resume_ticket is not None:
-        resume_value = load_json(row.resume_value, "a resume value")
-        resume_ticket = None if row.resume_ticket is None else load_ticket(row.resume_ticket)
-        row.resume_value, row.resume_ticket = NULL, None
     was_awaiting = row.kind == AWAITING
     row.kind, row.state_text, row.generation = kind, state_text, commit.generation
     epoch = _claim_effects(tx, row, commit, kind)
     set_result = kind == ENDED
     discarded: Sequence[Any] = ()
+    # The resume (an answered ticket and its value) stays with the run until it next
+    # awaits or ends, so every attempt that starts meanwhile, a recovered or released
+    # one's successor included, is handed the answer the attempt it replaces had.
     if kind == AWAITING:
         row.carried = dump_json(list(commit.carried_messages))
         row.carried_pause = commit.carried_pause
-    elif kind == QUEUED:
-        row.resume_value = dump_json(commit.resume_value)
-        row.resume_ticket = _ticket_text(commit.resume_ticket)
+        row.resume_value, row.resume_ticket = NULL, None
     elif set_result:
         discarded = tx.drop_commands(run_id)
+        row.resume_value, row.resume_ticket = NULL, None
+    elif _answers(commit):
+        row.resume_value = dump_json(commit.resume_value)
+        row.resume_ticket = _ticket_text(commit.resume_ticket)
     checkpoint = commit.checkpoint
     tx.update_run(
         row,
@@ -195,14 +194,29 @@ def _update(tx: Transaction, row: Row, commit: Commit) -> Accepted:
         () if taken_text == NO_MESSAGES else load_raw(taken_text, "carried messages")
     )
     last_seq = _write_events(tx, row, commit, state_text, taken, discarded)
-    if commit.take_messages or epoch is not None or resume_value is not None:
+    if commit.take_messages or epoch is not None:
         handed = (
             tuple(load_json(taken_text, "carried messages"))
             if commit.take_messages and taken
             else _NO_MESSAGES
         )
-        return Accepted(state, last_seq, handed, resume_value, resume_ticket, epoch, taken_pause)
+        value, ticket = _resume_of(row) if commit.take_messages else (None, None)
+        return Accepted(state, last_seq, handed, value, ticket, epoch, taken_pause)
     return Accepted(state, last_seq)
+
+
+def _answers(commit: Commit) -> bool:
+    """Whether a ``Queued`` or ``Running`` commit carries an answered ticket: a queued
+    resume, or the attempt it starts."""
+    return commit.resume_ticket is not None or commit.resume_value is not None
+
+
+def _resume_of(row: Row) -> tuple[JsonValue, ResumeTicket | None]:
+    """The resume the run holds, for the attempt a commit starts."""
+    if row.resume_value == NULL and row.resume_ticket is None:
+        return None, None
+    ticket = None if row.resume_ticket is None else load_ticket(row.resume_ticket)
+    return load_json(row.resume_value, "a resume value"), ticket
 
 
 def _claim_effects(tx: Transaction, row: Row, commit: Commit, kind: str) -> int | None:

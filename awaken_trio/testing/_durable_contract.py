@@ -856,8 +856,54 @@ class DurableStoreContract(StoreContract):
         assert started.accepted.resume_value == {"answer": [1]}
         assert started.accepted.resume_ticket == ticket
         assert started.accepted.epoch == 1
-        again = await _accepted(store, _commit("r1", Running(2), 2, at=5.0, take_messages=True))
-        assert (again.accepted.resume_value, again.accepted.resume_ticket) == (None, None)
+        # Kept while the run runs: the attempt that replaces this one is handed it too.
+        again = await _accepted(store, _commit("r1", Running(3), 3, at=5.0, take_messages=True))
+        assert (again.accepted.resume_value, again.accepted.resume_ticket) == (
+            {"answer": [1]},
+            ticket,
+        )
+
+    async def test_a_recovered_attempt_is_handed_the_resume_of_the_attempt_it_replaces(
+        self, store: DurableStore
+    ) -> None:
+        ticket = _ticket("r1")
+        epoch = await _claimed(store, "r1", "a", 10.0)
+        await _accepted(
+            store, _commit("r1", Awaiting(ticket), fence=Fence("r1", "a", epoch), release=True)
+        )
+        # Answered in a runtime that has the body: its attempt commits the answer as it
+        # takes its claim, then that owner is lost.
+        await _accepted(
+            store,
+            Commit(
+                run_id="r1",
+                state=Running(2),
+                generation=2,
+                expect=Expect(generation=1, state=Awaiting, correlation_id="c1"),
+                at=3.0,
+                take_messages=True,
+                resume_value={"answer": "yes"},
+                resume_ticket=ticket,
+                claim=Claim("a", 10.0),
+            ),
+        )
+        await _accepted(
+            store, _commit("r1", Running(2), 2, at=4.0, fence=Fence("r1", "a", epoch + 1))
+        )
+        (recovered,) = await store.recover("b", NAMES, 11.0, 40.0, 3, 10)
+        restarted = await _accepted(
+            store,
+            _commit(
+                "r1",
+                Running(3),
+                3,
+                at=12.0,
+                fence=Fence("r1", "b", recovered.epoch),
+                take_messages=True,
+            ),
+        )
+        assert restarted.accepted.resume_value == {"answer": "yes"}
+        assert restarted.accepted.resume_ticket == ticket
 
     # ------------------------------------------------------------ another runtime's view
 

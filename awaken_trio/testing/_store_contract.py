@@ -81,6 +81,18 @@ def _create(
     )
 
 
+def _change(run_id: str, state: RunState, generation: int, **changes: object) -> Commit:
+    """A commit of ``state`` with no expectation (only the store's own rules decide)."""
+    return Commit(
+        run_id=run_id,
+        state=state,
+        generation=generation,
+        expect=Expect(),
+        at=3.0,
+        **changes,  # type: ignore[arg-type]
+    )
+
+
 async def _one(store: Store, commit: Commit) -> CommitResult:
     results = await store.apply([commit])
     assert len(results) == 1
@@ -274,8 +286,13 @@ class StoreContract:
       attempt; a ``Queued`` commit keeps them, and keeps its ``resume_value`` for the
       queued attempt.
     * ``take_messages``: the commit (an attempt start) hands the carried messages over in
-      ``Accepted.taken_messages``, and the resume value a ``Queued`` commit kept in
-      ``Accepted.resume_value``; both are then spent, so a second take finds nothing.
+      ``Accepted.taken_messages`` (then spent: a second take finds none), and the resume
+      the run holds in ``Accepted.resume_value`` and ``Accepted.resume_ticket``.
+    * Resume: a ``Queued`` or ``Running`` commit with a ``resume_value`` or
+      ``resume_ticket`` (an answered ticket: a queued resume, or the attempt it starts)
+      replaces the run's resume; other commits keep it while the run is queued or
+      running, so every attempt that starts before the run next awaits is handed the
+      same answer; an ``Awaiting`` or ``Ended`` commit deletes it.
     * Discarded messages event: a terminal commit throws away the carried messages and its
       own ``discarded_messages`` and writes one ``messages_discarded`` event whose detail
       is ``{"messages": [carried..., discarded...]}``, right before its own event; with
@@ -643,20 +660,55 @@ class StoreContract:
         assert started.taken_messages == ("a", {"b": [1]})
         assert started.resume_value == {"answer": "yes"}
 
-        # Taken once: a later take finds nothing, and the resume value is spent too.
+        # Messages are taken once; the resume stays with the run while it runs, so an
+        # attempt that replaces this one (a recovery) is handed the same answer.
         again = await _accepted(
             store,
             Commit(
                 run_id="r1",
-                state=Running(2),
-                generation=2,
+                state=Running(3),
+                generation=3,
                 expect=Expect(generation=2, state=Running),
                 at=5.0,
                 take_messages=True,
             ),
         )
         assert again.taken_messages == ()
-        assert again.resume_value is None
+        assert again.resume_value == {"answer": "yes"}
+
+    async def test_the_resume_is_kept_while_the_run_runs_and_dropped_when_it_awaits(
+        self, store: Store
+    ) -> None:
+        ticket = _ticket("r1")
+        later = _ticket("r1", "c2")
+        await _accepted(store, _create("r1"))
+        await _accepted(store, _change("r1", Awaiting(ticket), 1))
+        # An attempt started by answering the ticket (the runtime had the body) commits
+        # the answer with its Running state.
+        started = await _accepted(
+            store,
+            Commit(
+                run_id="r1",
+                state=Running(2),
+                generation=2,
+                expect=Expect(generation=1, state=Awaiting, correlation_id="c1"),
+                at=3.0,
+                take_messages=True,
+                resume_value={"answer": "yes"},
+                resume_ticket=ticket,
+            ),
+        )
+        assert (started.resume_value, started.accepted.resume_ticket) == ({"answer": "yes"}, ticket)
+        # Progress, a release back to Queued and the next attempt's start keep it.
+        await _accepted(store, _change("r1", Running(2), 2, checkpoint={"step": 1}))
+        await _accepted(store, _change("r1", Queued(), 2))
+        restarted = await _accepted(store, _change("r1", Running(3), 3, take_messages=True))
+        assert restarted.resume_value == {"answer": "yes"}
+        assert restarted.accepted.resume_ticket == ticket
+        # Awaiting again deletes it: the next attempt is handed only the next answer.
+        await _accepted(store, _change("r1", Awaiting(later), 3))
+        fresh = await _accepted(store, _change("r1", Running(4), 4, take_messages=True))
+        assert (fresh.resume_value, fresh.accepted.resume_ticket) == (None, None)
 
     async def test_a_carried_pause_is_taken_once_and_dropped_by_an_end(self, store: Store) -> None:
         for run_id in ("r1", "r2"):

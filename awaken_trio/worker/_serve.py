@@ -142,7 +142,9 @@ async def admit_stored(
         None,
         detail,
         fence=fence,
-        take_handover=ticket is None and fence is None,
+        # A queued run, or a recovered one, is handed the answer the store keeps for it
+        # (a scheduled resume answers its own ticket, with None).
+        take_handover=ticket is None,
         queue_if_busy=False,
     )
     if isinstance(result, Rejected) or not attempt.started:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -121,6 +122,24 @@ async def inbox_stepper(ctx: RunContext) -> JsonValue:
     return {"steps": ctx.input["steps"], "generation": ctx.generation, "messages": seen}
 
 
+async def asker(ctx: RunContext) -> JsonValue:
+    """Asks a person once (ticket ``ask``), then says what it was answered: ``answered
+    <run_id> <generation> <value as JSON> <correlation id> <time>``. Its second attempt
+    then parks (so a test can kill its owner); any other returns the answer."""
+    ticket = ctx.resumed_ticket
+    if ticket is None:
+        await ctx.await_input("user_input", correlation_id="ask", accepts={"type": "string"})
+        raise AssertionError("await_input ends the attempt")
+    _say("answered", ctx, json.dumps(ctx.resume_value), ticket.correlation_id)
+    if ctx.generation == 2:
+        await trio.sleep_forever()
+    return {
+        "answer": ctx.resume_value,
+        "ticket": ticket.correlation_id,
+        "generation": ctx.generation,
+    }
+
+
 async def _reply(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> ModelReply:
     # Deterministic from the transcript: one tool call per step, then a final answer.
     results = [m for m in messages if m["role"] == "tool"]
@@ -160,4 +179,5 @@ BODIES: dict[str, Body] = {
     "probe": probe,
     "loud_stepper": loud_stepper,
     "inbox_stepper": inbox_stepper,
+    "asker": asker,
 }

@@ -413,6 +413,31 @@ async def test_pause_resume_messages_and_events_across_processes(
     assert states[-1] == NATURAL
 
 
+async def test_a_persons_answer_survives_the_kill_of_the_owner_running_it(
+    control: Runtime, cluster: Cluster
+) -> None:
+    await cluster.start_many(["w1", "w2"])
+    asked = await control.submit("asker", run_id="ask")
+    with trio.fail_after(30):
+        assert is_awaiting(await asked.wait())
+    resumed = await control.resume("ask", "yes")  # no body here: a worker takes it
+    owner, line = await until_said(cluster, "answered", "ask", "2")
+    assert line.words[3:5] == ['"yes"', "ask"]
+    await owner.kill()
+    (other,) = [w for w in cluster.workers if w is not owner]
+
+    with trio.fail_after(30):
+        final = await resumed.wait()
+    assert final == NATURAL  # not Awaiting: the recovered attempt did not ask again
+    (again,) = other.said("answered", "ask", "3")
+    assert again.words[3:5] == ['"yes"', "ask"]
+    record = await control.record("ask")
+    assert record.result == {"answer": "yes", "ticket": "ask", "generation": 3}
+    events = await history(control, "ask")
+    check_story(events)
+    recovery_of(events, 3)
+
+
 # ---------------------------------------------------------------------------- 6. children
 
 

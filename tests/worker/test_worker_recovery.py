@@ -511,3 +511,68 @@ async def test_a_recovered_attempt_keeps_the_runs_input_and_step_budget(
         assert state == RunState.Ended(EndCause.MaxSteps())
         assert (await b.record("r")).checkpoint == {"step": 3}
     assert seen == [("a", 1, {"doc": 7}, 0), ("b", 2, {"doc": 7}, 2)]
+
+
+def answer_taker(tag: str, seen: list[tuple[str, int, Any, str | None]]) -> Any:
+    """Asks once (ticket ``ask``); its second attempt parks with the answer (its owner is
+    then lost), a later one returns the answer it was handed."""
+
+    async def body(ctx: RunContext) -> object:
+        ticket = ctx.resumed_ticket
+        seen.append(
+            (
+                tag,
+                ctx.generation,
+                ctx.resume_value,
+                None if ticket is None else ticket.correlation_id,
+            )
+        )
+        if ticket is None:
+            await ctx.await_input("user_input", correlation_id="ask", accepts={"type": "string"})
+        await ctx.boundary({"answered": True})
+        if ctx.generation == 2:
+            await trio.sleep_forever()
+        return {"answer": ctx.resume_value, "generation": ctx.generation}
+
+    return body
+
+
+def settled(state: RunState) -> bool:
+    return not isinstance(state, RunState.Running | RunState.Queued)
+
+
+@pytest.mark.parametrize("how", ["resumed_here", "queued_resume", "released"])
+async def test_the_attempt_that_replaces_a_resumed_one_is_handed_the_same_answer(
+    shared_store: MemoryStore, autojump_clock: trio.testing.MockClock, how: str
+) -> None:
+    # resumed_here: the owner had the body and ran the answer at once; queued_resume: the
+    # answer waited Queued and a serving owner took it; released: the owner closed (its
+    # run goes back to Queued) instead of being lost.
+    seen: list[tuple[str, int, Any, str | None]] = []
+    body_a, body_b = answer_taker("a", seen), answer_taker("b", seen)
+    async with (
+        shared_runtime(shared_store, bodies={"w": body_b}) as b,
+        shared_runtime(shared_store) as person,
+    ):
+        async with shared_runtime(shared_store, bodies={"w": body_a}) as a:
+            asked = await settle(await a.start(body_a, run_id="r"))
+            assert isinstance(asked, RunState.Awaiting)
+            if how == "queued_resume":
+                await person.resume("r", "yes")
+                async with serving(a):
+                    await until_state(a, "r", lambda s: s == RunState.Running(2))
+            else:
+                await a.resume("r", "yes")
+            await trio.testing.wait_all_tasks_blocked()
+            assert (await a.record("r")).checkpoint == {"answered": True}
+            if how != "released":
+                with Stall(a):
+                    async with serving(b):
+                        await past_lease()
+                        final = await until_state(b, "r", settled)
+        if how == "released":
+            async with serving(b):
+                final = await until_state(b, "r", settled)
+        assert final == NATURAL
+        assert (await b.record("r")).result == {"answer": "yes", "generation": 3}
+    assert seen == [("a", 1, None, None), ("a", 2, "yes", "ask"), ("b", 3, "yes", "ask")]

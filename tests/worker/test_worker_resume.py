@@ -9,6 +9,7 @@ import trio
 import trio.testing
 
 from awaken_trio import (
+    InvalidArgument,
     InvalidPayload,
     LiveCommand,
     NotAwaiting,
@@ -191,3 +192,34 @@ async def test_a_run_paused_by_a_sent_pause_resumes_in_the_sender(
         assert (await b.record("r")).result == "b"
     assert [(tag, gen) for tag, gen, _ in where][-1] == ("b", 2)
     assert [m for _, _, batch in where for m in batch] == ["one", "stop"]
+
+
+async def test_a_resume_of_a_run_with_no_name_from_a_runtime_without_its_body_is_refused(
+    shared_store: MemoryStore, autojump_clock: trio.testing.MockClock
+) -> None:
+    # Started with a body registered under no name: only the runtime that has the body
+    # can ever run it, so a resume elsewhere would leave it Queued forever.
+    seen: Seen = []
+    body = pausing("a", seen)
+    async with (
+        shared_runtime(shared_store) as a,
+        shared_runtime(shared_store, bodies={"other": pausing("b", seen)}) as b,
+    ):
+        paused = await settle(await a.start(body, run_id="r"))
+        assert isinstance(paused, RunState.Awaiting)
+        assert (await a.record("r")).name is None
+        log = await history(a)
+        async with serving(b):
+            with pytest.raises(InvalidArgument) as refused:
+                await b.resume("r", "blue")
+            await trio.sleep(10 * POLL)
+        message = str(refused.value)
+        assert "'r'" in message
+        assert "has no name" in message
+        assert "the runtime that started it" in message
+        assert "body=" in message
+        # Nothing was committed: the ticket is live, and the runtime with the body answers it.
+        assert await history(a) == log
+        assert await b.state("r") == paused
+        assert await settle(await a.resume("r", "blue")) == NATURAL
+    assert [s[:4] for s in seen] == [("a", 1, None, None), ("a", 2, {"step": 1}, "blue")]

@@ -25,8 +25,11 @@ from .worker_helpers import (
     NATURAL,
     POLL,
     POLL_BOUND,
+    Stall,
     history,
     is_ended,
+    is_running,
+    past_lease,
     serving,
     settle,
     shared_runtime,
@@ -289,3 +292,36 @@ async def test_sleep_until_a_time_already_past_is_resumed_at_once(
     assert [g for g, _ in entries] == [1, 2]
     assert entries[1][1] - started <= POLL_BOUND
     await trio.sleep(POLL)
+
+
+async def test_the_attempt_that_replaces_a_woken_one_does_not_sleep_again(
+    shared_store: MemoryStore, autojump_clock: trio.testing.MockClock
+) -> None:
+    seen: list[tuple[str, int, ResumeTicket | None]] = []
+
+    def napper(tag: str) -> Any:
+        async def body(ctx: RunContext) -> object:
+            seen.append((tag, ctx.generation, ctx.resumed_ticket))
+            if ctx.resumed_ticket is None:
+                await ctx.sleep(30.0)
+            if ctx.generation == 2:
+                await trio.sleep_forever()  # woken, then its owner is lost
+            return {"by": tag, "generation": ctx.generation}
+
+        return body
+
+    body_a = napper("a")
+    async with (
+        shared_runtime(shared_store, bodies={"nap": body_a}) as a,
+        shared_runtime(shared_store, bodies={"nap": napper("b")}) as b,
+    ):
+        asleep = await settle(await a.start(body_a, run_id="r"))
+        assert isinstance(asleep, RunState.Awaiting)
+        await until_state(a, "r", lambda s: s == RunState.Running(2), seconds=60)
+        with Stall(a):
+            async with serving(b):
+                await past_lease()
+                final = await until_state(b, "r", lambda s: not is_running(s))
+        assert final == NATURAL  # not Awaiting a second sleep
+        assert (await b.record("r")).result == {"by": "b", "generation": 3}
+    assert seen == [("a", 1, None), ("a", 2, asleep.ticket), ("b", 3, asleep.ticket)]

@@ -14,6 +14,7 @@ from awaken_trio import (
     InvalidPayload,
     RunContext,
     RunExists,
+    RunHandle,
     RunState,
     RuntimeClosed,
     UnknownRun,
@@ -246,3 +247,47 @@ async def test_submit_refuses_an_input_that_is_not_json(
             await rt.submit("echo", input=(1, 2), run_id="r")
         with pytest.raises(UnknownRun):
             await rt.state("r")
+
+
+async def test_the_handle_of_a_repeated_submit_waits_for_what_the_run_commits_after_it(
+    shared_store: MemoryStore, autojump_clock: trio.testing.MockClock
+) -> None:
+    # The run awaited and was answered before the handles were made: that Awaiting is
+    # history, not what a new handle waits for.
+    release = trio.Event()
+
+    async def asks(ctx: RunContext) -> object:
+        if ctx.resumed_ticket is None:
+            await ctx.await_input("user_input")
+        await release.wait()
+        return ctx.resume_value
+
+    async with (
+        shared_runtime(shared_store) as submitter,
+        shared_runtime(shared_store, bodies={"asks": asks}) as worker,
+    ):
+        first = await submitter.submit("asks", run_id="r")
+        async with serving(worker):
+            assert isinstance(await settle(first), RunState.Awaiting)
+        await submitter.resume("r", "yes")  # nobody serves: the resume waits Queued
+        queued = await submitter.submit("asks", run_id="r")
+        ends: list[tuple[str, RunState]] = []
+
+        async def wait_for(tag: str, handle: RunHandle) -> None:
+            ends.append((tag, await settle(handle)))
+
+        async with serving(worker), trio.open_nursery() as nursery:
+            nursery.start_soon(wait_for, "queued", queued)
+            assert await until_state(submitter, "r", is_running) == RunState.Running(2)
+            running = await submitter.submit("asks", run_id="r")
+            nursery.start_soon(wait_for, "running", running)
+            await trio.sleep(100 * POLL)
+            assert ends == []
+            release.set()
+        assert sorted(ends) == [("queued", NATURAL), ("running", NATURAL)]
+        assert (queued.generation, running.generation) == (2, 2)
+        assert (await submitter.record("r")).result == "yes"
+        # A run that had already ended: its end, at once.
+        ended = await submitter.submit("asks", run_id="r")
+        assert ended.generation == 2
+        assert await settle(ended) == NATURAL
