@@ -25,6 +25,15 @@ project sets ``trio_mode``.
 epochs, fences, the thread guard, recovery, stored commands, runnable runs, versions): a
 `DurableStore` subclasses it the same way, and may override a ``peer`` fixture that opens the
 same committed truth a second time.
+
+`explore_cancellation` runs a body once per schedule point and command (cancel, stop,
+pause), the command delivered just before that point, and checks every run against the
+runtime's rules and the caller's own ``check``; the ``explore`` fixture (this package's
+pytest plugin) is the same function::
+
+    async def test_my_body_is_cancellation_safe(explore):
+        report = await explore(my_body, commands=("cancel", "stop", "pause"))
+        assert report.points
 """
 
 import pytest
@@ -37,9 +46,28 @@ pytest.register_assert_rewrite(
 
 from .._core._util import fixup_module_metadata as _fixup_module_metadata  # noqa: E402
 from ._durable_contract import DurableStoreContract as DurableStoreContract  # noqa: E402
+from ._explore import CancellationViolation as CancellationViolation  # noqa: E402
+from ._explore import ExplorationReport as ExplorationReport  # noqa: E402
+from ._explore import Explore as Explore  # noqa: E402
+from ._explore import ExploredPoint as ExploredPoint  # noqa: E402
+from ._explore import FreshBody as FreshBody  # noqa: E402
+from ._explore import explore_cancellation as explore_cancellation  # noqa: E402
+from ._explore import fresh as fresh  # noqa: E402
+from ._explore_run import Command as Command  # noqa: E402
 from ._store_contract import StoreContract as StoreContract  # noqa: E402
 
-__all__ = ["DurableStoreContract", "StoreContract"]
+__all__ = [
+    "CancellationViolation",
+    "Command",
+    "DurableStoreContract",
+    "ExplorationReport",
+    "Explore",
+    "ExploredPoint",
+    "FreshBody",
+    "StoreContract",
+    "explore_cancellation",
+    "fresh",
+]
 
 _fixup_module_metadata(__name__, globals())
 del _fixup_module_metadata
