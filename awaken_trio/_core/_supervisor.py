@@ -813,8 +813,12 @@ class Supervisor:
 
         The run keeps its last committed state (an orphaned ``Running`` or ``Queued``
         that ``cancel_run``/``stop_run`` can end later, discarding ``messages`` with an
-        event); whoever waits gets the error.
+        event); whoever waits gets the error. On a durable store a root attempt's claim is
+        no longer renewed: nothing runs the run here any more, so its lease lapses and
+        recovery takes the run up again, as for any lost owner.
         """
+        if self.claims is not None and attempt.parent is None:
+            self.held.pop(attempt.run_id, None)
         if messages:
             self.stranded[attempt.run_id] = messages
         self._let_go(attempt, None)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+import math
 from collections import deque
 from collections.abc import Collection, Mapping, Sequence
 from typing import final
@@ -39,6 +40,8 @@ from .._core._storage import (
 )
 
 _NO_MESSAGES: tuple[JsonValue, ...] = ()
+# The lease of a claim given up while its run is still Running: lapsed at every reading.
+_LAPSED = -math.inf
 
 # An event as the store keeps it: the fields of a `RunEvent`, in order. A tuple costs a
 # fraction of a frozen object to build, and events are written far more often than read.
@@ -480,7 +483,13 @@ class MemoryStore:
         await trio.lowlevel.checkpoint()
         claim = self._claims.get(run_id)
         if claim is not None and claim.owner == owner:
-            del self._claims[run_id]
+            row = self._rows.get(run_id)
+            if row is not None and type(row.state) is Running:
+                # Given up by an attempt that never committed its end: its owner is lost,
+                # so the claim stays, lapsed, where recovery finds the run.
+                self._claims[run_id] = _ClaimRow(owner, claim.epoch, _LAPSED)
+            else:
+                del self._claims[run_id]
             self._version += 1
 
     async def recover(

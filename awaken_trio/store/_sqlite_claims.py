@@ -6,6 +6,7 @@ These run on the store's thread, each inside one write transaction (`Transaction
 
 from __future__ import annotations
 
+import math
 from collections.abc import Collection, Mapping
 from typing import Final
 
@@ -17,6 +18,8 @@ from ._sqlite_rows import load_record, lost_detail, owner_lost
 from ._sqlite_tx import Transaction
 
 _OWNER_LOST: Final = "owner lost"
+# The lease of a claim given up while its run is still Running: lapsed at every reading.
+_LAPSED: Final = -math.inf
 
 
 def renew(
@@ -36,7 +39,13 @@ def renew(
 def release(tx: Transaction, owner: str, run_id: str) -> None:
     claim = tx.claim(run_id)
     if claim is not None and claim[0] == owner:
-        tx.set_claim(run_id, None)
+        row = tx.row(run_id)
+        if row is not None and row.kind == RUNNING:
+            # Given up by an attempt that never committed its end: its owner is lost, so
+            # the claim stays, lapsed, where recovery finds the run.
+            tx.set_claim(run_id, (owner, claim[1], _LAPSED))
+        else:
+            tx.set_claim(run_id, None)
 
 
 def recover(

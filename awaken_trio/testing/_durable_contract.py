@@ -380,6 +380,24 @@ class DurableStoreContract(StoreContract):
         assert taken.accepted.epoch == 2
         await store.release("a", "ghost")  # nothing to release: fine
 
+    async def test_a_claim_given_up_while_its_run_is_running_leaves_it_for_recovery(
+        self, store: DurableStore
+    ) -> None:
+        # The attempt never committed its end (its first commit was fenced, or its end
+        # commit failed): the run's owner is lost, and recovery must still find the run.
+        await _claimed(store, "r1", "a", 10.0)
+        await store.release("a", "r1")
+        stale = _commit("r1", Running(1), at=3.0, fence=Fence("r1", "a", 1))
+        assert await _rejected(store, stale) == Rejected(RejectReason.FENCED, Running(1))
+        recovered = await store.recover("b", NAMES, 3.0, 40.0, 3, 10)
+        assert [(r.record.run_id, r.epoch) for r in recovered] == [("r1", 2)]
+        # A run that is no longer running just loses its claim: nothing to recover.
+        await _claimed(store, "r2", "a", 10.0)
+        await _accepted(store, _commit("r2", DONE, fence=Fence("r2", "a", 1)))
+        await store.release("a", "r2")
+        assert await store.recover("b", NAMES, 3.0, 40.0, 3, 10) == []
+        assert await _state(store, "r2") == DONE
+
     async def test_a_commit_that_releases_drops_its_claim(self, store: DurableStore) -> None:
         await _claimed(store, "r1", "a", 10.0)
         await _accepted(

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
+from wrapped_stores import FailingEnds, LateRecovery
 
 from awaken_trio import (
     EndCause,
@@ -511,3 +512,60 @@ async def test_a_recovered_attempt_keeps_the_runs_input_and_step_budget(
         assert state == RunState.Ended(EndCause.MaxSteps())
         assert (await b.record("r")).checkpoint == {"step": 3}
     assert seen == [("a", 1, {"doc": 7}, 0), ("b", 2, {"doc": 7}, 2)]
+
+
+async def test_a_recovery_whose_first_commit_is_fenced_leaves_the_run_recoverable(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The recovering runtime's fresh lease lapses before its attempt's first commit (its
+    event loop was blocked, or its lease is tiny): that commit is fenced, and the claim it
+    gives up leaves the run where recovery finds it. A later runtime re-executes it."""
+    store = MemoryStore(shared=True)
+    late = LateRecovery(store, delay=2 * LEASE)
+    entered: list[int] = []
+
+    async def body(ctx: RunContext) -> object:
+        entered.append(ctx.generation)
+        if ctx.generation == 1:
+            await trio.sleep_forever()
+        return "done"
+
+    async with shared_runtime(store, bodies={"w": body}) as a:
+        await a.start(body, run_id="r")
+        await trio.testing.wait_all_tasks_blocked()
+        with Stall(a):
+            async with shared_runtime(late, bodies={"w": body}) as b, serving(b):
+                await past_lease()
+                await reach(late.answered)
+                # Its recovered attempt's Running commit was fenced: nothing ran there.
+                await trio.sleep(LEASE)
+                assert entered == [1]
+                assert await b.state("r") == RunState.Running(1)
+            async with shared_runtime(store, bodies={"w": body}) as c, serving(c):
+                state = await until_state(c, "r", is_ended, seconds=3 * LEASE)
+            assert state == NATURAL
+            assert (await c.record("r")).result == "done"
+    assert entered == [1, 2]
+
+
+async def test_a_run_whose_end_commit_failed_is_left_for_recovery(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The store refuses an attempt's terminal commit: the run stays Running in the store
+    with no attempt behind it, so its owner stops renewing the claim, and once the lease
+    lapses the run is recovered like any lost owner's (here, by the same runtime)."""
+    store = MemoryStore(shared=True)
+    failing = FailingEnds(store, "r")
+    entered: list[int] = []
+
+    async def body(ctx: RunContext) -> object:
+        entered.append(ctx.generation)
+        return ctx.generation
+
+    async with shared_runtime(failing, bodies={"w": body}) as a, serving(a):
+        await a.submit("w", run_id="r")
+        await reach(failing.failed)
+        state = await until_state(a, "r", is_ended, seconds=3 * LEASE)
+        assert state == NATURAL
+        assert (await a.record("r")).result == 2
+    assert entered == [1, 2]
