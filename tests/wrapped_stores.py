@@ -1,4 +1,5 @@
-"""Stores for tests that need to hold back or break commits on purpose."""
+"""Stores for tests that need to hold back or break commits on purpose, and a lease clock a
+test moves by hand."""
 
 from __future__ import annotations
 
@@ -108,10 +109,8 @@ class DurableWrapper:
     async def aclose(self) -> None:
         await trio.lowlevel.checkpoint()  # the inner store is the test's to close
 
-    async def renew(
-        self, owner: str, held: Mapping[str, int], now: float, lease_until: float
-    ) -> list[str]:
-        return await self.inner.renew(owner, held, now, lease_until)
+    async def renew(self, owner: str, held: Mapping[str, int], lease: float) -> list[str]:
+        return await self.inner.renew(owner, held, lease)
 
     async def release(self, owner: str, run_id: str) -> None:
         await self.inner.release(owner, run_id)
@@ -120,12 +119,12 @@ class DurableWrapper:
         self,
         owner: str,
         names: Collection[str],
-        now: float,
-        lease_until: float,
+        at: float,
+        lease: float,
         max_recoveries: int,
         limit: int,
     ) -> list[Recovered]:
-        return await self.inner.recover(owner, names, now, lease_until, max_recoveries, limit)
+        return await self.inner.recover(owner, names, at, lease, max_recoveries, limit)
 
     async def post_command(
         self, run_id: str, kind: CommandKind, payload: JsonValue, reason: str | None, at: float
@@ -157,15 +156,15 @@ class LateRecovery(DurableWrapper):
         self,
         owner: str,
         names: Collection[str],
-        now: float,
-        lease_until: float,
+        at: float,
+        lease: float,
         max_recoveries: int,
         limit: int,
     ) -> list[Recovered]:
         if self.answered.is_set():
             await trio.lowlevel.checkpoint()
             return []
-        found = await super().recover(owner, names, now, lease_until, max_recoveries, limit)
+        found = await super().recover(owner, names, at, lease, max_recoveries, limit)
         if found:
             await trio.sleep(self.delay)
             self.answered.set()
@@ -189,3 +188,18 @@ class FailingEnds(DurableWrapper):
             await trio.lowlevel.checkpoint()
             raise StoreError("disk full", outcome_unknown=False)
         return await super().apply(batch)
+
+
+class LeaseClock:
+    """A lease clock a test moves by hand, shared by every store on the file (it stands
+    for the machine's wall clock, which every process on it shares)."""
+
+    def __init__(self) -> None:
+        self.now = 1_700_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    async def elapse(self, seconds: float) -> None:
+        self.now += seconds
+        await trio.lowlevel.checkpoint()

@@ -469,7 +469,7 @@ class Supervisor:
             detail=detail,
         )
         if claims is not None and is_running:
-            self._claim_fields(commit, attempt, at)
+            self._claim_fields(commit, attempt)
         try:
             result = await self.mailbox.commit(commit, on_commit)
             if (
@@ -538,13 +538,14 @@ class Supervisor:
         if attempt.parent is not None:
             attempt.parent.add_child(run_id, attempt)
 
-    def _claim_fields(self, commit: Commit, attempt: Attempt, at: float) -> None:
+    def _claim_fields(self, commit: Commit, attempt: Attempt) -> None:
         """Durable stores: a root attempt takes its run's claim (unless it comes with one),
-        a child commits under its root's; both start only on a thread no runtime uses."""
+        a child commits under its root's; both start only on a thread no runtime uses.
+        The claim names a lease duration: the store's clock decides when it ends."""
         claims = self.claims
         assert claims is not None
         if attempt.parent is None and attempt.fence is None:
-            commit.claim = Claim(claims.owner, at + claims.lease)
+            commit.claim = Claim(claims.owner, claims.lease)
         else:
             commit.fence = attempt.fence
         # Every attempt that starts checks its thread, a recovered one included: the
@@ -607,7 +608,7 @@ class Supervisor:
             detail=_with_clock_error(_DETAIL_THREAD_FREE, clock_error),
         )
         if self.claims is not None:
-            self._claim_fields(commit, attempt, at)
+            self._claim_fields(commit, attempt)
         try:
             await self.mailbox.commit(commit, on_commit)
         except (StoreError, RuntimeClosed) as exc:

@@ -34,11 +34,11 @@ class ClaimKeeper:
         held = dict(supervisor.held)
         if not held:
             return
-        now, _ = supervisor.now_for_end()
+        # How long the store was unreachable is measured on Trio's clock, here; the
+        # leases themselves run on the store's clock, never on the runtime's ``clock=``.
+        now = trio.current_time()
         try:
-            lost = await self._store.renew(
-                self._settings.owner, held, now, now + self._settings.lease
-            )
+            lost = await self._store.renew(self._settings.owner, held, self._settings.lease)
         except Exception:
             # Unreachable: once a whole lease has passed since the last renewal, the claims
             # may be someone else's; stop every attempt rather than run unfenced.

@@ -59,10 +59,12 @@ async def _one_pass(supervisor: Supervisor, concurrency: int, active: dict[str, 
     store = supervisor.durable_store
     claims = supervisor.claims
     if claims is not None and store is not None:
-        now = supervisor.now()
+        # Which leases have expired is the store's to say, by its clock; ours only dates
+        # the events recovery writes.
+        at = supervisor.now()
         free = concurrency - len(active)
         for recovered in await store.recover(
-            claims.owner, names, now, now + claims.lease, claims.max_recoveries, max(free, 0)
+            claims.owner, names, at, claims.lease, claims.max_recoveries, max(free, 0)
         ):
             fence = Fence(recovered.record.run_id, claims.owner, recovered.epoch)
             attempt = await admit_stored(supervisor, recovered.record, fence=fence)

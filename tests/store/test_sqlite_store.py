@@ -10,7 +10,7 @@ from __future__ import annotations
 import gc
 import math
 import sqlite3
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from functools import partial
 from pathlib import Path
 from typing import TypeVar
@@ -26,6 +26,7 @@ from sqlite_helpers import (
     start,
     store_threads,
 )
+from wrapped_stores import LeaseClock
 
 from awaken_trio import (
     EndCause,
@@ -59,15 +60,25 @@ class TestSQLiteStore(StoreContract):
 
 class TestSQLiteStoreDurable(DurableStoreContract):
     @pytest.fixture
-    async def store(self, tmp_path: Path) -> AsyncIterator[SQLiteStore]:
-        store = SQLiteStore(tmp_path / "runs.db", synchronous="normal")
+    def lease_clock(self) -> LeaseClock:
+        return LeaseClock()
+
+    @pytest.fixture
+    def elapse(self, lease_clock: LeaseClock) -> Callable[[float], Awaitable[None]]:
+        return lease_clock.elapse
+
+    @pytest.fixture
+    async def store(self, tmp_path: Path, lease_clock: LeaseClock) -> AsyncIterator[SQLiteStore]:
+        store = SQLiteStore(tmp_path / "runs.db", synchronous="normal", lease_clock=lease_clock)
         yield store
         await store.aclose()
 
     @pytest.fixture
-    async def peer(self, tmp_path: Path, store: SQLiteStore) -> AsyncIterator[SQLiteStore]:
+    async def peer(
+        self, tmp_path: Path, store: SQLiteStore, lease_clock: LeaseClock
+    ) -> AsyncIterator[SQLiteStore]:
         await store.open()  # the schema exists before the second connection opens
-        peer = SQLiteStore(tmp_path / "runs.db", synchronous="normal")
+        peer = SQLiteStore(tmp_path / "runs.db", synchronous="normal", lease_clock=lease_clock)
         yield peer
         await peer.aclose()
 
@@ -448,8 +459,8 @@ async def test_claims_survive_closing_and_reopening(tmp_path: Path) -> None:
         commit.claim = Claim("a", 100.0)
         assert (await _apply_one(store, commit)).epoch == 1
     async with SQLiteStore(path) as store:
-        assert await store.renew("b", {"r1": 1}, 2.0, 200.0) == ["r1"]
-        assert await store.renew("a", {"r1": 1}, 2.0, 200.0) == []
+        assert await store.renew("b", {"r1": 1}, 200.0) == ["r1"]
+        assert await store.renew("a", {"r1": 1}, 200.0) == []
         fenced = Commit(
             run_id="r1",
             state=DONE,

@@ -17,6 +17,7 @@ from awaken_trio import (
     RunContext,
     RunState,
     Runtime,
+    open_runtime,
 )
 from awaken_trio.store import MemoryStore
 
@@ -569,3 +570,48 @@ async def test_a_run_whose_end_commit_failed_is_left_for_recovery(
         assert state == NATURAL
         assert (await a.record("r")).result == 2
     assert entered == [1, 2]
+
+
+@pytest.mark.parametrize("offset", [3600.0, -3600.0], ids=["ahead", "behind"])
+async def test_leases_follow_the_stores_clock_whatever_a_runtimes_clock_says(
+    shared_store: MemoryStore, autojump_clock: trio.testing.MockClock, offset: float
+) -> None:
+    """A runtime whose ``clock=`` is an hour off serves beside a healthy owner: it never
+    takes the owner's live claim, nor starts a run on the owner's busy thread, and once
+    the owner stalls it recovers the run within a lease of the store's clock."""
+    entered: list[tuple[str, int]] = []
+    finish = trio.Event()
+
+    def body_in(tag: str) -> Any:
+        async def body(ctx: RunContext) -> object:
+            entered.append((tag, ctx.generation))
+            if ctx.run_id == "r" and ctx.generation == 1:
+                await trio.sleep_forever()
+            await finish.wait()
+            return tag
+
+        return body
+
+    async with (
+        shared_runtime(shared_store, bodies={"w": body_in("a")}) as a,
+        open_runtime(
+            shared_store,
+            clock=lambda: trio.current_time() + offset,
+            bodies={"w": body_in("off")},
+            lease=LEASE,
+            poll=POLL,
+        ) as off,
+        serving(off),
+    ):
+        await a.start(body_in("a"), run_id="r", thread_id="t", name="w")
+        await a.submit("w", run_id="r2", thread_id="t")
+        await trio.sleep(5 * LEASE)  # many passes of the skewed runtime, renewals of a's
+        assert entered == [("a", 1)]
+        assert await a.state("r2") == RunState.Queued()
+        with Stall(a):
+            await until_state(a, "r", lambda s: s == RunState.Running(2), seconds=3 * LEASE)
+            assert entered == [("a", 1), ("off", 2)]
+            finish.set()
+            assert await until_state(a, "r", is_ended) == NATURAL
+            assert await until_state(a, "r2", is_ended) == NATURAL
+    assert entered == [("a", 1), ("off", 2), ("off", 1)]
