@@ -190,6 +190,60 @@ class FailingEnds(DurableWrapper):
         return await super().apply(batch)
 
 
+class FlakyStore(DurableWrapper):
+    """While ``failing`` is set, the store raises `StoreError` (a write lock held past the
+    busy timeout, a full disk): from every call, or with ``commits_only`` from ``apply``
+    alone, refusing each batch whole. ``failures`` counts the calls it failed."""
+
+    def __init__(self, inner: MemoryStore, *, commits_only: bool = False) -> None:
+        super().__init__(inner)
+        self.failing = False
+        self.commits_only = commits_only
+        self.failures = 0
+
+    async def _check(self, commit: bool = False) -> None:
+        if self.failing and (commit or not self.commits_only):
+            self.failures += 1
+            await trio.lowlevel.checkpoint()
+            raise StoreError("database is locked", outcome_unknown=False)
+
+    async def apply(self, batch: Sequence[Commit]) -> list[CommitResult]:
+        await self._check(commit=True)
+        return await super().apply(batch)
+
+    async def runnable(self, names: Collection[str], now: float, limit: int) -> list[RunRecord]:
+        await self._check()
+        return await super().runnable(names, now, limit)
+
+    async def renew(self, owner: str, held: Mapping[str, int], lease: float) -> list[str]:
+        await self._check()
+        return await super().renew(owner, held, lease)
+
+    async def recover(
+        self,
+        owner: str,
+        names: Collection[str],
+        at: float,
+        lease: float,
+        max_recoveries: int,
+        limit: int,
+    ) -> list[Recovered]:
+        await self._check()
+        return await super().recover(owner, names, at, lease, max_recoveries, limit)
+
+    async def commands(self, run_ids: Collection[str], after: int = 0) -> list[StoredCommand]:
+        await self._check()
+        return await super().commands(run_ids, after)
+
+    async def states(self, run_ids: Collection[str]) -> dict[str, RunState]:
+        await self._check()
+        return await super().states(run_ids)
+
+    async def version(self) -> int:
+        await self._check()
+        return await super().version()
+
+
 class LeaseClock:
     """A lease clock a test moves by hand, shared by every store on the file (it stands
     for the machine's wall clock, which every process on it shares)."""

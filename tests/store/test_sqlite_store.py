@@ -8,6 +8,7 @@ clock would not wait for), bounded by ``trio.fail_after``.
 from __future__ import annotations
 
 import gc
+import logging
 import math
 import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -498,6 +499,56 @@ async def test_the_runtime_runs_on_a_sqlite_url(tmp_path: Path) -> None:
             Running(1),
             DONE,
         ]
+
+
+async def test_serve_outlives_a_write_lock_held_past_the_busy_timeout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Another connection holds the file's write lock (a backup tool, a stopped process):
+    every write of the serving runtime fails with "database is locked". It logs, backs off
+    and keeps serving; once the lock is gone, a run submitted then runs to its end."""
+    monkeypatch.setattr(session_module, "BUSY_TIMEOUT", 0.05)
+    caplog.set_level(logging.WARNING, logger="awaken_trio.worker")
+    path = tmp_path / "runs.db"
+    url = f"sqlite:///{path}"
+    failed_thrice = trio.Event()
+
+    class Failures(logging.Handler):
+        """Sets ``failed_thrice`` at the serving loop's third failure (it logs in Trio's
+        thread, the serving task's own)."""
+
+        seen = 0
+
+        def emit(self, record: logging.LogRecord) -> None:
+            if record.getMessage().startswith("serving"):
+                self.seen += 1
+                if self.seen >= 3:
+                    failed_thrice.set()
+
+    handler = Failures()
+    logging.getLogger("awaken_trio.worker").addHandler(handler)
+    try:
+        with trio.fail_after(30):
+            async with (
+                open_runtime(url, bodies={"job": _body}, lease=2.0, poll=0.02) as worker,
+                open_runtime(url, lease=2.0, poll=0.02) as control,
+                trio.open_nursery() as nursery,
+            ):
+                await nursery.start(worker.serve)
+                other = sqlite3.connect(path, isolation_level=None)
+                try:
+                    other.execute("BEGIN IMMEDIATE")  # held past the busy timeout
+                    await failed_thrice.wait()
+                    other.execute("ROLLBACK")
+                finally:
+                    other.close()
+                handle = await control.submit("job", run_id="r1")
+                assert await handle.wait() == DONE
+                assert (await control.record("r1")).result == {"run": "r1", "messages": []}
+                nursery.cancel_scope.cancel()
+    finally:
+        logging.getLogger("awaken_trio.worker").removeHandler(handler)
+    assert any("database is locked" in r.getMessage() for r in caplog.records)
 
 
 async def test_a_refused_file_fails_the_runtime_with_a_store_error(tmp_path: Path) -> None:
