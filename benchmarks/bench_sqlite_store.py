@@ -52,7 +52,7 @@ def _create(run_id: str, at: float) -> Commit:
         new_run=NewRun(run_id, None, None, 7, None, run_id),
         take_messages=True,
         detail=START,
-        claim=Claim(OWNER, at + 30.0),
+        claim=Claim(OWNER, 30.0),
         thread_guard=True,
     )
 

@@ -27,6 +27,13 @@ transaction:
   attempt on that thread is live (its claim current), so one attempt per thread holds
   across every runtime sharing the store.
 
+Lease times are the store's own: the store reads its clock inside the transaction
+(SQLite: the machine's wall clock, which every process on it shares; a database server:
+its ``now()``; the shared memory store: Trio's clock) to decide whether a lease has expired
+and when a new or renewed one ends. The runtime hands it lease *durations* only, never a
+time of its own, so a runtime whose clock is off can neither take a live claim nor miss a
+dead one. (A commit's ``at`` is the runtime's clock: it dates the commit's events.)
+
 `awaken_trio.testing` ships these rules as a test suite any store can run.
 """
 
@@ -125,7 +132,7 @@ class NewRun:
 @attrs.frozen
 class Fence:
     """The claim a commit is made under: ``root_run_id``'s claim must be ``owner``'s, at
-    ``epoch``, with its lease not expired at the commit's ``at``."""
+    ``epoch``, with its lease not expired by the store's clock."""
 
     root_run_id: str
     owner: str
@@ -135,12 +142,12 @@ class Fence:
 @final
 @attrs.frozen
 class Claim:
-    """A claim a commit takes on its (root) run: the next epoch, held by ``owner`` until
-    ``lease_until`` unless renewed. Refused (`RejectReason.FENCED`) while another owner's
-    claim on the run is live."""
+    """A claim a commit takes on its (root) run: the next epoch, held by ``owner`` for
+    ``lease`` seconds of the store's clock from the commit, unless renewed. Refused
+    (`RejectReason.FENCED`) while another owner's claim on the run is live."""
 
     owner: str
-    lease_until: float
+    lease: float
 
 
 @final
@@ -161,7 +168,8 @@ class Commit:
         state: the state to commit.
         generation: the generation to record (the attempt's, or the upcoming one's).
         expect: the fence.
-        at: the runtime clock reading stamped on the events.
+        at: the runtime clock reading stamped on the events (never a lease time: leases
+            are measured by the store's clock).
         new_run: identity of a run this commit creates.
         result: the run's result (NaturalEnd commits).
         checkpoint: new progress, or `UNSET` to keep the committed one.
@@ -299,8 +307,9 @@ class Store(Protocol):
     async def runnable(self, names: Collection[str], now: float, limit: int) -> list[RunRecord]:
         """Root runs (no parent) named in ``names`` that could start an attempt now, oldest
         first, at most ``limit``: ``Queued`` runs whose thread is free and that nobody
-        holds a live claim on, and ``Awaiting`` runs whose ``scheduled_action`` ticket is
-        due (``payload["wake_at"] <= now``)."""
+        holds a live claim on (leases by the store's clock), and ``Awaiting`` runs whose
+        ``scheduled_action`` ticket is due (``payload["wake_at"] <= now``, ``now`` being the
+        runtime's clock, which ticket times are read from)."""
         ...
 
     async def aclose(self) -> None:
@@ -342,39 +351,40 @@ class DurableStore(Store, Protocol):
     """A store several runtimes share: claims with leases and epochs, stored commands, and
     a version that tells a runtime something changed elsewhere."""
 
-    async def renew(
-        self, owner: str, held: Mapping[str, int], now: float, lease_until: float
-    ) -> list[str]:
-        """Extend ``owner``'s claims (root run id -> epoch) to ``lease_until``; return the
-        run ids whose claim is no longer that owner's at that epoch, or had expired by
-        ``now`` (those are lost: their attempts must stop)."""
+    async def renew(self, owner: str, held: Mapping[str, int], lease: float) -> list[str]:
+        """Extend ``owner``'s claims (root run id -> epoch) to ``lease`` seconds from now
+        (the store's clock); return the run ids whose claim is no longer that owner's at
+        that epoch, or had already expired (those are lost: their attempts must stop)."""
         ...
 
     async def release(self, owner: str, run_id: str) -> None:
-        """Drop ``owner``'s claim on ``run_id`` (its attempt is over), whatever its epoch."""
+        """Drop ``owner``'s claim on ``run_id`` (its attempt is over), whatever its epoch.
+        A run still ``Running`` (its attempt never committed its end) keeps the claim,
+        lapsed: its owner is lost, and ``recover`` must find it."""
         ...
 
     async def recover(
         self,
         owner: str,
         names: Collection[str],
-        now: float,
-        lease_until: float,
+        at: float,
+        lease: float,
         max_recoveries: int,
         limit: int,
     ) -> list[Recovered]:
-        """Deal with runs whose claim's lease expired before ``now``, those lost longest ago
-        first, at most ``limit`` of them (a run left for a runtime with its body does not
-        count toward it).
+        """Deal with runs whose claim's lease has expired (the store's clock), those lost
+        longest ago first, at most ``limit`` of them (a run left for a runtime with its
+        body does not count toward it).
 
         Each in one transaction: the run's unended descendants are ended
         ``Indeterminate("owner lost")``; then a root still ``Running`` that has no name is
         ended ``Indeterminate("owner lost")``, one that has been lost more than
         ``max_recoveries`` times ``Indeterminate("owner lost <n> times")``, and one whose
-        name is in ``names`` is claimed by ``owner`` at the next epoch, its loss counted,
-        and returned for a new attempt. A root that is not running just loses the stale
-        claim. A recoverable root whose name is not in ``names`` is left for a runtime that
-        has its body.
+        name is in ``names`` is claimed by ``owner`` at the next epoch for ``lease``
+        seconds, its loss counted, and returned for a new attempt. A root that is not
+        running just loses the stale claim. A recoverable root whose name is not in
+        ``names`` is left for a runtime that has its body. The events written are dated
+        ``at`` (the runtime's clock, as every event is).
         """
         ...
 

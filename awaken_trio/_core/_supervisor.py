@@ -478,7 +478,7 @@ class Supervisor:
             detail=detail,
         )
         if claims is not None and is_running:
-            self._claim_fields(commit, attempt, at)
+            self._claim_fields(commit, attempt)
         try:
             result = await self.mailbox.commit(commit, on_commit)
             if (
@@ -547,13 +547,14 @@ class Supervisor:
         if attempt.parent is not None:
             attempt.parent.add_child(run_id, attempt)
 
-    def _claim_fields(self, commit: Commit, attempt: Attempt, at: float) -> None:
+    def _claim_fields(self, commit: Commit, attempt: Attempt) -> None:
         """Durable stores: a root attempt takes its run's claim (unless it comes with one),
-        a child commits under its root's; both start only on a thread no runtime uses."""
+        a child commits under its root's; both start only on a thread no runtime uses.
+        The claim names a lease duration: the store's clock decides when it ends."""
         claims = self.claims
         assert claims is not None
         if attempt.parent is None and attempt.fence is None:
-            commit.claim = Claim(claims.owner, at + claims.lease)
+            commit.claim = Claim(claims.owner, claims.lease)
         else:
             commit.fence = attempt.fence
         # Every attempt that starts checks its thread, a recovered one included: the
@@ -616,7 +617,7 @@ class Supervisor:
             detail=_with_clock_error(_DETAIL_THREAD_FREE, clock_error),
         )
         if self.claims is not None:
-            self._claim_fields(commit, attempt, at)
+            self._claim_fields(commit, attempt)
         try:
             await self.mailbox.commit(commit, on_commit)
         except (StoreError, RuntimeClosed) as exc:
@@ -822,8 +823,12 @@ class Supervisor:
 
         The run keeps its last committed state (an orphaned ``Running`` or ``Queued``
         that ``cancel_run``/``stop_run`` can end later, discarding ``messages`` with an
-        event); whoever waits gets the error.
+        event); whoever waits gets the error. On a durable store a root attempt's claim is
+        no longer renewed: nothing runs the run here any more, so its lease lapses and
+        recovery takes the run up again, as for any lost owner.
         """
+        if self.claims is not None and attempt.parent is None:
+            self.held.pop(attempt.run_id, None)
         if messages:
             self.stranded[attempt.run_id] = messages
         self._let_go(attempt, None)

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import bisect
+import math
 from collections import deque
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import final
 
 import attrs
@@ -32,6 +33,7 @@ from .._core._storage import (
     Commit,
     CommitResult,
     EventDraft,
+    Fence,
     Recovered,
     Rejected,
     RejectReason,
@@ -39,6 +41,8 @@ from .._core._storage import (
 )
 
 _NO_MESSAGES: tuple[JsonValue, ...] = ()
+# The lease of a claim given up while its run is still Running: lapsed at every reading.
+_LAPSED = -math.inf
 
 # An event as the store keeps it: the fields of a `RunEvent`, in order. A tuple costs a
 # fraction of a frozen object to build, and events are written far more often than read.
@@ -116,6 +120,8 @@ class MemoryStore:
     a durable store has (claims with leases and epochs, recovery of a lost owner's runs,
     stored commands): leaving a runtime releases its claims, and its named runs are picked
     up by another. That makes failover testable in one process, on Trio's virtual clock.
+    Leases are measured by ``lease_clock`` (Trio's clock, `trio.current_time`, by default),
+    read by the store itself, never by the runtimes' own clocks.
 
     So that a long-lived process does not grow without limit, the store keeps at most
     ``max_ended_runs`` ended runs (10,000 by default): when one more run ends, the run that
@@ -126,6 +132,7 @@ class MemoryStore:
     inline: bool = True
     max_ended_runs: int = attrs.field(default=10_000, kw_only=True)
     shared: bool = attrs.field(default=False, kw_only=True)
+    lease_clock: Callable[[], float] = attrs.field(default=trio.current_time, kw_only=True)
 
     _rows: dict[str, _Row] = attrs.field(factory=dict, init=False)
     # Ended runs, oldest end first: the eviction queue.
@@ -161,13 +168,16 @@ class MemoryStore:
 
     def apply_now(self, batch: Sequence[Commit]) -> list[CommitResult]:
         """Apply ``batch`` synchronously (the memory store needs no I/O)."""
-        if self.shared:
-            self._version += 1
-        return list(map(self._apply_one, batch))
+        if not self.shared:
+            return [self._apply_one(commit, 0.0) for commit in batch]
+        self._version += 1
+        now = self.lease_clock()  # one reading for the whole transaction
+        return [self._apply_one(commit, now) for commit in batch]
 
     # ------------------------------------------------------------------ commits
 
-    def _apply_one(self, commit: Commit) -> CommitResult:
+    def _apply_one(self, commit: Commit, now: float) -> CommitResult:
+        """Apply one commit; ``now`` is the store's clock (leases)."""
         run_id = commit.run_id
         row = self._rows.get(run_id)
         state = commit.state
@@ -180,9 +190,9 @@ class MemoryStore:
             new = commit.new_run
             if not commit.expect.new or new is None:
                 return Rejected(RejectReason.UNKNOWN, None)
-            if commit.thread_guard and self._thread_busy(new.thread_id, run_id, commit.at):
+            if commit.thread_guard and self._thread_busy(new.thread_id, run_id, now):
                 return Rejected(RejectReason.THREAD_BUSY, None)
-            if commit.fence is not None and not self._fence_holds(commit):
+            if commit.fence is not None and not self._fence_holds(commit.fence, now):
                 return Rejected(RejectReason.FENCED, None)
             row = _Row(
                 thread_id=new.thread_id,
@@ -199,7 +209,7 @@ class MemoryStore:
             if self.shared:
                 self._on_thread.setdefault(row.thread_id, set()).add(run_id)
         else:
-            rejected = self._fence(row, commit)
+            rejected = self._fence(row, commit, now)
             if rejected is not None:
                 return rejected
             if commit.end_descendants:
@@ -219,7 +229,7 @@ class MemoryStore:
                 row.checkpoint = commit.checkpoint
             if commit.steps is not None:
                 row.steps = commit.steps
-        epoch = self._claim_effects(run_id, row, commit, kind) if self.shared else None
+        epoch = self._claim_effects(run_id, row, commit, kind, now) if self.shared else None
         # The resume (an answered ticket and its value) stays with the run until it next
         # awaits or ends, so every attempt that starts meanwhile, a recovered or released
         # one's successor included, is handed the answer the attempt it replaces had.
@@ -256,13 +266,15 @@ class MemoryStore:
             )
         return Accepted(state, last_seq)
 
-    def _claim_effects(self, run_id: str, row: _Row, commit: Commit, kind: type) -> int | None:
+    def _claim_effects(
+        self, run_id: str, row: _Row, commit: Commit, kind: type, now: float
+    ) -> int | None:
         """What an accepted commit does to claims (shared stores): take one at the next
         epoch, mark the attempt live, drop one, delete the commands it consumed."""
         epoch = None
         if commit.claim is not None:
             row.epoch = epoch = row.epoch + 1
-            self._claims[run_id] = _ClaimRow(commit.claim.owner, epoch, commit.claim.lease_until)
+            self._claims[run_id] = _ClaimRow(commit.claim.owner, epoch, now + commit.claim.lease)
         if kind is Running:
             fence = commit.fence
             if epoch is not None:
@@ -280,22 +292,18 @@ class MemoryStore:
             self._commands.pop(command_id, None)
         return epoch
 
-    def _fence(self, row: _Row, commit: Commit) -> Rejected | None:
+    def _fence(self, row: _Row, commit: Commit, now: float) -> Rejected | None:
         state = row.state
         if type(state) is Ended:
             return Rejected(RejectReason.ENDED, state)
         expect = commit.expect
         if expect.new:
             return Rejected(RejectReason.EXISTS, state)
-        if commit.fence is not None and not self._fence_holds(commit):
+        if commit.fence is not None and not self._fence_holds(commit.fence, now):
             return Rejected(RejectReason.FENCED, state)
         if commit.claim is not None:
             held = self._claims.get(commit.run_id)
-            if (
-                held is not None
-                and held.owner != commit.claim.owner
-                and held.lease_until >= commit.at
-            ):
+            if held is not None and held.owner != commit.claim.owner and held.lease_until >= now:
                 return Rejected(RejectReason.FENCED, state)
         if (
             (expect.generation is not None and row.generation != expect.generation)
@@ -308,19 +316,17 @@ class MemoryStore:
             )
         ):
             return Rejected(RejectReason.STALE, state)
-        if commit.thread_guard and self._thread_busy(row.thread_id, commit.run_id, commit.at):
+        if commit.thread_guard and self._thread_busy(row.thread_id, commit.run_id, now):
             return Rejected(RejectReason.THREAD_BUSY, state)
         return None
 
-    def _fence_holds(self, commit: Commit) -> bool:
-        fence = commit.fence
-        assert fence is not None
+    def _fence_holds(self, fence: Fence, now: float) -> bool:
         held = self._claims.get(fence.root_run_id)
         return (
             held is not None
             and held.owner == fence.owner
             and held.epoch == fence.epoch
-            and held.lease_until >= commit.at
+            and held.lease_until >= now
         )
 
     def _live(self, row: _Row, now: float) -> bool:
@@ -438,6 +444,8 @@ class MemoryStore:
         await trio.lowlevel.checkpoint()
         out: list[RunRecord] = []
         rows = self._rows
+        # Leases by the store's clock; ``now`` (the runtime's) is for scheduled tickets.
+        lease_now = self.lease_clock() if self.shared else 0.0
         for run_id in sorted(self._queued, key=lambda r: rows[r].created):
             if len(out) >= limit:
                 return out
@@ -445,10 +453,10 @@ class MemoryStore:
             if row.name not in names:
                 continue
             held = self._claims.get(run_id)
-            if held is not None and held.lease_until >= now:
+            if held is not None and held.lease_until >= lease_now:
                 continue
             # A store of one runtime leaves threads to that runtime's own thread gate.
-            if not (self.shared and self._thread_busy(row.thread_id, run_id, now)):
+            if not (self.shared and self._thread_busy(row.thread_id, run_id, lease_now)):
                 out.append(row.record(run_id))
         for run_id, wake_at in sorted(self._scheduled.items(), key=lambda item: item[1]):
             if len(out) >= limit or wake_at > now:
@@ -463,11 +471,11 @@ class MemoryStore:
 
     # ------------------------------------------------------------------ claims
 
-    async def renew(
-        self, owner: str, held: Mapping[str, int], now: float, lease_until: float
-    ) -> list[str]:
+    async def renew(self, owner: str, held: Mapping[str, int], lease: float) -> list[str]:
         await trio.lowlevel.checkpoint()
         self._version += 1
+        now = self.lease_clock()
+        lease_until = now + lease
         lost: list[str] = []
         for run_id, epoch in held.items():
             claim = self._claims.get(run_id)
@@ -486,19 +494,27 @@ class MemoryStore:
         await trio.lowlevel.checkpoint()
         claim = self._claims.get(run_id)
         if claim is not None and claim.owner == owner:
-            del self._claims[run_id]
+            row = self._rows.get(run_id)
+            if row is not None and type(row.state) is Running:
+                # Given up by an attempt that never committed its end: its owner is lost,
+                # so the claim stays, lapsed, where recovery finds the run.
+                self._claims[run_id] = _ClaimRow(owner, claim.epoch, _LAPSED)
+            else:
+                del self._claims[run_id]
             self._version += 1
 
     async def recover(
         self,
         owner: str,
         names: Collection[str],
-        now: float,
-        lease_until: float,
+        at: float,
+        lease: float,
         max_recoveries: int,
         limit: int,
     ) -> list[Recovered]:
         await trio.lowlevel.checkpoint()
+        now = self.lease_clock()
+        lease_until = now + lease
         # Lost longest ago first; a run left for a runtime that has its body does not count
         # toward the limit, so runs this runtime cannot take never hide the ones it can.
         expired = sorted(
@@ -520,9 +536,7 @@ class MemoryStore:
                     continue  # left for a runtime that has the body
             dealt += 1
             self._version += 1
-            self._end_descendants(
-                run_id, now, _owner_lost("owner lost"), _lost_detail("owner lost")
-            )
+            self._end_descendants(run_id, at, _owner_lost("owner lost"), _lost_detail("owner lost"))
             if type(root.state) is not Running:
                 del self._claims[run_id]  # a stale claim: nothing to recover
                 continue
@@ -531,7 +545,7 @@ class MemoryStore:
             if root.name is None or losses > max_recoveries:
                 why = "owner lost" if root.name is None else f"owner lost {losses} times"
                 del self._claims[run_id]
-                self._end_lost(run_id, root, why, now)
+                self._end_lost(run_id, root, why, at)
                 continue
             root.epoch += 1
             self._claims[run_id] = _ClaimRow(owner, root.epoch, lease_until)

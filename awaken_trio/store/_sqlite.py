@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from functools import partial
 from pathlib import Path
@@ -59,9 +60,21 @@ class SQLiteStore:
 
     A caller that is cancelled while it waits abandons only its wait: a call already handed
     to the store's thread is carried out (a write is committed or rolled back whole).
+
+    Leases are measured by ``lease_clock``, read inside each transaction: the machine's
+    wall clock (`time.time`) by default, which every process on the machine shares. The
+    runtimes' own clocks never decide a lease, so one whose clock is off can neither take
+    a live claim nor miss a dead one. (Every store on the file must read the same clock;
+    tests replace it to let a lease pass at once.)
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, synchronous: Synchronous = "full") -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        synchronous: Synchronous = "full",
+        lease_clock: Callable[[], float] = time.time,
+    ) -> None:
         if not isinstance(path, str | os.PathLike):
             raise InvalidArgument(f"an SQLite store's path must be a str or a path, not {path!r}")
         text = os.fspath(path)
@@ -78,6 +91,7 @@ class SQLiteStore:
         # it, even if the working directory changes before the store opens.
         self._path = Path(os.path.abspath(text))
         self._synchronous: Synchronous = synchronous
+        self._lease_clock = lease_clock
         self._thread: ResourceThread[Session] | None = None
         self._opening: trio.Event | None = None
         self._closed = False
@@ -185,7 +199,8 @@ class SQLiteStore:
             await trio.lowlevel.checkpoint()
             return []
         commits = list(batch)
-        return await self._write(lambda tx: apply_batch(tx, commits))
+        clock = self._lease_clock
+        return await self._write(lambda tx: apply_batch(tx, commits, clock()))
 
     async def load(self, run_id: str) -> RunRecord | None:
         return await self._read(lambda conn: reads.load(conn, run_id))
@@ -197,15 +212,15 @@ class SQLiteStore:
 
     async def runnable(self, names: Collection[str], now: float, limit: int) -> list[RunRecord]:
         wanted = list(names)
-        return await self._read(lambda conn: reads.runnable(conn, wanted, now, limit))
+        clock = self._lease_clock
+        return await self._read(lambda conn: reads.runnable(conn, wanted, now, clock(), limit))
 
     # ------------------------------------------------------------------ DurableStore
 
-    async def renew(
-        self, owner: str, held: Mapping[str, int], now: float, lease_until: float
-    ) -> list[str]:
+    async def renew(self, owner: str, held: Mapping[str, int], lease: float) -> list[str]:
         held = dict(held)
-        return await self._write(lambda tx: claims.renew(tx, owner, held, now, lease_until))
+        clock = self._lease_clock
+        return await self._write(lambda tx: claims.renew(tx, owner, held, clock(), lease))
 
     async def release(self, owner: str, run_id: str) -> None:
         await self._write(lambda tx: claims.release(tx, owner, run_id))
@@ -214,14 +229,15 @@ class SQLiteStore:
         self,
         owner: str,
         names: Collection[str],
-        now: float,
-        lease_until: float,
+        at: float,
+        lease: float,
         max_recoveries: int,
         limit: int,
     ) -> list[Recovered]:
         wanted = frozenset(names)
+        clock = self._lease_clock
         return await self._write(
-            lambda tx: claims.recover(tx, owner, wanted, now, lease_until, max_recoveries, limit)
+            lambda tx: claims.recover(tx, owner, wanted, clock(), at, lease, max_recoveries, limit)
         )
 
     async def post_command(

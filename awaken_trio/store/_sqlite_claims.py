@@ -6,6 +6,7 @@ These run on the store's thread, each inside one write transaction (`Transaction
 
 from __future__ import annotations
 
+import math
 from collections.abc import Collection, Mapping
 from typing import Final
 
@@ -17,12 +18,16 @@ from ._sqlite_rows import load_record, lost_detail, owner_lost
 from ._sqlite_tx import Transaction
 
 _OWNER_LOST: Final = "owner lost"
+# The lease of a claim given up while its run is still Running: lapsed at every reading.
+_LAPSED: Final = -math.inf
 
 
 def renew(
-    tx: Transaction, owner: str, held: Mapping[str, int], now: float, lease_until: float
+    tx: Transaction, owner: str, held: Mapping[str, int], now: float, lease: float
 ) -> list[str]:
+    """``now`` is the store's clock, read inside the transaction."""
     tx.read_claims(held)
+    lease_until = now + lease
     lost: list[str] = []
     for run_id, epoch in held.items():
         claim = tx.claim(run_id)
@@ -36,7 +41,13 @@ def renew(
 def release(tx: Transaction, owner: str, run_id: str) -> None:
     claim = tx.claim(run_id)
     if claim is not None and claim[0] == owner:
-        tx.set_claim(run_id, None)
+        row = tx.row(run_id)
+        if row is not None and row.kind == RUNNING:
+            # Given up by an attempt that never committed its end: its owner is lost, so
+            # the claim stays, lapsed, where recovery finds the run.
+            tx.set_claim(run_id, (owner, claim[1], _LAPSED))
+        else:
+            tx.set_claim(run_id, None)
 
 
 def recover(
@@ -44,14 +55,16 @@ def recover(
     owner: str,
     names: Collection[str],
     now: float,
-    lease_until: float,
+    at: float,
+    lease: float,
     max_recoveries: int,
     limit: int,
 ) -> list[Recovered]:
-    """Deal with at most ``limit`` runs whose claim expired before ``now`` (see
-    `DurableStore.recover`). A recoverable run left for a runtime that has its body does
-    not count toward ``limit``, so runs this runtime cannot take never hide the ones it
-    can."""
+    """Deal with at most ``limit`` runs whose claim expired before ``now`` (the store's
+    clock, read inside the transaction; see `DurableStore.recover`), writing events dated
+    ``at``. A recoverable run left for a runtime that has its body does not count toward
+    ``limit``, so runs this runtime cannot take never hide the ones it can."""
+    lease_until = now + lease
     expired = tx.conn.execute(
         "SELECT run_id FROM claims WHERE lease_until < ? ORDER BY lease_until, run_id", (now,)
     ).fetchall()
@@ -71,7 +84,7 @@ def recover(
         if recoverable and root.name not in names:
             continue  # left for a runtime that has the body
         dealt += 1
-        end_descendants(tx, run_id, now, owner_lost(_OWNER_LOST), lost_detail(_OWNER_LOST))
+        end_descendants(tx, run_id, at, owner_lost(_OWNER_LOST), lost_detail(_OWNER_LOST))
         if not running:
             tx.set_claim(run_id, None)  # a stale claim: nothing to recover
             continue
@@ -79,7 +92,7 @@ def recover(
         if root.name is None or losses > max_recoveries:
             why = _OWNER_LOST if root.name is None else f"owner lost {losses} times"
             tx.set_claim(run_id, None)
-            end_row(tx, root, owner_lost(why), lost_detail(why), now)
+            end_row(tx, root, owner_lost(why), lost_detail(why), at)
             continue
         root.epoch = epoch = root.epoch + 1
         tx.update_run(root)

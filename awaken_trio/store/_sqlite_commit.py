@@ -45,41 +45,42 @@ from ._sqlite_tx import Transaction
 _NO_MESSAGES: tuple[JsonValue, ...] = ()
 
 
-def apply_batch(tx: Transaction, batch: Sequence[Commit]) -> list[CommitResult]:
-    """Apply ``batch`` in order inside ``tx``; one result per commit."""
+def apply_batch(tx: Transaction, batch: Sequence[Commit], now: float) -> list[CommitResult]:
+    """Apply ``batch`` in order inside ``tx``; one result per commit. ``now`` is the
+    store's clock, read inside the transaction: leases are measured by it."""
     tx.prefetch(batch)
-    return [_apply_one(tx, commit) for commit in batch]
+    return [_apply_one(tx, commit, now) for commit in batch]
 
 
-def _apply_one(tx: Transaction, commit: Commit) -> CommitResult:
+def _apply_one(tx: Transaction, commit: Commit, now: float) -> CommitResult:
     row = tx.row(commit.run_id)
     if row is None:
         new = commit.new_run
         if not commit.expect.new or new is None:
             return Rejected(RejectReason.UNKNOWN, None)
-        if commit.thread_guard and tx.thread_busy(new.thread_id, commit.run_id, commit.at):
+        if commit.thread_guard and tx.thread_busy(new.thread_id, commit.run_id, now):
             return Rejected(RejectReason.THREAD_BUSY, None)
-        if commit.fence is not None and not tx.fence_holds(commit.fence, commit.at):
+        if commit.fence is not None and not tx.fence_holds(commit.fence, now):
             return Rejected(RejectReason.FENCED, None)
-        return _create(tx, commit, new)
-    rejected = _fence(tx, row, commit)
+        return _create(tx, commit, new, now)
+    rejected = _fence(tx, row, commit, now)
     if rejected is not None:
         return rejected
-    return _update(tx, row, commit)
+    return _update(tx, row, commit, now)
 
 
-def _fence(tx: Transaction, row: Row, commit: Commit) -> Rejected | None:
+def _fence(tx: Transaction, row: Row, commit: Commit, now: float) -> Rejected | None:
     """The first fence the commit fails, in the order every store checks them."""
     if row.kind == ENDED:
         return Rejected(RejectReason.ENDED, row.state)
     expect = commit.expect
     if expect.new:
         return Rejected(RejectReason.EXISTS, row.state)
-    if commit.fence is not None and not tx.fence_holds(commit.fence, commit.at):
+    if commit.fence is not None and not tx.fence_holds(commit.fence, now):
         return Rejected(RejectReason.FENCED, row.state)
     if commit.claim is not None:
         held = tx.claim(commit.run_id)
-        if held is not None and held[0] != commit.claim.owner and held[2] >= commit.at:
+        if held is not None and held[0] != commit.claim.owner and held[2] >= now:
             return Rejected(RejectReason.FENCED, row.state)
     if (
         (expect.generation is not None and row.generation != expect.generation)
@@ -87,7 +88,7 @@ def _fence(tx: Transaction, row: Row, commit: Commit) -> Rejected | None:
         or (expect.correlation_id is not None and not _ticket_is(row, expect.correlation_id))
     ):
         return Rejected(RejectReason.STALE, row.state)
-    if commit.thread_guard and tx.thread_busy(row.thread_id, commit.run_id, commit.at):
+    if commit.thread_guard and tx.thread_busy(row.thread_id, commit.run_id, now):
         return Rejected(RejectReason.THREAD_BUSY, row.state)
     return None
 
@@ -97,7 +98,7 @@ def _ticket_is(row: Row, correlation_id: str) -> bool:
     return isinstance(state, Awaiting) and state.ticket.correlation_id == correlation_id
 
 
-def _create(tx: Transaction, commit: Commit, new: NewRun) -> Accepted:
+def _create(tx: Transaction, commit: Commit, new: NewRun, now: float) -> Accepted:
     run_id = commit.run_id
     state = commit.state
     kind = state_kind(state)
@@ -121,7 +122,7 @@ def _create(tx: Transaction, commit: Commit, new: NewRun) -> Accepted:
     )
     # A creating commit keeps the new run's checkpoint None and its steps 0, as the memory
     # store does: creation is identity and state, progress comes with later commits.
-    epoch = _claim_effects(tx, row, commit, kind)
+    epoch = _claim_effects(tx, row, commit, kind, now)
     discarded: Sequence[Any] = ()
     result = NULL
     if kind == AWAITING:
@@ -143,7 +144,7 @@ def _create(tx: Transaction, commit: Commit, new: NewRun) -> Accepted:
     return Accepted(state, last_seq)
 
 
-def _update(tx: Transaction, row: Row, commit: Commit) -> Accepted:
+def _update(tx: Transaction, row: Row, commit: Commit, now: float) -> Accepted:
     run_id = commit.run_id
     state = commit.state
     kind = state_kind(state)
@@ -162,7 +163,7 @@ def _update(tx: Transaction, row: Row, commit: Commit) -> Accepted:
         taken_pause, row.carried_pause = commit.take_messages and row.carried_pause, False
     was_awaiting = row.kind == AWAITING
     row.kind, row.state_text, row.generation = kind, state_text, commit.generation
-    epoch = _claim_effects(tx, row, commit, kind)
+    epoch = _claim_effects(tx, row, commit, kind, now)
     set_result = kind == ENDED
     discarded: Sequence[Any] = ()
     # The resume (an answered ticket and its value) stays with the run until it next
@@ -219,14 +220,14 @@ def _resume_of(row: Row) -> tuple[JsonValue, ResumeTicket | None]:
     return load_json(row.resume_value, "a resume value"), ticket
 
 
-def _claim_effects(tx: Transaction, row: Row, commit: Commit, kind: str) -> int | None:
+def _claim_effects(tx: Transaction, row: Row, commit: Commit, kind: str, now: float) -> int | None:
     """What an accepted commit does to claims: take one at the next epoch, mark the
     attempt live (or not), drop one, delete the commands it consumed."""
     epoch = None
     claim = commit.claim
     if claim is not None:
         row.epoch = epoch = row.epoch + 1
-        tx.set_claim(row.run_id, (claim.owner, epoch, claim.lease_until))
+        tx.set_claim(row.run_id, (claim.owner, epoch, now + claim.lease))
     if kind == RUNNING:
         fence = commit.fence
         if epoch is not None:

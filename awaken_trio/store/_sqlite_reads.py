@@ -58,11 +58,12 @@ _QUEUED: Final = f"""
     WHERE r.queued_order IS NOT NULL
       AND r.name IN (SELECT value FROM json_each(:names))
       AND NOT EXISTS (
-          SELECT 1 FROM claims c WHERE c.run_id = r.run_id AND c.lease_until >= :now)
+          SELECT 1 FROM claims c WHERE c.run_id = r.run_id AND c.lease_until >= :lease_now)
       AND NOT EXISTS (
           SELECT 1 FROM runs o JOIN claims c ON c.run_id = o.root_run_id
           WHERE o.thread_id = r.thread_id AND o.attempt_epoch IS NOT NULL
-            AND o.run_id != r.run_id AND c.epoch = o.attempt_epoch AND c.lease_until >= :now)
+            AND o.run_id != r.run_id AND c.epoch = o.attempt_epoch
+            AND c.lease_until >= :lease_now)
     ORDER BY r.rowid
     LIMIT :limit
 """
@@ -79,15 +80,15 @@ _DUE: Final = f"""
 
 
 def runnable(
-    conn: sqlite3.Connection, names: Collection[str], now: float, limit: int
+    conn: sqlite3.Connection, names: Collection[str], now: float, lease_now: float, limit: int
 ) -> list[RunRecord]:
+    """``now`` is the runtime's clock (scheduled tickets are due by it); ``lease_now`` the
+    store's (leases)."""
     if limit <= 0 or not names:
         return []
     wanted = dump_json(list(names))
-    out = [
-        record_of(found)
-        for found in conn.execute(_QUEUED, {"names": wanted, "now": now, "limit": limit})
-    ]
+    queued = {"names": wanted, "lease_now": lease_now, "limit": limit}
+    out = [record_of(found) for found in conn.execute(_QUEUED, queued)]
     if len(out) < limit:
         params = {"names": wanted, "now": now, "limit": limit - len(out)}
         out.extend(record_of(found) for found in conn.execute(_DUE, params))

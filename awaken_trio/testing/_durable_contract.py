@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 import pytest
+import trio
 
 from .._core._json import FrozenDict, JsonValue
 from .._core._state import EndCause, ResumeTicket, RunEvent, RunState
@@ -46,6 +47,13 @@ LOST = Ended(EndCause.Indeterminate("owner lost"))
 
 JOB = "job"
 NAMES = frozenset({JOB})
+
+# Lease durations, in seconds of the store's clock: one the suite lets lapse (``elapse``
+# past it), and one that never lapses during a test.
+BRIEF = 1.0
+LIVE = 3600.0
+
+Elapse = Callable[[float], Awaitable[None]]
 
 
 def _new(
@@ -133,16 +141,16 @@ async def _claimed(
     store: DurableStore,
     run_id: str,
     owner: str = "a",
-    lease_until: float = 10.0,
+    lease: float = LIVE,
     *,
     name: str | None = JOB,
     thread: str | None = None,
     at: float = 1.0,
 ) -> int:
-    """Create ``run_id`` Running under a new claim; the claim's epoch."""
+    """Create ``run_id`` Running under a new claim of ``lease`` seconds; its epoch."""
     landed = await _accepted(
         store,
-        _new(run_id, name=name, thread=thread, at=at, claim=Claim(owner, lease_until)),
+        _new(run_id, name=name, thread=thread, at=at, claim=Claim(owner, lease)),
     )
     assert landed.accepted.epoch is not None
     return landed.accepted.epoch
@@ -196,16 +204,20 @@ class DurableStoreContract(StoreContract):
 
     What a durable store must do, inside the transaction of each call:
 
+    * Lease times are the store's: it reads its own clock inside each transaction, and
+      the runtime passes only lease durations (`Claim.lease`, ``renew``, ``recover``);
+      a commit's ``at`` dates its events and decides nothing about leases.
     * Claims: a commit with a `Claim` takes the run's next epoch (``Accepted.epoch``);
       epochs strictly increase per run, across releases; a claim is refused ``FENCED``
-      while another owner's claim on the run is live (``lease_until >= at``), and granted
-      once it expired or was released.
+      while another owner's claim on the run is live, and granted once it expired or was
+      released.
     * Fences: a commit with a `Fence` lands only while the root run's claim is that
-      owner's, at that epoch, with ``lease_until >= at``; else ``FENCED``, nothing changed.
+      owner's, at that epoch, with its lease unexpired; else ``FENCED``, nothing changed.
       A child run lives on its root's claim.
     * ``renew`` extends the owner's claims that are still current and reports the rest
-      (superseded, other owner, expired by ``now``, released, unknown) as lost;
-      ``release`` drops only the owner's claim; a commit with ``release`` drops the claim.
+      (superseded, other owner, expired, released, unknown) as lost; ``release`` drops
+      only the owner's claim, and leaves a run still ``Running`` for ``recover``; a commit
+      with ``release`` drops the claim.
     * Thread guard: a commit with ``thread_guard`` is refused ``THREAD_BUSY`` while
       another run's attempt on the thread is live (its attempt epoch is its root's current
       claim, with the lease unexpired); a run never blocks itself.
@@ -222,6 +234,15 @@ class DurableStoreContract(StoreContract):
       deepest first, before the run's own commit.
     * ``states`` reads committed states; ``version`` moves when another runtime writes.
     """
+
+    @pytest.fixture
+    def elapse(self) -> Elapse:
+        """Let that many seconds pass on the store's lease clock. The default waits with
+        `trio.sleep`: right for a store on Trio's clock under pytest-trio's
+        ``autojump_clock`` (no real waiting), and for a store on real time (then each
+        lapse the suite needs waits about two seconds). A store whose clock a test can set
+        overrides this to advance it."""
+        return trio.sleep
 
     @pytest.fixture
     def peer(self, store: DurableStore) -> DurableStore:
@@ -243,7 +264,7 @@ class DurableStoreContract(StoreContract):
     ) -> None:
         created = await _accepted(store, _new("r1", Queued(), generation=0))
         assert created.accepted.epoch is None
-        first = await _accepted(store, _commit("r1", Running(1), at=1.0, claim=Claim("a", 10.0)))
+        first = await _accepted(store, _commit("r1", Running(1), at=1.0, claim=Claim("a", LIVE)))
         assert first.accepted.epoch == 1
         unclaimed = await _accepted(store, _commit("r1", Running(1), at=1.5))
         assert unclaimed.accepted.epoch is None
@@ -252,44 +273,48 @@ class DurableStoreContract(StoreContract):
             store, _commit("r1", Queued(), at=2.0, fence=Fence("r1", "a", 1), release=True)
         )
         second = await _accepted(
-            store, _commit("r1", Running(2), 2, at=3.0, claim=Claim("b", 10.0))
+            store, _commit("r1", Running(2), 2, at=3.0, claim=Claim("b", LIVE))
         )
         assert second.accepted.epoch == 2
         await store.release("b", "r1")
-        third = await _accepted(store, _commit("r1", Running(3), 3, at=4.0, claim=Claim("a", 10.0)))
+        third = await _accepted(store, _commit("r1", Running(3), 3, at=4.0, claim=Claim("a", LIVE)))
         assert third.accepted.epoch == 3
 
     async def test_a_claim_is_refused_while_another_owners_lease_is_live(
-        self, store: DurableStore
+        self, store: DurableStore, elapse: Elapse
     ) -> None:
         await _accepted(store, _new("r1", Queued(), generation=0))
-        await _accepted(store, _commit("r1", Running(1), at=1.0, claim=Claim("a", 10.0)))
+        await _accepted(store, _commit("r1", Running(1), at=1.0, claim=Claim("a", BRIEF)))
         before = await _snapshot(store, "r1")
-        for at in (5.0, 10.0):  # the lease is live up to and including lease_until
-            taken = _commit("r1", Running(1), at=at, claim=Claim("b", 20.0))
+        # The commit's own time decides nothing: a runtime whose clock runs far ahead
+        # cannot take a live claim.
+        for at in (5.0, 1e9):
+            taken = _commit("r1", Running(1), at=at, claim=Claim("b", LIVE))
             assert await _rejected(store, taken) == Rejected(RejectReason.FENCED, Running(1))
         assert await _snapshot(store, "r1") == before
 
         # Its own owner may claim it again (a new attempt of its own): the next epoch.
-        again = await _accepted(store, _commit("r1", Running(1), at=6.0, claim=Claim("a", 12.0)))
+        again = await _accepted(store, _commit("r1", Running(1), at=6.0, claim=Claim("a", BRIEF)))
         assert again.accepted.epoch == 2
-        # Once the lease has expired, another owner gets it, and the old owner is fenced.
+        # Once the lease has expired, another owner gets it, and the old owner is fenced,
+        # even when that owner's clock runs far behind.
+        await elapse(2 * BRIEF)
         taken_over = await _accepted(
-            store, _commit("r1", Running(2), 2, at=12.5, claim=Claim("b", 30.0))
+            store, _commit("r1", Running(2), 2, at=0.0, claim=Claim("b", LIVE))
         )
         assert taken_over.accepted.epoch == 3
-        late = _commit("r1", DONE, 2, at=13.0, fence=Fence("r1", "a", 2))
+        late = _commit("r1", DONE, 2, at=-1e9, fence=Fence("r1", "a", 2))
         assert await _rejected(store, late) == Rejected(RejectReason.FENCED, Running(2))
 
     # ------------------------------------------------------------ fences
 
     async def test_a_fenced_commit_lands_only_under_the_current_live_claim(
-        self, store: DurableStore
+        self, store: DurableStore, elapse: Elapse
     ) -> None:
-        epoch = await _claimed(store, "r1", "a", 10.0)
+        epoch = await _claimed(store, "r1", "a", BRIEF)
         assert epoch == 1
 
-        async def fenced(owner: str, epoch: int, at: float, run_id: str = "r1") -> None:
+        async def fenced(owner: str, epoch: int, run_id: str = "r1", at: float = 5.0) -> None:
             before = await _snapshot(store, run_id)
             commit = _commit(run_id, Running(1), at=at, fence=Fence(run_id, owner, epoch))
             rejected = await _rejected(store, commit)
@@ -299,25 +324,30 @@ class DurableStoreContract(StoreContract):
 
         progress = _commit("r1", Running(1), at=5.0, fence=Fence("r1", "a", 1), checkpoint=[1])
         assert (await _accepted(store, progress)).record.checkpoint == [1]
-        at_the_edge = _commit("r1", Running(1), at=10.0, fence=Fence("r1", "a", 1))
-        await _accepted(store, at_the_edge)  # lease_until >= at: still live
+        # The commit's own time decides nothing: far ahead, the lease is still live.
+        await _accepted(store, _commit("r1", Running(1), at=1e9, fence=Fence("r1", "a", 1)))
 
-        await fenced("a", 1, 10.5)  # the lease expired
-        await fenced("b", 1, 5.0)  # another owner
-        await fenced("a", 2, 5.0)  # an epoch never granted
+        await fenced("b", 1)  # another owner
+        await fenced("a", 2)  # an epoch never granted
         # Superseded: the run was claimed again.
-        await _accepted(store, _commit("r1", Running(1), at=6.0, claim=Claim("a", 10.0)))
-        await fenced("a", 1, 6.5)
+        await _accepted(store, _commit("r1", Running(1), at=6.0, claim=Claim("a", LIVE)))
+        await fenced("a", 1)
         await _accepted(store, _commit("r1", Running(1), at=6.5, fence=Fence("r1", "a", 2)))
-        # Released: no claim at all.
+        # Released: no claim of that owner's any more.
         await store.release("a", "r1")
-        await fenced("a", 2, 7.0)
+        await fenced("a", 2)
         # A run that was never claimed.
         await _accepted(store, _new("r2"))
-        await fenced("a", 1, 2.0, "r2")
+        await fenced("a", 1, "r2")
+        # Expired: the lease lapsed on the store's clock, whatever time the commit says.
+        await _claimed(store, "r3", "a", BRIEF)
+        await elapse(2 * BRIEF)
+        await fenced("a", 1, "r3", at=0.0)
 
-    async def test_a_child_lives_on_its_roots_claim(self, store: DurableStore) -> None:
-        epoch = await _claimed(store, "root", "a", 10.0)
+    async def test_a_child_lives_on_its_roots_claim(
+        self, store: DurableStore, elapse: Elapse
+    ) -> None:
+        epoch = await _claimed(store, "root", "a", BRIEF)
         fence = Fence("root", "a", epoch)
         child = await _accepted(store, _child("c1", "root", "root", fence, at=2.0))
         assert child.record.parent_run_id == "root"
@@ -326,9 +356,10 @@ class DurableStoreContract(StoreContract):
         await _accepted(store, _child("g1", "c1", "root", fence, at=3.0))
 
         # The root's lease expires: nothing more lands for its tree.
-        late = _commit("c1", DONE, at=10.5, fence=fence)
+        await elapse(2 * BRIEF)
+        late = _commit("c1", DONE, at=3.5, fence=fence)
         assert await _rejected(store, late) == Rejected(RejectReason.FENCED, Running(1))
-        orphan = _child("c2", "root", "root", fence, at=10.5)
+        orphan = _child("c2", "root", "root", fence, at=3.5)
         assert await _rejected(store, orphan) == Rejected(RejectReason.FENCED, None)
         assert await store.load("c2") is None
         assert (await _loaded(store, "c1")).checkpoint == "c"
@@ -336,17 +367,19 @@ class DurableStoreContract(StoreContract):
     # ------------------------------------------------------------ renew and release
 
     async def test_renew_extends_current_claims_and_reports_lost_ones(
-        self, store: DurableStore
+        self, store: DurableStore, elapse: Elapse
     ) -> None:
-        await _claimed(store, "live", "a", 10.0)
-        await _claimed(store, "superseded", "a", 10.0)
+        # Every lease here outlives the first lapse and not the second, unless renewed.
+        await _claimed(store, "live", "a", 3 * BRIEF)
+        await _claimed(store, "superseded", "a")
         await _accepted(
-            store, _commit("superseded", Running(1), at=2.0, claim=Claim("a", 10.0))
+            store, _commit("superseded", Running(1), at=2.0, claim=Claim("a", 3 * BRIEF))
         )  # epoch 2 now
-        await _claimed(store, "expired", "a", 5.0)
-        await _claimed(store, "released", "a", 10.0)
+        await _claimed(store, "expired", "a", BRIEF)
+        await _claimed(store, "released", "a")
         await store.release("a", "released")
-        await _claimed(store, "other", "b", 10.0)
+        await _claimed(store, "other", "b", 3 * BRIEF)
+        await elapse(2 * BRIEF)
 
         held = {
             "live": 1,
@@ -356,38 +389,59 @@ class DurableStoreContract(StoreContract):
             "other": 1,
             "ghost": 1,
         }
-        lost = await store.renew("a", held, 6.0, 50.0)
+        lost = await store.renew("a", held, 10 * BRIEF)
         assert lost == ["superseded", "expired", "released", "other", "ghost"]
 
-        # The live claim was extended; the lost ones were not.
+        # The live claim was extended (past its first lease); the lost ones were not.
+        await elapse(4 * BRIEF)
         await _accepted(store, _commit("live", Running(1), at=40.0, fence=Fence("live", "a", 1)))
         for run_id, owner, epoch in [("superseded", "a", 2), ("other", "b", 1)]:
             stale = _commit(run_id, Running(1), at=40.0, fence=Fence(run_id, owner, epoch))
             assert await _rejected(store, stale) == Rejected(RejectReason.FENCED, Running(1))
-        # A claim renewed exactly at its lease's end is not lost.
-        assert await store.renew("a", {"live": 1}, 50.0, 60.0) == []
-        assert await store.renew("a", {}, 50.0, 60.0) == []
+        assert await store.renew("a", {"live": 1}, BRIEF) == []
+        assert await store.renew("a", {}, BRIEF) == []
+        # Renewed for a lease too short to outlive the next look: lost once it lapsed.
+        await elapse(2 * BRIEF)
+        assert await store.renew("a", {"live": 1}, LIVE) == ["live"]
 
     async def test_release_drops_only_the_owners_claim(self, store: DurableStore) -> None:
-        await _claimed(store, "r1", "a", 10.0)
+        await _claimed(store, "r1", "a")
         await store.release("b", "r1")  # not b's: nothing happens
         await _accepted(store, _commit("r1", Running(1), at=2.0, fence=Fence("r1", "a", 1)))
         await store.release("a", "r1")
         stale = _commit("r1", Running(1), at=3.0, fence=Fence("r1", "a", 1))
         assert await _rejected(store, stale) == Rejected(RejectReason.FENCED, Running(1))
         # Free: another owner claims it at once, at the next epoch.
-        taken = await _accepted(store, _commit("r1", Running(1), at=3.0, claim=Claim("b", 10.0)))
+        taken = await _accepted(store, _commit("r1", Running(1), at=3.0, claim=Claim("b", LIVE)))
         assert taken.accepted.epoch == 2
         await store.release("a", "ghost")  # nothing to release: fine
 
+    async def test_a_claim_given_up_while_its_run_is_running_leaves_it_for_recovery(
+        self, store: DurableStore
+    ) -> None:
+        # The attempt never committed its end (its first commit was fenced, or its end
+        # commit failed): the run's owner is lost, and recovery must still find the run.
+        await _claimed(store, "r1", "a")
+        await store.release("a", "r1")
+        stale = _commit("r1", Running(1), at=3.0, fence=Fence("r1", "a", 1))
+        assert await _rejected(store, stale) == Rejected(RejectReason.FENCED, Running(1))
+        recovered = await store.recover("b", NAMES, 3.0, LIVE, 3, 10)
+        assert [(r.record.run_id, r.epoch) for r in recovered] == [("r1", 2)]
+        # A run that is no longer running just loses its claim: nothing to recover.
+        await _claimed(store, "r2", "a")
+        await _accepted(store, _commit("r2", DONE, fence=Fence("r2", "a", 1)))
+        await store.release("a", "r2")
+        assert await store.recover("b", NAMES, 3.0, LIVE, 3, 10) == []
+        assert await _state(store, "r2") == DONE
+
     async def test_a_commit_that_releases_drops_its_claim(self, store: DurableStore) -> None:
-        await _claimed(store, "r1", "a", 10.0)
+        await _claimed(store, "r1", "a")
         await _accepted(
             store, _commit("r1", Queued(), at=2.0, fence=Fence("r1", "a", 1), release=True)
         )
         stale = _commit("r1", Running(2), 2, at=3.0, fence=Fence("r1", "a", 1))
         assert await _rejected(store, stale) == Rejected(RejectReason.FENCED, Queued())
-        taken = await _accepted(store, _commit("r1", Running(2), 2, claim=Claim("b", 10.0)))
+        taken = await _accepted(store, _commit("r1", Running(2), 2, claim=Claim("b", LIVE)))
         assert taken.accepted.epoch == 2
 
     # ------------------------------------------------------------ the thread guard
@@ -395,13 +449,13 @@ class DurableStoreContract(StoreContract):
     async def test_the_thread_guard_refuses_a_start_while_another_attempt_is_live(
         self, store: DurableStore
     ) -> None:
-        await _claimed(store, "a1", "a", 10.0, thread="t")
-        busy = _new("b1", thread="t", at=2.0, claim=Claim("b", 10.0), thread_guard=True)
+        await _claimed(store, "a1", "a", LIVE, thread="t")
+        busy = _new("b1", thread="t", at=2.0, claim=Claim("b", LIVE), thread_guard=True)
         assert await _rejected(store, busy) == Rejected(RejectReason.THREAD_BUSY, None)
         assert await store.load("b1") is None
 
         await _accepted(store, _new("b2", Queued(), generation=0, thread="t"))
-        start = _commit("b2", Running(1), at=2.0, claim=Claim("b", 10.0), thread_guard=True)
+        start = _commit("b2", Running(1), at=2.0, claim=Claim("b", LIVE), thread_guard=True)
         assert await _rejected(store, start) == Rejected(RejectReason.THREAD_BUSY, Queued())
         assert await _state(store, "b2") == Queued()
 
@@ -415,13 +469,12 @@ class DurableStoreContract(StoreContract):
 
     @pytest.mark.parametrize("how", _LOSSES)
     async def test_the_thread_frees_when_the_attempt_is_no_longer_live(
-        self, store: DurableStore, how: str
+        self, store: DurableStore, elapse: Elapse, how: str
     ) -> None:
-        await _claimed(store, "a1", "a", 10.0, thread="t")
+        await _claimed(store, "a1", "a", BRIEF, thread="t")
         await _accepted(store, _new("b1", Queued(), generation=0, thread="t"))
-        at = 3.0
         if how == "expired":
-            at = 10.5
+            await elapse(2 * BRIEF)
         elif how == "ended":
             await _accepted(store, _commit("a1", DONE, fence=Fence("a1", "a", 1)))
         elif how == "paused":
@@ -430,14 +483,14 @@ class DurableStoreContract(StoreContract):
         elif how == "released":
             await store.release("a", "a1")
         else:  # recovered by another owner: claimed, but its new attempt has not started
-            recovered = await store.recover("b", NAMES, 10.5, 40.0, 3, 10)
+            await elapse(2 * BRIEF)
+            recovered = await store.recover("b", NAMES, 10.5, LIVE, 3, 10)
             assert [r.record.run_id for r in recovered] == ["a1"]
-            at = 11.0
-        start = _commit("b1", Running(1), at=at, claim=Claim("c", at + 10), thread_guard=True)
+        start = _commit("b1", Running(1), at=3.0, claim=Claim("c", LIVE), thread_guard=True)
         assert (await _accepted(store, start)).record.state == Running(1)
 
     async def test_a_childs_live_attempt_occupies_its_thread(self, store: DurableStore) -> None:
-        epoch = await _claimed(store, "root", "a", 10.0, thread="tr")
+        epoch = await _claimed(store, "root", "a", LIVE, thread="tr")
         await _accepted(store, _child("c1", "root", "root", Fence("root", "a", epoch), thread="tc"))
         busy = _new("x", thread="tc", at=3.0, thread_guard=True)
         assert await _rejected(store, busy) == Rejected(RejectReason.THREAD_BUSY, None)
@@ -447,16 +500,18 @@ class DurableStoreContract(StoreContract):
     # ------------------------------------------------------------ recover
 
     async def test_recover_claims_a_lost_named_run_at_the_next_epoch(
-        self, store: DurableStore
+        self, store: DurableStore, elapse: Elapse
     ) -> None:
-        await _claimed(store, "r1", "a", 10.0)
+        await _claimed(store, "r1", "a", BRIEF)
         await _accepted(
             store, _commit("r1", Running(1), at=2.0, fence=Fence("r1", "a", 1), checkpoint=[7])
         )
         before = await store.events_after(0, "r1")
-        assert await store.recover("b", NAMES, 9.0, 40.0, 3, 10) == []  # not expired yet
+        # Not expired yet, however late the recovering runtime's clock says it is.
+        assert await store.recover("b", NAMES, 1e9, LIVE, 3, 10) == []
 
-        recovered = await store.recover("b", NAMES, 11.0, 40.0, 3, 10)
+        await elapse(2 * BRIEF)
+        recovered = await store.recover("b", NAMES, 11.0, 2 * BRIEF, 3, 10)
         record = await _loaded(store, "r1")
         assert recovered == [Recovered(record, 2)]
         assert record.state == Running(1)
@@ -468,11 +523,15 @@ class DurableStoreContract(StoreContract):
         restart = _commit("r1", Running(2), 2, at=12.0, fence=Fence("r1", "b", 2))
         await _accepted(store, restart)
         # Recovered again later (its second loss), it is claimed at epoch 3.
-        again = await store.recover("c", NAMES, 41.0, 80.0, 3, 10)
+        assert await store.recover("c", NAMES, 12.0, LIVE, 3, 10) == []  # b's lease lives
+        await elapse(3 * BRIEF)
+        again = await store.recover("c", NAMES, 0.0, LIVE, 3, 10)
         assert [(r.record.run_id, r.epoch) for r in again] == [("r1", 3)]
 
-    async def test_recover_ends_the_lost_attempts_children_first(self, store: DurableStore) -> None:
-        epoch = await _claimed(store, "r1", "a", 10.0)
+    async def test_recover_ends_the_lost_attempts_children_first(
+        self, store: DurableStore, elapse: Elapse
+    ) -> None:
+        epoch = await _claimed(store, "r1", "a", BRIEF)
         fence = Fence("r1", "a", epoch)
         await _accepted(store, _child("c1", "r1", "r1", fence))
         await _accepted(store, _child("g1", "c1", "r1", fence))
@@ -481,119 +540,134 @@ class DurableStoreContract(StoreContract):
         await _accepted(store, _commit("done", DONE, fence=fence))
         done_events = await store.events_after(0, "done")
 
-        recovered = await store.recover("b", NAMES, 11.0, 40.0, 3, 10)
+        await elapse(2 * BRIEF)
+        recovered = await store.recover("b", NAMES, 11.0, LIVE, 3, 10)
         assert [r.record.run_id for r in recovered] == ["r1"]
         for run_id in ("c1", "g1", "c2"):
             assert await _state(store, run_id) == LOST
             event = await _terminal_event(store, run_id)
             assert event.detail == {"source": "recovery", "reason": "owner lost"}
-            assert event.at == 11.0
+            assert event.at == 11.0  # dated by the recovering runtime's clock
             assert event.kind == "committed"
         assert (await _terminal_event(store, "g1")).seq < (await _terminal_event(store, "c1")).seq
         assert await store.events_after(0, "done") == done_events
         assert await _state(store, "r1") == Running(1)
 
-    async def test_recover_ends_an_unnamed_run_as_owner_lost(self, store: DurableStore) -> None:
-        epoch = await _claimed(store, "r1", "a", 10.0, name=None)
+    async def test_recover_ends_an_unnamed_run_as_owner_lost(
+        self, store: DurableStore, elapse: Elapse
+    ) -> None:
+        epoch = await _claimed(store, "r1", "a", BRIEF, name=None)
         await _accepted(store, _child("c1", "r1", "r1", Fence("r1", "a", epoch)))
+        await elapse(2 * BRIEF)
         # Whatever bodies the recovering runtime has: an unnamed run cannot run again.
-        assert await store.recover("b", frozenset(), 11.0, 40.0, 3, 10) == []
+        assert await store.recover("b", frozenset(), 11.0, LIVE, 3, 10) == []
         assert await _state(store, "r1") == LOST
         assert await _state(store, "c1") == LOST
         event = await _terminal_event(store, "r1")
         assert event.detail == {"source": "recovery", "reason": "owner lost"}
         assert (await _terminal_event(store, "c1")).seq < event.seq
         # Nothing is left to recover.
-        assert await store.recover("b", NAMES, 12.0, 40.0, 3, 10) == []
+        assert await store.recover("b", NAMES, 12.0, LIVE, 3, 10) == []
 
     async def test_recover_ends_a_run_lost_more_than_max_recoveries_times(
-        self, store: DurableStore
+        self, store: DurableStore, elapse: Elapse
     ) -> None:
-        await _claimed(store, "r1", "a", 10.0)
-        first = await store.recover("b", NAMES, 11.0, 20.0, 1, 10)
-        assert [r.epoch for r in first] == [2]
+        await _claimed(store, "r1", "a", BRIEF)
+        await _claimed(store, "r2", "a", BRIEF)
+        await elapse(2 * BRIEF)
+        first = await store.recover("b", frozenset({"other"}), 11.0, BRIEF, 1, 10)
+        assert first == []  # left for a runtime with the body: r2 is still lost once
+        first = await store.recover("b", NAMES, 11.0, BRIEF, 1, 1)
+        assert [(r.record.run_id, r.epoch) for r in first] == [("r1", 2)]
         await _accepted(store, _commit("r1", Running(2), 2, at=12.0, fence=Fence("r1", "b", 2)))
+        await elapse(2 * BRIEF)
         # Its second loss is one more than max_recoveries allows, even for a runtime
         # without the body.
-        assert await store.recover("c", frozenset(), 21.0, 40.0, 1, 10) == []
+        assert await store.recover("c", frozenset(), 21.0, LIVE, 1, 1) == []
         assert await _state(store, "r1") == Ended(EndCause.Indeterminate("owner lost 2 times"))
         event = await _terminal_event(store, "r1")
         assert event.detail == {"source": "recovery", "reason": "owner lost 2 times"}
         assert event.generation == 2
         # With max_recoveries=0 the first loss ends it.
-        await _claimed(store, "r2", "a", 10.0)
-        assert await store.recover("b", NAMES, 11.0, 40.0, 0, 10) == []
+        assert await store.recover("b", NAMES, 22.0, LIVE, 0, 10) == []
         assert await _state(store, "r2") == Ended(EndCause.Indeterminate("owner lost 1 times"))
 
-    async def test_recover_leaves_a_run_it_has_no_body_for(self, store: DurableStore) -> None:
-        epoch = await _claimed(store, "r1", "a", 10.0)
+    async def test_recover_leaves_a_run_it_has_no_body_for(
+        self, store: DurableStore, elapse: Elapse
+    ) -> None:
+        epoch = await _claimed(store, "r1", "a", BRIEF)
         await _accepted(store, _child("c1", "r1", "r1", Fence("r1", "a", epoch)))
         before = (await _snapshot(store, "r1"), await _snapshot(store, "c1"))
-        assert await store.recover("b", frozenset({"other"}), 11.0, 40.0, 3, 10) == []
+        await elapse(2 * BRIEF)
+        assert await store.recover("b", frozenset({"other"}), 11.0, LIVE, 3, 10) == []
         assert (await _snapshot(store, "r1"), await _snapshot(store, "c1")) == before
         # A runtime that has the body recovers it later.
-        recovered = await store.recover("c", NAMES, 12.0, 40.0, 3, 10)
+        recovered = await store.recover("c", NAMES, 12.0, LIVE, 3, 10)
         assert [(r.record.run_id, r.epoch) for r in recovered] == [("r1", 2)]
 
     async def test_recover_drops_a_stale_claim_of_a_run_that_is_not_running(
-        self, store: DurableStore
+        self, store: DurableStore, elapse: Elapse
     ) -> None:
         # The run committed Awaiting without giving its claim back; its child still runs.
-        epoch = await _claimed(store, "r1", "a", 10.0)
+        epoch = await _claimed(store, "r1", "a", BRIEF)
         await _accepted(store, _child("c1", "r1", "r1", Fence("r1", "a", epoch)))
         ticket = _ticket("r1")
         await _accepted(store, _commit("r1", Awaiting(ticket), fence=Fence("r1", "a", epoch)))
         root_events = await store.events_after(0, "r1")
 
-        assert await store.recover("b", NAMES, 11.0, 40.0, 3, 10) == []
+        await elapse(2 * BRIEF)
+        assert await store.recover("b", NAMES, 11.0, LIVE, 3, 10) == []
         assert await _state(store, "r1") == Awaiting(ticket)
         assert await store.events_after(0, "r1") == root_events
         assert await _state(store, "c1") == LOST
         # The stale claim is gone: the next recovery finds nothing.
         c1_events = await store.events_after(0, "c1")
-        assert await store.recover("b", NAMES, 12.0, 40.0, 3, 10) == []
+        assert await store.recover("b", NAMES, 12.0, LIVE, 3, 10) == []
         assert await store.events_after(0, "c1") == c1_events
 
     async def test_recover_leaves_live_claims_and_deals_with_at_most_limit_runs(
-        self, store: DurableStore
+        self, store: DurableStore, elapse: Elapse
     ) -> None:
         for run_id in ("l1", "l2", "l3"):
-            await _claimed(store, run_id, "a", 10.0)
-        await _claimed(store, "live", "a", 30.0)
-        first = await store.recover("b", NAMES, 11.0, 40.0, 3, 2)
-        second = await store.recover("b", NAMES, 11.0, 40.0, 3, 2)
+            await _claimed(store, run_id, "a", BRIEF)
+        await _claimed(store, "live", "a", LIVE)
+        await elapse(2 * BRIEF)
+        first = await store.recover("b", NAMES, 11.0, LIVE, 3, 2)
+        second = await store.recover("b", NAMES, 11.0, LIVE, 3, 2)
         assert len(first) == 2
         assert len(second) == 1
         assert {r.record.run_id for r in [*first, *second]} == {"l1", "l2", "l3"}
         assert all(r.epoch == 2 for r in [*first, *second])
-        assert await store.recover("b", NAMES, 11.0, 40.0, 3, 0) == []
+        assert await store.recover("b", NAMES, 11.0, LIVE, 3, 0) == []
         # The live claim is untouched.
         await _accepted(store, _commit("live", Running(1), at=20.0, fence=Fence("live", "a", 1)))
 
     async def test_recover_deals_with_the_longest_lost_first_and_skips_runs_it_leaves(
-        self, store: DurableStore
+        self, store: DurableStore, elapse: Elapse
     ) -> None:
-        await _claimed(store, "theirs", "a", 5.0, name="other")  # not this runtime's body
-        await _claimed(store, "late", "a", 8.0)
-        await _claimed(store, "early", "a", 6.0)
-        await _claimed(store, "middle", "a", 7.0)
-        first = await store.recover("b", NAMES, 11.0, 40.0, 3, 2)
+        await _claimed(store, "theirs", "a", BRIEF, name="other")  # not this runtime's body
+        await _claimed(store, "late", "a", 4 * BRIEF)
+        await _claimed(store, "early", "a", 2 * BRIEF)
+        await _claimed(store, "middle", "a", 3 * BRIEF)
+        await elapse(5 * BRIEF)
+        first = await store.recover("b", NAMES, 11.0, LIVE, 3, 2)
         assert [r.record.run_id for r in first] == ["early", "middle"]
-        second = await store.recover("b", NAMES, 11.0, 40.0, 3, 2)
+        second = await store.recover("b", NAMES, 11.0, LIVE, 3, 2)
         assert [r.record.run_id for r in second] == ["late"]
-        theirs = await store.recover("c", frozenset({"other"}), 11.0, 40.0, 3, 2)
+        theirs = await store.recover("c", frozenset({"other"}), 11.0, LIVE, 3, 2)
         assert [r.record.run_id for r in theirs] == ["theirs"]
 
     async def test_recover_discards_the_messages_of_a_run_it_ends_and_keeps_a_recovered_runs(
-        self, store: DurableStore
+        self, store: DurableStore, elapse: Elapse
     ) -> None:
-        await _claimed(store, "gone", "a", 10.0, name=None)
-        await _claimed(store, "kept", "a", 10.0)
+        await _claimed(store, "gone", "a", BRIEF, name=None)
+        await _claimed(store, "kept", "a", BRIEF)
         for run_id in ("gone", "kept"):
             assert isinstance(await store.post_command(run_id, "message", "m1", None, 2.0), int)
             assert isinstance(await store.post_command(run_id, "pause", None, None, 2.0), int)
             assert isinstance(await store.post_command(run_id, "message", {"m": 2}, None, 3.0), int)
-        recovered = await store.recover("b", NAMES, 11.0, 40.0, 3, 10)
+        await elapse(2 * BRIEF)
+        recovered = await store.recover("b", NAMES, 11.0, LIVE, 3, 10)
         assert [r.record.run_id for r in recovered] == ["kept"]
         assert await _messages_discarded(store, "gone") == ["m1", {"m": 2}]
         assert await store.commands(["gone"]) == []
@@ -625,20 +699,22 @@ class DurableStoreContract(StoreContract):
         assert [r.run_id for r in both] == ["q1", "other", "q2"]
         assert await store.runnable(frozenset(), 5.0, 10) == []
         # A run that leaves the queue is no longer handed out.
-        await _accepted(store, _commit("q1", Running(1), claim=Claim("a", 10.0)))
+        await _accepted(store, _commit("q1", Running(1), claim=Claim("a", LIVE)))
         assert [r.run_id for r in await store.runnable(NAMES, 5.0, 10)] == ["q2"]
 
     async def test_runnable_skips_claimed_runs_and_busy_threads_until_their_leases_expire(
-        self, store: DurableStore
+        self, store: DurableStore, elapse: Elapse
     ) -> None:
         # q1 was claimed and committed Queued (behind its thread) by its claimer.
-        await _accepted(store, _new("q1", Queued(), generation=0, claim=Claim("a", 10.0), at=1.0))
-        await _claimed(store, "busy", "a", 10.0, thread="t")
+        await _accepted(store, _new("q1", Queued(), generation=0, claim=Claim("a", BRIEF), at=1.0))
+        await _claimed(store, "busy", "a", BRIEF, thread="t")
         await _accepted(store, _new("q2", Queued(), generation=0, thread="t", at=2.0))
         await _accepted(store, _new("q3", Queued(), generation=0, at=3.0))
         assert [r.run_id for r in await store.runnable(NAMES, 5.0, 10)] == ["q3"]
-        assert [r.run_id for r in await store.runnable(NAMES, 10.0, 10)] == ["q3"]
-        assert [r.run_id for r in await store.runnable(NAMES, 10.5, 10)] == ["q1", "q2", "q3"]
+        # ``now`` is the runtime's clock, for scheduled tickets: it decides no lease.
+        assert [r.run_id for r in await store.runnable(NAMES, 1e9, 10)] == ["q3"]
+        await elapse(2 * BRIEF)
+        assert [r.run_id for r in await store.runnable(NAMES, 0.0, 10)] == ["q1", "q2", "q3"]
 
     async def test_runnable_hands_out_due_scheduled_runs_after_queued_ones(
         self, store: DurableStore
@@ -746,7 +822,7 @@ class DurableStoreContract(StoreContract):
         assert await store.commands(["r1"]) == [message, cancel]  # reading changed nothing
 
     async def test_consumed_commands_are_deleted_with_the_commit(self, store: DurableStore) -> None:
-        await _claimed(store, "r1", "a", 10.0)
+        await _claimed(store, "r1", "a")
         first = await store.post_command("r1", "message", "m1", None, 2.0)
         second = await store.post_command("r1", "pause", None, None, 2.0)
         third = await store.post_command("r1", "message", "m3", None, 2.0)
@@ -754,7 +830,7 @@ class DurableStoreContract(StoreContract):
         assert isinstance(second, int)
         assert isinstance(third, int)
         # A rejected commit consumes nothing.
-        stale = _commit("r1", Running(1), at=11.0, fence=Fence("r1", "a", 1), consumed=(first,))
+        stale = _commit("r1", Running(1), at=3.0, fence=Fence("r1", "a", 2), consumed=(first,))
         assert await _rejected(store, stale) == Rejected(RejectReason.FENCED, Running(1))
         assert [c.id for c in await store.commands(["r1"])] == [first, second, third]
         applied = _commit(
@@ -851,7 +927,7 @@ class DurableStoreContract(StoreContract):
             ),
         )
         started = await _accepted(
-            store, _commit("r1", Running(2), 2, at=4.0, take_messages=True, claim=Claim("a", 9))
+            store, _commit("r1", Running(2), 2, at=4.0, take_messages=True, claim=Claim("a", LIVE))
         )
         assert started.accepted.resume_value == {"answer": [1]}
         assert started.accepted.resume_ticket == ticket
@@ -864,10 +940,10 @@ class DurableStoreContract(StoreContract):
         )
 
     async def test_a_recovered_attempt_is_handed_the_resume_of_the_attempt_it_replaces(
-        self, store: DurableStore
+        self, store: DurableStore, elapse: Elapse
     ) -> None:
         ticket = _ticket("r1")
-        epoch = await _claimed(store, "r1", "a", 10.0)
+        epoch = await _claimed(store, "r1", "a", BRIEF)
         await _accepted(
             store, _commit("r1", Awaiting(ticket), fence=Fence("r1", "a", epoch), release=True)
         )
@@ -884,13 +960,14 @@ class DurableStoreContract(StoreContract):
                 take_messages=True,
                 resume_value={"answer": "yes"},
                 resume_ticket=ticket,
-                claim=Claim("a", 10.0),
+                claim=Claim("a", BRIEF),
             ),
         )
         await _accepted(
             store, _commit("r1", Running(2), 2, at=4.0, fence=Fence("r1", "a", epoch + 1))
         )
-        (recovered,) = await store.recover("b", NAMES, 11.0, 40.0, 3, 10)
+        await elapse(2 * BRIEF)
+        (recovered,) = await store.recover("b", NAMES, 11.0, LIVE, 3, 10)
         restarted = await _accepted(
             store,
             _commit(
@@ -910,15 +987,15 @@ class DurableStoreContract(StoreContract):
     async def test_a_peer_sees_what_the_store_committed(
         self, store: DurableStore, peer: DurableStore
     ) -> None:
-        await _accepted(store, _new("r1", claim=Claim("a", 10.0)))
+        await _accepted(store, _new("r1", claim=Claim("a", LIVE)))
         assert await peer.load("r1") == await store.load("r1")
         assert await peer.events_after(0) == await store.events_after(0)
         # Claims are shared: the peer's runtime cannot take the run while its lease lives.
-        taken = _commit("r1", Running(1), at=5.0, claim=Claim("b", 20.0))
+        taken = _commit("r1", Running(1), at=5.0, claim=Claim("b", LIVE))
         assert await _rejected(peer, taken) == Rejected(RejectReason.FENCED, Running(1))
 
     async def test_version_moves_when_another_runtime_writes(
-        self, store: DurableStore, peer: DurableStore
+        self, store: DurableStore, peer: DurableStore, elapse: Elapse
     ) -> None:
         start = await store.version()
         assert await store.version() == start  # nothing was written
@@ -928,10 +1005,11 @@ class DurableStoreContract(StoreContract):
             await write()
             assert await store.version() != before
 
-        await moves(lambda: peer.apply([_new("r1", claim=Claim("a", 10.0))]))
+        await moves(lambda: peer.apply([_new("r1", claim=Claim("a", LIVE))]))
         await moves(lambda: peer.post_command("r1", "message", "m", None, 2.0))
-        await moves(lambda: peer.renew("a", {"r1": 1}, 3.0, 20.0))
+        await moves(lambda: peer.renew("a", {"r1": 1}, LIVE))
         await moves(lambda: peer.release("a", "r1"))
-        await peer.apply([_new("r2", claim=Claim("a", 10.0))])
-        await moves(lambda: peer.recover("b", NAMES, 11.0, 40.0, 3, 10))
+        await peer.apply([_new("r2", claim=Claim("a", BRIEF))])
+        await elapse(2 * BRIEF)
+        await moves(lambda: peer.recover("b", NAMES, 11.0, LIVE, 3, 10))
         assert await store.states(["r1", "r2"]) == {"r1": Running(1), "r2": Running(1)}

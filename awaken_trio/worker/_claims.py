@@ -1,10 +1,14 @@
 """Keeping claims: the lease of every root run this runtime executes is renewed every third
 of the lease; a claim the store says is lost (superseded, released, expired) stops its
-attempt at once, and so does every claim if the store cannot be reached for a whole lease."""
+attempt at once, and so does every claim if the store cannot be reached for a whole lease.
+
+A renewal that fails is logged (logger ``awaken_trio.worker``) and tried again at the next
+tick; it never ends the keeper."""
 
 from __future__ import annotations
 
 import contextlib
+import logging
 from typing import final
 
 import trio
@@ -12,6 +16,8 @@ from trio_util import periodic
 
 from .._core._storage import DurableStore
 from .._core._supervisor import Supervisor
+
+logger = logging.getLogger("awaken_trio.worker")
 
 
 @final
@@ -21,7 +27,11 @@ class ClaimKeeper:
         self._supervisor = supervisor
         self._store = store
         self._settings = supervisor.claims
-        self._last_renewed: float | None = None
+        # When (Trio's clock, here) every claim held was last known to have a whole lease
+        # ahead of it: the last renewal that succeeded, or the last time none was held (a
+        # claim taken since then was taken with a whole lease).
+        self._good_since = trio.current_time()
+        self._failing = False
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
@@ -32,20 +42,40 @@ class ClaimKeeper:
     async def renew(self) -> None:
         supervisor = self._supervisor
         held = dict(supervisor.held)
+        # How long the store was unreachable is measured on Trio's clock, here; the
+        # leases themselves run on the store's clock, never on the runtime's ``clock=``.
+        now = trio.current_time()
         if not held:
+            self._good_since = now
             return
-        now, _ = supervisor.now_for_end()
         try:
-            lost = await self._store.renew(
-                self._settings.owner, held, now, now + self._settings.lease
-            )
-        except Exception:
-            # Unreachable: once a whole lease has passed since the last renewal, the claims
-            # may be someone else's; stop every attempt rather than run unfenced.
-            if self._last_renewed is not None and now - self._last_renewed < self._settings.lease:
+            lost = await self._store.renew(self._settings.owner, held, self._settings.lease)
+        except Exception as exc:
+            if now - self._good_since < self._settings.lease:
+                logger.warning(
+                    "claims: renewing %d claim(s) failed; trying again in %.2f s: %s",
+                    len(held),
+                    self._settings.lease / 3,
+                    exc,
+                    exc_info=not self._failing,  # the traceback once per outage
+                )
+                self._failing = True
                 return
+            # Unreachable for a whole lease: the claims may be someone else's by now; stop
+            # every attempt rather than run unfenced.
             lost = list(held)
+            for run_id in lost:
+                logger.error(
+                    "claims: the store was unreachable for a whole lease (%.1f s): run %r"
+                    " is stopped here (its claim may be another runtime's by now)",
+                    self._settings.lease,
+                    run_id,
+                    extra={"run_id": run_id},
+                )
         else:
-            self._last_renewed = now
+            if self._failing:
+                logger.info("claims: renewing works again")
+                self._failing = False
+            self._good_since = now
         for run_id in lost:
             supervisor.lose(run_id, "its claim was lost (lease expired or superseded)")

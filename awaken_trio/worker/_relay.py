@@ -2,11 +2,14 @@
 other runtimes did is relayed to the attempts here: commands sent to them (messages, pause,
 wake, cancel), and ends committed elsewhere (``cancel_run``/``stop_run`` from another
 process), which stop the attempt at once. The stored state is the truth; the poll only
-hastens it, and is bounded by ``poll`` seconds."""
+hastens it, and is bounded by ``poll`` seconds. A poll that fails is logged (logger
+``awaken_trio.worker``, once per outage) and tried again a ``poll`` later; it never ends
+the relay."""
 
 from __future__ import annotations
 
 import contextlib
+import logging
 from typing import final
 
 import trio
@@ -16,6 +19,8 @@ from .._core._attempt import lost
 from .._core._state import Ended
 from .._core._storage import DurableStore
 from .._core._supervisor import Supervisor
+
+logger = logging.getLogger("awaken_trio.worker")
 
 
 @final
@@ -27,13 +32,27 @@ class StoreRelay:
         self._poll = supervisor.claims.poll
         self._version: int | None = None
         self._last_command = 0
+        self._failing = False
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
         async with contextlib.aclosing(periodic(self._poll)) as ticks:
             async for _ in ticks:
-                with contextlib.suppress(Exception):  # an unreachable store: poll again
+                try:
                     await self.poll()
+                except Exception as exc:  # an unreachable store: poll again next tick
+                    if not self._failing:
+                        logger.warning(
+                            "relay: polling the store failed; trying again every %.2f s: %s",
+                            self._poll,
+                            exc,
+                            exc_info=exc,
+                        )
+                    self._failing = True
+                else:
+                    if self._failing:
+                        logger.info("relay: polling the store works again")
+                    self._failing = False
 
     async def poll(self) -> None:
         version = await self._store.version()

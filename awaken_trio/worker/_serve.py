@@ -7,16 +7,26 @@ what can never run again and claims the rest for a new attempt here), then takes
 runs: queued ones on a free thread, and awaiting ones whose scheduled resume is due. Passes
 run when something committed here, when the store changed elsewhere, when an attempt ends,
 and at least every ``poll`` seconds (a lease that lapses changes nothing in the store).
+
+A store that fails (a write lock held past the busy timeout, a full disk, a server that
+went away) does not end serving: the failure is logged (logger ``awaken_trio.worker``), the
+loop backs off (from ``poll``, doubling, to at most `MAX_BACKOFF` seconds; back to ``poll``
+after a pass that succeeds) and looks again. A run it could not admit is left as the store
+holds it, for a later pass or another runtime; the attempts whose claims could not be
+renewed meanwhile are stopped by the claim keeper, as the lease rules say.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
+from collections.abc import Awaitable
+from typing import TypeVar
 
 import trio
 
 from .._core._attempt import Attempt
-from .._core._errors import RuntimeClosed, StoreError
+from .._core._errors import AwakenError, RuntimeClosed, StoreError
 from .._core._json import freeze_detail
 from .._core._state import Awaiting, Queued, Running, RunRecord
 from .._core._storage import Commit, Expect, Fence, Rejected, RejectReason
@@ -25,6 +35,13 @@ from .._core._supervisor import Supervisor
 _SERVED = freeze_detail({"source": "serve"}, "detail")
 _SCHEDULED = freeze_detail({"source": "scheduled"}, "detail")
 _RECOVERED = freeze_detail({"source": "recovery"}, "detail")
+
+T = TypeVar("T")
+
+logger = logging.getLogger("awaken_trio.worker")
+
+MAX_BACKOFF = 5.0
+"""The longest a serving loop waits before looking again at a store that keeps failing."""
 
 
 async def serve(
@@ -35,57 +52,109 @@ async def serve(
 ) -> None:
     active: dict[str, Attempt] = {}
     started = False
+    failures = 0
     while True:
         # Take the notifications before looking, so a change in between is not missed.
         local = supervisor.mailbox.changed_event()
         for run_id in [r for r, attempt in active.items() if _over(attempt)]:
             del active[run_id]
         try:
-            await _one_pass(supervisor, concurrency, active)
+            failed = await _one_pass(supervisor, concurrency, active)
         except RuntimeClosed:
             return
+        except StoreError as exc:
+            logger.warning("serving: the store failed: %s", exc, exc_info=exc)
+            failed = True
         if not started:
-            task_status.started()
+            task_status.started()  # serving, even while the store fails: it is retried
             started = True
+        if failed:
+            failures += 1
+            delay = min(supervisor.poll_interval * 2 ** (failures - 1), MAX_BACKOFF)
+            logger.info("serving: looking again in %.2f s (failure %d in a row)", delay, failures)
+            await trio.sleep(delay)
+            continue
+        failures = 0
         with trio.move_on_after(supervisor.poll_interval):
             await supervisor.changed(local)
 
 
-async def _one_pass(supervisor: Supervisor, concurrency: int, active: dict[str, Attempt]) -> None:
+async def _one_pass(supervisor: Supervisor, concurrency: int, active: dict[str, Attempt]) -> bool:
+    """One look at the store: recover, then admit what is runnable. Whether an admission
+    failed on the store (each failure is logged with its run id); a failed look itself
+    raises `StoreError`."""
     names = list(supervisor.named)
     if not names:
         await trio.lowlevel.checkpoint()
-        return
+        return False
+    failed = False
     store = supervisor.durable_store
     claims = supervisor.claims
     if claims is not None and store is not None:
-        now = supervisor.now()
+        # Which leases have expired is the store's to say, by its clock; ours only dates
+        # the events recovery writes.
+        at = supervisor.now()
         free = concurrency - len(active)
-        for recovered in await store.recover(
-            claims.owner, names, now, now + claims.lease, claims.max_recoveries, max(free, 0)
-        ):
+        lost = store.recover(
+            claims.owner, names, at, claims.lease, claims.max_recoveries, max(free, 0)
+        )
+        for recovered in await _from_store(lost, "recovering the runs of lost owners"):
             fence = Fence(recovered.record.run_id, claims.owner, recovered.epoch)
-            attempt = await admit_stored(supervisor, recovered.record, fence=fence)
-            if attempt is not None:
-                active[attempt.run_id] = attempt
+            # Its claim, if the admission fails on the store, lapses: it is recovered again.
+            failed |= not await _admit(supervisor, recovered.record, active, fence)
     free = concurrency - len(active)
     if free <= 0:
-        return
-    runnable = await supervisor.store.runnable(names, supervisor.now(), free)
+        return failed
+    found = supervisor.store.runnable(names, supervisor.now(), free)
+    runnable = await _from_store(found, "finding runnable runs")
     # Admitted side by side, so their commits share transactions (one fsync for all).
     threads: set[str] = set()
+    admitted: list[bool] = []
     async with trio.open_nursery() as nursery:
         for record in runnable:
             if record.thread_id in threads or supervisor.gate.holder(record.thread_id):
                 continue  # its thread is taken: its turn comes, oldest first, when it frees
             threads.add(record.thread_id)
-            nursery.start_soon(_admit, supervisor, record, active)
+            nursery.start_soon(_admit_into, supervisor, record, active, admitted)
+    return failed or not all(admitted)
 
 
-async def _admit(supervisor: Supervisor, record: RunRecord, active: dict[str, Attempt]) -> None:
-    attempt = await admit_stored(supervisor, record)
+async def _admit_into(
+    supervisor: Supervisor, record: RunRecord, active: dict[str, Attempt], admitted: list[bool]
+) -> None:
+    admitted.append(await _admit(supervisor, record, active, None))
+
+
+async def _admit(
+    supervisor: Supervisor, record: RunRecord, active: dict[str, Attempt], fence: Fence | None
+) -> bool:
+    """Admit one stored run; False if the store failed (logged, and left for later: the
+    run is as the store holds it, for the next pass or another runtime)."""
+    try:
+        attempt = await admit_stored(supervisor, record, fence=fence)
+    except StoreError as exc:
+        logger.warning(
+            "serving: run %r could not be started: %s",
+            record.run_id,
+            exc,
+            exc_info=exc,
+            extra={"run_id": record.run_id},
+        )
+        return False
     if attempt is not None:
         active[attempt.run_id] = attempt
+    return True
+
+
+async def _from_store(call: Awaitable[T], what: str) -> T:
+    """A store call of the serving loop; whatever it raises but a cancellation or our own
+    error is the store failing (`StoreError`)."""
+    try:
+        return await call
+    except (AwakenError, trio.Cancelled):
+        raise
+    except Exception as exc:
+        raise StoreError(f"{what} failed: {exc!r}", outcome_unknown=False) from exc
 
 
 def _over(attempt: Attempt) -> bool:

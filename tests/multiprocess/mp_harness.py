@@ -128,8 +128,10 @@ class Cluster:
         poll: float = POLL,
         concurrency: int = 8,
         max_recoveries: int = 3,
+        clock_offset: float = 0.0,
     ) -> Worker:
-        """Start a worker and return once it says it is serving (``ready <name>``)."""
+        """Start a worker and return once it says it is serving (``ready <name>``);
+        ``clock_offset`` puts its runtime's clock that many seconds off the wall clock."""
         command = [
             sys.executable,
             str(WORKER),
@@ -144,6 +146,8 @@ class Cluster:
             str(concurrency),
             "--max-recoveries",
             str(max_recoveries),
+            "--clock-offset",
+            str(clock_offset),
         ]
         # The package next to these tests, whatever the environment has installed.
         env = {**os.environ, "PYTHONPATH": str(ROOT)}

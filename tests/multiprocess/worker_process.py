@@ -2,7 +2,10 @@
 test bodies registered, serves, and prints ``ready`` once it is claiming.
 
     python worker_process.py <store-url> [--lease S] [--poll S] [--concurrency N]
-                             [--max-recoveries N] [--name NAME]
+                             [--max-recoveries N] [--name NAME] [--clock-offset S]
+
+``--clock-offset`` sets the runtime's ``clock=`` that many seconds off the machine's wall
+clock (a host whose clock is wrong).
 
 Every line it prints is flushed, so a test reads them as they come. It exits by itself
 (releasing its claims) when the process that started it is gone, so a test process that
@@ -14,6 +17,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from pathlib import Path
 
 import trio
@@ -31,6 +35,7 @@ async def main(args: argparse.Namespace) -> None:
     async with (
         open_runtime(
             args.store,
+            clock=lambda: time.time() + args.clock_offset,
             bodies=BODIES,
             lease=args.lease,
             poll=args.poll,
@@ -58,5 +63,6 @@ if __name__ == "__main__":
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--max-recoveries", type=int, default=3)
     parser.add_argument("--name", default="worker")
+    parser.add_argument("--clock-offset", type=float, default=0.0)
     with contextlib.suppress(KeyboardInterrupt):
         trio.run(main, parser.parse_args())

@@ -31,15 +31,36 @@ THIRD_PARTY_DURABLE_TESTS = """
 from collections.abc import AsyncIterator
 
 import pytest
+import trio
 
 from awaken_trio.store import MemoryStore
 from awaken_trio.testing import DurableStoreContract
 
 
+class Clock:
+    # A lease clock the suite moves: no test waits for a lease to lapse.
+    now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 class TestMySharedStore(DurableStoreContract):
     @pytest.fixture
-    async def store(self) -> AsyncIterator[MemoryStore]:
-        s = MemoryStore(inline=False, shared=True)
+    def clock(self) -> Clock:
+        return Clock()
+
+    @pytest.fixture
+    def elapse(self, clock: Clock):
+        async def elapse(seconds: float) -> None:
+            clock.now += seconds
+            await trio.lowlevel.checkpoint()
+
+        return elapse
+
+    @pytest.fixture
+    async def store(self, clock: Clock) -> AsyncIterator[MemoryStore]:
+        s = MemoryStore(inline=False, shared=True, lease_clock=clock)
         yield s
         await s.aclose()
 """

@@ -3,10 +3,11 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Collection, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
 
 import pytest
 import trio
+from wrapped_stores import LeaseClock
 
 from awaken_trio import (
     EndCause,
@@ -308,17 +309,30 @@ def test_max_ended_runs_must_be_a_positive_int(bad: object) -> None:
     assert MemoryStore(max_ended_runs=1).max_ended_runs == 1
 
 
-class TestSharedMemoryStore(DurableStoreContract):
+class _OnAClockOfItsOwn:
+    """The shared memory store with a lease clock the test moves (`elapse`) instead of
+    Trio's, so no test waits for a lease to lapse."""
+
     @pytest.fixture
-    async def store(self) -> AsyncIterator[Store]:
-        store = MemoryStore(shared=True)
+    def lease_clock(self) -> LeaseClock:
+        return LeaseClock()
+
+    @pytest.fixture
+    def elapse(self, lease_clock: LeaseClock) -> Callable[[float], Awaitable[None]]:
+        return lease_clock.elapse
+
+
+class TestSharedMemoryStore(_OnAClockOfItsOwn, DurableStoreContract):
+    @pytest.fixture
+    async def store(self, lease_clock: LeaseClock) -> AsyncIterator[Store]:
+        store = MemoryStore(shared=True, lease_clock=lease_clock)
         yield store
         await store.aclose()
 
 
-class TestSharedMemoryStoreThroughTheMailbox(DurableStoreContract):
+class TestSharedMemoryStoreThroughTheMailbox(_OnAClockOfItsOwn, DurableStoreContract):
     @pytest.fixture
-    async def store(self) -> AsyncIterator[Store]:
-        store = MemoryStore(inline=False, shared=True)
+    async def store(self, lease_clock: LeaseClock) -> AsyncIterator[Store]:
+        store = MemoryStore(inline=False, shared=True, lease_clock=lease_clock)
         yield store
         await store.aclose()

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from sqlite_helpers import run_python, start
+from wrapped_stores import LeaseClock
 
 from awaken_trio import EndCause, RunState, StoreError
 from awaken_trio._core._storage import Claim, Fence
@@ -27,11 +28,18 @@ DONE = RunState.Ended(EndCause.NaturalEnd())
 
 
 @pytest.fixture
-async def pair(tmp_path: Path) -> AsyncIterator[tuple[SQLiteStore, SQLiteStore]]:
+def lease_clock() -> LeaseClock:
+    return LeaseClock()
+
+
+@pytest.fixture
+async def pair(
+    tmp_path: Path, lease_clock: LeaseClock
+) -> AsyncIterator[tuple[SQLiteStore, SQLiteStore]]:
     path = tmp_path / "runs.db"
     async with (
-        SQLiteStore(path, synchronous="normal") as one,
-        SQLiteStore(path, synchronous="normal") as two,
+        SQLiteStore(path, synchronous="normal", lease_clock=lease_clock) as one,
+        SQLiteStore(path, synchronous="normal", lease_clock=lease_clock) as two,
     ):
         yield one, two
 
@@ -125,12 +133,13 @@ def _claimed_again(run_id: str, owner: str) -> Commit:
 
 
 async def test_a_lease_another_store_renewed_lets_the_next_commit_land(
-    pair: tuple[SQLiteStore, SQLiteStore],
+    pair: tuple[SQLiteStore, SQLiteStore], lease_clock: LeaseClock
 ) -> None:
     one, two = pair
     await _accepted(one, _claimed("r1", lease=10.0))
-    assert await two.renew("a", {"r1": 1}, 5.0, 100.0) == []
-    # The lease `one` remembers ended at 10; the file's lasts until 100.
+    assert await two.renew("a", {"r1": 1}, 100.0) == []
+    # The lease `one` remembers ended 10 s after the claim; the file's lasts 100 s.
+    await lease_clock.elapse(50.0)
     assert isinstance(await _one(one, _step("r1", at=50.0)), Accepted)
 
 
@@ -214,16 +223,20 @@ async def test_a_failed_batch_leaves_nothing_of_itself_in_memory(tmp_path: Path)
         assert await _one(store, busy) == Rejected(RejectReason.THREAD_BUSY, None)
 
 
-async def test_the_stores_own_claim_calls_keep_its_memory_true(tmp_path: Path) -> None:
-    async with SQLiteStore(tmp_path / "runs.db", synchronous="normal") as store:
+async def test_the_stores_own_claim_calls_keep_its_memory_true(
+    tmp_path: Path, lease_clock: LeaseClock
+) -> None:
+    path = tmp_path / "runs.db"
+    async with SQLiteStore(path, synchronous="normal", lease_clock=lease_clock) as store:
         await _accepted(store, _claimed("r1", lease=10.0))
-        assert await store.renew("a", {"r1": 1}, 5.0, 100.0) == []
+        assert await store.renew("a", {"r1": 1}, 100.0) == []
+        await lease_clock.elapse(50.0)
         assert isinstance(await _one(store, _step("r1", at=50.0)), Accepted)
         await store.release("a", "r1")
         assert await _one(store, _step("r1", at=51.0)) == Rejected(RejectReason.FENCED, Running(1))
-        # Recovery takes the run (its claim was released, so it is not lost: take it again
-        # and let that lease lapse).
+        # Recovery takes the run: take it again and let that lease lapse.
         await _accepted(store, _claimed_again("r1", "a"))
+        await lease_clock.elapse(150.0)
         (recovered,) = await store.recover("b", {"job"}, 200.0, 300.0, 3, 10)
         assert recovered.epoch == 3
         assert await _one(store, _step("r1", "a", 2, at=201.0)) == Rejected(

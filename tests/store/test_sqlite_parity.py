@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 import trio
+from wrapped_stores import LeaseClock
 
 from awaken_trio import EndCause, FrozenDict, ResumeTicket, RunState
 from awaken_trio._core._storage import Claim, CommandKind, DurableStore, Fence
@@ -67,7 +68,8 @@ class _Calls:
         return round(self.clock + self.rng.choice([-1.0, 0.0, 0.0, 0.5, 1.0]), 3)
 
     def lease(self) -> float:
-        return self.now() + self.rng.randint(1, 8)
+        """A lease duration (the stores measure it on their shared lease clock)."""
+        return float(self.rng.randint(1, 8))
 
     def payload(self) -> Any:
         return self.rng.choice(
@@ -205,25 +207,35 @@ async def _compare_everything(memory: DurableStore, sqlite: DurableStore, now: f
 
 @pytest.fixture(params=["update-from", "row-at-a-time"])
 async def stores(
-    tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+    monkeypatch: pytest.MonkeyPatch,
+    lease_clock: LeaseClock,
 ) -> AsyncIterator[tuple[MemoryStore, SQLiteStore]]:
     # The row-at-a-time updates are what an SQLite older than 3.33 (no UPDATE ... FROM) gets.
     monkeypatch.setattr(_sqlite_tx, "UPDATE_FROM", request.param == "update-from")
-    memory = MemoryStore(inline=False, shared=True)
-    async with SQLiteStore(tmp_path / "runs.db", synchronous="normal") as sqlite:
+    memory = MemoryStore(inline=False, shared=True, lease_clock=lease_clock)
+    path = tmp_path / "runs.db"
+    async with SQLiteStore(path, synchronous="normal", lease_clock=lease_clock) as sqlite:
         yield memory, sqlite
+
+
+@pytest.fixture
+def lease_clock() -> LeaseClock:
+    """The one lease clock both stores read (the calls move it)."""
+    return LeaseClock()
 
 
 @pytest.mark.parametrize("seed", range(8))
 async def test_the_sqlite_store_answers_as_the_memory_store_does(
-    stores: tuple[MemoryStore, SQLiteStore], seed: int
+    stores: tuple[MemoryStore, SQLiteStore], lease_clock: LeaseClock, seed: int
 ) -> None:
     memory, sqlite = stores
     calls = _Calls(seed, memory)
     rng = calls.rng
     with trio.fail_after(120):
         for step in range(300):
-            calls.tick()
+            lease_clock.now = calls.tick()
             roll = rng.random()
             now = calls.now()
             where = f"seed {seed} step {step}"
@@ -253,7 +265,7 @@ async def test_the_sqlite_store_answers_as_the_memory_store_does(
                     memory,
                     sqlite,
                     f"{where}: renew",
-                    lambda s, o=owner, h=held, n=now, u=lease: s.renew(o, h, n, u),
+                    lambda s, o=owner, h=held, u=lease: s.renew(o, h, u),
                 )
             elif roll < 0.88:
                 owner, run_id = rng.choice(OWNERS), rng.choice(ROOTS)

@@ -8,9 +8,10 @@ clock would not wait for), bounded by ``trio.fail_after``.
 from __future__ import annotations
 
 import gc
+import logging
 import math
 import sqlite3
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from functools import partial
 from pathlib import Path
 from typing import TypeVar
@@ -26,6 +27,7 @@ from sqlite_helpers import (
     start,
     store_threads,
 )
+from wrapped_stores import LeaseClock
 
 from awaken_trio import (
     EndCause,
@@ -59,15 +61,25 @@ class TestSQLiteStore(StoreContract):
 
 class TestSQLiteStoreDurable(DurableStoreContract):
     @pytest.fixture
-    async def store(self, tmp_path: Path) -> AsyncIterator[SQLiteStore]:
-        store = SQLiteStore(tmp_path / "runs.db", synchronous="normal")
+    def lease_clock(self) -> LeaseClock:
+        return LeaseClock()
+
+    @pytest.fixture
+    def elapse(self, lease_clock: LeaseClock) -> Callable[[float], Awaitable[None]]:
+        return lease_clock.elapse
+
+    @pytest.fixture
+    async def store(self, tmp_path: Path, lease_clock: LeaseClock) -> AsyncIterator[SQLiteStore]:
+        store = SQLiteStore(tmp_path / "runs.db", synchronous="normal", lease_clock=lease_clock)
         yield store
         await store.aclose()
 
     @pytest.fixture
-    async def peer(self, tmp_path: Path, store: SQLiteStore) -> AsyncIterator[SQLiteStore]:
+    async def peer(
+        self, tmp_path: Path, store: SQLiteStore, lease_clock: LeaseClock
+    ) -> AsyncIterator[SQLiteStore]:
         await store.open()  # the schema exists before the second connection opens
-        peer = SQLiteStore(tmp_path / "runs.db", synchronous="normal")
+        peer = SQLiteStore(tmp_path / "runs.db", synchronous="normal", lease_clock=lease_clock)
         yield peer
         await peer.aclose()
 
@@ -448,8 +460,8 @@ async def test_claims_survive_closing_and_reopening(tmp_path: Path) -> None:
         commit.claim = Claim("a", 100.0)
         assert (await _apply_one(store, commit)).epoch == 1
     async with SQLiteStore(path) as store:
-        assert await store.renew("b", {"r1": 1}, 2.0, 200.0) == ["r1"]
-        assert await store.renew("a", {"r1": 1}, 2.0, 200.0) == []
+        assert await store.renew("b", {"r1": 1}, 200.0) == ["r1"]
+        assert await store.renew("a", {"r1": 1}, 200.0) == []
         fenced = Commit(
             run_id="r1",
             state=DONE,
@@ -487,6 +499,56 @@ async def test_the_runtime_runs_on_a_sqlite_url(tmp_path: Path) -> None:
             Running(1),
             DONE,
         ]
+
+
+async def test_serve_outlives_a_write_lock_held_past_the_busy_timeout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Another connection holds the file's write lock (a backup tool, a stopped process):
+    every write of the serving runtime fails with "database is locked". It logs, backs off
+    and keeps serving; once the lock is gone, a run submitted then runs to its end."""
+    monkeypatch.setattr(session_module, "BUSY_TIMEOUT", 0.05)
+    caplog.set_level(logging.WARNING, logger="awaken_trio.worker")
+    path = tmp_path / "runs.db"
+    url = f"sqlite:///{path}"
+    failed_thrice = trio.Event()
+
+    class Failures(logging.Handler):
+        """Sets ``failed_thrice`` at the serving loop's third failure (it logs in Trio's
+        thread, the serving task's own)."""
+
+        seen = 0
+
+        def emit(self, record: logging.LogRecord) -> None:
+            if record.getMessage().startswith("serving"):
+                self.seen += 1
+                if self.seen >= 3:
+                    failed_thrice.set()
+
+    handler = Failures()
+    logging.getLogger("awaken_trio.worker").addHandler(handler)
+    try:
+        with trio.fail_after(30):
+            async with (
+                open_runtime(url, bodies={"job": _body}, lease=2.0, poll=0.02) as worker,
+                open_runtime(url, lease=2.0, poll=0.02) as control,
+                trio.open_nursery() as nursery,
+            ):
+                await nursery.start(worker.serve)
+                other = sqlite3.connect(path, isolation_level=None)
+                try:
+                    other.execute("BEGIN IMMEDIATE")  # held past the busy timeout
+                    await failed_thrice.wait()
+                    other.execute("ROLLBACK")
+                finally:
+                    other.close()
+                handle = await control.submit("job", run_id="r1")
+                assert await handle.wait() == DONE
+                assert (await control.record("r1")).result == {"run": "r1", "messages": []}
+                nursery.cancel_scope.cancel()
+    finally:
+        logging.getLogger("awaken_trio.worker").removeHandler(handler)
+    assert any("database is locked" in r.getMessage() for r in caplog.records)
 
 
 async def test_a_refused_file_fails_the_runtime_with_a_store_error(tmp_path: Path) -> None:

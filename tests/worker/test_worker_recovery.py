@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
+from wrapped_stores import FailingEnds, LateRecovery
 
 from awaken_trio import (
     EndCause,
@@ -16,6 +17,7 @@ from awaken_trio import (
     RunContext,
     RunState,
     Runtime,
+    open_runtime,
 )
 from awaken_trio.store import MemoryStore
 
@@ -576,3 +578,105 @@ async def test_the_attempt_that_replaces_a_resumed_one_is_handed_the_same_answer
         assert final == NATURAL
         assert (await b.record("r")).result == {"answer": "yes", "generation": 3}
     assert seen == [("a", 1, None, None), ("a", 2, "yes", "ask"), ("b", 3, "yes", "ask")]
+
+
+async def test_a_recovery_whose_first_commit_is_fenced_leaves_the_run_recoverable(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The recovering runtime's fresh lease lapses before its attempt's first commit (its
+    event loop was blocked, or its lease is tiny): that commit is fenced, and the claim it
+    gives up leaves the run where recovery finds it. A later runtime re-executes it."""
+    store = MemoryStore(shared=True)
+    late = LateRecovery(store, delay=2 * LEASE)
+    entered: list[int] = []
+
+    async def body(ctx: RunContext) -> object:
+        entered.append(ctx.generation)
+        if ctx.generation == 1:
+            await trio.sleep_forever()
+        return "done"
+
+    async with shared_runtime(store, bodies={"w": body}) as a:
+        await a.start(body, run_id="r")
+        await trio.testing.wait_all_tasks_blocked()
+        with Stall(a):
+            async with shared_runtime(late, bodies={"w": body}) as b, serving(b):
+                await past_lease()
+                await reach(late.answered)
+                # Its recovered attempt's Running commit was fenced: nothing ran there.
+                await trio.sleep(LEASE)
+                assert entered == [1]
+                assert await b.state("r") == RunState.Running(1)
+            async with shared_runtime(store, bodies={"w": body}) as c, serving(c):
+                state = await until_state(c, "r", is_ended, seconds=3 * LEASE)
+            assert state == NATURAL
+            assert (await c.record("r")).result == "done"
+    assert entered == [1, 2]
+
+
+async def test_a_run_whose_end_commit_failed_is_left_for_recovery(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The store refuses an attempt's terminal commit: the run stays Running in the store
+    with no attempt behind it, so its owner stops renewing the claim, and once the lease
+    lapses the run is recovered like any lost owner's (here, by the same runtime)."""
+    store = MemoryStore(shared=True)
+    failing = FailingEnds(store, "r")
+    entered: list[int] = []
+
+    async def body(ctx: RunContext) -> object:
+        entered.append(ctx.generation)
+        return ctx.generation
+
+    async with shared_runtime(failing, bodies={"w": body}) as a, serving(a):
+        await a.submit("w", run_id="r")
+        await reach(failing.failed)
+        state = await until_state(a, "r", is_ended, seconds=3 * LEASE)
+        assert state == NATURAL
+        assert (await a.record("r")).result == 2
+    assert entered == [1, 2]
+
+
+@pytest.mark.parametrize("offset", [3600.0, -3600.0], ids=["ahead", "behind"])
+async def test_leases_follow_the_stores_clock_whatever_a_runtimes_clock_says(
+    shared_store: MemoryStore, autojump_clock: trio.testing.MockClock, offset: float
+) -> None:
+    """A runtime whose ``clock=`` is an hour off serves beside a healthy owner: it never
+    takes the owner's live claim, nor starts a run on the owner's busy thread, and once
+    the owner stalls it recovers the run within a lease of the store's clock."""
+    entered: list[tuple[str, int]] = []
+    finish = trio.Event()
+
+    def body_in(tag: str) -> Any:
+        async def body(ctx: RunContext) -> object:
+            entered.append((tag, ctx.generation))
+            if ctx.run_id == "r" and ctx.generation == 1:
+                await trio.sleep_forever()
+            await finish.wait()
+            return tag
+
+        return body
+
+    async with (
+        shared_runtime(shared_store, bodies={"w": body_in("a")}) as a,
+        open_runtime(
+            shared_store,
+            clock=lambda: trio.current_time() + offset,
+            bodies={"w": body_in("off")},
+            lease=LEASE,
+            poll=POLL,
+        ) as off,
+        serving(off),
+    ):
+        await a.start(body_in("a"), run_id="r", thread_id="t", name="w")
+        await a.submit("w", run_id="r2", thread_id="t")
+        await trio.sleep(5 * LEASE)  # many passes of the skewed runtime, renewals of a's
+        assert entered == [("a", 1)]
+        assert await a.state("r2") == RunState.Queued()
+        with Stall(a):
+            await until_state(a, "r", lambda s: s == RunState.Running(2), seconds=3 * LEASE)
+            assert entered == [("a", 1), ("off", 2)]
+            finish.set()
+            assert await until_state(a, "r", is_ended) == NATURAL
+            assert await until_state(a, "r2", is_ended) == NATURAL
+    assert entered == [("a", 1), ("off", 2), ("off", 1)]

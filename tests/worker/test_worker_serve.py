@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from functools import partial
 from typing import Any
@@ -9,14 +10,17 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
+from wrapped_stores import FlakyStore
 
 from awaken_trio import InvalidArgument, RunContext, RunState, RuntimeClosed
 from awaken_trio.store import MemoryStore
 
 from .worker_helpers import (
+    LEASE,
     NATURAL,
     POLL,
     is_ended,
+    is_running,
     reach,
     serving,
     settle,
@@ -265,3 +269,52 @@ async def test_serve_stops_when_cancelled_and_its_runs_go_on(
         gauge.release.set()
         assert await settle(handle) == NATURAL
         assert gauge.entered == ["served"]
+
+
+@pytest.mark.parametrize("commits_only", [False, True], ids=["every-call", "commits"])
+async def test_serve_outlives_a_failing_store_and_later_runs_end(
+    autojump_clock: trio.testing.MockClock,
+    caplog: pytest.LogCaptureFixture,
+    commits_only: bool,
+) -> None:
+    """The store fails for longer than a lease (a write lock held, a full disk): serve logs,
+    backs off and keeps serving; the attempt whose claim it could not renew is stopped, and
+    once the store works again that run is recovered and the run submitted meanwhile runs."""
+    store = MemoryStore(shared=True)
+    flaky = FlakyStore(store, commits_only=commits_only)
+    release = trio.Event()
+    entered: list[tuple[str, int]] = []
+
+    async def body(ctx: RunContext) -> object:
+        entered.append((ctx.run_id, ctx.generation))
+        await release.wait()
+        return ctx.generation
+
+    caplog.set_level(logging.INFO, logger="awaken_trio.worker")
+    async with (
+        shared_runtime(store) as control,
+        shared_runtime(flaky, bodies={"w": body}) as worker,
+        serving(worker),
+    ):
+        await control.submit("w", run_id="r1")
+        await until_state(control, "r1", is_running)
+        flaky.failing = True
+        await control.submit("w", run_id="r2")
+        await trio.sleep(3 * LEASE)
+        assert flaky.failures > 3
+        assert await control.state("r2") == RunState.Queued()
+        flaky.failing = False
+        release.set()
+        assert await until_state(control, "r2", is_ended) == NATURAL
+        assert await until_state(control, "r1", is_ended) == NATURAL
+        if commits_only:
+            # r1's renewals worked: its attempt was never stopped.
+            assert (await control.record("r1")).result == 1
+        else:
+            # r1's claim could not be renewed for a whole lease: its attempt was stopped
+            # there, and the run recovered once the store worked again.
+            assert (await control.record("r1")).result == 2
+    records = [r for r in caplog.records if r.name == "awaken_trio.worker"]
+    assert any(r.levelno == logging.WARNING and "serving" in r.message for r in records)
+    if commits_only:
+        assert any(getattr(r, "run_id", None) == "r2" for r in records), records
