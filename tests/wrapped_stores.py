@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 import trio
 
-from awaken_trio import RunEvent, RunRecord, RunState
-from awaken_trio.store import Commit, CommitResult, MemoryStore
+from awaken_trio import JsonValue, RunEvent, RunRecord, RunState
+from awaken_trio._core._storage import CommandKind, Recovered, StoredCommand
+from awaken_trio.store import Commit, CommitResult, MemoryStore, Rejected
 
 
 class WrappedStore:
@@ -76,3 +77,82 @@ class FailingStore(WrappedStore):
             raise OSError("disk full")
         results = await self.inner.apply(batch)
         return results[:-1] if self.short else results
+
+
+class Parked:
+    """One parked store call: ``arrived`` is set when it comes (its arguments are taken,
+    the store has not seen it yet); it goes on once ``release`` is set."""
+
+    def __init__(self) -> None:
+        self.arrived = trio.Event()
+        self.release = trio.Event()
+
+
+class ParkingStore(WrappedStore):
+    """A shared (durable) memory store on the mailbox path whose next call of a method can
+    be parked (`park`), so a test can make things happen while that call is in flight,
+    in an order it chooses rather than by luck."""
+
+    def __init__(self) -> None:
+        self.inner = MemoryStore(inline=False, shared=True)
+        self._parked: dict[str, Parked] = {}
+
+    def park(self, method: str) -> Parked:
+        """Park the next call of ``method`` until the returned `Parked` is released."""
+        parked = self._parked[method] = Parked()
+        return parked
+
+    async def _gate(self, method: str) -> None:
+        parked = self._parked.pop(method, None)
+        if parked is None:
+            await trio.lowlevel.checkpoint()
+            return
+        parked.arrived.set()
+        await parked.release.wait()
+
+    async def apply(self, batch: Sequence[Commit]) -> list[CommitResult]:
+        await self._gate("apply")
+        return await self.inner.apply(batch)
+
+    async def renew(
+        self, owner: str, held: Mapping[str, int], now: float, lease_until: float
+    ) -> list[str]:
+        await self._gate("renew")
+        return await self.inner.renew(owner, held, now, lease_until)
+
+    async def release(self, owner: str, run_id: str) -> None:
+        await self._gate("release")
+        await self.inner.release(owner, run_id)
+
+    async def recover(
+        self,
+        owner: str,
+        names: Collection[str],
+        now: float,
+        lease_until: float,
+        max_recoveries: int,
+        limit: int,
+    ) -> list[Recovered]:
+        await self._gate("recover")
+        return await self.inner.recover(owner, names, now, lease_until, max_recoveries, limit)
+
+    async def post_command(
+        self, run_id: str, kind: CommandKind, payload: JsonValue, reason: str | None, at: float
+    ) -> int | Rejected:
+        await self._gate("post_command")
+        return await self.inner.post_command(run_id, kind, payload, reason, at)
+
+    async def commands(self, run_ids: Collection[str], after: int = 0) -> list[StoredCommand]:
+        # The ids are taken now, as a store reading them at once would.
+        run_ids = list(run_ids)
+        await self._gate("commands")
+        return await self.inner.commands(run_ids, after)
+
+    async def states(self, run_ids: Collection[str]) -> dict[str, RunState]:
+        run_ids = list(run_ids)
+        await self._gate("states")
+        return await self.inner.states(run_ids)
+
+    async def version(self) -> int:
+        await self._gate("version")
+        return await self.inner.version()

@@ -269,6 +269,12 @@ class Attempt:
     applied: set[int] | None = attrs.field(default=None, init=False)
     consumable: list[int] | None = attrs.field(default=None, init=False)
     pause_ids: list[int] | None = attrs.field(default=None, init=False)
+    # Whether commands may have been stored for the run before this attempt registered
+    # (while it was queued, or for an earlier attempt): false only when the attempt's own
+    # admission created the run ``Running``, so nothing could be stored before it.
+    commands_before: bool = attrs.field(default=True, init=False)
+    # Durable stores: the relay of other runtimes' commands has read this attempt's.
+    relayed: bool = attrs.field(default=False, init=False)
 
     def request_end(self, request: EndRequest) -> None:
         """Cancel the attempt's scope as ``request`` says. The first request wins: a later
@@ -298,18 +304,33 @@ class Attempt:
     def add_message(self, payload: JsonValue, command_id: int | None = None) -> None:
         if self.inbox is None:
             self.inbox = []
-        self.inbox.append(payload)
-        if command_id is not None or self.inbox_ids is not None:
-            if self.inbox_ids is None:
-                self.inbox_ids = [None] * (len(self.inbox) - 1)
-            self.inbox_ids.append(command_id)
+        if command_id is None and self.inbox_ids is None:
+            self.inbox.append(payload)
+            return
+        if self.inbox_ids is None:
+            self.inbox_ids = [None] * len(self.inbox)
+        ids = self.inbox_ids
+        # Stored messages can reach the attempt out of order (those sent here at once,
+        # older ones loaded from the store after): each goes before the stored messages
+        # with a later id that came since the last message delivered here, so stored
+        # messages keep their send order.
+        at = len(ids)
+        if command_id is not None:
+            while at > 0 and (later := ids[at - 1]) is not None and later > command_id:
+                at -= 1
+        self.inbox.insert(at, payload)
+        ids.insert(at, command_id)
 
     def apply_stored(
         self, command_id: int, kind: str, payload: JsonValue, reason: str | None
     ) -> None:
         """Apply a command stored for the run (sent from anywhere), once. A message is
         consumed once a boundary returns it, a pause once it is honoured, a wake at once;
-        a cancel ends the run, and its end drops every command left."""
+        a cancel ends the run, and its end drops every command left. An attempt that has
+        not started yet (it waits for its thread) takes only a cancel here: the rest it
+        loads, in send order, when it starts."""
+        if not self.started and kind != "cancel":
+            return
         if not self.first_application(command_id):
             return
         if kind == "cancel":
@@ -326,6 +347,16 @@ class Attempt:
         else:
             self.add_message(payload, command_id)
         self.notify()
+
+    def load_stored(
+        self, command_id: int, kind: str, payload: JsonValue, reason: str | None
+    ) -> None:
+        """Apply a command stored before this attempt began: as `apply_stored`, except
+        that a wake is dropped (no attempt was there to wake; this one has not waited)."""
+        if kind != "wake":
+            self.apply_stored(command_id, kind, payload, reason)
+        elif self.first_application(command_id):
+            self.consume(command_id)
 
     def pause_honoured(self) -> None:
         """The pause took effect: the stored pauses are done with."""

@@ -298,11 +298,14 @@ class Runtime(metaclass=NoPublicConstructor):
 
         On a durable store the command is stored before ``send`` returns and is applied by
         the current attempt (within a few ``poll`` intervals when it runs in another
-        process), or, if its owner is lost, by the run's next attempt. Here it is
-        `deliver`.
+        process), or, if the run is queued or its owner is lost, by the run's next attempt:
+        messages reach its first boundary, a pause pauses it there, a cancel ends it before
+        its body runs, and a wake (there was no attempt to wake) is dropped. On a store
+        that is not durable it is `deliver`.
 
         Raises:
-            NotActive: the run is not ``Running`` (queued, awaiting, ended or unknown).
+            NotActive: the run is neither ``Running`` nor ``Queued`` (awaiting, ended or
+                unknown), or (not durable) has no active attempt here.
         """
         self._check_command(command)
         supervisor = self._supervisor
@@ -312,13 +315,16 @@ class Runtime(metaclass=NoPublicConstructor):
             self.deliver(command)
             return
         kind, payload, reason = _stored_form(command)
-        result = await store.post_command(command.run_id, kind, payload, reason, supervisor.now())
+        run_id = command.run_id
+        result = await store.post_command(run_id, kind, payload, reason, supervisor.now())
         if isinstance(result, Rejected):
             why = "it is unknown" if result.state is None else f"it is {result.state!r}"
-            raise NotActive(command.run_id, why)
-        attempt = self._registry.get(command.run_id)
+            raise NotActive(run_id, why)
+        # Here: no need to wait for the relay. An attempt still waiting for its thread takes
+        # a cancel at once, and the rest when it starts.
+        attempt = self._registry.get(run_id) or supervisor.queued.get(run_id)
         if attempt is not None and not attempt.sealed:
-            attempt.apply_stored(result, kind, payload, reason)  # here: no need to wait
+            attempt.apply_stored(result, kind, payload, reason)
 
     @trio.lowlevel.enable_ki_protection
     def deliver(self, command: LiveCommand) -> None:

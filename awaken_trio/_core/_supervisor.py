@@ -349,14 +349,16 @@ class Supervisor:
         self.lose(root.run_id, why)
 
     async def load_commands(self, attempt: Attempt) -> None:
-        """Durable stores: commands stored for the run before this attempt began (sent to a
-        lost attempt, say) apply to it as they would have."""
+        """Durable stores: commands stored for the run before this attempt began (sent
+        while it was queued, or to a lost attempt) apply to it as they would have, before
+        its body runs: a cancel ends it first, a pause pauses it at its first boundary,
+        messages reach that boundary; a wake had no attempt to wake and is dropped."""
         store = self.durable_store
-        if store is None or attempt.generation == 1:
-            return  # nothing can be stored for a run before its first attempt runs
+        if store is None or not attempt.commands_before:
+            return  # its own admission created the run: nothing can be stored before it
         with contextlib.suppress(Exception):  # the relay delivers them later anyway
             for command in await store.commands((attempt.run_id,)):
-                attempt.apply_stored(command.id, command.kind, command.payload, command.reason)
+                attempt.load_stored(command.id, command.kind, command.payload, command.reason)
 
     async def changed(self, local: trio.Event) -> None:
         """Wait until something may have changed: a commit here (``local``, an event taken
@@ -446,6 +448,8 @@ class Supervisor:
         if is_running:
             state = running(generation)
             committed_generation = generation
+            # Made Running by this very commit: no command can be stored for it before.
+            attempt.commands_before = new_run is None
         else:
             attempt.gate_waiter = self.gate.enqueue(thread_id, attempt)
             attempt.queued_generation = committed_generation = generation - 1
@@ -481,6 +485,7 @@ class Supervisor:
                 # its actor retries when the store changes.
                 attempt.remote_wait = True
                 attempt.queued_generation = generation - 1
+                attempt.commands_before = True
                 queued = Commit(
                     run_id=run_id,
                     state=Queued(),

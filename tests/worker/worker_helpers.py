@@ -32,7 +32,7 @@ from awaken_trio import (
     Runtime,
     open_runtime,
 )
-from awaken_trio.store import MemoryStore
+from awaken_trio.store import MemoryStore, Store
 
 Body = Callable[[RunContext], Any]
 
@@ -48,7 +48,7 @@ OWNER_LOST = RunState.Ended(EndCause.Indeterminate("owner lost"))
 
 
 def shared_runtime(
-    store: MemoryStore,
+    store: MemoryStore | Store,
     *,
     bodies: Mapping[str, Body] | None = None,
     lease: float = LEASE,
