@@ -381,17 +381,28 @@ class Runtime(metaclass=NoPublicConstructor):
 
     # ------------------------------------------------------------------ committed control
 
-    async def cancel_run(self, run_id: str, *, thread_id: str | None = None) -> RunState:
+    async def cancel_run(
+        self, run_id: str, *, thread_id: str | None = None, reason: str | None = None
+    ) -> RunState:
         """End the run ``Ended(Cancelled())`` wherever it is: active, queued or awaiting.
 
         An active attempt's scope is cancelled and the attempt commits; a queued run never
-        runs; an awaiting run's ticket is deleted in the same commit.
+        runs; an awaiting run's ticket is deleted in the same commit. ``reason`` is
+        recorded with the source (``cancel_run``) in the terminal event's detail.
 
         Raises:
             RunAlreadyEnded: it had ended another way (``.state`` is how).
             UnknownRun: no such run (or not on ``thread_id``).
+            InvalidArgument: ``reason`` is neither a str nor None.
         """
-        return await self._end_run(run_id, EndRequest(CANCELLED_CAUSE, "cancel_run"), thread_id)
+        if reason is not None and type(reason) is not str:
+            raise InvalidArgument(
+                f"cancel_run() of run {run_id!r} takes a str reason or None,"
+                f" not {safe_repr(reason)}"
+            )
+        return await self._end_run(
+            run_id, EndRequest(CANCELLED_CAUSE, "cancel_run", reason), thread_id
+        )
 
     async def stop_run(self, run_id: str, reason: str, *, thread_id: str | None = None) -> RunState:
         """End the run ``Ended(Stopped(reason))``: a host decision (budget, policy, operator)."""

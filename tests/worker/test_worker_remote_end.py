@@ -39,6 +39,7 @@ from .worker_helpers import (
 STOPPED = RunState.Ended(EndCause.Stopped("budget"))
 ENDINGS = {
     "cancel_run": (CANCELLED, {"source": "cancel_run", "reason": None}),
+    "cancel_run_with_reason": (CANCELLED, {"source": "cancel_run", "reason": "operator"}),
     "stop_run": (STOPPED, {"source": "stop_run", "reason": "budget"}),
 }
 
@@ -46,6 +47,8 @@ ENDINGS = {
 async def end_run(runtime: Runtime, how: str, run_id: str) -> RunState:
     if how == "cancel_run":
         return await runtime.cancel_run(run_id)
+    if how == "cancel_run_with_reason":
+        return await runtime.cancel_run(run_id, reason="operator")
     return await runtime.stop_run(run_id, "budget")
 
 
