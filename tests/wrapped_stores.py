@@ -89,12 +89,12 @@ class Parked:
 
 
 class ParkingStore(WrappedStore):
-    """A shared (durable) memory store on the mailbox path whose next call of a method can
-    be parked (`park`), so a test can make things happen while that call is in flight,
-    in an order it chooses rather than by luck."""
+    """A memory store on the mailbox path (shared, so durable, unless ``shared=False``)
+    whose next call of a method can be parked (`park`), so a test can make things happen
+    while that call is in flight, in an order it chooses rather than by luck."""
 
-    def __init__(self) -> None:
-        self.inner = MemoryStore(inline=False, shared=True)
+    def __init__(self, *, shared: bool = True) -> None:
+        self.inner = MemoryStore(inline=False, shared=shared)
         self._parked: dict[str, Parked] = {}
 
     def park(self, method: str) -> Parked:

@@ -130,8 +130,9 @@ class RunContext(metaclass=NoPublicConstructor):
             progress: if not None, committed as the run's checkpoint (``Running``); a
                 resumed attempt sees it as `checkpoint`.
             wait: block until a message or a ``Wake`` arrives (a pending pause or cancel
-                still takes effect). Only one task may wait at a time; a second raises
-                ``trio.BusyResourceError``.
+                still takes effect, and a cancel that arrives with messages wins over
+                them: they are recorded as discarded). Only one task may wait at a time;
+                a second raises ``trio.BusyResourceError``.
 
         Returns:
             The inbox messages, in send order (messages carried over from a paused
@@ -155,6 +156,12 @@ class RunContext(metaclass=NoPublicConstructor):
             await self._host.commit_progress(a, progress, a.steps)
         if wait and not a.has_news():
             await a.wait_for_news()
+        if wait or progress is not None:
+            # The boundary may have yielded since its first checkpoint (waiting, or its
+            # commit's answer): a cancel that came meanwhile, even in the step that brought
+            # the messages, wins over them and over a pause. The messages stay unread, so
+            # the attempt's end records them as discarded.
+            await trio.lowlevel.checkpoint_if_cancelled()
         if a.pause_requested:
             # Cancel wins over pause: a pending cancel raises here.
             await trio.lowlevel.checkpoint_if_cancelled()

@@ -548,3 +548,29 @@ async def test_the_readme_durable_sample_submit_then_send_then_cancel_works_on_s
             ]
             assert discarded == [["focus on costs"]]
     assert entered == [sent.run_id]
+
+
+async def test_a_cancel_sent_with_a_message_wins_at_a_waiting_boundary(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Another runtime sends a message and then a cancel, and the owner reads both at
+    once: the waiting boundary raises the cancellation, and the message is recorded as
+    discarded."""
+    store = ParkingStore()
+    listener = Listener()
+    async with shared_runtime(store) as a, shared_runtime(store) as b:
+        handle = await a.start(listener.body, run_id="r")
+        await reach(listener.waiting)
+        await trio.sleep(POLL_BOUND)  # the relay knows the attempt
+        parked = store.park("commands")
+        await b.send(LiveCommand.Message("r", "too late"))
+        await reach(parked.arrived)
+        await b.send(LiveCommand.Cancel("r", "enough"))
+        parked.release.set()
+        assert await settle(handle, POLL_BOUND) == CANCELLED
+        events = await history(a, "r")
+        assert [dict(e.detail) for e in events if e.kind == "messages_discarded"] == [
+            {"messages": ["too late"]}
+        ]
+        assert dict(terminal(events)[0].detail) == {"source": "send", "reason": "enough"}
+    assert listener.received == []
