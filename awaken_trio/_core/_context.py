@@ -265,8 +265,10 @@ class RunContext(metaclass=NoPublicConstructor):
     async def emit(self, kind: str, detail: JsonValue = None) -> None:
         """Commit an event of the body's own ``kind`` (a dotted name such as
         ``"agent.tool_started"``) with a JSON object ``detail``, in order with the run's
-        other events. No state changes; an attempt whose run moved on commits nothing
-        (`RunAlreadyEnded` or `StoreError`)."""
+        other events. No state changes; an attempt whose run moved on commits nothing: a
+        run ended elsewhere, or a lost claim, cancels the attempt (the body sees
+        ``trio.Cancelled`` here; inside a shield, `RunAlreadyEnded`), anything else raises
+        `StoreError`."""
         a = self._live("emit()")
         if type(kind) is not str or not _EVENT_KIND.fullmatch(kind) or kind in _RUNTIME_KINDS:
             raise InvalidArgument(

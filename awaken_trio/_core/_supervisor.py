@@ -658,14 +658,20 @@ class Supervisor:
             await self._refused(attempt, result, "an event")
 
     async def _refused(self, attempt: Attempt, result: Rejected, what: str) -> NoReturn:
-        """A commit of a running attempt was refused. Its claim superseded or lapsed: the
-        attempt stops at once (the cancellation reaches the body right here) and commits
-        nothing more. Otherwise the run moved on without it: the caller hears why."""
+        """A commit of a running attempt was refused. Its claim superseded or lapsed, or
+        its run ended by another runtime (``cancel_run``/``stop_run`` from elsewhere, or
+        its parent's end there): the attempt stops at once, the cancellation reaching the
+        body right here (never a store error), and commits nothing more. Only a body that
+        shields the call hears why instead; so does one whose run moved on otherwise."""
         if result.reason is RejectReason.FENCED:
             self.lose_attempt(attempt, "its claim is no longer current (superseded or lapsed)")
             await trio.lowlevel.checkpoint()  # raises the cancellation just requested
         assert result.state is not None
         if isinstance(result.state, Ended):
+            # What the relay does once it sees the end; this commit saw it first.
+            why = f"the run was ended elsewhere: {result.state!r}"
+            attempt.request_end(lost(why, claim_lost=False))
+            await trio.lowlevel.checkpoint()
             raise RunAlreadyEnded(attempt.run_id, result.state)
         raise StoreError(
             f"{what} of run {attempt.run_id!r} attempt {attempt.generation} was fenced off:"

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import trio
 import trio.testing
+from wrapped_stores import ParkingStore
 
 from awaken_trio import (
     EndCause,
@@ -286,3 +287,44 @@ async def test_a_cancel_from_elsewhere_and_a_natural_end_commit_one_end(
             state = await settle(handle)
             assert state == told
             assert len(terminal(await history(a, f"r{round_}"))) == 1
+
+
+@pytest.mark.parametrize("call", ["boundary", "emit"])
+@pytest.mark.parametrize("how", sorted(ENDINGS))
+async def test_a_body_whose_commit_meets_an_end_made_elsewhere_sees_a_cancellation(
+    autojump_clock: trio.testing.MockClock, how: str, call: str
+) -> None:
+    """Another runtime ends the run while the owner's commit is on its way: the body sees
+    `trio.Cancelled` (never `RunAlreadyEnded` or a store error) and the run keeps the end
+    committed elsewhere, with nothing of the owner's after it."""
+    expected, detail = ENDINGS[how]
+    store = ParkingStore()
+    go = trio.Event()
+    seen: list[type[BaseException]] = []
+
+    async def body(ctx: RunContext) -> object:
+        await go.wait()
+        try:
+            if call == "boundary":
+                await ctx.boundary({"step": 1})
+            else:
+                await ctx.emit("test.step", {"n": 1})
+        except BaseException as exc:
+            seen.append(type(exc))
+            raise
+        return "not reached"
+
+    async with shared_runtime(store) as a, shared_runtime(store) as b:
+        handle = await a.start(body, run_id="r")
+        await trio.testing.wait_all_tasks_blocked()
+        parked = store.park("apply")
+        go.set()
+        await reach(parked.arrived)  # the owner's commit is on its way
+        assert await end_run(b, how, "r") == expected
+        events = await history(b, "r")
+        parked.release.set()
+        assert await settle(handle, POLL_BOUND) == expected
+        assert seen == [trio.Cancelled]
+        assert await history(b, "r") == events
+        assert dict(terminal(events)[0].detail) == detail
+        assert (await b.record("r")).checkpoint is None
