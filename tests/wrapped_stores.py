@@ -91,18 +91,28 @@ class Parked:
 class ParkingStore(WrappedStore):
     """A memory store on the mailbox path (shared, so durable, unless ``shared=False``)
     whose next call of a method can be parked (`park`), so a test can make things happen
-    while that call is in flight, in an order it chooses rather than by luck."""
+    while that call is in flight, in an order it chooses rather than by luck, or made to
+    fail (`fail`)."""
 
     def __init__(self, *, shared: bool = True) -> None:
         self.inner = MemoryStore(inline=False, shared=shared)
         self._parked: dict[str, Parked] = {}
+        self._failing: set[str] = set()
 
     def park(self, method: str) -> Parked:
         """Park the next call of ``method`` until the returned `Parked` is released."""
         parked = self._parked[method] = Parked()
         return parked
 
+    def fail(self, method: str) -> None:
+        """Make the next call of ``method`` raise, as a full disk would."""
+        self._failing.add(method)
+
     async def _gate(self, method: str) -> None:
+        if method in self._failing:
+            self._failing.discard(method)
+            await trio.lowlevel.checkpoint()
+            raise OSError("disk full")
         parked = self._parked.pop(method, None)
         if parked is None:
             await trio.lowlevel.checkpoint()

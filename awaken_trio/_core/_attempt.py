@@ -112,6 +112,26 @@ def lost(why: str, *, claim_lost: bool) -> EndRequest:
 
 @final
 @attrs.frozen
+class TakenMessages:
+    """Messages taken from an attempt's inbox to be handed to its body: carried ones
+    (committed with an earlier attempt's pause) and the inbox, with the store's command
+    id of each inbox message it holds (None for one delivered in this process)."""
+
+    carried: tuple[JsonValue, ...]
+    inbox: tuple[JsonValue, ...]
+    inbox_ids: tuple[int | None, ...] | None
+
+    def messages(self) -> list[JsonValue]:
+        return [*self.carried, *self.inbox]
+
+    def stored_ids(self) -> tuple[int, ...]:
+        if self.inbox_ids is None:
+            return ()
+        return tuple(i for i in self.inbox_ids if i is not None)
+
+
+@final
+@attrs.frozen
 class ParkedChild:
     """A child of an attempt that is committed ``Awaiting`` (it has no attempt of its own):
     it is ended with its parent, fenced by the generation it awaits in."""
@@ -412,20 +432,43 @@ class Attempt:
         finally:
             self.waiting = False
 
-    def drain(self) -> list[JsonValue]:
-        """The messages not yet read, carried ones first; the inbox is left empty. Stored
-        messages drained here are consumed by the attempt's next commit."""
-        messages = list(self.carried)
+    def holds_stored_messages(self) -> bool:
+        """Whether a message not yet read is one the store holds (sent with ``send``)."""
+        ids = self.inbox_ids
+        return ids is not None and any(i is not None for i in ids)
+
+    def take_messages(self) -> TakenMessages:
+        """Take the messages not yet read, carried ones first; the inbox is left empty.
+        Those the store holds are received once their consumption is committed (else
+        `put_back`)."""
+        ids = self.inbox_ids
+        taken = TakenMessages(
+            self.carried, tuple(self.inbox or ()), None if ids is None else tuple(ids)
+        )
         self.carried = ()
         if self.inbox:
-            messages.extend(self.inbox)
             self.inbox.clear()
-            if self.inbox_ids:
-                for command_id in self.inbox_ids:
-                    if command_id is not None:
-                        self.consume(command_id)
-                self.inbox_ids.clear()
-        return messages
+            if ids is not None:
+                ids.clear()
+        return taken
+
+    def put_back(self, taken: TakenMessages) -> None:
+        """Give back messages `take_messages` took and could not hand over: they come
+        before anything that arrived since."""
+        self.carried = (*taken.carried, *self.carried)
+        if not taken.inbox:
+            return
+        arrived = self.inbox or []
+        if taken.inbox_ids is not None or self.inbox_ids is not None:
+            since = self.inbox_ids if self.inbox_ids is not None else [None] * len(arrived)
+            before = taken.inbox_ids if taken.inbox_ids is not None else [None] * len(taken.inbox)
+            self.inbox_ids = [*before, *since]
+        self.inbox = [*taken.inbox, *arrived]
+
+    def drain(self) -> list[JsonValue]:
+        """The messages not yet read, carried ones first, when the store holds none of
+        them; the inbox is left empty."""
+        return self.take_messages().messages()
 
     def unread_local(self) -> list[JsonValue]:
         """The messages not yet read that the store does not hold (carried ones, and those

@@ -176,6 +176,9 @@ class RunContext(metaclass=NoPublicConstructor):
             )
             raise SuspendAttempt(f"run {a.run_id!r} paused")
         a.wake_pending = False
+        if a.holds_stored_messages():
+            # Messages sent from anywhere are received once their consumption commits.
+            return await self._host.hand_over(a)
         return a.drain()
 
     async def await_input(

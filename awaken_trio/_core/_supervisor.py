@@ -639,6 +639,37 @@ class Supervisor:
             await self._refused(attempt, result, "progress")
         attempt.checkpoint = progress
 
+    async def hand_over(self, attempt: Attempt) -> list[JsonValue]:
+        """The messages not yet read, for a boundary to return, when the store holds some
+        of them (sent with ``send``): their consumption is committed first, so each is
+        either received (consumed here) or, if the run ends elsewhere before that commit,
+        discarded by that end, never both. A run ended elsewhere or a lost claim cancels
+        the attempt right here, with the messages left unread."""
+        at = self.now()
+        taken = attempt.take_messages()
+        consumed = attempt.take_consumed()
+        try:
+            result = await self.mailbox.commit(
+                Commit(
+                    run_id=attempt.run_id,
+                    state=running(attempt.generation),
+                    generation=attempt.generation,
+                    expect=expect_running(attempt.generation),
+                    at=at,
+                    announce=False,  # no state changes: no event
+                    fence=attempt.fence,
+                    consumed=(*taken.stored_ids(), *consumed),
+                )
+            )
+            if isinstance(result, Rejected):
+                await self._refused(attempt, result, "taking messages")
+        except BaseException:
+            attempt.put_back(taken)
+            for command_id in consumed:
+                attempt.consume(command_id)
+            raise
+        return taken.messages()
+
     async def emit(self, attempt: Attempt, kind: str, detail: FrozenDict) -> None:
         """Commit a body's own event; no state changes. Fenced like any commit of the
         attempt, so an attempt that has lost its run commits nothing."""

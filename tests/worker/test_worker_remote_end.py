@@ -11,8 +11,11 @@ from wrapped_stores import ParkingStore
 
 from awaken_trio import (
     EndCause,
+    JsonValue,
+    LiveCommand,
     RunAlreadyEnded,
     RunContext,
+    RunEvent,
     RunState,
     Runtime,
     UnknownRun,
@@ -328,3 +331,72 @@ async def test_a_body_whose_commit_meets_an_end_made_elsewhere_sees_a_cancellati
         assert await history(b, "r") == events
         assert dict(terminal(events)[0].detail) == detail
         assert (await b.record("r")).checkpoint is None
+
+
+def discarded_messages(events: list[RunEvent]) -> list[JsonValue]:
+    return [m for e in events if e.kind == "messages_discarded" for m in e.detail["messages"]]
+
+
+@pytest.mark.parametrize("how", sorted(ENDINGS))
+async def test_a_message_the_body_received_is_not_also_discarded_by_an_end_made_elsewhere(
+    shared_store: MemoryStore, autojump_clock: trio.testing.MockClock, how: str
+) -> None:
+    expected, _ = ENDINGS[how]
+    received: list[JsonValue] = []
+    got = trio.Event()
+
+    async def body(ctx: RunContext) -> object:
+        while True:
+            received.extend(await ctx.boundary(wait=True))
+            if "unread" in received:
+                raise AssertionError("a message sent after the first was read")
+            got.set()
+            await trio.sleep_forever()  # no further commit before the end
+
+    async with shared_runtime(shared_store) as a, shared_runtime(shared_store) as b:
+        handle = await a.start(body, run_id="r")
+        await trio.testing.wait_all_tasks_blocked()
+        await b.send(LiveCommand.Message("r", "read"))
+        await reach(got)
+        await b.send(LiveCommand.Message("r", "unread"))
+        assert await end_run(b, how, "r") == expected
+        assert await settle(handle, POLL_BOUND) == expected
+        assert received == ["read"]
+        # Received or discarded, never both; and every message is one of the two.
+        assert discarded_messages(await history(b, "r")) == ["unread"]
+
+
+@pytest.mark.parametrize("how", sorted(ENDINGS))
+async def test_a_message_whose_handover_meets_an_end_made_elsewhere_is_only_discarded(
+    autojump_clock: trio.testing.MockClock, how: str
+) -> None:
+    """The owner's boundary is handing a stored message over when another runtime ends
+    the run: the end wins, the body never gets the message, and it is discarded once."""
+    expected, _ = ENDINGS[how]
+    store = ParkingStore()
+    received: list[JsonValue] = []
+    seen: list[type[BaseException]] = []
+    waiting = trio.Event()
+
+    async def body(ctx: RunContext) -> object:
+        waiting.set()
+        try:
+            received.extend(await ctx.boundary(wait=True))
+        except BaseException as exc:
+            seen.append(type(exc))
+            raise
+        return received
+
+    async with shared_runtime(store) as a, shared_runtime(store) as b:
+        handle = await a.start(body, run_id="r")
+        await reach(waiting)
+        await trio.sleep(POLL_BOUND)
+        parked = store.park("apply")
+        await b.send(LiveCommand.Message("r", "m"))
+        await reach(parked.arrived)  # the owner's boundary commits that it takes "m"
+        assert await end_run(b, how, "r") == expected
+        parked.release.set()
+        assert await settle(handle, POLL_BOUND) == expected
+        assert received == []
+        assert seen == [trio.Cancelled]
+        assert discarded_messages(await history(b, "r")) == ["m"]

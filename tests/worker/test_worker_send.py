@@ -18,6 +18,7 @@ from awaken_trio import (
     RunContext,
     RunState,
     Runtime,
+    StoreError,
     open_runtime,
 )
 from awaken_trio.store import MemoryStore
@@ -574,3 +575,49 @@ async def test_a_cancel_sent_with_a_message_wins_at_a_waiting_boundary(
         ]
         assert dict(terminal(events)[0].detail) == {"source": "send", "reason": "enough"}
     assert listener.received == []
+
+
+async def test_messages_whose_handover_the_store_fails_to_commit_are_handed_over_later(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The commit that consumes the messages a boundary takes fails: the boundary raises
+    the store's error, the messages stay unread, and the next boundary returns them."""
+    store = ParkingStore()
+    batches: list[list[JsonValue]] = []
+    errors: list[str] = []
+    waiting, got_local, failed = trio.Event(), trio.Event(), trio.Event()
+
+    async def body(ctx: RunContext) -> object:
+        waiting.set()
+        while True:
+            try:
+                batch = await ctx.boundary(wait=True)
+            except StoreError as exc:
+                errors.append(type(exc).__name__)
+                failed.set()
+                continue
+            batches.append(batch)
+            got_local.set()
+            if "stop" in batch:
+                return batches
+
+    async with shared_runtime(store) as a, shared_runtime(store) as b:
+        handle = await a.start(body, run_id="r")
+        await reach(waiting)
+        await a.send(LiveCommand.Message("r", "local"))
+        # The boundary returned the local message; now one sent from elsewhere, whose
+        # handover commit fails once.
+        await reach(got_local)
+        assert batches == [["local"]]
+        store.fail("apply")
+        await b.send(LiveCommand.Message("r", "stored"))
+        await reach(failed)
+        assert errors == ["StoreError"]
+        await b.send(LiveCommand.Message("r", "stop"))
+        assert await settle(handle) == NATURAL
+    assert [m for batch in batches for m in batch] == ["local", "stored", "stop"]
+    assert await history_discarded(store) == []
+
+
+async def history_discarded(store: ParkingStore) -> list[object]:
+    return [e for e in await store.events_after(0) if e.kind == "messages_discarded"]
