@@ -788,6 +788,22 @@ class DurableStoreContract(StoreContract):
         ]
         assert await store.commands(["r1"]) == []
 
+    async def test_a_queued_runs_commands_outlive_its_start_and_are_dropped_by_its_end(
+        self, store: DurableStore
+    ) -> None:
+        await _accepted(store, _new("q", Queued(), generation=0))
+        first = await store.post_command("q", "message", "early", None, 2.0)
+        await store.post_command("q", "wake", None, "", 2.0)
+        assert isinstance(first, int)
+        started = _commit("q", Running(1), at=3.0, take_messages=True, claim=Claim("a", 10.0))
+        await _accepted(store, started)
+        # The attempt reads what was stored while the run was queued, and more comes.
+        assert [c.kind for c in await store.commands(["q"])] == ["message", "wake"]
+        await store.post_command("q", "message", "later", None, 4.0)
+        await _accepted(store, _commit("q", CANCELLED, at=5.0, fence=Fence("q", "a", 1)))
+        assert await _messages_discarded(store, "q") == ["early", "later"]
+        assert await store.commands(["q"]) == []
+
     # ------------------------------------------------------------ ends made elsewhere
 
     async def test_end_descendants_ends_the_tree_children_first(self, store: DurableStore) -> None:
