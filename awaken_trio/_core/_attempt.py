@@ -467,8 +467,15 @@ class Attempt:
 
     def drain(self) -> list[JsonValue]:
         """The messages not yet read, carried ones first, when the store holds none of
-        them; the inbox is left empty."""
-        return self.take_messages().messages()
+        them (else `take_messages`); the inbox is left empty."""
+        messages = list(self.carried)
+        self.carried = ()
+        if self.inbox:
+            messages.extend(self.inbox)
+            self.inbox.clear()
+            if self.inbox_ids:
+                self.inbox_ids.clear()
+        return messages
 
     def unread_local(self) -> list[JsonValue]:
         """The messages not yet read that the store does not hold (carried ones, and those
