@@ -129,6 +129,12 @@ class TakenMessages:
             return ()
         return tuple(i for i in self.inbox_ids if i is not None)
 
+    def stored_messages(self) -> tuple[JsonValue, ...]:
+        """The inbox messages the store holds, in order."""
+        if self.inbox_ids is None:
+            return ()
+        return tuple(m for m, i in zip(self.inbox, self.inbox_ids, strict=True) if i is not None)
+
 
 @final
 @attrs.frozen

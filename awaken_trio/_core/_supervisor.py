@@ -641,10 +641,11 @@ class Supervisor:
 
     async def hand_over(self, attempt: Attempt) -> list[JsonValue]:
         """The messages not yet read, for a boundary to return, when the store holds some
-        of them (sent with ``send``): their consumption is committed first, so each is
-        either received (consumed here) or, if the run ends elsewhere before that commit,
-        discarded by that end, never both. A run ended elsewhere or a lost claim cancels
-        the attempt right here, with the messages left unread."""
+        of them (sent with ``send``): their receipt is committed first (it consumes them,
+        and its event lists them as ``received``), so each is either received or, if the
+        run ends elsewhere before that commit, discarded by that end, never both; and the
+        history accounts for every one. A run ended elsewhere or a lost claim cancels the
+        attempt right here, with the messages left unread."""
         at = self.now()
         taken = attempt.take_messages()
         consumed = attempt.take_consumed()
@@ -656,7 +657,10 @@ class Supervisor:
                     generation=attempt.generation,
                     expect=expect_running(attempt.generation),
                     at=at,
-                    announce=False,  # no state changes: no event
+                    detail=freeze_detail(
+                        {"source": "boundary", "received": list(taken.stored_messages())},
+                        "detail",
+                    ),
                     fence=attempt.fence,
                     consumed=(*taken.stored_ids(), *consumed),
                 )
