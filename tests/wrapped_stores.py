@@ -257,3 +257,90 @@ class LeaseClock:
     async def elapse(self, seconds: float) -> None:
         self.now += seconds
         await trio.lowlevel.checkpoint()
+
+
+class Parked:
+    """One parked store call: ``arrived`` is set when it comes (its arguments are taken,
+    the store has not seen it yet); it goes on once ``release`` is set."""
+
+    def __init__(self) -> None:
+        self.arrived = trio.Event()
+        self.release = trio.Event()
+
+
+class ParkingStore(WrappedStore):
+    """A memory store on the mailbox path (shared, so durable, unless ``shared=False``)
+    whose next call of a method can be parked (`park`), so a test can make things happen
+    while that call is in flight, in an order it chooses rather than by luck, or made to
+    fail (`fail`)."""
+
+    def __init__(self, *, shared: bool = True) -> None:
+        self.inner = MemoryStore(inline=False, shared=shared)
+        self._parked: dict[str, Parked] = {}
+        self._failing: set[str] = set()
+
+    def park(self, method: str) -> Parked:
+        """Park the next call of ``method`` until the returned `Parked` is released."""
+        parked = self._parked[method] = Parked()
+        return parked
+
+    def fail(self, method: str) -> None:
+        """Make the next call of ``method`` raise, as a full disk would."""
+        self._failing.add(method)
+
+    async def _gate(self, method: str) -> None:
+        if method in self._failing:
+            self._failing.discard(method)
+            await trio.lowlevel.checkpoint()
+            raise OSError("disk full")
+        parked = self._parked.pop(method, None)
+        if parked is None:
+            await trio.lowlevel.checkpoint()
+            return
+        parked.arrived.set()
+        await parked.release.wait()
+
+    async def apply(self, batch: Sequence[Commit]) -> list[CommitResult]:
+        await self._gate("apply")
+        return await self.inner.apply(batch)
+
+    async def renew(self, owner: str, held: Mapping[str, int], lease: float) -> list[str]:
+        await self._gate("renew")
+        return await self.inner.renew(owner, held, lease)
+
+    async def release(self, owner: str, run_id: str) -> None:
+        await self._gate("release")
+        await self.inner.release(owner, run_id)
+
+    async def recover(
+        self,
+        owner: str,
+        names: Collection[str],
+        at: float,
+        lease: float,
+        max_recoveries: int,
+        limit: int,
+    ) -> list[Recovered]:
+        await self._gate("recover")
+        return await self.inner.recover(owner, names, at, lease, max_recoveries, limit)
+
+    async def post_command(
+        self, run_id: str, kind: CommandKind, payload: JsonValue, reason: str | None, at: float
+    ) -> int | Rejected:
+        await self._gate("post_command")
+        return await self.inner.post_command(run_id, kind, payload, reason, at)
+
+    async def commands(self, run_ids: Collection[str], after: int = 0) -> list[StoredCommand]:
+        # The ids are taken now, as a store reading them at once would.
+        run_ids = list(run_ids)
+        await self._gate("commands")
+        return await self.inner.commands(run_ids, after)
+
+    async def states(self, run_ids: Collection[str]) -> dict[str, RunState]:
+        run_ids = list(run_ids)
+        await self._gate("states")
+        return await self.inner.states(run_ids)
+
+    async def version(self) -> int:
+        await self._gate("version")
+        return await self.inner.version()

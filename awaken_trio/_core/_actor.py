@@ -56,8 +56,7 @@ async def run_attempt(host: AttemptHost, attempt: Attempt) -> None:
             while not await host.begin_queued(attempt) and await _wait_for_store(host, attempt):
                 pass
         if attempt.started:
-            if attempt.fence is not None and attempt.generation > 1:
-                # Nothing can be stored for a run before its first attempt runs.
+            if attempt.fence is not None and attempt.commands_before:
                 await host.load_commands(attempt)
             async with trio.open_nursery() as nursery:
                 # The nursery's scope is the attempt's token: children started into this

@@ -112,6 +112,32 @@ def lost(why: str, *, claim_lost: bool) -> EndRequest:
 
 @final
 @attrs.frozen
+class TakenMessages:
+    """Messages taken from an attempt's inbox to be handed to its body: carried ones
+    (committed with an earlier attempt's pause) and the inbox, with the store's command
+    id of each inbox message it holds (None for one delivered in this process)."""
+
+    carried: tuple[JsonValue, ...]
+    inbox: tuple[JsonValue, ...]
+    inbox_ids: tuple[int | None, ...] | None
+
+    def messages(self) -> list[JsonValue]:
+        return [*self.carried, *self.inbox]
+
+    def stored_ids(self) -> tuple[int, ...]:
+        if self.inbox_ids is None:
+            return ()
+        return tuple(i for i in self.inbox_ids if i is not None)
+
+    def stored_messages(self) -> tuple[JsonValue, ...]:
+        """The inbox messages the store holds, in order."""
+        if self.inbox_ids is None:
+            return ()
+        return tuple(m for m, i in zip(self.inbox, self.inbox_ids, strict=True) if i is not None)
+
+
+@final
+@attrs.frozen
 class ParkedChild:
     """A child of an attempt that is committed ``Awaiting`` (it has no attempt of its own):
     it is ended with its parent, fenced by the generation it awaits in."""
@@ -269,6 +295,12 @@ class Attempt:
     applied: set[int] | None = attrs.field(default=None, init=False)
     consumable: list[int] | None = attrs.field(default=None, init=False)
     pause_ids: list[int] | None = attrs.field(default=None, init=False)
+    # Whether commands may have been stored for the run before this attempt registered
+    # (while it was queued, or for an earlier attempt): false only when the attempt's own
+    # admission created the run ``Running``, so nothing could be stored before it.
+    commands_before: bool = attrs.field(default=True, init=False)
+    # Durable stores: the relay of other runtimes' commands has read this attempt's.
+    relayed: bool = attrs.field(default=False, init=False)
 
     def request_end(self, request: EndRequest) -> None:
         """Cancel the attempt's scope as ``request`` says. The first request wins: a later
@@ -298,18 +330,33 @@ class Attempt:
     def add_message(self, payload: JsonValue, command_id: int | None = None) -> None:
         if self.inbox is None:
             self.inbox = []
-        self.inbox.append(payload)
-        if command_id is not None or self.inbox_ids is not None:
-            if self.inbox_ids is None:
-                self.inbox_ids = [None] * (len(self.inbox) - 1)
-            self.inbox_ids.append(command_id)
+        if command_id is None and self.inbox_ids is None:
+            self.inbox.append(payload)
+            return
+        if self.inbox_ids is None:
+            self.inbox_ids = [None] * len(self.inbox)
+        ids = self.inbox_ids
+        # Stored messages can reach the attempt out of order (those sent here at once,
+        # older ones loaded from the store after): each goes before the stored messages
+        # with a later id that came since the last message delivered here, so stored
+        # messages keep their send order.
+        at = len(ids)
+        if command_id is not None:
+            while at > 0 and (later := ids[at - 1]) is not None and later > command_id:
+                at -= 1
+        self.inbox.insert(at, payload)
+        ids.insert(at, command_id)
 
     def apply_stored(
         self, command_id: int, kind: str, payload: JsonValue, reason: str | None
     ) -> None:
         """Apply a command stored for the run (sent from anywhere), once. A message is
         consumed once a boundary returns it, a pause once it is honoured, a wake at once;
-        a cancel ends the run, and its end drops every command left."""
+        a cancel ends the run, and its end drops every command left. An attempt that has
+        not started yet (it waits for its thread) takes only a cancel here: the rest it
+        loads, in send order, when it starts."""
+        if not self.started and kind != "cancel":
+            return
         if not self.first_application(command_id):
             return
         if kind == "cancel":
@@ -326,6 +373,16 @@ class Attempt:
         else:
             self.add_message(payload, command_id)
         self.notify()
+
+    def load_stored(
+        self, command_id: int, kind: str, payload: JsonValue, reason: str | None
+    ) -> None:
+        """Apply a command stored before this attempt began: as `apply_stored`, except
+        that a wake is dropped (no attempt was there to wake; this one has not waited)."""
+        if kind != "wake":
+            self.apply_stored(command_id, kind, payload, reason)
+        elif self.first_application(command_id):
+            self.consume(command_id)
 
     def pause_honoured(self) -> None:
         """The pause took effect: the stored pauses are done with."""
@@ -381,18 +438,48 @@ class Attempt:
         finally:
             self.waiting = False
 
+    def holds_stored_messages(self) -> bool:
+        """Whether a message not yet read is one the store holds (sent with ``send``)."""
+        ids = self.inbox_ids
+        return ids is not None and any(i is not None for i in ids)
+
+    def take_messages(self) -> TakenMessages:
+        """Take the messages not yet read, carried ones first; the inbox is left empty.
+        Those the store holds are received once their consumption is committed (else
+        `put_back`)."""
+        ids = self.inbox_ids
+        taken = TakenMessages(
+            self.carried, tuple(self.inbox or ()), None if ids is None else tuple(ids)
+        )
+        self.carried = ()
+        if self.inbox:
+            self.inbox.clear()
+            if ids is not None:
+                ids.clear()
+        return taken
+
+    def put_back(self, taken: TakenMessages) -> None:
+        """Give back messages `take_messages` took and could not hand over: they come
+        before anything that arrived since."""
+        self.carried = (*taken.carried, *self.carried)
+        if not taken.inbox:
+            return
+        arrived = self.inbox or []
+        if taken.inbox_ids is not None or self.inbox_ids is not None:
+            since = self.inbox_ids if self.inbox_ids is not None else [None] * len(arrived)
+            before = taken.inbox_ids if taken.inbox_ids is not None else [None] * len(taken.inbox)
+            self.inbox_ids = [*before, *since]
+        self.inbox = [*taken.inbox, *arrived]
+
     def drain(self) -> list[JsonValue]:
-        """The messages not yet read, carried ones first; the inbox is left empty. Stored
-        messages drained here are consumed by the attempt's next commit."""
+        """The messages not yet read, carried ones first, when the store holds none of
+        them (else `take_messages`); the inbox is left empty."""
         messages = list(self.carried)
         self.carried = ()
         if self.inbox:
             messages.extend(self.inbox)
             self.inbox.clear()
             if self.inbox_ids:
-                for command_id in self.inbox_ids:
-                    if command_id is not None:
-                        self.consume(command_id)
                 self.inbox_ids.clear()
         return messages
 

@@ -134,8 +134,9 @@ class RunContext(metaclass=NoPublicConstructor):
             progress: if not None, committed as the run's checkpoint (``Running``); a
                 resumed attempt sees it as `checkpoint`.
             wait: block until a message or a ``Wake`` arrives (a pending pause or cancel
-                still takes effect). Only one task may wait at a time; a second raises
-                ``trio.BusyResourceError``.
+                still takes effect, and a cancel that arrives with messages wins over
+                them: they are recorded as discarded). Only one task may wait at a time;
+                a second raises ``trio.BusyResourceError``.
 
         Returns:
             The inbox messages, in send order (messages carried over from a paused
@@ -159,6 +160,12 @@ class RunContext(metaclass=NoPublicConstructor):
             await self._host.commit_progress(a, progress, a.steps)
         if wait and not a.has_news():
             await a.wait_for_news()
+        if wait or progress is not None:
+            # The boundary may have yielded since its first checkpoint (waiting, or its
+            # commit's answer): a cancel that came meanwhile, even in the step that brought
+            # the messages, wins over them and over a pause. The messages stay unread, so
+            # the attempt's end records them as discarded.
+            await trio.lowlevel.checkpoint_if_cancelled()
         if a.pause_requested:
             # Cancel wins over pause: a pending cancel raises here.
             await trio.lowlevel.checkpoint_if_cancelled()
@@ -173,6 +180,9 @@ class RunContext(metaclass=NoPublicConstructor):
             )
             raise SuspendAttempt(f"run {a.run_id!r} paused")
         a.wake_pending = False
+        if a.holds_stored_messages():
+            # Messages sent from anywhere are received once their consumption commits.
+            return await self._host.hand_over(a)
         return a.drain()
 
     async def await_input(
@@ -262,8 +272,10 @@ class RunContext(metaclass=NoPublicConstructor):
     async def emit(self, kind: str, detail: JsonValue = None) -> None:
         """Commit an event of the body's own ``kind`` (a dotted name such as
         ``"agent.tool_started"``) with a JSON object ``detail``, in order with the run's
-        other events. No state changes; an attempt whose run moved on commits nothing
-        (`RunAlreadyEnded` or `StoreError`)."""
+        other events. No state changes; an attempt whose run moved on commits nothing: a
+        run ended elsewhere, or a lost claim, cancels the attempt (the body sees
+        ``trio.Cancelled`` here; inside a shield, `RunAlreadyEnded`), anything else raises
+        `StoreError`."""
         a = self._live("emit()")
         if type(kind) is not str or not _EVENT_KIND.fullmatch(kind) or kind in _RUNTIME_KINDS:
             raise InvalidArgument(

@@ -78,6 +78,11 @@ class AttemptHost(Protocol):
         """Commit the attempt's progress as the run's checkpoint."""
         ...
 
+    async def hand_over(self, attempt: Attempt) -> list[JsonValue]:
+        """The messages a boundary returns when the store holds some of them: their
+        consumption committed first."""
+        ...
+
     async def emit(self, attempt: Attempt, kind: str, detail: FrozenDict) -> None:
         """Commit an event of the body's own kind."""
         ...

@@ -322,11 +322,14 @@ class Runtime(metaclass=NoPublicConstructor):
 
         On a durable store the command is stored before ``send`` returns and is applied by
         the current attempt (within a few ``poll`` intervals when it runs in another
-        process), or, if its owner is lost, by the run's next attempt. Here it is
-        `deliver`.
+        process), or, if the run is queued or its owner is lost, by the run's next attempt:
+        messages reach its first boundary, a pause pauses it there, a cancel ends it before
+        its body runs, and a wake (there was no attempt to wake) is dropped. On a store
+        that is not durable it is `deliver`.
 
         Raises:
-            NotActive: the run is not ``Running`` (queued, awaiting, ended or unknown).
+            NotActive: the run is neither ``Running`` nor ``Queued`` (awaiting, ended or
+                unknown), or (not durable) has no active attempt here.
         """
         self._check_command(command)
         supervisor = self._supervisor
@@ -336,13 +339,16 @@ class Runtime(metaclass=NoPublicConstructor):
             self.deliver(command)
             return
         kind, payload, reason = _stored_form(command)
-        result = await store.post_command(command.run_id, kind, payload, reason, supervisor.now())
+        run_id = command.run_id
+        result = await store.post_command(run_id, kind, payload, reason, supervisor.now())
         if isinstance(result, Rejected):
             why = "it is unknown" if result.state is None else f"it is {result.state!r}"
-            raise NotActive(command.run_id, why)
-        attempt = self._registry.get(command.run_id)
+            raise NotActive(run_id, why)
+        # Here: no need to wait for the relay. An attempt still waiting for its thread takes
+        # a cancel at once, and the rest when it starts.
+        attempt = self._registry.get(run_id) or supervisor.queued.get(run_id)
         if attempt is not None and not attempt.sealed:
-            attempt.apply_stored(result, kind, payload, reason)  # here: no need to wait
+            attempt.apply_stored(result, kind, payload, reason)
 
     @trio.lowlevel.enable_ki_protection
     def deliver(self, command: LiveCommand) -> None:
@@ -399,17 +405,28 @@ class Runtime(metaclass=NoPublicConstructor):
 
     # ------------------------------------------------------------------ committed control
 
-    async def cancel_run(self, run_id: str, *, thread_id: str | None = None) -> RunState:
+    async def cancel_run(
+        self, run_id: str, *, thread_id: str | None = None, reason: str | None = None
+    ) -> RunState:
         """End the run ``Ended(Cancelled())`` wherever it is: active, queued or awaiting.
 
         An active attempt's scope is cancelled and the attempt commits; a queued run never
-        runs; an awaiting run's ticket is deleted in the same commit.
+        runs; an awaiting run's ticket is deleted in the same commit. ``reason`` is
+        recorded with the source (``cancel_run``) in the terminal event's detail.
 
         Raises:
             RunAlreadyEnded: it had ended another way (``.state`` is how).
             UnknownRun: no such run (or not on ``thread_id``).
+            InvalidArgument: ``reason`` is neither a str nor None.
         """
-        return await self._end_run(run_id, EndRequest(CANCELLED_CAUSE, "cancel_run"), thread_id)
+        if reason is not None and type(reason) is not str:
+            raise InvalidArgument(
+                f"cancel_run() of run {run_id!r} takes a str reason or None,"
+                f" not {safe_repr(reason)}"
+            )
+        return await self._end_run(
+            run_id, EndRequest(CANCELLED_CAUSE, "cancel_run", reason), thread_id
+        )
 
     async def stop_run(self, run_id: str, reason: str, *, thread_id: str | None = None) -> RunState:
         """End the run ``Ended(Stopped(reason))``: a host decision (budget, policy, operator)."""

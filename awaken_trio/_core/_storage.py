@@ -392,7 +392,8 @@ class DurableStore(Store, Protocol):
         self, run_id: str, kind: CommandKind, payload: JsonValue, reason: str | None, at: float
     ) -> int | Rejected:
         """Store a command for the run's current or next attempt; its id, or `Rejected`
-        when the run is not ``Running`` (unknown, queued, awaiting, ended)."""
+        when the run is neither ``Running`` nor ``Queued`` (unknown, awaiting, ended). A
+        queued run's commands wait in the store for its next attempt."""
         ...
 
     async def commands(self, run_ids: Collection[str], after: int = 0) -> list[StoredCommand]:

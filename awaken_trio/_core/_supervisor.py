@@ -349,14 +349,16 @@ class Supervisor:
         self.lose(root.run_id, why)
 
     async def load_commands(self, attempt: Attempt) -> None:
-        """Durable stores: commands stored for the run before this attempt began (sent to a
-        lost attempt, say) apply to it as they would have."""
+        """Durable stores: commands stored for the run before this attempt began (sent
+        while it was queued, or to a lost attempt) apply to it as they would have, before
+        its body runs: a cancel ends it first, a pause pauses it at its first boundary,
+        messages reach that boundary; a wake had no attempt to wake and is dropped."""
         store = self.durable_store
-        if store is None or attempt.generation == 1:
-            return  # nothing can be stored for a run before its first attempt runs
+        if store is None or not attempt.commands_before:
+            return  # its own admission created the run: nothing can be stored before it
         with contextlib.suppress(Exception):  # the relay delivers them later anyway
             for command in await store.commands((attempt.run_id,)):
-                attempt.apply_stored(command.id, command.kind, command.payload, command.reason)
+                attempt.load_stored(command.id, command.kind, command.payload, command.reason)
 
     async def changed(self, local: trio.Event) -> None:
         """Wait until something may have changed: a commit here or, on a durable store, a
@@ -453,6 +455,8 @@ class Supervisor:
         if is_running:
             state = running(generation)
             committed_generation = generation
+            # Made Running by this very commit: no command can be stored for it before.
+            attempt.commands_before = new_run is None
         else:
             attempt.gate_waiter = self.gate.enqueue(thread_id, attempt)
             attempt.queued_generation = committed_generation = generation - 1
@@ -490,6 +494,7 @@ class Supervisor:
                 # its actor retries when the store changes.
                 attempt.remote_wait = True
                 attempt.queued_generation = generation - 1
+                attempt.commands_before = True
                 queued = Commit(
                     run_id=run_id,
                     state=Queued(),
@@ -644,6 +649,41 @@ class Supervisor:
             await self._refused(attempt, result, "progress")
         attempt.checkpoint = progress
 
+    async def hand_over(self, attempt: Attempt) -> list[JsonValue]:
+        """The messages not yet read, for a boundary to return, when the store holds some
+        of them (sent with ``send``): their receipt is committed first (it consumes them,
+        and its event lists them as ``received``), so each is either received or, if the
+        run ends elsewhere before that commit, discarded by that end, never both; and the
+        history accounts for every one. A run ended elsewhere or a lost claim cancels the
+        attempt right here, with the messages left unread."""
+        at = self.now()
+        taken = attempt.take_messages()
+        consumed = attempt.take_consumed()
+        try:
+            result = await self.mailbox.commit(
+                Commit(
+                    run_id=attempt.run_id,
+                    state=running(attempt.generation),
+                    generation=attempt.generation,
+                    expect=expect_running(attempt.generation),
+                    at=at,
+                    detail=freeze_detail(
+                        {"source": "boundary", "received": list(taken.stored_messages())},
+                        "detail",
+                    ),
+                    fence=attempt.fence,
+                    consumed=(*taken.stored_ids(), *consumed),
+                )
+            )
+            if isinstance(result, Rejected):
+                await self._refused(attempt, result, "taking messages")
+        except BaseException:
+            attempt.put_back(taken)
+            for command_id in consumed:
+                attempt.consume(command_id)
+            raise
+        return taken.messages()
+
     async def emit(self, attempt: Attempt, kind: str, detail: FrozenDict) -> None:
         """Commit a body's own event; no state changes. Fenced like any commit of the
         attempt, so an attempt that has lost its run commits nothing."""
@@ -663,14 +703,20 @@ class Supervisor:
             await self._refused(attempt, result, "an event")
 
     async def _refused(self, attempt: Attempt, result: Rejected, what: str) -> NoReturn:
-        """A commit of a running attempt was refused. Its claim superseded or lapsed: the
-        attempt stops at once (the cancellation reaches the body right here) and commits
-        nothing more. Otherwise the run moved on without it: the caller hears why."""
+        """A commit of a running attempt was refused. Its claim superseded or lapsed, or
+        its run ended by another runtime (``cancel_run``/``stop_run`` from elsewhere, or
+        its parent's end there): the attempt stops at once, the cancellation reaching the
+        body right here (never a store error), and commits nothing more. Only a body that
+        shields the call hears why instead; so does one whose run moved on otherwise."""
         if result.reason is RejectReason.FENCED:
             self.lose_attempt(attempt, "its claim is no longer current (superseded or lapsed)")
             await trio.lowlevel.checkpoint()  # raises the cancellation just requested
         assert result.state is not None
         if isinstance(result.state, Ended):
+            # What the relay does once it sees the end; this commit saw it first.
+            why = f"the run was ended elsewhere: {result.state!r}"
+            attempt.request_end(lost(why, claim_lost=False))
+            await trio.lowlevel.checkpoint()
             raise RunAlreadyEnded(attempt.run_id, result.state)
         raise StoreError(
             f"{what} of run {attempt.run_id!r} attempt {attempt.generation} was fenced off:"

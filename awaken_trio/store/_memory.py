@@ -613,8 +613,11 @@ class MemoryStore:
         row = self._rows.get(run_id)
         if row is None:
             return Rejected(RejectReason.UNKNOWN, None)
-        if type(row.state) is not Running:
-            reason_ = RejectReason.ENDED if type(row.state) is Ended else RejectReason.STALE
+        kind_ = type(row.state)
+        if kind_ is not Running and kind_ is not Queued:
+            # A queued run's command waits for its next attempt; an awaiting run has no
+            # attempt to take one until it is resumed.
+            reason_ = RejectReason.ENDED if kind_ is Ended else RejectReason.STALE
             return Rejected(reason_, row.state)
         self._command_id += 1
         self._commands[self._command_id] = StoredCommand(

@@ -12,7 +12,7 @@ from typing import Final
 
 from .._core._json import JsonValue
 from .._core._storage import CommandKind, Recovered, Rejected, RejectReason
-from ._codec import ENDED, RUNNING, dump_json
+from ._codec import ENDED, QUEUED, RUNNING, dump_json
 from ._sqlite_ending import end_descendants, end_row
 from ._sqlite_rows import load_record, lost_detail, owner_lost
 from ._sqlite_tx import Transaction
@@ -115,7 +115,7 @@ def post_command(
     row = tx.row(run_id)
     if row is None:
         return Rejected(RejectReason.UNKNOWN, None)
-    if row.kind != RUNNING:
+    if row.kind not in (RUNNING, QUEUED):  # a queued run's command waits for its attempt
         why = RejectReason.ENDED if row.kind == ENDED else RejectReason.STALE
         return Rejected(why, row.state)
     return tx.insert_command(run_id, kind, dump_json(payload), dump_json(reason), at)

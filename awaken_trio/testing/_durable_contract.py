@@ -226,10 +226,10 @@ class DurableStoreContract(StoreContract):
       its body does not count toward ``limit``.
     * ``runnable``: queued named root runs with no live claim and a free thread, oldest
       first, then due scheduled ones, soonest first, at most ``limit``.
-    * Stored commands: ``post_command`` only for a ``Running`` run, ids increasing;
-      ``commands`` by run and cursor; ``consumed`` deletes them with the commit; a terminal
-      end discards the stored messages (after carried and the commit's own) and drops the
-      other commands.
+    * Stored commands: ``post_command`` only for a ``Running`` or ``Queued`` run, ids
+      increasing; ``commands`` by run and cursor; ``consumed`` deletes them with the
+      commit; a terminal end discards the stored messages (after carried and the commit's
+      own) and drops the other commands.
     * ``end_descendants``: the run's unended tree is ended ``Cancelled`` (source parent),
       deepest first, before the run's own commit.
     * ``states`` reads committed states; ``version`` moves when another runtime writes.
@@ -765,32 +765,33 @@ class DurableStoreContract(StoreContract):
 
     # ------------------------------------------------------------ stored commands
 
-    async def test_post_command_stores_commands_for_a_running_run_only(
+    async def test_post_command_stores_commands_for_a_running_or_queued_run_only(
         self, store: DurableStore
     ) -> None:
         await _accepted(store, _new("r1"))
+        await _accepted(store, _new("queued", Queued(), generation=0))
         ids = [
             await store.post_command("r1", "message", {"text": ["hi"]}, None, 2.0),
             await store.post_command("r1", "pause", None, None, 3.0),
+            await store.post_command("queued", "message", "x", None, 3.5),
             await store.post_command("r1", "cancel", None, "because", 4.0),
+            await store.post_command("queued", "cancel", None, None, 4.5),
             await store.post_command("r1", "wake", None, "nudge", 5.0),
         ]
         assert all(type(i) is int for i in ids)
         assert ids == sorted(set(ids)), ids  # strictly increasing
+        assert [c.id for c in await store.commands(["queued"])] == [ids[2], ids[4]]
 
-        await _accepted(store, _new("queued", Queued(), generation=0))
         ticket = _ticket("asking")
         await _awaiting(store, "asking", ticket)
         await _accepted(store, _new("ended", DONE))
         before = await store.commands(["r1", "queued", "asking", "ended", "ghost"])
         rejected = [
-            await store.post_command("queued", "message", "x", None, 6.0),
             await store.post_command("asking", "message", "x", None, 6.0),
             await store.post_command("ended", "cancel", None, None, 6.0),
             await store.post_command("ghost", "wake", None, "", 6.0),
         ]
         assert rejected == [
-            Rejected(RejectReason.STALE, Queued()),
             Rejected(RejectReason.STALE, Awaiting(ticket)),
             Rejected(RejectReason.ENDED, DONE),
             Rejected(RejectReason.UNKNOWN, None),
@@ -862,6 +863,22 @@ class DurableStoreContract(StoreContract):
             {"stored": 2},
         ]
         assert await store.commands(["r1"]) == []
+
+    async def test_a_queued_runs_commands_outlive_its_start_and_are_dropped_by_its_end(
+        self, store: DurableStore
+    ) -> None:
+        await _accepted(store, _new("q", Queued(), generation=0))
+        first = await store.post_command("q", "message", "early", None, 2.0)
+        await store.post_command("q", "wake", None, "", 2.0)
+        assert isinstance(first, int)
+        started = _commit("q", Running(1), at=3.0, take_messages=True, claim=Claim("a", 10.0))
+        await _accepted(store, started)
+        # The attempt reads what was stored while the run was queued, and more comes.
+        assert [c.kind for c in await store.commands(["q"])] == ["message", "wake"]
+        await store.post_command("q", "message", "later", None, 4.0)
+        await _accepted(store, _commit("q", CANCELLED, at=5.0, fence=Fence("q", "a", 1)))
+        assert await _messages_discarded(store, "q") == ["early", "later"]
+        assert await store.commands(["q"]) == []
 
     # ------------------------------------------------------------ ends made elsewhere
 

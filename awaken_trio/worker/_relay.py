@@ -31,6 +31,10 @@ class StoreRelay:
         self._store = store
         self._poll = supervisor.claims.poll
         self._version: int | None = None
+        # The highest command id read so far. Every read covers every attempt here, so a
+        # command of an attempt the relay already knew with a lower id was in an earlier
+        # read (ids grow in the order commands are stored); an attempt it did not know yet
+        # is read from the start instead (`Attempt.relayed`).
         self._last_command = 0
         self._failing = False
 
@@ -55,20 +59,30 @@ class StoreRelay:
                     self._failing = False
 
     async def poll(self) -> None:
+        supervisor = self._supervisor
         version = await self._store.version()
-        if version == self._version:
+        registry = supervisor.registry
+        # Attempts waiting here for their thread are read too: a cancel ends them at once.
+        attempts = [a for a in (*registry.all(), *supervisor.queued.values()) if not a.sealed]
+        fresh = any(not a.relayed for a in attempts)
+        if version == self._version and not fresh:
             return
-        self._version = version
-        self._supervisor.store_changed_elsewhere()
-        registry = self._supervisor.registry
-        active = [a.run_id for a in registry.all() if not a.sealed]
-        if not active:
+        if version != self._version:
+            self._version = version
+            supervisor.store_changed_elsewhere()
+        if not attempts:
             return
-        for command in await self._store.commands(active, self._last_command):
+        after = 0 if fresh else self._last_command
+        for command in await self._store.commands([a.run_id for a in attempts], after):
             self._last_command = max(self._last_command, command.id)
-            attempt = registry.get(command.run_id)
+            attempt = registry.get(command.run_id) or supervisor.queued.get(command.run_id)
             if attempt is not None and not attempt.sealed:
                 attempt.apply_stored(command.id, command.kind, command.payload, command.reason)
+        for attempt in attempts:
+            attempt.relayed = True
+        active = [a.run_id for a in attempts if a.started]
+        if not active:
+            return
         for run_id, state in (await self._store.states(active)).items():
             attempt = registry.get(run_id)
             if isinstance(state, Ended) and attempt is not None and not attempt.sealed:

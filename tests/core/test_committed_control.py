@@ -36,6 +36,7 @@ STOPPED = RunState.Ended(EndCause.Stopped("budget"))
 # How each committed end is requested, what it commits, and the source it records.
 ENDINGS: dict[str, tuple[RunState, dict[str, object]]] = {
     "cancel_run": (CANCELLED, {"source": "cancel_run", "reason": None}),
+    "cancel_run_with_reason": (CANCELLED, {"source": "cancel_run", "reason": "operator"}),
     "stop_run": (STOPPED, {"source": "stop_run", "reason": "budget"}),
 }
 
@@ -45,6 +46,8 @@ async def end_run(
 ) -> RunState:
     if how == "cancel_run":
         return await runtime.cancel_run(run_id, thread_id=thread_id)
+    if how == "cancel_run_with_reason":
+        return await runtime.cancel_run(run_id, thread_id=thread_id, reason="operator")
     return await runtime.stop_run(run_id, "budget", thread_id=thread_id)
 
 
@@ -520,6 +523,25 @@ async def test_stop_run_needs_a_str_reason(runtime: Runtime) -> None:
             await runtime.stop_run(handle.run_id, cast("Any", reason))
     assert await snapshot(runtime, handle.run_id) == before
     assert not handle.done
+
+
+async def test_cancel_run_refuses_a_reason_that_is_not_a_str(runtime: Runtime) -> None:
+    async def body(ctx: RunContext) -> object:
+        await trio.sleep_forever()
+
+    handle = await runtime.start(body)
+    await trio.testing.wait_all_tasks_blocked()
+    before = await snapshot(runtime, handle.run_id)
+    for reason in (42, b"operator", ["operator"]):
+        with pytest.raises(InvalidArgument, match="reason"):
+            await runtime.cancel_run(handle.run_id, reason=cast("Any", reason))
+    assert await snapshot(runtime, handle.run_id) == before
+    assert not handle.done
+    assert await runtime.cancel_run(handle.run_id, reason="") == CANCELLED
+    assert terminal_commits(await history(runtime, handle.run_id))[0].detail == {
+        "source": "cancel_run",
+        "reason": "",
+    }
 
 
 # ---------------------------------------------------------------------- late resume

@@ -11,7 +11,7 @@ import pytest
 import trio
 import trio.testing
 from run_helpers import history, snapshot, start_parked, terminal_commits
-from wrapped_stores import HoldingStore
+from wrapped_stores import HoldingStore, ParkingStore
 
 from awaken_trio import (
     EndCause,
@@ -787,3 +787,63 @@ async def test_wake_releases_a_waiting_boundary_without_ending_the_run(
     await woke.wait()
     assert await runtime.state(handle.run_id) == RunState.Running(1)
     assert runtime.active_attempt_run_id(handle.thread_id) == handle.run_id
+
+
+@pytest.mark.parametrize("first", ["message", "cancel"])
+@pytest.mark.parametrize("progress", [None, {"step": 1}])
+async def test_a_cancel_that_arrives_with_a_message_wins_at_a_waiting_boundary(
+    runtime: Runtime, first: str, progress: JsonValue
+) -> None:
+    """A message and a cancel delivered in the same step: the boundary raises the
+    cancellation rather than hand the message to a cancelled run, and the message is
+    recorded as discarded (never lost)."""
+    received: list[JsonValue] = []
+
+    async def body(ctx: RunContext) -> object:
+        received.extend(await ctx.boundary(progress, wait=True))
+        await trio.sleep_forever()
+
+    handle = await runtime.start(body, run_id="r")
+    await trio.testing.wait_all_tasks_blocked()
+    message, cancel = LiveCommand.Message("r", "late"), LiveCommand.Cancel("r", "enough")
+    for command in (message, cancel) if first == "message" else (cancel, message):
+        runtime.deliver(command)
+    assert await handle.wait() == CANCELLED
+    assert received == []
+    events = await history(runtime, "r")
+    discarded = [e.detail for e in events if e.kind == "messages_discarded"]
+    assert discarded == [{"messages": ["late"]}]
+    assert terminal_commits(events)[0].detail == {"source": "deliver", "reason": "enough"}
+
+
+@pytest.mark.parametrize("shared", [False, True], ids=["memory", "shared"])
+async def test_a_cancel_that_arrives_while_a_boundary_commits_progress_wins_over_its_messages(
+    shared: bool,
+) -> None:
+    """The boundary's progress commit is in flight when a cancel comes: the boundary
+    raises the cancellation instead of returning the messages, which are discarded."""
+    store = ParkingStore(shared=shared)
+    go = trio.Event()
+    received: list[JsonValue] = []
+
+    async def body(ctx: RunContext) -> object:
+        await go.wait()
+        received.extend(await ctx.boundary({"step": 1}))
+        await trio.sleep_forever()
+
+    async with open_runtime(store) as runtime:
+        handle = await runtime.start(body, run_id="r")
+        await trio.testing.wait_all_tasks_blocked()
+        runtime.deliver(LiveCommand.Message("r", "unread"))
+        parked = store.park("apply")
+        go.set()
+        await parked.arrived.wait()
+        runtime.deliver(LiveCommand.Cancel("r", "enough"))
+        parked.release.set()
+        assert await handle.wait() == CANCELLED
+        assert received == []
+        assert (await runtime.record("r")).checkpoint == {"step": 1}
+        events = await history(runtime, "r")
+        assert [e.detail for e in events if e.kind == "messages_discarded"] == [
+            {"messages": ["unread"]}
+        ]

@@ -91,7 +91,6 @@ class ModelRun:
     end: RunState | None = None
     source: str | None = None
     result: JsonValue = None
-    late_result: JsonValue = None
     discarded: list[JsonValue] = dataclasses.field(default_factory=list)
     children: list[str] = dataclasses.field(default_factory=list)
 
@@ -179,7 +178,6 @@ class Model:
         source: str | None,
         *,
         result: JsonValue = None,
-        late_result: JsonValue = None,
     ) -> None:
         """End ``run``'s attempt: ``state`` None means it paused (``Awaiting``)."""
         descendants = self._live_descendants(run)
@@ -191,7 +189,6 @@ class Model:
         else:
             self._seal(run, state, source)
             run.result = result
-            run.late_result = late_result
         for gone in [*descendants, run]:
             queue = self.threads.get(gone.thread)
             if queue is not None and gone.run_id in queue:
@@ -318,18 +315,20 @@ async def apply(runtime: Runtime, store: MemoryStore, model: Model, op: Op) -> N
         runtime.deliver(LiveCommand.Message(rid, {"progress": op.pick}))
         run.checkpoint = {"step": op.pick}
     elif op.kind == "cancel":
+        # A message that arrives with the cancel (in the same step) is never handed to the
+        # waiting body: the cancel wins at the boundary, and the message is discarded.
+        arrived: list[JsonValue] = []
         if op.variant == 1:  # a pending pause loses to the cancel
             runtime.deliver(LiveCommand.Pause(rid))
-        elif op.variant == 2:  # the body returns, but only after the cancel: a late result
-            runtime.deliver(LiveCommand.Message(rid, "finish"))
-        elif op.variant == 3:  # the body raises: the error wins over the cancel
-            runtime.deliver(LiveCommand.Message(rid, "fail"))
+        elif op.variant == 2:
+            arrived = ["finish"]
+        elif op.variant == 3:
+            arrived = ["fail"]
+        for message in arrived:
+            runtime.deliver(LiveCommand.Message(rid, message))
         runtime.deliver(LiveCommand.Cancel(rid, reason="op"))
-        if op.variant == 3:
-            model.end(run, FAILED, None)
-        else:
-            late = run.finish_value() if op.variant == 2 else None
-            model.end(run, CANCELLED, "deliver", late_result=late)
+        model.end(run, CANCELLED, "deliver")
+        run.discarded = [*run.discarded, *arrived]
     elif op.kind == "pause":
         carried: list[JsonValue] = []
         if op.variant == 2:
@@ -504,20 +503,13 @@ async def check_log(store: MemoryStore, model: Model) -> None:
                     "shutdown",
                 )
         extras = [e for e in run_events[:-1] if isinstance(e.state, RunState.Ended)]
-        expected_kinds = []
-        if run.late_result is not None:
-            expected_kinds.append("late_result_discarded")
-        if run.discarded:
-            expected_kinds.append("messages_discarded")
+        # No body returns after a cancel here (a message that came with it is discarded
+        # instead), so no late result is ever recorded.
+        expected_kinds = ["messages_discarded"] if run.discarded else []
         assert [e.kind for e in extras] == expected_kinds, run_id
         assert extras == run_events[len(run_events) - 1 - len(extras) : -1]
         for extra in extras:
-            if extra.kind == "messages_discarded":
-                assert extra.detail == {"messages": run.discarded}
-            else:
-                assert extra.detail["result"] == run.late_result
-                assert extra.detail["source"] == "deliver"
-                assert extra.detail["reason"] == "op"
+            assert extra.detail == {"messages": run.discarded}
 
     for run in model.runs.values():
         source = terminal[run.run_id].detail.get("source") if run.run_id in terminal else None

@@ -300,9 +300,15 @@ def check(chaos: Chaos, events: list[RunEvent], records: dict[str, Any]) -> set[
         if records[run_id].state != ends[0].state:
             problems.append(f"{run_id}: record {records[run_id].state} != {ends[0].state}")
 
-        # No message lost: each accepted one is kept by the body or discarded by the end.
+        # No message lost: each accepted one is received by an attempt (its boundary's
+        # commit says so) or discarded by the end, never both, in send order; what the body
+        # kept it received. (An attempt that received a message and was then lost or
+        # ended elsewhere before its next checkpoint kept nothing of it.)
         record = records[run_id]
         kept = messages_kept(record.checkpoint, record.result)
+        received = [
+            m for e in story if e.kind == EventKind.COMMITTED for m in e.detail.get("received", ())
+        ]
         discarded = [
             m
             for e in story
@@ -310,14 +316,19 @@ def check(chaos: Chaos, events: list[RunEvent], records: dict[str, Any]) -> set[
             for m in e.detail.get("messages", ())
         ]
         accepted = chaos.accepted.get(run_id, [])
-        lost = [m for m in accepted if m not in kept and m not in discarded]
+        lost = [m for m in accepted if m not in received and m not in discarded]
         if lost:
-            problems.append(f"{run_id}: messages lost {lost} (kept {kept}, discarded {discarded})")
-        if kept + discarded != accepted:
+            problems.append(
+                f"{run_id}: messages lost {lost} (received {received}, discarded {discarded})"
+            )
+        if received + discarded != accepted:
             problems.append(
                 f"{run_id}: messages out of order or twice: sent {accepted},"
-                f" kept {kept}, discarded {discarded}"
+                f" received {received}, discarded {discarded}"
             )
+        unreceived = iter(received)
+        if not all(m in unreceived for m in kept):  # kept is a subsequence of received
+            problems.append(f"{run_id}: kept {kept} but received {received}")
 
     # The killed worker's runs were recovered elsewhere (a new attempt, generation + 1:
     # recovery commits it Running, or Queued behind a busy thread), or ended.

@@ -7,11 +7,15 @@ from __future__ import annotations
 import pytest
 import trio
 import trio.testing
+from wrapped_stores import ParkingStore
 
 from awaken_trio import (
     EndCause,
+    JsonValue,
+    LiveCommand,
     RunAlreadyEnded,
     RunContext,
+    RunEvent,
     RunState,
     Runtime,
     UnknownRun,
@@ -39,6 +43,7 @@ from .worker_helpers import (
 STOPPED = RunState.Ended(EndCause.Stopped("budget"))
 ENDINGS = {
     "cancel_run": (CANCELLED, {"source": "cancel_run", "reason": None}),
+    "cancel_run_with_reason": (CANCELLED, {"source": "cancel_run", "reason": "operator"}),
     "stop_run": (STOPPED, {"source": "stop_run", "reason": "budget"}),
 }
 
@@ -46,6 +51,8 @@ ENDINGS = {
 async def end_run(runtime: Runtime, how: str, run_id: str) -> RunState:
     if how == "cancel_run":
         return await runtime.cancel_run(run_id)
+    if how == "cancel_run_with_reason":
+        return await runtime.cancel_run(run_id, reason="operator")
     return await runtime.stop_run(run_id, "budget")
 
 
@@ -283,3 +290,121 @@ async def test_a_cancel_from_elsewhere_and_a_natural_end_commit_one_end(
             state = await settle(handle)
             assert state == told
             assert len(terminal(await history(a, f"r{round_}"))) == 1
+
+
+@pytest.mark.parametrize("call", ["boundary", "emit"])
+@pytest.mark.parametrize("how", sorted(ENDINGS))
+async def test_a_body_whose_commit_meets_an_end_made_elsewhere_sees_a_cancellation(
+    autojump_clock: trio.testing.MockClock, how: str, call: str
+) -> None:
+    """Another runtime ends the run while the owner's commit is on its way: the body sees
+    `trio.Cancelled` (never `RunAlreadyEnded` or a store error) and the run keeps the end
+    committed elsewhere, with nothing of the owner's after it."""
+    expected, detail = ENDINGS[how]
+    store = ParkingStore()
+    go = trio.Event()
+    seen: list[type[BaseException]] = []
+
+    async def body(ctx: RunContext) -> object:
+        await go.wait()
+        try:
+            if call == "boundary":
+                await ctx.boundary({"step": 1})
+            else:
+                await ctx.emit("test.step", {"n": 1})
+        except BaseException as exc:
+            seen.append(type(exc))
+            raise
+        return "not reached"
+
+    async with shared_runtime(store) as a, shared_runtime(store) as b:
+        handle = await a.start(body, run_id="r")
+        await trio.testing.wait_all_tasks_blocked()
+        parked = store.park("apply")
+        go.set()
+        await reach(parked.arrived)  # the owner's commit is on its way
+        assert await end_run(b, how, "r") == expected
+        events = await history(b, "r")
+        parked.release.set()
+        assert await settle(handle, POLL_BOUND) == expected
+        assert seen == [trio.Cancelled]
+        assert await history(b, "r") == events
+        assert dict(terminal(events)[0].detail) == detail
+        assert (await b.record("r")).checkpoint is None
+
+
+def discarded_messages(events: list[RunEvent]) -> list[JsonValue]:
+    return [m for e in events if e.kind == "messages_discarded" for m in e.detail["messages"]]
+
+
+def received_messages(events: list[RunEvent]) -> list[JsonValue]:
+    return [m for e in events if e.kind == "committed" for m in e.detail.get("received", ())]
+
+
+@pytest.mark.parametrize("how", sorted(ENDINGS))
+async def test_a_message_the_body_received_is_not_also_discarded_by_an_end_made_elsewhere(
+    shared_store: MemoryStore, autojump_clock: trio.testing.MockClock, how: str
+) -> None:
+    expected, _ = ENDINGS[how]
+    received: list[JsonValue] = []
+    got = trio.Event()
+
+    async def body(ctx: RunContext) -> object:
+        while True:
+            received.extend(await ctx.boundary(wait=True))
+            if "unread" in received:
+                raise AssertionError("a message sent after the first was read")
+            got.set()
+            await trio.sleep_forever()  # no further commit before the end
+
+    async with shared_runtime(shared_store) as a, shared_runtime(shared_store) as b:
+        handle = await a.start(body, run_id="r")
+        await trio.testing.wait_all_tasks_blocked()
+        await b.send(LiveCommand.Message("r", "read"))
+        await reach(got)
+        await b.send(LiveCommand.Message("r", "unread"))
+        assert await end_run(b, how, "r") == expected
+        assert await settle(handle, POLL_BOUND) == expected
+        assert received == ["read"]
+        # Received or discarded, never both; and the history accounts for each.
+        events = await history(b, "r")
+        assert received_messages(events) == ["read"]
+        assert discarded_messages(events) == ["unread"]
+
+
+@pytest.mark.parametrize("how", sorted(ENDINGS))
+async def test_a_message_whose_handover_meets_an_end_made_elsewhere_is_only_discarded(
+    autojump_clock: trio.testing.MockClock, how: str
+) -> None:
+    """The owner's boundary is handing a stored message over when another runtime ends
+    the run: the end wins, the body never gets the message, and it is discarded once."""
+    expected, _ = ENDINGS[how]
+    store = ParkingStore()
+    received: list[JsonValue] = []
+    seen: list[type[BaseException]] = []
+    waiting = trio.Event()
+
+    async def body(ctx: RunContext) -> object:
+        waiting.set()
+        try:
+            received.extend(await ctx.boundary(wait=True))
+        except BaseException as exc:
+            seen.append(type(exc))
+            raise
+        return received
+
+    async with shared_runtime(store) as a, shared_runtime(store) as b:
+        handle = await a.start(body, run_id="r")
+        await reach(waiting)
+        await trio.sleep(POLL_BOUND)
+        parked = store.park("apply")
+        await b.send(LiveCommand.Message("r", "m"))
+        await reach(parked.arrived)  # the owner's boundary commits that it takes "m"
+        assert await end_run(b, how, "r") == expected
+        parked.release.set()
+        assert await settle(handle, POLL_BOUND) == expected
+        assert received == []
+        assert seen == [trio.Cancelled]
+        events = await history(b, "r")
+        assert received_messages(events) == []
+        assert discarded_messages(events) == ["m"]

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
 import trio.testing
+from wrapped_stores import ParkingStore
 
 from awaken_trio import (
     InvalidArgument,
@@ -16,6 +18,8 @@ from awaken_trio import (
     RunContext,
     RunState,
     Runtime,
+    StoreError,
+    open_runtime,
 )
 from awaken_trio.store import MemoryStore
 
@@ -151,11 +155,6 @@ async def test_a_cancel_sent_from_another_runtime_ends_the_run_cancelled(
         assert dict(end.detail) == {"source": "send", "reason": "operator said so"}
 
 
-async def start_queued(rt: Runtime) -> str:
-    await rt.submit("listener", run_id="queued")
-    return "queued"
-
-
 async def start_awaiting(rt: Runtime) -> str:
     async def asking(ctx: RunContext) -> object:
         if ctx.generation == 1:
@@ -188,18 +187,14 @@ COMMANDS: dict[str, Any] = {
 
 
 @pytest.mark.parametrize("command", sorted(COMMANDS))
-@pytest.mark.parametrize("where", [start_queued, start_awaiting, start_ended, unknown])
-async def test_send_to_a_run_with_no_active_attempt_raises_not_active_and_stores_nothing(
+@pytest.mark.parametrize("where", [start_awaiting, start_ended, unknown])
+async def test_send_to_a_run_that_is_not_queued_or_running_raises_not_active_and_stores_nothing(
     shared_store: MemoryStore,
     autojump_clock: trio.testing.MockClock,
     command: str,
     where: Any,
 ) -> None:
-    listener = Listener()
-    async with (
-        shared_runtime(shared_store) as a,
-        shared_runtime(shared_store, bodies={"listener": listener.body}) as b,
-    ):
+    async with shared_runtime(shared_store) as a, shared_runtime(shared_store) as b:
         run_id = await where(a)
         before = await history(a)
         with pytest.raises(NotActive):
@@ -207,14 +202,156 @@ async def test_send_to_a_run_with_no_active_attempt_raises_not_active_and_stores
         with pytest.raises(NotActive):
             await a.send(COMMANDS[command](run_id))
         assert await history(a) == before
-        if run_id == "queued":
-            # Nothing was kept for the run: its first attempt finds no command.
-            async with serving(b):
-                await reach(listener.waiting)
-                await trio.sleep(20 * POLL)
-                assert listener.received == []
-                assert await a.state("queued") == RunState.Running(1)
-                await a.cancel_run("queued")
+
+
+async def test_messages_sent_to_a_queued_run_reach_its_first_boundary_in_send_order(
+    shared_store: MemoryStore, autojump_clock: trio.testing.MockClock
+) -> None:
+    listener = Listener()
+    async with (
+        shared_runtime(shared_store) as a,
+        shared_runtime(shared_store, bodies={"listener": listener.body}) as b,
+    ):
+        handle = await a.submit("listener", run_id="q")
+        for payload in ("m1", {"n": 2}, "stop"):
+            await a.send(LiveCommand.Message("q", payload))
+        assert await a.state("q") == RunState.Queued()
+        async with serving(b):
+            assert await settle(handle) == NATURAL
+    assert [batch for _, batch in listener.received] == [["m1", {"n": 2}, "stop"]]
+    assert listener.generations == [1]
+
+
+async def test_a_cancel_sent_to_a_queued_run_ends_it_before_its_body_runs(
+    shared_store: MemoryStore, autojump_clock: trio.testing.MockClock
+) -> None:
+    listener = Listener()
+    async with (
+        shared_runtime(shared_store) as a,
+        shared_runtime(shared_store, bodies={"listener": listener.body}) as b,
+    ):
+        handle = await a.submit("listener", run_id="q")
+        await a.send(LiveCommand.Message("q", "never read"))
+        await a.send(LiveCommand.Cancel("q", "not wanted after all"))
+        async with serving(b):
+            assert await settle(handle) == CANCELLED
+        end = await terminal_event(a, "q")
+        assert dict(end.detail) == {"source": "send", "reason": "not wanted after all"}
+        discarded = [e for e in await history(a, "q") if e.kind == "messages_discarded"]
+        assert [dict(e.detail)["messages"] for e in discarded] == [["never read"]]
+    assert listener.generations == []
+
+
+async def test_a_pause_sent_to_a_queued_run_pauses_it_at_its_first_boundary(
+    shared_store: MemoryStore, autojump_clock: trio.testing.MockClock
+) -> None:
+    passed: list[int] = []
+
+    async def body(ctx: RunContext) -> object:
+        await ctx.boundary()
+        passed.append(ctx.generation)
+        return None
+
+    async with (
+        shared_runtime(shared_store) as a,
+        shared_runtime(shared_store, bodies={"w": body}) as b,
+    ):
+        handle = await a.submit("w", run_id="q")
+        await a.send(LiveCommand.Pause("q"))
+        async with serving(b):
+            state = await settle(handle)
+            assert isinstance(state, RunState.Awaiting)
+            assert state.ticket.reason == "manual_pause"
+            # The pause was honoured once: the resumed attempt passes its boundary.
+            assert await settle(await b.resume("q")) == NATURAL
+    assert passed == [2]
+
+
+async def test_a_wake_sent_to_a_queued_run_is_dropped(
+    shared_store: MemoryStore, autojump_clock: trio.testing.MockClock
+) -> None:
+    listener = Listener()
+    async with (
+        shared_runtime(shared_store) as a,
+        shared_runtime(shared_store, bodies={"listener": listener.body}) as b,
+    ):
+        handle = await a.submit("listener", run_id="q")
+        await a.send(LiveCommand.Wake("q", "nobody is waiting yet"))
+        async with serving(b):
+            await reach(listener.waiting)
+            await trio.sleep(20 * POLL)
+            # No attempt was waiting when it came: the first boundary still waits.
+            assert listener.received == []
+            await a.send(LiveCommand.Message("q", "stop"))
+            assert await settle(handle) == NATURAL
+    assert [batch for _, batch in listener.received] == [["stop"]]
+
+
+@pytest.mark.parametrize("sender", ["owner", "other"])
+async def test_a_cancel_sent_to_a_run_queued_behind_a_busy_thread_ends_it_at_once(
+    shared_store: MemoryStore, autojump_clock: trio.testing.MockClock, sender: str
+) -> None:
+    entered: list[str] = []
+    release = trio.Event()
+
+    async def body(ctx: RunContext) -> object:
+        entered.append(ctx.run_id)
+        await release.wait()
+        return None
+
+    async with shared_runtime(shared_store) as a, shared_runtime(shared_store) as b:
+        first = await a.start(body, run_id="first", thread_id="T")
+        queued = await a.start(body, run_id="queued", thread_id="T")
+        assert await a.state("queued") == RunState.Queued()
+        await (a if sender == "owner" else b).send(LiveCommand.Cancel("queued", sender))
+        assert await settle(queued, POLL_BOUND) == CANCELLED
+        end = await terminal_event(a, "queued")
+        assert dict(end.detail) == {"source": "send", "reason": sender}
+        release.set()
+        assert await settle(first) == NATURAL
+    assert entered == ["first"]
+
+
+async def test_messages_sent_to_a_run_queued_here_reach_its_first_boundary(
+    shared_store: MemoryStore, autojump_clock: trio.testing.MockClock
+) -> None:
+    release = trio.Event()
+    listener = Listener()
+
+    async def blocker(ctx: RunContext) -> object:
+        await release.wait()
+        return None
+
+    async with shared_runtime(shared_store) as a, shared_runtime(shared_store) as b:
+        first = await a.start(blocker, run_id="first", thread_id="T")
+        queued = await a.start(listener.body, run_id="queued", thread_id="T")
+        await b.send(LiveCommand.Message("queued", "from elsewhere"))
+        await a.send(LiveCommand.Message("queued", "from here"))
+        await a.send(LiveCommand.Wake("queued"))
+        await a.send(LiveCommand.Message("queued", "stop"))
+        release.set()
+        assert await settle(first) == NATURAL
+        assert await settle(queued) == NATURAL
+    assert [batch for _, batch in listener.received] == [["from elsewhere", "from here", "stop"]]
+
+
+async def test_send_to_a_queued_run_of_a_memory_store_is_deliver(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    release = trio.Event()
+
+    async def body(ctx: RunContext) -> object:
+        await release.wait()
+        return None
+
+    async with open_runtime() as rt:
+        first = await rt.start(body, run_id="first", thread_id="T")
+        queued = await rt.start(body, run_id="queued", thread_id="T")
+        with pytest.raises(NotActive):
+            await rt.send(LiveCommand.Message("queued", "m"))
+        release.set()
+        assert await settle(first) == NATURAL
+        assert await settle(queued) == NATURAL
 
 
 async def test_send_to_an_awaiting_run_keeps_nothing_for_its_next_attempt(
@@ -345,3 +482,142 @@ async def test_a_pause_sent_to_a_lost_attempt_pauses_the_next_one_at_its_first_b
         assert state.ticket.reason == "manual_pause"
         assert (await c.record("r")).generation == 2
     assert progress == [(2, "entered")]
+
+
+@pytest.mark.parametrize("command", ["message", "cancel"])
+async def test_a_command_stored_while_the_relay_reads_reaches_an_attempt_that_registers_meanwhile(
+    autojump_clock: trio.testing.MockClock, command: str
+) -> None:
+    """The owner's relay reads the commands of the attempts it knows; an attempt that
+    registers while that read is in flight, and a command stored for it meanwhile, must
+    not be skipped because the read saw a later command of another run."""
+    store = ParkingStore()
+    known, fresh = Listener(), Listener()
+    async with shared_runtime(store) as a, shared_runtime(store) as b:
+        known_run = await a.start(known.body, run_id="known")
+        await reach(known.waiting)
+        await b.send(LiveCommand.Message("known", "first"))
+        parked = store.park("commands")
+        await reach(parked.arrived)  # a's relay reads for the attempts it knows: "known"
+        handle = await a.start(fresh.body, run_id="fresh")
+        await reach(fresh.waiting)
+        sent = trio.current_time()
+        if command == "message":
+            await b.send(LiveCommand.Message("fresh", "stop"))
+        else:
+            await b.send(LiveCommand.Cancel("fresh", "sent while it registered"))
+        await b.send(LiveCommand.Message("known", "later"))
+        parked.release.set()
+        expected = NATURAL if command == "message" else CANCELLED
+        assert await settle(handle, POLL_BOUND) == expected
+        assert trio.current_time() - sent <= POLL_BOUND
+        await b.send(LiveCommand.Message("known", "stop"))
+        assert await settle(known_run) == NATURAL
+    assert fresh.messages == (["stop"] if command == "message" else [])
+    assert known.messages == ["first", "later", "stop"]
+
+
+async def test_the_readme_durable_sample_submit_then_send_then_cancel_works_on_sqlite(
+    tmp_path: Path,
+) -> None:
+    """The README's durable sample: a control process submits, sends a message and cancels
+    while the run is still queued; a worker then finds the run ended and never runs it."""
+    entered: list[str] = []
+
+    async def summarise(ctx: RunContext) -> object:
+        entered.append(ctx.run_id)
+        return await ctx.boundary()
+
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    with trio.fail_after(30):
+        async with open_runtime(url, poll=0.01) as control:
+            handle = await control.submit("summarise", input={"doc": 7}, thread_id="t1")
+            await control.send(LiveCommand.Message(handle.run_id, "focus on costs"))
+            sent = await control.submit("summarise", input={"doc": 8}, thread_id="t2")
+            await control.send(LiveCommand.Message(sent.run_id, "focus on costs"))
+            assert await control.cancel_run(handle.run_id) == CANCELLED
+            async with (
+                open_runtime(url, bodies={"summarise": summarise}, poll=0.01) as worker,
+                serving(worker),
+            ):
+                assert await sent.wait() == NATURAL
+            assert (await control.record(sent.run_id)).result == ["focus on costs"]
+            discarded = [
+                dict(e.detail)["messages"]
+                for e in await history(control, handle.run_id)
+                if e.kind == "messages_discarded"
+            ]
+            assert discarded == [["focus on costs"]]
+    assert entered == [sent.run_id]
+
+
+async def test_a_cancel_sent_with_a_message_wins_at_a_waiting_boundary(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Another runtime sends a message and then a cancel, and the owner reads both at
+    once: the waiting boundary raises the cancellation, and the message is recorded as
+    discarded."""
+    store = ParkingStore()
+    listener = Listener()
+    async with shared_runtime(store) as a, shared_runtime(store) as b:
+        handle = await a.start(listener.body, run_id="r")
+        await reach(listener.waiting)
+        await trio.sleep(POLL_BOUND)  # the relay knows the attempt
+        parked = store.park("commands")
+        await b.send(LiveCommand.Message("r", "too late"))
+        await reach(parked.arrived)
+        await b.send(LiveCommand.Cancel("r", "enough"))
+        parked.release.set()
+        assert await settle(handle, POLL_BOUND) == CANCELLED
+        events = await history(a, "r")
+        assert [dict(e.detail) for e in events if e.kind == "messages_discarded"] == [
+            {"messages": ["too late"]}
+        ]
+        assert dict(terminal(events)[0].detail) == {"source": "send", "reason": "enough"}
+    assert listener.received == []
+
+
+async def test_messages_whose_handover_the_store_fails_to_commit_are_handed_over_later(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The commit that consumes the messages a boundary takes fails: the boundary raises
+    the store's error, the messages stay unread, and the next boundary returns them."""
+    store = ParkingStore()
+    batches: list[list[JsonValue]] = []
+    errors: list[str] = []
+    waiting, got_local, failed = trio.Event(), trio.Event(), trio.Event()
+
+    async def body(ctx: RunContext) -> object:
+        waiting.set()
+        while True:
+            try:
+                batch = await ctx.boundary(wait=True)
+            except StoreError as exc:
+                errors.append(type(exc).__name__)
+                failed.set()
+                continue
+            batches.append(batch)
+            got_local.set()
+            if "stop" in batch:
+                return batches
+
+    async with shared_runtime(store) as a, shared_runtime(store) as b:
+        handle = await a.start(body, run_id="r")
+        await reach(waiting)
+        await a.send(LiveCommand.Message("r", "local"))
+        # The boundary returned the local message; now one sent from elsewhere, whose
+        # handover commit fails once.
+        await reach(got_local)
+        assert batches == [["local"]]
+        store.fail("apply")
+        await b.send(LiveCommand.Message("r", "stored"))
+        await reach(failed)
+        assert errors == ["StoreError"]
+        await b.send(LiveCommand.Message("r", "stop"))
+        assert await settle(handle) == NATURAL
+    assert [m for batch in batches for m in batch] == ["local", "stored", "stop"]
+    assert await history_discarded(store) == []
+
+
+async def history_discarded(store: ParkingStore) -> list[object]:
+    return [e for e in await store.events_after(0) if e.kind == "messages_discarded"]
