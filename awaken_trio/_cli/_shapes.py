@@ -154,7 +154,10 @@ def print_table(
     if console.is_terminal:
         console.print(table(columns, rows, title))
         return
+    # Written as they are: rich's console would expand the tabs to spaces.
+    file = console.file
     if title:
-        console.print(title, markup=False, highlight=False)
+        file.write(f"{title}\n")
     for line in (columns, *rows):
-        console.print("\t".join(line), markup=False, highlight=False, soft_wrap=True)
+        file.write("\t".join(line) + "\n")
+    file.flush()
