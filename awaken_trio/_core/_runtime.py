@@ -44,14 +44,17 @@ from ._state import (
 )
 from ._storage import (
     DURABLE_METHODS,
+    STATE_KINDS,
     STORE_METHODS,
     Accepted,
     CommandKind,
     Commit,
     DurableStore,
     Expect,
+    ListingStore,
     NewRun,
     Rejected,
+    StateKind,
     Store,
     read_store,
 )
@@ -648,6 +651,59 @@ class Runtime(metaclass=NoPublicConstructor):
         if record is None:
             raise UnknownRun(run_id)
         return record
+
+    async def list_runs(
+        self,
+        *,
+        state: StateKind | None = None,
+        thread_id: str | None = None,
+        name: str | None = None,
+        limit: int = 50,
+        before: str | None = None,
+    ) -> list[RunRecord]:
+        """Committed records of the store's runs, newest first (the order they were
+        created in), at most ``limit``.
+
+        Args:
+            state: only runs whose committed state is of this kind: ``"queued"``,
+                ``"running"``, ``"awaiting"`` or ``"ended"``.
+            thread_id: only runs on this thread.
+            name: only runs with this name.
+            limit: at most this many (a positive int).
+            before: only runs created before this one: pass the last run of a page to get
+                the next.
+
+        Raises:
+            InvalidArgument: a filter is malformed, or the store cannot list its runs (it
+                has no ``list_runs``; see `awaken_trio.store.ListingStore`).
+            UnknownRun: ``before`` names a run the store does not hold.
+        """
+        if state is not None and state not in STATE_KINDS:
+            raise InvalidArgument(
+                f"unknown state {safe_repr(state)}; list runs by one of {', '.join(STATE_KINDS)}"
+            )
+        if thread_id is not None:
+            check_id(thread_id, "thread_id")
+        if name is not None:
+            check_id(name, "name")
+        if type(limit) is not int or limit < 1:
+            raise InvalidArgument(f"limit must be a positive int, not {safe_repr(limit)}")
+        if before is not None:
+            check_id(before, "before")
+        store = self._store
+        if not isinstance(store, ListingStore):
+            raise InvalidArgument(
+                f"{safe_repr(store)} cannot list its runs: it has no list_runs() method"
+                " (see awaken_trio.store.ListingStore)"
+            )
+        if before is not None:
+            await self._load(before)  # raises UnknownRun
+        return await read_store(
+            store.list_runs(
+                state=state, thread_id=thread_id, name=name, limit=limit, before=before
+            ),
+            "the list of runs",
+        )
 
     def active_attempt_run_id(self, thread_id: str) -> str | None:
         """The run whose attempt is active on ``thread_id`` in this runtime, or None."""

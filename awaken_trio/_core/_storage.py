@@ -423,6 +423,33 @@ class InlineStore(Store, Protocol):
         ...
 
 
+StateKind = Literal["queued", "running", "awaiting", "ended"]
+"""A `RunState` variant by the name the stores and the JSON shapes give it."""
+
+STATE_KINDS: Final[tuple[StateKind, ...]] = ("queued", "running", "awaiting", "ended")
+
+
+@runtime_checkable
+class ListingStore(Store, Protocol):
+    """A store that can list its runs (`Runtime.list_runs`): the memory and SQLite stores
+    are; a store without `list_runs` still serves every other call."""
+
+    async def list_runs(
+        self,
+        *,
+        state: StateKind | None = None,
+        thread_id: str | None = None,
+        name: str | None = None,
+        limit: int = 50,
+        before: str | None = None,
+    ) -> list[RunRecord]:
+        """Runs, newest first (in the order they were created), at most ``limit``; only
+        those whose committed state is of kind ``state``, on ``thread_id``, with ``name``,
+        when given; with ``before``, only runs created before that run (a page after the
+        one that ended with it; none when the store does not hold it)."""
+        ...
+
+
 STORE_METHODS = ("apply", "load", "events_after", "runnable", "aclose")
 DURABLE_METHODS = (
     "renew",

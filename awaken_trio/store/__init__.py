@@ -2,7 +2,9 @@
 
 `Store` is the protocol the runtime writes through; `MemoryStore` keeps everything in this
 process; `open_store` turns a URL into a store, importing a backend only when its scheme is
-first used. `awaken_trio.testing` has the contract suite every store passes.
+first used; `state_to_json`, `cause_to_json` and `ticket_to_json` give the JSON shapes the
+stores keep (and the command line prints). `awaken_trio.testing` has the contract suite
+every store passes.
 """
 
 from .._core._storage import UNSET as UNSET
@@ -12,11 +14,16 @@ from .._core._storage import CommitResult as CommitResult
 from .._core._storage import EventDraft as EventDraft
 from .._core._storage import Expect as Expect
 from .._core._storage import InlineStore as InlineStore
+from .._core._storage import ListingStore as ListingStore
 from .._core._storage import NewRun as NewRun
 from .._core._storage import Rejected as Rejected
 from .._core._storage import RejectReason as RejectReason
+from .._core._storage import StateKind as StateKind
 from .._core._storage import Store as Store
 from .._core._util import fixup_module_metadata as _fixup_module_metadata
+from ._codec import cause_to_json as cause_to_json
+from ._codec import state_to_json as state_to_json
+from ._codec import ticket_to_json as ticket_to_json
 from ._memory import MemoryStore as MemoryStore
 from ._url import open_store as open_store
 
@@ -28,12 +35,17 @@ __all__ = [
     "EventDraft",
     "Expect",
     "InlineStore",
+    "ListingStore",
     "MemoryStore",
     "NewRun",
     "RejectReason",
     "Rejected",
+    "StateKind",
     "Store",
+    "cause_to_json",
     "open_store",
+    "state_to_json",
+    "ticket_to_json",
 ]
 
 _fixup_module_metadata(__name__, globals())

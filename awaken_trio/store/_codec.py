@@ -21,7 +21,7 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Callable, Mapping
-from typing import Any, Final, Literal
+from typing import Any, Final
 
 from .._core._errors import StoreError
 from .._core._json import FrozenDict, JsonValue, check_json
@@ -41,8 +41,7 @@ from .._core._state import (
     Stopped,
     ended,
 )
-
-StateKind = Literal["queued", "running", "awaiting", "ended"]
+from .._core._storage import StateKind
 
 QUEUED: Final = "queued"
 RUNNING: Final = "running"
@@ -156,6 +155,9 @@ def kind_of_variant(variant: type[RunState]) -> StateKind | None:
 
 
 def state_to_json(state: RunState) -> dict[str, JsonValue]:
+    """A `RunState` as the JSON object the stores keep: ``{"kind": "queued"}``,
+    ``{"kind": "running", "generation": n}``, ``{"kind": "awaiting", "ticket": {...}}``
+    (see `ticket_to_json`) or ``{"kind": "ended", "cause": {...}}`` (see `cause_to_json`)."""
     match state:
         case Running(generation):
             return {"kind": RUNNING, "generation": generation}
@@ -169,6 +171,9 @@ def state_to_json(state: RunState) -> dict[str, JsonValue]:
 
 
 def cause_to_json(cause: EndCause) -> dict[str, JsonValue]:
+    """An `EndCause` as a JSON object: ``{"kind": "natural_end" | "max_steps" |
+    "cancelled"}``, ``{"kind": "stopped", "reason"}``, ``{"kind": "failed", "code",
+    "message"}`` or ``{"kind": "indeterminate", "reason"}``."""
     match cause:
         case NaturalEnd():
             return {"kind": "natural_end"}
@@ -186,6 +191,8 @@ def cause_to_json(cause: EndCause) -> dict[str, JsonValue]:
 
 
 def ticket_to_json(ticket: ResumeTicket) -> dict[str, JsonValue]:
+    """A `ResumeTicket` as a JSON object of its fields: ``{"correlation_id", "run_id",
+    "thread_id", "reason", "payload", "deadline", "accepts"}``."""
     return {
         "correlation_id": ticket.correlation_id,
         "run_id": ticket.run_id,

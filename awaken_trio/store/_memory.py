@@ -37,8 +37,10 @@ from .._core._storage import (
     Recovered,
     Rejected,
     RejectReason,
+    StateKind,
     StoredCommand,
 )
+from ._codec import state_kind
 
 _NO_MESSAGES: tuple[JsonValue, ...] = ()
 # The lease of a claim given up while its run is still Running: lapsed at every reading.
@@ -464,6 +466,37 @@ class MemoryStore:
             row = self._rows[run_id]
             if row.name in names:
                 out.append(row.record(run_id))
+        return out
+
+    async def list_runs(
+        self,
+        *,
+        state: StateKind | None = None,
+        thread_id: str | None = None,
+        name: str | None = None,
+        limit: int = 50,
+        before: str | None = None,
+    ) -> list[RunRecord]:
+        """Runs newest first (`ListingStore.list_runs`): the rows are kept in the order
+        they were created, so this walks them backwards, from ``before`` if given."""
+        await trio.lowlevel.checkpoint()
+        out: list[RunRecord] = []
+        if limit <= 0 or (before is not None and before not in self._rows):
+            return out
+        skipping = before is not None
+        for run_id in reversed(self._rows):
+            if skipping:
+                skipping = run_id != before
+                continue
+            row = self._rows[run_id]
+            if (
+                (state is None or state_kind(row.state) == state)
+                and (thread_id is None or row.thread_id == thread_id)
+                and (name is None or row.name == name)
+            ):
+                out.append(row.record(run_id))
+                if len(out) == limit:
+                    break
         return out
 
     async def aclose(self) -> None:

@@ -19,7 +19,15 @@ import trio
 from .._core._errors import InvalidArgument, StoreError
 from .._core._json import JsonValue
 from .._core._state import RunEvent, RunRecord, RunState
-from .._core._storage import CommandKind, Commit, CommitResult, Recovered, Rejected, StoredCommand
+from .._core._storage import (
+    CommandKind,
+    Commit,
+    CommitResult,
+    Recovered,
+    Rejected,
+    StateKind,
+    StoredCommand,
+)
 from .._core._util import safe_repr
 from . import _sqlite_claims as claims
 from . import _sqlite_reads as reads
@@ -214,6 +222,20 @@ class SQLiteStore:
         wanted = list(names)
         clock = self._lease_clock
         return await self._read(lambda conn: reads.runnable(conn, wanted, now, clock(), limit))
+
+    async def list_runs(
+        self,
+        *,
+        state: StateKind | None = None,
+        thread_id: str | None = None,
+        name: str | None = None,
+        limit: int = 50,
+        before: str | None = None,
+    ) -> list[RunRecord]:
+        """Runs newest first (`ListingStore.list_runs`), in one query."""
+        return await self._read(
+            lambda conn: reads.list_runs(conn, state, thread_id, name, limit, before)
+        )
 
     # ------------------------------------------------------------------ DurableStore
 

@@ -95,6 +95,42 @@ def runnable(
     return out
 
 
+def list_runs(
+    conn: sqlite3.Connection,
+    state: str | None,
+    thread_id: str | None,
+    name: str | None,
+    limit: int,
+    before: str | None,
+) -> list[RunRecord]:
+    """Newest first, by rowid (the order runs were created in): one query that walks the
+    table backwards and stops at ``limit`` matches (no index covers the filters; the walk
+    stops as soon as the page is full)."""
+    if limit <= 0:
+        return []
+    clauses = []
+    params: dict[str, object] = {"limit": limit}
+    if state is not None:
+        clauses.append("r.kind = :state")
+        params["state"] = state
+    if thread_id is not None:
+        clauses.append("r.thread_id = :thread_id")
+        params["thread_id"] = thread_id
+    if name is not None:
+        clauses.append("r.name = :name")
+        params["name"] = name
+    if before is not None:
+        # No row when the store does not hold ``before``: NULL compares false.
+        clauses.append("r.rowid < (SELECT b.rowid FROM runs b WHERE b.run_id = :before)")
+        params["before"] = before
+    where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+    found = conn.execute(
+        f"SELECT {RECORD_COLUMNS} FROM runs r {where} ORDER BY r.rowid DESC LIMIT :limit",
+        params,
+    )
+    return [record_of(row) for row in found]
+
+
 def states(conn: sqlite3.Connection, run_ids: Collection[str]) -> dict[str, RunState]:
     found = conn.execute(
         "SELECT run_id, state FROM runs WHERE run_id IN (SELECT value FROM json_each(?))",

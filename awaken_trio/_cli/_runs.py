@@ -1,0 +1,527 @@
+"""``awaken-trio runs ...``: reading and steering runs in any store, from any process.
+
+Each subcommand is one click command over one async function that opens a runtime on the
+store (`open_cli_runtime`), makes its call, and prints the result: a text line or table
+for people, the JSON shapes of DESIGN §3.3 with ``--json``. A new subcommand is one more
+such pair.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import Any, Final, get_args
+
+import click
+from rich.live import Live
+
+from .. import JsonValue, LiveCommand, RunEvent, RunRecord, RunState, Runtime
+from ..store import StateKind, state_to_json
+from ._common import (
+    REFUSALS,
+    STORE_ENV,
+    CommandFailed,
+    Exit,
+    console,
+    early,
+    emit,
+    execute,
+    open_cli_runtime,
+    parse_json,
+    refused,
+    store_url,
+    until_signalled,
+)
+from ._shapes import (
+    EVENT_COLUMNS,
+    EVENTS_SHOWN,
+    ROW_COLUMNS,
+    describe_state,
+    dumps,
+    event_cells,
+    event_json,
+    print_table,
+    record_json,
+    row_cells,
+    row_json,
+    table,
+)
+
+STATE_KINDS: Final[tuple[str, ...]] = get_args(StateKind)
+
+store_option = click.option(
+    "--store",
+    "store",
+    metavar="URL",
+    envvar=STORE_ENV,
+    show_envvar=True,
+    help="The store: sqlite:///relative.db, sqlite:////absolute.db, memory:// (default: $"
+    f"{STORE_ENV}).",
+)
+json_option = click.option(
+    "--json", "as_json", is_flag=True, help="Print JSON (the shapes of the store's codec)."
+)
+state_filter = click.option(
+    "--state",
+    type=click.Choice(STATE_KINDS),
+    help="Only runs in this state.",
+)
+thread_filter = click.option("--thread", "thread_id", metavar="T", help="Only runs on thread T.")
+name_filter = click.option("--name", metavar="N", help="Only runs named N.")
+
+_PAGE: Final = 500
+"""Runs read per page when a filter selects every match."""
+
+
+@click.group()
+def runs() -> None:
+    """Read and steer runs in a store, wherever they execute.
+
+    Exit codes: 0 done; 1 refused by the run's committed state (the reason and the state
+    are printed); 2 bad input; 3 the store cannot be opened or read.
+    """
+
+
+# ---------------------------------------------------------------------------- reading
+
+
+@runs.command("list")
+@store_option
+@json_option
+@state_filter
+@thread_filter
+@name_filter
+@click.option(
+    "--limit", type=click.IntRange(min=1), default=50, show_default=True, help="At most N runs."
+)
+@click.option("--before", metavar="ID", help="Only runs created before run ID (the next page).")
+def list_runs(
+    store: str | None,
+    as_json: bool,
+    state: StateKind | None,
+    thread_id: str | None,
+    name: str | None,
+    limit: int,
+    before: str | None,
+) -> None:
+    """List runs, newest first."""
+
+    async def run() -> None:
+        async with open_cli_runtime(store_url(store), must_exist=True) as runtime:
+            records = await _listed(
+                runtime, before, state=state, thread_id=thread_id, name=name, limit=limit
+            )
+        if as_json:
+            emit(dumps([row_json(record) for record in records]))
+        else:
+            print_table(console(), ROW_COLUMNS, [row_cells(record) for record in records])
+
+    execute(run, as_json=as_json)
+
+
+async def _listed(runtime: Runtime, before: str | None, **filters: Any) -> list[RunRecord]:
+    try:
+        return await runtime.list_runs(before=before, **filters)
+    except REFUSALS as exc:  # an unknown `before`
+        raise await refused(runtime, exc, before or "") from None
+
+
+@runs.command("show")
+@store_option
+@json_option
+@click.argument("run_id", metavar="ID")
+def show(store: str | None, as_json: bool, run_id: str) -> None:
+    """Show a run's record and its last events."""
+
+    async def run() -> None:
+        async with open_cli_runtime(store_url(store), must_exist=True) as runtime:
+            try:
+                record = await runtime.record(run_id)
+                last: deque[RunEvent] = deque(maxlen=EVENTS_SHOWN)
+                async for event in runtime.events(run_id, follow=False):
+                    last.append(event)
+            except REFUSALS as exc:
+                raise await refused(runtime, exc, run_id) from None
+        if as_json:
+            emit(dumps({**record_json(record), "events": [event_json(e) for e in last]}))
+            return
+        out = console()
+        fields = [
+            ("run", record.run_id),
+            ("name", record.name or ""),
+            ("thread", record.thread_id),
+            ("parent", record.parent_run_id or ""),
+            ("state", describe_state(record.state)),
+            ("generation", str(record.generation)),
+            ("input", dumps(record.input)),
+            ("checkpoint", dumps(record.checkpoint)),
+            ("result", dumps(record.result)),
+        ]
+        for label, value in fields:
+            out.print(f"{label:<11}{value}", soft_wrap=True)
+        print_table(out, EVENT_COLUMNS, [event_cells(e) for e in last], title="last events")
+
+    execute(run, as_json=as_json)
+
+
+@runs.command("events")
+@store_option
+@json_option
+@click.argument("run_id", metavar="[ID]", required=False)
+@click.option(
+    "--after", type=click.IntRange(min=0), default=0, metavar="SEQ", help="Only events after SEQ."
+)
+@click.option(
+    "--follow",
+    is_flag=True,
+    help="Then follow new events: for one run until it ends, for all until Ctrl-C.",
+)
+def events(store: str | None, as_json: bool, run_id: str | None, after: int, follow: bool) -> None:
+    """Print committed events, oldest first (--json: JSON Lines)."""
+    out = console()
+
+    async def run() -> None:
+        async with open_cli_runtime(store_url(store), must_exist=True) as runtime:
+
+            async def print_events() -> None:
+                try:
+                    async for event in runtime.events(run_id, follow=follow):
+                        if event.seq <= after:
+                            continue
+                        if as_json:
+                            emit(dumps(event_json(event)))
+                        else:
+                            out.print("  ".join(event_cells(event)), soft_wrap=True)
+                except REFUSALS as exc:
+                    raise await refused(runtime, exc, run_id or "") from None
+
+            await until_signalled(print_events)
+
+    execute(run, as_json=as_json)
+
+
+@runs.command("watch")
+@store_option
+@json_option
+@click.argument("run_id", metavar="[ID]", required=False)
+@click.option(
+    "--limit", type=click.IntRange(min=1), default=20, show_default=True, help="Runs shown."
+)
+def watch(store: str | None, as_json: bool, run_id: str | None, limit: int) -> None:
+    """A live table of the newest runs (or of one run's events), until Ctrl-C or until the
+    watched run ends. Off a terminal, or with --json, one line per event instead."""
+    out = console()
+
+    async def run() -> None:
+        async with open_cli_runtime(store_url(store), must_exist=True) as runtime:
+
+            async def follow() -> None:
+                try:
+                    if as_json or not out.is_terminal:
+                        async for event in runtime.events(run_id):
+                            line = (
+                                dumps(event_json(event))
+                                if as_json
+                                else "  ".join(event_cells(event))
+                            )
+                            emit(line)
+                    elif run_id is None:
+                        await _watch_runs(runtime, limit)
+                    else:
+                        await _watch_events(runtime, run_id)
+                except REFUSALS as exc:
+                    raise await refused(runtime, exc, run_id or "") from None
+
+            await until_signalled(follow)
+
+    execute(run, as_json=as_json)
+
+
+async def _watch_runs(runtime: Runtime, limit: int) -> None:
+    """The newest runs, redrawn as each committed event arrives."""
+
+    async def draw() -> Any:
+        records = await runtime.list_runs(limit=limit)
+        return table(ROW_COLUMNS, [row_cells(r) for r in records], title="runs (Ctrl-C to stop)")
+
+    with Live(await draw(), console=console(), auto_refresh=False) as live:
+        async for _ in runtime.events(follow=True):
+            live.update(await draw(), refresh=True)
+
+
+async def _watch_events(runtime: Runtime, run_id: str) -> None:
+    """One run's events, the newest last, until its terminal event."""
+    shown: deque[list[str]] = deque(maxlen=EVENTS_SHOWN)
+    await runtime.record(run_id)  # an unknown run is refused before anything is drawn
+
+    def draw(state: RunState) -> Any:
+        title = f"run {run_id}: {describe_state(state)}"
+        return table(EVENT_COLUMNS, list(shown), title=title)
+
+    with Live(draw(await runtime.state(run_id)), console=console(), auto_refresh=False) as live:
+        async for event in runtime.events(run_id, follow=True):
+            shown.append(event_cells(event))
+            live.update(draw(event.state), refresh=True)
+
+
+# ---------------------------------------------------------------------------- steering
+
+
+@runs.command("submit")
+@store_option
+@json_option
+@click.argument("name", metavar="NAME")
+@click.option("--input", "input_", metavar="JSON", help="The run's input, a JSON value.")
+@click.option("--thread", "thread_id", metavar="T", help="The run's thread (default: its own).")
+@click.option("--run-id", metavar="ID", help="The run's id (default: a fresh one).")
+def submit(
+    store: str | None,
+    as_json: bool,
+    name: str,
+    input_: str | None,
+    thread_id: str | None,
+    run_id: str | None,
+) -> None:
+    """Queue a run of the body named NAME for a worker that serves it; print its id."""
+    value = (
+        None if input_ is None else early(lambda: parse_json(input_, "--input"), as_json=as_json)
+    )
+
+    async def run() -> None:
+        async with open_cli_runtime(store_url(store), must_exist=False) as runtime:
+            try:
+                handle = await runtime.submit(name, input=value, run_id=run_id, thread_id=thread_id)
+                record = await runtime.record(handle.run_id)
+            except REFUSALS as exc:
+                raise await refused(runtime, exc, run_id or "") from None
+        emit(dumps(row_json(record)) if as_json else record.run_id)
+
+    execute(run, as_json=as_json)
+
+
+Action = Callable[[Runtime], Awaitable[object]]
+
+
+def _control(store: str | None, as_json: bool, run_id: str, action: Action) -> None:
+    """Make one control call on one run, then print its committed state."""
+
+    async def run() -> None:
+        async with open_cli_runtime(store_url(store), must_exist=True) as runtime:
+            try:
+                await action(runtime)
+                state = await runtime.state(run_id)
+            except REFUSALS as exc:
+                raise await refused(runtime, exc, run_id) from None
+        _print_state(run_id, state, as_json=as_json)
+
+    execute(run, as_json=as_json)
+
+
+def _print_state(run_id: str, state: RunState, *, as_json: bool) -> None:
+    emit(dumps(state_to_json(state)) if as_json else f"{run_id}: {describe_state(state)}")
+
+
+def _end_many(
+    store: str | None,
+    as_json: bool,
+    filters: dict[str, Any],
+    *,
+    dry_run: bool,
+    yes: bool,
+    end: Callable[[Runtime, str], Awaitable[object]],
+) -> None:
+    """End every run the filters select: ``--dry-run`` says which, ``--yes`` ends them
+    (runs that end meanwhile, a child with its parent, are left as they ended)."""
+    if dry_run == yes:
+        raise click.UsageError(
+            "filters select many runs: add --dry-run to see which, or --yes to end them"
+            if not dry_run
+            else "give --dry-run or --yes, not both"
+        )
+
+    async def run() -> None:
+        async with open_cli_runtime(store_url(store), must_exist=True) as runtime:
+            matched: list[str] = []
+            before: str | None = None
+            while True:
+                page = await runtime.list_runs(limit=_PAGE, before=before, **filters)
+                matched += [record.run_id for record in page]
+                if len(page) < _PAGE:
+                    break
+                before = page[-1].run_id
+            ended: list[str] = []
+            if yes:
+                for run_id in matched:
+                    try:
+                        await end(runtime, run_id)
+                    except REFUSALS:
+                        continue  # it ended another way first (a parent took it along)
+                    ended.append(run_id)
+        if as_json:
+            data: dict[str, JsonValue] = {"matched": len(matched), "run_ids": matched}
+            if yes:
+                data["ended"] = ended
+            emit(dumps(data))
+            return
+        verb = "would end" if dry_run else "ended"
+        count = len(matched) if dry_run else len(ended)
+        emit(f"{len(matched)} runs matched; {verb} {count}")
+        for run_id in matched:
+            emit(f"  {run_id}")
+
+    execute(run, as_json=as_json)
+
+
+def _one_or_filters(run_id: str | None, filters: dict[str, Any]) -> bool:
+    """Whether filters select the runs (else ``run_id`` names one); exactly one way."""
+    given = {key: value for key, value in filters.items() if value is not None}
+    if run_id is not None and given:
+        raise click.UsageError("give a run ID or filters (--name, --state, --thread), not both")
+    if run_id is None and not given:
+        raise click.UsageError("give a run ID, or filters (--name, --state, --thread)")
+    return bool(given)
+
+
+def _cancel_call(reason: str | None) -> Callable[[Runtime, str], Awaitable[object]]:
+    async def cancel(runtime: Runtime, run_id: str) -> object:
+        # The reason is passed only when given, to a runtime whose cancel_run records one.
+        extra: dict[str, Any] = {}
+        if reason is not None:
+            if "reason" not in inspect.signature(runtime.cancel_run).parameters:
+                raise CommandFailed(
+                    Exit.BAD_INPUT,
+                    "invalid_argument",
+                    "this version of awaken_trio records no cancel reason; omit --reason",
+                )
+            extra["reason"] = reason
+        return await runtime.cancel_run(run_id, **extra)
+
+    return cancel
+
+
+@runs.command("cancel")
+@store_option
+@json_option
+@click.argument("run_id", metavar="[ID]", required=False)
+@click.option("--reason", metavar="R", help="Recorded as the cancel's reason.")
+@name_filter
+@state_filter
+@thread_filter
+@click.option("--dry-run", is_flag=True, help="With filters: print how many and which.")
+@click.option("--yes", is_flag=True, help="With filters: cancel every run they select.")
+def cancel(
+    store: str | None,
+    as_json: bool,
+    run_id: str | None,
+    reason: str | None,
+    name: str | None,
+    state: StateKind | None,
+    thread_id: str | None,
+    dry_run: bool,
+    yes: bool,
+) -> None:
+    """Cancel a run wherever it is (cancel_run); or, with filters, every run they select."""
+    filters = {"name": name, "state": state, "thread_id": thread_id}
+    call = _cancel_call(reason)
+    if _one_or_filters(run_id, filters):
+        _end_many(store, as_json, filters, dry_run=dry_run, yes=yes, end=call)
+        return
+    assert run_id is not None
+    if dry_run or yes:
+        raise click.UsageError("--dry-run and --yes go with filters, not with a run ID")
+    _control(store, as_json, run_id, lambda runtime: call(runtime, run_id))
+
+
+@runs.command("stop")
+@store_option
+@json_option
+@click.argument("run_id", metavar="[ID]", required=False)
+@click.option("--reason", metavar="R", required=True, help="Why (recorded in Stopped(R)).")
+@name_filter
+@state_filter
+@thread_filter
+@click.option("--dry-run", is_flag=True, help="With filters: print how many and which.")
+@click.option("--yes", is_flag=True, help="With filters: stop every run they select.")
+def stop(
+    store: str | None,
+    as_json: bool,
+    run_id: str | None,
+    reason: str,
+    name: str | None,
+    state: StateKind | None,
+    thread_id: str | None,
+    dry_run: bool,
+    yes: bool,
+) -> None:
+    """Stop a run for a host reason wherever it is (stop_run); or, with filters, every run
+    they select."""
+    filters = {"name": name, "state": state, "thread_id": thread_id}
+
+    async def call(runtime: Runtime, run_id: str) -> object:
+        return await runtime.stop_run(run_id, reason)
+
+    if _one_or_filters(run_id, filters):
+        _end_many(store, as_json, filters, dry_run=dry_run, yes=yes, end=call)
+        return
+    assert run_id is not None
+    if dry_run or yes:
+        raise click.UsageError("--dry-run and --yes go with filters, not with a run ID")
+    _control(store, as_json, run_id, lambda runtime: call(runtime, run_id))
+
+
+def _send(command: Callable[[], LiveCommand]) -> Action:
+    async def send(runtime: Runtime) -> None:
+        await runtime.send(command())  # (built here: a bad run id is reported as such)
+
+    return send
+
+
+@runs.command("pause")
+@store_option
+@json_option
+@click.argument("run_id", metavar="ID")
+def pause(store: str | None, as_json: bool, run_id: str) -> None:
+    """Ask the run to pause at its next boundary (send Pause)."""
+    _control(store, as_json, run_id, _send(lambda: LiveCommand.Pause(run_id)))
+
+
+@runs.command("wake")
+@store_option
+@json_option
+@click.argument("run_id", metavar="ID")
+@click.option("--reason", metavar="R", default="", help="Handed to the waiting boundary.")
+def wake(store: str | None, as_json: bool, run_id: str, reason: str) -> None:
+    """Wake the run's boundary(wait=True) (send Wake)."""
+    _control(store, as_json, run_id, _send(lambda: LiveCommand.Wake(run_id, reason)))
+
+
+@runs.command("message")
+@store_option
+@json_option
+@click.argument("run_id", metavar="ID")
+@click.argument("payload", metavar="JSON")
+def message(store: str | None, as_json: bool, run_id: str, payload: str) -> None:
+    """Send the run a message, a JSON value its next boundary returns (send Message)."""
+    value = early(lambda: parse_json(payload, "the message"), as_json=as_json)
+    _control(store, as_json, run_id, _send(lambda: LiveCommand.Message(run_id, value)))
+
+
+@runs.command("resume")
+@store_option
+@json_option
+@click.argument("run_id", metavar="ID")
+@click.option("--value", metavar="JSON", help="The resume value, a JSON value.")
+@click.option("--correlation-id", metavar="C", help="The ticket answered (default: the live one).")
+def resume(
+    store: str | None, as_json: bool, run_id: str, value: str | None, correlation_id: str | None
+) -> None:
+    """Answer an awaiting run's ticket; it continues in a worker that serves its body."""
+    resume_value = (
+        None if value is None else early(lambda: parse_json(value, "--value"), as_json=as_json)
+    )
+
+    async def call(runtime: Runtime) -> None:
+        await runtime.resume(run_id, resume_value, correlation_id=correlation_id)
+
+    _control(store, as_json, run_id, call)

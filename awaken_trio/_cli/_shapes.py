@@ -1,0 +1,163 @@
+"""What the commands print: the JSON shapes of DESIGN §3.3 (built on the store codec's
+state encoding) and the same values as short text and tables for people."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Final
+
+from rich.console import Console
+from rich.table import Table
+
+from .. import EndCause, JsonValue, RunEvent, RunRecord, RunState
+from ..store import state_to_json
+
+EVENTS_SHOWN: Final = 20
+"""How many of a run's last events ``runs show`` prints."""
+
+
+# ---------------------------------------------------------------------------- JSON
+
+
+def row_json(record: RunRecord) -> dict[str, JsonValue]:
+    return {
+        "run_id": record.run_id,
+        "thread_id": record.thread_id,
+        "parent_run_id": record.parent_run_id,
+        "name": record.name,
+        "state": state_to_json(record.state),
+        "generation": record.generation,
+    }
+
+
+def record_json(record: RunRecord) -> dict[str, JsonValue]:
+    forked_from: JsonValue = getattr(record, "forked_from", None)  # (stores that fork)
+    return {
+        **row_json(record),
+        "result": record.result,
+        "checkpoint": record.checkpoint,
+        "forked_from": forked_from,
+    }
+
+
+def event_json(event: RunEvent) -> dict[str, JsonValue]:
+    return {
+        "seq": event.seq,
+        "run_id": event.run_id,
+        "thread_id": event.thread_id,
+        "generation": event.generation,
+        "kind": event.kind,
+        "state": state_to_json(event.state),
+        "detail": event.detail,
+        "at": event.at,
+    }
+
+
+def dumps(value: JsonValue) -> str:
+    """One line of JSON (non-ASCII text kept as is)."""
+    return json.dumps(value, ensure_ascii=False, allow_nan=False)
+
+
+# ---------------------------------------------------------------------------- text
+
+
+def describe_cause(cause: EndCause) -> str:
+    match cause:
+        case EndCause.Stopped(reason):
+            return f"stopped ({reason})"
+        case EndCause.Failed(code, message):
+            return f"failed ({code}: {message})" if message else f"failed ({code})"
+        case EndCause.Indeterminate(reason):
+            return f"indeterminate ({reason})"
+    kind = state_to_json(RunState.Ended(cause))["cause"]
+    assert isinstance(kind, Mapping)
+    return str(kind["kind"]).replace("_", " ")
+
+
+def describe_state(state: RunState) -> str:
+    """A state in a few words: ``queued``, ``running (generation 2)``, ``awaiting
+    manual_pause``, ``ended: stopped (budget)``."""
+    match state:
+        case RunState.Running(generation):
+            return f"running (generation {generation})"
+        case RunState.Awaiting(ticket):
+            return f"awaiting {ticket.reason} (ticket {ticket.correlation_id})"
+        case RunState.Ended(cause):
+            return f"ended: {describe_cause(cause)}"
+    return "queued"
+
+
+def state_word(state: RunState) -> str:
+    """The state's kind alone: ``queued``, ``running``, ``awaiting``, ``ended``."""
+    return str(state_to_json(state)["kind"])
+
+
+def end_of(state: RunState) -> str:
+    """How a run ended (cause and reason), or ``""`` while it has not."""
+    return describe_cause(state.cause) if isinstance(state, RunState.Ended) else ""
+
+
+def describe_detail(detail: Mapping[str, JsonValue]) -> str:
+    return "" if not detail else dumps(dict(detail))
+
+
+# ---------------------------------------------------------------------------- tables
+
+ROW_COLUMNS: Final = ("run", "name", "thread", "parent", "state", "end", "gen")
+
+
+def row_cells(record: RunRecord) -> list[str]:
+    return [
+        record.run_id,
+        record.name or "",
+        record.thread_id,
+        record.parent_run_id or "",
+        state_word(record.state),
+        end_of(record.state),
+        str(record.generation),
+    ]
+
+
+EVENT_COLUMNS: Final = ("seq", "run", "gen", "kind", "state", "detail")
+
+
+def event_cells(event: RunEvent) -> list[str]:
+    return [
+        str(event.seq),
+        event.run_id,
+        str(event.generation),
+        event.kind,
+        describe_state(event.state),
+        describe_detail(event.detail),
+    ]
+
+
+def table(columns: Sequence[str], rows: Sequence[Sequence[str]], title: str | None = None) -> Table:
+    """A rich table of text cells (drawn only on a terminal)."""
+    out = Table(title=title, title_justify="left", expand=False)
+    for column in columns:
+        out.add_column(column, overflow="fold")
+    for row in rows:
+        out.add_row(*row)
+    return out
+
+
+def print_table(
+    console: Console,
+    columns: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    title: str | None = None,
+) -> None:
+    """A table: drawn by rich on a terminal; elsewhere plain lines, tab-separated after a
+    header line, so scripts can cut them (no escape codes, no box characters)."""
+    if console.is_terminal:
+        console.print(table(columns, rows, title))
+        return
+    # Written as they are: rich's console would expand the tabs to spaces.
+    file = console.file
+    if title:
+        file.write(f"{title}\n")
+    for line in (columns, *rows):
+        file.write("\t".join(line) + "\n")
+    file.flush()

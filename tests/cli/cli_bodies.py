@@ -1,0 +1,58 @@
+"""Bodies a ``worker`` process serves in the command line's tests (imported from the
+working directory, as ``awaken-trio worker cli_bodies`` does)."""
+
+from __future__ import annotations
+
+import trio
+
+from awaken_trio import JsonValue, RunContext
+
+
+async def steps(ctx: RunContext) -> object:
+    """Counts steps for ever, a boundary each; keeps the messages it is sent; ends when a
+    message says ``"finish"``."""
+    progress = ctx.checkpoint or {"step": 0, "messages": []}
+    while True:
+        await trio.sleep(0.02)
+        messages: list[JsonValue] = await ctx.boundary(
+            {"step": progress["step"] + 1, "messages": progress["messages"]}
+        )
+        progress = {"step": progress["step"] + 1, "messages": [*progress["messages"], *messages]}
+        if "finish" in messages:
+            return {"messages": progress["messages"]}
+
+
+async def asks(ctx: RunContext) -> object:
+    """Awaits a string from the user, then ends with it."""
+    if ctx.resumed_ticket is None:
+        await ctx.await_input("user_input", accepts={"type": "string"})
+    return {"answer": ctx.resume_value}
+
+
+async def waits(ctx: RunContext) -> object:
+    """Waits at a boundary until woken, then ends with the reason it saw."""
+    await ctx.boundary(wait=True)
+    return {"woken": True}
+
+
+bodies: dict[str, object] = {"steps": steps, "asks": asks, "waits": waits}
+
+
+def make_bodies() -> dict[str, object]:
+    return dict(bodies)
+
+
+not_a_mapping = 42
+
+
+async def stubborn(ctx: RunContext) -> object:
+    """When cancelled, takes its time to unwind (a shielded cleanup), so a worker that
+    leaves drains for long."""
+    try:
+        await trio.sleep_forever()
+    finally:
+        with trio.CancelScope(shield=True):
+            await trio.sleep(60)
+
+
+bodies["stubborn"] = stubborn
