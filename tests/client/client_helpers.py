@@ -16,6 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar, final
 
+import anyio
+
 T = TypeVar("T")
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,6 +41,19 @@ def until(check: Callable[[], T | None], what: str, *, seconds: float = WAIT) ->
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {seconds} s waiting for {what}")
         time.sleep(TICK)
+
+
+async def until_async(check: Callable[[], bool], what: str) -> None:
+    """Look every `TICK` seconds until ``check()`` holds, on whatever backend runs this;
+    a failure naming ``what`` after `WAIT` seconds."""
+    try:
+        with anyio.fail_after(WAIT):
+            while True:
+                if check():
+                    return
+                await anyio.sleep(TICK)
+    except TimeoutError:
+        raise AssertionError(f"timed out after {WAIT} s waiting for {what}") from None
 
 
 def sqlite_url(path: Path) -> str:
