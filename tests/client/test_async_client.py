@@ -20,7 +20,7 @@ from awaken_trio import (
 )
 from awaken_trio.client import AsyncClient
 
-from .client_helpers import POLL, TICK, WAIT, sqlite_url, until_async
+from .client_helpers import POLL, TICK, WAIT, sqlite_url, until, until_async
 
 QUEUED = RunState.Queued()
 NATURAL = RunState.Ended(EndCause.NaturalEnd())
@@ -132,6 +132,41 @@ def test_an_error_opening_the_store_is_raised_from_aenter(tmp_path: Path) -> Non
         with pytest.raises(StoreError):
             async with client:
                 raise AssertionError("the block must not run")
+        with pytest.raises(RuntimeClosed):
+            await client.submit("job")
+
+    asyncio.run(main())
+
+
+def test_a_submit_cancelled_after_its_commit_landed_stays_committed() -> None:
+    async def main() -> None:
+        async with AsyncClient() as client:
+            task = asyncio.create_task(client.submit("job", run_id="kept"))
+            await asyncio.sleep(0)  # one step: the task hands the submit over and waits
+            # Hold the event loop (no await) until the Trio side has committed and handed
+            # back its answer: the cancel below then comes after the commit, unread.
+            until(idle(client), "the submit to finish in the Trio thread")
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            # Cancelling the call did not undo its commit, and repeating it is safe.
+            assert await client.state("kept") == QUEUED
+            assert await client.submit("job", run_id="kept") == "kept"
+
+    asyncio.run(main())
+
+
+def test_a_client_whose_opening_is_cancelled_closes_by_itself() -> None:
+    async def main() -> None:
+        client = AsyncClient()
+        opening = asyncio.create_task(client.__aenter__())
+        await asyncio.sleep(0)  # the thread has started; the runtime opens, or has opened
+        opening.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await opening
+        thread = client._thread._thread
+        assert thread is not None
+        await until_async(lambda: not thread.is_alive(), "the client's thread to end")
         with pytest.raises(RuntimeClosed):
             await client.submit("job")
 

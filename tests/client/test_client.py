@@ -3,6 +3,7 @@ on stores no worker serves (runs stay where the client puts them)."""
 
 from __future__ import annotations
 
+import signal
 import threading
 from pathlib import Path
 
@@ -217,3 +218,25 @@ def test_closing_ends_the_waits_in_flight_and_leaves_their_runs_as_they_were(
     with Client(url) as again:
         assert again.state(run_id) == QUEUED
         assert len(again.events(run_id)) == 1
+
+
+def test_an_interrupted_call_stops_its_trio_side_and_leaves_the_run_alone() -> None:
+    assert threading.current_thread() is threading.main_thread()  # where Ctrl-C lands
+    main = threading.get_ident()
+    with Client() as client:
+        run_id = client.submit("job")
+
+        def interrupt() -> None:
+            until(lambda: client._thread.calls_in_flight == 1, "the wait to be handed over")
+            signal.pthread_kill(main, signal.SIGINT)  # Ctrl-C, delivered to this thread
+
+        interrupter = threading.Thread(target=interrupt)
+        interrupter.start()
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                client.wait(run_id)  # nothing serves the run: only the interrupt ends this
+        finally:
+            interrupter.join()
+        until(lambda: client._thread.calls_in_flight == 0, "the wait to stop in the Trio thread")
+        assert [e.state for e in client.events(run_id)] == [QUEUED]
+        assert client.cancel_run(run_id) == CANCELLED  # the client still works
