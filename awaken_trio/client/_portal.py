@@ -139,6 +139,8 @@ class RuntimeThread:
         self._pending: set[Call[Any]] = set()
         self._opened: Deliver[None] | None = None
         self._abandoned = False
+        # What the Trio thread died of while the client was open, for the next close().
+        self._died: BaseException | None = None
         self._closed: list[Deliver[None]] = []
 
     # ------------------------------------------------------------------ seen from any thread
@@ -196,9 +198,16 @@ class RuntimeThread:
             self._check_open()
             token = self._token
             assert token is not None
+            try:
+                # Under the lock: a close requested after this is scheduled after it (FIFO).
+                token.run_sync_soon(self._start_call, call)
+            except trio.RunFinishedError:
+                # The Trio thread died while the client was open; _main is about to mark
+                # it closed.
+                raise RuntimeClosed(
+                    "the client's runtime has stopped; open a new Client or AsyncClient"
+                ) from None
             self._pending.add(call)
-            # Under the lock: a close requested after this is scheduled after it (FIFO).
-            token.run_sync_soon(self._start_call, call)
         return call
 
     def close(self, closed: Deliver[None]) -> None:
@@ -217,12 +226,15 @@ class RuntimeThread:
                 if state is _State.OPEN:
                     self._state = _State.CLOSING
                     assert self._token is not None
-                    self._token.run_sync_soon(self._begin_close)
+                    # If the Trio thread already died, _main tells ``closed`` as it exits.
+                    with contextlib.suppress(trio.RunFinishedError):
+                        self._token.run_sync_soon(self._begin_close)
                 return
             if state is _State.OPENING:
                 raise ClientMisuse("a client cannot be closed while it is still opening")
             self._state = _State.CLOSED
-        closed(outcome.Value(None))
+            died, self._died = self._died, None
+        closed(outcome.Error(died) if died is not None else outcome.Value(None))
 
     def abandon_open(self) -> None:
         """The opener stopped waiting for `start` (cancelled, interrupted): the runtime is
@@ -286,11 +298,15 @@ class RuntimeThread:
             call.deliver(outcome.Error(gone))
         if opening and opened is not None:
             opened(outcome.Error(failure) if failure is not None else outcome.Value(None))
-        result: outcome.Outcome[None] = outcome.Value(None)
-        if failure is not None and not opening:
-            result = outcome.Error(failure)
-        for deliver in closed:
-            deliver(result)
+        if failure is None or opening:
+            for deliver in closed:
+                deliver(outcome.Value(None))
+        elif closed:
+            for deliver in closed:
+                deliver(outcome.Error(failure))
+        else:
+            with self._lock:  # nobody is closing yet: the first close() raises it
+                self._died = failure
 
     async def _host(self) -> None:
         async with (

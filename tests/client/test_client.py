@@ -240,3 +240,36 @@ def test_an_interrupted_call_stops_its_trio_side_and_leaves_the_run_alone() -> N
         until(lambda: client._thread.calls_in_flight == 0, "the wait to stop in the Trio thread")
         assert [e.state for e in client.events(run_id)] == [QUEUED]
         assert client.cancel_run(run_id) == CANCELLED  # the client still works
+
+
+def test_a_trio_thread_that_dies_fails_its_calls_and_its_close() -> None:
+    outcomes: list[BaseException | object] = []
+
+    def boom() -> None:
+        raise ZeroDivisionError("the Trio thread fails")
+
+    client = Client()
+    with client:
+        run_id = client.submit("job")
+
+        def waiting() -> None:
+            try:
+                outcomes.append(client.wait(run_id))
+            except BaseException as exc:
+                outcomes.append(exc)
+
+        waiter = threading.Thread(target=waiting)
+        waiter.start()
+        until(lambda: client._thread.calls_in_flight == 1, "the wait to be handed over")
+        token = client._thread.token
+        assert token is not None
+        token.run_sync_soon(boom)  # a crash of the Trio run itself
+        waiter.join()
+        assert len(outcomes) == 1
+        assert isinstance(outcomes[0], RuntimeClosed)
+        until(lambda: client._thread.calls_in_flight == 0, "the thread to settle")
+        with pytest.raises(RuntimeClosed):
+            client.state(run_id)
+        with pytest.raises(trio.TrioInternalError):
+            client.close()
+    client.close()  # told once: closing again does nothing
