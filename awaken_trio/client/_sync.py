@@ -64,7 +64,7 @@ class Client:
     opening it, such as `StoreError` for a file that is not a store, is raised there);
     leaving it, or `close`, closes the runtime and joins the thread. A closed client raises
     `RuntimeClosed`. Calling a client from its own Trio thread raises `ClientMisuse`
-    (the call would wait for itself).
+    (the call would wait for itself). Its calls block: from async code, use `AsyncClient`.
 
     Args:
         store: a store URL (``"sqlite:///runs.db"``, ``"memory://"``) or a `Store`.
