@@ -273,3 +273,12 @@ def test_a_trio_thread_that_dies_fails_its_calls_and_its_close() -> None:
         with pytest.raises(trio.TrioInternalError):
             client.close()
     client.close()  # told once: closing again does nothing
+
+
+def test_events_reads_every_page_of_a_long_history() -> None:
+    with Client() as client:
+        # More events than one store read returns, so the client must read on.
+        run_ids = [client.submit("job", run_id=f"run-{i}") for i in range(1_100)]
+        events = client.events()
+        assert [e.run_id for e in events] == run_ids
+        assert [e.seq for e in client.events(after=events[99].seq)] == [e.seq for e in events[100:]]
