@@ -14,9 +14,9 @@ runtime.
 
 Invariants:
 
-* Every call handed over is delivered exactly once (`Call.deliver` keeps the first), or,
-  if its caller abandoned it, cancelled and dropped: no caller waits forever, even if the
-  Trio thread dies.
+* Every call handed over is delivered exactly once (`Call.deliver` keeps the first), even
+  if the Trio thread dies: no caller waits forever. A call its caller abandoned is
+  cancelled in the Trio thread, and its outcome delivered to nobody.
 * Calls handed over before `RuntimeThread.close` start before the close begins
   (``run_sync_soon`` keeps FIFO order, and the state lock orders the hand-offs against the
   close); a call made after it raises `RuntimeClosed` at once.
@@ -44,8 +44,9 @@ from .._core._supervisor import Clock
 T = TypeVar("T")
 
 Deliver = Callable[[outcome.Outcome[T]], None]
-"""Hands a call's outcome to its caller. Called once, from the Trio thread (or from the
-portal's thread as it exits); it must not block and must be safe from any thread."""
+"""Hands a call's outcome to its caller. Called once, from the Trio thread (or from that
+thread as it ends, after ``trio.run``); it must not block and must be safe from any
+thread."""
 
 Operation = Callable[[Runtime], Awaitable[T]]
 """What a call does, given the runtime, in the Trio thread."""
