@@ -12,7 +12,13 @@ import pytest
 
 import awaken_trio
 
-PUBLIC_MODULES = ["awaken_trio", "awaken_trio.store", "awaken_trio.testing", "awaken_trio.agent"]
+PUBLIC_MODULES = [
+    "awaken_trio",
+    "awaken_trio.store",
+    "awaken_trio.testing",
+    "awaken_trio.agent",
+    "awaken_trio.client",
+]
 
 
 def public_module(name: str) -> ModuleType:

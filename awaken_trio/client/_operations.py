@@ -1,0 +1,150 @@
+"""What each client call does in the Trio thread, given the client's runtime.
+
+Both clients hand these to `RuntimeThread.call`; they are the runtime's own calls, with the
+few answers a caller outside Trio needs in another shape (a run id instead of a handle, the
+state a resume committed, a list of events instead of a stream).
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Awaitable, Callable
+
+import trio
+
+from .._core._commands import LiveCommand
+from .._core._errors import InvalidArgument, RuntimeClosed
+from .._core._json import JsonValue
+from .._core._runtime import Runtime
+from .._core._state import Awaiting, Ended, EventKind, RunEvent, RunRecord, RunState
+from .._core._storage import read_store
+from .._core._util import safe_repr
+
+_PAGE = 1000
+"""How many events one store read asks for."""
+
+
+def check_timeout(timeout: float | None) -> float:
+    """``wait``'s ``timeout`` in seconds (``inf`` for None); refused before any hand-off."""
+    if timeout is None:
+        return math.inf
+    if type(timeout) not in (int, float) or not timeout >= 0:
+        raise InvalidArgument(
+            f"wait() needs timeout=None or a number of seconds >= 0, not {safe_repr(timeout)}"
+        )
+    return float(timeout)
+
+
+def check_after(after: int) -> int:
+    """``events``' ``after``: a seq, refused before any hand-off."""
+    if type(after) is not int or after < 0:
+        raise InvalidArgument(f"events() needs after= an int seq >= 0, not {safe_repr(after)}")
+    return after
+
+
+def settled(state: RunState) -> bool:
+    """Whether ``wait`` returns this state: the run awaits, or has ended."""
+    return isinstance(state, Awaiting | Ended)
+
+
+async def submit(
+    runtime: Runtime,
+    name: str,
+    input: JsonValue,
+    run_id: str | None,
+    thread_id: str | None,
+) -> str:
+    handle = await runtime.submit(name, input=input, run_id=run_id, thread_id=thread_id)
+    return handle.run_id
+
+
+async def cancel_run(runtime: Runtime, run_id: str, reason: str | None) -> RunState:
+    if reason is None:
+        return await runtime.cancel_run(run_id)
+    if "reason" not in inspect.signature(runtime.cancel_run).parameters:
+        raise InvalidArgument(
+            f"cancel_run() of run {run_id!r} was given a reason, and this version of the"
+            " runtime records none; call it without reason, or use stop_run(run_id, reason)"
+        )
+    # Through a plain callable: the type-checked signature may predate ``reason``.
+    cancel: Callable[..., Awaitable[RunState]] = runtime.cancel_run
+    return await cancel(run_id, reason=reason)
+
+
+async def stop_run(runtime: Runtime, run_id: str, reason: str) -> RunState:
+    return await runtime.stop_run(run_id, reason)
+
+
+async def resume(
+    runtime: Runtime, run_id: str, value: JsonValue, correlation_id: str | None
+) -> RunState:
+    await runtime.resume(run_id, value, correlation_id=correlation_id)
+    # The client has no bodies, so the resume was committed Queued for a serving runtime;
+    # read back after it, the state may already be that runtime's next commit.
+    return await runtime.state(run_id)
+
+
+async def send(runtime: Runtime, command: LiveCommand) -> None:
+    await runtime.send(command)
+
+
+async def state(runtime: Runtime, run_id: str) -> RunState:
+    return await runtime.state(run_id)
+
+
+async def record(runtime: Runtime, run_id: str) -> RunRecord:
+    return await runtime.record(run_id)
+
+
+async def events(runtime: Runtime, run_id: str | None, after: int) -> list[RunEvent]:
+    """Committed events with ``seq > after`` (of one run, or of all), oldest first, as the
+    store holds them when the call reads its last page."""
+    if run_id is not None:
+        await runtime.record(run_id)  # UnknownRun (or InvalidArgument) before any read
+    # Straight from the store, page by page from ``after``: `Runtime.events` starts at the
+    # beginning of history, which a caller polling for new events would pay for each time.
+    store = runtime._store
+    found: list[RunEvent] = []
+    while True:
+        page = await read_store(store.events_after(after, run_id, _PAGE), "events")
+        found.extend(page)
+        if len(page) < _PAGE:
+            return found
+        after = page[-1].seq
+
+
+async def wait(runtime: Runtime, run_id: str, seconds: float) -> RunState:
+    """The run's committed state once it is ``Awaiting`` or ``Ended``: at once if it is
+    now, else the first such state committed after this call read the run's history.
+
+    ``seconds`` bounds the waiting for a new state (a run that has settled already is
+    answered even with ``timeout=0``).
+    """
+    deadline = trio.current_time() + seconds
+    current = await runtime.state(run_id)  # UnknownRun; the cheap answer for a settled run
+    if settled(current):
+        return current
+    # Where the run's history stands now: a state committed after this is news.
+    seen = 0
+    for event in await events(runtime, run_id, 0):
+        seen = event.seq
+        if event.kind == EventKind.COMMITTED:
+            current = event.state
+    if settled(current):
+        return current
+    with trio.move_on_at(deadline) as waiting:
+        async for event in runtime.events(run_id):
+            if event.seq <= seen or event.kind != EventKind.COMMITTED:
+                continue
+            current = event.state
+            if settled(current):
+                return current
+    if not waiting.cancelled_caught:
+        # A run's events end with its terminal event, which returned above; a stream that
+        # ends before that means the runtime closed under it.
+        raise RuntimeClosed(f"the client's runtime closed while waiting for run {run_id!r}")
+    raise TimeoutError(
+        f"run {run_id!r} was still {current!r} after {seconds} s (it has neither awaited nor"
+        " ended); wait again, or end it with cancel_run or stop_run"
+    )
