@@ -199,6 +199,11 @@ class Commit:
             attempt on the run's thread is live (durable stores).
         consumed: ids of stored commands (`StoredCommand.id`) the attempt has applied;
             deleted with the commit.
+        delivered: ids of stored messages the attempt has just handed to its body. They
+            stay stored until the attempt's next commit consumes them, so an attempt that
+            replaces this one, if it is lost first, is handed them again (its checkpoint
+            is from before they were read); an end of the run no longer lists them as
+            discarded: they were received.
         end_descendants: before the commit's own change, end every descendant of the run
             that has not ended ``Ended(Cancelled())`` (detail ``source: "parent"``), each
             with its events, in the same transaction: a run ended while its attempt runs
@@ -228,6 +233,7 @@ class Commit:
     release: bool = False
     thread_guard: bool = False
     consumed: tuple[int, ...] = ()
+    delivered: tuple[int, ...] = ()
     end_descendants: bool = False
 
 

@@ -651,13 +651,16 @@ class Supervisor:
 
     async def hand_over(self, attempt: Attempt) -> list[JsonValue]:
         """The messages not yet read, for a boundary to return, when the store holds some
-        of them (sent with ``send``): their receipt is committed first (it consumes them,
-        and its event lists them as ``received``), so each is either received or, if the
-        run ends elsewhere before that commit, discarded by that end, never both; and the
-        history accounts for every one. A run ended elsewhere or a lost claim cancels the
-        attempt right here, with the messages left unread."""
+        of them (sent with ``send``): their receipt is committed first (its event lists
+        them as ``received``), so each is either received or, if the run ends elsewhere
+        before that commit, discarded by that end, never both. Received messages stay
+        stored until the attempt's next commit consumes them: if the attempt is lost
+        before it, the attempt that replaces it starts from the checkpoint taken before
+        they were read and is handed them again. A run ended elsewhere or a lost claim
+        cancels the attempt right here, with the messages left unread."""
         at = self.now()
         taken = attempt.take_messages()
+        received = taken.stored_ids()
         consumed = attempt.take_consumed()
         try:
             result = await self.mailbox.commit(
@@ -672,7 +675,8 @@ class Supervisor:
                         "detail",
                     ),
                     fence=attempt.fence,
-                    consumed=(*taken.stored_ids(), *consumed),
+                    consumed=consumed,
+                    delivered=received,
                 )
             )
             if isinstance(result, Rejected):
@@ -682,6 +686,8 @@ class Supervisor:
             for command_id in consumed:
                 attempt.consume(command_id)
             raise
+        for command_id in received:
+            attempt.consume(command_id)  # by the attempt's next commit
         return taken.messages()
 
     async def emit(self, attempt: Attempt, kind: str, detail: FrozenDict) -> None:

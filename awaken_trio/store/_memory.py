@@ -151,6 +151,10 @@ class MemoryStore:
     _on_thread: dict[str, set[str]] = attrs.field(factory=dict, init=False)
     _claims: dict[str, _ClaimRow] = attrs.field(factory=dict, init=False)
     _commands: dict[int, StoredCommand] = attrs.field(factory=dict, init=False)
+    # Stored messages an attempt has handed to its body (`Commit.delivered`): kept for an
+    # attempt that replaces it, never listed as discarded. Invariant: a subset of the keys
+    # of ``_commands``.
+    _delivered: set[int] = attrs.field(factory=set, init=False)
     _command_id: int = attrs.field(default=0, init=False)
     _version: int = attrs.field(default=0, init=False)
 
@@ -292,6 +296,10 @@ class MemoryStore:
             self._claims.pop(run_id, None)
         for command_id in commit.consumed:
             self._commands.pop(command_id, None)
+            self._delivered.discard(command_id)
+        for command_id in commit.delivered:
+            if command_id in self._commands:
+                self._delivered.add(command_id)
         return epoch
 
     def _fence(self, row: _Row, commit: Commit, now: float) -> Rejected | None:
@@ -362,10 +370,17 @@ class MemoryStore:
         self._scheduled.pop(run_id, None)
 
     def _drop_commands(self, run_id: str) -> list[JsonValue]:
+        """Delete the run's stored commands; the messages no attempt received, oldest
+        first (for a discard event)."""
         dropped = [c for c in self._commands.values() if c.run_id == run_id]
+        discarded = []
         for command in dropped:
             del self._commands[command.id]
-        return [c.payload for c in dropped if c.kind == "message"]
+            if command.id in self._delivered:
+                self._delivered.discard(command.id)
+            elif command.kind == "message":
+                discarded.append(command.payload)
+        return discarded
 
     # ------------------------------------------------------------------ events
 

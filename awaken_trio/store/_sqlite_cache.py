@@ -48,8 +48,15 @@ LiveAttempts = dict[str, tuple[str, int]]
 """The runs on one thread whose attempt may be live: run id -> (root run id, attempt
 epoch). The attempt is live while its epoch is the root's current claim, unexpired."""
 
-Command = tuple[int, str, str]
-"""A stored command as a run's end reads it: id, kind, payload (JSON text)."""
+
+class Command(NamedTuple):
+    """A stored command as a run's end reads it."""
+
+    id: int
+    kind: str
+    payload: str  # JSON text
+    delivered: int  # 1 once an attempt handed the message to its body (`Commit.delivered`)
+
 
 MAX_ENTRIES = 100_000
 """Entries (rows, claims and threads together) the cache may hold when a transaction
@@ -66,6 +73,7 @@ class Marks(NamedTuple):
 
 _NONE_14: Final = ", NULL" * 14
 _NONE_13: Final = ", NULL" * 13
+_NONE_12: Final = ", NULL" * 12
 
 # Everything a transaction reads, in one statement (so one call into SQLite: see
 # ``_sqlite_bulk``), by tag: 0 the marks, 1 runs by id, 2 live attempts by thread, 3 claims
@@ -81,7 +89,7 @@ _READ: Final = (
     " WHERE attempt_epoch IS NOT NULL AND thread_id IN (SELECT value FROM json_each(?2))"
     f" UNION ALL SELECT 3, run_id, owner, epoch, lease_until{_NONE_13} FROM claims"
     " WHERE run_id IN (SELECT value FROM json_each(?3))"
-    f" UNION ALL SELECT 4, run_id, id, kind, payload{_NONE_13} FROM inbox"
+    f" UNION ALL SELECT 4, run_id, id, kind, payload, delivered{_NONE_12} FROM inbox"
     " WHERE run_id IN (SELECT value FROM json_each(?4))"
 )
 
@@ -158,7 +166,7 @@ class RunCache:
             elif tag == 3:
                 claims[values[0]] = (values[1], values[2], values[3])
             else:
-                commands[values[0]].append((values[1], values[2], values[3]))
+                commands[values[0]].append(Command(values[1], values[2], values[3], values[4]))
         for listed in commands.values():
             listed.sort()
         return marks, commands

@@ -243,6 +243,8 @@ def _claim_effects(tx: Transaction, row: Row, commit: Commit, kind: str, now: fl
         tx.set_claim(row.run_id, None)
     if commit.consumed:
         tx.consume(commit.consumed)
+    if commit.delivered:
+        tx.deliver(commit.delivered)
     return epoch
 
 

@@ -108,7 +108,15 @@ _V1: Final = (
     "CREATE INDEX claims_by_expiry ON claims (lease_until)",
 )
 
-MIGRATIONS: Sequence[Migration] = (_create_v1,)
+
+def _inbox_delivered_v2(conn: sqlite3.Connection) -> None:
+    """Version 2: a stored message an attempt has handed to its body is marked, so an end
+    of the run does not list it as discarded while an attempt that replaces a lost one is
+    still handed it."""
+    conn.execute("ALTER TABLE inbox ADD COLUMN delivered INTEGER NOT NULL DEFAULT 0")
+
+
+MIGRATIONS: Sequence[Migration] = (_create_v1, _inbox_delivered_v2)
 """The schema's history, oldest first: ``MIGRATIONS[i]`` takes a file from version ``i`` to
 ``i + 1``. Append, never edit: a released file may be at any version."""
 

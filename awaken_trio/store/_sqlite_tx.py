@@ -79,6 +79,7 @@ _DROP_CLAIMS: Final = "DELETE FROM claims WHERE run_id IN (VALUES {})"
 _PUT_TICKETS: Final = "INSERT OR REPLACE INTO tickets (run_id, correlation_id, wake_at) VALUES {}"
 _DROP_TICKETS: Final = "DELETE FROM tickets WHERE run_id IN (VALUES {})"
 _DROP_COMMANDS_BY_ID: Final = "DELETE FROM inbox WHERE id IN (VALUES {})"
+_DELIVER_COMMANDS: Final = "UPDATE inbox SET delivered = 1 WHERE id IN (VALUES {})"
 _DROP_COMMANDS_OF_RUNS: Final = "DELETE FROM inbox WHERE run_id IN (VALUES {})"
 _LAST_QUEUED: Final = "SELECT COALESCE(MAX(queued_order), 0) FROM runs"
 
@@ -105,6 +106,8 @@ class Transaction:
         self._tickets: dict[str, tuple[str, str, float | None] | None] = {}
         self._consumed: list[int] = []
         self._consumed_ids: set[int] = set()
+        self._delivered: list[int] = []
+        self._delivered_ids: set[int] = set()
         self._dropped: list[str] = []
         self._commands: dict[str, list[Command]] = {}  # read ahead for runs that end
         self._ended: list[str] = []  # runs that ended in this transaction
@@ -231,19 +234,22 @@ class Transaction:
         ]
 
     def drop_commands(self, run_id: str) -> list[Any]:
-        """Delete the run's stored commands; the payloads of its messages, oldest first (raw
-        JSON values, for a discard event)."""
+        """Delete the run's stored commands; the payloads of the messages no attempt
+        received, oldest first (raw JSON values, for a discard event)."""
         found = self._commands.pop(run_id, None)
         if found is None:
-            self.flush()  # commands consumed in this transaction are deleted first
+            self.flush()  # commands consumed or received in this transaction first
             found = self._read(command_run_ids=(run_id,))[run_id]
         elif self._consumed_ids:
-            found = [command for command in found if command[0] not in self._consumed_ids]
+            found = [command for command in found if command.id not in self._consumed_ids]
         if not found:
             return []
         self._dropped.append(run_id)
+        received = self._delivered_ids
         return [
-            load_raw(payload, "a stored message") for _, kind, payload in found if kind == "message"
+            load_raw(command.payload, "a stored message")
+            for command in found
+            if command.kind == "message" and not command.delivered and command.id not in received
         ]
 
     # ------------------------------------------------------------------ writing
@@ -335,6 +341,12 @@ class Transaction:
             self._consumed.append(command_id)
             self._consumed_ids.add(command_id)
 
+    def deliver(self, command_ids: Iterable[int]) -> None:
+        """Mark stored messages as handed to an attempt's body: kept, never discarded."""
+        for command_id in command_ids:
+            self._delivered.append(command_id)
+            self._delivered_ids.add(command_id)
+
     def insert_command(self, run_id: str, kind: str, payload: str, reason: str, at: float) -> int:
         """Store a command now; its id."""
         self.flush()  # a queued delete of the run's commands must not reach this one
@@ -401,6 +413,9 @@ class Transaction:
             write_rows(conn, _DROP_TICKETS, 1, [r for r, t in tickets if t is None])
             insert_rows(conn, _PUT_TICKETS, 3, [v for _, t in tickets if t is not None for v in t])
             self._tickets.clear()
+        if self._delivered:
+            write_rows(conn, _DELIVER_COMMANDS, 1, self._delivered)
+            self._delivered.clear()
         if self._consumed:
             write_rows(conn, _DROP_COMMANDS_BY_ID, 1, self._consumed)
             self._consumed.clear()

@@ -840,6 +840,47 @@ class DurableStoreContract(StoreContract):
         await _accepted(store, applied)
         assert [c.id for c in await store.commands(["r1"])] == [third]
 
+    async def test_delivered_messages_stay_stored_and_are_never_discarded(
+        self, store: DurableStore, elapse: Elapse
+    ) -> None:
+        """A message an attempt handed to its body (`Commit.delivered`) stays stored, so
+        the attempt that replaces a lost one is handed it again; no end lists it as
+        discarded, whether the run's own commit or recovery ends it."""
+        epoch = await _claimed(store, "r1", "a", BRIEF)
+        received = await store.post_command("r1", "message", "received", None, 2.0)
+        unread = await store.post_command("r1", "message", "unread", None, 2.0)
+        assert isinstance(received, int)
+        assert isinstance(unread, int)
+        # A rejected commit marks nothing.
+        stale = _commit("r1", Running(1), at=3.0, fence=Fence("r1", "a", 2), delivered=(received,))
+        assert await _rejected(store, stale) == Rejected(RejectReason.FENCED, Running(1))
+        await _accepted(
+            store,
+            _commit("r1", Running(1), at=3.0, fence=Fence("r1", "a", epoch), delivered=(received,)),
+        )
+        assert [c.id for c in await store.commands(["r1"])] == [received, unread]
+        ended = await _accepted(
+            store, _commit("r1", CANCELLED, at=4.0, fence=Fence("r1", "a", epoch))
+        )
+        assert [e.kind for e in ended.events] == ["messages_discarded", "committed"]
+        assert await _messages_discarded(store, "r1") == ["unread"]
+        assert await store.commands(["r1"]) == []
+
+        # Received, then the owner is lost and the run can never run again (no name).
+        epoch = await _claimed(store, "r2", "a", BRIEF, name=None)
+        only = await store.post_command("r2", "message", "received", None, 2.0)
+        assert isinstance(only, int)
+        await _accepted(
+            store,
+            _commit("r2", Running(1), at=3.0, fence=Fence("r2", "a", epoch), delivered=(only,)),
+        )
+        await elapse(2 * BRIEF)
+        assert await store.recover("b", NAMES, 5.0, LIVE, 3, 10) == []
+        assert (await _loaded(store, "r2")).state == LOST
+        events = await store.events_after(0, "r2")
+        assert [e.kind for e in events if e.kind == "messages_discarded"] == []
+        assert await store.commands(["r2"]) == []
+
     async def test_an_end_discards_stored_messages_after_carried_and_its_own(
         self, store: DurableStore
     ) -> None:

@@ -302,13 +302,21 @@ def check(chaos: Chaos, events: list[RunEvent], records: dict[str, Any]) -> set[
 
         # No message lost: each accepted one is received by an attempt (its boundary's
         # commit says so) or discarded by the end, never both, in send order; what the body
-        # kept it received. (An attempt that received a message and was then lost or
-        # ended elsewhere before its next checkpoint kept nothing of it.)
+        # kept it received. A message an attempt received and was then lost with it (before
+        # its next checkpoint) is received again, only by a later generation.
         record = records[run_id]
         kept = messages_kept(record.checkpoint, record.result)
-        received = [
-            m for e in story if e.kind == EventKind.COMMITTED for m in e.detail.get("received", ())
+        receipts = [
+            (e.generation, m)
+            for e in story
+            if e.kind == EventKind.COMMITTED
+            for m in e.detail.get("received", ())
         ]
+        received = list(dict.fromkeys(m for _, m in receipts))
+        for message in received:
+            generations = [g for g, m in receipts if m == message]
+            if generations != sorted(set(generations)):
+                problems.append(f"{run_id}: {message!r} received twice by one attempt")
         discarded = [
             m
             for e in story
@@ -323,8 +331,8 @@ def check(chaos: Chaos, events: list[RunEvent], records: dict[str, Any]) -> set[
             )
         if received + discarded != accepted:
             problems.append(
-                f"{run_id}: messages out of order or twice: sent {accepted},"
-                f" received {received}, discarded {discarded}"
+                f"{run_id}: messages out of order or both received and discarded: sent"
+                f" {accepted}, received {received}, discarded {discarded}"
             )
         unreceived = iter(received)
         if not all(m in unreceived for m in kept):  # kept is a subsequence of received

@@ -22,8 +22,8 @@ from sqlite_helpers import (
     tables,
 )
 
-from awaken_trio import InvalidArgument, RunState, StoreError
-from awaken_trio.store import Accepted, open_store
+from awaken_trio import EndCause, InvalidArgument, RunState, StoreError
+from awaken_trio.store import Accepted, Commit, Expect, open_store
 from awaken_trio.store import _sqlite_schema as schema
 from awaken_trio.store._sqlite import SQLiteStore
 
@@ -152,6 +152,14 @@ def _hand_made_version_1(path: Path) -> None:
         conn.close()
 
 
+def execute_fetch(path: Path, sql: str) -> list[tuple[object, ...]]:
+    conn = sqlite3.connect(path)
+    try:
+        return conn.execute(sql).fetchall()
+    finally:
+        conn.close()
+
+
 def _add_notes(conn: sqlite3.Connection) -> None:
     conn.execute("CREATE TABLE notes (n INTEGER PRIMARY KEY, text TEXT NOT NULL)")
 
@@ -193,6 +201,48 @@ async def test_an_older_schema_is_migrated_forward_in_order(
     assert "note" in columns
 
 
+async def test_a_version_1_file_with_stored_messages_migrates_to_the_delivered_mark(
+    tmp_path: Path,
+) -> None:
+    """Version 2 marks the stored messages an attempt received. A message stored by a
+    version-1 release was received by no attempt: after the migration it is unmarked, is
+    still handed out, and an end of its run lists it as discarded."""
+    path = tmp_path / "runs.db"
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute("BEGIN")
+        RELEASED[0](conn)
+        conn.execute("PRAGMA user_version = 1")
+        conn.execute(
+            "INSERT INTO runs (run_id, thread_id, root_run_id, name, input, kind, state,"
+            " generation) VALUES ('old', 'old', 'old', 'job', 'null', 'queued',"
+            ' \'{"kind":"queued"}\', 0)'
+        )
+        conn.execute(
+            "INSERT INTO inbox (run_id, kind, payload, reason, at)"
+            " VALUES ('old', 'message', '\"hello\"', 'null', 1.0)"
+        )
+        conn.execute("COMMIT")
+    finally:
+        conn.close()
+    async with SQLiteStore(path) as store:
+        (command,) = await store.commands(["old"])
+        assert (command.kind, command.payload) == ("message", "hello")
+        ended = Commit(
+            run_id="old",
+            state=RunState.Ended(EndCause.Cancelled()),
+            generation=0,
+            expect=Expect(generation=0, state=RunState.Queued),
+            at=2.0,
+        )
+        (result,) = await store.apply([ended])
+        assert isinstance(result, Accepted)
+        kinds = [(e.kind, dict(e.detail)) for e in await store.events_after(0, "old")]
+    assert ("messages_discarded", {"messages": ["hello"]}) in kinds
+    assert pragma(path, "user_version") == LATEST
+    assert execute_fetch(path, "SELECT COUNT(*) FROM inbox") == [(0,)]
+
+
 async def test_a_file_between_versions_runs_only_the_migrations_it_lacks(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -219,7 +269,8 @@ async def test_a_failing_migration_is_rolled_back_whole(
     _hand_made_version_1(path)
     monkeypatch.setattr(schema, "MIGRATIONS", _migrations(_add_notes, _fails))
     store = SQLiteStore(path)
-    with pytest.raises(StoreError, match="from schema version 2 to 3 failed") as caught:
+    failing = f"from schema version {LATEST + 1} to {LATEST + 2} failed"
+    with pytest.raises(StoreError, match=failing) as caught:
         await store.open()
     assert caught.value.outcome_unknown is False
     assert isinstance(caught.value.__cause__, RuntimeError)

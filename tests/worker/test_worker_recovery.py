@@ -4,6 +4,7 @@ or ended when they can never run again; the lost attempt commits nothing more.""
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -14,6 +15,7 @@ from wrapped_stores import FailingEnds, LateRecovery
 from awaken_trio import (
     EndCause,
     EventKind,
+    LiveCommand,
     RunContext,
     RunState,
     Runtime,
@@ -36,8 +38,17 @@ from .worker_helpers import (
     settle,
     shared_runtime,
     terminal,
+    until,
     until_state,
 )
+
+
+def got(seen: list[Any], n: int) -> Callable[[], Awaitable[bool]]:
+    async def check() -> bool:
+        await trio.lowlevel.checkpoint()
+        return len(seen) >= n
+
+    return check
 
 
 def lost_times(n: int) -> RunState:
@@ -680,3 +691,72 @@ async def test_leases_follow_the_stores_clock_whatever_a_runtimes_clock_says(
             assert await until_state(a, "r", is_ended) == NATURAL
             assert await until_state(a, "r2", is_ended) == NATURAL
     assert entered == [("a", 1), ("off", 2), ("off", 1)]
+
+
+async def test_a_message_the_lost_attempt_received_is_handed_to_the_attempt_replacing_it(
+    shared_store: MemoryStore, autojump_clock: trio.testing.MockClock
+) -> None:
+    """The lost attempt's body received the message but never committed again: the
+    recovered attempt starts from the checkpoint taken before it was read and is handed it
+    again (its receipt is in the history twice), and the run's end discards nothing."""
+    seen: list[tuple[str, int, Any, list[Any]]] = []
+
+    async def in_a(ctx: RunContext) -> object:
+        await ctx.boundary({"step": 1})
+        messages = await ctx.boundary({"step": 2}, wait=True)
+        seen.append(("a", ctx.generation, ctx.checkpoint, messages))
+        await trio.sleep_forever()  # the owner stalls before it commits again
+
+    async def in_b(ctx: RunContext) -> object:
+        messages = await ctx.boundary({"step": 3})
+        seen.append(("b", ctx.generation, ctx.checkpoint, messages))
+        return {"got": messages}
+
+    async with (
+        shared_runtime(shared_store, bodies={"w": in_a}) as a,
+        shared_runtime(shared_store, bodies={"w": in_b}) as b,
+    ):
+        await a.start(in_a, run_id="r")
+        await trio.testing.wait_all_tasks_blocked()
+        await b.send(LiveCommand.Message("r", "approve"))
+        await until(got(seen, 1))
+        with Stall(a):
+            async with serving(b):
+                await until_state(b, "r", is_ended)
+        assert await b.state("r") == NATURAL
+        assert (await b.record("r")).result == {"got": ["approve"]}
+        events = await history(b, "r")
+        received = [
+            (e.generation, dict(e.detail)["received"])
+            for e in events
+            if "received" in dict(e.detail)
+        ]
+        assert received == [(1, ["approve"]), (2, ["approve"])]
+        assert not [e for e in events if e.kind == EventKind.MESSAGES_DISCARDED]
+    assert seen == [("a", 1, {"step": 2}, ["approve"]), ("b", 2, {"step": 3}, ["approve"])]
+
+
+async def test_a_message_the_lost_attempt_received_is_not_discarded_by_an_end_made_elsewhere(
+    shared_store: MemoryStore, autojump_clock: trio.testing.MockClock
+) -> None:
+    """Received by the lost attempt, not yet by any other: cancel_run then ends the run
+    with no attempt; the message was received, so it is not listed as discarded."""
+    received: list[Any] = []
+
+    async def in_a(ctx: RunContext) -> object:
+        received.extend(await ctx.boundary({"step": 1}, wait=True))
+        await trio.sleep_forever()
+
+    async with (
+        shared_runtime(shared_store, bodies={"w": in_a}) as a,
+        shared_runtime(shared_store) as b,
+    ):
+        await a.start(in_a, run_id="r")
+        await trio.testing.wait_all_tasks_blocked()
+        await b.send(LiveCommand.Message("r", "approve"))
+        await until(got(received, 1))
+        with Stall(a):
+            await past_lease()
+            assert await b.cancel_run("r") == RunState.Ended(EndCause.Cancelled())
+        events = await history(b, "r")
+        assert not [e for e in events if e.kind == EventKind.MESSAGES_DISCARDED]
