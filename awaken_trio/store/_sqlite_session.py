@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Literal, TypeVar, final
@@ -16,8 +17,7 @@ from .._core._errors import StoreError
 from ._sqlite_cache import RunCache
 from ._sqlite_schema import (
     Migration,
-    inspect_file,
-    inspect_read_only,
+    inspect_before_opening,
     make_parent,
     migrate,
     read_found,
@@ -51,8 +51,7 @@ class Session:
     def open(cls, path: Path, synchronous: Synchronous, migrations: Sequence[Migration]) -> Session:
         """Open the store at ``path``, creating or migrating its schema; `StoreError`, with
         the file untouched, if it is not a store this version may open."""
-        if inspect_file(path):
-            version_to_migrate(path, inspect_read_only(path), len(migrations))
+        inspect_before_opening(path, len(migrations), patience=BUSY_TIMEOUT)
         make_parent(path)
         try:
             conn = sqlite3.connect(
@@ -159,7 +158,7 @@ def _prepare(
     conn: sqlite3.Connection, path: Path, synchronous: Synchronous, migrations: Sequence[Migration]
 ) -> None:
     try:
-        (mode,) = conn.execute("PRAGMA journal_mode = WAL").fetchone()
+        mode = _enter_wal(conn)
         if str(mode).lower() != "wal":
             raise StoreError(
                 f"the store {str(path)!r} cannot use SQLite's write-ahead log (journal mode"
@@ -188,3 +187,23 @@ def _prepare(
         conn.execute("COMMIT")
     except sqlite3.Error as exc:
         raise unusable(path, exc) from None
+
+
+def _enter_wal(conn: sqlite3.Connection) -> str:
+    """Put the file in WAL mode (a no-op once it is); the journal mode it is in then.
+
+    Changing the mode takes the file's exclusive lock without SQLite's busy handler, so
+    it fails at once with ``SQLITE_BUSY`` while another process opens or creates the
+    same file: it is tried again here, for up to the busy timeout, as any statement is.
+    """
+    deadline = time.monotonic() + BUSY_TIMEOUT
+    pause = 0.001
+    while True:
+        try:
+            (mode,) = conn.execute("PRAGMA journal_mode = WAL").fetchone()
+            return str(mode)
+        except sqlite3.OperationalError as exc:
+            if exc.sqlite_errorcode & 0xFF != sqlite3.SQLITE_BUSY or time.monotonic() >= deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
