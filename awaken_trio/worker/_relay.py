@@ -2,12 +2,14 @@
 other runtimes did is relayed to the attempts here: commands sent to them (messages, pause,
 wake, cancel), and ends committed elsewhere (``cancel_run``/``stop_run`` from another
 process), which stop the attempt at once. The stored state is the truth; the poll only
-hastens it, and is bounded by ``poll`` seconds."""
+hastens it, and is bounded by ``poll`` seconds. A store that notices its own changes (SQLite,
+through the kernel's notices of writes to its file) is looked at when one may have come,
+and not on a timer while nothing is written."""
 
 from __future__ import annotations
 
 import contextlib
-from typing import final
+from typing import Final, Protocol, final, runtime_checkable
 
 import trio
 from trio_util import periodic
@@ -16,6 +18,25 @@ from .._core._attempt import lost
 from .._core._state import Ended
 from .._core._storage import DurableStore
 from .._core._supervisor import Supervisor
+
+_LOOK_ANYWAY: Final = 1.0
+"""Seconds: a store that notices changes is still looked at this often (a notice is a hint,
+and a hint may be missed)."""
+
+
+_FOLLOW_UPS: Final = (0.002, 0.004, 0.008, 0.016, 0.032)
+"""Seconds between the looks that follow a notice, until one sees the change (a commit takes
+a few milliseconds to show after its first write, more when it syncs to disk)."""
+
+
+@runtime_checkable
+class NoticesChanges(Protocol):
+    """A store that can tell when it may have changed, so the relay need not poll it on a
+    timer (the SQLite store, through the kernel's file notices)."""
+
+    def notices_changes(self) -> bool: ...
+
+    async def wait_for_change(self, at_most: float) -> None: ...
 
 
 @final
@@ -30,21 +51,40 @@ class StoreRelay:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
+        store = self._store
+        if isinstance(store, NoticesChanges) and store.notices_changes():
+            # Told of every write: look as soon as one may have come from elsewhere, then
+            # rest a poll interval (what comes meanwhile is seen by the next look), and
+            # sleep while nothing is written.
+            while True:
+                await store.wait_for_change(_LOOK_ANYWAY)
+                # The notice comes with a commit's first write, before the commit shows
+                # (the log is synced and the commit published after it): look again soon
+                # until it does, within one poll interval.
+                for pause in (*_FOLLOW_UPS, None):
+                    with contextlib.suppress(Exception):  # an unreachable store: look again
+                        if await self.poll():
+                            break
+                    if pause is None or pause >= self._poll:
+                        break
+                    await trio.sleep(pause)
+                await trio.sleep(self._poll)
         async with contextlib.aclosing(periodic(self._poll)) as ticks:
             async for _ in ticks:
                 with contextlib.suppress(Exception):  # an unreachable store: poll again
                     await self.poll()
 
-    async def poll(self) -> None:
+    async def poll(self) -> bool:
+        """Relay what changed in the store since the last poll; whether anything did."""
         version = await self._store.version()
         if version == self._version:
-            return
+            return False
         self._version = version
         self._supervisor.store_changed.set()
         registry = self._supervisor.registry
         active = [a.run_id for a in registry.all() if not a.sealed]
         if not active:
-            return
+            return True
         for command in await self._store.commands(active, self._last_command):
             self._last_command = max(self._last_command, command.id)
             attempt = registry.get(command.run_id)
@@ -58,3 +98,4 @@ class StoreRelay:
                 # its claim go, which frees the run's thread.
                 why = f"the run was ended elsewhere: {state!r}"
                 attempt.request_end(lost(why, claim_lost=False))
+        return True
