@@ -358,18 +358,23 @@ class Supervisor:
             for command in await store.commands((attempt.run_id,)):
                 attempt.apply_stored(command.id, command.kind, command.payload, command.reason)
 
-    async def changed(self, local: trio.Event) -> None:
+    async def changed(self, local: trio.Event, *, interval: float | None = None) -> bool:
         """Wait until something may have changed: a commit here (``local``, an event taken
         from the mailbox before the caller looked) or, on a durable store, a change made
-        by another runtime (seen within a poll interval, and looked at again after one
-        anyway: a lapsed lease changes nothing in the store)."""
+        by another runtime (seen within a poll interval, and looked at again after
+        ``interval`` seconds anyway, by default one poll interval: a lapsed lease changes nothing
+        in the store). True if something changed, False if the wait timed out."""
         if self.claims is None:
-            await local.wait()
-            return
-        with trio.move_on_after(self.poll_interval):
+            with trio.move_on_after(math.inf if interval is None else interval):
+                await local.wait()
+                return True
+            return False
+        with trio.move_on_after(self.poll_interval if interval is None else interval):
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(_cancel_after, local.wait, nursery.cancel_scope)
                 nursery.start_soon(_cancel_after, self.store_changed.wait, nursery.cancel_scope)
+            return True
+        return False
 
     def wake_servers(self) -> None:
         """Something may have become runnable: serving loops look again."""
