@@ -279,12 +279,12 @@ class SQLiteStore:
             self._notices = FileNotices.open(str(self._path.parent))
         return self._notices is not None
 
-    async def wait_for_change(self, at_most: float) -> None:
+    async def wait_for_change(self, at_most: float) -> bool:
         """Return when the file or its log may have been written since the last call (by
-        any connection, this store's too), or after ``at_most`` seconds. A hint to look
-        at `version`, never the truth."""
+        any connection, this store's too): True; or after ``at_most`` seconds: False. A
+        hint to look at `version`, never the truth."""
         notices = self._notices
         if notices is None:
             await trio.sleep(at_most)
-            return
-        await notices.wait(at_most)
+            return False
+        return await notices.wait(at_most)

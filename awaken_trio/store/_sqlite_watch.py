@@ -8,10 +8,11 @@ checkpoint writes the file), and a write moves the written file's size or modifi
 time. So the store asks SQLite only when what a ``stat`` of both shows has moved since it
 last asked, and still at least every `FULL_POLL_EVERY` seconds whatever it shows.
 
-A file's modification time is kept at the kernel's clock tick (a few milliseconds): a
-commit in the same tick as the look before it leaves the time as it was. So while the
-newest time seen is within `SETTLE` of the moment of the look, SQLite is asked at every
-poll, until the file has been still for that long.
+A file's modification time is kept at the kernel's clock tick (a few milliseconds), so a
+commit in the same tick as the look before it leaves the time as it was; and a commit
+shows only once it is synced, after its last write. So while the newest time seen is
+within `SETTLE` of the moment of the look, SQLite is asked at every poll, until the file
+has been still for that long.
 """
 
 from __future__ import annotations
@@ -31,8 +32,10 @@ FULL_POLL_EVERY: Final = 1.0
 """Seconds after which SQLite is asked whatever the files show (a file system that does not
 keep modification times, a clock set back)."""
 
-SETTLE: Final = 0.05
-"""Seconds a file must have been still before an unchanged look is trusted."""
+SETTLE: Final = 0.5
+"""Seconds a file must have been still before an unchanged look is trusted: longer than a
+timestamp's tick, and than the time a commit takes to show after its last write (it is
+synced to disk first)."""
 
 
 @final
@@ -164,22 +167,22 @@ class FileNotices:
             return None
         return cls(fd)
 
-    async def wait(self, at_most: float) -> None:
+    async def wait(self, at_most: float) -> bool:
         """Return once something in the directory changed since the last call (at once
-        if it already has), or after ``at_most`` seconds."""
+        if it already has): True; or after ``at_most`` seconds with no notice: False."""
         fd = self._fd
         if fd is None:
             await trio.sleep(at_most)
-            return
+            return False
         if self._drain(fd):
             await trio.lowlevel.checkpoint()
-            return
+            return True
         with trio.move_on_after(at_most):
             try:
                 await trio.lowlevel.wait_readable(fd)
             except trio.ClosedResourceError:
-                return  # closed meanwhile (the store was closed): the caller looks, and sees
-        self._drain(fd)
+                return False  # closed meanwhile (the store was closed)
+        return self._drain(fd)
 
     def _drain(self, fd: int) -> bool:
         """Read every pending notice; whether there was any."""

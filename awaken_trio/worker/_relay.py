@@ -9,6 +9,7 @@ and not on a timer while nothing is written."""
 from __future__ import annotations
 
 import contextlib
+import math
 from typing import Final, Protocol, final, runtime_checkable
 
 import trio
@@ -24,9 +25,13 @@ _LOOK_ANYWAY: Final = 1.0
 and a hint may be missed)."""
 
 
-_FOLLOW_UPS: Final = (0.002, 0.004, 0.008, 0.016, 0.032)
-"""Seconds between the looks that follow a notice, until one sees the change (a commit takes
-a few milliseconds to show after its first write, more when it syncs to disk)."""
+_FOLLOW_FOR: Final = 1.0
+"""Seconds after a notice during which the relay also looks every poll interval, notice or
+not (a commit can take that long to show, on a busy disk, after its last write)."""
+
+FOLLOW_UPS: Final = (0.002, 0.004, 0.008, 0.016, 0.032)
+"""Seconds between the looks that follow a notice at once, until one sees the change: a
+commit shows milliseconds after its first write (it is synced and published after it)."""
 
 
 @runtime_checkable
@@ -36,7 +41,7 @@ class NoticesChanges(Protocol):
 
     def notices_changes(self) -> bool: ...
 
-    async def wait_for_change(self, at_most: float) -> None: ...
+    async def wait_for_change(self, at_most: float) -> bool: ...
 
 
 @final
@@ -53,26 +58,36 @@ class StoreRelay:
         task_status.started()
         store = self._store
         if isinstance(store, NoticesChanges) and store.notices_changes():
-            # Told of every write: look as soon as one may have come from elsewhere, then
-            # rest a poll interval (what comes meanwhile is seen by the next look), and
-            # sleep while nothing is written.
+            # Told of every write: look as soon as one may have come from elsewhere; for
+            # a while after one, also every poll interval; while nothing is written, sleep
+            # (looking once in a while, as a notice is only a hint).
+            noticed_at = -math.inf
             while True:
-                await store.wait_for_change(_LOOK_ANYWAY)
-                # The notice comes with a commit's first write, before the commit shows
-                # (the log is synced and the commit published after it): look again soon
-                # until it does, within one poll interval.
-                for pause in (*_FOLLOW_UPS, None):
-                    with contextlib.suppress(Exception):  # an unreachable store: look again
-                        if await self.poll():
-                            break
-                    if pause is None or pause >= self._poll:
-                        break
-                    await trio.sleep(pause)
-                await trio.sleep(self._poll)
+                recent = trio.current_time() - noticed_at < _FOLLOW_FOR
+                if await store.wait_for_change(self._poll if recent else _LOOK_ANYWAY):
+                    noticed_at = trio.current_time()
+                    await self._follow_up()
+                else:
+                    await self._look()
         async with contextlib.aclosing(periodic(self._poll)) as ticks:
             async for _ in ticks:
                 with contextlib.suppress(Exception):  # an unreachable store: poll again
                     await self.poll()
+
+    async def _follow_up(self) -> None:
+        """Look now and, until a look shows a change, again a few times within some
+        milliseconds; then rest a poll interval (what comes meanwhile waits for the next
+        look)."""
+        for pause in FOLLOW_UPS:
+            if await self._look():
+                break
+            await trio.sleep(pause)
+        await trio.sleep(self._poll)
+
+    async def _look(self) -> bool:
+        with contextlib.suppress(Exception):  # an unreachable store: look again
+            return await self.poll()
+        return False
 
     async def poll(self) -> bool:
         """Relay what changed in the store since the last poll; whether anything did."""

@@ -131,7 +131,7 @@ async def test_a_write_in_the_directory_wakes_a_waiter_for_notices(tmp_path: Pat
     try:
         (tmp_path / "other-wal").write_bytes(b"x")
         with trio.fail_after(10):  # a failure bound, not a timing: it returns at once
-            await notices.wait(at_most=math.inf)
+            assert await notices.wait(at_most=math.inf)
 
         async def write_soon() -> None:
             await trio.sleep(0.01)
@@ -140,11 +140,12 @@ async def test_a_write_in_the_directory_wakes_a_waiter_for_notices(tmp_path: Pat
         async with trio.open_nursery() as nursery:
             nursery.start_soon(write_soon)
             with trio.fail_after(10):
-                await notices.wait(at_most=math.inf)  # returns when the write comes
+                assert await notices.wait(at_most=math.inf)  # returns when the write comes
+        assert not await notices.wait(at_most=0)  # nothing since: no notice
     finally:
         notices.close()
     with trio.fail_after(10):
-        await notices.wait(at_most=0)  # closed: it only sleeps
+        assert not await notices.wait(at_most=0)  # closed: it only sleeps
 
 
 async def test_a_sqlite_store_notices_another_stores_commit(tmp_path: Path) -> None:
@@ -154,7 +155,7 @@ async def test_a_sqlite_store_notices_another_stores_commit(tmp_path: Path) -> N
         before = await store.version()
         await other.apply([start("r1")])
         with trio.fail_after(10):
-            await store.wait_for_change(at_most=math.inf)
+            assert await store.wait_for_change(at_most=math.inf)
             while await store.version() == before:  # noqa: ASYNC110 (the commit shows shortly)
                 await trio.sleep(0.001)
     assert not store.notices_changes()  # closed
