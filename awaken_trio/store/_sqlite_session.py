@@ -79,7 +79,7 @@ class Session:
         (self._data_version,) = conn.execute("PRAGMA data_version").fetchone()
         self._text = str(path)
         self._identity = identity
-        self._gone: StoreError | None = None
+        self._gone: str | None = None  # why the file can no longer be used, once it is so
 
     @classmethod
     def open(cls, path: Path, synchronous: Synchronous, migrations: Sequence[Migration]) -> Session:
@@ -201,7 +201,7 @@ class Session:
         is done before every transaction and every poll of the version.
         """
         if self._gone is not None:
-            raise self._gone
+            raise StoreError(self._gone, outcome_unknown=False)
         try:
             found = _identity_of_text(self._text)
         except FileNotFoundError:
@@ -212,16 +212,15 @@ class Session:
             if found == self._identity:
                 return
             what = "replaced by another file"
-        self._gone = StoreError(
+        self._gone = (
             f"the store file {self._text!r} was {what} while this store had it open; nothing"
             " more is read from or committed to the old file, which no other process sees."
             " Close this runtime (or store) and open the store again to use the file now at"
             " that path (put the right file back there first if it was removed or replaced"
-            " by mistake)",
-            outcome_unknown=False,
+            " by mistake)"
         )
         _log.error("%s", self._gone)
-        raise self._gone
+        raise StoreError(self._gone, outcome_unknown=False)
 
     def _rollback(self) -> None:
         if self.conn.in_transaction:
