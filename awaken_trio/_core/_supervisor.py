@@ -360,19 +360,21 @@ class Supervisor:
             for command in await store.commands((attempt.run_id,)):
                 attempt.load_stored(command.id, command.kind, command.payload, command.reason)
 
-    async def changed(self, local: trio.Event) -> None:
+    async def changed(self, local: trio.Event, *, interval: float | None = None) -> bool:
         """Wait until something may have changed: a commit here or, on a durable store, a
         change made by another runtime (`store_changed_elsewhere` sets ``local`` too), an
-        event the caller took from the mailbox before it looked; on a durable store, at
-        most a poll interval (a lapsed lease changes nothing in the store).
+        event the caller took from the mailbox before it looked; at most ``interval``
+        seconds (on a durable store by default one poll interval: a lapsed lease changes
+        nothing in the store). True if something changed, False if the wait timed out.
 
         One event and no nursery of its own: a KeyboardInterrupt delivered while a caller
         waits here comes out as itself, not wrapped in a group."""
-        if self.claims is None:
+        if interval is None:
+            interval = math.inf if self.claims is None else self.poll_interval
+        with trio.move_on_after(interval):
             await local.wait()
-            return
-        with trio.move_on_after(self.poll_interval):
-            await local.wait()
+            return True
+        return False
 
     def store_changed_elsewhere(self) -> None:
         """Another runtime changed the store: wake everything that waits on it."""

@@ -23,8 +23,8 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
-from .._core._errors import StoreError
-from .._core._json import FrozenDict, JsonValue, check_json
+from .._core._errors import InvalidPayload, StoreError
+from .._core._json import FrozenDict, FrozenList, JsonValue, check_json
 from .._core._state import (
     Awaiting,
     Cancelled,
@@ -59,6 +59,12 @@ _encode = json.JSONEncoder(
     ensure_ascii=True, allow_nan=False, separators=(",", ":"), check_circular=False
 ).encode
 _decode = json.JSONDecoder().decode
+
+CARRIED_WRAPPING: Final = 1
+"""Levels the store adds around carried messages: one array of them."""
+DETAIL_WRAPPING: Final = 2
+"""Levels an event detail of the store's own may add around a payload: the
+``{"messages": [...]}`` of discarded messages (a late result's ``{"result": ...}`` adds one)."""
 
 
 class CodecError(StoreError):
@@ -132,6 +138,40 @@ def load_json(text: str, what: str) -> JsonValue:
         return check_json(_decode(text), what)
     except (ValueError, TypeError) as exc:  # InvalidPayload is a ValueError
         raise CodecError(f"{what} in the store is not valid JSON: {exc}") from None
+
+
+def load_wrapped(text: str, what: str, levels: int) -> JsonValue:
+    """A stored JSON text as a frozen value, when its outer ``levels`` levels of arrays and
+    objects are the store's own wrapping around payloads (carried messages kept in one
+    array; an event detail holding the messages or the late result it records).
+
+    The JSON check bounds how deep one payload is nested, and the wrapping adds levels of
+    its own: each payload inside it is checked on its own, so a payload nested as deep as
+    the check accepts is read back exactly as it was accepted.
+    """
+    try:
+        value = _decode(text)
+    except ValueError as exc:
+        raise CodecError(f"{what} in the store is not valid JSON: {exc}") from None
+    try:
+        try:
+            return check_json(value, what)  # the usual case: shallow, checked in one walk
+        except InvalidPayload:
+            if levels <= 0:
+                raise
+            return _unwrap(value, what, levels)
+    except (ValueError, TypeError) as exc:  # InvalidPayload is a ValueError
+        raise CodecError(f"{what} in the store is not valid JSON: {exc}") from None
+
+
+def _unwrap(value: Any, what: str, levels: int) -> JsonValue:
+    if levels > 0 and type(value) is list:
+        return FrozenList([_unwrap(item, what, levels - 1) for item in value])
+    if levels > 0 and type(value) is dict:
+        # (Decoded JSON: its keys are str.) Frozen items are taken as they are, so the
+        # wrapping's own levels are never counted again.
+        return FrozenDict({key: _unwrap(item, what, levels - 1) for key, item in value.items()})
+    return check_json(value, what)
 
 
 def load_raw(text: str, what: str) -> Any:

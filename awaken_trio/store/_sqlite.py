@@ -36,6 +36,7 @@ from ._sqlite_commit import apply_batch
 from ._sqlite_session import Session, Synchronous
 from ._sqlite_thread import ResourceThread
 from ._sqlite_tx import Transaction
+from ._sqlite_watch import ChangeWatch, FileNotices, look_at
 
 T = TypeVar("T")
 
@@ -103,6 +104,10 @@ class SQLiteStore:
         self._thread: ResourceThread[Session] | None = None
         self._opening: trio.Event | None = None
         self._closed = False
+        self._watch: ChangeWatch | None = None
+        self._version = 0
+        self._notices: FileNotices | None = None
+        self._noticing = False
 
     def __repr__(self) -> str:
         return f"SQLiteStore({str(self._path)!r}, synchronous={self._synchronous!r})"
@@ -172,6 +177,9 @@ class SQLiteStore:
         self._closed = True
         while self._opening is not None:
             await self._opening.wait()
+        notices, self._notices = self._notices, None
+        if notices is not None:
+            notices.close()
         thread, self._thread = self._thread, None
         if thread is None:
             await trio.lowlevel.checkpoint()
@@ -278,8 +286,43 @@ class SQLiteStore:
         return await self._read(lambda conn: reads.states(conn, wanted))
 
     async def version(self) -> int:
-        """Moves whenever this store commits a change, and whenever another connection
-        (another store on the file, in this process or another) has committed since the
-        last call: SQLite's ``data_version``."""
+        """Moves whenever another connection (another store on the file, in this process
+        or another) has committed since the last call: SQLite's ``data_version``.
+
+        Asked of SQLite only when a look at the file and its log from outside says
+        something may have been written since it was last asked (`ChangeWatch`), and at
+        least every `FULL_POLL_EVERY` seconds: an idle poll costs a ``stat``, not a trip
+        to the store's thread.
+        """
         thread = await self._opened()
-        return await thread.run(Session.poll_version)
+        watch = self._watch
+        if watch is None:
+            watch = self._watch = ChangeWatch(look_at(str(self._path)))
+        if not watch.due():
+            await trio.lowlevel.checkpoint()
+            return self._version
+        try:
+            self._version = await thread.run(Session.poll_version)
+        except BaseException:
+            watch.forget()  # (a failure is answered again, not hidden by a still file)
+            raise
+        return self._version
+
+    def notices_changes(self) -> bool:
+        """Whether `wait_for_change` returns as soon as another process may have
+        committed (the kernel tells of writes to the file's directory), so a caller need
+        not poll `version` on a timer. False where it cannot (then it only sleeps)."""
+        if not self._noticing and not self._closed:
+            self._noticing = True
+            self._notices = FileNotices.open(str(self._path.parent))
+        return self._notices is not None
+
+    async def wait_for_change(self, at_most: float) -> bool:
+        """Return when the file or its log may have been written since the last call (by
+        any connection, this store's too): True; or after ``at_most`` seconds: False. A
+        hint to look at `version`, never the truth."""
+        notices = self._notices
+        if notices is None:
+            await trio.sleep(at_most)
+            return False
+        return await notices.wait(at_most)

@@ -26,6 +26,7 @@ from .._core._storage import (
 )
 from ._codec import (
     AWAITING,
+    CARRIED_WRAPPING,
     ENDED,
     RUNNING,
     dump_json,
@@ -36,6 +37,7 @@ from ._codec import (
     load_json,
     load_raw,
     load_ticket,
+    load_wrapped,
     state_kind,
 )
 from ._sqlite_ending import end_descendants
@@ -197,7 +199,7 @@ def _update(tx: Transaction, row: Row, commit: Commit, now: float) -> Accepted:
     last_seq = _write_events(tx, row, commit, state_text, taken, discarded)
     if commit.take_messages or epoch is not None:
         handed = (
-            tuple(load_json(taken_text, "carried messages"))
+            tuple(load_wrapped(taken_text, "carried messages", CARRIED_WRAPPING))
             if commit.take_messages and taken
             else _NO_MESSAGES
         )

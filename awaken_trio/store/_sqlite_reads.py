@@ -12,7 +12,7 @@ from typing import Final
 
 from .._core._state import RunEvent, RunRecord, RunState
 from .._core._storage import StoredCommand
-from ._codec import dump_json, load_json, load_raw, load_state
+from ._codec import DETAIL_WRAPPING, dump_json, load_json, load_raw, load_state, load_wrapped
 from ._sqlite_rows import RECORD_COLUMNS, load_record, record_of
 
 _EVENT_COLUMNS: Final = "seq, run_id, thread_id, generation, kind, state, detail, at"
@@ -44,7 +44,7 @@ def events_after(
             generation=generation,
             kind=kind,
             state=load_state(state),
-            detail=load_raw(detail, "an event detail"),
+            detail=load_wrapped(detail, "an event detail", DETAIL_WRAPPING),
             at=at,
         )
         for seq_, run_id_, thread_id, generation, kind, state, detail, at in found

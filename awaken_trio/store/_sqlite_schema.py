@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import stat
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Final
@@ -194,21 +195,73 @@ def read_found(conn: sqlite3.Connection) -> Found:
     return Found(application_id, version, tables, application)
 
 
-def inspect_read_only(path: Path) -> Found:
-    """Read what an existing SQLite file says about itself through a read-only
-    connection, so nothing is written to a file that is then refused.
+def inspect_before_opening(path: Path, latest: int, *, patience: float) -> None:
+    """Check, without writing anything, that ``path`` may be opened as a store of schema
+    version ``latest`` or older (absent, empty, or one this version may migrate).
 
-    Even a read-only connection leaves ``-wal`` and ``-shm`` files next to a database in
-    WAL mode; when there is no write-ahead log or rollback journal (nothing committed that
-    the file itself does not hold), the file is read as immutable, which creates nothing.
+    An existing file is read through a read-only connection. Even a read-only connection
+    leaves ``-wal`` and ``-shm`` files next to a database in WAL mode; when there is no
+    write-ahead log or rollback journal (nothing committed that the file itself does not
+    hold), the file is read as immutable, which creates nothing.
+
+    An immutable read is exact only while nobody writes the file, and another process may
+    be creating the store in it at that moment (writing its header, a checkpoint copying
+    the new schema in, a log appearing). So a refusal stands only if the file and its
+    journals looked the same before and after the look; otherwise it is looked at again,
+    for up to ``patience`` seconds. Being let through is never final: the opening checks
+    again inside the write lock, before it writes anything.
+
+    Raises:
+        StoreError: the file is refused (not SQLite, another application's database, a
+            newer schema, damaged) or cannot be read; nothing was written to it.
     """
+    deadline = time.monotonic() + patience
+    pause = 0.001
+    while True:
+        before = _looks(path)
+        try:
+            if inspect_file(path):
+                found = _read_only(path, journaled=before is not None and before.journaled)
+                version_to_migrate(path, found, latest)
+            return
+        except StoreError:
+            if _looks(path) == before or time.monotonic() >= deadline:
+                raise
+        # Written to while we looked: what we read may be half of another's commit.
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
+
+
+@attrs.frozen
+class _Looks:
+    """What can be seen of a file without opening it: enough to tell that it was written
+    while it was read (a write changes its size or time, or comes with a journal)."""
+
+    inode: int
+    size: int
+    mtime_ns: int
+    journaled: bool
+
+
+def _looks(path: Path) -> _Looks | None:
+    try:
+        info = path.stat()
+    except OSError:
+        return None
     journaled = any(Path(f"{path}{suffix}").exists() for suffix in ("-wal", "-journal"))
+    return _Looks(info.st_ino, info.st_size, info.st_mtime_ns, journaled)
+
+
+def _read_only(path: Path, *, journaled: bool) -> Found:
     uri = path.resolve().as_uri() + ("?mode=ro" if journaled else "?mode=ro&immutable=1")
     try:
         conn = sqlite3.connect(uri, uri=True, isolation_level=None)
     except sqlite3.Error as exc:
         raise unusable(path, exc) from None
     try:
+        # One read transaction: in autocommit each statement would read its own snapshot,
+        # and a creator committing in between would leave tables but no marker.
+        conn.execute("BEGIN")
         return read_found(conn)
     except sqlite3.Error as exc:
         raise unusable(path, exc) from None

@@ -7,17 +7,21 @@ Everything here runs on the store's own thread.
 from __future__ import annotations
 
 import contextlib
+import logging
+import os
 import sqlite3
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Literal, TypeVar, final
+
+import attrs
 
 from .._core._errors import StoreError
 from ._sqlite_cache import RunCache
 from ._sqlite_schema import (
     Migration,
-    inspect_file,
-    inspect_read_only,
+    inspect_before_opening,
     make_parent,
     migrate,
     read_found,
@@ -27,6 +31,33 @@ from ._sqlite_schema import (
 from ._sqlite_tx import Transaction
 
 T = TypeVar("T")
+
+_log = logging.getLogger("awaken_trio.store")
+
+
+@final
+@attrs.frozen
+class FileIdentity:
+    """Which file a path names: its device and inode."""
+
+    device: int
+    inode: int
+
+
+def _identity_of_text(path: str) -> FileIdentity:
+    info = os.stat(path)
+    return FileIdentity(info.st_dev, info.st_ino)
+
+
+def _identity_of(path: Path) -> FileIdentity:
+    """The identity of the file just opened at ``path`` (`StoreError` if it is gone)."""
+    try:
+        return _identity_of_text(str(path))
+    except OSError as exc:
+        raise StoreError(
+            f"cannot open the store {str(path)!r}: {exc.strerror or exc}", outcome_unknown=False
+        ) from None
+
 
 Synchronous = Literal["full", "normal"]
 
@@ -40,19 +71,21 @@ class Session:
     """The open connection, its transactions, the cache its write transactions read
     through, and the store's version counter."""
 
-    def __init__(self, path: Path, conn: sqlite3.Connection) -> None:
+    def __init__(self, path: Path, conn: sqlite3.Connection, identity: FileIdentity) -> None:
         self.path = path
         self.conn = conn
         self.cache = RunCache()
         self.version = 0
         (self._data_version,) = conn.execute("PRAGMA data_version").fetchone()
+        self._text = str(path)
+        self._identity = identity
+        self._gone: str | None = None  # why the file can no longer be used, once it is so
 
     @classmethod
     def open(cls, path: Path, synchronous: Synchronous, migrations: Sequence[Migration]) -> Session:
         """Open the store at ``path``, creating or migrating its schema; `StoreError`, with
         the file untouched, if it is not a store this version may open."""
-        if inspect_file(path):
-            version_to_migrate(path, inspect_read_only(path), len(migrations))
+        inspect_before_opening(path, len(migrations), patience=BUSY_TIMEOUT)
         make_parent(path)
         try:
             conn = sqlite3.connect(
@@ -62,16 +95,18 @@ class Session:
             raise unusable(path, exc) from None
         try:
             _prepare(conn, path, synchronous, migrations)
+            identity = _identity_of(path)
         except BaseException:
             conn.close()
             raise
-        return cls(path, conn)
+        return cls(path, conn, identity)
 
     def close(self) -> None:
         self.conn.close()
 
     def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``fn`` in one read transaction (one snapshot of the file)."""
+        self.check_file()
         conn = self.conn
         self._rollback()  # (nothing is ever left open, unless a ROLLBACK itself failed)
         try:
@@ -121,6 +156,14 @@ class Session:
                 outcome_unknown=False,
             ) from exc
         try:
+            # The last moment a commit can still be refused whole: one that would land in
+            # a file nobody else sees any more is rolled back instead.
+            self.check_file()
+        except StoreError:
+            self.cache.clear()
+            self._rollback()
+            raise
+        try:
             conn.execute("COMMIT")
         except sqlite3.Error as exc:
             self.cache.clear()
@@ -136,6 +179,7 @@ class Session:
         """The store's version: moved by every commit another connection made since the
         last poll (SQLite's ``data_version``). This runtime's own commits do not move it:
         it knows of them already, and a runtime alone on its file never has to look."""
+        self.check_file()
         try:
             (data_version,) = self.conn.execute("PRAGMA data_version").fetchone()
         except sqlite3.Error as exc:
@@ -146,6 +190,37 @@ class Session:
             self._data_version = data_version
             self.version += 1
         return self.version
+
+    def check_file(self) -> None:
+        """`StoreError` if the path no longer names the file this connection has open
+        (it was deleted, or another file was put in its place), now or ever before.
+
+        The connection would go on reading and writing the old file, which no other
+        process sees: commits would be reported done and be lost to everyone else, and a
+        store opened on the path would not know the runs. One ``stat`` of the path, so it
+        is done before every transaction and every poll of the version.
+        """
+        if self._gone is not None:
+            raise StoreError(self._gone, outcome_unknown=False)
+        try:
+            found = _identity_of_text(self._text)
+        except FileNotFoundError:
+            what = "deleted"
+        except OSError:
+            return  # cannot tell (the directory is unreadable): SQLite's errors will speak
+        else:
+            if found == self._identity:
+                return
+            what = "replaced by another file"
+        self._gone = (
+            f"the store file {self._text!r} was {what} while this store had it open; nothing"
+            " more is read from or committed to the old file, which no other process sees."
+            " Close this runtime (or store) and open the store again to use the file now at"
+            " that path (put the right file back there first if it was removed or replaced"
+            " by mistake)"
+        )
+        _log.error("%s", self._gone)
+        raise StoreError(self._gone, outcome_unknown=False)
 
     def _rollback(self) -> None:
         if self.conn.in_transaction:
@@ -159,7 +234,7 @@ def _prepare(
     conn: sqlite3.Connection, path: Path, synchronous: Synchronous, migrations: Sequence[Migration]
 ) -> None:
     try:
-        (mode,) = conn.execute("PRAGMA journal_mode = WAL").fetchone()
+        mode = _enter_wal(conn)
         if str(mode).lower() != "wal":
             raise StoreError(
                 f"the store {str(path)!r} cannot use SQLite's write-ahead log (journal mode"
@@ -188,3 +263,23 @@ def _prepare(
         conn.execute("COMMIT")
     except sqlite3.Error as exc:
         raise unusable(path, exc) from None
+
+
+def _enter_wal(conn: sqlite3.Connection) -> str:
+    """Put the file in WAL mode (a no-op once it is); the journal mode it is in then.
+
+    Changing the mode takes the file's exclusive lock without SQLite's busy handler, so
+    it fails at once with ``SQLITE_BUSY`` while another process opens or creates the
+    same file: it is tried again here, for up to the busy timeout, as any statement is.
+    """
+    deadline = time.monotonic() + BUSY_TIMEOUT
+    pause = 0.001
+    while True:
+        try:
+            (mode,) = conn.execute("PRAGMA journal_mode = WAL").fetchone()
+            return str(mode)
+        except sqlite3.OperationalError as exc:
+            if exc.sqlite_errorcode & 0xFF != sqlite3.SQLITE_BUSY or time.monotonic() >= deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)

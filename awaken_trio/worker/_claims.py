@@ -52,7 +52,7 @@ class ClaimKeeper:
             lost = await self._store.renew(self._settings.owner, held, self._settings.lease)
         except Exception as exc:
             if now - self._good_since < self._settings.lease:
-                logger.warning(
+                logger.error(
                     "claims: renewing %d claim(s) failed; trying again in %.2f s: %s",
                     len(held),
                     self._settings.lease / 3,

@@ -2,15 +2,17 @@
 other runtimes did is relayed to the attempts here: commands sent to them (messages, pause,
 wake, cancel), and ends committed elsewhere (``cancel_run``/``stop_run`` from another
 process), which stop the attempt at once. The stored state is the truth; the poll only
-hastens it, and is bounded by ``poll`` seconds. A poll that fails is logged (logger
-``awaken_trio.worker``, once per outage) and tried again a ``poll`` later; it never ends
-the relay."""
+hastens it, and is bounded by ``poll`` seconds. A store that notices its own changes (SQLite,
+through the kernel's notices of writes to its file) is looked at when one may have come,
+and not on a timer while nothing is written. A look that fails is logged (logger
+``awaken_trio.worker``, once per outage) and tried again; it never ends the relay."""
 
 from __future__ import annotations
 
 import contextlib
 import logging
-from typing import final
+import math
+from typing import Final, Protocol, final, runtime_checkable
 
 import trio
 from trio_util import periodic
@@ -21,6 +23,29 @@ from .._core._storage import DurableStore
 from .._core._supervisor import Supervisor
 
 logger = logging.getLogger("awaken_trio.worker")
+
+_LOOK_ANYWAY: Final = 1.0
+"""Seconds: a store that notices changes is still looked at this often (a notice is a hint,
+and a hint may be missed)."""
+
+
+_FOLLOW_FOR: Final = 1.0
+"""Seconds after a notice during which the relay also looks every poll interval, notice or
+not (a commit can take that long to show, on a busy disk, after its last write)."""
+
+FOLLOW_UPS: Final = (0.002, 0.004, 0.008, 0.016, 0.032)
+"""Seconds between the looks that follow a notice at once, until one sees the change: a
+commit shows milliseconds after its first write (it is synced and published after it)."""
+
+
+@runtime_checkable
+class NoticesChanges(Protocol):
+    """A store that can tell when it may have changed, so the relay need not poll it on a
+    timer (the SQLite store, through the kernel's file notices)."""
+
+    def notices_changes(self) -> bool: ...
+
+    async def wait_for_change(self, at_most: float) -> bool: ...
 
 
 @final
@@ -40,25 +65,53 @@ class StoreRelay:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
+        store = self._store
+        if isinstance(store, NoticesChanges) and store.notices_changes():
+            # Told of every write: look as soon as one may have come from elsewhere; for
+            # a while after one, also every poll interval; while nothing is written, sleep
+            # (looking once in a while, as a notice is only a hint).
+            noticed_at = -math.inf
+            while True:
+                recent = trio.current_time() - noticed_at < _FOLLOW_FOR
+                if await store.wait_for_change(self._poll if recent else _LOOK_ANYWAY):
+                    noticed_at = trio.current_time()
+                    await self._follow_up()
+                else:
+                    await self._look()
         async with contextlib.aclosing(periodic(self._poll)) as ticks:
             async for _ in ticks:
-                try:
-                    await self.poll()
-                except Exception as exc:  # an unreachable store: poll again next tick
-                    if not self._failing:
-                        logger.warning(
-                            "relay: polling the store failed; trying again every %.2f s: %s",
-                            self._poll,
-                            exc,
-                            exc_info=exc,
-                        )
-                    self._failing = True
-                else:
-                    if self._failing:
-                        logger.info("relay: polling the store works again")
-                    self._failing = False
+                await self._look()
 
-    async def poll(self) -> None:
+    async def _follow_up(self) -> None:
+        """Look now and, until a look shows a change, again a few times within some
+        milliseconds; then rest a poll interval (what comes meanwhile waits for the next
+        look)."""
+        for pause in FOLLOW_UPS:
+            if await self._look():
+                break
+            await trio.sleep(pause)
+        await trio.sleep(self._poll)
+
+    async def _look(self) -> bool:
+        """`poll`, with a failure logged (once per outage) instead of raised."""
+        try:
+            changed = await self.poll()
+        except Exception as exc:  # an unreachable store: look again later
+            if not self._failing:
+                logger.error(
+                    "relay: looking at the store failed; trying again: %s", exc, exc_info=exc
+                )
+            self._failing = True
+            return False
+        if self._failing:
+            logger.info("relay: looking at the store works again")
+        self._failing = False
+        return changed
+
+    async def poll(self) -> bool:
+        """Relay what changed in the store since the last poll; whether anything did.
+        An attempt the relay has not read yet is read from its first stored command, even
+        when the store's version has not moved (its command may have come before)."""
         supervisor = self._supervisor
         version = await self._store.version()
         registry = supervisor.registry
@@ -66,12 +119,12 @@ class StoreRelay:
         attempts = [a for a in (*registry.all(), *supervisor.queued.values()) if not a.sealed]
         fresh = any(not a.relayed for a in attempts)
         if version == self._version and not fresh:
-            return
+            return False
         if version != self._version:
             self._version = version
             supervisor.store_changed_elsewhere()
         if not attempts:
-            return
+            return True
         after = 0 if fresh else self._last_command
         for command in await self._store.commands([a.run_id for a in attempts], after):
             self._last_command = max(self._last_command, command.id)
@@ -82,7 +135,7 @@ class StoreRelay:
             attempt.relayed = True
         active = [a.run_id for a in attempts if a.started]
         if not active:
-            return
+            return True
         for run_id, state in (await self._store.states(active)).items():
             attempt = registry.get(run_id)
             if isinstance(state, Ended) and attempt is not None and not attempt.sealed:
@@ -91,3 +144,4 @@ class StoreRelay:
                 # its claim go, which frees the run's thread.
                 why = f"the run was ended elsewhere: {state!r}"
                 attempt.request_end(lost(why, claim_lost=False))
+        return True

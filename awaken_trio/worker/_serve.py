@@ -6,7 +6,8 @@ Each pass, on a durable store, first deals with runs whose owner was lost (the s
 what can never run again and claims the rest for a new attempt here), then takes runnable
 runs: queued ones on a free thread, and awaiting ones whose scheduled resume is due. Passes
 run when something committed here, when the store changed elsewhere, when an attempt ends,
-and at least every ``poll`` seconds (a lease that lapses changes nothing in the store).
+and, while nothing changes, after a wait that grows from ``poll`` seconds to a second
+(a lease that lapses changes nothing in the store; see ``_cadence``).
 
 A store that fails (a write lock held past the busy timeout, a full disk, a server that
 went away) does not end serving: the failure is logged (logger ``awaken_trio.worker``), the
@@ -31,6 +32,7 @@ from .._core._json import freeze_detail
 from .._core._state import Awaiting, Queued, Running, RunRecord
 from .._core._storage import Commit, Expect, Fence, Rejected, RejectReason
 from .._core._supervisor import Supervisor
+from ._cadence import serve_backoff
 
 _SERVED = freeze_detail({"source": "serve"}, "detail")
 _SCHEDULED = freeze_detail({"source": "scheduled"}, "detail")
@@ -53,6 +55,8 @@ async def serve(
     active: dict[str, Attempt] = {}
     started = False
     failures = 0
+    claims = supervisor.claims
+    backoff = serve_backoff(supervisor.poll_interval, None if claims is None else claims.lease)
     while True:
         # Take the notifications before looking, so a change in between is not missed.
         local = supervisor.mailbox.changed_event()
@@ -63,7 +67,7 @@ async def serve(
         except RuntimeClosed:
             return
         except StoreError as exc:
-            logger.warning("serving: the store failed: %s", exc, exc_info=exc)
+            logger.error("serving: the store failed: %s", exc, exc_info=exc)
             failed = True
         if not started:
             task_status.started()  # serving, even while the store fails: it is retried
@@ -75,8 +79,10 @@ async def serve(
             await trio.sleep(delay)
             continue
         failures = 0
-        with trio.move_on_after(supervisor.poll_interval):
-            await supervisor.changed(local)
+        if await supervisor.changed(local, interval=backoff.interval):
+            backoff.reset()
+        else:
+            backoff.idle()  # nothing changed: look less often, until something does
 
 
 async def _one_pass(supervisor: Supervisor, concurrency: int, active: dict[str, Attempt]) -> bool:
@@ -133,7 +139,7 @@ async def _admit(
     try:
         attempt = await admit_stored(supervisor, record, fence=fence)
     except StoreError as exc:
-        logger.warning(
+        logger.error(
             "serving: run %r could not be started: %s",
             record.run_id,
             exc,

@@ -315,6 +315,6 @@ async def test_serve_outlives_a_failing_store_and_later_runs_end(
             # there, and the run recovered once the store worked again.
             assert (await control.record("r1")).result == 2
     records = [r for r in caplog.records if r.name == "awaken_trio.worker"]
-    assert any(r.levelno == logging.WARNING and "serving" in r.message for r in records)
+    assert any(r.levelno == logging.ERROR and "serving" in r.message for r in records)
     if commits_only:
         assert any(getattr(r, "run_id", None) == "r2" for r in records), records

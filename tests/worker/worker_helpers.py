@@ -33,6 +33,7 @@ from awaken_trio import (
     open_runtime,
 )
 from awaken_trio.store import Store
+from awaken_trio.worker._cadence import IDLE_CEILING
 
 Body = Callable[[RunContext], Any]
 
@@ -99,8 +100,9 @@ class Stall:
 
 
 async def past_lease(lease: float = LEASE) -> None:
-    """Let virtual time run past a lease (and a few polls more)."""
-    await trio.sleep(lease + 10 * POLL)
+    """Let virtual time run past a lease, and past the longest wait of an idle serving
+    loop (which finds the lapse), and a few polls more."""
+    await trio.sleep(lease + IDLE_CEILING + 10 * POLL)
 
 
 class Follower:
