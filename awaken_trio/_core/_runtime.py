@@ -28,7 +28,7 @@ from ._errors import (
 )
 from ._events import EventStream
 from ._handle import RunHandle
-from ._json import FrozenDict, JsonValue, check_json, freeze_detail
+from ._json import DEFAULT_MAX_PAYLOAD_BYTES, FrozenDict, JsonValue, check_payload, freeze_detail
 from ._schema import check_value
 from ._state import (
     CANCELLED_CAUSE,
@@ -235,7 +235,7 @@ class Runtime(metaclass=NoPublicConstructor):
         supervisor = self._supervisor
         supervisor.actors_nursery()  # refuses once shutdown has begun
         run_id = run_id or new_run_id()
-        input = check_json(input, f"input of run {run_id!r}")
+        input = check_payload(input, f"input of run {run_id!r}", supervisor.max_payload_bytes)
         thread_id = thread_id or run_id
         await trio.lowlevel.checkpoint()
         result = await supervisor.mailbox.commit(
@@ -365,12 +365,20 @@ class Runtime(metaclass=NoPublicConstructor):
             raise NotActive(run_id, "its attempt changed while ownership was being checked")
         _apply(attempt, command)
 
-    @staticmethod
-    def _check_command(command: LiveCommand) -> None:
-        if type(command) not in _COMMANDS:
+    def _check_command(self, command: LiveCommand) -> None:
+        kind = type(command)
+        if kind not in _COMMANDS:
             raise InvalidArgument(
                 f"unknown command {safe_repr(command)}; deliver one of LiveCommand.Cancel,"
                 " LiveCommand.Pause, LiveCommand.Wake or LiveCommand.Message"
+            )
+        if kind is Message:
+            # Checked as JSON when the command was built; its size is this runtime's rule.
+            assert isinstance(command, Message)
+            check_payload(
+                command.payload,
+                f"message payload for run {command.run_id!r}",
+                self._supervisor.max_payload_bytes,
             )
 
     # ------------------------------------------------------------------ committed control
@@ -467,7 +475,9 @@ class Runtime(metaclass=NoPublicConstructor):
         check_id(run_id, "run_id")
         if correlation_id is not None:
             check_id(correlation_id, "correlation_id")
-        value = check_json(value, f"resume value for run {run_id!r}")
+        value = check_payload(
+            value, f"resume value for run {run_id!r}", self._supervisor.max_payload_bytes
+        )
         if body is not None:
             check_body(body)
         self._supervisor.actors_nursery()  # refuses once shutdown has begun
@@ -680,6 +690,7 @@ async def open_runtime(
     max_recoveries: int = 3,
     ownership_verifier: VerifierFactory | None = None,
     max_batch: int = 1024,
+    max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
 ) -> AsyncIterator[Runtime]:
     """Open a runtime: a supervisor, a store and a nursery for the run actors.
 
@@ -705,6 +716,11 @@ async def open_runtime(
         ownership_verifier: ``f(run_id, thread_id, generation) -> OwnershipVerifier | None``
             called for every attempt; `Runtime.deliver_to_current_attempt` asks it.
         max_batch: most commits the supervisor hands the store in one transaction.
+        max_payload_bytes: the largest payload (input, progress, result, ticket payload,
+            resume value, message, event detail) a run may hand over, as the length of its
+            compact JSON text; a larger one is refused with `InvalidPayload` by the call
+            that hands it over (a result that large ends the run
+            ``Failed("invalid_result")``). 4 MiB by default.
     """
     if ownership_verifier is not None and not callable(ownership_verifier):
         raise InvalidArgument(
@@ -717,6 +733,11 @@ async def open_runtime(
         )
     if type(max_batch) is not int or max_batch < 1:
         raise InvalidArgument(f"max_batch must be a positive int, not {safe_repr(max_batch)}")
+    if type(max_payload_bytes) is not int or max_payload_bytes < 1:
+        raise InvalidArgument(
+            "max_payload_bytes must be a positive int (bytes of JSON text),"
+            f" not {safe_repr(max_payload_bytes)}"
+        )
     for option, value in (("lease", lease), ("poll", poll)):
         if type(value) not in (int, float) or not 0 < value < math.inf:
             raise InvalidArgument(f"{option} must be a positive number of seconds, not {value!r}")
@@ -736,7 +757,9 @@ async def open_runtime(
             )
         claims = ClaimSettings(_new_owner(), float(lease), float(poll), max_recoveries)
     mailbox = CommitMailbox(store_obj, max_batch=max_batch)
-    supervisor = Supervisor(store_obj, mailbox, clock, ownership_verifier, claims)
+    supervisor = Supervisor(
+        store_obj, mailbox, clock, ownership_verifier, claims, max_payload_bytes=max_payload_bytes
+    )
     runtime = Runtime._create(supervisor)
     for name, body in (bodies or {}).items():
         supervisor.register(name, body)

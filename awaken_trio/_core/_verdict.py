@@ -24,7 +24,14 @@ import trio
 
 from ._attempt import EndRequest, StepCeiling, SuspendAttempt
 from ._errors import InvalidPayload, MaxStepsReached, RunError
-from ._json import EMPTY_DICT, FrozenDict, JsonValue, check_json, freeze_detail, scalar_dict
+from ._json import (
+    EMPTY_DICT,
+    FrozenDict,
+    JsonValue,
+    check_payload,
+    freeze_detail,
+    scalar_dict,
+)
 from ._state import (
     Awaiting,
     Ended,
@@ -134,6 +141,7 @@ def decide(
     shutdown: EndRequest,
     run_id: str,
     max_steps: int | None,
+    max_payload_bytes: int,
 ) -> Verdict:
     """The verdict on an attempt, in the order the module docstring gives.
 
@@ -160,7 +168,7 @@ def decide(
     if cancelled is not None:
         events: tuple[EventDraft, ...] = ()
         if isinstance(result, outcome.Value):
-            late = {"result": _describe(result.value), **cancelled.detail}
+            late = {"result": _describe(result.value, max_payload_bytes), **cancelled.detail}
             events = (
                 EventDraft(EventKind.LATE_RESULT_DISCARDED, freeze_detail(late, "late result")),
             )
@@ -172,7 +180,7 @@ def decide(
     if ending is Ending.CEILING:
         return Verdict(Ended(MaxSteps()), detail=freeze_detail({"max_steps": max_steps}, "max"))
     if isinstance(result, outcome.Value):
-        return natural_end(result.value, run_id)
+        return natural_end(result.value, run_id, max_payload_bytes)
     # Only a suspension that is not this attempt's gets here (a context used across runs
     # is refused before it can raise one); end the run rather than leave it running.
     return internal_failure(
@@ -180,10 +188,11 @@ def decide(
     )
 
 
-def natural_end(value: object, run_id: str) -> Verdict:
-    """``NaturalEnd`` with the body's result, if that result is JSON; ``Failed`` if not."""
+def natural_end(value: object, run_id: str, max_payload_bytes: int) -> Verdict:
+    """``NaturalEnd`` with the body's result, if that result is JSON and fits the payload
+    limit; ``Failed("invalid_result")`` if not."""
     try:
-        result = check_json(value, f"result of run {run_id!r}")
+        result = check_payload(value, f"result of run {run_id!r}", max_payload_bytes)
     except InvalidPayload as exc:
         return Verdict(Ended(Failed("invalid_result", str(exc))))
     return Verdict(NATURAL_END, result=result)
@@ -219,9 +228,11 @@ def _reason_detail(reason: str) -> FrozenDict:
     return detail
 
 
-def _describe(value: object) -> JsonValue:
+def _describe(value: object, max_payload_bytes: int) -> JsonValue:
+    """A late result as its event records it: itself, or a short repr of it if it is not
+    JSON or is larger than a payload may be."""
     try:
-        return check_json(value, "late result")
+        return check_payload(value, "late result", max_payload_bytes)
     except InvalidPayload:
         return safe_repr(value)
 
