@@ -668,8 +668,8 @@ def _resume_detail(correlation_id: str) -> FrozenDict:
     return freeze_detail({"source": "resume", "correlation_id": correlation_id}, "detail")
 
 
-def _resolve_store(store: str | Store) -> tuple[Store, bool]:
-    if isinstance(store, str):
+def _resolve_store(store: str | os.PathLike[str] | Store) -> tuple[Store, bool]:
+    if isinstance(store, str | os.PathLike):
         from ..store import open_store  # backends load on first use of their scheme
 
         return open_store(store), True
@@ -681,7 +681,7 @@ def _resolve_store(store: str | Store) -> tuple[Store, bool]:
 
 @asynccontextmanager
 async def open_runtime(
-    store: str | Store = "memory://",
+    store: str | os.PathLike[str] | Store = "memory://",
     *,
     clock: Clock = time.time,
     bodies: Mapping[str, Body] | None = None,
@@ -703,7 +703,8 @@ async def open_runtime(
     runtime calls (the clock, the store), shut down the same way and are re-raised.
 
     Args:
-        store: ``"memory://"`` (the default), ``"sqlite:///path.db"``, or a `Store`.
+        store: ``"memory://"`` (the default), ``"sqlite:///path.db"``, the path of an
+            SQLite file (``pathlib.Path("runs.db")``), or a `Store`.
         clock: wall clock for ticket deadlines, leases and event times (``time.time``
             scale); every runtime sharing a store must agree on it.
         bodies: run bodies by name (also `Runtime.register`): what lets runs be

@@ -3,6 +3,7 @@ application that never names ``sqlite://`` or ``postgresql://`` never imports th
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Literal
 from urllib.parse import parse_qsl, unquote
@@ -46,8 +47,8 @@ def _shown(url: str) -> str:
     return repr(redact_url(url))
 
 
-def open_store(url: str) -> Store:
-    """The store a URL names, not opened yet.
+def open_store(url: str | os.PathLike[str]) -> Store:
+    """The store a URL (or the path of an SQLite file) names, not opened yet.
 
     * ``memory://``: a `MemoryStore` of this process.
     * ``sqlite:///relative/path.db`` (relative to the working directory) or
@@ -55,10 +56,15 @@ def open_store(url: str) -> Store:
       speed (``full``, the default, has every commit on disk when it returns): an SQLite
       store. It opens, creating the file and its parent directory if need be, on
       ``await store.open()`` or its first use, and is closed with ``await store.aclose()``.
+    * a `pathlib.Path` (any ``os.PathLike``): the SQLite store of that file.
 
     Raises:
         InvalidArgument: the URL names no store this version knows, or is malformed.
     """
+    if isinstance(url, os.PathLike):
+        from ._sqlite import SQLiteStore
+
+        return SQLiteStore(url)
     if not isinstance(url, str):
         raise InvalidArgument(f"a store URL must be a str, not {redact_url(safe_repr(url))}")
     if url in ("memory://", "memory:"):
@@ -68,9 +74,13 @@ def open_store(url: str) -> Store:
         from ._sqlite import SQLiteStore  # the first sqlite:// URL imports the backend
 
         return SQLiteStore(path, synchronous=synchronous)
+    hint = ""
+    if "://" not in url and url:
+        # A bare file name: say how to name a file.
+        hint = f" (for an SQLite file, pass 'sqlite:///{url}' or pathlib.Path({url!r}))"
     raise InvalidArgument(
-        f"unsupported store URL {_shown(url)}; this version supports 'memory://', {_SQLITE_FORMS},"
-        " or a Store instance"
+        f"unsupported store URL {_shown(url)}{hint}; this version supports 'memory://',"
+        f" {_SQLITE_FORMS}, the path of an SQLite file, or a Store instance"
     )
 
 

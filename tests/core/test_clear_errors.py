@@ -1,0 +1,67 @@
+"""Mistakes a new user makes get one clear sentence saying what to do: a path as the store,
+a body written for asyncio, a runtime used outside the trio.run that opened it, and an
+exception with no message."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import trio
+
+from awaken_trio import (
+    EndCause,
+    InvalidArgument,
+    RunContext,
+    RunState,
+    open_runtime,
+)
+from awaken_trio.store import open_store
+from awaken_trio.store._sqlite import SQLiteStore
+
+NATURAL_END = RunState.Ended(EndCause.NaturalEnd())
+
+# ---------------------------------------------------------------------------- paths
+
+
+async def _returns_input(ctx: RunContext) -> object:
+    return ctx.input
+
+
+@pytest.mark.parametrize("relative", [False, True])
+async def test_a_path_names_an_sqlite_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, relative: bool
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    path = Path("data") / "runs.db" if relative else tmp_path / "data" / "runs.db"
+    with trio.fail_after(20):
+        async with open_runtime(path) as runtime:
+            assert await runtime.execute(_returns_input, run_id="r1", input=[1]) == NATURAL_END
+    assert (tmp_path / "data" / "runs.db").is_file()
+    with trio.fail_after(20):
+        async with SQLiteStore(tmp_path / "data" / "runs.db") as store:
+            record = await store.load("r1")
+    assert record is not None
+    assert record.result == [1]
+
+
+class _OwnPath(os.PathLike[str]):
+    def __init__(self, path: str) -> None:
+        self._path = path
+
+    def __fspath__(self) -> str:
+        return self._path
+
+
+def test_open_store_takes_any_path_like(tmp_path: Path) -> None:
+    for path in (tmp_path / "a.db", _OwnPath(str(tmp_path / "b.db"))):
+        store = open_store(path)
+        assert isinstance(store, SQLiteStore)
+        assert repr(store) == f"SQLiteStore({os.fspath(path)!r}, synchronous='full')"
+
+
+async def test_a_bare_file_name_as_a_store_url_says_how_to_name_a_file() -> None:
+    with pytest.raises(InvalidArgument, match=r"sqlite:///runs\.db.*Path\('runs\.db'\)"):
+        async with open_runtime("runs.db"):
+            pass  # pragma: no cover
