@@ -102,11 +102,45 @@ def error_code(exc: BaseException) -> str:
 
 
 def error_message(exc: BaseException) -> str:
-    """A `RunError`'s message, else ``str(exc)``; never raises, and never huge."""
+    """A `RunError`'s message, else ``str(exc)``; never raises, and never huge. An error
+    that comes from using asyncio under Trio says so, and what to use instead."""
     text = exc.message if isinstance(exc, RunError) else safe_str(exc)
     if len(text) > _MAX_MESSAGE:
         text = text[:_MAX_MESSAGE] + f"... ({len(text) - _MAX_MESSAGE} more characters)"
+    if _used_asyncio(exc, text):
+        text += f" ({_ASYNCIO_HINT})"
     return text
+
+
+_ASYNCIO_HINT = (
+    "the body used asyncio, but awaken_trio runs bodies under Trio: use trio or anyio"
+    " (which runs on Trio) instead of asyncio"
+)
+# What asyncio says when there is no asyncio loop (asyncio.get_running_loop(), and
+# everything built on it), and what Trio says when a task yields an asyncio future.
+_NO_LOOP = ("no running event loop", "There is no current event loop")
+_FOREIGN_YIELD = "trio.run received unrecognized yield message"
+
+
+def _used_asyncio(exc: BaseException, text: str) -> bool:
+    """Whether ``exc`` is what asyncio (or Trio, handed an asyncio future) raises when
+    asyncio is used where no asyncio loop runs."""
+    if isinstance(exc, RuntimeError):
+        if text == _NO_LOOP[0] or text.startswith(_NO_LOOP[1]):
+            return True
+    elif isinstance(exc, TypeError):
+        if text.startswith(_FOREIGN_YIELD):
+            return True
+    elif not isinstance(exc, AttributeError):
+        return False
+    # Another failure inside asyncio itself (asyncio.Event().wait() finds no loop).
+    tb = exc.__traceback__
+    if tb is None:
+        return False
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    module = tb.tb_frame.f_globals.get("__name__", "")
+    return isinstance(module, str) and module.startswith("asyncio.")
 
 
 def classify(exc: BaseException) -> Classified:

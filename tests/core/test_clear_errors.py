@@ -4,6 +4,7 @@ exception with no message."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from awaken_trio import (
     InvalidArgument,
     RunContext,
     RunState,
+    Runtime,
     open_runtime,
 )
 from awaken_trio.store import open_store
@@ -65,3 +67,44 @@ async def test_a_bare_file_name_as_a_store_url_says_how_to_name_a_file() -> None
     with pytest.raises(InvalidArgument, match=r"sqlite:///runs\.db.*Path\('runs\.db'\)"):
         async with open_runtime("runs.db"):
             pass  # pragma: no cover
+
+
+# ---------------------------------------------------------------------------- asyncio
+
+
+async def _asyncio_sleep(ctx: RunContext) -> None:
+    await asyncio.sleep(1)
+
+
+async def _asyncio_event(ctx: RunContext) -> None:
+    await asyncio.Event().wait()
+
+
+async def _asyncio_loop(ctx: RunContext) -> None:
+    asyncio.get_running_loop()
+
+
+async def _asyncio_future(ctx: RunContext) -> None:
+    await asyncio.Future()
+
+
+@pytest.mark.parametrize("body", [_asyncio_sleep, _asyncio_event, _asyncio_loop, _asyncio_future])
+async def test_a_body_that_uses_asyncio_fails_saying_to_use_trio_or_anyio(
+    runtime: Runtime, body: object
+) -> None:
+    state = await runtime.execute(body)  # type: ignore[arg-type]
+    assert isinstance(state, RunState.Ended)
+    cause = state.cause
+    assert isinstance(cause, EndCause.Failed)
+    assert "awaken_trio runs bodies under Trio" in cause.message
+    assert "use trio or anyio" in cause.message
+
+
+async def test_an_unrelated_runtime_error_gets_no_asyncio_hint(runtime: Runtime) -> None:
+    async def body(ctx: RunContext) -> None:
+        raise RuntimeError("no running event loop for the dishwasher")
+
+    state = await runtime.execute(body)
+    assert state == RunState.Ended(
+        EndCause.Failed("runtime_error", "no running event loop for the dishwasher")
+    )
