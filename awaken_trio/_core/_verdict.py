@@ -102,13 +102,31 @@ def error_code(exc: BaseException) -> str:
 
 
 def error_message(exc: BaseException) -> str:
-    """A `RunError`'s message, else ``str(exc)``; never raises, and never huge. An error
-    that comes from using asyncio under Trio says so, and what to use instead."""
+    """A `RunError`'s message, else ``str(exc)``; never raises, never huge, never empty
+    (an exception with no message is named, with the one it was raised from, if any). An
+    error that comes from using asyncio under Trio says so, and what to use instead."""
     text = exc.message if isinstance(exc, RunError) else safe_str(exc)
+    if not text.strip():
+        text = _no_message(exc)
     if len(text) > _MAX_MESSAGE:
         text = text[:_MAX_MESSAGE] + f"... ({len(text) - _MAX_MESSAGE} more characters)"
     if _used_asyncio(exc, text):
         text += f" ({_ASYNCIO_HINT})"
+    return text
+
+
+def _no_message(exc: BaseException) -> str:
+    # `TimeoutError()`, `httpx.ConnectError("")`: the class is all there is to say, and
+    # what it was raised from often says the rest.
+    name = type(exc).__qualname__
+    text = (
+        f"{name} {exc.code} (no message)" if isinstance(exc, RunError) else f"{name} (no message)"
+    )
+    origin = exc.__cause__ or (None if exc.__suppress_context__ else exc.__context__)
+    if origin is not None:
+        said = safe_str(origin)
+        if said.strip():
+            text += f", from {type(origin).__qualname__}: {said}"
     return text
 
 

@@ -8,6 +8,7 @@ import asyncio
 import os
 from pathlib import Path
 
+import httpx
 import pytest
 import trio
 
@@ -15,6 +16,7 @@ from awaken_trio import (
     EndCause,
     InvalidArgument,
     RunContext,
+    RunError,
     RunState,
     Runtime,
     open_runtime,
@@ -107,4 +109,42 @@ async def test_an_unrelated_runtime_error_gets_no_asyncio_hint(runtime: Runtime)
     state = await runtime.execute(body)
     assert state == RunState.Ended(
         EndCause.Failed("runtime_error", "no running event loop for the dishwasher")
+    )
+
+
+# ---------------------------------------------------------------------------- empty messages
+
+
+@pytest.mark.parametrize(
+    ("error", "code", "message"),
+    [
+        (TimeoutError(), "timeout_error", "TimeoutError (no message)"),
+        (httpx.ConnectError(""), "connect_error", "ConnectError (no message)"),
+        (KeyError(""), "key_error", "''"),  # str() is not empty: kept
+        (RunError("gave_up"), "gave_up", "RunError gave_up (no message)"),
+    ],
+)
+async def test_an_exception_with_no_message_ends_failed_with_one_that_names_it(
+    runtime: Runtime, error: Exception, code: str, message: str
+) -> None:
+    async def body(ctx: RunContext) -> None:
+        raise error
+
+    assert await runtime.execute(body) == RunState.Ended(EndCause.Failed(code, message))
+
+
+async def test_an_empty_exception_raised_from_another_names_its_cause(runtime: Runtime) -> None:
+    async def body(ctx: RunContext) -> None:
+        try:
+            raise OSError(111, "Connection refused")
+        except OSError as exc:
+            raise TimeoutError() from exc
+
+    state = await runtime.execute(body)
+    assert state == RunState.Ended(
+        EndCause.Failed(
+            "timeout_error",
+            "TimeoutError (no message),"
+            " from ConnectionRefusedError: [Errno 111] Connection refused",
+        )
     )
