@@ -22,6 +22,7 @@ from ._errors import (
     NotAwaiting,
     RunAlreadyEnded,
     RunExists,
+    RuntimeClosed,
     TicketExpired,
     TicketMismatch,
     UnknownRun,
@@ -84,6 +85,8 @@ class Runtime(metaclass=NoPublicConstructor):
         self._supervisor = supervisor
         self._store = supervisor.store
         self._registry = supervisor.registry
+        # Its tasks, scopes and events live in the trio.run that opened it, and only there.
+        self._trio_token = trio.lowlevel.current_trio_token()
         # Bound once: every handle shares them instead of holding two method objects.
         self._read_record = self.record
         self._follow = self._follow_end
@@ -99,6 +102,21 @@ class Runtime(metaclass=NoPublicConstructor):
             self._follow,
             attempt.start_seq,
         )
+
+    def _in_own_run(self) -> None:
+        """Refuse a call made outside the trio.run that opened this runtime (a runtime
+        kept after its run ended, or handed to another thread's run)."""
+        try:
+            token = trio.lowlevel.current_trio_token()
+        except RuntimeError:  # not in any trio.run
+            token = None
+        if token is not self._trio_token:
+            raise RuntimeClosed(
+                "this runtime belongs to another trio.run (the one whose open_runtime()"
+                " opened it, which may have ended); use a runtime only inside its"
+                " 'async with open_runtime()' block, and open a runtime in each trio.run"
+                " that needs one"
+            )
 
     async def _follow_end(self, run_id: str, since: int) -> RunState:
         """The first ``Awaiting`` or ``Ended`` the store commits for the run after event
@@ -185,6 +203,7 @@ class Runtime(metaclass=NoPublicConstructor):
         max_steps: int | None,
     ) -> Attempt:
         """Commit a new top-level run and start (or queue) its first attempt."""
+        self._in_own_run()
         return await self._supervisor.begin_run(
             body,
             input=input,
@@ -227,6 +246,7 @@ class Runtime(metaclass=NoPublicConstructor):
         Raises:
             RunExists: ``run_id`` is taken by a different run.
         """
+        self._in_own_run()
         check_id(name, "name")
         if run_id is not None:
             check_id(run_id, "run_id")
@@ -275,6 +295,7 @@ class Runtime(metaclass=NoPublicConstructor):
         """
         from ..worker._serve import serve
 
+        self._in_own_run()
         if type(concurrency) is not int or concurrency < 1:
             raise InvalidArgument(
                 f"concurrency must be a positive int, not {safe_repr(concurrency)}"
@@ -366,6 +387,7 @@ class Runtime(metaclass=NoPublicConstructor):
         _apply(attempt, command)
 
     def _check_command(self, command: LiveCommand) -> None:
+        self._in_own_run()
         kind = type(command)
         if kind not in _COMMANDS:
             raise InvalidArgument(
@@ -407,6 +429,7 @@ class Runtime(metaclass=NoPublicConstructor):
 
     @trio.lowlevel.enable_ki_protection
     async def _end_run(self, run_id: str, request: EndRequest, thread_id: str | None) -> RunState:
+        self._in_own_run()
         check_id(run_id, "run_id")
         if thread_id is not None:
             check_id(thread_id, "thread_id")
@@ -472,6 +495,7 @@ class Runtime(metaclass=NoPublicConstructor):
             InvalidPayload: ``value`` is not JSON, or does not match the ticket's
                 ``accepts`` schema (the ticket stays live).
         """
+        self._in_own_run()
         check_id(run_id, "run_id")
         if correlation_id is not None:
             check_id(correlation_id, "correlation_id")
@@ -599,6 +623,7 @@ class Runtime(metaclass=NoPublicConstructor):
 
     async def record(self, run_id: str) -> RunRecord:
         """The run's committed record (its payloads are frozen)."""
+        self._in_own_run()
         check_id(run_id, "run_id")
         return await self._load(run_id)
 
@@ -619,6 +644,7 @@ class Runtime(metaclass=NoPublicConstructor):
         For one run, following ends after its terminal event; for all runs, when the
         runtime closes. An unknown ``run_id`` raises `UnknownRun` from the first step.
         """
+        self._in_own_run()
         if run_id is not None:
             check_id(run_id, "run_id")
         return EventStream._create(self._store, self._supervisor, run_id, follow)

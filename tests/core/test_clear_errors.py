@@ -6,19 +6,23 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 from pathlib import Path
 
 import httpx
 import pytest
 import trio
+from run_helpers import reach, settle
 
 from awaken_trio import (
     EndCause,
     InvalidArgument,
+    LiveCommand,
     RunContext,
     RunError,
     RunState,
     Runtime,
+    RuntimeClosed,
     open_runtime,
 )
 from awaken_trio.store import open_store
@@ -110,6 +114,98 @@ async def test_an_unrelated_runtime_error_gets_no_asyncio_hint(runtime: Runtime)
     assert state == RunState.Ended(
         EndCause.Failed("runtime_error", "no running event loop for the dishwasher")
     )
+
+
+# ---------------------------------------------------------------------------- another trio.run
+
+
+def _kept_runtime() -> tuple[Runtime, str]:
+    kept: list[Runtime] = []
+
+    async def main() -> None:
+        async with open_runtime() as runtime:
+            kept.append(runtime)
+            await runtime.execute(_returns_input, run_id="done")
+
+    trio.run(main)
+    return kept[0], "done"
+
+
+def _calls(runtime: Runtime, run_id: str) -> dict[str, object]:
+    async def body(ctx: RunContext) -> None:
+        return None
+
+    return {
+        "start": lambda: runtime.start(body),
+        "execute": lambda: runtime.execute(body),
+        "submit": lambda: runtime.submit("job"),
+        "state": lambda: runtime.state(run_id),
+        "record": lambda: runtime.record(run_id),
+        "cancel_run": lambda: runtime.cancel_run(run_id),
+        "stop_run": lambda: runtime.stop_run(run_id, "why"),
+        "resume": lambda: runtime.resume(run_id),
+        "send": lambda: runtime.send(LiveCommand.Wake(run_id)),
+        "deliver_to_current_attempt": lambda: runtime.deliver_to_current_attempt(
+            LiveCommand.Wake(run_id)
+        ),
+    }
+
+
+@pytest.mark.parametrize("call", sorted(_calls(_kept_runtime()[0], "x")))
+def test_a_runtime_used_after_its_trio_run_ended_says_so(call: str) -> None:
+    runtime, run_id = _kept_runtime()
+    invoke = _calls(runtime, run_id)[call]
+
+    async def use() -> None:
+        await invoke()  # type: ignore[operator]
+
+    with pytest.raises(RuntimeClosed, match=r"belongs to another trio\.run"):
+        trio.run(use)
+
+
+def test_a_runtime_used_after_its_trio_run_ended_refuses_deliver_and_events() -> None:
+    runtime, run_id = _kept_runtime()
+
+    async def use() -> None:
+        with pytest.raises(RuntimeClosed, match=r"belongs to another trio\.run"):
+            runtime.deliver(LiveCommand.Wake(run_id))
+        with pytest.raises(RuntimeClosed, match=r"belongs to another trio\.run"):
+            runtime.events(run_id)
+
+    trio.run(use)
+
+
+async def test_a_runtime_used_from_another_trio_run_is_refused_and_left_intact(
+    runtime: Runtime,
+) -> None:
+    entered = trio.Event()
+
+    async def parked(ctx: RunContext) -> None:
+        entered.set()
+        await trio.sleep_forever()
+
+    handle = await runtime.start(parked, run_id="p")
+    await reach(entered)
+    refusals: list[str] = []
+
+    async def from_elsewhere() -> None:
+        for name, call in _calls(runtime, "p").items():
+            try:
+                with trio.fail_after(5):  # a call that waits on the other run never returns
+                    await call()  # type: ignore[operator]
+            except RuntimeClosed as exc:
+                refusals.append(name if "belongs to another trio.run" in str(exc) else str(exc))
+            except Exception as exc:
+                refusals.append(f"{name}: {exc!r}")
+
+    thread = threading.Thread(target=trio.run, args=(from_elsewhere,))
+    thread.start()
+    with trio.fail_after(20):
+        await trio.to_thread.run_sync(thread.join)
+    assert refusals == list(_calls(runtime, "p"))
+    assert await runtime.state("p") == RunState.Running(1)
+    runtime.deliver(LiveCommand.Cancel("p"))
+    assert await settle(handle) == RunState.Ended(EndCause.Cancelled())
 
 
 # ---------------------------------------------------------------------------- empty messages
