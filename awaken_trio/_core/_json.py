@@ -48,6 +48,7 @@ _STR_HIGH = 12
 _INT_HIGH = 20
 _FLOAT_HIGH = 24
 _NO_LIMIT = 1 << 62
+_isfinite = math.isfinite
 # The size of a frozen container nobody has bounded (the runtime's own details): measured
 # exactly, and then remembered, the first time a limit is checked against it.
 _UNMEASURED = 1 << 62
@@ -148,6 +149,10 @@ def check_json(value: object, what: str) -> JsonValue:
         return value  # immutable already (a frozen container was checked when it was built)
     if cls is int and value.bit_length() <= _SAFE_INT_BITS:  # type: ignore[attr-defined]
         return value
+    if cls is dict:
+        flat = _flat_dict(value)  # type: ignore[arg-type]
+        if flat is not None:
+            return flat[0]
     return _freeze(value, _Walk(what, _NO_LIMIT), "$", 0)[0]
 
 
@@ -157,19 +162,30 @@ def check_payload(value: object, what: str, max_bytes: int) -> JsonValue:
     limit. The size is bounded while the value is checked, so a small payload is never
     encoded, and a huge one is refused before it is copied."""
     cls = type(value)
+    if value is None:
+        if max_bytes < 4:
+            _fit(value, 4, what, max_bytes)
+        return value
     if cls is str:
         assert isinstance(value, str)
         if _STR_HIGH * len(value) + 2 > max_bytes:
             _fit(value, len(value) + 2, what, max_bytes)
         return value
-    if cls is FrozenDict or cls is FrozenList:
+    if cls is dict:
+        flat = _flat_dict(value)  # type: ignore[arg-type]
+        if flat is not None:
+            frozen, low = flat
+            if frozen._size > max_bytes:
+                _fit(frozen, low, what, max_bytes)
+            return frozen
+    elif cls is bool or (cls is int and value.bit_length() < 64):  # type: ignore[attr-defined]
+        if max_bytes < _INT_HIGH:
+            _fit(value, 1, what, max_bytes)
+        return value
+    elif cls is FrozenDict or cls is FrozenList:
         assert isinstance(value, FrozenDict | FrozenList)
         if value._size > max_bytes:
             _fit(value, 2, what, max_bytes)
-        return value
-    if value is None or cls is bool or (cls is int and value.bit_length() < 64):  # type: ignore[attr-defined]
-        if max_bytes < _INT_HIGH:
-            _fit(value, 1, what, max_bytes)
         return value
     walk = _Walk(what, max_bytes)
     frozen, high = _freeze(value, walk, "$", 0)
@@ -245,7 +261,14 @@ def _freeze(value: object, walk: _Walk, path: str, depth: int) -> tuple[JsonValu
         return _freeze_list(value, walk, path, depth)
     if cls is dict:
         assert isinstance(value, dict)
-        return _freeze_dict(value, walk, path, depth)
+        flat = _flat_dict(value)
+        if flat is None:
+            return _freeze_dict(value, walk, path, depth)
+        frozen, low = flat
+        walk.low += low
+        if walk.low > walk.limit:
+            walk.over(walk.low)
+        return frozen, frozen._size
     if cls is str:
         assert isinstance(value, str)
         walk.low += len(value) + 2
@@ -288,6 +311,42 @@ def _freeze(value: object, walk: _Walk, path: str, depth: int) -> tuple[JsonValu
     )
 
 
+def _flat_dict(value: dict[Any, Any]) -> tuple[FrozenDict, int] | None:
+    """``value`` frozen, with a lower bound of the length of its text (the upper one is in
+    its ``_size``), if it is a flat object of plain scalars with str keys (the usual
+    progress, result or detail): one pass, no walk, no paths. None if it needs the walk."""
+    # Per member: its key's quotes, a colon and a comma (the last comma pays for the
+    # closing brace), and the value's own text.
+    low = 1
+    high = 2
+    for key, item in value.items():
+        if type(key) is not str:
+            return None
+        cls = type(item)
+        if cls is str:
+            size = len(key) + len(item)
+            low += size + 6
+            high += _STR_HIGH * size + 6
+        elif cls is int and item.bit_length() < 64:
+            size = len(key)
+            low += size + 5
+            high += _STR_HIGH * size + 4 + _INT_HIGH
+        elif item is None or cls is bool:
+            size = len(key)
+            low += size + 8
+            high += _STR_HIGH * size + 9
+        elif cls is float and _isfinite(item):
+            size = len(key)
+            low += size + 7
+            high += _STR_HIGH * size + 4 + _FLOAT_HIGH
+        else:
+            return None
+    out = dict.__new__(FrozenDict)
+    dict.update(out, value)
+    out._size = high
+    return out, low
+
+
 def _freeze_list(value: list[Any], walk: _Walk, path: str, depth: int) -> tuple[FrozenList, int]:
     n = len(value)
     # Brackets and commas; every item takes at least one character more.
@@ -309,6 +368,9 @@ def _freeze_list(value: list[Any], walk: _Walk, path: str, depth: int) -> tuple[
         elif item is None or cls is bool:
             low += 4
             high += 5
+        elif cls is float and _isfinite(item):
+            low += 3
+            high += _FLOAT_HIGH
         else:
             frozen, item_high = _freeze(item, walk, f"{path}[{i}]", depth + 1)
             high += item_high
@@ -359,6 +421,9 @@ def _freeze_dict(
         elif item is None or cls is bool:
             low += 4
             high += 5
+        elif cls is float and _isfinite(item):
+            low += 3
+            high += _FLOAT_HIGH
         else:
             frozen, item_high = _freeze(item, walk, f"{path}.{key}", depth + 1)
             high += item_high
