@@ -21,14 +21,13 @@ import trio
 
 from ._attempt import SHUTDOWN, Attempt, Body, EndRequest, current_attempt
 from ._context import RunContext
+from ._json import fits_as_it_is
 from ._state import CANCELLED_CAUSE
 from ._util import safe_repr
 from ._verdict import NATURAL_END, Verdict, decide, internal_failure, natural_end
 
 if TYPE_CHECKING:
     from ._host import AttemptHost
-
-_SCALARS = frozenset((type(None), bool, int, str))
 
 
 @trio.lowlevel.disable_ki_protection
@@ -163,9 +162,9 @@ def _verdict(
         return Verdict(None)  # the run is lost to this attempt: nothing to commit
     if type(result) is outcome.Value and not cancel_seen and attempt.suspension is None:
         # The common end, decided at once (what `decide` concludes for it).
-        if type(result.value) in _SCALARS:
+        if fits_as_it_is(result.value, host.max_payload_bytes):
             return Verdict(NATURAL_END, result=result.value)
-        return natural_end(result.value, attempt.run_id)
+        return natural_end(result.value, attempt.run_id, host.max_payload_bytes)
     return decide(
         result,
         cancelled=_end_request(host, attempt) if cancel_seen else None,
@@ -174,6 +173,7 @@ def _verdict(
         shutdown=SHUTDOWN,
         run_id=attempt.run_id,
         max_steps=attempt.max_steps,
+        max_payload_bytes=host.max_payload_bytes,
     )
 
 

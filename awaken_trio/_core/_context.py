@@ -9,7 +9,7 @@ import trio
 
 from ._attempt import Attempt, Body, StepCeiling, SuspendAttempt, current_attempt
 from ._errors import ContextMisuse, InvalidArgument, NotActive
-from ._json import JsonValue, check_json, freeze_detail
+from ._json import JsonValue, check_payload, freeze_detail
 from ._schema import check_schema
 from ._state import Awaiting, EventKind, ResumeTicket, RunState
 from ._util import NoPublicConstructor, safe_repr
@@ -149,7 +149,9 @@ class RunContext(metaclass=NoPublicConstructor):
         """
         a = self._live("boundary()")
         if progress is not None:
-            progress = check_json(progress, f"progress of run {a.run_id!r}")
+            progress = check_payload(
+                progress, f"progress of run {a.run_id!r}", self._host.max_payload_bytes
+            )
             await self._host.checkpoint_before_commit()
         else:
             await trio.lowlevel.checkpoint()
@@ -218,11 +220,12 @@ class RunContext(metaclass=NoPublicConstructor):
         if correlation_id is not None:
             check_id(correlation_id, f"{what}: correlation_id")
         deadline = check_deadline(deadline, what)
-        payload = check_json(payload, f"ticket payload of run {a.run_id!r}")
+        limit = self._host.max_payload_bytes
+        payload = check_payload(payload, f"ticket payload of run {a.run_id!r}", limit)
         if accepts is not None:
             accepts = check_schema(accepts, f"{what}: accepts")
         if progress is not None:
-            progress = check_json(progress, f"progress of run {a.run_id!r}")
+            progress = check_payload(progress, f"progress of run {a.run_id!r}", limit)
         await trio.lowlevel.checkpoint()
         if progress is not None:
             a.suspension_checkpoint = progress
@@ -282,7 +285,9 @@ class RunContext(metaclass=NoPublicConstructor):
                 f"emit() of run {a.run_id!r}: kind must be a dotted lowercase name such as"
                 f" 'agent.tool_started' (not a runtime kind), not {safe_repr(kind)}"
             )
-        frozen = freeze_detail({} if detail is None else detail, f"detail of {kind!r}")
+        frozen = freeze_detail(
+            {} if detail is None else detail, f"detail of {kind!r}", self._host.max_payload_bytes
+        )
         await self._host.checkpoint_before_commit()
         await self._host.emit(a, kind, frozen)
 

@@ -46,6 +46,11 @@ class AttemptHost(Protocol):
         ...
 
     @property
+    def max_payload_bytes(self) -> int:
+        """The most characters of compact JSON text one payload may take."""
+        ...
+
+    @property
     def poll_interval(self) -> float:
         """How often a waiter looks at the store again even if nothing signalled."""
         ...

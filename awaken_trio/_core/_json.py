@@ -8,13 +8,18 @@ read-only subclasses of ``dict`` and ``list``. The runtime never shares a mutabl
 with anyone, so nothing a caller or a body does afterwards can change committed truth, and a
 frozen value can be handed out again and again without copying. Frozen values hash, so the
 states and records that hold them hash too.
+
+A runtime also bounds each payload's size (`check_payload`, ``max_payload_bytes``): the
+length of its compact JSON text, bounded from both sides by the same walk, so the check
+costs no encoding for the payloads almost every run hands over.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterable
-from typing import Any, NoReturn, TypeAlias
+from typing import Any, NoReturn, TypeAlias, final
 
 from ._errors import InvalidPayload
 
@@ -24,10 +29,32 @@ from ._errors import InvalidPayload
 JsonValue: TypeAlias = Any
 
 _MAX_DEPTH = 200
+# `open_runtime(max_payload_bytes=...)` by default: 4 MiB of JSON text per payload.
+DEFAULT_MAX_PAYLOAD_BYTES = 4 * 2**20
 # CPython refuses to turn an int of more than 4300 digits into text by default, so a larger
 # one would not survive `json.dumps`. Below this many bits an int always has fewer digits.
 _MAX_INT_DIGITS = 4300
 _SAFE_INT_BITS = 14_280
+
+# Payload sizes are the length of the payload's compact JSON text, ASCII only: the text the
+# stores write. The walk that checks and freezes a payload bounds that length from both
+# sides without encoding anything; only a payload whose bounds straddle the limit (a large
+# one) is encoded to measure it exactly. Upper bounds per value: a str of n characters is
+# at most 12n + 2 (a character outside the BMP becomes a surrogate pair of \uXXXX escapes),
+# an int of at most 63 bits 20 characters, a float 24 (-1.7976931348623157e+308), null,
+# true and false 5; a container adds its brackets and one separator per item (a colon and a
+# comma per member of an object).
+_STR_HIGH = 12
+_INT_HIGH = 20
+_FLOAT_HIGH = 24
+_NO_LIMIT = 1 << 62
+_isfinite = math.isfinite
+# The size of a frozen container nobody has bounded (the runtime's own details): measured
+# exactly, and then remembered, the first time a limit is checked against it.
+_UNMEASURED = 1 << 62
+_compact = json.JSONEncoder(
+    ensure_ascii=True, allow_nan=False, separators=(",", ":"), check_circular=False
+).encode
 
 
 def _read_only(self: object, *args: object, **kwargs: object) -> NoReturn:
@@ -45,10 +72,15 @@ class FrozenDict(dict[str, Any]):
     ``TypeError``. ``dict(value)`` is a mutable copy. Building one checks its contents.
     """
 
-    __slots__ = ()
+    # An upper bound of the length of its compact JSON text (exact once measured), so a
+    # frozen value handed over again is checked against a size limit without a walk.
+    __slots__ = ("_size",)
+    _size: int
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        dict.update(self, check_json(dict(*args, **kwargs), "a FrozenDict"))
+        frozen = check_json(dict(*args, **kwargs), "a FrozenDict")
+        dict.update(self, frozen)
+        self._size = frozen._size
 
     def __hash__(self) -> int:  # type: ignore[override]
         return hash(frozenset(self.items()))
@@ -66,10 +98,13 @@ class FrozenDict(dict[str, Any]):
 class FrozenList(list[Any]):
     """A read-only ``list`` holding a checked JSON array (see `FrozenDict`)."""
 
-    __slots__ = ()
+    __slots__ = ("_size",)  # as FrozenDict's
+    _size: int
 
     def __init__(self, items: Iterable[Any] = ()) -> None:
-        list.extend(self, check_json(list(items), "a FrozenList"))
+        frozen = check_json(list(items), "a FrozenList")
+        list.extend(self, frozen)
+        self._size = frozen._size
 
     def __hash__(self) -> int:  # type: ignore[override]
         return hash(tuple(self))
@@ -84,26 +119,21 @@ class FrozenList(list[Any]):
     clear = sort = reverse = __iadd__ = __imul__ = _read_only
 
 
-def _frozen_dict(items: dict[str, Any]) -> FrozenDict:
+def _frozen_dict(items: dict[str, Any], size: int) -> FrozenDict:
     # Contents already checked and frozen: fill the instance without checking again.
     out = dict.__new__(FrozenDict)
     dict.update(out, items)
+    out._size = size
     return out
 
 
-def _frozen_list(items: list[Any]) -> FrozenList:
-    out = list.__new__(FrozenList)
-    list.extend(out, items)
-    return out
-
-
-EMPTY_DICT: FrozenDict = _frozen_dict({})
+EMPTY_DICT: FrozenDict = _frozen_dict({}, 2)
 
 
 def scalar_dict(items: dict[str, str | int | float | bool | None]) -> FrozenDict:
     """A `FrozenDict` of values the caller has already checked to be JSON scalars (strs,
     ints, finite floats, bools, None): the runtime's own event details."""
-    return _frozen_dict(items)
+    return _frozen_dict(items, _UNMEASURED)
 
 
 def check_json(value: object, what: str) -> JsonValue:
@@ -120,93 +150,296 @@ def check_json(value: object, what: str) -> JsonValue:
     if cls is int and value.bit_length() <= _SAFE_INT_BITS:  # type: ignore[attr-defined]
         return value
     if cls is dict:
-        frozen = _flat_dict(value)  # type: ignore[arg-type]
-        if frozen is not None:
+        flat = _flat_dict(value)  # type: ignore[arg-type]
+        if flat is not None:
+            return flat[0]
+    return _freeze(value, _Walk(what, _NO_LIMIT), "$", 0)[0]
+
+
+def check_payload(value: object, what: str, max_bytes: int) -> JsonValue:
+    """`check_json`, and refuse a value whose compact JSON text is longer than ``max_bytes``
+    (the runtime's ``max_payload_bytes``) with `InvalidPayload` naming its size and the
+    limit. The size is bounded while the value is checked, so a small payload is never
+    encoded, and a huge one is refused before it is copied."""
+    cls = type(value)
+    if value is None:
+        if max_bytes < 4:
+            _fit(value, 4, what, max_bytes)
+        return value
+    if cls is str:
+        assert isinstance(value, str)
+        if _STR_HIGH * len(value) + 2 > max_bytes:
+            _fit(value, len(value) + 2, what, max_bytes)
+        return value
+    if cls is dict:
+        flat = _flat_dict(value)  # type: ignore[arg-type]
+        if flat is not None:
+            frozen, low = flat
+            if frozen._size > max_bytes:
+                _fit(frozen, low, what, max_bytes)
             return frozen
-    return _freeze(value, what, "$", 0)
+    elif cls is bool or (cls is int and value.bit_length() < 64):  # type: ignore[attr-defined]
+        if max_bytes < _INT_HIGH:
+            _fit(value, 1, what, max_bytes)
+        return value
+    elif cls is FrozenDict or cls is FrozenList:
+        assert isinstance(value, FrozenDict | FrozenList)
+        if value._size > max_bytes:
+            _fit(value, 2, what, max_bytes)
+        return value
+    walk = _Walk(what, max_bytes)
+    frozen, high = _freeze(value, walk, "$", 0)
+    if high > max_bytes:
+        _fit(frozen, walk.low, what, max_bytes)
+    return frozen
 
 
-def freeze_detail(detail: object, what: str) -> FrozenDict:
-    """A frozen event detail (a JSON object), checked."""
-    frozen = check_json(detail, what)
+def fits_as_it_is(value: object, max_bytes: int) -> bool:
+    """Whether ``value`` is a scalar JSON value whose text surely fits ``max_bytes``: the
+    results most bodies return, accepted without building anything."""
+    cls = type(value)
+    if cls is str:
+        return _STR_HIGH * len(value) + 2 <= max_bytes  # type: ignore[arg-type]
+    return max_bytes >= _INT_HIGH and (
+        value is None or cls is bool or (cls is int and value.bit_length() < 64)  # type: ignore[attr-defined]
+    )
+
+
+def freeze_detail(detail: object, what: str, max_bytes: int = _NO_LIMIT) -> FrozenDict:
+    """A frozen event detail (a JSON object), checked (and its size, given ``max_bytes``)."""
+    frozen = check_payload(detail, what, max_bytes)
     if type(frozen) is not FrozenDict:
         raise InvalidPayload(f"{what} must be a JSON object (a dict with str keys)")
     return frozen
 
 
-def _freeze(value: object, what: str, path: str, depth: int) -> JsonValue:
+@final
+class _Walk:
+    """One payload's check: what it is, its size limit, and a lower bound of the length of
+    its JSON text, grown as each container is done, so a walk stops once it is over."""
+
+    __slots__ = ("limit", "low", "what")
+
+    def __init__(self, what: str, limit: int) -> None:
+        self.what = what
+        self.limit = limit
+        self.low = 0
+
+    def over(self, low: int) -> NoReturn:
+        raise InvalidPayload(_too_large(self.what, low, self.limit, exact=False))
+
+
+def _fit(value: JsonValue, low: int, what: str, max_bytes: int) -> None:
+    """Raise unless ``value``'s JSON text, at least ``low`` characters long, fits: measured
+    exactly (and remembered by a frozen container) when the bounds cannot tell."""
+    if low > max_bytes:
+        raise InvalidPayload(_too_large(what, low, max_bytes, exact=False))
+    size = len(_compact(value))
+    if type(value) is FrozenDict or type(value) is FrozenList:
+        value._size = size
+    if size > max_bytes:
+        raise InvalidPayload(_too_large(what, size, max_bytes, exact=True))
+
+
+def _too_large(what: str, size: int, limit: int, *, exact: bool) -> str:
+    return (
+        f"{what} is {'' if exact else 'at least '}{size} bytes as JSON, over this runtime's"
+        f" limit (max_payload_bytes={limit}); keep large data outside the run (a file, an"
+        " object store) and pass a reference to it, or open the runtime with a larger"
+        " max_payload_bytes"
+    )
+
+
+def _freeze(value: object, walk: _Walk, path: str, depth: int) -> tuple[JsonValue, int]:
+    """``value`` frozen, with an upper bound of the length of its JSON text; its lower
+    bound is added to ``walk.low``."""
     if depth > _MAX_DEPTH:
-        raise InvalidPayload(f"{what} is nested deeper than {_MAX_DEPTH} levels at {path}")
+        raise InvalidPayload(f"{walk.what} is nested deeper than {_MAX_DEPTH} levels at {path}")
     cls = type(value)
-    if value is None or cls is str or cls is bool or cls is FrozenDict or cls is FrozenList:
-        return value
+    if cls is list:
+        assert isinstance(value, list)
+        return _freeze_list(value, walk, path, depth)
+    if cls is dict:
+        assert isinstance(value, dict)
+        flat = _flat_dict(value)
+        if flat is None:
+            return _freeze_dict(value, walk, path, depth)
+        frozen, low = flat
+        walk.low += low
+        if walk.low > walk.limit:
+            walk.over(walk.low)
+        return frozen, frozen._size
+    if cls is str:
+        assert isinstance(value, str)
+        walk.low += len(value) + 2
+        return value, _STR_HIGH * len(value) + 2
+    if value is None or cls is bool:
+        walk.low += 4
+        return value, 5
+    if cls is FrozenDict or cls is FrozenList:
+        assert isinstance(value, FrozenDict | FrozenList)
+        walk.low += 2
+        return value, value._size
     if cls is int:
         assert isinstance(value, int)
-        if value.bit_length() > _SAFE_INT_BITS and not _few_digits(value):
+        bits = value.bit_length()
+        if bits > _SAFE_INT_BITS and not _few_digits(value):
             raise InvalidPayload(
-                f"{what} holds an int of more than {_MAX_INT_DIGITS} digits at {path}, which"
-                " does not survive a JSON round trip; send it as a string"
+                f"{walk.what} holds an int of more than {_MAX_INT_DIGITS} digits at {path},"
+                " which does not survive a JSON round trip; send it as a string"
             )
-        return value
+        walk.low += 1
+        # At most floor(bits * log10(2)) + 1 digits, and a sign.
+        return value, _INT_HIGH if bits < 64 else bits * 31 // 100 + 2
     if cls is float:
         assert isinstance(value, float)
         if not math.isfinite(value):
             raise InvalidPayload(
-                f"{what} holds {value!r} at {path}; JSON has no NaN or infinities"
+                f"{walk.what} holds {value!r} at {path}; JSON has no NaN or infinities"
                 " (send None or a string instead)"
             )
-        return value
-    if cls is list:
-        assert isinstance(value, list)
-        return _frozen_list(
-            [
-                item if _plain(item) else _freeze(item, what, f"{path}[{i}]", depth + 1)
-                for i, item in enumerate(value)
-            ]
-        )
-    if cls is dict:
-        assert isinstance(value, dict)
-        out: dict[str, JsonValue] = {}
-        for key, item in value.items():
-            if type(key) is not str:
-                raise InvalidPayload(
-                    f"{what} has the non-string key {_safe_repr(key)} at {path};"
-                    " JSON object keys must be str"
-                )
-            out[key] = item if _plain(item) else _freeze(item, what, f"{path}.{key}", depth + 1)
-        return _frozen_dict(out)
+        walk.low += 3
+        return value, _FLOAT_HIGH
     hint = ""
     if isinstance(value, tuple | set | frozenset):
         hint = " (use a list)"
     elif isinstance(value, bytes | bytearray):
         hint = " (decode it to str, or encode it as base64 text)"
     raise InvalidPayload(
-        f"{what} holds a {cls.__name__} at {path}, which is not a JSON value{hint};"
+        f"{walk.what} holds a {cls.__name__} at {path}, which is not a JSON value{hint};"
         " payloads must be None, bool, int, finite float, str, list or dict with str keys"
     )
 
 
-def _flat_dict(value: dict[Any, Any]) -> FrozenDict | None:
-    """``value`` frozen if it is a flat object of plain scalars (the usual progress, result
-    or detail), checked in one pass with no paths built; None if it needs the full walk."""
+def _flat_dict(value: dict[Any, Any]) -> tuple[FrozenDict, int] | None:
+    """``value`` frozen, with a lower bound of the length of its text (the upper one is in
+    its ``_size``), if it is a flat object of plain scalars with str keys (the usual
+    progress, result or detail): one pass, no walk, no paths. None if it needs the walk."""
+    # Per member: its key's quotes, a colon and a comma (the last comma pays for the
+    # closing brace), and the value's own text.
+    low = 1
+    high = 2
     for key, item in value.items():
-        if type(key) is not str or not _plain(item):
+        if type(key) is not str:
+            return None
+        cls = type(item)
+        if cls is str:
+            size = len(key) + len(item)
+            low += size + 6
+            high += _STR_HIGH * size + 6
+        elif cls is int and item.bit_length() < 64:
+            size = len(key)
+            low += size + 5
+            high += _STR_HIGH * size + 4 + _INT_HIGH
+        elif item is None or cls is bool:
+            size = len(key)
+            low += size + 8
+            high += _STR_HIGH * size + 9
+        elif cls is float and _isfinite(item):
+            size = len(key)
+            low += size + 7
+            high += _STR_HIGH * size + 4 + _FLOAT_HIGH
+        else:
             return None
     out = dict.__new__(FrozenDict)
     dict.update(out, value)
-    return out
+    out._size = high
+    return out, low
 
 
-def _plain(item: object) -> bool:
-    """Whether ``item`` is a JSON scalar that needs no further look: most items of most
-    payloads, kept as they are without building their path or recursing."""
-    cls = type(item)
-    return (
-        cls is str
-        or item is None
-        or cls is bool
-        or (cls is int and item.bit_length() <= _SAFE_INT_BITS)  # type: ignore[attr-defined]
-    )
+def _freeze_list(value: list[Any], walk: _Walk, path: str, depth: int) -> tuple[FrozenList, int]:
+    n = len(value)
+    # Brackets and commas; every item takes at least one character more.
+    low = n + 1 if n else 2
+    if walk.low + low + n > walk.limit:
+        walk.over(walk.low + low + n)  # refused before anything is copied
+    high = 2 + n
+    replaced: dict[int, JsonValue] | None = None
+    for i, item in enumerate(value):
+        # The common scalars inline: no call, no path built.
+        cls = type(item)
+        if cls is str:
+            size = len(item)
+            low += size + 2
+            high += _STR_HIGH * size + 2
+        elif cls is int and item.bit_length() < 64:
+            low += 1
+            high += _INT_HIGH
+        elif item is None or cls is bool:
+            low += 4
+            high += 5
+        elif cls is float and _isfinite(item):
+            low += 3
+            high += _FLOAT_HIGH
+        else:
+            frozen, item_high = _freeze(item, walk, f"{path}[{i}]", depth + 1)
+            high += item_high
+            if frozen is not item:
+                if replaced is None:
+                    replaced = {}
+                replaced[i] = frozen
+    walk.low += low
+    if walk.low > walk.limit:
+        walk.over(walk.low)
+    out = list.__new__(FrozenList)
+    list.extend(out, value)
+    if replaced is not None:
+        for i, frozen in replaced.items():
+            list.__setitem__(out, i, frozen)
+    out._size = high
+    return out, high
+
+
+def _freeze_dict(
+    value: dict[Any, Any], walk: _Walk, path: str, depth: int
+) -> tuple[FrozenDict, int]:
+    n = len(value)
+    # Braces, colons and commas; every key takes at least two characters more (its
+    # quotes), every value one.
+    low = 2 * n + 1 if n else 2
+    if walk.low + low + 3 * n > walk.limit:
+        walk.over(walk.low + low + 3 * n)
+    high = 2 + 2 * n
+    replaced: dict[str, JsonValue] | None = None
+    for key, item in value.items():
+        if type(key) is not str:
+            raise InvalidPayload(
+                f"{walk.what} has the non-string key {_safe_repr(key)} at {path};"
+                " JSON object keys must be str"
+            )
+        size = len(key)
+        low += size + 2
+        high += _STR_HIGH * size + 2
+        cls = type(item)
+        if cls is str:
+            size = len(item)
+            low += size + 2
+            high += _STR_HIGH * size + 2
+        elif cls is int and item.bit_length() < 64:
+            low += 1
+            high += _INT_HIGH
+        elif item is None or cls is bool:
+            low += 4
+            high += 5
+        elif cls is float and _isfinite(item):
+            low += 3
+            high += _FLOAT_HIGH
+        else:
+            frozen, item_high = _freeze(item, walk, f"{path}.{key}", depth + 1)
+            high += item_high
+            if frozen is not item:
+                if replaced is None:
+                    replaced = {}
+                replaced[key] = frozen
+    walk.low += low
+    if walk.low > walk.limit:
+        walk.over(walk.low)
+    out = dict.__new__(FrozenDict)
+    dict.update(out, value)
+    if replaced is not None:
+        dict.update(out, replaced)
+    out._size = high
+    return out, high
 
 
 def _few_digits(value: int) -> bool:

@@ -22,13 +22,14 @@ from ._errors import (
     NotAwaiting,
     RunAlreadyEnded,
     RunExists,
+    RuntimeClosed,
     TicketExpired,
     TicketMismatch,
     UnknownRun,
 )
 from ._events import EventStream
 from ._handle import RunHandle
-from ._json import FrozenDict, JsonValue, check_json, freeze_detail
+from ._json import DEFAULT_MAX_PAYLOAD_BYTES, FrozenDict, JsonValue, check_payload, freeze_detail
 from ._schema import check_value
 from ._state import (
     CANCELLED_CAUSE,
@@ -88,6 +89,8 @@ class Runtime(metaclass=NoPublicConstructor):
         self._supervisor = supervisor
         self._store = supervisor.store
         self._registry = supervisor.registry
+        # Its tasks, scopes and events live in the trio.run that opened it, and only there.
+        self._trio_token = trio.lowlevel.current_trio_token()
         # Bound once: every handle shares them instead of holding two method objects.
         self._read_record = self.record
         self._follow = self._follow_end
@@ -103,6 +106,21 @@ class Runtime(metaclass=NoPublicConstructor):
             self._follow,
             attempt.start_seq,
         )
+
+    def _in_own_run(self) -> None:
+        """Refuse a call made outside the trio.run that opened this runtime (a runtime
+        kept after its run ended, or handed to another thread's run)."""
+        try:
+            token = trio.lowlevel.current_trio_token()
+        except RuntimeError:  # not in any trio.run
+            token = None
+        if token is not self._trio_token:
+            raise RuntimeClosed(
+                "this runtime belongs to another trio.run (the one whose open_runtime()"
+                " opened it, which may have ended); use a runtime only inside its"
+                " 'async with open_runtime()' block, and open a runtime in each trio.run"
+                " that needs one"
+            )
 
     async def _follow_end(self, run_id: str, since: int) -> RunState:
         """The first ``Awaiting`` or ``Ended`` the store commits for the run after event
@@ -189,6 +207,7 @@ class Runtime(metaclass=NoPublicConstructor):
         max_steps: int | None,
     ) -> Attempt:
         """Commit a new top-level run and start (or queue) its first attempt."""
+        self._in_own_run()
         return await self._supervisor.begin_run(
             body,
             input=input,
@@ -232,6 +251,7 @@ class Runtime(metaclass=NoPublicConstructor):
         Raises:
             RunExists: ``run_id`` is taken by a different run.
         """
+        self._in_own_run()
         check_id(name, "name")
         if run_id is not None:
             check_id(run_id, "run_id")
@@ -240,7 +260,7 @@ class Runtime(metaclass=NoPublicConstructor):
         supervisor = self._supervisor
         supervisor.actors_nursery()  # refuses once shutdown has begun
         run_id = run_id or new_run_id()
-        input = check_json(input, f"input of run {run_id!r}")
+        input = check_payload(input, f"input of run {run_id!r}", supervisor.max_payload_bytes)
         thread_id = thread_id or run_id
         await trio.lowlevel.checkpoint()
         result = await supervisor.mailbox.commit(
@@ -302,6 +322,7 @@ class Runtime(metaclass=NoPublicConstructor):
         """
         from ..worker._serve import serve
 
+        self._in_own_run()
         if type(concurrency) is not int or concurrency < 1:
             raise InvalidArgument(
                 f"concurrency must be a positive int, not {safe_repr(concurrency)}"
@@ -398,12 +419,21 @@ class Runtime(metaclass=NoPublicConstructor):
             raise NotActive(run_id, "its attempt changed while ownership was being checked")
         _apply(attempt, command)
 
-    @staticmethod
-    def _check_command(command: LiveCommand) -> None:
-        if type(command) not in _COMMANDS:
+    def _check_command(self, command: LiveCommand) -> None:
+        self._in_own_run()
+        kind = type(command)
+        if kind not in _COMMANDS:
             raise InvalidArgument(
                 f"unknown command {safe_repr(command)}; deliver one of LiveCommand.Cancel,"
                 " LiveCommand.Pause, LiveCommand.Wake or LiveCommand.Message"
+            )
+        if kind is Message:
+            # Checked as JSON when the command was built; its size is this runtime's rule.
+            assert isinstance(command, Message)
+            check_payload(
+                command.payload,
+                f"message payload for run {command.run_id!r}",
+                self._supervisor.max_payload_bytes,
             )
 
     # ------------------------------------------------------------------ committed control
@@ -443,6 +473,7 @@ class Runtime(metaclass=NoPublicConstructor):
 
     @trio.lowlevel.enable_ki_protection
     async def _end_run(self, run_id: str, request: EndRequest, thread_id: str | None) -> RunState:
+        self._in_own_run()
         check_id(run_id, "run_id")
         if thread_id is not None:
             check_id(thread_id, "thread_id")
@@ -511,10 +542,13 @@ class Runtime(metaclass=NoPublicConstructor):
                 for the run, and the run has no name a serving runtime could find its
                 body by (or the store is not durable). Nothing is committed.
         """
+        self._in_own_run()
         check_id(run_id, "run_id")
         if correlation_id is not None:
             check_id(correlation_id, "correlation_id")
-        value = check_json(value, f"resume value for run {run_id!r}")
+        value = check_payload(
+            value, f"resume value for run {run_id!r}", self._supervisor.max_payload_bytes
+        )
         if body is not None:
             check_body(body)
         self._supervisor.actors_nursery()  # refuses once shutdown has begun
@@ -643,6 +677,7 @@ class Runtime(metaclass=NoPublicConstructor):
 
     async def record(self, run_id: str) -> RunRecord:
         """The run's committed record (its payloads are frozen)."""
+        self._in_own_run()
         check_id(run_id, "run_id")
         return await self._load(run_id)
 
@@ -716,6 +751,7 @@ class Runtime(metaclass=NoPublicConstructor):
         For one run, following ends after its terminal event; for all runs, when the
         runtime closes. An unknown ``run_id`` raises `UnknownRun` from the first step.
         """
+        self._in_own_run()
         if run_id is not None:
             check_id(run_id, "run_id")
         return EventStream._create(self._store, self._supervisor, run_id, follow)
@@ -765,8 +801,8 @@ def _resume_detail(correlation_id: str) -> FrozenDict:
     return freeze_detail({"source": "resume", "correlation_id": correlation_id}, "detail")
 
 
-def _resolve_store(store: str | Store) -> tuple[Store, bool]:
-    if isinstance(store, str):
+def _resolve_store(store: str | os.PathLike[str] | Store) -> tuple[Store, bool]:
+    if isinstance(store, str | os.PathLike):
         from ..store import open_store  # backends load on first use of their scheme
 
         return open_store(store), True
@@ -778,7 +814,7 @@ def _resolve_store(store: str | Store) -> tuple[Store, bool]:
 
 @asynccontextmanager
 async def open_runtime(
-    store: str | Store = "memory://",
+    store: str | os.PathLike[str] | Store = "memory://",
     *,
     clock: Clock = time.time,
     bodies: Mapping[str, Body] | None = None,
@@ -787,6 +823,7 @@ async def open_runtime(
     max_recoveries: int = 3,
     ownership_verifier: VerifierFactory | None = None,
     max_batch: int = 1024,
+    max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
 ) -> AsyncIterator[Runtime]:
     """Open a runtime: a supervisor, a store and a nursery for the run actors.
 
@@ -799,7 +836,8 @@ async def open_runtime(
     runtime calls (the clock, the store), shut down the same way and are re-raised.
 
     Args:
-        store: ``"memory://"`` (the default), ``"sqlite:///path.db"``, or a `Store`.
+        store: ``"memory://"`` (the default), ``"sqlite:///path.db"``, the path of an
+            SQLite file (``pathlib.Path("runs.db")``), or a `Store`.
         clock: wall clock for ticket deadlines, leases and event times (``time.time``
             scale); every runtime sharing a store must agree on it.
         bodies: run bodies by name (also `Runtime.register`): what lets runs be
@@ -812,6 +850,11 @@ async def open_runtime(
         ownership_verifier: ``f(run_id, thread_id, generation) -> OwnershipVerifier | None``
             called for every attempt; `Runtime.deliver_to_current_attempt` asks it.
         max_batch: most commits the supervisor hands the store in one transaction.
+        max_payload_bytes: the largest payload (input, progress, result, ticket payload,
+            resume value, message, event detail) a run may hand over, as the length of its
+            compact JSON text; a larger one is refused with `InvalidPayload` by the call
+            that hands it over (a result that large ends the run
+            ``Failed("invalid_result")``). 4 MiB by default.
     """
     if ownership_verifier is not None and not callable(ownership_verifier):
         raise InvalidArgument(
@@ -824,6 +867,11 @@ async def open_runtime(
         )
     if type(max_batch) is not int or max_batch < 1:
         raise InvalidArgument(f"max_batch must be a positive int, not {safe_repr(max_batch)}")
+    if type(max_payload_bytes) is not int or max_payload_bytes < 1:
+        raise InvalidArgument(
+            "max_payload_bytes must be a positive int (bytes of JSON text),"
+            f" not {safe_repr(max_payload_bytes)}"
+        )
     for option, value in (("lease", lease), ("poll", poll)):
         if type(value) not in (int, float) or not 0 < value < math.inf:
             raise InvalidArgument(f"{option} must be a positive number of seconds, not {value!r}")
@@ -843,7 +891,9 @@ async def open_runtime(
             )
         claims = ClaimSettings(_new_owner(), float(lease), float(poll), max_recoveries)
     mailbox = CommitMailbox(store_obj, max_batch=max_batch)
-    supervisor = Supervisor(store_obj, mailbox, clock, ownership_verifier, claims)
+    supervisor = Supervisor(
+        store_obj, mailbox, clock, ownership_verifier, claims, max_payload_bytes=max_payload_bytes
+    )
     runtime = Runtime._create(supervisor)
     for name, body in (bodies or {}).items():
         supervisor.register(name, body)

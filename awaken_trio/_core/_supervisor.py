@@ -45,7 +45,7 @@ from ._errors import (
     RuntimeClosed,
     StoreError,
 )
-from ._json import FrozenDict, JsonValue, check_json, freeze_detail
+from ._json import DEFAULT_MAX_PAYLOAD_BYTES, FrozenDict, JsonValue, check_payload, freeze_detail
 from ._registry import AttemptRegistry, ThreadGate
 from ._state import (
     CANCELLED_CAUSE,
@@ -129,8 +129,12 @@ class Supervisor:
         clock: Clock,
         verifier_factory: VerifierFactory | None,
         claims: ClaimSettings | None = None,
+        *,
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
     ) -> None:
         self.store = store
+        # The most characters of compact JSON text any one payload may take.
+        self.max_payload_bytes = max_payload_bytes
         # Set on a durable store: root attempts are claimed and every commit is fenced.
         self.claims = claims
         self.durable_store: DurableStore | None = (
@@ -257,7 +261,7 @@ class Supervisor:
         if max_steps is not None:
             check_max_steps(max_steps)
         run_id = run_id or new_run_id()
-        input = check_json(input, f"input of run {run_id!r}")
+        input = check_payload(input, f"input of run {run_id!r}", self.max_payload_bytes)
         thread_id = thread_id or run_id
         await self.checkpoint_before_commit()
         if name is None and parent is None:

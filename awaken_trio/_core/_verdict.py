@@ -24,7 +24,14 @@ import trio
 
 from ._attempt import EndRequest, StepCeiling, SuspendAttempt
 from ._errors import InvalidPayload, MaxStepsReached, RunError
-from ._json import EMPTY_DICT, FrozenDict, JsonValue, check_json, freeze_detail, scalar_dict
+from ._json import (
+    EMPTY_DICT,
+    FrozenDict,
+    JsonValue,
+    check_payload,
+    freeze_detail,
+    scalar_dict,
+)
 from ._state import (
     Awaiting,
     Ended,
@@ -95,11 +102,63 @@ def error_code(exc: BaseException) -> str:
 
 
 def error_message(exc: BaseException) -> str:
-    """A `RunError`'s message, else ``str(exc)``; never raises, and never huge."""
+    """A `RunError`'s message, else ``str(exc)``; never raises, never huge, never empty
+    (an exception with no message is named, with the one it was raised from, if any). An
+    error that comes from using asyncio under Trio says so, and what to use instead."""
     text = exc.message if isinstance(exc, RunError) else safe_str(exc)
+    if not text.strip():
+        text = _no_message(exc)
     if len(text) > _MAX_MESSAGE:
         text = text[:_MAX_MESSAGE] + f"... ({len(text) - _MAX_MESSAGE} more characters)"
+    if _used_asyncio(exc, text):
+        text += f" ({_ASYNCIO_HINT})"
     return text
+
+
+def _no_message(exc: BaseException) -> str:
+    # `TimeoutError()`, `httpx.ConnectError("")`: the class is all there is to say, and
+    # what it was raised from often says the rest.
+    name = type(exc).__qualname__
+    text = (
+        f"{name} {exc.code} (no message)" if isinstance(exc, RunError) else f"{name} (no message)"
+    )
+    origin = exc.__cause__ or (None if exc.__suppress_context__ else exc.__context__)
+    if origin is not None:
+        said = safe_str(origin)
+        if said.strip():
+            text += f", from {type(origin).__qualname__}: {said}"
+    return text
+
+
+_ASYNCIO_HINT = (
+    "the body used asyncio, but awaken_trio runs bodies under Trio: use trio or anyio"
+    " (which runs on Trio) instead of asyncio"
+)
+# What asyncio says when there is no asyncio loop (asyncio.get_running_loop(), and
+# everything built on it), and what Trio says when a task yields an asyncio future.
+_NO_LOOP = ("no running event loop", "There is no current event loop")
+_FOREIGN_YIELD = "trio.run received unrecognized yield message"
+
+
+def _used_asyncio(exc: BaseException, text: str) -> bool:
+    """Whether ``exc`` is what asyncio (or Trio, handed an asyncio future) raises when
+    asyncio is used where no asyncio loop runs."""
+    if isinstance(exc, RuntimeError):
+        if text == _NO_LOOP[0] or text.startswith(_NO_LOOP[1]):
+            return True
+    elif isinstance(exc, TypeError):
+        if text.startswith(_FOREIGN_YIELD):
+            return True
+    elif not isinstance(exc, AttributeError):
+        return False
+    # Another failure inside asyncio itself (asyncio.Event().wait() finds no loop).
+    tb = exc.__traceback__
+    if tb is None:
+        return False
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    module = tb.tb_frame.f_globals.get("__name__", "")
+    return isinstance(module, str) and module.startswith("asyncio.")
 
 
 def classify(exc: BaseException) -> Classified:
@@ -134,6 +193,7 @@ def decide(
     shutdown: EndRequest,
     run_id: str,
     max_steps: int | None,
+    max_payload_bytes: int,
 ) -> Verdict:
     """The verdict on an attempt, in the order the module docstring gives.
 
@@ -160,7 +220,7 @@ def decide(
     if cancelled is not None:
         events: tuple[EventDraft, ...] = ()
         if isinstance(result, outcome.Value):
-            late = {"result": _describe(result.value), **cancelled.detail}
+            late = {"result": _describe(result.value, max_payload_bytes), **cancelled.detail}
             events = (
                 EventDraft(EventKind.LATE_RESULT_DISCARDED, freeze_detail(late, "late result")),
             )
@@ -172,7 +232,7 @@ def decide(
     if ending is Ending.CEILING:
         return Verdict(Ended(MaxSteps()), detail=freeze_detail({"max_steps": max_steps}, "max"))
     if isinstance(result, outcome.Value):
-        return natural_end(result.value, run_id)
+        return natural_end(result.value, run_id, max_payload_bytes)
     # Only a suspension that is not this attempt's gets here (a context used across runs
     # is refused before it can raise one); end the run rather than leave it running.
     return internal_failure(
@@ -180,10 +240,11 @@ def decide(
     )
 
 
-def natural_end(value: object, run_id: str) -> Verdict:
-    """``NaturalEnd`` with the body's result, if that result is JSON; ``Failed`` if not."""
+def natural_end(value: object, run_id: str, max_payload_bytes: int) -> Verdict:
+    """``NaturalEnd`` with the body's result, if that result is JSON and fits the payload
+    limit; ``Failed("invalid_result")`` if not."""
     try:
-        result = check_json(value, f"result of run {run_id!r}")
+        result = check_payload(value, f"result of run {run_id!r}", max_payload_bytes)
     except InvalidPayload as exc:
         return Verdict(Ended(Failed("invalid_result", str(exc))))
     return Verdict(NATURAL_END, result=result)
@@ -219,9 +280,11 @@ def _reason_detail(reason: str) -> FrozenDict:
     return detail
 
 
-def _describe(value: object) -> JsonValue:
+def _describe(value: object, max_payload_bytes: int) -> JsonValue:
+    """A late result as its event records it: itself, or a short repr of it if it is not
+    JSON or is larger than a payload may be."""
     try:
-        return check_json(value, "late result")
+        return check_payload(value, "late result", max_payload_bytes)
     except InvalidPayload:
         return safe_repr(value)
 

@@ -19,6 +19,7 @@ import re
 import ssl
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, final
+from urllib.parse import urlsplit
 
 from awaken_trio import FrozenDict, InvalidArgument, InvalidPayload, JsonValue
 
@@ -147,7 +148,7 @@ class OpenAIChatModel:
         self._headers = _merged_headers(headers, extra_headers)
 
     def __repr__(self) -> str:
-        return f"OpenAIChatModel({self.model!r}, base_url={self.base_url!r})"
+        return f"OpenAIChatModel({self.model!r}, base_url={_shown_url(self.base_url)!r})"
 
     async def infer(
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]
@@ -161,16 +162,12 @@ class OpenAIChatModel:
             timeout = httpx.Timeout(self._timeout, connect=min(self._timeout, 10.0))
             async with httpx.AsyncClient(timeout=timeout, verify=_ssl_context()) as client:
                 return await self._post(client, body, headers)
-        except httpx.TimeoutException as exc:
-            raise ModelError(
-                "timeout", f"{self.base_url}: {type(exc).__name__}: {exc}", retryable=True
-            ) from exc
         except httpx.HTTPError as exc:
-            raise ModelError(
-                "provider_error", f"{self.base_url}: {type(exc).__name__}: {exc}", retryable=True
-            ) from exc
+            raise transport_error(exc, self.base_url) from exc
         except httpx.InvalidURL as exc:
-            raise ModelError("provider_error", f"bad base_url {self.base_url!r}: {exc}") from exc
+            raise ModelError(
+                "provider_error", f"bad base_url {_shown_url(self.base_url)!r}: {exc}"
+            ) from exc
 
     def _body(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> dict[str, Any]:
         """The request body: the adapter's own keys, then the caller's parameters."""
@@ -481,6 +478,63 @@ def _completion(raw: bytes) -> ModelReply:
 
 
 # --------------------------------------------------------------------------- errors
+
+
+def transport_error(exc: httpx.HTTPError, base_url: str) -> ModelError:
+    """A request that got no HTTP answer, as a retryable `ModelError` naming the server's
+    host (never base_url's credentials) and what to check; httpx often gives no message
+    (``ConnectError("")``), so the exception's class always says what happened."""
+    httpx = _httpx()
+    host = _host(base_url)
+    text = str(exc).strip()
+    what = f"{type(exc).__name__}: {text}" if text else f"{type(exc).__name__} (no message)"
+    if isinstance(exc, httpx.TimeoutException):
+        return ModelError(
+            "timeout",
+            f"{host} did not answer in time ({what}); check base_url and the network,"
+            " or allow a longer timeout",
+            retryable=True,
+        )
+    if isinstance(exc, httpx.ConnectError):
+        return ModelError(
+            "provider_error",
+            f"could not connect to {host} ({what}); check base_url and the network",
+            retryable=True,
+        )
+    if isinstance(exc, httpx.NetworkError):
+        return ModelError(
+            "provider_error",
+            f"the connection to {host} failed ({what}); check base_url and the network",
+            retryable=True,
+        )
+    return ModelError("provider_error", f"{host}: {what}", retryable=True)
+
+
+def _host(base_url: str) -> str:
+    """``host:port`` of ``base_url``, with no credentials."""
+    try:
+        parts = urlsplit(base_url)
+        host, port = parts.hostname, parts.port
+    except ValueError:
+        return "the server (base_url is malformed)"
+    if not host:
+        return "the server (base_url names no host)"
+    if ":" in host:
+        host = f"[{host}]"  # IPv6
+    return host if port is None else f"{host}:{port}"
+
+
+def _shown_url(url: str) -> str:
+    """``url`` with the password of its ``user:password@`` part replaced by ``***``."""
+    scheme, sep, rest = url.partition("://")
+    # The user part ends at the last '@' before the query: a password may hold an
+    # unescaped '/' or '@', and hiding too much is better than showing any of it.
+    head = re.split(r"[?#]", rest, maxsplit=1)[0] if sep else ""
+    at = head.rfind("@")
+    if at <= 0 or head.startswith("/") or ":" not in head[:at]:
+        return url
+    user = head[:at].partition(":")[0]
+    return f"{scheme}{sep}{user}:***{rest[at:]}"
 
 
 def status_error(status: int, raw: bytes, headers: httpx.Headers) -> ModelError:

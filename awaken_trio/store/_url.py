@@ -3,11 +3,14 @@ application that never names ``sqlite://`` or ``postgresql://`` never imports th
 
 from __future__ import annotations
 
+import os
+import re
 from typing import Literal
 from urllib.parse import parse_qsl, unquote
 
 from .._core._errors import InvalidArgument
 from .._core._storage import Store
+from .._core._util import safe_repr
 from ._memory import MemoryStore
 
 _SQLITE = "sqlite:///"
@@ -17,8 +20,35 @@ _SQLITE_FORMS = (
 )
 
 
-def open_store(url: str) -> Store:
-    """The store a URL names, not opened yet.
+# Query parameters that carry a secret (libpq's ``password``, tokens).
+_SECRET_PARAMETER = re.compile(
+    r"(?i)([?&](?:password|passwd|pwd|pass|secret|token|api_key|apikey|access_token)=)[^&#]*"
+)
+
+
+def redact_url(url: str) -> str:
+    """``url`` as it may be shown: the password of its ``user:password@`` part (and of a
+    ``password=`` query parameter) replaced by ``***``. Everything shown of a store URL
+    (errors, reprs) goes through here."""
+    scheme, sep, rest = url.partition("://")
+    if sep:
+        # The user part ends at the last '@' before the query: a password may hold an
+        # unescaped '/' or '@', and hiding too much is better than showing any of it.
+        head = re.split(r"[?#]", rest, maxsplit=1)[0]
+        at = head.rfind("@")
+        if at > 0 and not head.startswith("/"):
+            user, colon, _ = head[:at].partition(":")
+            if colon:
+                rest = f"{user}:***{rest[at:]}"
+    return _SECRET_PARAMETER.sub(r"\1***", scheme + sep + rest)
+
+
+def _shown(url: str) -> str:
+    return repr(redact_url(url))
+
+
+def open_store(url: str | os.PathLike[str]) -> Store:
+    """The store a URL (or the path of an SQLite file) names, not opened yet.
 
     * ``memory://``: a `MemoryStore` of this process.
     * ``sqlite:///relative/path.db`` (relative to the working directory) or
@@ -26,12 +56,17 @@ def open_store(url: str) -> Store:
       speed (``full``, the default, has every commit on disk when it returns): an SQLite
       store. It opens, creating the file and its parent directory if need be, on
       ``await store.open()`` or its first use, and is closed with ``await store.aclose()``.
+    * a `pathlib.Path` (any ``os.PathLike``): the SQLite store of that file.
 
     Raises:
         InvalidArgument: the URL names no store this version knows, or is malformed.
     """
+    if isinstance(url, os.PathLike):
+        from ._sqlite import SQLiteStore
+
+        return SQLiteStore(url)
     if not isinstance(url, str):
-        raise InvalidArgument(f"a store URL must be a str, not {url!r}")
+        raise InvalidArgument(f"a store URL must be a str, not {redact_url(safe_repr(url))}")
     if url in ("memory://", "memory:"):
         return MemoryStore()
     if url.startswith("sqlite:"):
@@ -39,9 +74,13 @@ def open_store(url: str) -> Store:
         from ._sqlite import SQLiteStore  # the first sqlite:// URL imports the backend
 
         return SQLiteStore(path, synchronous=synchronous)
+    hint = ""
+    if "://" not in url and url:
+        # A bare file name: say how to name a file.
+        hint = f" (for an SQLite file, pass 'sqlite:///{url}' or pathlib.Path({url!r}))"
     raise InvalidArgument(
-        f"unsupported store URL {url!r}; this version supports 'memory://', {_SQLITE_FORMS},"
-        " or a Store instance"
+        f"unsupported store URL {_shown(url)}{hint}; this version supports 'memory://',"
+        f" {_SQLITE_FORMS}, the path of an SQLite file, or a Store instance"
     )
 
 
@@ -49,22 +88,22 @@ def _sqlite_url(url: str) -> tuple[str, Literal["full", "normal"]]:
     """The file path and ``synchronous`` setting of a ``sqlite:`` URL."""
     if not url.startswith(_SQLITE):
         raise InvalidArgument(
-            f"malformed SQLite store URL {url!r}: an SQLite URL names a file on this machine"
+            f"malformed SQLite store URL {_shown(url)}: an SQLite URL names a file on this machine"
             f" and has no host; use {_SQLITE_FORMS}"
         )
     rest = url[len(_SQLITE) :]
     if "#" in rest:
-        raise InvalidArgument(f"malformed SQLite store URL {url!r}: it has a fragment ('#')")
+        raise InvalidArgument(f"malformed SQLite store URL {_shown(url)}: it has a fragment ('#')")
     raw_path, _, query = rest.partition("?")
     try:
         path = unquote(raw_path, errors="strict")
     except UnicodeDecodeError:
         raise InvalidArgument(
-            f"malformed SQLite store URL {url!r}: its path is not percent-encoded UTF-8"
+            f"malformed SQLite store URL {_shown(url)}: its path is not percent-encoded UTF-8"
         ) from None
     if not path or path == "/" or path.endswith("/"):
         raise InvalidArgument(
-            f"malformed SQLite store URL {url!r}: it names no file; use {_SQLITE_FORMS}"
+            f"malformed SQLite store URL {_shown(url)}: it names no file; use {_SQLITE_FORMS}"
         )
     synchronous: Literal["full", "normal"] = "full"
     if query:
@@ -72,12 +111,12 @@ def _sqlite_url(url: str) -> tuple[str, Literal["full", "normal"]]:
             options = parse_qsl(query, keep_blank_values=True, strict_parsing=True)
         except ValueError:
             raise InvalidArgument(
-                f"malformed SQLite store URL {url!r}: its query is not 'name=value' pairs"
+                f"malformed SQLite store URL {_shown(url)}: its query is not 'name=value' pairs"
             ) from None
         for name, value in options:
             if name != "synchronous":
                 raise InvalidArgument(
-                    f"SQLite store URL {url!r} has the unknown option {name!r};"
+                    f"SQLite store URL {_shown(url)} has the unknown option {name!r};"
                     " the only option is 'synchronous' ('full' or 'normal')"
                 )
             if value.lower() == "full":
@@ -86,9 +125,11 @@ def _sqlite_url(url: str) -> tuple[str, Literal["full", "normal"]]:
                 synchronous = "normal"
             else:
                 raise InvalidArgument(
-                    f"SQLite store URL {url!r}: synchronous must be 'full' or 'normal',"
+                    f"SQLite store URL {_shown(url)}: synchronous must be 'full' or 'normal',"
                     f" not {value!r}"
                 )
         if len(options) > 1:
-            raise InvalidArgument(f"SQLite store URL {url!r} gives 'synchronous' more than once")
+            raise InvalidArgument(
+                f"SQLite store URL {_shown(url)} gives 'synchronous' more than once"
+            )
     return path, synchronous

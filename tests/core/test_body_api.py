@@ -580,6 +580,82 @@ async def test_a_schema_that_is_not_json_is_refused_as_invalid_payload(
     assert isinstance(await _refused_await_input(runtime, "a7", schema), InvalidPayload)
 
 
+def _nested_schema(levels: int, keyword: str = "items") -> dict[str, Any]:
+    """A schema of ``levels`` nested JSON objects: ``{"items": {"items": ...}}``."""
+    schema: dict[str, Any] = {"type": "string"}
+    for _ in range(levels - 1):
+        schema = {keyword: schema} if keyword == "items" else {"properties": {"a": schema}}
+    return schema
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [_nested_schema(65), _nested_schema(150), _nested_schema(90, "properties")],
+    ids=["65-levels", "150-levels", "180-levels-of-properties"],
+)
+async def test_a_schema_nested_too_deeply_is_refused_at_await_input_and_the_run_goes_on(
+    runtime: Runtime, autojump_clock: trio.testing.MockClock, schema: object
+) -> None:
+    raised = await _refused_await_input(runtime, "a8", schema)
+    assert type(raised) is InvalidArgument
+    assert "accepts is nested" in str(raised)
+    assert "at most 64 levels" in str(raised)
+
+
+async def test_an_uncaught_deep_schema_ends_the_run_invalid_argument_not_recursion_error(
+    runtime: Runtime, autojump_clock: trio.testing.MockClock
+) -> None:
+    async def body(ctx: RunContext) -> None:
+        await ctx.await_input("user_input", accepts=_nested_schema(150))
+
+    state = await runtime.execute(body, run_id="a9")
+    assert isinstance(state, RunState.Ended)
+    assert isinstance(state.cause, EndCause.Failed)
+    assert state.cause.code == "invalid_argument"
+
+
+async def test_a_schema_of_64_levels_is_kept_and_checks_resume_values(
+    runtime: Runtime, autojump_clock: trio.testing.MockClock
+) -> None:
+    async def body(ctx: RunContext) -> object:
+        if ctx.resume_value is None:
+            await ctx.await_input("user_input", accepts=_nested_schema(64))
+        return "answered"
+
+    assert isinstance(await runtime.execute(body, run_id="a10"), RunState.Awaiting)
+    value: object = "leaf"
+    wrong: object = 1
+    for _ in range(63):
+        value, wrong = [value], [wrong]
+    with pytest.raises(InvalidPayload, match=r"does not match the ticket's schema"):
+        await runtime.resume("a10", wrong)
+    assert await settle(await runtime.resume("a10", value)) == NATURAL_END
+
+
+async def test_a_resume_value_too_deep_for_its_schema_is_refused_and_the_ticket_stays(
+    runtime: Runtime, autojump_clock: trio.testing.MockClock
+) -> None:
+    # A shallow schema that refers to itself: checking a value walks as deep as the value.
+    tree = {"anyOf": [{"type": "array", "items": {"$ref": "#/$defs/tree"}}, {"type": "string"}]}
+    schema = {"$defs": {"tree": tree}, "$ref": "#/$defs/tree"}
+
+    async def body(ctx: RunContext) -> object:
+        if ctx.resume_value is None:
+            await ctx.await_input("user_input", accepts=schema)
+        return ctx.resume_value
+
+    awaiting = await runtime.execute(body, run_id="a11")
+    assert isinstance(awaiting, RunState.Awaiting)
+    deep: object = "leaf"
+    for _ in range(199):
+        deep = [deep]
+    with pytest.raises(InvalidPayload, match=r"too deeply nested to be checked") as raised:
+        await runtime.resume("a11", deep)
+    assert "a11" in str(raised.value)
+    assert await runtime.state("a11") == awaiting
+    assert await settle(await runtime.resume("a11", [["leaf"]])) == NATURAL_END
+
+
 async def _refused_await_input(runtime: Runtime, run_id: str, schema: object) -> BaseException:
     """Run a body whose ``await_input(accepts=schema)`` raises `InvalidArgument`, which it
     catches before returning; what was raised, once the call is known to have committed
