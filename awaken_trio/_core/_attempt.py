@@ -25,6 +25,7 @@ from ._storage import UNSET, Fence
 
 if TYPE_CHECKING:
     from ._context import RunContext
+    from ._observe import AttemptSpan
     from ._registry import GateWaiter
 
 Body = Callable[["RunContext"], Awaitable[Any]]
@@ -301,6 +302,8 @@ class Attempt:
     commands_before: bool = attrs.field(default=True, init=False)
     # Durable stores: the relay of other runtimes' commands has read this attempt's.
     relayed: bool = attrs.field(default=False, init=False)
+    # What the runtime's observer keeps for this attempt once it started (tracing on).
+    span: AttemptSpan | None = attrs.field(default=None, init=False)
 
     def request_end(self, request: EndRequest) -> None:
         """Cancel the attempt's scope as ``request`` says. The first request wins: a later
@@ -308,6 +311,11 @@ class Attempt:
         so each records its own cause (the parent, or shutdown) before anyone else's."""
         if self.request is None:
             self.request = request
+            if self.span is not None:
+                self.span.event(
+                    "awaken.cancel_requested",
+                    {"awaken.cancel_source": request.source, "awaken.reason": request.reason},
+                )
             if self.children:
                 for child in list(self.children.values()):
                     if isinstance(child, Attempt):

@@ -30,6 +30,7 @@ from ._errors import (
 from ._events import EventStream
 from ._handle import RunHandle
 from ._json import DEFAULT_MAX_PAYLOAD_BYTES, FrozenDict, JsonValue, check_payload, freeze_detail
+from ._observe import AttemptObserver
 from ._schema import check_value
 from ._state import (
     CANCELLED_CAUSE,
@@ -824,6 +825,7 @@ async def open_runtime(
     ownership_verifier: VerifierFactory | None = None,
     max_batch: int = 1024,
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+    tracer_provider: object | None = None,
 ) -> AsyncIterator[Runtime]:
     """Open a runtime: a supervisor, a store and a nursery for the run actors.
 
@@ -855,6 +857,8 @@ async def open_runtime(
             compact JSON text; a larger one is refused with `InvalidPayload` by the call
             that hands it over (a result that large ends the run
             ``Failed("invalid_result")``). 4 MiB by default.
+        tracer_provider: an OpenTelemetry ``TracerProvider`` (the ``[otel]`` extra): a
+            span ``awaken_trio.attempt`` per attempt (DESIGN §3.6). None: no tracing.
     """
     if ownership_verifier is not None and not callable(ownership_verifier):
         raise InvalidArgument(
@@ -890,10 +894,12 @@ async def open_runtime(
                 f"{safe_repr(store_obj)} says it is durable but has no {', '.join(missing)}"
             )
         claims = ClaimSettings(_new_owner(), float(lease), float(poll), max_recoveries)
+    observer = None if tracer_provider is None else _observer_for(tracer_provider)
     mailbox = CommitMailbox(store_obj, max_batch=max_batch)
     supervisor = Supervisor(
         store_obj, mailbox, clock, ownership_verifier, claims, max_payload_bytes=max_payload_bytes
     )
+    supervisor.observer = observer
     runtime = Runtime._create(supervisor)
     for name, body in (bodies or {}).items():
         supervisor.register(name, body)
@@ -1025,3 +1031,17 @@ async def _run_mailbox(mailbox: CommitMailbox, *, task_status: trio.TaskStatus[N
     # The mailbox must outlive every actor: only its close() ends it.
     with trio.CancelScope(shield=True):
         await mailbox.run(task_status=task_status)
+
+
+def _observer_for(provider: object) -> AttemptObserver:
+    """The tracing observer, imported only when a provider is given (the ``[otel]`` extra)."""
+    try:
+        from .._otel import observer_for
+    except ModuleNotFoundError as exc:
+        if exc.name is None or not exc.name.startswith("opentelemetry"):
+            raise
+        raise InvalidArgument(
+            "tracer_provider needs the OpenTelemetry API (the [otel] extra):"
+            " pip install -e '.[otel]' in the checkout"
+        ) from None
+    return observer_for(provider)

@@ -51,6 +51,7 @@ from ._state import (
     CANCELLED_CAUSE,
     Awaiting,
     Ended,
+    EventKind,
     Queued,
     ResumeTicket,
     Running,
@@ -77,6 +78,7 @@ from ._verdict import Verdict
 
 if TYPE_CHECKING:
     from ._handle import RunHandle
+    from ._observe import AttemptObserver
 
 Clock = Callable[[], float]
 VerifierFactory = Callable[[str, str, int], OwnershipVerifier | None]
@@ -163,6 +165,8 @@ class Supervisor:
         self.shutdown_request: EndRequest | None = None
         self.interrupt: BaseException | None = None
         self.make_handle: HandleFactory | None = None
+        # Told of every attempt that starts here (tracing); None costs one test per attempt.
+        self.observer: AttemptObserver | None = None
         self._actors: trio.Nursery | None = None
         self._system_scope: trio.CancelScope | None = None
         # Shutdown has begun: every actor's scope is being cancelled.
@@ -551,6 +555,8 @@ class Supervisor:
                 attempt.ticket = result.resume_ticket
             self._hold(attempt, result.epoch)
             self.registry.register(attempt)
+            if self.observer is not None:
+                attempt.span = self.observer.started(attempt)
         else:
             self.queued[run_id] = attempt
         if self.bodies:
@@ -616,6 +622,8 @@ class Supervisor:
             self._hold(attempt, result.epoch)
             self.queued.pop(attempt.run_id, None)
             self.registry.register(attempt)
+            if self.observer is not None:
+                attempt.span = self.observer.started(attempt)
 
         at, clock_error = self.now_for_end()
         commit = Commit(
@@ -741,6 +749,23 @@ class Supervisor:
     async def finish(self, attempt: Attempt, verdict: Verdict) -> None:
         """Commit the attempt's end, after ending its parked children. Never raises.
 
+        The attempt's span (tracing) ends with it, whatever the commit did.
+        """
+        span = attempt.span
+        if span is None:
+            await self._finish(attempt, verdict)
+            return
+        try:
+            for event in verdict.events:
+                if event.kind == EventKind.LATE_RESULT_DISCARDED:
+                    span.event("awaken.late_result", {})
+            await self._finish(attempt, verdict)
+        finally:
+            span.ended(attempt.completion.state, verdict.detail)
+
+    async def _finish(self, attempt: Attempt, verdict: Verdict) -> None:
+        """`finish` itself.
+
         Nothing here can be interrupted: the children's commits run shielded and
         `CommitMailbox.commit` cannot be cancelled once called. If the store fails, the
         attempt is let go with its messages kept for whoever ends the run later. An attempt
@@ -805,6 +830,10 @@ class Supervisor:
             commit.fence = attempt.fence
             commit.consumed = attempt.take_consumed()
             commit.release = attempt.parent is None and attempt.started
+        if attempt.span is not None and commit.discarded_messages:
+            attempt.span.event(
+                "awaken.messages_discarded", {"awaken.count": len(commit.discarded_messages)}
+            )
         try:
             result = await self.mailbox.commit(
                 commit, functools.partial(self._ended_effect, attempt, verdict.state)
