@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import math
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, NoReturn, final
@@ -104,6 +105,8 @@ _DETAIL_BOUNDARY = freeze_detail({"source": "boundary"}, "detail")
 _RUNNING = tuple(Running(generation) for generation in range(17))  # shared, frozen
 
 
+# Fenced commits: an attempt that lost its claim (logger "awaken_trio"; the run id in extra).
+logger = logging.getLogger("awaken_trio")
 _DEFAULT_POLL = 0.05
 _EXPECT_NEW = Expect(new=True)
 _EXPECT_RUNNING = tuple(Expect(generation=g, state=Running) for g in range(17))
@@ -729,6 +732,7 @@ class Supervisor:
         body right here (never a store error), and commits nothing more. Only a body that
         shields the call hears why instead; so does one whose run moved on otherwise."""
         if result.reason is RejectReason.FENCED:
+            _fenced(attempt, what)
             self.lose_attempt(attempt, "its claim is no longer current (superseded or lapsed)")
             await trio.lowlevel.checkpoint()  # raises the cancellation just requested
         assert result.state is not None
@@ -845,6 +849,7 @@ class Supervisor:
             self._abandon(attempt, StoreError(f"ending run {attempt.run_id!r} failed: {exc!r}"), ())
             return
         if isinstance(result, Rejected) and result.reason is RejectReason.FENCED:
+            _fenced(attempt, "its end")
             self.held.pop(attempt.run_id, None)  # another runtime's claim now: hands off
         elif self.claims is not None and (isinstance(result, Rejected) or not commit.release):
             await self._drop_claim(attempt)
@@ -1060,6 +1065,17 @@ class Supervisor:
         finally:
             self.actors_done.set()
             self.mailbox.close()
+
+
+def _fenced(attempt: Attempt, what: str) -> None:
+    logger.warning(
+        "run %r attempt %d: %s was fenced off (its claim is another runtime's now, or"
+        " lapsed): the attempt commits nothing more here",
+        attempt.run_id,
+        attempt.generation,
+        what,
+        extra={"run_id": attempt.run_id},
+    )
 
 
 def _with_clock_error(detail: FrozenDict, clock_error: str | None) -> FrozenDict:

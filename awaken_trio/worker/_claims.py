@@ -78,4 +78,10 @@ class ClaimKeeper:
                 self._failing = False
             self._good_since = now
         for run_id in lost:
+            logger.warning(
+                "claims: the claim on run %r was lost (lease expired or superseded):"
+                " its attempt stops here and commits nothing more",
+                run_id,
+                extra={"run_id": run_id},
+            )
             supervisor.lose(run_id, "its claim was lost (lease expired or superseded)")

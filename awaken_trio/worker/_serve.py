@@ -105,7 +105,13 @@ async def _one_pass(supervisor: Supervisor, concurrency: int, active: dict[str, 
             claims.owner, names, at, claims.lease, claims.max_recoveries, max(free, 0)
         )
         for recovered in await _from_store(lost, "recovering the runs of lost owners"):
-            fence = Fence(recovered.record.run_id, claims.owner, recovered.epoch)
+            run_id = recovered.record.run_id
+            logger.info(
+                "serving: recovering run %r: its owner was lost",
+                run_id,
+                extra={"run_id": run_id},
+            )
+            fence = Fence(run_id, claims.owner, recovered.epoch)
             # Its claim, if the admission fails on the store, lapses: it is recovered again.
             failed |= not await _admit(supervisor, recovered.record, active, fence)
     free = concurrency - len(active)

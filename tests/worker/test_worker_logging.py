@@ -1,0 +1,140 @@
+"""Logging (DESIGN §3.6): a recovery (INFO), a lost claim and a fenced commit (WARNING), each
+under an ``awaken_trio`` logger with the run id in the record's ``extra``."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import trio
+import trio.testing
+
+from awaken_trio import RunContext, RunState
+from awaken_trio.store import MemoryStore
+
+from .worker_helpers import (
+    LEASE,
+    POLL,
+    Stall,
+    past_lease,
+    reach,
+    serving,
+    shared_runtime,
+)
+
+
+def logged(
+    caplog: pytest.LogCaptureFixture, name: str, level: int, words: str
+) -> list[logging.LogRecord]:
+    return [
+        record
+        for record in caplog.records
+        if record.name == name and record.levelno == level and words in record.getMessage()
+    ]
+
+
+async def test_a_recovery_is_logged_at_info_with_its_run_id(
+    shared_store: MemoryStore,
+    autojump_clock: trio.testing.MockClock,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="awaken_trio")
+    finish = trio.Event()
+
+    async def in_a(ctx: RunContext) -> object:
+        await trio.sleep_forever()
+
+    async def in_b(ctx: RunContext) -> object:
+        await finish.wait()
+        return "b"
+
+    async with (
+        shared_runtime(shared_store, bodies={"w": in_a}) as a,
+        shared_runtime(shared_store, bodies={"w": in_b}) as b,
+    ):
+        await a.start(in_a, run_id="r")
+        await trio.testing.wait_all_tasks_blocked()
+        with Stall(a):
+            async with serving(b):
+                await past_lease()
+                assert await b.state("r") == RunState.Running(2)
+                finish.set()
+    (record,) = logged(caplog, "awaken_trio.worker", logging.INFO, "recovering run 'r'")
+    assert record.__dict__["run_id"] == "r"
+
+
+async def test_a_lost_claim_is_logged_as_a_warning_with_its_run_id(
+    shared_store: MemoryStore,
+    autojump_clock: trio.testing.MockClock,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="awaken_trio")
+    finish = trio.Event()
+    stopped = trio.Event()
+
+    async def in_a(ctx: RunContext) -> object:
+        try:
+            await trio.sleep_forever()
+        finally:
+            stopped.set()
+
+    async def in_b(ctx: RunContext) -> object:
+        await finish.wait()
+        return "b"
+
+    async with (
+        shared_runtime(shared_store, bodies={"w": in_a}) as a,
+        shared_runtime(shared_store, bodies={"w": in_b}) as b,
+    ):
+        await a.start(in_a, run_id="r")
+        await trio.testing.wait_all_tasks_blocked()
+        async with serving(b):
+            with Stall(a):
+                await past_lease()
+            assert logged(caplog, "awaken_trio.worker", logging.WARNING, "claim") == []
+            await trio.sleep(LEASE / 3 + 10 * POLL)  # a's next renewal finds it lost
+            await reach(stopped)
+            finish.set()
+    (record,) = logged(caplog, "awaken_trio.worker", logging.WARNING, "claim on run 'r'")
+    assert record.__dict__["run_id"] == "r"
+
+
+async def test_a_fenced_commit_is_logged_as_a_warning_with_its_run_id(
+    shared_store: MemoryStore,
+    autojump_clock: trio.testing.MockClock,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="awaken_trio")
+    late = trio.Event()
+    a_done = trio.Event()
+    finish = trio.Event()
+
+    async def in_a(ctx: RunContext) -> object:
+        try:
+            await ctx.boundary({"step": 1})
+            await late.wait()
+            await ctx.boundary({"step": "late"})  # fenced: another runtime's claim now
+            return "a"
+        finally:
+            a_done.set()
+
+    async def in_b(ctx: RunContext) -> object:
+        await finish.wait()
+        return "b"
+
+    async with (
+        shared_runtime(shared_store, bodies={"w": in_a}) as a,
+        shared_runtime(shared_store, bodies={"w": in_b}) as b,
+    ):
+        await a.start(in_a, run_id="r")
+        await trio.testing.wait_all_tasks_blocked()
+        with Stall(a):
+            async with serving(b):
+                await past_lease()
+                assert await b.state("r") == RunState.Running(2)
+                late.set()
+                await reach(a_done)
+                finish.set()
+    records = logged(caplog, "awaken_trio", logging.WARNING, "fenced off")
+    assert [record.__dict__["run_id"] for record in records] == ["r"]
+    assert "attempt 1" in records[0].getMessage()
