@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 import random
 from collections.abc import Callable, Iterable
 from typing import Any, Literal, NoReturn, final
@@ -57,6 +58,9 @@ from ._transcript import (
     answer_fits,
     user_message,
 )
+
+# Retries of an inference (logger "awaken_trio.agent"; the run id in extra).
+logger = logging.getLogger("awaken_trio.agent")
 
 Phase = Literal["inference", "tools", "boundary"]
 """Where a step is: waiting for the model, deciding and running its tool calls, or
@@ -247,6 +251,16 @@ class Agent:
                     raise
                 retry += 1
                 delay = max(self._backoff(retry), exc.retry_after or 0.0)
+                logger.info(
+                    "agent: run %r step %d: inference failed (%s), retry %d of %d in %.2f s",
+                    ctx.run_id,
+                    step,
+                    exc.code,
+                    retry,
+                    self._retries,
+                    delay,
+                    extra={"run_id": ctx.run_id},
+                )
                 await ctx.emit(
                     "agent.retry",
                     {

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import random
 
 import pytest
@@ -143,3 +144,30 @@ async def test_an_adapter_bug_is_not_retried_and_fails_with_its_class_name(
     handle = await runtime.start(Agent(model, retries=3), input="hi")
     assert failed(await settle(handle)) == ("connection_reset_error", "peer went away")
     assert len(model.calls) == 1
+
+
+async def test_each_retry_is_logged_at_info_with_its_run_id_and_no_message_text(
+    runtime: Runtime, autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="awaken_trio")
+    model = ScriptedModel(
+        [
+            ModelError("rate_limited", "slow down", retryable=True),
+            ModelError("provider_error", "502 from upstream", retryable=True),
+            text("finally"),
+        ]
+    )
+    handle = await runtime.start(
+        Agent(model, retries=2, backoff=lambda retry: 1.0), input="hi", run_id="ag"
+    )
+    assert await settle(handle) == RunState.Ended(EndCause.NaturalEnd())
+    records = [r for r in caplog.records if r.name == "awaken_trio.agent"]
+    assert [(r.levelno, r.__dict__["run_id"]) for r in records] == [
+        (logging.INFO, "ag"),
+        (logging.INFO, "ag"),
+    ]
+    assert "rate_limited" in records[0].getMessage()
+    assert "retry 1 of 2" in records[0].getMessage()
+    assert "slow down" not in records[0].getMessage()  # the code only: a provider's text stays out
+    assert "provider_error" in records[1].getMessage()
+    assert "retry 2 of 2" in records[1].getMessage()
