@@ -926,6 +926,13 @@ class Supervisor:
         self._let_go(attempt, None)
         if not isinstance(error, StoreError):
             error = StoreError(str(error), outcome_unknown=False)
+        logger.error(
+            "run %r attempt %d could not be committed: %s (the run keeps its last committed state)",
+            attempt.run_id,
+            attempt.generation,
+            error,
+            extra={"run_id": attempt.run_id},
+        )
         attempt.completion.fail(error)
 
     def _retire(self, attempt: Attempt, result: CommitResult) -> None:

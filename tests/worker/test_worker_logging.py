@@ -8,8 +8,9 @@ import logging
 import pytest
 import trio
 import trio.testing
+from wrapped_stores import FailingEnds
 
-from awaken_trio import RunContext, RunState
+from awaken_trio import RunContext, RunState, StoreError
 from awaken_trio.store import MemoryStore
 
 from .worker_helpers import (
@@ -19,6 +20,7 @@ from .worker_helpers import (
     past_lease,
     reach,
     serving,
+    settle,
     shared_runtime,
 )
 
@@ -138,3 +140,21 @@ async def test_a_fenced_commit_is_logged_as_a_warning_with_its_run_id(
     records = logged(caplog, "awaken_trio", logging.WARNING, "fenced off")
     assert [record.__dict__["run_id"] for record in records] == ["r"]
     assert "attempt 1" in records[0].getMessage()
+
+
+async def test_a_store_error_ending_a_run_is_logged_as_an_error_with_its_run_id(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="awaken_trio")
+    failing = FailingEnds(MemoryStore(shared=True), "r")
+
+    async def body(ctx: RunContext) -> object:
+        return 1
+
+    async with shared_runtime(failing, bodies={"w": body}) as a:
+        handle = await a.start(body, run_id="r")
+        with pytest.raises(StoreError, match="disk full"):
+            await settle(handle)
+    records = logged(caplog, "awaken_trio", logging.ERROR, "disk full")
+    assert [record.__dict__["run_id"] for record in records] == ["r"]
+    assert "could not be committed" in records[0].getMessage()
