@@ -11,6 +11,7 @@ attempt's span.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, final
 
@@ -26,12 +27,20 @@ if TYPE_CHECKING:
 
 SPAN_NAME = "awaken_trio.attempt"
 
+logger = logging.getLogger("awaken_trio")
+
 _STATE_NAMES: dict[type[RunState], str] = {
     Ended: "ended",
     Awaiting: "awaiting",
     Queued: "queued",
     Running: "running",
 }
+
+
+def _failed(what: str, exc: Exception) -> None:
+    # A tracer provider is the caller's code: whatever it raises must not reach the run's
+    # own path (a cancel request, the end's commit), which never raises.
+    logger.error("tracing: %s failed: %r (the run is unaffected)", what, exc, exc_info=exc)
 
 
 def _kept(attributes: Mapping[str, Attribute | None]) -> dict[str, Attribute]:
@@ -48,9 +57,21 @@ class OtelSpan:
         self.span = span
 
     def event(self, name: str, attributes: Mapping[str, Attribute | None]) -> None:
-        self.span.add_event(name, _kept(attributes))
+        try:
+            self.span.add_event(name, _kept(attributes))
+        except Exception as exc:
+            _failed(f"adding the span event {name!r}", exc)
 
     def ended(self, state: RunState | None, detail: Mapping[str, JsonValue]) -> None:
+        try:
+            try:
+                self._end(state, detail)
+            finally:
+                self.span.end()  # ended even if recording its end failed
+        except Exception as exc:
+            _failed("ending a span", exc)
+
+    def _end(self, state: RunState | None, detail: Mapping[str, JsonValue]) -> None:
         from .store._codec import cause_to_json  # its JSON kinds are the contract
 
         span = self.span
@@ -73,7 +94,6 @@ class OtelSpan:
                 elif isinstance(cause, Stopped):
                     attributes["awaken.reason"] = cause.reason
         span.set_attributes(_kept(attributes))
-        span.end()
 
 
 @final
@@ -86,6 +106,13 @@ class OtelObserver:
         self.tracer = provider.get_tracer("awaken_trio")
 
     def started(self, attempt: Attempt) -> OtelSpan:
+        try:
+            return self._start(attempt)
+        except Exception as exc:
+            _failed("starting a span", exc)
+            return OtelSpan(trace.INVALID_SPAN)  # records nothing
+
+    def _start(self, attempt: Attempt) -> OtelSpan:
         parent = attempt.parent
         context = None
         if parent is not None and isinstance(parent.span, OtelSpan):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import pytest
 import trio
@@ -13,6 +14,13 @@ import trio.testing
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import (
+    INVALID_SPAN_CONTEXT,
+    NonRecordingSpan,
+    Span,
+    Tracer,
+)
+from opentelemetry.trace import TracerProvider as OtelTracerProvider
 from run_helpers import reach, settle
 
 from awaken_trio import (
@@ -308,3 +316,87 @@ def test_a_runtime_without_a_provider_imports_no_opentelemetry() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     )
     assert out.stdout.strip() == "[]"
+
+
+class RaisingTracer(Tracer):
+    """A tracer whose every span raises: a broken provider must not break a run."""
+
+    def start_span(self, *args: object, **kwargs: object) -> Span:
+        return RaisingSpan(INVALID_SPAN_CONTEXT)
+
+    def start_as_current_span(self, *args: object, **kwargs: object) -> Any:
+        raise AssertionError("not used")  # pragma: no cover
+
+
+class RaisingSpan(NonRecordingSpan):
+    def add_event(self, *args: object, **kwargs: object) -> None:
+        raise RuntimeError("add_event broke")
+
+    def set_attributes(self, *args: object, **kwargs: object) -> None:
+        raise RuntimeError("set_attributes broke")
+
+
+class RaisingProvider(OtelTracerProvider):
+    def __init__(self, *, on_start: bool) -> None:
+        self.on_start = on_start
+
+    def get_tracer(self, *args: object, **kwargs: object) -> Tracer:
+        if self.on_start:
+            return BrokenTracer()
+        return RaisingTracer()
+
+
+class BrokenTracer(RaisingTracer):
+    def start_span(self, *args: object, **kwargs: object) -> Span:
+        raise RuntimeError("start_span broke")
+
+
+@pytest.mark.parametrize("on_start", [True, False], ids=["start", "event-and-end"])
+async def test_a_provider_that_raises_leaves_every_run_as_it_would_be(
+    on_start: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    entered = trio.Event()
+
+    async def body(ctx: RunContext) -> JsonValue:
+        entered.set()
+        await trio.sleep_forever()
+
+    async def quick(ctx: RunContext) -> JsonValue:
+        return 1
+
+    async with open_runtime(
+        MemoryStore(), tracer_provider=RaisingProvider(on_start=on_start)
+    ) as runtime:
+        assert await settle(await runtime.start(quick)) == RunState.Ended(EndCause.NaturalEnd())
+        handle = await runtime.start(body, run_id="x")
+        await reach(entered)
+        assert await runtime.cancel_run("x", reason="r") == RunState.Ended(EndCause.Cancelled())
+        assert await settle(handle) == RunState.Ended(EndCause.Cancelled())
+    messages = [r.getMessage() for r in caplog.records if r.name == "awaken_trio"]
+    assert messages
+    assert all(m.startswith("tracing: ") and "broke" in m for m in messages)
+
+
+async def test_a_span_whose_attributes_cannot_be_set_is_still_ended(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    ended: list[int] = []
+
+    class Counted(RaisingSpan):
+        def end(self, end_time: int | None = None) -> None:
+            ended.append(1)
+
+    class CountedTracer(RaisingTracer):
+        def start_span(self, *args: object, **kwargs: object) -> Span:
+            return Counted(INVALID_SPAN_CONTEXT)
+
+    class CountedProvider(OtelTracerProvider):
+        def get_tracer(self, *args: object, **kwargs: object) -> Tracer:
+            return CountedTracer()
+
+    async def quick(ctx: RunContext) -> JsonValue:
+        return 1
+
+    async with open_runtime(MemoryStore(), tracer_provider=CountedProvider()) as runtime:
+        assert await settle(await runtime.start(quick)) == RunState.Ended(EndCause.NaturalEnd())
+    assert ended == [1]
