@@ -834,6 +834,9 @@ class Supervisor:
             commit.fence = attempt.fence
             commit.consumed = attempt.take_consumed()
             commit.release = attempt.parent is None and attempt.started
+        # The span counts the messages this end discards that the runtime held; those only
+        # the store holds (sent from another runtime, not yet relayed here) are added to
+        # the terminal event by the store itself, and are not in this count.
         if attempt.span is not None and commit.discarded_messages:
             attempt.span.event(
                 "awaken.messages_discarded", {"awaken.count": len(commit.discarded_messages)}
