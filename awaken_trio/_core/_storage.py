@@ -126,6 +126,10 @@ class NewRun:
     input: JsonValue = None
     max_steps: int | None = None
     root_run_id: str | None = None
+    # A forked run (`Runtime.fork`) starts from its source's checkpoint, and says where it
+    # came from (`RunRecord.forked_from`).
+    checkpoint: JsonValue = None
+    forked_from: JsonValue = None
 
 
 @final
@@ -454,6 +458,28 @@ class ListingStore(Store, Protocol):
         when given; with ``before``, only runs created before that run (a page after the
         one that ended with it; none when the store does not hold it)."""
         ...
+
+
+@runtime_checkable
+class ForkingStore(Store, Protocol):
+    """A store that keeps the checkpoint as of each of a run's events (`Runtime.fork`):
+    the memory and SQLite stores do."""
+
+    async def checkpoint_at(self, run_id: str, seq: int | None) -> CheckpointAt | None:
+        """The checkpoint ``run_id`` had committed as of its event ``seq`` (its last event
+        when None): the one written by its last commit that wrote it with an event at or
+        before ``seq`` (None before any did). None when ``seq`` is not one of the run's
+        events, or the store does not hold the run."""
+        ...
+
+
+@final
+@attrs.frozen
+class CheckpointAt:
+    """A run's checkpoint as of its event ``seq``."""
+
+    seq: int
+    checkpoint: JsonValue
 
 
 STORE_METHODS = ("apply", "load", "events_after", "runnable", "aclose")

@@ -20,6 +20,7 @@ from .._core._errors import InvalidArgument, StoreError
 from .._core._json import JsonValue
 from .._core._state import RunEvent, RunRecord, RunState
 from .._core._storage import (
+    CheckpointAt,
     CommandKind,
     Commit,
     CommitResult,
@@ -220,6 +221,10 @@ class SQLiteStore:
 
     async def load(self, run_id: str) -> RunRecord | None:
         return await self._read(lambda conn: reads.load(conn, run_id))
+
+    async def checkpoint_at(self, run_id: str, seq: int | None) -> CheckpointAt | None:
+        """The checkpoint as of the run's event ``seq`` (`ForkingStore.checkpoint_at`)."""
+        return await self._read(lambda conn: reads.checkpoint_at(conn, run_id, seq))
 
     async def events_after(
         self, seq: int, run_id: str | None = None, limit: int = 1000
