@@ -300,6 +300,35 @@ def submit(
     execute(run, as_json=as_json)
 
 
+@runs.command("fork")
+@store_option
+@json_option
+@click.argument("run_id", metavar="ID")
+@click.option(
+    "--at",
+    type=click.IntRange(min=1),
+    metavar="SEQ",
+    help="Start from the checkpoint as of the run's event SEQ (default: its last).",
+)
+@click.option("--run-id", "new_run_id", metavar="NEW", help="The new run's id (default: fresh).")
+def fork(
+    store: str | None, as_json: bool, run_id: str, at: int | None, new_run_id: str | None
+) -> None:
+    """Queue a new run of ID's body, with its input, from its checkpoint as of event SEQ,
+    for a worker that serves it (Runtime.fork); print its id."""
+
+    async def run() -> None:
+        async with open_cli_runtime(store_url(store), must_exist=True) as runtime:
+            try:
+                handle = await runtime.fork(run_id, at=at, new_run_id=new_run_id)
+                record = await runtime.record(handle.run_id)
+            except REFUSALS as exc:
+                raise await refused(runtime, exc, new_run_id or run_id) from None
+        emit(dumps(row_json(record)) if as_json else record.run_id)
+
+    execute(run, as_json=as_json)
+
+
 Action = Callable[[Runtime], Awaitable[object]]
 
 

@@ -267,3 +267,46 @@ async def test_cancel_by_filters_needs_dry_run_or_yes(store: str) -> None:
     assert {row["state"]["cause"]["kind"] for row in left.json()} == {"cancelled"}
     text = await cli("runs", "cancel", "--name", "batch", "--dry-run", "--store", store)
     assert text.stdout.startswith("3 runs matched")
+
+
+@pytest.mark.slow
+async def test_fork_prints_the_new_runs_row_and_refuses_a_bad_seq_or_an_unknown_run(
+    store: str,
+) -> None:
+    await cli("runs", "submit", "job", "--run-id", "k-src", "--input", "[7]", "--store", store)
+    [event] = (await cli("runs", "show", "k-src", "--store", store, "--json")).json()["events"]
+    done = await cli(
+        "runs",
+        "fork",
+        "k-src",
+        "--at",
+        str(event["seq"]),
+        "--run-id",
+        "k-f",
+        "--store",
+        store,
+        "--json",
+    )
+    assert done.code == 0, done.stderr
+    assert done.json() == {
+        "run_id": "k-f",
+        "thread_id": "k-f",
+        "parent_run_id": None,
+        "name": "job",
+        "state": {"kind": "queued"},
+        "generation": 0,
+    }
+    shown = (await cli("runs", "show", "k-f", "--store", store, "--json")).json()
+    assert shown["forked_from"] == {"run_id": "k-src", "seq": event["seq"]}
+    text = await cli("runs", "fork", "k-src", "--store", store)
+    assert text.code == 0, text.stderr
+    assert text.stdout.strip() not in ("", "k-src", "k-f")
+    bad = await cli("runs", "fork", "k-src", "--at", "999999", "--store", store, "--json")
+    assert bad.code == 2, bad.stderr
+    assert bad.json()["error"] == "invalid_argument"
+    unknown = await cli("runs", "fork", "k-nobody", "--store", store, "--json")
+    assert unknown.code == 1, unknown.stderr
+    assert unknown.json()["error"] == "unknown_run"
+    taken = await cli("runs", "fork", "k-src", "--run-id", "k-f", "--store", store, "--json")
+    assert taken.code == 1, taken.stderr
+    assert taken.json()["error"] == "run_exists"
