@@ -55,6 +55,7 @@ from ._storage import (
     ForkingStore,
     ListingStore,
     NewRun,
+    PruningStore,
     Rejected,
     StateKind,
     Store,
@@ -388,6 +389,32 @@ class Runtime(metaclass=NoPublicConstructor):
             raise RunExists(new_id)
         supervisor.wake_servers()
         return self._remote_handle(new_id, thread, 1, 0)
+
+    async def prune(self, *, ended_before: float, dry_run: bool = False) -> int:
+        """Delete the runs that ended more than ``ended_before`` seconds ago (by the
+        runtime's clock, which dates every event), with their events, tickets, stored
+        messages and checkpoints; how many. Never a run that has not ended, nor any run of
+        a tree whose root has not ended (or ended more recently). ``dry_run`` counts them
+        and deletes nothing.
+
+        Raises:
+            InvalidArgument: ``ended_before`` is not a number of seconds >= 0, or the
+                store cannot delete runs.
+        """
+        self._in_own_run()
+        if type(ended_before) not in (int, float) or not ended_before >= 0:
+            raise InvalidArgument(
+                f"ended_before must be a number of seconds >= 0, not {safe_repr(ended_before)}"
+            )
+        store = self._store
+        if not isinstance(store, PruningStore):
+            raise InvalidArgument(
+                f"the store {type(store).__name__} cannot delete runs: use the memory or"
+                " SQLite store"
+            )
+        cutoff = self._supervisor.now() - ended_before
+        what = "the ended runs to delete"
+        return await read_store(store.prune(cutoff, dry_run=dry_run), what)
 
     async def _handle_from_now(self, run_id: str, thread_id: str) -> RunHandle:
         """A handle on an existing run whose ``wait()`` returns the first ``Awaiting`` or

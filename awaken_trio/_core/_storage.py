@@ -473,6 +473,19 @@ class ForkingStore(Store, Protocol):
         ...
 
 
+@runtime_checkable
+class PruningStore(Store, Protocol):
+    """A store that can delete ended runs (`Runtime.prune`): the memory and SQLite stores
+    can."""
+
+    async def prune(self, ended_before: float, *, dry_run: bool = False) -> int:
+        """Delete, with their events, tickets, stored commands, claims and checkpoints, the
+        runs of every tree whose root's terminal event is dated at or before
+        ``ended_before`` (the runtime's clock, as event times are) and all of whose runs
+        have ended; how many runs that is. ``dry_run`` counts them and deletes nothing."""
+        ...
+
+
 @final
 @attrs.frozen
 class CheckpointAt:

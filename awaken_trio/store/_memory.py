@@ -423,7 +423,10 @@ class MemoryStore:
         row.events.append(entry)
 
     def _forget_oldest(self) -> None:
-        run_id = self._ended.popleft()
+        self._forget(self._ended.popleft())
+
+    def _forget(self, run_id: str) -> None:
+        """Drop an ended run's row and events (its ``_ended`` entry is the caller's)."""
         row = self._rows.pop(run_id)
         self._forgotten_events += len(row.events)
         on_thread = self._on_thread.get(row.thread_id)
@@ -483,6 +486,32 @@ class MemoryStore:
                 return None
         before = bisect.bisect_right(row.history, seq, key=_history_seq)
         return CheckpointAt(seq, row.history[before - 1][1] if before else None)
+
+    async def prune(self, ended_before: float, *, dry_run: bool = False) -> int:
+        await trio.lowlevel.checkpoint()
+        trees: dict[str, list[str]] = {}
+        for run_id, row in self._rows.items():
+            trees.setdefault(row.root_run_id, []).append(run_id)
+        doomed: list[str] = []
+        for run_id in self._ended:
+            row = self._rows[run_id]
+            if row.parent_run_id is not None or row.events[-1][7] > ended_before:
+                continue
+            tree = trees[run_id]
+            if all(type(self._rows[member].state) is Ended for member in tree):
+                doomed.extend(tree)
+        if dry_run or not doomed:
+            return len(doomed)
+        self._version += 1
+        gone = set(doomed)
+        self._ended = deque(run_id for run_id in self._ended if run_id not in gone)
+        for run_id in doomed:
+            self._forget(run_id)
+            self._claims.pop(run_id, None)
+        for command_id in [c.id for c in self._commands.values() if c.run_id in gone]:
+            del self._commands[command_id]
+            self._delivered.discard(command_id)
+        return len(doomed)
 
     async def runnable(self, names: Collection[str], now: float, limit: int) -> list[RunRecord]:
         await trio.lowlevel.checkpoint()

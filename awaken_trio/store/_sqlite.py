@@ -34,6 +34,7 @@ from . import _sqlite_claims as claims
 from . import _sqlite_reads as reads
 from . import _sqlite_schema as schema
 from ._sqlite_commit import apply_batch
+from ._sqlite_prune import prune
 from ._sqlite_session import Session, Synchronous
 from ._sqlite_thread import ResourceThread
 from ._sqlite_tx import Transaction
@@ -225,6 +226,10 @@ class SQLiteStore:
     async def checkpoint_at(self, run_id: str, seq: int | None) -> CheckpointAt | None:
         """The checkpoint as of the run's event ``seq`` (`ForkingStore.checkpoint_at`)."""
         return await self._read(lambda conn: reads.checkpoint_at(conn, run_id, seq))
+
+    async def prune(self, ended_before: float, *, dry_run: bool = False) -> int:
+        """Delete the ended trees (`PruningStore.prune`) in one transaction."""
+        return await self._write(lambda tx: prune(tx, ended_before, dry_run))
 
     async def events_after(
         self, seq: int, run_id: str | None = None, limit: int = 1000

@@ -310,3 +310,27 @@ async def test_fork_prints_the_new_runs_row_and_refuses_a_bad_seq_or_an_unknown_
     taken = await cli("runs", "fork", "k-src", "--run-id", "k-f", "--store", store, "--json")
     assert taken.code == 1, taken.stderr
     assert taken.json()["error"] == "run_exists"
+
+
+@pytest.mark.slow
+async def test_prune_deletes_ended_runs_and_counts_them_with_dry_run(tmp_path: Path) -> None:
+    store = f"sqlite:///{tmp_path}/prune.db"
+    for run_id in ("p-1", "p-2", "p-q"):
+        await cli("runs", "submit", "job", "--run-id", run_id, "--store", store)
+    for run_id in ("p-1", "p-2"):
+        assert (await cli("runs", "cancel", run_id, "--store", store)).code == 0
+    later = await cli("runs", "prune", "--ended-before", "7d", "--store", store, "--json")
+    assert (later.code, later.json()) == (0, {"deleted": 0}), later.stderr
+    dry = await cli(
+        "runs", "prune", "--ended-before", "0s", "--dry-run", "--store", store, "--json"
+    )
+    assert (dry.code, dry.json()) == (0, {"deleted": 2}), dry.stderr
+    assert len((await cli("runs", "list", "--store", store, "--json")).json()) == 3
+    done = await cli("runs", "prune", "--ended-before", "0s", "--store", store)
+    assert (done.code, done.stdout) == (0, "2 runs deleted\n"), done.stderr
+    rows = (await cli("runs", "list", "--store", store, "--json")).json()
+    assert [row["run_id"] for row in rows] == ["p-q"]  # the queued run stays
+    for bad in ("7", "3w", "-1d", "1.5h", "d"):
+        refused = await cli("runs", "prune", "--ended-before", bad, "--store", store, "--json")
+        assert refused.code == 2, (bad, refused.stderr)
+        assert "--ended-before" in refused.json()["message"]
