@@ -23,6 +23,7 @@ from ._common import (
     STORE_ENV,
     CommandFailed,
     Exit,
+    bad_input,
     console,
     early,
     emit,
@@ -296,6 +297,77 @@ def submit(
             except REFUSALS as exc:
                 raise await refused(runtime, exc, run_id or "") from None
         emit(dumps(row_json(record)) if as_json else record.run_id)
+
+    execute(run, as_json=as_json)
+
+
+@runs.command("fork")
+@store_option
+@json_option
+@click.argument("run_id", metavar="ID")
+@click.option(
+    "--at",
+    type=click.IntRange(min=1),
+    metavar="SEQ",
+    help="Start from the checkpoint as of the run's event SEQ (default: its last).",
+)
+@click.option("--run-id", "new_run_id", metavar="NEW", help="The new run's id (default: fresh).")
+def fork(
+    store: str | None, as_json: bool, run_id: str, at: int | None, new_run_id: str | None
+) -> None:
+    """Queue a new run of ID's body, with its input, from its checkpoint as of event SEQ,
+    for a worker that serves it (Runtime.fork); print its id."""
+
+    async def run() -> None:
+        async with open_cli_runtime(store_url(store), must_exist=True) as runtime:
+            try:
+                handle = await runtime.fork(run_id, at=at, new_run_id=new_run_id)
+                record = await runtime.record(handle.run_id)
+            except REFUSALS as exc:
+                raise await refused(runtime, exc, new_run_id or run_id) from None
+        emit(dumps(row_json(record)) if as_json else record.run_id)
+
+    execute(run, as_json=as_json)
+
+
+_UNITS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(text: str) -> float:
+    """``30m``, ``12h``, ``7d``, ``0s``: a whole number and a unit, in seconds."""
+    number, unit = text[:-1], text[-1:]
+    if unit not in _UNITS or not number.isascii() or not number.isdigit():
+        raise bad_input(
+            f"--ended-before needs a duration such as 0s, 30m, 12h or 7d (a whole number and"
+            f" one of s, m, h, d), not {text!r}",
+            "invalid_argument",
+        )
+    return float(int(number) * _UNITS[unit])
+
+
+@runs.command("prune")
+@store_option
+@json_option
+@click.option(
+    "--ended-before",
+    "ended_before",
+    metavar="DURATION",
+    required=True,
+    help="Delete runs that ended more than DURATION ago (0s, 30m, 12h, 7d).",
+)
+@click.option("--dry-run", is_flag=True, help="Count the runs that would go; delete nothing.")
+def prune(store: str | None, as_json: bool, ended_before: str, dry_run: bool) -> None:
+    """Delete ended runs with their events, tickets and messages (Runtime.prune); never a
+    run that has not ended, nor one whose root has not ended. Prints how many."""
+    seconds = early(lambda: parse_duration(ended_before), as_json=as_json)
+
+    async def run() -> None:
+        async with open_cli_runtime(store_url(store), must_exist=True) as runtime:
+            deleted = await runtime.prune(ended_before=seconds, dry_run=dry_run)
+        if as_json:
+            emit(dumps({"deleted": deleted}))
+        else:
+            emit(f"{deleted} runs {'would be deleted' if dry_run else 'deleted'}")
 
     execute(run, as_json=as_json)
 

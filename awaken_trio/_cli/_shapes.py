@@ -32,12 +32,11 @@ def row_json(record: RunRecord) -> dict[str, JsonValue]:
 
 
 def record_json(record: RunRecord) -> dict[str, JsonValue]:
-    forked_from: JsonValue = getattr(record, "forked_from", None)  # (stores that fork)
     return {
         **row_json(record),
         "result": record.result,
         "checkpoint": record.checkpoint,
-        "forked_from": forked_from,
+        "forked_from": record.forked_from,
     }
 
 

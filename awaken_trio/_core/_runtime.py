@@ -53,8 +53,10 @@ from ._storage import (
     Commit,
     DurableStore,
     Expect,
+    ForkingStore,
     ListingStore,
     NewRun,
+    PruningStore,
     Rejected,
     StateKind,
     Store,
@@ -63,6 +65,7 @@ from ._storage import (
 from ._supervisor import ClaimSettings, Clock, Supervisor, VerifierFactory
 from ._util import NoPublicConstructor, safe_repr
 from ._validate import check_body, check_id, new_run_id
+from ._validate import new_run_id as fresh_run_id
 from ._verdict import QUEUED
 
 _COMMANDS = frozenset((Cancel, Pause, Wake, Message))
@@ -287,6 +290,132 @@ class Runtime(metaclass=NoPublicConstructor):
             return await self._handle_from_now(run_id, thread_id)
         supervisor.wake_servers()
         return self._remote_handle(run_id, thread_id, 1, 0)
+
+    async def fork(
+        self,
+        run_id: str,
+        *,
+        at: int | None = None,
+        new_run_id: str | None = None,
+        thread_id: str | None = None,
+    ) -> RunHandle:
+        """Commit a new run with ``run_id``'s name and input whose first attempt starts from
+        the checkpoint ``run_id`` had committed as of its event ``at`` (a ``seq`` of that
+        run's events; its last by default). The source is untouched, whatever its state.
+
+        The new run is on ``thread_id`` (a thread of its own by default); its
+        `RunRecord.forked_from` is ``{"run_id": run_id, "seq": at}``. It starts here if
+        this runtime has the body, else it waits ``Queued`` for a serving runtime that has.
+
+        Raises:
+            UnknownRun: the store does not hold ``run_id``.
+            InvalidArgument: the source has no name (nothing could find its body), ``at``
+                is not one of its events, or the store keeps no checkpoint history.
+            RunExists: ``new_run_id`` is taken.
+            Nothing is committed when it raises.
+        """
+        self._in_own_run()
+        check_id(run_id, "run_id")
+        if new_run_id is not None:
+            check_id(new_run_id, "new_run_id")
+        if thread_id is not None:
+            check_id(thread_id, "thread_id")
+        if at is not None and (type(at) is not int or at < 1):
+            raise InvalidArgument(
+                f"at must be the seq of one of run {run_id!r}'s events (a positive int), not {at!r}"
+            )
+        supervisor = self._supervisor
+        supervisor.actors_nursery()  # refuses once shutdown has begun
+        store = self._store
+        if not isinstance(store, ForkingStore):
+            raise InvalidArgument(
+                f"the store {type(store).__name__} keeps no checkpoint history, so it cannot"
+                " fork a run: use the memory or SQLite store"
+            )
+        await trio.lowlevel.checkpoint()
+        source = await self._load(run_id)
+        if source.name is None:
+            raise InvalidArgument(
+                f"run {run_id!r} has no name, so no runtime could find the body to run a"
+                " fork of it with: start runs by a registered name (register(), submit())"
+                " to fork them"
+            )
+        found = await read_store(
+            store.checkpoint_at(run_id, at), f"the checkpoints of run {run_id!r}"
+        )
+        if found is None:
+            raise InvalidArgument(
+                f"{at!r} is not the seq of one of run {run_id!r}'s events: pick one from"
+                f" runtime.events({run_id!r}) or leave at= out for its last"
+            )
+        forked_from = FrozenDict({"run_id": run_id, "seq": found.seq})
+        new_id = new_run_id or fresh_run_id()
+        thread = thread_id or new_id
+        body = supervisor.body_for(new_id, source.name)
+        if body is not None:
+            attempt = await supervisor.begin_run(
+                body,
+                input=source.input,
+                run_id=new_id,
+                thread_id=thread,
+                name=source.name,
+                max_steps=source.max_steps,
+                parent=None,
+                checkpoint=found.checkpoint,
+                forked_from=forked_from,
+                detail=_DETAIL_FORK,
+            )
+            return self._handle(attempt)
+        result = await supervisor.mailbox.commit(
+            Commit(
+                run_id=new_id,
+                state=QUEUED,
+                generation=0,
+                expect=Expect(new=True),
+                at=supervisor.now(),
+                new_run=NewRun(
+                    thread,
+                    None,
+                    source.name,
+                    source.input,
+                    source.max_steps,
+                    new_id,
+                    found.checkpoint,
+                    forked_from,
+                ),
+                detail=_DETAIL_FORK,
+            )
+        )
+        if isinstance(result, Rejected):
+            raise RunExists(new_id)
+        supervisor.wake_servers()
+        return self._remote_handle(new_id, thread, 1, 0)
+
+    async def prune(self, *, ended_before: float, dry_run: bool = False) -> int:
+        """Delete the runs that ended more than ``ended_before`` seconds ago (by the
+        runtime's clock, which dates every event), with their events, tickets, stored
+        messages and checkpoints; how many. Never a run that has not ended, nor any run of
+        a tree whose root has not ended (or ended more recently). ``dry_run`` counts them
+        and deletes nothing.
+
+        Raises:
+            InvalidArgument: ``ended_before`` is not a number of seconds >= 0, or the
+                store cannot delete runs.
+        """
+        self._in_own_run()
+        if type(ended_before) not in (int, float) or not ended_before >= 0:
+            raise InvalidArgument(
+                f"ended_before must be a number of seconds >= 0, not {safe_repr(ended_before)}"
+            )
+        store = self._store
+        if not isinstance(store, PruningStore):
+            raise InvalidArgument(
+                f"the store {type(store).__name__} cannot delete runs: use the memory or"
+                " SQLite store"
+            )
+        cutoff = self._supervisor.now() - ended_before
+        what = "the ended runs to delete"
+        return await read_store(store.prune(cutoff, dry_run=dry_run), what)
 
     async def _handle_from_now(self, run_id: str, thread_id: str) -> RunHandle:
         """A handle on an existing run whose ``wait()`` returns the first ``Awaiting`` or
@@ -785,6 +914,7 @@ def _apply(attempt: Attempt, command: LiveCommand) -> None:
 
 
 _DETAIL_SUBMIT = freeze_detail({"source": "submit"}, "detail")
+_DETAIL_FORK = freeze_detail({"source": "fork"}, "detail")
 
 
 def _stored_form(command: LiveCommand) -> tuple[CommandKind, JsonValue, str | None]:

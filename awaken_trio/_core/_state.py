@@ -200,6 +200,9 @@ class RunRecord:
     input: JsonValue = attrs.field(default=None, converter=_payload)
     steps: int = 0
     max_steps: int | None = None
+    # Where a forked run (`Runtime.fork`) came from: ``{"run_id": ..., "seq": ...}``, the
+    # source run and the event whose checkpoint its first attempt started from.
+    forked_from: JsonValue = attrs.field(default=None, converter=_payload)
 
 
 class EventKind(enum.StrEnum):

@@ -126,6 +126,10 @@ class NewRun:
     input: JsonValue = None
     max_steps: int | None = None
     root_run_id: str | None = None
+    # A forked run (`Runtime.fork`) starts from its source's checkpoint, and says where it
+    # came from (`RunRecord.forked_from`).
+    checkpoint: JsonValue = None
+    forked_from: JsonValue = None
 
 
 @final
@@ -454,6 +458,41 @@ class ListingStore(Store, Protocol):
         when given; with ``before``, only runs created before that run (a page after the
         one that ended with it; none when the store does not hold it)."""
         ...
+
+
+@runtime_checkable
+class ForkingStore(Store, Protocol):
+    """A store that keeps the checkpoint as of each of a run's events (`Runtime.fork`):
+    the memory and SQLite stores do."""
+
+    async def checkpoint_at(self, run_id: str, seq: int | None) -> CheckpointAt | None:
+        """The checkpoint ``run_id`` had committed as of its event ``seq`` (its last event
+        when None): the one written by its last commit that wrote it with an event at or
+        before ``seq`` (None before any did). None when ``seq`` is not one of the run's
+        events, or the store does not hold the run."""
+        ...
+
+
+@runtime_checkable
+class PruningStore(Store, Protocol):
+    """A store that can delete ended runs (`Runtime.prune`): the memory and SQLite stores
+    can."""
+
+    async def prune(self, ended_before: float, *, dry_run: bool = False) -> int:
+        """Delete, with their events, tickets, stored commands, claims and checkpoints, the
+        runs of every tree whose root's terminal event is dated at or before
+        ``ended_before`` (the runtime's clock, as event times are) and all of whose runs
+        have ended; how many runs that is. ``dry_run`` counts them and deletes nothing."""
+        ...
+
+
+@final
+@attrs.frozen
+class CheckpointAt:
+    """A run's checkpoint as of its event ``seq``."""
+
+    seq: int
+    checkpoint: JsonValue
 
 
 STORE_METHODS = ("apply", "load", "events_after", "runnable", "aclose")

@@ -256,8 +256,13 @@ class Supervisor:
         name: str | None,
         max_steps: int | None,
         parent: Attempt | None,
+        checkpoint: JsonValue = None,
+        forked_from: JsonValue = None,
+        detail: FrozenDict = _DETAIL_START,
     ) -> Attempt:
-        """`start_run`, returning the first attempt itself rather than a handle to it."""
+        """`start_run`, returning the first attempt itself rather than a handle to it.
+
+        A fork (``forked_from``) starts from ``checkpoint``, its source's."""
         check_body(body)
         if run_id is not None:
             check_id(run_id, "run_id")
@@ -274,7 +279,7 @@ class Supervisor:
         if name is None and parent is None:
             name = self.name_of(body)
         attempt = self.new_attempt(
-            run_id, thread_id, 1, parent, body, max_steps, 0, input, None, None, name=name
+            run_id, thread_id, 1, parent, body, max_steps, 0, input, checkpoint, None, name=name
         )
         new_run = NewRun(
             thread_id,
@@ -283,8 +288,10 @@ class Supervisor:
             input,
             max_steps,
             attempt.root_run_id,
+            checkpoint,
+            forked_from,
         )
-        result = await self.admit(attempt, _EXPECT_NEW, new_run, _DETAIL_START)
+        result = await self.admit(attempt, _EXPECT_NEW, new_run, detail)
         if isinstance(result, Rejected):
             raise RunExists(run_id)
         return attempt

@@ -195,6 +195,12 @@ class AsyncClient:
         """`Client.submit`: the run id of a run committed ``Queued``."""
         return await self._run(lambda runtime: ops.submit(runtime, name, input, run_id, thread_id))
 
+    async def fork(
+        self, run_id: str, *, at: int | None = None, new_run_id: str | None = None
+    ) -> str:
+        """`Client.fork`: the id of the new run, committed ``Queued``."""
+        return await self._run(lambda runtime: ops.fork(runtime, run_id, at, new_run_id))
+
     async def cancel_run(self, run_id: str, *, reason: str | None = None) -> RunState:
         """`Client.cancel_run`: ``Ended(Cancelled())`` wherever the run executes."""
         return await self._run(lambda runtime: ops.cancel_run(runtime, run_id, reason))

@@ -59,6 +59,11 @@ async def submit(
     return handle.run_id
 
 
+async def fork(runtime: Runtime, run_id: str, at: int | None, new_run_id: str | None) -> str:
+    handle = await runtime.fork(run_id, at=at, new_run_id=new_run_id)
+    return handle.run_id
+
+
 async def cancel_run(runtime: Runtime, run_id: str, reason: str | None) -> RunState:
     if reason is None:
         return await runtime.cancel_run(run_id)

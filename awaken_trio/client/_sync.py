@@ -137,6 +137,12 @@ class Client:
         run id. Idempotent by ``run_id`` (`Runtime.submit`); `RunExists` if it differs."""
         return self._run(lambda runtime: ops.submit(runtime, name, input, run_id, thread_id))
 
+    def fork(self, run_id: str, *, at: int | None = None, new_run_id: str | None = None) -> str:
+        """Commit a fork of ``run_id`` ``Queued`` (`Runtime.fork`), from its checkpoint as
+        of its event ``at`` (its last by default), for a serving runtime with its body; the
+        new run's id."""
+        return self._run(lambda runtime: ops.fork(runtime, run_id, at, new_run_id))
+
     def cancel_run(self, run_id: str, *, reason: str | None = None) -> RunState:
         """End the run ``Ended(Cancelled())`` wherever it executes (`Runtime.cancel_run`);
         ``reason`` is recorded with the cancel. `RunAlreadyEnded`, `UnknownRun`."""

@@ -29,6 +29,7 @@ from .._core._state import (
 from .._core._storage import (
     UNSET,
     Accepted,
+    CheckpointAt,
     CommandKind,
     Commit,
     CommitResult,
@@ -82,6 +83,11 @@ class _Row:
     # The order runs were created in: queued runs start oldest first.
     created: int = 0
     events: list[_Entry] = attrs.field(factory=list)
+    forked_from: JsonValue = None
+    # The run's checkpoints, each with the seq of the last event its commit wrote (the
+    # store's last seq when it wrote none), in seq order: the checkpoint as of an event is
+    # the last one at or before it (`checkpoint_at`). Forgotten with the run.
+    history: list[tuple[int, JsonValue]] = attrs.field(factory=list)
 
     def record(self, run_id: str) -> RunRecord:
         return RunRecord(
@@ -96,6 +102,7 @@ class _Row:
             input=self.input,
             steps=self.steps,
             max_steps=self.max_steps,
+            forked_from=self.forked_from,
         )
 
 
@@ -210,6 +217,8 @@ class MemoryStore:
                 state=state,
                 generation=commit.generation,
                 created=self._seq,
+                checkpoint=new.checkpoint,
+                forked_from=new.forked_from,
             )
             self._rows[run_id] = row
             if self.shared:
@@ -261,6 +270,10 @@ class MemoryStore:
         if row.name is not None and row.parent_run_id is None:
             self._index(run_id, row)
         last_seq = self._write_events(run_id, row, commit, taken)
+        if commit.checkpoint is not UNSET or (
+            commit.new_run is not None and row.checkpoint is not None
+        ):
+            row.history.append((last_seq or self._seq, row.checkpoint))
         if kind is Ended:
             self._ended.append(run_id)
             if len(self._ended) > self.max_ended_runs:
@@ -410,7 +423,10 @@ class MemoryStore:
         row.events.append(entry)
 
     def _forget_oldest(self) -> None:
-        run_id = self._ended.popleft()
+        self._forget(self._ended.popleft())
+
+    def _forget(self, run_id: str) -> None:
+        """Drop an ended run's row and events (its ``_ended`` entry is the caller's)."""
         row = self._rows.pop(run_id)
         self._forgotten_events += len(row.events)
         on_thread = self._on_thread.get(row.thread_id)
@@ -456,6 +472,46 @@ class MemoryStore:
                 if len(out) == limit:
                     break
         return out
+
+    async def checkpoint_at(self, run_id: str, seq: int | None) -> CheckpointAt | None:
+        await trio.lowlevel.checkpoint()
+        row = self._rows.get(run_id)
+        if row is None or not row.events:
+            return None
+        if seq is None:
+            seq = row.events[-1][0]
+        else:
+            at = bisect.bisect_left(row.events, seq, key=_seq_of)
+            if at == len(row.events) or row.events[at][0] != seq:
+                return None
+        before = bisect.bisect_right(row.history, seq, key=_history_seq)
+        return CheckpointAt(seq, row.history[before - 1][1] if before else None)
+
+    async def prune(self, ended_before: float, *, dry_run: bool = False) -> int:
+        await trio.lowlevel.checkpoint()
+        trees: dict[str, list[str]] = {}
+        for run_id, row in self._rows.items():
+            trees.setdefault(row.root_run_id, []).append(run_id)
+        doomed: list[str] = []
+        for run_id in self._ended:
+            row = self._rows[run_id]
+            if row.parent_run_id is not None or row.events[-1][7] > ended_before:
+                continue
+            tree = trees[run_id]
+            if all(type(self._rows[member].state) is Ended for member in tree):
+                doomed.extend(tree)
+        if dry_run or not doomed:
+            return len(doomed)
+        self._version += 1
+        gone = set(doomed)
+        self._ended = deque(run_id for run_id in self._ended if run_id not in gone)
+        for run_id in doomed:
+            self._forget(run_id)
+            self._claims.pop(run_id, None)
+        for command_id in [c.id for c in self._commands.values() if c.run_id in gone]:
+            del self._commands[command_id]
+            self._delivered.discard(command_id)
+        return len(doomed)
 
     async def runnable(self, names: Collection[str], now: float, limit: int) -> list[RunRecord]:
         await trio.lowlevel.checkpoint()
@@ -701,6 +757,10 @@ def _wake_at(ticket: ResumeTicket) -> float | None:
 
 
 def _seq_of(entry: _Entry) -> int:
+    return entry[0]
+
+
+def _history_seq(entry: tuple[int, JsonValue]) -> int:
     return entry[0]
 
 

@@ -20,6 +20,7 @@ from .._core._errors import InvalidArgument, StoreError
 from .._core._json import JsonValue
 from .._core._state import RunEvent, RunRecord, RunState
 from .._core._storage import (
+    CheckpointAt,
     CommandKind,
     Commit,
     CommitResult,
@@ -33,6 +34,7 @@ from . import _sqlite_claims as claims
 from . import _sqlite_reads as reads
 from . import _sqlite_schema as schema
 from ._sqlite_commit import apply_batch
+from ._sqlite_prune import prune
 from ._sqlite_session import Session, Synchronous
 from ._sqlite_thread import ResourceThread
 from ._sqlite_tx import Transaction
@@ -220,6 +222,14 @@ class SQLiteStore:
 
     async def load(self, run_id: str) -> RunRecord | None:
         return await self._read(lambda conn: reads.load(conn, run_id))
+
+    async def checkpoint_at(self, run_id: str, seq: int | None) -> CheckpointAt | None:
+        """The checkpoint as of the run's event ``seq`` (`ForkingStore.checkpoint_at`)."""
+        return await self._read(lambda conn: reads.checkpoint_at(conn, run_id, seq))
+
+    async def prune(self, ended_before: float, *, dry_run: bool = False) -> int:
+        """Delete the ended trees (`PruningStore.prune`) in one transaction."""
+        return await self._write(lambda tx: prune(tx, ended_before, dry_run))
 
     async def events_after(
         self, seq: int, run_id: str | None = None, limit: int = 1000

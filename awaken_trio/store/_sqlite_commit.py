@@ -122,8 +122,8 @@ def _create(tx: Transaction, commit: Commit, new: NewRun, now: float) -> Accepte
         attempt_epoch=None,
         recoveries=0,
     )
-    # A creating commit keeps the new run's checkpoint None and its steps 0, as the memory
-    # store does: creation is identity and state, progress comes with later commits.
+    # A creating commit keeps the new run's steps 0, as the memory store does, and its
+    # checkpoint None unless the run is a fork, which starts from its source's.
     epoch = _claim_effects(tx, row, commit, kind, now)
     discarded: Sequence[Any] = ()
     result = NULL
@@ -140,6 +140,11 @@ def _create(tx: Transaction, commit: Commit, new: NewRun, now: float) -> Accepte
     if kind == AWAITING:
         tx.set_ticket(run_id, state.ticket)  # type: ignore[attr-defined]
     last_seq = _write_events(tx, row, commit, state_text, (), discarded)
+    if new.forked_from is not None:
+        checkpoint = dump_json(new.checkpoint)
+        tx.fork(run_id, checkpoint, dump_json(new.forked_from))
+        if new.checkpoint is not None:
+            tx.keep_checkpoint(run_id, last_seq or tx.last_seq, checkpoint)
     if commit.take_messages or epoch is not None:
         value, ticket = _resume_of(row) if commit.take_messages else (None, None)
         return Accepted(state, last_seq, _NO_MESSAGES, value, ticket, epoch, False)
@@ -181,10 +186,10 @@ def _update(tx: Transaction, row: Row, commit: Commit, now: float) -> Accepted:
     elif _answers(commit):
         row.resume_value = dump_json(commit.resume_value)
         row.resume_ticket = _ticket_text(commit.resume_ticket)
-    checkpoint = commit.checkpoint
+    checkpoint = None if commit.checkpoint is UNSET else dump_json(commit.checkpoint)
     tx.update_run(
         row,
-        checkpoint=None if checkpoint is UNSET else dump_json(checkpoint),
+        checkpoint=checkpoint,
         steps=commit.steps,
         result=dump_json(commit.result) if set_result else None,
     )
@@ -197,6 +202,8 @@ def _update(tx: Transaction, row: Row, commit: Commit, now: float) -> Accepted:
         () if taken_text == NO_MESSAGES else load_raw(taken_text, "carried messages")
     )
     last_seq = _write_events(tx, row, commit, state_text, taken, discarded)
+    if checkpoint is not None:
+        tx.keep_checkpoint(run_id, last_seq or tx.last_seq, checkpoint)
     if commit.take_messages or epoch is not None:
         handed = (
             tuple(load_wrapped(taken_text, "carried messages", CARRIED_WRAPPING))

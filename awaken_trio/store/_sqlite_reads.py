@@ -11,7 +11,7 @@ from collections.abc import Collection
 from typing import Final
 
 from .._core._state import RunEvent, RunRecord, RunState
-from .._core._storage import StoredCommand
+from .._core._storage import CheckpointAt, StoredCommand
 from ._codec import DETAIL_WRAPPING, dump_json, load_json, load_raw, load_state, load_wrapped
 from ._sqlite_rows import RECORD_COLUMNS, load_record, record_of
 
@@ -20,6 +20,25 @@ _EVENT_COLUMNS: Final = "seq, run_id, thread_id, generation, kind, state, detail
 
 def load(conn: sqlite3.Connection, run_id: str) -> RunRecord | None:
     return load_record(conn, run_id)
+
+
+def checkpoint_at(conn: sqlite3.Connection, run_id: str, seq: int | None) -> CheckpointAt | None:
+    if seq is None:
+        found = conn.execute("SELECT MAX(seq) FROM events WHERE run_id = ?", (run_id,))
+        seq = found.fetchone()[0]
+        if seq is None:
+            return None
+    elif (
+        conn.execute("SELECT 1 FROM events WHERE run_id = ? AND seq = ?", (run_id, seq)).fetchone()
+        is None
+    ):
+        return None
+    kept = conn.execute(
+        "SELECT checkpoint FROM checkpoints WHERE run_id = ? AND seq <= ?"
+        " ORDER BY seq DESC LIMIT 1",
+        (run_id, seq),
+    ).fetchone()
+    return CheckpointAt(seq, None if kept is None else load_json(kept[0], "a checkpoint"))
 
 
 def events_after(

@@ -107,16 +107,27 @@ def row_of(found: Sequence[Any]) -> Row:
 
 RECORD_COLUMNS: Final = (
     "r.run_id, r.thread_id, r.parent_run_id, r.name, r.state, r.generation, r.result,"
-    " r.checkpoint, r.input, r.steps, r.max_steps"
+    " r.checkpoint, r.input, r.steps, r.max_steps, r.forked_from"
 )
 
 
 def record_of(found: tuple[Any, ...]) -> RunRecord:
     """A `RunRecord` of a row read with `RECORD_COLUMNS`; its converters freeze the
     payloads."""
-    run_id, thread_id, parent, name, state, generation, result, checkpoint, input_, steps, cap = (
-        found
-    )
+    (
+        run_id,
+        thread_id,
+        parent,
+        name,
+        state,
+        generation,
+        result,
+        checkpoint,
+        input_,
+        steps,
+        cap,
+        forked_from,
+    ) = found
     return RunRecord(
         run_id=run_id,
         thread_id=thread_id,
@@ -129,6 +140,7 @@ def record_of(found: tuple[Any, ...]) -> RunRecord:
         input=load_raw(input_, "an input"),
         steps=steps,
         max_steps=cap,
+        forked_from=None if forked_from is None else load_raw(forked_from, "a fork origin"),
     )
 
 

@@ -117,7 +117,30 @@ def _inbox_delivered_v2(conn: sqlite3.Connection) -> None:
     conn.execute("ALTER TABLE inbox ADD COLUMN delivered INTEGER NOT NULL DEFAULT 0")
 
 
-MIGRATIONS: Sequence[Migration] = (_create_v1, _inbox_delivered_v2)
+def _fork_v3(conn: sqlite3.Connection) -> None:
+    """Version 3: forking. A run records where it was forked from, and every checkpoint a
+    commit writes is kept with the seq of that commit's last event, so the checkpoint as of
+    any event can be read back. A file from before keeps each run's current checkpoint, as
+    of the run's last event (what it had before is not known)."""
+    conn.execute("ALTER TABLE runs ADD COLUMN forked_from TEXT")
+    conn.execute(
+        """CREATE TABLE checkpoints (
+            run_id TEXT NOT NULL,
+            seq INTEGER NOT NULL,
+            checkpoint TEXT NOT NULL,
+            PRIMARY KEY (run_id, seq)
+        ) WITHOUT ROWID"""
+    )
+    conn.execute(
+        """INSERT INTO checkpoints (run_id, seq, checkpoint)
+        SELECT r.run_id, e.seq, r.checkpoint FROM runs r
+        JOIN (SELECT run_id, MAX(seq) AS seq FROM events GROUP BY run_id) e
+        ON e.run_id = r.run_id
+        WHERE r.checkpoint != 'null'"""
+    )
+
+
+MIGRATIONS: Sequence[Migration] = (_create_v1, _inbox_delivered_v2, _fork_v3)
 """The schema's history, oldest first: ``MIGRATIONS[i]`` takes a file from version ``i`` to
 ``i + 1``. Append, never edit: a released file may be at any version."""
 

@@ -81,6 +81,11 @@ _DROP_TICKETS: Final = "DELETE FROM tickets WHERE run_id IN (VALUES {})"
 _DROP_COMMANDS_BY_ID: Final = "DELETE FROM inbox WHERE id IN (VALUES {})"
 _DELIVER_COMMANDS: Final = "UPDATE inbox SET delivered = 1 WHERE id IN (VALUES {})"
 _DROP_COMMANDS_OF_RUNS: Final = "DELETE FROM inbox WHERE run_id IN (VALUES {})"
+_SET_FORK: Final = "UPDATE runs SET checkpoint = ?, forked_from = ? WHERE run_id = ?"
+# A commit that writes a checkpoint twice under one seq (no event between) keeps the last.
+_INSERT_CHECKPOINTS: Final = (
+    "INSERT OR REPLACE INTO checkpoints (run_id, seq, checkpoint) VALUES (?, ?, ?)"
+)
 _LAST_QUEUED: Final = "SELECT COALESCE(MAX(queued_order), 0) FROM runs"
 
 
@@ -111,6 +116,8 @@ class Transaction:
         self._dropped: list[str] = []
         self._commands: dict[str, list[Command]] = {}  # read ahead for runs that end
         self._ended: list[str] = []  # runs that ended in this transaction
+        self._forks: list[Any] = []  # (checkpoint, forked_from, run_id) of forked new runs
+        self._history: list[tuple[str, int, str]] = []  # `_INSERT_CHECKPOINTS` rows
 
     # ------------------------------------------------------------------ reading
 
@@ -290,6 +297,20 @@ class Transaction:
             )
         )
 
+    @property
+    def last_seq(self) -> int:
+        """The seq of the last event in the file, this transaction's included."""
+        self.begin()
+        return self._last_seq
+
+    def fork(self, run_id: str, checkpoint: str, forked_from: str) -> None:
+        """Give the run just inserted its source's checkpoint and origin (both JSON)."""
+        self._forks.append((checkpoint, forked_from, run_id))
+
+    def keep_checkpoint(self, run_id: str, seq: int, checkpoint: str) -> None:
+        """Keep ``checkpoint`` as the run's checkpoint as of its event ``seq``."""
+        self._history.append((run_id, seq, checkpoint))
+
     def update_run(
         self,
         row: Row,
@@ -389,6 +410,12 @@ class Transaction:
         if self._inserts:
             write_rows(conn, _INSERT_RUNS, 19, self._inserts)
             self._inserts.clear()
+        if self._forks:
+            conn.executemany(_SET_FORK, self._forks)
+            self._forks.clear()
+        if self._history:
+            conn.executemany(_INSERT_CHECKPOINTS, self._history)
+            self._history.clear()
         if self._changed:
             self._flush_updates()
         if self._events:

@@ -267,3 +267,70 @@ async def test_cancel_by_filters_needs_dry_run_or_yes(store: str) -> None:
     assert {row["state"]["cause"]["kind"] for row in left.json()} == {"cancelled"}
     text = await cli("runs", "cancel", "--name", "batch", "--dry-run", "--store", store)
     assert text.stdout.startswith("3 runs matched")
+
+
+@pytest.mark.slow
+async def test_fork_prints_the_new_runs_row_and_refuses_a_bad_seq_or_an_unknown_run(
+    store: str,
+) -> None:
+    await cli("runs", "submit", "job", "--run-id", "k-src", "--input", "[7]", "--store", store)
+    [event] = (await cli("runs", "show", "k-src", "--store", store, "--json")).json()["events"]
+    done = await cli(
+        "runs",
+        "fork",
+        "k-src",
+        "--at",
+        str(event["seq"]),
+        "--run-id",
+        "k-f",
+        "--store",
+        store,
+        "--json",
+    )
+    assert done.code == 0, done.stderr
+    assert done.json() == {
+        "run_id": "k-f",
+        "thread_id": "k-f",
+        "parent_run_id": None,
+        "name": "job",
+        "state": {"kind": "queued"},
+        "generation": 0,
+    }
+    shown = (await cli("runs", "show", "k-f", "--store", store, "--json")).json()
+    assert shown["forked_from"] == {"run_id": "k-src", "seq": event["seq"]}
+    text = await cli("runs", "fork", "k-src", "--store", store)
+    assert text.code == 0, text.stderr
+    assert text.stdout.strip() not in ("", "k-src", "k-f")
+    bad = await cli("runs", "fork", "k-src", "--at", "999999", "--store", store, "--json")
+    assert bad.code == 2, bad.stderr
+    assert bad.json()["error"] == "invalid_argument"
+    unknown = await cli("runs", "fork", "k-nobody", "--store", store, "--json")
+    assert unknown.code == 1, unknown.stderr
+    assert unknown.json()["error"] == "unknown_run"
+    taken = await cli("runs", "fork", "k-src", "--run-id", "k-f", "--store", store, "--json")
+    assert taken.code == 1, taken.stderr
+    assert taken.json()["error"] == "run_exists"
+
+
+@pytest.mark.slow
+async def test_prune_deletes_ended_runs_and_counts_them_with_dry_run(tmp_path: Path) -> None:
+    store = f"sqlite:///{tmp_path}/prune.db"
+    for run_id in ("p-1", "p-2", "p-q"):
+        await cli("runs", "submit", "job", "--run-id", run_id, "--store", store)
+    for run_id in ("p-1", "p-2"):
+        assert (await cli("runs", "cancel", run_id, "--store", store)).code == 0
+    later = await cli("runs", "prune", "--ended-before", "7d", "--store", store, "--json")
+    assert (later.code, later.json()) == (0, {"deleted": 0}), later.stderr
+    dry = await cli(
+        "runs", "prune", "--ended-before", "0s", "--dry-run", "--store", store, "--json"
+    )
+    assert (dry.code, dry.json()) == (0, {"deleted": 2}), dry.stderr
+    assert len((await cli("runs", "list", "--store", store, "--json")).json()) == 3
+    done = await cli("runs", "prune", "--ended-before", "0s", "--store", store)
+    assert (done.code, done.stdout) == (0, "2 runs deleted\n"), done.stderr
+    rows = (await cli("runs", "list", "--store", store, "--json")).json()
+    assert [row["run_id"] for row in rows] == ["p-q"]  # the queued run stays
+    for bad in ("7", "3w", "-1d", "1.5h", "d"):
+        refused = await cli("runs", "prune", "--ended-before", bad, "--store", store, "--json")
+        assert refused.code == 2, (bad, refused.stderr)
+        assert "--ended-before" in refused.json()["message"]

@@ -171,3 +171,18 @@ def test_a_client_whose_opening_is_cancelled_closes_by_itself() -> None:
             await client.submit("job")
 
     asyncio.run(main())
+
+
+def test_fork_answers_with_the_new_run_id() -> None:
+    async def main() -> tuple[str, object, str]:
+        async with AsyncClient() as client:
+            source = await client.submit("job", run_id="src")
+            fork = await client.fork(source, new_run_id="f")
+            record = await client.record(fork)
+            with pytest.raises(UnknownRun):
+                await client.fork("nobody")
+            return fork, record.forked_from, record.name or ""
+
+    fork, origin, name = asyncio.run(main())
+    assert (fork, name) == ("f", "job")
+    assert origin == {"run_id": "src", "seq": 1}

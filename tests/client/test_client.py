@@ -282,3 +282,22 @@ def test_events_reads_every_page_of_a_long_history() -> None:
         events = client.events()
         assert [e.run_id for e in events] == run_ids
         assert [e.seq for e in client.events(after=events[99].seq)] == [e.seq for e in events[100:]]
+
+
+def test_fork_commits_a_queued_fork_and_answers_with_its_id() -> None:
+    with Client() as client:
+        source = client.submit("job", input={"n": 2}, run_id="src")
+        [submitted] = client.events(source)
+        fork = client.fork(source, at=submitted.seq, new_run_id="f")
+        assert fork == "f"
+        record = client.record(fork)
+        assert (record.state, record.name, record.input) == (QUEUED, "job", {"n": 2})
+        assert record.forked_from == {"run_id": "src", "seq": submitted.seq}
+        assert client.events(source) == [submitted]  # the source is untouched
+        assert client.fork(source) != fork  # a fresh id by default
+        with pytest.raises(UnknownRun):
+            client.fork("nobody")
+        with pytest.raises(InvalidArgument, match="not the seq"):
+            client.fork(source, at=10**6)
+        with pytest.raises(RunExists):
+            client.fork(source, new_run_id="f")

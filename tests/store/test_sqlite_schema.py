@@ -589,3 +589,43 @@ async def test_a_newer_version_still_in_the_write_ahead_log_is_refused(tmp_path:
         assert (digest(path), digest(wal)) == before
     finally:
         other.close()
+
+
+async def test_a_version_2_file_migrates_to_forking_with_each_runs_checkpoint_kept(
+    tmp_path: Path,
+) -> None:
+    """Version 3 keeps the checkpoint as of each event and where a run was forked from. A
+    run of a version-2 file keeps its checkpoint as of its last event, and was not forked."""
+    path = tmp_path / "runs.db"
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute("BEGIN")
+        RELEASED[0](conn)
+        RELEASED[1](conn)
+        conn.execute("PRAGMA user_version = 2")
+        conn.execute(
+            "INSERT INTO runs (run_id, thread_id, root_run_id, name, input, kind, state,"
+            " generation, checkpoint) VALUES ('old', 'old', 'old', 'job', 'null', 'ended',"
+            ' \'{"kind":"ended","cause":{"kind":"natural_end"}}\', 1, \'{"n":5}\')'
+        )
+        for seq in (1, 2):
+            conn.execute(
+                "INSERT INTO events (seq, run_id, thread_id, generation, kind, state, detail,"
+                " at) VALUES (?, 'old', 'old', 1, 'committed', '{\"kind\":\"queued\"}',"
+                " '{}', 1.0)",
+                (seq,),
+            )
+        conn.execute("COMMIT")
+    finally:
+        conn.close()
+    async with SQLiteStore(path) as store:
+        record = await store.load("old")
+        assert record is not None
+        assert (record.checkpoint, record.forked_from) == ({"n": 5}, None)
+        last = await store.checkpoint_at("old", None)
+        assert last is not None
+        assert (last.seq, last.checkpoint) == (2, {"n": 5})
+        assert await store.checkpoint_at("old", 3) is None
+        assert await store.checkpoint_at("nobody", None) is None
+    assert pragma(path, "user_version") == LATEST
+    assert "checkpoints" in tables(path)
