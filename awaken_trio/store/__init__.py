@@ -3,19 +3,24 @@
 `Store` is the protocol the runtime writes through; `MemoryStore` keeps everything in this
 process; `open_store` turns a URL into a store, importing a backend only when its scheme is
 first used; `state_to_json`, `cause_to_json` and `ticket_to_json` give the JSON shapes the
-stores keep (and the command line prints). `awaken_trio.testing` has the contract suite
-every store passes.
+stores keep (and the command line prints). A store may also offer listing
+(`ListingStore`), forking (`ForkingStore`: the checkpoint as of any event) and retention
+(`PruningStore`); the runtime uses them where a store has them. `awaken_trio.testing` has
+the contract suite every store passes.
 """
 
 from .._core._storage import UNSET as UNSET
 from .._core._storage import Accepted as Accepted
+from .._core._storage import CheckpointAt as CheckpointAt
 from .._core._storage import Commit as Commit
 from .._core._storage import CommitResult as CommitResult
 from .._core._storage import EventDraft as EventDraft
 from .._core._storage import Expect as Expect
+from .._core._storage import ForkingStore as ForkingStore
 from .._core._storage import InlineStore as InlineStore
 from .._core._storage import ListingStore as ListingStore
 from .._core._storage import NewRun as NewRun
+from .._core._storage import PruningStore as PruningStore
 from .._core._storage import Rejected as Rejected
 from .._core._storage import RejectReason as RejectReason
 from .._core._storage import StateKind as StateKind
@@ -30,14 +35,17 @@ from ._url import open_store as open_store
 __all__ = [
     "UNSET",
     "Accepted",
+    "CheckpointAt",
     "Commit",
     "CommitResult",
     "EventDraft",
     "Expect",
+    "ForkingStore",
     "InlineStore",
     "ListingStore",
     "MemoryStore",
     "NewRun",
+    "PruningStore",
     "RejectReason",
     "Rejected",
     "StateKind",

@@ -10,6 +10,7 @@ import sqlite3
 from collections.abc import Collection
 from typing import Final
 
+from .._core._errors import InvalidArgument
 from .._core._state import RunEvent, RunRecord, RunState
 from .._core._storage import CheckpointAt, StoredCommand
 from ._codec import DETAIL_WRAPPING, dump_json, load_json, load_raw, load_state, load_wrapped
@@ -33,6 +34,14 @@ def checkpoint_at(conn: sqlite3.Connection, run_id: str, seq: int | None) -> Che
         is None
     ):
         return None
+    (history_from,) = conn.execute(
+        "SELECT history_from FROM runs WHERE run_id = ?", (run_id,)
+    ).fetchone() or (None,)
+    if history_from is not None and seq < history_from:
+        raise InvalidArgument(
+            f"run {run_id!r} was written before this store kept the checkpoint of every"
+            f" event: it can be forked as of event {history_from} or later, not {seq}"
+        )
     kept = conn.execute(
         "SELECT checkpoint FROM checkpoints WHERE run_id = ? AND seq <= ?"
         " ORDER BY seq DESC LIMIT 1",

@@ -121,8 +121,14 @@ def _fork_v3(conn: sqlite3.Connection) -> None:
     """Version 3: forking. A run records where it was forked from, and every checkpoint a
     commit writes is kept with the seq of that commit's last event, so the checkpoint as of
     any event can be read back. A file from before keeps each run's current checkpoint, as
-    of the run's last event (what it had before is not known)."""
+    of the run's last event (what it had before is not known), and ``history_from``, that
+    event's seq: a fork at an earlier event is refused rather than started from nothing."""
     conn.execute("ALTER TABLE runs ADD COLUMN forked_from TEXT")
+    conn.execute("ALTER TABLE runs ADD COLUMN history_from INTEGER")
+    conn.execute(
+        "UPDATE runs SET history_from ="
+        " (SELECT MAX(seq) FROM events WHERE events.run_id = runs.run_id)"
+    )
     conn.execute(
         """CREATE TABLE checkpoints (
             run_id TEXT NOT NULL,

@@ -627,5 +627,8 @@ async def test_a_version_2_file_migrates_to_forking_with_each_runs_checkpoint_ke
         assert (last.seq, last.checkpoint) == (2, {"n": 5})
         assert await store.checkpoint_at("old", 3) is None
         assert await store.checkpoint_at("nobody", None) is None
+        # What it had as of event 1 was never kept: refused, not started from nothing.
+        with pytest.raises(InvalidArgument, match="forked as of event 2 or later, not 1"):
+            await store.checkpoint_at("old", 1)
     assert pragma(path, "user_version") == LATEST
     assert "checkpoints" in tables(path)
