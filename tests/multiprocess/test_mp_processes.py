@@ -621,3 +621,36 @@ async def test_a_lost_run_is_not_recovered_onto_a_thread_another_attempt_holds(
     a_events = [e for e in events if e.run_id == "a"]
     (a_second,) = [e for e in committed(a_events) if e.state == RunState.Running(2)]
     assert a_second.seq > b_end.seq
+
+
+# ---------------------------------------------------------------------------- fork
+
+
+async def test_a_fork_made_from_a_control_process_runs_in_a_worker_from_its_checkpoint(
+    control: Runtime, cluster: Cluster
+) -> None:
+    """The control process has no bodies: its fork of an ended run waits Queued, and a
+    worker process with the body runs it from the checkpoint the source had committed as
+    of the chosen event. The source is untouched."""
+    await cluster.start("w1")
+    await control.submit("stepper", input={"steps": 3, "delay": 0.01}, run_id="src")
+    assert await until_state(control, "src", is_ended) == NATURAL
+    events = await history(control, "src")
+    source_before = await control.record("src")
+    # The event that committed progress step 1.
+    at = next(e.seq for e in committed(events) if e.detail.get("source") == "boundary")
+    handle = await control.fork("src", at=at, new_run_id="fork")
+    assert handle.run_id == "fork"
+    assert await until_state(control, "fork", is_ended) == NATURAL
+    record = await control.record("fork")
+    assert record.forked_from == {"run_id": "src", "seq": at}
+    assert record.result == {"steps": 3, "generation": 1}
+    assert record.checkpoint["step"] == 3
+
+    # It started from step 1's checkpoint: it committed steps 2 and 3 only.
+    def progress(story: list[RunEvent]) -> int:
+        return len([e for e in committed(story) if e.detail.get("source") == "boundary"])
+
+    assert progress(events) == 3
+    assert progress(await history(control, "fork")) == 2
+    assert await control.record("src") == source_before
