@@ -4,18 +4,21 @@ under an ``awaken_trio`` logger with the run id in the record's ``extra``."""
 from __future__ import annotations
 
 import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import pytest
 import trio
 import trio.testing
 from wrapped_stores import FailingEnds
 
-from awaken_trio import RunContext, RunState, StoreError
+from awaken_trio import RunContext, RunState, Runtime, StoreError
 from awaken_trio.store import MemoryStore
 
 from .worker_helpers import (
     LEASE,
     POLL,
+    Body,
     Stall,
     past_lease,
     reach,
@@ -35,27 +38,38 @@ def logged(
     ]
 
 
-async def test_a_recovery_is_logged_at_info_with_its_run_id(
-    shared_store: MemoryStore,
-    autojump_clock: trio.testing.MockClock,
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    caplog.set_level(logging.INFO, logger="awaken_trio")
+@asynccontextmanager
+async def owner_and_recoverer(
+    store: MemoryStore, in_a: Body
+) -> AsyncIterator[tuple[Runtime, Runtime, trio.Event]]:
+    """Runtime ``a`` runs ``in_a`` as run ``r``; runtime ``b`` has a body that returns once
+    the event handed back is set, for when it recovers the run."""
     finish = trio.Event()
-
-    async def in_a(ctx: RunContext) -> object:
-        await trio.sleep_forever()
 
     async def in_b(ctx: RunContext) -> object:
         await finish.wait()
         return "b"
 
     async with (
-        shared_runtime(shared_store, bodies={"w": in_a}) as a,
-        shared_runtime(shared_store, bodies={"w": in_b}) as b,
+        shared_runtime(store, bodies={"w": in_a}) as a,
+        shared_runtime(store, bodies={"w": in_b}) as b,
     ):
         await a.start(in_a, run_id="r")
         await trio.testing.wait_all_tasks_blocked()
+        yield a, b, finish
+
+
+async def test_a_recovery_is_logged_at_info_with_its_run_id(
+    shared_store: MemoryStore,
+    autojump_clock: trio.testing.MockClock,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="awaken_trio")
+
+    async def in_a(ctx: RunContext) -> object:
+        await trio.sleep_forever()
+
+    async with owner_and_recoverer(shared_store, in_a) as (a, b, finish):
         with Stall(a):
             async with serving(b):
                 await past_lease()
@@ -71,7 +85,6 @@ async def test_a_lost_claim_is_logged_as_a_warning_with_its_run_id(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.INFO, logger="awaken_trio")
-    finish = trio.Event()
     stopped = trio.Event()
 
     async def in_a(ctx: RunContext) -> object:
@@ -80,23 +93,13 @@ async def test_a_lost_claim_is_logged_as_a_warning_with_its_run_id(
         finally:
             stopped.set()
 
-    async def in_b(ctx: RunContext) -> object:
-        await finish.wait()
-        return "b"
-
-    async with (
-        shared_runtime(shared_store, bodies={"w": in_a}) as a,
-        shared_runtime(shared_store, bodies={"w": in_b}) as b,
-    ):
-        await a.start(in_a, run_id="r")
-        await trio.testing.wait_all_tasks_blocked()
-        async with serving(b):
-            with Stall(a):
-                await past_lease()
-            assert logged(caplog, "awaken_trio.worker", logging.WARNING, "claim") == []
-            await trio.sleep(LEASE / 3 + 10 * POLL)  # a's next renewal finds it lost
-            await reach(stopped)
-            finish.set()
+    async with owner_and_recoverer(shared_store, in_a) as (a, b, finish), serving(b):
+        with Stall(a):
+            await past_lease()
+        assert logged(caplog, "awaken_trio.worker", logging.WARNING, "claim") == []
+        await trio.sleep(LEASE / 3 + 10 * POLL)  # a's next renewal finds it lost
+        await reach(stopped)
+        finish.set()
     (record,) = logged(caplog, "awaken_trio.worker", logging.WARNING, "claim on run 'r'")
     assert record.__dict__["run_id"] == "r"
 
@@ -109,7 +112,6 @@ async def test_a_fenced_commit_is_logged_as_a_warning_with_its_run_id(
     caplog.set_level(logging.INFO, logger="awaken_trio")
     late = trio.Event()
     a_done = trio.Event()
-    finish = trio.Event()
 
     async def in_a(ctx: RunContext) -> object:
         try:
@@ -120,16 +122,7 @@ async def test_a_fenced_commit_is_logged_as_a_warning_with_its_run_id(
         finally:
             a_done.set()
 
-    async def in_b(ctx: RunContext) -> object:
-        await finish.wait()
-        return "b"
-
-    async with (
-        shared_runtime(shared_store, bodies={"w": in_a}) as a,
-        shared_runtime(shared_store, bodies={"w": in_b}) as b,
-    ):
-        await a.start(in_a, run_id="r")
-        await trio.testing.wait_all_tasks_blocked()
+    async with owner_and_recoverer(shared_store, in_a) as (a, b, finish):
         with Stall(a):
             async with serving(b):
                 await past_lease()
