@@ -11,41 +11,41 @@ model-and-tool loops as run bodies, built on this public API only. Everything pu
 re-exported here or in those public subpackages.
 """
 
-from ._core._attempt import OwnershipVerifier as OwnershipVerifier
-from ._core._commands import LiveCommand as LiveCommand
-from ._core._commits import CommitStatistics as CommitStatistics
-from ._core._context import RunContext as RunContext
-from ._core._errors import AwakenError as AwakenError
-from ._core._errors import ContextMisuse as ContextMisuse
-from ._core._errors import InvalidArgument as InvalidArgument
-from ._core._errors import InvalidBody as InvalidBody
-from ._core._errors import InvalidPayload as InvalidPayload
-from ._core._errors import MaxStepsReached as MaxStepsReached
-from ._core._errors import NotActive as NotActive
-from ._core._errors import NotAwaiting as NotAwaiting
-from ._core._errors import RunAlreadyEnded as RunAlreadyEnded
-from ._core._errors import RunError as RunError
-from ._core._errors import RunExists as RunExists
-from ._core._errors import RuntimeClosed as RuntimeClosed
-from ._core._errors import StoreError as StoreError
-from ._core._errors import TicketExpired as TicketExpired
-from ._core._errors import TicketMismatch as TicketMismatch
-from ._core._errors import UnknownRun as UnknownRun
-from ._core._events import EventStream as EventStream
-from ._core._handle import RunHandle as RunHandle
-from ._core._json import FrozenDict as FrozenDict
-from ._core._json import FrozenList as FrozenList
-from ._core._json import JsonValue as JsonValue
-from ._core._runtime import Runtime as Runtime
-from ._core._runtime import RuntimeStatistics as RuntimeStatistics
-from ._core._runtime import open_runtime as open_runtime
-from ._core._state import EndCause as EndCause
-from ._core._state import EventKind as EventKind
-from ._core._state import ResumeTicket as ResumeTicket
-from ._core._state import RunEvent as RunEvent
-from ._core._state import RunRecord as RunRecord
-from ._core._state import RunState as RunState
-from ._core._util import fixup_module_metadata as _fixup_module_metadata
+from ._core import AwakenError as AwakenError
+from ._core import CommitStatistics as CommitStatistics
+from ._core import ContextMisuse as ContextMisuse
+from ._core import EndCause as EndCause
+from ._core import EventKind as EventKind
+from ._core import EventStream as EventStream
+from ._core import FrozenDict as FrozenDict
+from ._core import FrozenList as FrozenList
+from ._core import InvalidArgument as InvalidArgument
+from ._core import InvalidBody as InvalidBody
+from ._core import InvalidPayload as InvalidPayload
+from ._core import JsonValue as JsonValue
+from ._core import LiveCommand as LiveCommand
+from ._core import MaxStepsReached as MaxStepsReached
+from ._core import NotActive as NotActive
+from ._core import NotAwaiting as NotAwaiting
+from ._core import OwnershipVerifier as OwnershipVerifier
+from ._core import ResumeTicket as ResumeTicket
+from ._core import RunAlreadyEnded as RunAlreadyEnded
+from ._core import RunContext as RunContext
+from ._core import RunError as RunError
+from ._core import RunEvent as RunEvent
+from ._core import RunExists as RunExists
+from ._core import RunHandle as RunHandle
+from ._core import RunRecord as RunRecord
+from ._core import RunState as RunState
+from ._core import Runtime as Runtime
+from ._core import RuntimeClosed as RuntimeClosed
+from ._core import RuntimeStatistics as RuntimeStatistics
+from ._core import StoreError as StoreError
+from ._core import TicketExpired as TicketExpired
+from ._core import TicketMismatch as TicketMismatch
+from ._core import UnknownRun as UnknownRun
+from ._core import fixup_module_metadata as _fixup_module_metadata
+from ._core import open_runtime as open_runtime
 
 __version__ = "0.1.0"
 

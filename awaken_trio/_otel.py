@@ -17,13 +17,19 @@ from typing import TYPE_CHECKING, final
 
 from opentelemetry import trace
 
-from ._core._errors import InvalidArgument
-from ._core._state import Awaiting, Cancelled, Ended, Queued, Running, RunState, Stopped
+from ._core import (
+    Awaiting,
+    Cancelled,
+    Ended,
+    InvalidArgument,
+    Queued,
+    Running,
+    RunState,
+    Stopped,
+)
 
 if TYPE_CHECKING:
-    from ._core._attempt import Attempt
-    from ._core._json import JsonValue
-    from ._core._observe import Attribute
+    from ._core import Attempt, Attribute, JsonValue
 
 SPAN_NAME = "awaken_trio.attempt"
 

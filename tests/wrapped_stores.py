@@ -8,7 +8,12 @@ from collections.abc import Collection, Mapping, Sequence
 import trio
 
 from awaken_trio import JsonValue, RunEvent, RunRecord, RunState, StoreError
-from awaken_trio._core._storage import CommandKind, Recovered, Rejected, StoredCommand
+from awaken_trio._core import (
+    CommandKind,
+    Recovered,
+    Rejected,
+    StoredCommand,
+)
 from awaken_trio.store import Commit, CommitResult, MemoryStore
 
 

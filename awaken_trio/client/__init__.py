@@ -20,7 +20,7 @@ Cancelling an `AsyncClient` call abandons it and changes no run (see `AsyncClien
 Using a closed client raises `awaken_trio.RuntimeClosed`.
 """
 
-from .._core._util import fixup_module_metadata as _fixup_module_metadata
+from .._core import fixup_module_metadata as _fixup_module_metadata
 from ._async import AsyncClient as AsyncClient
 from ._portal import ClientMisuse as ClientMisuse
 from ._sync import Client as Client

@@ -11,11 +11,15 @@ from typing import Generic, Protocol, TypeVar, final
 import outcome
 import trio
 
-from .._core._commands import LiveCommand
-from .._core._json import JsonValue
-from .._core._state import RunEvent, RunRecord, RunState
-from .._core._storage import Store
-from .._core._supervisor import Clock
+from .._core import (
+    Clock,
+    JsonValue,
+    LiveCommand,
+    RunEvent,
+    RunRecord,
+    RunState,
+    Store,
+)
 from . import _operations as ops
 from ._portal import ClientMisuse, Operation, RuntimeThread
 

@@ -13,13 +13,21 @@ from collections.abc import Awaitable, Callable
 
 import trio
 
-from .._core._commands import LiveCommand
-from .._core._errors import InvalidArgument, RuntimeClosed
-from .._core._json import JsonValue
-from .._core._runtime import Runtime
-from .._core._state import Awaiting, Ended, EventKind, RunEvent, RunRecord, RunState
-from .._core._storage import read_store
-from .._core._util import safe_repr
+from .._core import (
+    Awaiting,
+    Ended,
+    EventKind,
+    InvalidArgument,
+    JsonValue,
+    LiveCommand,
+    RunEvent,
+    RunRecord,
+    RunState,
+    Runtime,
+    RuntimeClosed,
+    read_store,
+    safe_repr,
+)
 
 _PAGE = 1000
 """How many events one store read asks for."""

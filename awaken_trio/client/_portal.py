@@ -36,10 +36,14 @@ from typing import Any, Generic, TypeVar, final
 import outcome
 import trio
 
-from .._core._errors import AwakenError, RuntimeClosed
-from .._core._runtime import Runtime, open_runtime
-from .._core._storage import Store
-from .._core._supervisor import Clock
+from .._core import (
+    AwakenError,
+    Clock,
+    Runtime,
+    RuntimeClosed,
+    Store,
+    open_runtime,
+)
 
 T = TypeVar("T")
 

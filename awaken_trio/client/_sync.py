@@ -9,11 +9,15 @@ from typing import Generic, TypeVar, final
 
 import outcome
 
-from .._core._commands import LiveCommand
-from .._core._json import JsonValue
-from .._core._state import RunEvent, RunRecord, RunState
-from .._core._storage import Store
-from .._core._supervisor import Clock
+from .._core import (
+    Clock,
+    JsonValue,
+    LiveCommand,
+    RunEvent,
+    RunRecord,
+    RunState,
+    Store,
+)
 from . import _operations as ops
 from ._portal import Operation, RuntimeThread
 

@@ -23,25 +23,29 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
-from .._core._errors import InvalidPayload, StoreError
-from .._core._json import FrozenDict, FrozenList, JsonValue, check_json
-from .._core._state import (
+from .._core import (
     Awaiting,
     Cancelled,
     EndCause,
     Ended,
     Failed,
+    FrozenDict,
+    FrozenList,
     Indeterminate,
+    InvalidPayload,
+    JsonValue,
     MaxSteps,
     NaturalEnd,
     Queued,
     ResumeTicket,
     Running,
     RunState,
+    StateKind,
     Stopped,
+    StoreError,
+    check_json,
     ended,
 )
-from .._core._storage import StateKind
 
 QUEUED: Final = "queued"
 RUNNING: Final = "running"

@@ -11,35 +11,35 @@ from typing import final
 import attrs
 import trio
 
-from .._core._errors import InvalidArgument
-from .._core._json import JsonValue, freeze_detail, scalar_dict
-from .._core._state import (
+from .._core import (
     CANCELLED_CAUSE,
+    UNSET,
+    Accepted,
     Awaiting,
+    CheckpointAt,
+    CommandKind,
+    Commit,
+    CommitResult,
     Ended,
+    EventDraft,
     EventKind,
+    Fence,
     Indeterminate,
+    InvalidArgument,
+    JsonValue,
     Queued,
+    Recovered,
+    Rejected,
+    RejectReason,
     ResumeTicket,
     RunEvent,
     Running,
     RunRecord,
     RunState,
-)
-from .._core._storage import (
-    UNSET,
-    Accepted,
-    CheckpointAt,
-    CommandKind,
-    Commit,
-    CommitResult,
-    EventDraft,
-    Fence,
-    Recovered,
-    Rejected,
-    RejectReason,
     StateKind,
     StoredCommand,
+    freeze_detail,
+    scalar_dict,
 )
 from ._codec import state_kind
 

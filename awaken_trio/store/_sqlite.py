@@ -16,20 +16,23 @@ from typing import TypeVar, final
 
 import trio
 
-from .._core._errors import InvalidArgument, StoreError
-from .._core._json import JsonValue
-from .._core._state import RunEvent, RunRecord, RunState
-from .._core._storage import (
+from .._core import (
     CheckpointAt,
     CommandKind,
     Commit,
     CommitResult,
+    InvalidArgument,
+    JsonValue,
     Recovered,
     Rejected,
+    RunEvent,
+    RunRecord,
+    RunState,
     StateKind,
     StoredCommand,
+    StoreError,
+    safe_repr,
 )
-from .._core._util import safe_repr
 from . import _sqlite_claims as claims
 from . import _sqlite_reads as reads
 from . import _sqlite_schema as schema

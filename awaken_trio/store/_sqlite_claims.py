@@ -10,8 +10,13 @@ import math
 from collections.abc import Collection, Mapping
 from typing import Final
 
-from .._core._json import JsonValue
-from .._core._storage import CommandKind, Recovered, Rejected, RejectReason
+from .._core import (
+    CommandKind,
+    JsonValue,
+    Recovered,
+    Rejected,
+    RejectReason,
+)
 from ._codec import ENDED, QUEUED, RUNNING, dump_json
 from ._sqlite_ending import end_descendants, end_row
 from ._sqlite_rows import load_record, lost_detail, owner_lost

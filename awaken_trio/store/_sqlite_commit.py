@@ -13,16 +13,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .._core._json import JsonValue
-from .._core._state import Awaiting, EventKind, ResumeTicket
-from .._core._storage import (
+from .._core import (
     UNSET,
     Accepted,
+    Awaiting,
     Commit,
     CommitResult,
+    EventKind,
+    JsonValue,
     NewRun,
     Rejected,
     RejectReason,
+    ResumeTicket,
 )
 from ._codec import (
     AWAITING,

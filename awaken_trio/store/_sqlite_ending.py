@@ -5,8 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from .._core._json import JsonValue
-from .._core._state import EventKind, RunState
+from .._core import (
+    EventKind,
+    JsonValue,
+    RunState,
+)
 from ._codec import AWAITING, ENDED, dump_json, dump_state, load_raw
 from ._sqlite_rows import NO_MESSAGES, NULL, Row, discarded_detail
 from ._sqlite_tx import Transaction

@@ -10,9 +10,14 @@ import sqlite3
 from collections.abc import Collection
 from typing import Final
 
-from .._core._errors import InvalidArgument
-from .._core._state import RunEvent, RunRecord, RunState
-from .._core._storage import CheckpointAt, StoredCommand
+from .._core import (
+    CheckpointAt,
+    InvalidArgument,
+    RunEvent,
+    RunRecord,
+    RunState,
+    StoredCommand,
+)
 from ._codec import DETAIL_WRAPPING, dump_json, load_json, load_raw, load_state, load_wrapped
 from ._sqlite_rows import RECORD_COLUMNS, load_record, record_of
 

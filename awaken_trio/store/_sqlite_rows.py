@@ -12,8 +12,15 @@ from typing import Any, Final, final
 
 import attrs
 
-from .._core._json import JsonValue, scalar_dict
-from .._core._state import CANCELLED_CAUSE, Indeterminate, RunRecord, RunState, ended
+from .._core import (
+    CANCELLED_CAUSE,
+    Indeterminate,
+    JsonValue,
+    RunRecord,
+    RunState,
+    ended,
+    scalar_dict,
+)
 from ._codec import dump_json, load_raw, load_state
 
 NO_MESSAGES: Final = "[]"

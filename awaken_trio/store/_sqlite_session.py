@@ -17,7 +17,7 @@ from typing import Literal, TypeVar, final
 
 import attrs
 
-from .._core._errors import StoreError
+from .._core import StoreError
 from ._sqlite_cache import RunCache
 from ._sqlite_schema import (
     Migration,

@@ -33,8 +33,12 @@ import sqlite3
 from collections.abc import Collection, Iterable, Sequence
 from typing import Any, Final, final
 
-from .._core._state import Ended, ResumeTicket
-from .._core._storage import Commit, Fence
+from .._core import (
+    Commit,
+    Ended,
+    Fence,
+    ResumeTicket,
+)
 from ._codec import ENDED, QUEUED, load_raw, wake_at
 from ._sqlite_bulk import insert_rows, write_rows
 from ._sqlite_cache import ClaimRow, Command, RunCache

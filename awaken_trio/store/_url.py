@@ -8,9 +8,7 @@ import re
 from typing import Literal
 from urllib.parse import parse_qsl, unquote
 
-from .._core._errors import InvalidArgument
-from .._core._storage import Store
-from .._core._util import safe_repr
+from .._core import InvalidArgument, Store, safe_repr
 from ._memory import MemoryStore
 
 _SQLITE = "sqlite:///"

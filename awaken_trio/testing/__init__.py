@@ -44,7 +44,7 @@ pytest.register_assert_rewrite(
     "awaken_trio.testing._store_contract", "awaken_trio.testing._durable_contract"
 )
 
-from .._core._util import fixup_module_metadata as _fixup_module_metadata  # noqa: E402
+from .._core import fixup_module_metadata as _fixup_module_metadata  # noqa: E402
 from ._durable_contract import DurableStoreContract as DurableStoreContract  # noqa: E402
 from ._explore import CancellationViolation as CancellationViolation  # noqa: E402
 from ._explore import ExplorationReport as ExplorationReport  # noqa: E402

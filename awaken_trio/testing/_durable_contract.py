@@ -12,18 +12,22 @@ from collections.abc import Awaitable, Callable
 import pytest
 import trio
 
-from .._core._json import FrozenDict, JsonValue
-from .._core._state import EndCause, ResumeTicket, RunEvent, RunState
-from .._core._storage import (
+from .._core import (
     Claim,
     Commit,
     DurableStore,
+    EndCause,
     Expect,
     Fence,
+    FrozenDict,
+    JsonValue,
     NewRun,
     Recovered,
     Rejected,
     RejectReason,
+    ResumeTicket,
+    RunEvent,
+    RunState,
     StoredCommand,
 )
 from ._store_contract import (

@@ -18,22 +18,23 @@ from typing import Protocol, final
 import attrs
 import trio
 
-from .._core._attempt import Body
-from .._core._errors import InvalidArgument
-from .._core._json import JsonValue, check_json
-from .._core._state import (
+from .._core import (
     Awaiting,
+    Body,
     Cancelled,
     Ended,
     EventKind,
     Failed,
+    InvalidArgument,
+    JsonValue,
     NaturalEnd,
     RunEvent,
     RunState,
     Stopped,
+    check_body,
+    check_json,
+    safe_repr,
 )
-from .._core._util import safe_repr
-from .._core._validate import check_body
 from ._explore_run import (
     CANCEL_REASON,
     HANG_LIMIT,

@@ -21,13 +21,26 @@ import outcome
 import trio
 import trio.testing
 
-from .._core._actor import run_attempt
-from .._core._attempt import Attempt, Body, EndRequest, current_attempt
-from .._core._commands import LiveCommand
-from .._core._errors import AwakenError, NotActive
-from .._core._json import JsonValue
-from .._core._runtime import Runtime, open_runtime
-from .._core._state import Awaiting, Ended, EventKind, RunEvent, RunRecord, RunState, Stopped
+from .._core import (
+    Attempt,
+    Awaiting,
+    AwakenError,
+    Body,
+    Ended,
+    EndRequest,
+    EventKind,
+    JsonValue,
+    LiveCommand,
+    NotActive,
+    RunEvent,
+    RunRecord,
+    RunState,
+    Runtime,
+    Stopped,
+    current_attempt,
+    open_runtime,
+    run_attempt,
+)
 from ..store import MemoryStore
 
 Command = Literal["cancel", "stop", "pause"]

@@ -13,20 +13,26 @@ from itertools import pairwise
 import attrs
 import pytest
 
-from .._core._json import FrozenDict, FrozenList, JsonValue
-from .._core._state import EndCause, ResumeTicket, RunEvent, RunRecord, RunState
-from .._core._storage import (
+from .._core import (
     UNSET,
     Accepted,
     Claim,
     Commit,
     CommitResult,
+    EndCause,
     EventDraft,
     Expect,
     Fence,
+    FrozenDict,
+    FrozenList,
+    JsonValue,
     NewRun,
     Rejected,
     RejectReason,
+    ResumeTicket,
+    RunEvent,
+    RunRecord,
+    RunState,
     Store,
 )
 

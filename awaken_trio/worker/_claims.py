@@ -14,8 +14,7 @@ from typing import final
 import trio
 from trio_util import periodic
 
-from .._core._storage import DurableStore
-from .._core._supervisor import Supervisor
+from .._core import DurableStore, Supervisor
 
 logger = logging.getLogger("awaken_trio.worker")
 

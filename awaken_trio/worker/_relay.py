@@ -17,10 +17,7 @@ from typing import Final, Protocol, final, runtime_checkable
 import trio
 from trio_util import periodic
 
-from .._core._attempt import lost
-from .._core._state import Ended
-from .._core._storage import DurableStore
-from .._core._supervisor import Supervisor
+from .._core import DurableStore, Ended, Supervisor, lost
 
 logger = logging.getLogger("awaken_trio.worker")
 

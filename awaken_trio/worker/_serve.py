@@ -26,12 +26,23 @@ from typing import TypeVar
 
 import trio
 
-from .._core._attempt import Attempt
-from .._core._errors import AwakenError, RuntimeClosed, StoreError
-from .._core._json import freeze_detail
-from .._core._state import Awaiting, Queued, Running, RunRecord
-from .._core._storage import Commit, Expect, Fence, Rejected, RejectReason
-from .._core._supervisor import Supervisor
+from .._core import (
+    Attempt,
+    Awaiting,
+    AwakenError,
+    Commit,
+    Expect,
+    Fence,
+    Queued,
+    Rejected,
+    RejectReason,
+    Running,
+    RunRecord,
+    RuntimeClosed,
+    StoreError,
+    Supervisor,
+    freeze_detail,
+)
 from ._cadence import serve_backoff
 
 _SERVED = freeze_detail({"source": "serve"}, "detail")

@@ -10,7 +10,7 @@ import re
 import pytest
 
 from awaken_trio import FrozenDict, FrozenList, InvalidPayload
-from awaken_trio._core._json import check_json
+from awaken_trio._core import check_json
 
 WHAT = "input of run 'r1'"
 

@@ -27,7 +27,10 @@ from awaken_trio import (
     UnknownRun,
     open_runtime,
 )
-from awaken_trio._core._json import check_json, check_payload
+from awaken_trio._core import (
+    check_json,
+    check_payload,
+)
 from awaken_trio.store import MemoryStore
 
 LIMIT = 1000

@@ -6,8 +6,12 @@ import trio
 import trio.testing
 
 from awaken_trio import RunContext
-from awaken_trio._core._attempt import Attempt
-from awaken_trio._core._registry import AttemptRegistry, GateWaiter, ThreadGate
+from awaken_trio._core import (
+    Attempt,
+    AttemptRegistry,
+    GateWaiter,
+    ThreadGate,
+)
 
 
 async def _body(ctx: RunContext) -> None:

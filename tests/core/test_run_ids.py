@@ -9,7 +9,7 @@ import time
 import pytest
 
 from awaken_trio import EndCause, RunContext, RunState, open_runtime
-from awaken_trio._core._validate import new_run_id
+from awaken_trio._core import new_run_id
 
 
 async def body(ctx: RunContext) -> int:

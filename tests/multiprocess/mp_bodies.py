@@ -9,7 +9,7 @@ from typing import Any
 import trio
 
 from awaken_trio import JsonValue, RunContext
-from awaken_trio._core._attempt import Body
+from awaken_trio._core import Body
 from awaken_trio.agent import Agent, ModelReply, Tool, ToolCall
 
 

@@ -24,7 +24,7 @@ from awaken_trio import (
     Runtime,
     open_runtime,
 )
-from awaken_trio._core._json import check_json
+from awaken_trio._core import check_json
 
 
 def nested(levels: int) -> Any:

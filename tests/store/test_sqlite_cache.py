@@ -18,7 +18,10 @@ from sqlite_helpers import run_python, start
 from wrapped_stores import LeaseClock
 
 from awaken_trio import EndCause, RunState, StoreError
-from awaken_trio._core._storage import Claim, Fence
+from awaken_trio._core import (
+    Claim,
+    Fence,
+)
 from awaken_trio.store import Accepted, Commit, Expect, NewRun, Rejected, RejectReason, Store
 from awaken_trio.store import _sqlite_cache as cache_module
 from awaken_trio.store._sqlite import SQLiteStore

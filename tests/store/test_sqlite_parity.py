@@ -20,7 +20,12 @@ import trio
 from wrapped_stores import LeaseClock
 
 from awaken_trio import EndCause, FrozenDict, ResumeTicket, RunState
-from awaken_trio._core._storage import Claim, CommandKind, DurableStore, Fence
+from awaken_trio._core import (
+    Claim,
+    CommandKind,
+    DurableStore,
+    Fence,
+)
 from awaken_trio.store import UNSET, Commit, EventDraft, Expect, MemoryStore, NewRun, _sqlite_tx
 from awaken_trio.store._sqlite import SQLiteStore
 

@@ -38,7 +38,10 @@ from awaken_trio import (
     StoreError,
     open_runtime,
 )
-from awaken_trio._core._storage import Claim, Fence
+from awaken_trio._core import (
+    Claim,
+    Fence,
+)
 from awaken_trio.store import Accepted, Commit, Expect, Rejected, RejectReason, Store
 from awaken_trio.store import _sqlite_session as session_module
 from awaken_trio.store._sqlite import SQLiteStore

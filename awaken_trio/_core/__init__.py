@@ -1,0 +1,107 @@
+"""The kernel's API: everything the rest of awaken_trio may use from ``_core``.
+
+``_core`` is self-contained, as trio's own ``_core`` is: it imports nothing else from the
+package, and ``store/``, ``worker/``, ``agent/``, ``testing/``, the command line, the clients
+and the dashboard are built on the names below and nothing else. A module outside ``_core``
+that imports a private ``_core._module`` fails ``tests/test_layering.py``.
+
+The names fall into four groups:
+
+- values and errors users see (states, events, records, tickets, the error tree, frozen
+  JSON), re-exported publicly from ``awaken_trio``;
+- the store protocol (``Store``, ``Commit``, fences, claims, commands), re-exported publicly
+  from ``awaken_trio.store``;
+- the seams a store or a worker builds on (the supervisor, attempts, the registry, JSON
+  checks), which stay private to the package;
+- helpers (``safe_repr``, ``fixup_module_metadata``).
+"""
+
+from ._actor import run_attempt as run_attempt
+from ._attempt import Attempt as Attempt
+from ._attempt import Body as Body
+from ._attempt import EndRequest as EndRequest
+from ._attempt import OwnershipVerifier as OwnershipVerifier
+from ._attempt import current_attempt as current_attempt
+from ._attempt import lost as lost
+from ._commands import LiveCommand as LiveCommand
+from ._commits import CommitStatistics as CommitStatistics
+from ._context import RunContext as RunContext
+from ._errors import AwakenError as AwakenError
+from ._errors import ContextMisuse as ContextMisuse
+from ._errors import InvalidArgument as InvalidArgument
+from ._errors import InvalidBody as InvalidBody
+from ._errors import InvalidPayload as InvalidPayload
+from ._errors import MaxStepsReached as MaxStepsReached
+from ._errors import NotActive as NotActive
+from ._errors import NotAwaiting as NotAwaiting
+from ._errors import RunAlreadyEnded as RunAlreadyEnded
+from ._errors import RunError as RunError
+from ._errors import RunExists as RunExists
+from ._errors import RuntimeClosed as RuntimeClosed
+from ._errors import StoreError as StoreError
+from ._errors import TicketExpired as TicketExpired
+from ._errors import TicketMismatch as TicketMismatch
+from ._errors import UnknownRun as UnknownRun
+from ._events import EventStream as EventStream
+from ._handle import RunHandle as RunHandle
+from ._json import FrozenDict as FrozenDict
+from ._json import FrozenList as FrozenList
+from ._json import JsonValue as JsonValue
+from ._json import check_json as check_json
+from ._json import check_payload as check_payload
+from ._json import freeze_detail as freeze_detail
+from ._json import scalar_dict as scalar_dict
+from ._observe import Attribute as Attribute
+from ._registry import AttemptRegistry as AttemptRegistry
+from ._registry import GateWaiter as GateWaiter
+from ._registry import ThreadGate as ThreadGate
+from ._runtime import Runtime as Runtime
+from ._runtime import RuntimeStatistics as RuntimeStatistics
+from ._runtime import open_runtime as open_runtime
+from ._state import CANCELLED_CAUSE as CANCELLED_CAUSE
+from ._state import Awaiting as Awaiting
+from ._state import Cancelled as Cancelled
+from ._state import EndCause as EndCause
+from ._state import Ended as Ended
+from ._state import EventKind as EventKind
+from ._state import Failed as Failed
+from ._state import Indeterminate as Indeterminate
+from ._state import MaxSteps as MaxSteps
+from ._state import NaturalEnd as NaturalEnd
+from ._state import Queued as Queued
+from ._state import ResumeTicket as ResumeTicket
+from ._state import RunEvent as RunEvent
+from ._state import Running as Running
+from ._state import RunRecord as RunRecord
+from ._state import RunState as RunState
+from ._state import Stopped as Stopped
+from ._state import ended as ended
+from ._storage import UNSET as UNSET
+from ._storage import Accepted as Accepted
+from ._storage import CheckpointAt as CheckpointAt
+from ._storage import Claim as Claim
+from ._storage import CommandKind as CommandKind
+from ._storage import Commit as Commit
+from ._storage import CommitResult as CommitResult
+from ._storage import DurableStore as DurableStore
+from ._storage import EventDraft as EventDraft
+from ._storage import Expect as Expect
+from ._storage import Fence as Fence
+from ._storage import ForkingStore as ForkingStore
+from ._storage import InlineStore as InlineStore
+from ._storage import ListingStore as ListingStore
+from ._storage import NewRun as NewRun
+from ._storage import PruningStore as PruningStore
+from ._storage import Recovered as Recovered
+from ._storage import Rejected as Rejected
+from ._storage import RejectReason as RejectReason
+from ._storage import StateKind as StateKind
+from ._storage import Store as Store
+from ._storage import StoredCommand as StoredCommand
+from ._storage import read_store as read_store
+from ._supervisor import Clock as Clock
+from ._supervisor import Supervisor as Supervisor
+from ._util import fixup_module_metadata as fixup_module_metadata
+from ._util import safe_repr as safe_repr
+from ._validate import check_body as check_body
+from ._validate import new_run_id as new_run_id
