@@ -215,7 +215,7 @@ async def test_events_of_all_runs_skip_forgotten_ones_and_honour_limit() -> None
     await _apply(store, _end("kept"))  # "gone" is forgotten
     assert await store.load("gone") is None
     # Its events are still in the log (too few to compact it), so readers must skip them.
-    assert store._forgotten_events == 2
+    assert store._tx.forgotten_events == 2
 
     everything = await store.events_after(0)
     assert [e.run_id for e in everything] == ["live"] * 11 + ["kept"] * 2
@@ -237,7 +237,7 @@ async def test_a_reused_run_id_shows_only_the_new_runs_events() -> None:
     await _apply(store, _start("other"))
     await _apply(store, _end("other"))  # the first "again" is forgotten
     assert await store.load("again") is None
-    assert store._forgotten_events == 2  # its events are still in the log
+    assert store._tx.forgotten_events == 2  # its events are still in the log
 
     new_start = await _apply(store, _start("again"))
     new_progress = await _apply(store, _progress("again", 1))
@@ -265,9 +265,9 @@ async def test_log_compaction_keeps_what_readers_see() -> None:
 
     async def commit(c: Commit) -> None:
         nonlocal compactions
-        log_before = len(store._log)
+        log_before = len(store._tx.log)
         accepted = await _apply(store, c)
-        if len(store._log) < log_before:
+        if len(store._tx.log) < log_before:
             compactions += 1
         kept.setdefault(c.run_id, []).extend(accepted.events)
         if accepted.accepted.state.is_ended:
