@@ -52,9 +52,9 @@ class MemoryStore:
     read by the store itself, never by the runtimes' own clocks.
 
     So that a long-lived process does not grow without limit, the store keeps at most
-    ``max_ended_runs`` ended runs (10,000 by default): when one more run ends, the run that
-    ended longest ago is forgotten, its record and its events with it (reading it then
-    raises `UnknownRun`). Runs that have not ended are never forgotten.
+    ``max_ended_runs`` ended runs (10,000 by default): once a call that ended one more run
+    is done, the run that ended longest ago is forgotten, its record and its events with it
+    (reading it then raises `UnknownRun`). Runs that have not ended are never forgotten.
     """
 
     inline: bool = True
