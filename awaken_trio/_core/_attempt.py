@@ -324,6 +324,12 @@ class Attempt:
         if scope is not None:
             scope.cancel(reason=self.request.scope_reason())
 
+    def counts_toward_concurrency(self) -> bool:
+        """Whether a serving loop still counts this attempt: not once it ended, nor once
+        it lost its claim (it may still be unwinding, but the run is another runtime's)."""
+        request = self.request
+        return not (self.completion.done or (request is not None and request.claim_lost))
+
     @property
     def cancel_called(self) -> bool:
         """Whether the attempt's own token has been cancelled (or a cancel is pending)."""

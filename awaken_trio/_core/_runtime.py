@@ -1,13 +1,7 @@
-"""The Runtime facade and `open_runtime`."""
+"""The Runtime facade (``awaken_trio._open`` composes it with a store and the worker)."""
 
 from __future__ import annotations
 
-import math
-import os
-import socket
-import time
-from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
 from typing import final
 
 import attrs
@@ -29,8 +23,9 @@ from ._errors import (
 )
 from ._events import EventStream
 from ._handle import RunHandle
-from ._json import DEFAULT_MAX_PAYLOAD_BYTES, FrozenDict, JsonValue, check_payload, freeze_detail
-from ._observe import AttemptObserver
+from ._host import Serve
+from ._json import FrozenDict, JsonValue, check_payload, freeze_detail
+from ._schedule import Scheduler
 from ._schema import check_value
 from ._state import (
     CANCELLED_CAUSE,
@@ -45,13 +40,10 @@ from ._state import (
     Stopped,
 )
 from ._storage import (
-    DURABLE_METHODS,
     STATE_KINDS,
-    STORE_METHODS,
     Accepted,
     CommandKind,
     Commit,
-    DurableStore,
     Expect,
     ForkingStore,
     ListingStore,
@@ -59,10 +51,9 @@ from ._storage import (
     PruningStore,
     Rejected,
     StateKind,
-    Store,
     read_store,
 )
-from ._supervisor import ClaimSettings, Clock, Supervisor, VerifierFactory
+from ._supervisor import Supervisor
 from ._util import NoPublicConstructor, safe_repr
 from ._validate import check_body, check_id, new_run_id
 from ._validate import new_run_id as fresh_run_id
@@ -89,8 +80,10 @@ class Runtime(metaclass=NoPublicConstructor):
 
     _obtained_from = "open a runtime with 'async with open_runtime() as runtime'"
 
-    def __init__(self, supervisor: Supervisor) -> None:
+    def __init__(self, supervisor: Supervisor, serve: Serve) -> None:
         self._supervisor = supervisor
+        # The serving loop (the worker's), given by whoever composed the runtime.
+        self._serve = serve
         self._store = supervisor.store
         self._registry = supervisor.registry
         # Its tasks, scopes and events live in the trio.run that opened it, and only there.
@@ -450,8 +443,6 @@ class Runtime(metaclass=NoPublicConstructor):
         or ended if they can never run again). Returns only when cancelled; with
         ``await nursery.start(runtime.serve)`` once it is claiming.
         """
-        from ..worker._serve import serve
-
         self._in_own_run()
         if type(concurrency) is not int or concurrency < 1:
             raise InvalidArgument(
@@ -463,7 +454,7 @@ class Runtime(metaclass=NoPublicConstructor):
                 " (open_runtime(bodies=...) or runtime.register(name, body))"
             )
         self._supervisor.actors_nursery()  # refuses once shutdown has begun
-        await serve(self._supervisor, concurrency, task_status=task_status)
+        await self._serve(self._supervisor, concurrency, task_status=task_status)
 
     async def _scheduled_resume(self, run_id: str, correlation_id: str) -> None:
         await self.resume(run_id, None, correlation_id=correlation_id)
@@ -932,141 +923,20 @@ def _resume_detail(correlation_id: str) -> FrozenDict:
     return freeze_detail({"source": "resume", "correlation_id": correlation_id}, "detail")
 
 
-def _resolve_store(store: str | os.PathLike[str] | Store) -> tuple[Store, bool]:
-    if isinstance(store, str | os.PathLike):
-        from ..store import open_store  # backends load on first use of their scheme
-
-        return open_store(store), True
-    for method in STORE_METHODS:
-        if not callable(getattr(store, method, None)):
-            raise InvalidArgument(f"{safe_repr(store)} is not a Store: it has no {method}() method")
-    return store, False
+async def start_kernel_services(services: trio.Nursery, runtime: Runtime) -> None:
+    """The kernel's own background task, on every store: scheduled resumes (``ctx.sleep``)."""
+    supervisor = runtime._supervisor
+    scheduler = Scheduler(supervisor.now, runtime._scheduled_resume)
+    supervisor.on_scheduled = scheduler.schedule
+    await services.start(scheduler.run)
 
 
-@asynccontextmanager
-async def open_runtime(
-    store: str | os.PathLike[str] | Store = "memory://",
-    *,
-    clock: Clock = time.time,
-    bodies: Mapping[str, Body] | None = None,
-    lease: float = 30.0,
-    poll: float = 0.05,
-    max_recoveries: int = 3,
-    ownership_verifier: VerifierFactory | None = None,
-    max_batch: int = 1024,
-    max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
-    tracer_provider: object | None = None,
-) -> AsyncIterator[Runtime]:
-    """Open a runtime: a supervisor, a store and a nursery for the run actors.
-
-    Leaving the block ends every active or queued run of a non-durable store with
-    ``Ended(Stopped("runtime shutdown"))`` (each commit shielded) and returns once they are
-    committed; on a durable store it releases this runtime's claims instead: a named run
-    goes back to ``Queued`` for another runtime (its children end ``Stopped`` first), a run
-    with no name ends ``Stopped``. An exception from the block comes out unwrapped;
-    KeyboardInterrupt and SystemExit, from the block, from a body or from anything the
-    runtime calls (the clock, the store), shut down the same way and are re-raised.
-
-    Args:
-        store: ``"memory://"`` (the default), ``"sqlite:///path.db"``, the path of an
-            SQLite file (``pathlib.Path("runs.db")``), or a `Store`.
-        clock: wall clock for ticket deadlines, leases and event times (``time.time``
-            scale); every runtime sharing a store must agree on it.
-        bodies: run bodies by name (also `Runtime.register`): what lets runs be
-            submitted, served and recovered.
-        lease: seconds a claim on a run lasts unless renewed (every third of it); a
-            runtime that misses it loses its runs to another. Durable stores only.
-        poll: seconds between looks at the store for what other runtimes did (commands
-            sent, runs ended elsewhere, threads freed); a signal takes effect within a few.
-        max_recoveries: how many times a run is re-executed after losing its owner.
-        ownership_verifier: ``f(run_id, thread_id, generation) -> OwnershipVerifier | None``
-            called for every attempt; `Runtime.deliver_to_current_attempt` asks it.
-        max_batch: most commits the supervisor hands the store in one transaction.
-        max_payload_bytes: the largest payload (input, progress, result, ticket payload,
-            resume value, message, event detail) a run may hand over, as the length of its
-            compact JSON text; a larger one is refused with `InvalidPayload` by the call
-            that hands it over (a result that large ends the run
-            ``Failed("invalid_result")``). 4 MiB by default.
-        tracer_provider: an OpenTelemetry ``TracerProvider`` (the ``[otel]`` extra): a
-            span ``awaken_trio.attempt`` per attempt (DESIGN §3.6). None: no tracing.
-    """
-    if ownership_verifier is not None and not callable(ownership_verifier):
-        raise InvalidArgument(
-            "ownership_verifier must be a callable (run_id, thread_id, generation) ->"
-            f" OwnershipVerifier | None, not {safe_repr(ownership_verifier)}"
-        )
-    if not callable(clock):
-        raise InvalidArgument(
-            f"clock must be a callable returning wall-clock seconds, not {safe_repr(clock)}"
-        )
-    if type(max_batch) is not int or max_batch < 1:
-        raise InvalidArgument(f"max_batch must be a positive int, not {safe_repr(max_batch)}")
-    if type(max_payload_bytes) is not int or max_payload_bytes < 1:
-        raise InvalidArgument(
-            "max_payload_bytes must be a positive int (bytes of JSON text),"
-            f" not {safe_repr(max_payload_bytes)}"
-        )
-    for option, value in (("lease", lease), ("poll", poll)):
-        if type(value) not in (int, float) or not 0 < value < math.inf:
-            raise InvalidArgument(f"{option} must be a positive number of seconds, not {value!r}")
-    if type(max_recoveries) is not int or max_recoveries < 0:
-        raise InvalidArgument(
-            f"max_recoveries must be an int >= 0, not {safe_repr(max_recoveries)}"
-        )
-    if bodies is not None and not isinstance(bodies, Mapping):
-        raise InvalidArgument(f"bodies must map names to run bodies, not {safe_repr(bodies)}")
-    store_obj, owned = _resolve_store(store)
-    claims = None
-    if store_obj.durable:
-        if not isinstance(store_obj, DurableStore):
-            missing = [m for m in DURABLE_METHODS if not callable(getattr(store_obj, m, None))]
-            raise InvalidArgument(
-                f"{safe_repr(store_obj)} says it is durable but has no {', '.join(missing)}"
-            )
-        claims = ClaimSettings(_new_owner(), float(lease), float(poll), max_recoveries)
-    observer = None if tracer_provider is None else _observer_for(tracer_provider)
-    mailbox = CommitMailbox(store_obj, max_batch=max_batch)
-    supervisor = Supervisor(
-        store_obj, mailbox, clock, ownership_verifier, claims, max_payload_bytes=max_payload_bytes
-    )
-    supervisor.observer = observer
-    runtime = Runtime._create(supervisor)
-    for name, body in (bodies or {}).items():
-        supervisor.register(name, body)
-    caller_error: BaseException | None = None
-    internal_error: BaseException | None = None
-    try:
-        # A store named by a URL opens here, so a file that cannot be used is refused by
-        # open_runtime itself (nothing written); inside the try, so a cancel landing just
-        # after it opened still closes it.
-        opener = getattr(store_obj, "open", None) if owned else None
-        if opener is not None:
-            await opener()
-        async with trio.open_nursery() as system:
-            await system.start(_run_mailbox, mailbox)
-            await system.start(supervisor.host_actors, system.cancel_scope)
-            services = await system.start(_host_services, supervisor, runtime)
-            try:
-                yield runtime
-            except BaseException as exc:  # re-raised below, outside the nursery, unwrapped
-                caller_error = exc
-            finally:
-                with trio.CancelScope(shield=True):
-                    # The services (claim renewals, control from other runtimes) keep
-                    # running while the attempts drain, whatever cancelled the block, then
-                    # stop.
-                    supervisor.begin_shutdown()
-                    await supervisor.actors_done.wait()
-                    services.cancel(reason="runtime closed")
-    except BaseExceptionGroup as group:
-        # The system tasks never raise; what reaches here is a cancel of the caller's that
-        # the nursery's exit met, or an interrupt.
-        internal_error = group
-    finally:
-        if owned:
-            with trio.CancelScope(shield=True):
-                await store_obj.aclose()
-    raise_block_exit(supervisor.interrupt, caller_error, internal_error)
+@trio.lowlevel.enable_ki_protection
+async def run_mailbox(mailbox: CommitMailbox, *, task_status: trio.TaskStatus[None]) -> None:
+    """Run the commit mailbox until it is closed (after the last actor)."""
+    # The mailbox must outlive every actor: only its close() ends it.
+    with trio.CancelScope(shield=True):
+        await mailbox.run(task_status=task_status)
 
 
 def raise_block_exit(
@@ -1117,61 +987,3 @@ def _first_interrupt(exc: BaseException | None) -> BaseException | None:
         if isinstance(leaf, KeyboardInterrupt | SystemExit):
             return leaf
     return None
-
-
-async def _host_services(
-    supervisor: Supervisor,
-    runtime: Runtime,
-    *,
-    task_status: trio.TaskStatus[trio.CancelScope],
-) -> None:
-    """Run the runtime's services until the scope handed back is cancelled. Shielded: a
-    cancel of the caller's block must not stop claim renewals while attempts drain."""
-    with trio.CancelScope(shield=True) as scope:
-        async with trio.open_nursery() as services:
-            await _start_services(services, supervisor, runtime)
-            task_status.started(scope)
-            await trio.sleep_forever()
-
-
-async def _start_services(services: trio.Nursery, supervisor: Supervisor, runtime: Runtime) -> None:
-    """The runtime's own background tasks: scheduled resumes on every store; on a durable
-    store also claim renewals and the relay of what other runtimes do."""
-    from ..worker._schedule import Scheduler
-
-    scheduler = Scheduler(supervisor.now, runtime._scheduled_resume)
-    supervisor.on_scheduled = scheduler.schedule
-    await services.start(scheduler.run)
-    store = supervisor.durable_store
-    if store is not None:
-        from ..worker._claims import ClaimKeeper
-        from ..worker._relay import StoreRelay
-
-        await services.start(ClaimKeeper(supervisor, store).run)
-        await services.start(StoreRelay(supervisor, store).run)
-
-
-def _new_owner() -> str:
-    # Unique across machines, processes and runtimes in one process.
-    return f"{socket.gethostname()}:{os.getpid()}:{os.urandom(6).hex()}"
-
-
-@trio.lowlevel.enable_ki_protection
-async def _run_mailbox(mailbox: CommitMailbox, *, task_status: trio.TaskStatus[None]) -> None:
-    # The mailbox must outlive every actor: only its close() ends it.
-    with trio.CancelScope(shield=True):
-        await mailbox.run(task_status=task_status)
-
-
-def _observer_for(provider: object) -> AttemptObserver:
-    """The tracing observer, imported only when a provider is given (the ``[otel]`` extra)."""
-    try:
-        from .._otel import observer_for
-    except ModuleNotFoundError as exc:
-        if exc.name is None or not exc.name.startswith("opentelemetry"):
-            raise
-        raise InvalidArgument(
-            "tracer_provider needs the OpenTelemetry API (the [otel] extra):"
-            " pip install -e '.[otel]' in the checkout"
-        ) from None
-    return observer_for(provider)

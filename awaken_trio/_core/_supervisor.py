@@ -22,7 +22,6 @@ import math
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, NoReturn, final
 
-import attrs
 import trio
 from trio_util import RepeatedEvent
 
@@ -46,6 +45,7 @@ from ._errors import (
     RuntimeClosed,
     StoreError,
 )
+from ._host import Claims, ClaimSettings, ServedRun, Watched
 from ._json import DEFAULT_MAX_PAYLOAD_BYTES, FrozenDict, JsonValue, check_payload, freeze_detail
 from ._registry import AttemptRegistry, ThreadGate
 from ._state import (
@@ -56,6 +56,7 @@ from ._state import (
     Queued,
     ResumeTicket,
     Running,
+    RunRecord,
     RunState,
 )
 from ._storage import (
@@ -72,6 +73,7 @@ from ._storage import (
     Rejected,
     RejectReason,
     Store,
+    StoredCommand,
 )
 from ._util import safe_repr
 from ._validate import check_body, check_id, check_max_steps, check_name, new_run_id
@@ -86,22 +88,12 @@ VerifierFactory = Callable[[str, str, int], OwnershipVerifier | None]
 HandleFactory = Callable[[Attempt], "RunHandle"]
 
 
-@final
-@attrs.frozen
-class ClaimSettings:
-    """How a runtime on a durable store claims runs: its owner id, the lease it holds
-    them for (renewed every third of it), how often it polls the store for what other
-    runtimes did, and how many times a run is re-executed after losing its owner."""
-
-    owner: str
-    lease: float
-    poll: float
-    max_recoveries: int
-
-
 _DETAIL_START = freeze_detail({"source": "start"}, "detail")
 _DETAIL_THREAD_FREE = freeze_detail({"source": "thread_free"}, "detail")
 _DETAIL_BOUNDARY = freeze_detail({"source": "boundary"}, "detail")
+_DETAIL_SERVED = freeze_detail({"source": "serve"}, "detail")
+_DETAIL_SCHEDULED = freeze_detail({"source": "scheduled"}, "detail")
+_DETAIL_RECOVERED = freeze_detail({"source": "recovery"}, "detail")
 _RUNNING = tuple(Running(generation) for generation in range(17))  # shared, frozen
 
 
@@ -133,20 +125,20 @@ class Supervisor:
         mailbox: CommitMailbox,
         clock: Clock,
         verifier_factory: VerifierFactory | None,
-        claims: ClaimSettings | None = None,
+        claims: Claims,
         *,
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
     ) -> None:
         self.store = store
         # The most characters of compact JSON text any one payload may take.
         self.max_payload_bytes = max_payload_bytes
+        # The claims this runtime holds (a no-op book on a store without claims).
+        self.claim_book = claims
         # Set on a durable store: root attempts are claimed and every commit is fenced.
-        self.claims = claims
+        self.claims: ClaimSettings | None = claims.settings
         self.durable_store: DurableStore | None = (
-            store if claims is not None and isinstance(store, DurableStore) else None
+            store if self.claims is not None and isinstance(store, DurableStore) else None
         )
-        # The claims this runtime holds: root run id -> epoch.
-        self.held: dict[str, int] = {}
         # Bodies by name (`register`): what lets a run be submitted, served and recovered.
         self.named: dict[str, Body] = {}
         # Set whenever the store may have changed elsewhere (durable stores: polled), so
@@ -354,7 +346,7 @@ class Supervisor:
     def lose(self, run_id: str, why: str) -> None:
         """This runtime's claim on the root run is lost: its attempt (and every child of
         it) stops at once and commits nothing."""
-        self.held.pop(run_id, None)
+        self.claim_book.forget(run_id)
         attempt = self.registry.get(run_id) or self.queued.get(run_id)
         if attempt is not None and not attempt.sealed:
             attempt.request_end(lost(why, claim_lost=True))
@@ -365,6 +357,124 @@ class Supervisor:
         while root.parent is not None:
             root = root.parent
         self.lose(root.run_id, why)
+
+    # ------------------------------------------------------------------ serving (ServingHost)
+
+    def names(self) -> list[str]:
+        return list(self.named)
+
+    def changed_event(self) -> trio.Event:
+        return self.mailbox.changed_event()
+
+    def thread_taken(self, thread_id: str) -> bool:
+        return self.gate.holder(thread_id) is not None
+
+    def watched(self) -> Watched:
+        return Watched(
+            tuple(a for a in (*self.registry.all(), *self.queued.values()) if not a.sealed)
+        )
+
+    def _attempt_here(self, run_id: str) -> Attempt | None:
+        """The run's attempt here that control may still reach: running, or waiting for
+        its thread."""
+        attempt = self.registry.get(run_id) or self.queued.get(run_id)
+        return None if attempt is None or attempt.sealed else attempt
+
+    def apply_stored(self, command: StoredCommand) -> None:
+        attempt = self._attempt_here(command.run_id)
+        if attempt is not None:
+            attempt.apply_stored(command.id, command.kind, command.payload, command.reason)
+
+    def ended_elsewhere(self, run_id: str, state: Ended) -> None:
+        attempt = self.registry.get(run_id)
+        if attempt is not None and not attempt.sealed:
+            # The store holds the truth: the attempt commits nothing; then it lets its
+            # claim go, which frees the run's thread.
+            attempt.request_end(lost(f"the run was ended elsewhere: {state!r}", claim_lost=False))
+
+    async def start_stored(self, record: RunRecord, *, fence: Fence | None) -> ServedRun | None:
+        """Start an attempt of a root run found in the store (serving): queued, due for its
+        scheduled resume, or recovered from a lost owner (``fence``: the claim recovery
+        took for it). None if it is not this runtime's to start after all: no body here,
+        another runtime took it first, or its thread is busy elsewhere."""
+        body = self.body_for(record.run_id, record.name)
+        state = record.state
+        if body is None:
+            await self._drop_recovered(record.run_id, fence)
+            return None
+        ticket = None
+        if fence is not None:
+            expect = Expect(generation=record.generation, state=Running)
+            detail = _DETAIL_RECOVERED
+        elif isinstance(state, Awaiting):
+            ticket = state.ticket
+            expect = Expect(
+                generation=record.generation,
+                state=Awaiting,
+                correlation_id=ticket.correlation_id,
+            )
+            detail = _DETAIL_SCHEDULED
+        else:
+            expect = Expect(generation=record.generation, state=Queued)
+            detail = _DETAIL_SERVED
+        attempt = self.new_attempt(
+            record.run_id,
+            record.thread_id,
+            record.generation + 1,
+            None,
+            body,
+            record.max_steps,
+            record.steps,
+            record.input,
+            record.checkpoint,
+            None,
+            ticket,
+            name=record.name,
+        )
+        result = await self.admit(
+            attempt,
+            expect,
+            None,
+            detail,
+            fence=fence,
+            # A queued run, or a recovered one, is handed the answer the store keeps for it
+            # (a scheduled resume answers its own ticket, with None).
+            take_handover=ticket is None,
+            queue_if_busy=False,
+        )
+        if isinstance(result, Rejected) or not attempt.started:
+            if (
+                fence is not None
+                and isinstance(result, Rejected)
+                and result.reason is RejectReason.THREAD_BUSY
+            ):
+                await self._queue_recovered(record, fence)
+            else:
+                await self._drop_recovered(record.run_id, fence)
+            return None
+        return attempt
+
+    async def _queue_recovered(self, record: RunRecord, fence: Fence) -> None:
+        """A run recovered onto a thread another run's attempt holds: it waits ``Queued``
+        (its claim released) and runs, generation + 1, when the thread frees."""
+        with trio.CancelScope(shield=True), contextlib.suppress(StoreError, RuntimeClosed):
+            await self.mailbox.commit(
+                Commit(
+                    run_id=record.run_id,
+                    state=Queued(),
+                    generation=record.generation,
+                    expect=Expect(generation=record.generation, state=Running),
+                    at=self.now_for_end()[0],
+                    detail=_DETAIL_RECOVERED,
+                    fence=fence,
+                    release=True,
+                )
+            )
+
+    async def _drop_recovered(self, run_id: str, fence: Fence | None) -> None:
+        # A claim recovery took for a run that cannot start here goes back at once.
+        if fence is not None and self.claims is not None:
+            await self.claim_book.release(run_id)
 
     async def load_commands(self, attempt: Attempt) -> None:
         """Durable stores: commands stored for the run before this attempt began (sent
@@ -592,7 +702,7 @@ class Supervisor:
         if epoch is not None and self.claims is not None:
             attempt.fence = Fence(attempt.run_id, self.claims.owner, epoch)
         if attempt.parent is None and attempt.fence is not None:
-            self.held[attempt.run_id] = attempt.fence.epoch
+            self.claim_book.hold(attempt.run_id, attempt.fence.epoch)
 
     def _refusal(self, attempt: Attempt) -> Exception:
         parent = attempt.parent
@@ -791,7 +901,7 @@ class Supervisor:
             attempt.completion.abandon()
             request = attempt.request
             if request is not None and request.claim_lost:
-                self.held.pop(attempt.run_id, None)  # lapsed or taken: left for recovery
+                self.claim_book.forget(attempt.run_id)  # lapsed or taken: left for recovery
             else:
                 await self._drop_claim(attempt)
             return
@@ -860,11 +970,11 @@ class Supervisor:
             return
         if isinstance(result, Rejected) and result.reason is RejectReason.FENCED:
             _fenced(attempt, "its end")
-            self.held.pop(attempt.run_id, None)  # another runtime's claim now: hands off
+            self.claim_book.forget(attempt.run_id)  # another runtime's claim now: hands off
         elif self.claims is not None and (isinstance(result, Rejected) or not commit.release):
             await self._drop_claim(attempt)
         elif commit.release:
-            self.held.pop(attempt.run_id, None)
+            self.claim_book.forget(attempt.run_id)
 
     def _ended(self, attempt: Attempt, state: RunState, result: CommitResult) -> None:
         """The effect of an attempt's end commit (``state``): it is let go, and its waiters
@@ -887,13 +997,10 @@ class Supervisor:
         store cannot be reached, the lease lapses on its own)."""
         if self.claims is None or attempt.parent is not None:
             return
-        self.held.pop(attempt.run_id, None)
         if attempt.fence is None:
+            self.claim_book.forget(attempt.run_id)
             return
-        store = self.durable_store
-        assert store is not None
-        with trio.CancelScope(shield=True), contextlib.suppress(Exception):
-            await store.release(self.claims.owner, attempt.run_id)
+        await self.claim_book.release(attempt.run_id)
 
     async def _end_parked_children(self, attempt: Attempt) -> None:
         assert attempt.children is not None
@@ -930,7 +1037,7 @@ class Supervisor:
         recovery takes the run up again, as for any lost owner.
         """
         if self.claims is not None and attempt.parent is None:
-            self.held.pop(attempt.run_id, None)
+            self.claim_book.forget(attempt.run_id)
         if messages:
             self.stranded[attempt.run_id] = messages
         self._let_go(attempt, None)

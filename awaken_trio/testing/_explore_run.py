@@ -38,9 +38,9 @@ from .._core import (
     Runtime,
     Stopped,
     current_attempt,
-    open_runtime,
     run_attempt,
 )
+from .._open import open_runtime
 from ..store import MemoryStore
 
 Command = Literal["cancel", "stop", "pause"]
