@@ -137,3 +137,53 @@ def test_the_kernel_imports_nothing_from_the_package_above_it() -> None:
         "the kernel (_core) must not import store/, worker/ or anything else above it;"
         f" pass what it needs in from awaken_trio._open instead: {offenders}"
     )
+
+
+# ---------------------------------------------------------------- the single writer
+
+WRITER = PACKAGE / "_core" / "_supervisor.py"
+# The store contract suites play the supervisor's part against a store under test: they
+# build commits to hand it, and no runtime runs them.
+STORE_TESTS = PACKAGE / "testing"
+
+
+def _commits_built(path: pathlib.Path) -> list[str]:
+    """Every call that builds a `Commit` (``Commit(...)``, ``x.Commit(...)``)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Call):
+            func = node.func
+            name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)
+            if name == "Commit":
+                found.append(f"{path.relative_to(path.parents[1])}:{node.lineno}")
+    return found
+
+
+def test_the_commit_scan_finds_a_commit_built(tmp_path: pathlib.Path) -> None:
+    package = tmp_path / "pkg" / "sub"
+    package.mkdir(parents=True)
+    sample = package / "sample.py"
+    sample.write_text(
+        "from x import Commit, storage\n"
+        "a = Commit(run_id='r')\n"
+        "def later():\n"
+        "    return storage.Commit(run_id='r')\n"
+        "b = CommitResult()\n"
+    )
+    assert _commits_built(sample) == ["sub/sample.py:2", "sub/sample.py:4"]
+
+
+def test_only_the_supervisor_builds_commits() -> None:
+    """The supervisor is the single writer: no other module of the runtime (the facade,
+    committed control, the worker, the stores) makes a commit to hand the store."""
+    assert _commits_built(WRITER), "the scan must see the supervisor's own commits"
+    others = [
+        hit
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if path != WRITER and not path.is_relative_to(STORE_TESTS)
+        for hit in _commits_built(path)
+    ]
+    assert others == [], (
+        "only awaken_trio/_core/_supervisor.py builds a Commit; add a Supervisor method"
+        f" that makes this commit and call it instead: {others}"
+    )

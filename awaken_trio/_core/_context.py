@@ -11,6 +11,7 @@ from ._attempt import Attempt, Body, StepCeiling, SuspendAttempt, current_attemp
 from ._errors import ContextMisuse, InvalidArgument, NotActive
 from ._json import JsonValue, check_payload, freeze_detail
 from ._schema import check_schema
+from ._spec import RunSpec
 from ._state import Awaiting, EventKind, ResumeTicket, RunState
 from ._util import NoPublicConstructor, safe_repr
 from ._validate import check_deadline, check_id
@@ -310,7 +311,7 @@ class RunContext(metaclass=NoPublicConstructor):
         ends, it is ended with it without ever running.
         """
         a = self._live("start_child()")
-        return await self._host.start_run(
+        spec = RunSpec.checked(
             body,
             input=input,
             run_id=run_id,
@@ -318,7 +319,9 @@ class RunContext(metaclass=NoPublicConstructor):
             name=name,
             max_steps=max_steps,
             parent=a,
+            max_payload_bytes=self._host.max_payload_bytes,
         )
+        return await self._host.start_run(spec)
 
     async def run_child(
         self,

@@ -23,8 +23,9 @@ from trio_util import RepeatedEvent
 from ._json import FrozenDict, JsonValue
 
 if TYPE_CHECKING:
-    from ._attempt import Attempt, Body, EndRequest
+    from ._attempt import Attempt, EndRequest
     from ._handle import RunHandle
+    from ._spec import RunSpec
     from ._state import Ended, RunRecord
     from ._storage import Fence, Store, StoredCommand
     from ._verdict import Verdict
@@ -41,18 +42,8 @@ class AttemptHost(Protocol):
         """Why attempts end at shutdown, once it has begun."""
         ...
 
-    async def start_run(
-        self,
-        body: Body,
-        *,
-        input: JsonValue,
-        run_id: str | None,
-        thread_id: str | None,
-        name: str | None,
-        max_steps: int | None,
-        parent: Attempt | None,
-    ) -> RunHandle:
-        """Commit a new run (a child when ``parent`` is given) and start its attempt."""
+    async def start_run(self, spec: RunSpec) -> RunHandle:
+        """Commit a new run (a child when ``spec.parent`` is given) and start its attempt."""
         ...
 
     @property

@@ -20,8 +20,9 @@ import functools
 import logging
 import math
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, NoReturn, final
+from typing import TYPE_CHECKING, Literal, NoReturn, final
 
+import attrs
 import trio
 from trio_util import RepeatedEvent
 
@@ -48,6 +49,7 @@ from ._errors import (
 from ._host import Claims, ClaimSettings, ServedRun, Watched
 from ._json import DEFAULT_MAX_PAYLOAD_BYTES, FrozenDict, JsonValue, check_payload, freeze_detail
 from ._registry import AttemptRegistry, ThreadGate
+from ._spec import RunSpec
 from ._state import (
     CANCELLED_CAUSE,
     Awaiting,
@@ -76,8 +78,8 @@ from ._storage import (
     StoredCommand,
 )
 from ._util import safe_repr
-from ._validate import check_body, check_id, check_max_steps, check_name, new_run_id
-from ._verdict import Verdict
+from ._validate import check_body, check_id
+from ._verdict import QUEUED, Verdict
 
 if TYPE_CHECKING:
     from ._handle import RunHandle
@@ -91,6 +93,8 @@ HandleFactory = Callable[[Attempt], "RunHandle"]
 _DETAIL_START = freeze_detail({"source": "start"}, "detail")
 _DETAIL_THREAD_FREE = freeze_detail({"source": "thread_free"}, "detail")
 _DETAIL_BOUNDARY = freeze_detail({"source": "boundary"}, "detail")
+_DETAIL_SUBMIT = freeze_detail({"source": "submit"}, "detail")
+_DETAIL_FORK = freeze_detail({"source": "fork"}, "detail")
 _DETAIL_SERVED = freeze_detail({"source": "serve"}, "detail")
 _DETAIL_SCHEDULED = freeze_detail({"source": "scheduled"}, "detail")
 _DETAIL_RECOVERED = freeze_detail({"source": "recovery"}, "detail")
@@ -214,40 +218,16 @@ class Supervisor:
 
     # ------------------------------------------------------------------ admissions
 
-    async def start_run(
-        self,
-        body: Body,
-        *,
-        input: JsonValue,
-        run_id: str | None,
-        thread_id: str | None,
-        name: str | None,
-        max_steps: int | None,
-        parent: Attempt | None,
-    ) -> RunHandle:
-        """Check the arguments, commit a new run and start (or queue) its first attempt."""
-        attempt = await self.begin_run(
-            body,
-            input=input,
-            run_id=run_id,
-            thread_id=thread_id,
-            name=name,
-            max_steps=max_steps,
-            parent=parent,
-        )
+    async def start_run(self, spec: RunSpec) -> RunHandle:
+        """Commit a new run and start (or queue) its first attempt."""
+        attempt = await self.begin_run(spec)
         assert self.make_handle is not None
         return self.make_handle(attempt)
 
     async def begin_run(
         self,
-        body: Body,
+        spec: RunSpec,
         *,
-        input: JsonValue,
-        run_id: str | None,
-        thread_id: str | None,
-        name: str | None,
-        max_steps: int | None,
-        parent: Attempt | None,
         checkpoint: JsonValue = None,
         forked_from: JsonValue = None,
         detail: FrozenDict = _DETAIL_START,
@@ -255,54 +235,42 @@ class Supervisor:
         """`start_run`, returning the first attempt itself rather than a handle to it.
 
         A fork (``forked_from``) starts from ``checkpoint``, its source's."""
-        check_body(body)
-        if run_id is not None:
-            check_id(run_id, "run_id")
-        if thread_id is not None:
-            check_id(thread_id, "thread_id")
-        if name is not None:
-            check_name(name)
-        if max_steps is not None:
-            check_max_steps(max_steps)
-        run_id = run_id or new_run_id()
-        input = check_payload(input, f"input of run {run_id!r}", self.max_payload_bytes)
-        thread_id = thread_id or run_id
         await self.checkpoint_before_commit()
-        if name is None and parent is None:
-            name = self.name_of(body)
-        attempt = self.new_attempt(
-            run_id, thread_id, 1, parent, body, max_steps, 0, input, checkpoint, None, name=name
-        )
+        parent = spec.parent
+        if spec.name is None and parent is None and self.named:
+            # A run started with a registered body carries its name (what lets it be
+            # recovered, resumed and forked by name).
+            name = self.name_of(spec.body)
+            if name is not None:
+                spec = attrs.evolve(spec, name=name)
+        attempt = self.new_attempt(spec, generation=1, steps=0, checkpoint=checkpoint)
         new_run = NewRun(
-            thread_id,
+            spec.thread_id,
             None if parent is None else parent.run_id,
-            name,
-            input,
-            max_steps,
+            spec.name,
+            spec.input,
+            spec.max_steps,
             attempt.root_run_id,
             checkpoint,
             forked_from,
         )
         result = await self.admit(attempt, _EXPECT_NEW, new_run, detail)
         if isinstance(result, Rejected):
-            raise RunExists(run_id)
+            raise RunExists(spec.run_id)
         return attempt
 
     def new_attempt(
         self,
-        run_id: str,
-        thread_id: str,
+        spec: RunSpec,
+        *,
         generation: int,
-        parent: Attempt | None,
-        body: Body,
-        max_steps: int | None,
         steps: int,
-        input: JsonValue,
         checkpoint: JsonValue,
-        resume_value: JsonValue,
+        resume_value: JsonValue = None,
         ticket: ResumeTicket | None = None,
-        name: str | None = None,
     ) -> Attempt:
+        """The attempt ``generation`` of the run ``spec`` describes (not yet admitted)."""
+        run_id, thread_id, parent = spec.run_id, spec.thread_id, spec.parent
         verifier = None
         if self.verifier_factory is not None:
             verifier = self.verifier_factory(run_id, thread_id, generation)
@@ -311,19 +279,107 @@ class Supervisor:
             thread_id=thread_id,
             generation=generation,
             parent=parent,
-            body=body,
-            input=input,
+            body=spec.body,
+            input=spec.input,
             checkpoint=checkpoint,
             resume_value=resume_value,
-            max_steps=max_steps,
+            max_steps=spec.max_steps,
             steps=steps,
             ticket=ticket,
             verifier=verifier,
-            name=name,
+            name=spec.name,
             # A child lives on its root's claim.
             root_run_id=run_id if parent is None else parent.root_run_id,
             fence=None if parent is None else parent.fence,
         )
+
+    def stored_attempt(
+        self,
+        record: RunRecord,
+        body: Body,
+        *,
+        parent: Attempt | None = None,
+        resume_value: JsonValue = None,
+        ticket: ResumeTicket | None = None,
+    ) -> Attempt:
+        """The next attempt (generation + 1) of a run the store holds, from its record."""
+        spec = RunSpec(
+            body=body,
+            input=record.input,
+            run_id=record.run_id,
+            thread_id=record.thread_id,
+            name=record.name,
+            max_steps=record.max_steps,
+            parent=parent,
+        )
+        return self.new_attempt(
+            spec,
+            generation=record.generation + 1,
+            steps=record.steps,
+            checkpoint=record.checkpoint,
+            resume_value=resume_value,
+            ticket=ticket,
+        )
+
+    def checked_input(self, input: JsonValue, run_id: str) -> JsonValue:
+        return check_payload(input, f"input of run {run_id!r}", self.max_payload_bytes)
+
+    async def commit_queued_run(
+        self, run_id: str, new_run: NewRun, source: Literal["submit", "fork"]
+    ) -> CommitResult:
+        """Create the run ``Queued`` for any serving runtime that has its body by name
+        (`Runtime.submit`, or a fork whose body is not here)."""
+        return await self.mailbox.commit(
+            Commit(
+                run_id=run_id,
+                state=QUEUED,
+                generation=0,
+                expect=_EXPECT_NEW,
+                at=self.now(),
+                new_run=new_run,
+                detail=_DETAIL_SUBMIT if source == "submit" else _DETAIL_FORK,
+            )
+        )
+
+    async def commit_queued_resume(
+        self, record: RunRecord, ticket: ResumeTicket, value: JsonValue
+    ) -> CommitResult:
+        """Answer the awaiting run's ticket by committing it ``Queued`` with ``value``, for
+        a serving runtime that has its body (durable stores)."""
+        return await self.mailbox.commit(
+            Commit(
+                run_id=record.run_id,
+                state=QUEUED,
+                generation=record.generation,
+                expect=_expect_awaiting(record.generation, ticket),
+                at=self.now(),
+                resume_value=value,
+                resume_ticket=ticket,
+                detail=_resume_detail(ticket.correlation_id),
+            )
+        )
+
+    async def resume_here(
+        self,
+        record: RunRecord,
+        ticket: ResumeTicket,
+        value: JsonValue,
+        body: Body,
+        parent: Attempt | None,
+    ) -> Attempt | Rejected:
+        """Answer the awaiting run's ticket with ``value`` and start its next attempt here
+        (or queue it behind its thread); the refusal if the run moved on meanwhile.
+
+        Raises:
+            NotActive: the parent's attempt has begun to end (a child).
+            RuntimeClosed: the runtime is shutting down.
+        """
+        attempt = self.stored_attempt(
+            record, body, parent=parent, resume_value=value, ticket=ticket
+        )
+        expect = _expect_awaiting(record.generation, ticket)
+        result = await self.admit(attempt, expect, None, _resume_detail(ticket.correlation_id))
+        return result if isinstance(result, Rejected) else attempt
 
     @property
     def poll_interval(self) -> float:
@@ -408,29 +464,12 @@ class Supervisor:
             detail = _DETAIL_RECOVERED
         elif isinstance(state, Awaiting):
             ticket = state.ticket
-            expect = Expect(
-                generation=record.generation,
-                state=Awaiting,
-                correlation_id=ticket.correlation_id,
-            )
+            expect = _expect_awaiting(record.generation, ticket)
             detail = _DETAIL_SCHEDULED
         else:
             expect = Expect(generation=record.generation, state=Queued)
             detail = _DETAIL_SERVED
-        attempt = self.new_attempt(
-            record.run_id,
-            record.thread_id,
-            record.generation + 1,
-            None,
-            body,
-            record.max_steps,
-            record.steps,
-            record.input,
-            record.checkpoint,
-            None,
-            ticket,
-            name=record.name,
-        )
+        attempt = self.stored_attempt(record, body, ticket=ticket)
         result = await self.admit(
             attempt,
             expect,
@@ -1200,6 +1239,15 @@ def _fenced(attempt: Attempt, what: str) -> None:
         what,
         extra={"run_id": attempt.run_id},
     )
+
+
+def _expect_awaiting(generation: int, ticket: ResumeTicket) -> Expect:
+    """The fence of a commit that answers ``ticket`` of a run awaiting at ``generation``."""
+    return Expect(generation=generation, state=Awaiting, correlation_id=ticket.correlation_id)
+
+
+def _resume_detail(correlation_id: str) -> FrozenDict:
+    return freeze_detail({"source": "resume", "correlation_id": correlation_id}, "detail")
 
 
 def _with_clock_error(detail: FrozenDict, clock_error: str | None) -> FrozenDict:
