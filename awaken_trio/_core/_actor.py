@@ -158,7 +158,7 @@ def _verdict(
     cancel_seen: bool,
 ) -> Verdict:
     request = attempt.request
-    if request is not None and request.disposition == "abandon":
+    if request is not None and request.disposition == "lost":
         return Verdict(None)  # the run is lost to this attempt: nothing to commit
     if type(result) is outcome.Value and not cancel_seen and attempt.suspension is None:
         # The common end, decided at once (what `decide` concludes for it).

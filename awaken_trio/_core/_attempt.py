@@ -43,8 +43,8 @@ EndSource = Literal[
 paths, the parent ending, runtime shutdown, the body cancelling its own scope, an enclosing
 scope nobody named, or the attempt losing its run (its claim, or an end made elsewhere)."""
 
-Disposition = Literal["end", "release", "abandon"]
-"""What the attempt commits when it stops: its end (``Ended(cause)``), a release (a named
+Disposition = Literal["end", "hand_back", "lost"]
+"""What the attempt commits when it stops: its end (``Ended(cause)``), a hand-back (a named
 root run of a durable store goes back to ``Queued`` for another runtime, at shutdown), or
 nothing at all (the attempt has lost its run: its claim was superseded or expired, or the run
 was ended elsewhere; the store already holds the truth)."""
@@ -69,7 +69,7 @@ class EndRequest:
     source: EndSource
     reason: str | None = None
     disposition: Disposition = "end"
-    # With the "abandon" disposition: the attempt's claim is not its own any more.
+    # With the "lost" disposition: the attempt's claim is not its own any more.
     claim_lost: bool = False
 
     @property
@@ -83,11 +83,11 @@ class EndRequest:
 
     def for_child(self, parent_run_id: str) -> EndRequest:
         """What this request means for a child of the attempt it ends: shutdown (or a
-        release at shutdown) stops the child, a lost run loses its children too, anything
+        hand-back at shutdown) stops the child, a lost run loses its children too, anything
         else cancels the child, its source being the parent."""
-        if self.disposition == "release":
+        if self.disposition == "hand_back":
             return SHUTDOWN
-        if self.source == "shutdown" or self.disposition == "abandon":
+        if self.source == "shutdown" or self.disposition == "lost":
             return self
         why = self.reason or f"{self.source} of its parent"
         return EndRequest(CANCELLED_CAUSE, "parent", f"parent run {parent_run_id!r} ended: {why}")
@@ -96,8 +96,8 @@ class EndRequest:
 SHUTDOWN = EndRequest(Stopped("runtime shutdown"), "shutdown", "runtime shutdown")
 """Why every attempt ends when its runtime closes."""
 
-RELEASE = EndRequest(
-    Stopped("runtime shutdown"), "shutdown", "runtime shutdown", disposition="release"
+HAND_BACK = EndRequest(
+    Stopped("runtime shutdown"), "shutdown", "runtime shutdown", disposition="hand_back"
 )
 """Why a named root run of a durable store leaves its runtime at shutdown: back to
 ``Queued``, for another runtime to run from its checkpoint."""
@@ -108,7 +108,7 @@ def lost(why: str, *, claim_lost: bool) -> EndRequest:
     ``claim_lost`` its claim is no longer its own to release (it lapsed, or another runtime
     holds it): the claim is left for recovery; otherwise (the run was ended elsewhere) the
     attempt releases it once it has stopped, which frees the run's thread."""
-    return EndRequest(Indeterminate(why), "lost", why, disposition="abandon", claim_lost=claim_lost)
+    return EndRequest(Indeterminate(why), "lost", why, disposition="lost", claim_lost=claim_lost)
 
 
 @final
@@ -165,7 +165,7 @@ class Completion:
 
     If the store failed to take the attempt's end, there is no such state: waiting raises
     that `StoreError`, and the run keeps its last committed state until it is ended by the
-    committed path (``cancel_run``/``stop_run``). An attempt that lost its run, or released
+    committed path (``cancel_run``/``stop_run``). An attempt that lost its run, or handed it back
     it at shutdown, ends with no state of its own: waiting returns None, and whoever waits
     reads the store's truth instead. The first task that waits before the end is known is
     parked directly (most attempts have exactly one waiter: no event, no closure); an event
@@ -188,8 +188,9 @@ class Completion:
             self.error = error
             self._settle()
 
-    def abandon(self) -> None:
-        """The attempt ended without a state of its own (lost, or released)."""
+    def defer_to_store(self) -> None:
+        """The attempt ended without a state of its own (lost, or handed back): whoever
+        waits follows the store's truth instead."""
         if not self.done:
             self._settle()
 

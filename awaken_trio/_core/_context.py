@@ -77,7 +77,7 @@ class RunContext(metaclass=NoPublicConstructor):
     def resume_value(self) -> JsonValue:
         """The value the resume that started this attempt passed (None on a first attempt).
 
-        An attempt that replaces one whose owner was lost, or that was released at
+        An attempt that replaces one whose owner was lost, or that was handed back at
         shutdown, is handed the same value, until the run next awaits."""
         return self._attempt.resume_value
 
@@ -85,7 +85,7 @@ class RunContext(metaclass=NoPublicConstructor):
     def resumed_ticket(self) -> ResumeTicket | None:
         """The ticket the resume that started this attempt answered (its reason,
         correlation id and payload), or None on a first attempt; like `resume_value`,
-        the same for an attempt that replaces a lost or released one."""
+        the same for an attempt that replaces a lost or handed-back one."""
         return self._attempt.ticket
 
     @property

@@ -28,7 +28,7 @@ from trio_util import RepeatedEvent
 
 from ._actor import run_attempt
 from ._attempt import (
-    RELEASE,
+    HAND_BACK,
     SHUTDOWN,
     Attempt,
     Body,
@@ -79,7 +79,15 @@ from ._storage import (
 )
 from ._util import safe_repr
 from ._validate import check_body, check_id
-from ._verdict import QUEUED, Verdict
+from ._verdict import (
+    HANDED_BACK,
+    QUEUED,
+    CommitFailed,
+    Committed,
+    Lost,
+    Settlement,
+    Verdict,
+)
 
 if TYPE_CHECKING:
     from ._handle import RunHandle
@@ -607,7 +615,7 @@ class Supervisor:
         made under that claim, and a thread busy in another runtime makes the run wait
         ``Queued`` here (``queue_if_busy``) or refuses the admission (`Rejected`).
         ``take_handover`` takes the resume value and ticket the store holds for the run
-        (a queued resume this runtime did not make, or the answer a lost or released
+        (a queued resume this runtime did not make, or the answer a lost or handed-back
         attempt was running with).
 
         Raises:
@@ -691,7 +699,7 @@ class Supervisor:
             return result
         except BaseException:
             if not attempt.started and run_id not in self.queued:
-                self._release_thread(attempt)  # nothing was committed: give the thread back
+                self._free_thread(attempt)  # nothing was committed: give the thread back
             raise
         finally:
             self._unreserve(parent)
@@ -700,7 +708,7 @@ class Supervisor:
         """The effect of an admission's commit: register the attempt (or queue it, if it
         was committed ``Queued``), or give its thread back if the store refused it."""
         if isinstance(result, Rejected):
-            self._release_thread(attempt)
+            self._free_thread(attempt)
             return
         run_id = attempt.run_id
         attempt.start_seq = result.last_seq
@@ -771,7 +779,7 @@ class Supervisor:
                 if result.reason is RejectReason.THREAD_BUSY:
                     busy = True
                     return
-                self._retire(attempt, result)
+                self.settle(attempt, _committed(result))
                 return
             attempt.started = True
             attempt.remote_wait = False
@@ -799,7 +807,7 @@ class Supervisor:
         try:
             await self.mailbox.commit(commit, on_commit)
         except (StoreError, RuntimeClosed) as exc:
-            self._abandon(attempt, exc, ())
+            self.settle(attempt, CommitFailed.of(exc))
         return not busy
 
     async def commit_progress(self, attempt: Attempt, progress: JsonValue, steps: int) -> None:
@@ -936,19 +944,18 @@ class Supervisor:
             await self._end_parked_children(attempt)
         attempt.sealed = True
         if verdict.state is None:
-            self._let_go(attempt, None)
-            attempt.completion.abandon()
             request = attempt.request
-            if request is not None and request.claim_lost:
-                self.claim_book.forget(attempt.run_id)  # lapsed or taken: left for recovery
-            else:
+            lost = Lost(claim_kept=request is None or not request.claim_lost)
+            self.settle(attempt, lost)
+            if lost.claim_kept:
                 await self._drop_claim(attempt)
+            else:
+                self.claim_book.forget(attempt.run_id)  # lapsed or taken: left for recovery
             return
         if isinstance(verdict.state, Queued) and not attempt.started:
-            # Released at shutdown while it waited for its thread: the store holds it
+            # Handed back at shutdown while it waited for its thread: the store holds it
             # Queued already, in its place in the queue.
-            self._let_go(attempt, None)
-            attempt.completion.abandon()
+            self.settle(attempt, HANDED_BACK)
             return
         # Messages the store holds (sent from anywhere) stay there: for the run's next
         # attempt, or for the messages_discarded event of its end.
@@ -1002,10 +1009,11 @@ class Supervisor:
                 commit, functools.partial(self._ended_effect, attempt, verdict.state)
             )
         except (StoreError, RuntimeClosed) as exc:
-            self._abandon(attempt, exc, (*stranded, *messages))
+            self.settle(attempt, CommitFailed.of(exc, (*stranded, *messages)))
             return
         except Exception as exc:  # an effect of the commit failed: still answer everyone
-            self._abandon(attempt, StoreError(f"ending run {attempt.run_id!r} failed: {exc!r}"), ())
+            error = StoreError(f"ending run {attempt.run_id!r} failed: {exc!r}")
+            self.settle(attempt, CommitFailed.of(error))
             return
         if isinstance(result, Rejected) and result.reason is RejectReason.FENCED:
             _fenced(attempt, "its end")
@@ -1020,16 +1028,12 @@ class Supervisor:
         are answered."""
         if isinstance(result, Rejected) and result.reason is RejectReason.FENCED:
             # The claim is no longer ours: another runtime holds the truth now.
-            self._let_go(attempt, None)
-            attempt.completion.abandon()
-            return
-        if isinstance(state, Queued) and isinstance(result, Accepted):
-            # Released for another runtime at shutdown: not an end; waiters follow the
-            # store to the run's end wherever it happens.
-            self._let_go(attempt, None)
-            attempt.completion.abandon()
-            return
-        self._retire(attempt, result)
+            self.settle(attempt, _LOST_CLAIM)
+        elif isinstance(state, Queued) and isinstance(result, Accepted):
+            # Handed back for another runtime at shutdown.
+            self.settle(attempt, HANDED_BACK)
+        else:
+            self.settle(attempt, _committed(result))
 
     async def _drop_claim(self, attempt: Attempt) -> None:
         """A root attempt on a durable store is over: let its claim go (best effort: if the
@@ -1064,49 +1068,51 @@ class Supervisor:
                     await self.commit_end(child_id, generation, Awaiting, request)
                 attempt.children.pop(child_id, None)
 
-    def _abandon(
-        self, attempt: Attempt, error: StoreError | RuntimeClosed, messages: tuple[JsonValue, ...]
-    ) -> None:
-        """The store refused the attempt's commit: let go of it without a new state.
+    def settle(self, attempt: Attempt, how: Settlement) -> None:
+        """Let the attempt go as ``how`` says, in one step: it is deregistered, its thread
+        freed, its parent's child map updated, and every waiter answered (with its
+        committed state, the store's truth to follow, or the store's error).
 
-        The run keeps its last committed state (an orphaned ``Running`` or ``Queued``
-        that ``cancel_run``/``stop_run`` can end later, discarding ``messages`` with an
-        event); whoever waits gets the error. On a durable store a root attempt's claim is
-        no longer renewed: nothing runs the run here any more, so its lease lapses and
-        recovery takes the run up again, as for any lost owner.
+        A failed commit (`CommitFailed`) leaves the run its last committed state (an
+        orphaned ``Running`` or ``Queued`` that ``cancel_run``/``stop_run`` can end later,
+        discarding the kept messages with an event). On a durable store a root attempt's
+        claim is then no longer renewed: nothing runs the run here any more, so its lease
+        lapses and recovery takes the run up again, as for any lost owner.
         """
-        if self.claims is not None and attempt.parent is None:
-            self.claim_book.forget(attempt.run_id)
-        if messages:
-            self.stranded[attempt.run_id] = messages
+        if type(how) is Committed:
+            state = how.state
+            self._let_go(attempt, state)
+            if isinstance(state, Awaiting):
+                self.bodies[attempt.run_id] = attempt.body
+                wake_at = scheduled_at(state.ticket)
+                if wake_at is not None and self.on_scheduled is not None:
+                    self.on_scheduled(wake_at, attempt.run_id, state.ticket.correlation_id)
+            attempt.completion.set(state)
+            return
+        if type(how) is CommitFailed:
+            if self.claims is not None and attempt.parent is None:
+                self.claim_book.forget(attempt.run_id)
+            if how.messages:
+                self.stranded[attempt.run_id] = how.messages
+            self._let_go(attempt, None)
+            logger.error(
+                "run %r attempt %d could not be committed: %s"
+                " (the run keeps its last committed state)",
+                attempt.run_id,
+                attempt.generation,
+                how.error,
+                extra={"run_id": attempt.run_id},
+            )
+            attempt.completion.fail(how.error)
+            return
+        # Lost or handed back: no state of its own.
         self._let_go(attempt, None)
-        if not isinstance(error, StoreError):
-            error = StoreError(str(error), outcome_unknown=False)
-        logger.error(
-            "run %r attempt %d could not be committed: %s (the run keeps its last committed state)",
-            attempt.run_id,
-            attempt.generation,
-            error,
-            extra={"run_id": attempt.run_id},
-        )
-        attempt.completion.fail(error)
-
-    def _retire(self, attempt: Attempt, result: CommitResult) -> None:
-        """Deregister, free the thread and release waiters: the commit's own step."""
-        state = result.state
-        assert state is not None
-        self._let_go(attempt, state)
-        if isinstance(state, Awaiting):
-            self.bodies[attempt.run_id] = attempt.body
-            wake_at = scheduled_at(state.ticket)
-            if wake_at is not None and self.on_scheduled is not None:
-                self.on_scheduled(wake_at, attempt.run_id, state.ticket.correlation_id)
-        attempt.completion.set(state)
+        attempt.completion.defer_to_store()
 
     def _let_go(self, attempt: Attempt, state: RunState | None) -> None:
         attempt.sealed = True
         self.registry.deregister(attempt)
-        self._release_thread(attempt)
+        self._free_thread(attempt)
         run_id = attempt.run_id
         if self.queued.get(run_id) is attempt:
             del self.queued[run_id]
@@ -1119,11 +1125,11 @@ class Supervisor:
             else:
                 del siblings[run_id]
 
-    def _release_thread(self, attempt: Attempt) -> None:
+    def _free_thread(self, attempt: Attempt) -> None:
         if attempt.gate_waiter is not None:
             self.gate.withdraw(attempt.gate_waiter)
         else:
-            self.gate.release(attempt.thread_id, attempt)
+            self.gate.free(attempt.thread_id, attempt)
 
     async def commit_end(
         self,
@@ -1194,8 +1200,8 @@ class Supervisor:
         for attempt in (*self.registry.all(), *self.queued.values()):
             # On a durable store a named root run goes back to Queued for another runtime
             # (its children end Stopped first); anything else ends Stopped.
-            released = self.claims is not None and attempt.parent is None and attempt.name
-            attempt.request_end(RELEASE if released else SHUTDOWN)
+            hand_back = self.claims is not None and attempt.parent is None and attempt.name
+            attempt.request_end(HAND_BACK if hand_back else SHUTDOWN)
         if self._actors is not None:
             self._actors.cancel_scope.cancel(reason="runtime shutdown")
         self._maybe_close_admissions()
@@ -1239,6 +1245,15 @@ def _fenced(attempt: Attempt, what: str) -> None:
         what,
         extra={"run_id": attempt.run_id},
     )
+
+
+_LOST_CLAIM = Lost(claim_kept=False)
+
+
+def _committed(result: CommitResult) -> Committed:
+    """An end the store answered: the state it committed, or the one it holds instead."""
+    assert result.state is not None
+    return Committed(result.state)
 
 
 def _expect_awaiting(generation: int, ticket: ResumeTicket) -> Expect:
