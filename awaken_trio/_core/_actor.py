@@ -115,9 +115,8 @@ def _end_children(host: AttemptHost, attempt: Attempt) -> None:
             CANCELLED_CAUSE, "parent", f"parent run {attempt.run_id!r} ended"
         )
     assert attempt.children is not None
-    for child in list(attempt.children.values()):
-        if isinstance(child, Attempt):
-            child.request_end(child_request)
+    for child in attempt.children.running():
+        child.request_end(child_request)
     assert attempt.scope is not None
     attempt.scope.cancel(reason=f"parent run {attempt.run_id!r} ended")
 

@@ -714,7 +714,7 @@ class Supervisor:
         attempt.start_seq = result.last_seq
         if attempt.queued_generation is None:  # committed Running
             attempt.started = True
-            attempt.carried = result.taken_messages
+            attempt.carry(result.taken_messages)
             if result.taken_pause:
                 attempt.pause_requested = True
             if take_handover:
@@ -783,7 +783,7 @@ class Supervisor:
                 return
             attempt.started = True
             attempt.remote_wait = False
-            attempt.carried = result.taken_messages
+            attempt.carry(result.taken_messages)
             if result.taken_pause:
                 attempt.pause_requested = True
             self._hold(attempt, result.epoch)
@@ -1049,7 +1049,7 @@ class Supervisor:
         assert attempt.children is not None
         parked = [
             (child_id, child.generation)
-            for child_id, child in attempt.children.items()
+            for child_id, child in attempt.children.entries.items()
             if isinstance(child, ParkedChild)
         ]
         if not parked:
@@ -1066,7 +1066,7 @@ class Supervisor:
                 # its parent's attempt, and cancel_run/stop_run still end it.
                 with contextlib.suppress(StoreError, RuntimeClosed):
                     await self.commit_end(child_id, generation, Awaiting, request)
-                attempt.children.pop(child_id, None)
+                attempt.children.entries.pop(child_id, None)
 
     def settle(self, attempt: Attempt, how: Settlement) -> None:
         """Let the attempt go as ``how`` says, in one step: it is deregistered, its thread
@@ -1117,7 +1117,7 @@ class Supervisor:
         if self.queued.get(run_id) is attempt:
             del self.queued[run_id]
         parent = attempt.parent
-        siblings = None if parent is None else parent.children
+        siblings = None if parent is None or parent.children is None else parent.children.entries
         if siblings is not None and siblings.get(run_id) is attempt:
             if isinstance(state, Awaiting):
                 # Still the parent's, to be ended with it.
@@ -1152,7 +1152,8 @@ class Supervisor:
             if isinstance(result, Accepted):
                 self.bodies.pop(run_id, None)
                 parent = None if parent_run_id is None else self.registry.get(parent_run_id)
-                siblings = None if parent is None else parent.children
+                children = None if parent is None else parent.children
+                siblings = None if children is None else children.entries
                 if siblings is not None and isinstance(siblings.get(run_id), ParkedChild):
                     del siblings[run_id]
             elif stranded:
