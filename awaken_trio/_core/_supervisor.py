@@ -27,6 +27,7 @@ import trio
 from trio_util import RepeatedEvent
 
 from ._actor import run_attempt
+from ._admission import Admission
 from ._attempt import (
     HAND_BACK,
     SHUTDOWN,
@@ -262,7 +263,9 @@ class Supervisor:
             checkpoint,
             forked_from,
         )
-        result = await self.admit(attempt, _EXPECT_NEW, new_run, detail)
+        result = await self.admit(
+            Admission(attempt=attempt, expect=_EXPECT_NEW, detail=detail, new_run=new_run)
+        )
         if isinstance(result, Rejected):
             raise RunExists(spec.run_id)
         return attempt
@@ -386,7 +389,8 @@ class Supervisor:
             record, body, parent=parent, resume_value=value, ticket=ticket
         )
         expect = _expect_awaiting(record.generation, ticket)
-        result = await self.admit(attempt, expect, None, _resume_detail(ticket.correlation_id))
+        detail = _resume_detail(ticket.correlation_id)
+        result = await self.admit(Admission(attempt=attempt, expect=expect, detail=detail))
         return result if isinstance(result, Rejected) else attempt
 
     @property
@@ -478,17 +482,17 @@ class Supervisor:
             expect = Expect(generation=record.generation, state=Queued)
             detail = _DETAIL_SERVED
         attempt = self.stored_attempt(record, body, ticket=ticket)
-        result = await self.admit(
-            attempt,
-            expect,
-            None,
-            detail,
+        admission = Admission(
+            attempt=attempt,
+            expect=expect,
+            detail=detail,
             fence=fence,
             # A queued run, or a recovered one, is handed the answer the store keeps for it
             # (a scheduled resume answers its own ticket, with None).
             take_handover=ticket is None,
-            queue_if_busy=False,
+            when_busy_elsewhere="refuse",
         )
+        result = await self.admit(admission)
         if isinstance(result, Rejected) or not attempt.started:
             if (
                 fence is not None
@@ -592,17 +596,7 @@ class Supervisor:
             self._admitting -= 1
             self._maybe_close_admissions()
 
-    async def admit(
-        self,
-        attempt: Attempt,
-        expect: Expect,
-        new_run: NewRun | None,
-        detail: FrozenDict,
-        *,
-        fence: Fence | None = None,
-        take_handover: bool = False,
-        queue_if_busy: bool = True,
-    ) -> CommitResult:
+    async def admit(self, admission: Admission) -> CommitResult:
         """Commit ``Running`` (thread free) or ``Queued`` (thread busy) and spawn the actor.
 
         The clock is read first and the actor's place is reserved before the thread is
@@ -613,7 +607,8 @@ class Supervisor:
         On a durable store a root attempt also takes its run's claim (or comes with the
         ``fence`` of a claim already taken, for a recovery), every commit of its tree is
         made under that claim, and a thread busy in another runtime makes the run wait
-        ``Queued`` here (``queue_if_busy``) or refuses the admission (`Rejected`).
+        ``Queued`` here or refuses the admission (`Rejected`), as
+        ``when_busy_elsewhere`` says.
         ``take_handover`` takes the resume value and ticket the store holds for the run
         (a queued resume this runtime did not make, or the answer a lost or handed-back
         attempt was running with).
@@ -622,6 +617,7 @@ class Supervisor:
             RuntimeClosed: the runtime is shutting down (top-level runs).
             NotActive: the parent's attempt has begun to end (children).
         """
+        attempt, expect, new_run = admission.attempt, admission.expect, admission.new_run
         at = self.now()
         parent = attempt.parent
         nursery = self.reserve(parent)
@@ -638,11 +634,11 @@ class Supervisor:
             attempt.gate_waiter = self.gate.enqueue(thread_id, attempt)
             attempt.queued_generation = committed_generation = generation - 1
             state = Queued()
-        if fence is not None:
-            attempt.fence = fence
+        if admission.fence is not None:
+            attempt.fence = admission.fence
         # The effect of the commit, in its step: a partial rather than a closure, as it lives
         # as long as the commit waits for the mailbox.
-        on_commit = functools.partial(self._admitted_effect, attempt, take_handover)
+        on_commit = functools.partial(self._admitted_effect, admission)
         claims = self.claims
         commit = Commit(
             run_id=run_id,
@@ -656,7 +652,7 @@ class Supervisor:
             # waits in), so an attempt that replaces this one is handed it too.
             resume_value=attempt.resume_value,
             resume_ticket=attempt.ticket,
-            detail=detail,
+            detail=admission.detail,
         )
         if claims is not None and is_running:
             self._claim_fields(commit, attempt)
@@ -665,7 +661,7 @@ class Supervisor:
             if (
                 isinstance(result, Rejected)
                 and result.reason is RejectReason.THREAD_BUSY
-                and queue_if_busy
+                and admission.when_busy_elsewhere == "queue"
             ):
                 # The thread is busy in another runtime: the run waits Queued here, and
                 # its actor retries when the store changes.
@@ -682,7 +678,7 @@ class Supervisor:
                     resume_value=attempt.resume_value,
                     resume_ticket=attempt.ticket,
                     fence=None if parent is None else attempt.fence,
-                    detail=detail,
+                    detail=admission.detail,
                 )
                 # The rejection gave our place on the thread back: take it again (or
                 # queue for it) so no run of ours starts on it meanwhile.
@@ -704,9 +700,10 @@ class Supervisor:
         finally:
             self._unreserve(parent)
 
-    def _admitted(self, attempt: Attempt, take_handover: bool, result: CommitResult) -> None:
+    def _admitted(self, admission: Admission, result: CommitResult) -> None:
         """The effect of an admission's commit: register the attempt (or queue it, if it
         was committed ``Queued``), or give its thread back if the store refused it."""
+        attempt = admission.attempt
         if isinstance(result, Rejected):
             self._free_thread(attempt)
             return
@@ -717,7 +714,7 @@ class Supervisor:
             attempt.carry(result.taken_messages)
             if result.taken_pause:
                 attempt.pause_requested = True
-            if take_handover:
+            if admission.take_handover:
                 attempt.resume_value = result.resume_value
                 attempt.ticket = result.resume_ticket
             self._hold(attempt, result.epoch)
