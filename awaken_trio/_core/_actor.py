@@ -47,9 +47,9 @@ async def run_attempt(host: AttemptHost, attempt: Attempt) -> None:
     cancel_seen = False
     escaped: BaseException | None = None
     try:
-        if (attempt.gate_waiter is not None or attempt.remote_wait) and await _wait_for_thread(
-            attempt
-        ):
+        if (
+            attempt.gate_waiter is not None or attempt.phase == "waiting_elsewhere"
+        ) and await _wait_for_thread(attempt):
             # A thread busy in another runtime (durable stores) is retried whenever the
             # store changes, until it frees or the attempt is ended meanwhile.
             while not await host.begin_queued(attempt) and await _wait_for_store(host, attempt):

@@ -221,14 +221,38 @@ class Completion:
         return trio.lowlevel.Abort.SUCCEEDED
 
 
+Phase = Literal["admitting", "queued", "waiting_elsewhere", "running", "ending", "sealed"]
+"""Where an attempt is in its life; it only moves forward (down this list), and any phase
+may go straight to ``"sealed"``.
+
+Invariant, phase by phase:
+
+- ``"admitting"``: built, its admission's commit not answered yet; in neither the registry
+  nor the queue; ``scope`` and ``queue_scope`` are None; its completion is not done.
+- ``"queued"``: committed ``Queued`` behind a thread busy here: in `Supervisor.queued`,
+  ``gate_waiter`` set and ``queued_generation`` the generation the store holds; not
+  ``started``. Its actor waits in ``queue_scope``.
+- ``"waiting_elsewhere"``: committed ``Queued`` because another runtime holds its thread
+  (durable stores): in `Supervisor.queued`, holding its place on the thread here; its
+  actor retries whenever the store changes.
+- ``"running"``: committed ``Running`` (``started``): registered, holding its thread, its
+  body running in ``scope`` (once the actor entered it); children may be admitted.
+- ``"ending"``: the body's outcome is known: children are refused, the admissions under
+  way still spawn, and the end is about to be classified and committed; still registered.
+- ``"sealed"``: its end is being committed, or it was let go: no control reaches it, it is
+  in neither the registry nor the queue once the end's step has run, and its completion is
+  (or is about to be) done. ``started`` still says whether it ran.
+"""
+
+
 @final
 @attrs.define(eq=False)
 class Attempt:
-    """Process-local state of one attempt of one run."""
+    """Process-local state of one attempt of one run (its lifecycle: `Phase`)."""
 
     # What a live command touches comes first, so a delivery to a cold attempt reads as
     # few cache lines as possible.
-    sealed: bool = attrs.field(default=False, init=False)
+    phase: Phase = attrs.field(default="admitting", init=False)
     pause_requested: bool = attrs.field(default=False, init=False)
     wake_pending: bool = attrs.field(default=False, init=False)
     # Messages and stored commands; made on the first (most runs get none).
@@ -265,6 +289,8 @@ class Attempt:
     queue_scope: trio.CancelScope | None = attrs.field(default=None, init=False)
     completion: Completion = attrs.field(factory=Completion, init=False)
     request: EndRequest | None = attrs.field(default=None, init=False)
+    # It committed ``Running`` (its body ran or runs): a fact of its history, kept once it
+    # is sealed (its end commit is fenced by it).
     started: bool = attrs.field(default=False, init=False)
     suspension: Awaiting | None = attrs.field(default=None, init=False)
     # Progress to commit together with the suspension (``await_input(progress=...)``).
@@ -272,12 +298,6 @@ class Attempt:
     # Children not yet ended, and admissions under way (made on the first child).
     children: Children | None = attrs.field(default=None, init=False)
     children_nursery: trio.Nursery | None = attrs.field(default=None, init=False)
-    # Children admissions: refused once the body's outcome is known; the attempt's nursery
-    # stays open until the admissions already under way have spawned their actors.
-    children_closed: bool = attrs.field(default=False, init=False)
-    # Durable stores: the thread is busy in another runtime, so the attempt waits committed
-    # ``Queued`` and retries when the store changes.
-    remote_wait: bool = attrs.field(default=False, init=False)
     # The seq of the event that admitted the attempt: its end is what follows.
     start_seq: int = attrs.field(default=0, init=False)
     # Whether commands may have been stored for the run before this attempt registered
@@ -460,7 +480,7 @@ class Attempt:
     def admit_child(self) -> trio.Nursery | None:
         """Reserve a place for a child's actor in this attempt's nursery, or None once the
         attempt has begun to end. Every reservation is followed by `child_admitted`."""
-        if self.children_closed or self.sealed or self.children_nursery is None:
+        if self.phase != "running" or self.children_nursery is None:
             return None
         if self.children is None:
             self.children = Children()
@@ -477,7 +497,7 @@ class Attempt:
     def close_children(self) -> bool:
         """Refuse new children; True if admissions under way must still spawn their actors
         (then `wait_for_admissions` before the nursery closes)."""
-        self.children_closed = True
+        self.phase = "ending"
         return self.children is not None and self.children.admitting > 0
 
     async def wait_for_admissions(self) -> None:

@@ -109,7 +109,7 @@ class RunContext(metaclass=NoPublicConstructor):
     def _live(self, action: str) -> Attempt:
         """The attempt, if ``action`` may be taken on it from the calling task."""
         a = self._attempt
-        if a.sealed or a.children_closed:
+        if a.phase != "running":
             raise NotActive(
                 a.run_id,
                 f"its attempt {a.generation} has ended; {action} is only"

@@ -165,7 +165,7 @@ class Control:
 
     def active_attempt_run_id(self, thread_id: str) -> str | None:
         attempt = self._registry.on_thread(thread_id)
-        return None if attempt is None or attempt.sealed else attempt.run_id
+        return None if attempt is None or attempt.phase == "sealed" else attempt.run_id
 
     # ------------------------------------------------------------------ starting runs
 
@@ -301,14 +301,14 @@ class Control:
 
     def deliver(self, command: LiveCommand) -> None:
         attempt = self._registry.get(command.run_id)
-        if attempt is None or attempt.sealed:
+        if attempt is None or attempt.phase == "sealed":
             raise NotActive(command.run_id)
         _apply(attempt, command)
 
     async def deliver_to_current_attempt(self, command: LiveCommand) -> None:
         run_id = command.run_id
         attempt = self._registry.get(run_id)
-        if attempt is None or attempt.sealed:
+        if attempt is None or attempt.phase == "sealed":
             await trio.lowlevel.checkpoint()
             raise NotActive(run_id)
         generation = attempt.generation
@@ -324,7 +324,7 @@ class Control:
             if current is not True:
                 raise NotActive(run_id, "this process no longer owns its attempt")
         again = self._registry.get(run_id)
-        if again is not attempt or again.generation != generation or again.sealed:
+        if again is not attempt or again.generation != generation or again.phase == "sealed":
             raise NotActive(run_id, "its attempt changed while ownership was being checked")
         _apply(attempt, command)
 
@@ -341,7 +341,7 @@ class Control:
             if attempt is not None:
                 if thread_id is not None and attempt.thread_id != thread_id:
                     raise UnknownRun(run_id, f"run {run_id!r} is not on thread {thread_id!r}")
-                if not attempt.sealed:
+                if attempt.phase != "sealed":
                     attempt.request_end(request)
                 state = await attempt.completion.wait()
                 if state == wanted:
@@ -400,7 +400,7 @@ class Control:
         parent = None
         if record.parent_run_id is not None:
             parent = self._registry.get(record.parent_run_id)
-            if parent is None or parent.children_closed or parent.sealed:
+            if parent is None or parent.phase != "running":
                 raise NotAwaiting(
                     run_id,
                     record.state,

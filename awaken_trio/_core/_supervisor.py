@@ -416,7 +416,7 @@ class Supervisor:
         it) stops at once and commits nothing."""
         self.claim_book.forget(run_id)
         attempt = self.registry.get(run_id) or self.queued.get(run_id)
-        if attempt is not None and not attempt.sealed:
+        if attempt is not None and attempt.phase != "sealed":
             attempt.request_end(lost(why, claim_lost=True))
 
     def lose_attempt(self, attempt: Attempt, why: str) -> None:
@@ -439,14 +439,14 @@ class Supervisor:
 
     def watched(self) -> Watched:
         return Watched(
-            tuple(a for a in (*self.registry.all(), *self.queued.values()) if not a.sealed)
+            tuple(a for a in (*self.registry.all(), *self.queued.values()) if a.phase != "sealed")
         )
 
     def _attempt_here(self, run_id: str) -> Attempt | None:
         """The run's attempt here that control may still reach: running, or waiting for
         its thread."""
         attempt = self.registry.get(run_id) or self.queued.get(run_id)
-        return None if attempt is None or attempt.sealed else attempt
+        return None if attempt is None or attempt.phase == "sealed" else attempt
 
     def apply_stored(self, command: StoredCommand) -> None:
         attempt = self._attempt_here(command.run_id)
@@ -455,7 +455,7 @@ class Supervisor:
 
     def ended_elsewhere(self, run_id: str, state: Ended) -> None:
         attempt = self.registry.get(run_id)
-        if attempt is not None and not attempt.sealed:
+        if attempt is not None and attempt.phase != "sealed":
             # The store holds the truth: the attempt commits nothing; then it lets its
             # claim go, which frees the run's thread.
             attempt.request_end(lost(f"the run was ended elsewhere: {state!r}", claim_lost=False))
@@ -665,7 +665,7 @@ class Supervisor:
             ):
                 # The thread is busy in another runtime: the run waits Queued here, and
                 # its actor retries when the store changes.
-                attempt.remote_wait = True
+                attempt.phase = "waiting_elsewhere"
                 attempt.queued_generation = generation - 1
                 attempt.commands_before = True
                 queued = Commit(
@@ -711,6 +711,7 @@ class Supervisor:
         attempt.start_seq = result.last_seq
         if attempt.queued_generation is None:  # committed Running
             attempt.started = True
+            attempt.phase = "running"
             attempt.carry(result.taken_messages)
             if result.taken_pause:
                 attempt.pause_requested = True
@@ -722,6 +723,8 @@ class Supervisor:
             if self.observer is not None:
                 attempt.span = self.observer.started(attempt)
         else:
+            if attempt.phase == "admitting":  # not waiting on another runtime's thread
+                attempt.phase = "queued"
             self.queued[run_id] = attempt
         if self.bodies:
             self.bodies.pop(run_id, None)
@@ -779,7 +782,7 @@ class Supervisor:
                 self.settle(attempt, _committed(result))
                 return
             attempt.started = True
-            attempt.remote_wait = False
+            attempt.phase = "running"
             attempt.carry(result.taken_messages)
             if result.taken_pause:
                 attempt.pause_requested = True
@@ -939,7 +942,7 @@ class Supervisor:
         """
         if attempt.children:
             await self._end_parked_children(attempt)
-        attempt.sealed = True
+        attempt.phase = "sealed"
         if verdict.state is None:
             request = attempt.request
             lost = Lost(claim_kept=request is None or not request.claim_lost)
@@ -1107,7 +1110,7 @@ class Supervisor:
         attempt.completion.defer_to_store()
 
     def _let_go(self, attempt: Attempt, state: RunState | None) -> None:
-        attempt.sealed = True
+        attempt.phase = "sealed"
         self.registry.deregister(attempt)
         self._free_thread(attempt)
         run_id = attempt.run_id
