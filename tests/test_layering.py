@@ -187,3 +187,25 @@ def test_only_the_supervisor_builds_commits() -> None:
         "only awaken_trio/_core/_supervisor.py builds a Commit; add a Supervisor method"
         f" that makes this commit and call it instead: {others}"
     )
+
+
+# ---------------------------------------------------------------- the worker's seam
+
+KERNEL_INTERNALS = {"Supervisor", "Attempt", "AttemptRegistry", "ThreadGate", "Commit"}
+
+
+def _kernel_names_imported(path: pathlib.Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").endswith("_core"):
+            names.update(alias.name for alias in node.names)
+    return names
+
+
+def test_the_worker_is_built_on_the_serving_protocol_only() -> None:
+    """Durable serving sees the supervisor as a `ServingHost` (and its claims through the
+    `Claims` port): it imports none of the kernel's internals, and builds no commit."""
+    modules = sorted((PACKAGE / "worker").glob("*.py"))
+    assert any("ServingHost" in _kernel_names_imported(path) for path in modules)
+    used = {path.name: _kernel_names_imported(path) & KERNEL_INTERNALS for path in modules}
+    assert {name: found for name, found in used.items() if found} == {}
