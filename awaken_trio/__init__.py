@@ -5,6 +5,8 @@ Each Run is executed by an actor in a nursery; each attempt has a fresh
 parent's attempt scope; one supervisor commits every state. Start with `open_runtime`.
 
 Layering: ``awaken_trio._core`` is the kernel and depends on nothing else in the package;
+``awaken_trio.worker`` (durable serving) is built on the kernel's API; ``awaken_trio._open``
+composes the kernel, a store and the worker into `open_runtime`;
 ``awaken_trio.store`` holds the store protocol, the memory store and the URL-selected
 backends; ``awaken_trio.testing`` helps test stores and runs; ``awaken_trio.agent`` runs
 model-and-tool loops as run bodies, built on this public API only. Everything public is
@@ -45,7 +47,7 @@ from ._core import TicketExpired as TicketExpired
 from ._core import TicketMismatch as TicketMismatch
 from ._core import UnknownRun as UnknownRun
 from ._core import fixup_module_metadata as _fixup_module_metadata
-from ._core import open_runtime as open_runtime
+from ._open import open_runtime as open_runtime
 
 __version__ = "0.1.0"
 

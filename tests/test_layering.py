@@ -67,3 +67,145 @@ def test_no_module_outside_the_kernel_imports_a_private_kernel_module() -> None:
         "import these names from awaken_trio._core (export them in "
         f"_core/__init__.py if they are missing): {offenders}"
     )
+
+
+# ---------------------------------------------------------------- the kernel stands alone
+
+KERNEL = PACKAGE / "_core"
+
+
+def _imports_above_kernel(path: pathlib.Path, package: pathlib.Path = PACKAGE) -> list[str]:
+    """Every import in a kernel module of a part of the package outside the kernel
+    (``store``, ``worker``, ``_open``, ``_otel`` ...): relative ones that climb out of
+    ``_core`` and absolute ones that name ``awaken_trio`` but not ``awaken_trio._core``."""
+    found = []
+    inside = path.parent.relative_to(package).parts  # ("_core",) or deeper
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom):
+            if node.level > 0:
+                if node.level > len(inside):
+                    # from .. import x / from ..store import y: names in the package itself
+                    target = node.module or ", ".join(a.name for a in node.names)
+                    found.append(f"{path.name}:{node.lineno} from {'.' * node.level}{target}")
+                continue
+            module = node.module or ""
+            if _names_above_kernel(module):
+                found.append(f"{path.name}:{node.lineno} from {module}")
+        elif isinstance(node, ast.Import):
+            found.extend(
+                f"{path.name}:{node.lineno} import {alias.name}"
+                for alias in node.names
+                if _names_above_kernel(alias.name)
+            )
+    return found
+
+
+def _names_above_kernel(module: str) -> bool:
+    parts = module.split(".")
+    return parts[0] == "awaken_trio" and (len(parts) == 1 or parts[1] != "_core")
+
+
+def test_the_kernel_scan_finds_an_import_from_above(tmp_path: pathlib.Path) -> None:
+    kernel = tmp_path / "awaken_trio" / "_core"
+    kernel.mkdir(parents=True)
+    sample = kernel / "sample.py"
+    sample.write_text(
+        "from ._state import Ended\n"
+        "def later():\n"
+        "    from ..store import open_store\n"
+        "    from ..worker._serve import serve\n"
+        "    import awaken_trio.worker\n"
+        "    from awaken_trio._core import Ended\n"
+        "    from .. import _otel\n"
+        "from awaken_trio import open_runtime\n"
+    )
+    hits = _imports_above_kernel(sample, tmp_path / "awaken_trio")
+    assert sorted((hit.split(" ", 1)[0] for hit in hits), key=lambda h: int(h[10:])) == [
+        "sample.py:3",
+        "sample.py:4",
+        "sample.py:5",
+        "sample.py:7",
+        "sample.py:8",
+    ]
+
+
+def test_the_kernel_imports_nothing_from_the_package_above_it() -> None:
+    modules = sorted(KERNEL.rglob("*.py"))
+    assert len(modules) > 10
+    offenders = [hit for path in modules for hit in _imports_above_kernel(path)]
+    assert offenders == [], (
+        "the kernel (_core) must not import store/, worker/ or anything else above it;"
+        f" pass what it needs in from awaken_trio._open instead: {offenders}"
+    )
+
+
+# ---------------------------------------------------------------- the single writer
+
+WRITER = PACKAGE / "_core" / "_supervisor.py"
+# The store contract suites play the supervisor's part against a store under test: they
+# build commits to hand it, and no runtime runs them.
+STORE_TESTS = PACKAGE / "testing"
+
+
+def _commits_built(path: pathlib.Path) -> list[str]:
+    """Every call that builds a `Commit` (``Commit(...)``, ``x.Commit(...)``)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Call):
+            func = node.func
+            name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)
+            if name == "Commit":
+                found.append(f"{path.relative_to(path.parents[1])}:{node.lineno}")
+    return found
+
+
+def test_the_commit_scan_finds_a_commit_built(tmp_path: pathlib.Path) -> None:
+    package = tmp_path / "pkg" / "sub"
+    package.mkdir(parents=True)
+    sample = package / "sample.py"
+    sample.write_text(
+        "from x import Commit, storage\n"
+        "a = Commit(run_id='r')\n"
+        "def later():\n"
+        "    return storage.Commit(run_id='r')\n"
+        "b = CommitResult()\n"
+    )
+    assert _commits_built(sample) == ["sub/sample.py:2", "sub/sample.py:4"]
+
+
+def test_only_the_supervisor_builds_commits() -> None:
+    """The supervisor is the single writer: no other module of the runtime (the facade,
+    committed control, the worker, the stores) makes a commit to hand the store."""
+    assert _commits_built(WRITER), "the scan must see the supervisor's own commits"
+    others = [
+        hit
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if path != WRITER and not path.is_relative_to(STORE_TESTS)
+        for hit in _commits_built(path)
+    ]
+    assert others == [], (
+        "only awaken_trio/_core/_supervisor.py builds a Commit; add a Supervisor method"
+        f" that makes this commit and call it instead: {others}"
+    )
+
+
+# ---------------------------------------------------------------- the worker's seam
+
+KERNEL_INTERNALS = {"Supervisor", "Attempt", "AttemptRegistry", "ThreadGate", "Commit"}
+
+
+def _kernel_names_imported(path: pathlib.Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").endswith("_core"):
+            names.update(alias.name for alias in node.names)
+    return names
+
+
+def test_the_worker_is_built_on_the_serving_protocol_only() -> None:
+    """Durable serving sees the supervisor as a `ServingHost` (and its claims through the
+    `Claims` port): it imports none of the kernel's internals, and builds no commit."""
+    modules = sorted((PACKAGE / "worker").glob("*.py"))
+    assert any("ServingHost" in _kernel_names_imported(path) for path in modules)
+    used = {path.name: _kernel_names_imported(path) & KERNEL_INTERNALS for path in modules}
+    assert {name: found for name, found in used.items() if found} == {}

@@ -11,8 +11,10 @@ The names fall into four groups:
   JSON), re-exported publicly from ``awaken_trio``;
 - the store protocol (``Store``, ``Commit``, fences, claims, commands), re-exported publicly
   from ``awaken_trio.store``;
-- the seams a store or a worker builds on (the supervisor, attempts, the registry, JSON
-  checks), which stay private to the package;
+- the seams a store, the worker and the composition (``awaken_trio._open``) build on: the
+  `ServingHost` protocol durable serving is typed against and the `Claims` port its claim
+  book fills, the supervisor and its commit mailbox, the scheduler of ``ctx.sleep``, JSON
+  checks; they stay private to the package;
 - helpers (``safe_repr``, ``fixup_module_metadata``).
 """
 
@@ -24,6 +26,7 @@ from ._attempt import OwnershipVerifier as OwnershipVerifier
 from ._attempt import current_attempt as current_attempt
 from ._attempt import lost as lost
 from ._commands import LiveCommand as LiveCommand
+from ._commits import CommitMailbox as CommitMailbox
 from ._commits import CommitStatistics as CommitStatistics
 from ._context import RunContext as RunContext
 from ._errors import AwakenError as AwakenError
@@ -44,6 +47,14 @@ from ._errors import TicketMismatch as TicketMismatch
 from ._errors import UnknownRun as UnknownRun
 from ._events import EventStream as EventStream
 from ._handle import RunHandle as RunHandle
+from ._host import AttemptHost as AttemptHost
+from ._host import Claims as Claims
+from ._host import ClaimSettings as ClaimSettings
+from ._host import Serve as Serve
+from ._host import ServedRun as ServedRun
+from ._host import ServingHost as ServingHost
+from ._host import Watched as Watched
+from ._json import DEFAULT_MAX_PAYLOAD_BYTES as DEFAULT_MAX_PAYLOAD_BYTES
 from ._json import FrozenDict as FrozenDict
 from ._json import FrozenList as FrozenList
 from ._json import JsonValue as JsonValue
@@ -51,13 +62,17 @@ from ._json import check_json as check_json
 from ._json import check_payload as check_payload
 from ._json import freeze_detail as freeze_detail
 from ._json import scalar_dict as scalar_dict
+from ._observe import AttemptObserver as AttemptObserver
 from ._observe import Attribute as Attribute
 from ._registry import AttemptRegistry as AttemptRegistry
 from ._registry import GateWaiter as GateWaiter
 from ._registry import ThreadGate as ThreadGate
 from ._runtime import Runtime as Runtime
 from ._runtime import RuntimeStatistics as RuntimeStatistics
-from ._runtime import open_runtime as open_runtime
+from ._runtime import raise_block_exit as raise_block_exit
+from ._runtime import run_mailbox as run_mailbox
+from ._runtime import start_kernel_services as start_kernel_services
+from ._schedule import Scheduler as Scheduler
 from ._state import CANCELLED_CAUSE as CANCELLED_CAUSE
 from ._state import Awaiting as Awaiting
 from ._state import Cancelled as Cancelled
@@ -77,6 +92,8 @@ from ._state import RunState as RunState
 from ._state import Stopped as Stopped
 from ._state import ended as ended
 from ._state import wake_at as wake_at
+from ._storage import DURABLE_METHODS as DURABLE_METHODS
+from ._storage import STORE_METHODS as STORE_METHODS
 from ._storage import UNSET as UNSET
 from ._storage import Accepted as Accepted
 from ._storage import CheckpointAt as CheckpointAt
@@ -102,6 +119,7 @@ from ._storage import StoredCommand as StoredCommand
 from ._storage import read_store as read_store
 from ._supervisor import Clock as Clock
 from ._supervisor import Supervisor as Supervisor
+from ._supervisor import VerifierFactory as VerifierFactory
 from ._util import fixup_module_metadata as fixup_module_metadata
 from ._util import safe_repr as safe_repr
 from ._validate import check_body as check_body

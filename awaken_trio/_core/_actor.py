@@ -47,9 +47,9 @@ async def run_attempt(host: AttemptHost, attempt: Attempt) -> None:
     cancel_seen = False
     escaped: BaseException | None = None
     try:
-        if (attempt.gate_waiter is not None or attempt.remote_wait) and await _wait_for_thread(
-            attempt
-        ):
+        if (
+            attempt.gate_waiter is not None or attempt.phase == "waiting_elsewhere"
+        ) and await _wait_for_thread(attempt):
             # A thread busy in another runtime (durable stores) is retried whenever the
             # store changes, until it frees or the attempt is ended meanwhile.
             while not await host.begin_queued(attempt) and await _wait_for_store(host, attempt):
@@ -113,9 +113,8 @@ def _end_children(host: AttemptHost, attempt: Attempt) -> None:
     else:
         child_request = EndRequest.parent_ended(attempt.run_id)
     assert attempt.children is not None
-    for child in list(attempt.children.values()):
-        if isinstance(child, Attempt):
-            child.request_end(child_request)
+    for child in attempt.children.running():
+        child.request_end(child_request)
     assert attempt.scope is not None
     attempt.scope.cancel(reason=f"parent run {attempt.run_id!r} ended")
 
@@ -156,7 +155,7 @@ def _verdict(
     cancel_seen: bool,
 ) -> Verdict:
     request = attempt.request
-    if request is not None and request.disposition == "abandon":
+    if request is not None and request.disposition == "lost":
         return Verdict(None)  # the run is lost to this attempt: nothing to commit
     if type(result) is outcome.Value and not cancel_seen and attempt.suspension is None:
         # The common end, decided at once (what `decide` concludes for it).

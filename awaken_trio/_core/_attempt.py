@@ -11,6 +11,7 @@ import attrs
 import trio
 
 from ._errors import StoreError
+from ._inbox import Inbox, TakenMessages
 from ._json import FrozenDict, JsonValue, scalar_dict
 from ._state import (
     CANCELLED_CAUSE,
@@ -21,7 +22,7 @@ from ._state import (
     RunState,
     Stopped,
 )
-from ._storage import UNSET, Fence
+from ._storage import UNSET, CommandKind, Fence
 
 if TYPE_CHECKING:
     from ._context import RunContext
@@ -43,8 +44,8 @@ EndSource = Literal[
 paths, the parent ending, runtime shutdown, the body cancelling its own scope, an enclosing
 scope nobody named, or the attempt losing its run (its claim, or an end made elsewhere)."""
 
-Disposition = Literal["end", "release", "abandon"]
-"""What the attempt commits when it stops: its end (``Ended(cause)``), a release (a named
+Disposition = Literal["end", "hand_back", "lost"]
+"""What the attempt commits when it stops: its end (``Ended(cause)``), a hand-back (a named
 root run of a durable store goes back to ``Queued`` for another runtime, at shutdown), or
 nothing at all (the attempt has lost its run: its claim was superseded or expired, or the run
 was ended elsewhere; the store already holds the truth)."""
@@ -69,7 +70,7 @@ class EndRequest:
     source: EndSource
     reason: str | None = None
     disposition: Disposition = "end"
-    # With the "abandon" disposition: the attempt's claim is not its own any more.
+    # With the "lost" disposition: the attempt's claim is not its own any more.
     claim_lost: bool = False
 
     @property
@@ -91,11 +92,11 @@ class EndRequest:
 
     def for_child(self, parent_run_id: str) -> EndRequest:
         """What this request means for a child of the attempt it ends: shutdown (or a
-        release at shutdown) stops the child, a lost run loses its children too, anything
+        hand-back at shutdown) stops the child, a lost run loses its children too, anything
         else cancels the child, its source being the parent."""
-        if self.disposition == "release":
+        if self.disposition == "hand_back":
             return SHUTDOWN
-        if self.source == "shutdown" or self.disposition == "abandon":
+        if self.source == "shutdown" or self.disposition == "lost":
             return self
         why = self.reason or f"{self.source} of its parent"
         return EndRequest.parent_ended(parent_run_id, why)
@@ -104,8 +105,8 @@ class EndRequest:
 SHUTDOWN = EndRequest(Stopped("runtime shutdown"), "shutdown", "runtime shutdown")
 """Why every attempt ends when its runtime closes."""
 
-RELEASE = EndRequest(
-    Stopped("runtime shutdown"), "shutdown", "runtime shutdown", disposition="release"
+HAND_BACK = EndRequest(
+    Stopped("runtime shutdown"), "shutdown", "runtime shutdown", disposition="hand_back"
 )
 """Why a named root run of a durable store leaves its runtime at shutdown: back to
 ``Queued``, for another runtime to run from its checkpoint."""
@@ -116,33 +117,7 @@ def lost(why: str, *, claim_lost: bool) -> EndRequest:
     ``claim_lost`` its claim is no longer its own to release (it lapsed, or another runtime
     holds it): the claim is left for recovery; otherwise (the run was ended elsewhere) the
     attempt releases it once it has stopped, which frees the run's thread."""
-    return EndRequest(Indeterminate(why), "lost", why, disposition="abandon", claim_lost=claim_lost)
-
-
-@final
-@attrs.frozen
-class TakenMessages:
-    """Messages taken from an attempt's inbox to be handed to its body: carried ones
-    (committed with an earlier attempt's pause) and the inbox, with the store's command
-    id of each inbox message it holds (None for one delivered in this process)."""
-
-    carried: tuple[JsonValue, ...]
-    inbox: tuple[JsonValue, ...]
-    inbox_ids: tuple[int | None, ...] | None
-
-    def messages(self) -> list[JsonValue]:
-        return [*self.carried, *self.inbox]
-
-    def stored_ids(self) -> tuple[int, ...]:
-        if self.inbox_ids is None:
-            return ()
-        return tuple(i for i in self.inbox_ids if i is not None)
-
-    def stored_messages(self) -> tuple[JsonValue, ...]:
-        """The inbox messages the store holds, in order."""
-        if self.inbox_ids is None:
-            return ()
-        return tuple(m for m, i in zip(self.inbox, self.inbox_ids, strict=True) if i is not None)
+    return EndRequest(Indeterminate(why), "lost", why, disposition="lost", claim_lost=claim_lost)
 
 
 @final
@@ -152,6 +127,29 @@ class ParkedChild:
     it is ended with its parent, fenced by the generation it awaits in."""
 
     generation: int
+
+
+@final
+@attrs.define(eq=False)
+class Children:
+    """An attempt's children: those not yet ended, and the admissions under way. Made on
+    the attempt's first child (most runs have none).
+
+    Invariant: ``entries`` maps each child run id to its attempt, or to a `ParkedChild`
+    for one committed ``Awaiting``; ``admitting`` counts reservations of a place in the
+    attempt's nursery whose actor is not spawned yet, and the nursery stays open while it
+    is not zero.
+    """
+
+    entries: dict[str, Attempt | ParkedChild] = attrs.field(factory=dict)
+    admitting: int = 0
+    admitted: trio.Event | None = None
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def running(self) -> list[Attempt]:
+        return [child for child in self.entries.values() if isinstance(child, Attempt)]
 
 
 class SuspendAttempt(BaseException):
@@ -173,7 +171,7 @@ class Completion:
 
     If the store failed to take the attempt's end, there is no such state: waiting raises
     that `StoreError`, and the run keeps its last committed state until it is ended by the
-    committed path (``cancel_run``/``stop_run``). An attempt that lost its run, or released
+    committed path (``cancel_run``/``stop_run``). An attempt that lost its run, or handed it back
     it at shutdown, ends with no state of its own: waiting returns None, and whoever waits
     reads the store's truth instead. The first task that waits before the end is known is
     parked directly (most attempts have exactly one waiter: no event, no closure); an event
@@ -196,8 +194,9 @@ class Completion:
             self.error = error
             self._settle()
 
-    def abandon(self) -> None:
-        """The attempt ended without a state of its own (lost, or released)."""
+    def defer_to_store(self) -> None:
+        """The attempt ended without a state of its own (lost, or handed back): whoever
+        waits follows the store's truth instead."""
         if not self.done:
             self._settle()
 
@@ -230,21 +229,42 @@ class Completion:
         return trio.lowlevel.Abort.SUCCEEDED
 
 
+Phase = Literal["admitting", "queued", "waiting_elsewhere", "running", "ending", "sealed"]
+"""Where an attempt is in its life; it only moves forward (down this list), and any phase
+may go straight to ``"sealed"``.
+
+Invariant, phase by phase:
+
+- ``"admitting"``: built, its admission's commit not answered yet; in neither the registry
+  nor the queue; ``scope`` and ``queue_scope`` are None; its completion is not done.
+- ``"queued"``: committed ``Queued`` behind a thread busy here: in `Supervisor.queued`,
+  ``gate_waiter`` set and ``queued_generation`` the generation the store holds; not
+  ``started``. Its actor waits in ``queue_scope``.
+- ``"waiting_elsewhere"``: committed ``Queued`` because another runtime holds its thread
+  (durable stores): in `Supervisor.queued`, holding its place on the thread here; its
+  actor retries whenever the store changes.
+- ``"running"``: committed ``Running`` (``started``): registered, holding its thread, its
+  body running in ``scope`` (once the actor entered it); children may be admitted.
+- ``"ending"``: the body's outcome is known: children are refused, the admissions under
+  way still spawn, and the end is about to be classified and committed; still registered.
+- ``"sealed"``: its end is being committed, or it was let go: no control reaches it, it is
+  in neither the registry nor the queue once the end's step has run, and its completion is
+  (or is about to be) done. ``started`` still says whether it ran.
+"""
+
+
 @final
 @attrs.define(eq=False)
 class Attempt:
-    """Process-local state of one attempt of one run."""
+    """Process-local state of one attempt of one run (its lifecycle: `Phase`)."""
 
     # What a live command touches comes first, so a delivery to a cold attempt reads as
     # few cache lines as possible.
-    sealed: bool = attrs.field(default=False, init=False)
+    phase: Phase = attrs.field(default="admitting", init=False)
     pause_requested: bool = attrs.field(default=False, init=False)
     wake_pending: bool = attrs.field(default=False, init=False)
-    # Messages accepted and not yet read; made on the first one (most runs get none). Those
-    # that came from the store (sent from anywhere) carry their command id in `inbox_ids`.
-    inbox: list[JsonValue] | None = attrs.field(default=None, init=False)
-    inbox_ids: list[int | None] | None = attrs.field(default=None, init=False)
-    _signal: trio.Event | None = attrs.field(default=None, init=False)
+    # Messages and stored commands; made on the first (most runs get none).
+    inbox: Inbox | None = attrs.field(default=None, init=False)
 
     run_id: str
     thread_id: str
@@ -277,33 +297,17 @@ class Attempt:
     queue_scope: trio.CancelScope | None = attrs.field(default=None, init=False)
     completion: Completion = attrs.field(factory=Completion, init=False)
     request: EndRequest | None = attrs.field(default=None, init=False)
+    # It committed ``Running`` (its body ran or runs): a fact of its history, kept once it
+    # is sealed (its end commit is fenced by it).
     started: bool = attrs.field(default=False, init=False)
     suspension: Awaiting | None = attrs.field(default=None, init=False)
     # Progress to commit together with the suspension (``await_input(progress=...)``).
     suspension_checkpoint: JsonValue = attrs.field(default=UNSET, init=False)
-    # Messages an earlier attempt accepted and did not read, handed over at this start.
-    carried: tuple[JsonValue, ...] = attrs.field(default=(), init=False)
-    # Children not yet ended: their attempts, or a ParkedChild for one committed Awaiting
-    # (made on the first child: most runs have none).
-    children: dict[str, Attempt | ParkedChild] | None = attrs.field(default=None, init=False)
+    # Children not yet ended, and admissions under way (made on the first child).
+    children: Children | None = attrs.field(default=None, init=False)
     children_nursery: trio.Nursery | None = attrs.field(default=None, init=False)
-    # Children admissions: refused once the body's outcome is known; the attempt's nursery
-    # stays open until the admissions already under way have spawned their actors.
-    children_closed: bool = attrs.field(default=False, init=False)
-    admitting: int = attrs.field(default=0, init=False)
-    _admitted: trio.Event | None = attrs.field(default=None, init=False)
-    # Durable stores: the thread is busy in another runtime, so the attempt waits committed
-    # ``Queued`` and retries when the store changes.
-    remote_wait: bool = attrs.field(default=False, init=False)
     # The seq of the event that admitted the attempt: its end is what follows.
     start_seq: int = attrs.field(default=0, init=False)
-    # True while a task waits in boundary(wait=True): only one may.
-    waiting: bool = attrs.field(default=False, init=False)
-    # Stored commands applied to this attempt, and those of them its next commit consumes
-    # (deletes from the store): messages once a boundary returned them, pauses and wakes.
-    applied: set[int] | None = attrs.field(default=None, init=False)
-    consumable: list[int] | None = attrs.field(default=None, init=False)
-    pause_ids: list[int] | None = attrs.field(default=None, init=False)
     # Whether commands may have been stored for the run before this attempt registered
     # (while it was queued, or for an earlier attempt): false only when the attempt's own
     # admission created the run ``Running``, so nothing could be stored before it.
@@ -325,46 +329,44 @@ class Attempt:
                     {"awaken.cancel_source": request.source, "awaken.reason": request.reason},
                 )
             if self.children:
-                for child in list(self.children.values()):
-                    if isinstance(child, Attempt):
-                        child.request_end(request.for_child(self.run_id))
+                for child in self.children.running():
+                    child.request_end(request.for_child(self.run_id))
         scope = self.scope or self.queue_scope
         if scope is not None:
             scope.cancel(reason=self.request.scope_reason())
+
+    def counts_toward_concurrency(self) -> bool:
+        """Whether a serving loop still counts this attempt: not once it ended, nor once
+        it lost its claim (it may still be unwinding, but the run is another runtime's)."""
+        request = self.request
+        return not (self.completion.done or (request is not None and request.claim_lost))
 
     @property
     def cancel_called(self) -> bool:
         """Whether the attempt's own token has been cancelled (or a cancel is pending)."""
         return self.request is not None or (self.scope is not None and self.scope.cancel_called)
 
+    def _inbox(self) -> Inbox:
+        inbox = self.inbox
+        if inbox is None:
+            inbox = self.inbox = Inbox()
+        return inbox
+
     def notify(self) -> None:
         """Release a body waiting at ``boundary(wait=True)``."""
-        if self._signal is not None:
-            self._signal.set()
-            self._signal = None
+        if self.inbox is not None:
+            self.inbox.notify()
 
     def add_message(self, payload: JsonValue, command_id: int | None = None) -> None:
-        if self.inbox is None:
-            self.inbox = []
-        if command_id is None and self.inbox_ids is None:
-            self.inbox.append(payload)
-            return
-        if self.inbox_ids is None:
-            self.inbox_ids = [None] * len(self.inbox)
-        ids = self.inbox_ids
-        # Stored messages can reach the attempt out of order (those sent here at once,
-        # older ones loaded from the store after): each goes before the stored messages
-        # with a later id that came since the last message delivered here, so stored
-        # messages keep their send order.
-        at = len(ids)
-        if command_id is not None:
-            while at > 0 and (later := ids[at - 1]) is not None and later > command_id:
-                at -= 1
-        self.inbox.insert(at, payload)
-        ids.insert(at, command_id)
+        self._inbox().add(payload, command_id)
+
+    def carry(self, messages: tuple[JsonValue, ...]) -> None:
+        """Messages an earlier attempt accepted and did not read, handed over at start."""
+        if messages:
+            self._inbox().carried = messages
 
     def apply_stored(
-        self, command_id: int, kind: str, payload: JsonValue, reason: str | None
+        self, command_id: int, kind: CommandKind, payload: JsonValue, reason: str | None
     ) -> None:
         """Apply a command stored for the run (sent from anywhere), once. A message is
         consumed once a boundary returns it, a pause once it is honoured, a wake at once;
@@ -373,145 +375,97 @@ class Attempt:
         loads, in send order, when it starts."""
         if not self.started and kind != "cancel":
             return
-        if not self.first_application(command_id):
+        inbox = self._inbox()
+        if not inbox.first_application(command_id):
             return
         if kind == "cancel":
             self.request_end(EndRequest(CANCELLED_CAUSE, "send", reason))
             return
         if kind == "pause":
             self.pause_requested = True
-            if self.pause_ids is None:
-                self.pause_ids = []
-            self.pause_ids.append(command_id)
+            inbox.pause_stored(command_id)
         elif kind == "wake":
             self.wake_pending = True
-            self.consume(command_id)
+            inbox.consume(command_id)
         else:
-            self.add_message(payload, command_id)
-        self.notify()
+            inbox.add(payload, command_id)
+        inbox.notify()
 
     def load_stored(
-        self, command_id: int, kind: str, payload: JsonValue, reason: str | None
+        self, command_id: int, kind: CommandKind, payload: JsonValue, reason: str | None
     ) -> None:
         """Apply a command stored before this attempt began: as `apply_stored`, except
         that a wake is dropped (no attempt was there to wake; this one has not waited)."""
         if kind != "wake":
             self.apply_stored(command_id, kind, payload, reason)
-        elif self.first_application(command_id):
-            self.consume(command_id)
+        elif (inbox := self._inbox()).first_application(command_id):
+            inbox.consume(command_id)
 
     def pause_honoured(self) -> None:
         """The pause took effect: the stored pauses are done with."""
-        if self.pause_ids:
-            for command_id in self.pause_ids:
-                self.consume(command_id)
-            self.pause_ids.clear()
-
-    def first_application(self, command_id: int) -> bool:
-        """Note that a stored command reached this attempt; False if it already had."""
-        if self.applied is None:
-            self.applied = set()
-        elif command_id in self.applied:
-            return False
-        self.applied.add(command_id)
-        return True
+        if self.inbox is not None:
+            self.inbox.pause_honoured()
 
     def consume(self, command_id: int) -> None:
         """The stored command is done with: the attempt's next commit deletes it."""
-        if self.consumable is None:
-            self.consumable = []
-        self.consumable.append(command_id)
+        self._inbox().consume(command_id)
 
     def take_consumed(self) -> tuple[int, ...]:
-        if not self.consumable:
-            return ()
-        taken = tuple(self.consumable)
-        self.consumable.clear()
-        return taken
+        return () if self.inbox is None else self.inbox.take_consumed()
 
     def add_child(self, run_id: str, child: Attempt | ParkedChild) -> None:
         if self.children is None:
-            self.children = {}
-        self.children[run_id] = child
+            self.children = Children()
+        self.children.entries[run_id] = child
 
     def has_messages(self) -> bool:
-        return bool(self.inbox or self.carried)
+        return self.inbox is not None and self.inbox.has_messages()
 
     def has_news(self) -> bool:
-        return bool(self.inbox or self.carried or self.wake_pending or self.pause_requested)
+        return self.wake_pending or self.pause_requested or self.has_messages()
 
     async def wait_for_news(self) -> None:
-        if self.waiting:
+        inbox = self._inbox()
+        if inbox.waiting:
             raise trio.BusyResourceError(
                 f"another task of run {self.run_id!r} is already waiting in"
                 " boundary(wait=True); only one task may wait for its messages"
             )
-        self.waiting = True
+        inbox.waiting = True
         try:
             while not self.has_news():
-                self._signal = signal = trio.Event()
+                inbox.signal = signal = trio.Event()
                 await signal.wait()
         finally:
-            self.waiting = False
+            inbox.waiting = False
 
     def holds_stored_messages(self) -> bool:
         """Whether a message not yet read is one the store holds (sent with ``send``)."""
-        ids = self.inbox_ids
-        return ids is not None and any(i is not None for i in ids)
+        return self.inbox is not None and self.inbox.holds_stored_messages()
 
     def take_messages(self) -> TakenMessages:
         """Take the messages not yet read, carried ones first; the inbox is left empty.
         Those the store holds are received once their consumption is committed (else
         `put_back`)."""
-        ids = self.inbox_ids
-        taken = TakenMessages(
-            self.carried, tuple(self.inbox or ()), None if ids is None else tuple(ids)
-        )
-        self.carried = ()
-        if self.inbox:
-            self.inbox.clear()
-            if ids is not None:
-                ids.clear()
-        return taken
+        if self.inbox is None:
+            return _NOTHING_TAKEN
+        return self.inbox.take()
 
     def put_back(self, taken: TakenMessages) -> None:
         """Give back messages `take_messages` took and could not hand over: they come
         before anything that arrived since."""
-        self.carried = (*taken.carried, *self.carried)
-        if not taken.inbox:
-            return
-        arrived = self.inbox or []
-        if taken.inbox_ids is not None or self.inbox_ids is not None:
-            since = self.inbox_ids if self.inbox_ids is not None else [None] * len(arrived)
-            before = taken.inbox_ids if taken.inbox_ids is not None else [None] * len(taken.inbox)
-            self.inbox_ids = [*before, *since]
-        self.inbox = [*taken.inbox, *arrived]
+        self._inbox().put_back(taken)
 
     def drain(self) -> list[JsonValue]:
         """The messages not yet read, carried ones first, when the store holds none of
         them (else `take_messages`); the inbox is left empty."""
-        messages = list(self.carried)
-        self.carried = ()
-        if self.inbox:
-            messages.extend(self.inbox)
-            self.inbox.clear()
-            if self.inbox_ids:
-                self.inbox_ids.clear()
-        return messages
+        return [] if self.inbox is None else self.inbox.drain()
 
     def unread_local(self) -> list[JsonValue]:
         """The messages not yet read that the store does not hold (carried ones, and those
         delivered in this process), in order; the inbox is left empty. Stored ones stay in
         the store, for the run's next attempt or its ``messages_discarded`` event."""
-        messages = list(self.carried)
-        self.carried = ()
-        if self.inbox:
-            ids = self.inbox_ids or [None] * len(self.inbox)
-            messages.extend(m for m, i in zip(self.inbox, ids, strict=True) if i is None)
-            self.inbox.clear()
-            if self.inbox_ids:
-                self.inbox_ids.clear()
-        return messages
+        return [] if self.inbox is None else self.inbox.unread_local()
 
     def cancel_reaches(self, closing: bool) -> bool:
         """Whether a cancellation reaches this attempt's scope: its own, an ancestor
@@ -534,26 +488,35 @@ class Attempt:
     def admit_child(self) -> trio.Nursery | None:
         """Reserve a place for a child's actor in this attempt's nursery, or None once the
         attempt has begun to end. Every reservation is followed by `child_admitted`."""
-        if self.children_closed or self.sealed or self.children_nursery is None:
+        if self.phase != "running" or self.children_nursery is None:
             return None
-        self.admitting += 1
+        if self.children is None:
+            self.children = Children()
+        self.children.admitting += 1
         return self.children_nursery
 
     def child_admitted(self) -> None:
-        self.admitting -= 1
-        if self.admitting == 0 and self._admitted is not None:
-            self._admitted.set()
+        children = self.children
+        assert children is not None
+        children.admitting -= 1
+        if children.admitting == 0 and children.admitted is not None:
+            children.admitted.set()
 
     def close_children(self) -> bool:
         """Refuse new children; True if admissions under way must still spawn their actors
         (then `wait_for_admissions` before the nursery closes)."""
-        self.children_closed = True
-        return self.admitting > 0
+        self.phase = "ending"
+        return self.children is not None and self.children.admitting > 0
 
     async def wait_for_admissions(self) -> None:
         """Wait (shielded) until admissions under way have spawned their actors, so none is
         committed without an actor behind it."""
-        self._admitted = trio.Event()
+        children = self.children
+        assert children is not None
+        children.admitted = admitted = trio.Event()
         with trio.CancelScope(shield=True):
-            while self.admitting:
-                await self._admitted.wait()
+            while children.admitting:
+                await admitted.wait()
+
+
+_NOTHING_TAKEN = TakenMessages((), (), None)

@@ -12,7 +12,7 @@ task's own step, with the same effects.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import final
+from typing import NamedTuple, final
 
 import attrs
 import outcome
@@ -26,10 +26,14 @@ OnCommit = Callable[[CommitResult], None]
 OnInterrupt = Callable[[BaseException], None]
 
 
-# A commit handed to the mailbox, its effect, and the task waiting for the answer. A plain
-# tuple (one is made per commit): the answer goes back as the value the task is
-# rescheduled with, so nothing else needs a place to hold it.
-_Pending = tuple[Commit, OnCommit | None, trio.lowlevel.Task]
+class _Pending(NamedTuple):
+    """A commit handed to the mailbox, its effect, and the task waiting for the answer.
+    A tuple (one is made per commit): the answer goes back as the value the task is
+    rescheduled with, so nothing else needs a place to hold it."""
+
+    commit: Commit
+    on_commit: OnCommit | None
+    task: trio.lowlevel.Task
 
 
 def _cannot_abort(_: object) -> trio.lowlevel.Abort:
@@ -98,7 +102,7 @@ class CommitMailbox:
 
     async def _apply(self, batch: list[_Pending]) -> None:
         try:
-            results = await self.store.apply([pending[0] for pending in batch])
+            results = await self.store.apply([pending.commit for pending in batch])
             if len(results) != len(batch):
                 raise StoreError(
                     f"the store answered {len(results)} results for a batch of {len(batch)}"
@@ -190,7 +194,7 @@ class CommitMailbox:
             raise RuntimeClosed(
                 "the runtime has closed and commits nothing more; open a new runtime"
             )
-        self._queue.append((commit, on_commit, trio.lowlevel.current_task()))
+        self._queue.append(_Pending(commit, on_commit, trio.lowlevel.current_task()))
         self._wakeup.set()
         # The mailbox task reschedules us with the store's answer, or with the error.
         answer: CommitResult = await trio.lowlevel.wait_task_rescheduled(_cannot_abort)

@@ -11,6 +11,7 @@ from ._attempt import Attempt, Body, StepCeiling, SuspendAttempt, current_attemp
 from ._errors import ContextMisuse, InvalidArgument, NotActive
 from ._json import JsonValue, check_payload, freeze_detail
 from ._schema import check_schema
+from ._spec import RunSpec
 from ._state import Awaiting, EventKind, ResumeTicket, RunState
 from ._util import NoPublicConstructor, safe_repr
 from ._validate import check_deadline, check_id
@@ -76,7 +77,7 @@ class RunContext(metaclass=NoPublicConstructor):
     def resume_value(self) -> JsonValue:
         """The value the resume that started this attempt passed (None on a first attempt).
 
-        An attempt that replaces one whose owner was lost, or that was released at
+        An attempt that replaces one whose owner was lost, or that was handed back at
         shutdown, is handed the same value, until the run next awaits."""
         return self._attempt.resume_value
 
@@ -84,7 +85,7 @@ class RunContext(metaclass=NoPublicConstructor):
     def resumed_ticket(self) -> ResumeTicket | None:
         """The ticket the resume that started this attempt answered (its reason,
         correlation id and payload), or None on a first attempt; like `resume_value`,
-        the same for an attempt that replaces a lost or released one."""
+        the same for an attempt that replaces a lost or handed-back one."""
         return self._attempt.ticket
 
     @property
@@ -108,7 +109,7 @@ class RunContext(metaclass=NoPublicConstructor):
     def _live(self, action: str) -> Attempt:
         """The attempt, if ``action`` may be taken on it from the calling task."""
         a = self._attempt
-        if a.sealed or a.children_closed:
+        if a.phase != "running":
             raise NotActive(
                 a.run_id,
                 f"its attempt {a.generation} has ended; {action} is only"
@@ -310,7 +311,7 @@ class RunContext(metaclass=NoPublicConstructor):
         ends, it is ended with it without ever running.
         """
         a = self._live("start_child()")
-        return await self._host.start_run(
+        spec = RunSpec.checked(
             body,
             input=input,
             run_id=run_id,
@@ -318,7 +319,9 @@ class RunContext(metaclass=NoPublicConstructor):
             name=name,
             max_steps=max_steps,
             parent=a,
+            max_payload_bytes=self._host.max_payload_bytes,
         )
+        return await self._host.start_run(spec)
 
     async def run_child(
         self,

@@ -1,22 +1,33 @@
-"""What an attempt needs from the supervisor that runs it.
+"""What the layers around the supervisor need from it, and what it needs from them.
 
-The actor and `RunContext` see their supervisor through this narrow protocol, never its
-internals: committing an attempt's progress, events and end, starting children, and the
-runtime's shutdown state. A supervisor that adds durable claims keeps this surface.
+- `AttemptHost`: what an attempt needs from the supervisor that runs it. The actor and
+  `RunContext` see their supervisor through it, never its internals: committing an
+  attempt's progress, events and end, starting children, the runtime's shutdown state.
+- `ServingHost`: what durable serving (``awaken_trio.worker``) needs: claiming and starting
+  runs found in the store, applying commands stored for them, learning of ends committed
+  elsewhere, losing a claim. The worker is typed against it alone.
+- `Claims`: the claim book the supervisor keeps its claims in (held claims and their
+  epochs, letting one go). The worker provides it, and a no-op twin for stores without
+  claims; the supervisor only calls it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, final
 
+import attrs
+import trio
 from trio_util import RepeatedEvent
 
 from ._json import FrozenDict, JsonValue
 
 if TYPE_CHECKING:
-    from ._attempt import Attempt, Body, EndRequest
+    from ._attempt import Attempt, EndRequest
     from ._handle import RunHandle
+    from ._spec import RunSpec
+    from ._state import Ended, RunRecord
+    from ._storage import Fence, Store, StoredCommand
     from ._verdict import Verdict
 
 
@@ -31,18 +42,8 @@ class AttemptHost(Protocol):
         """Why attempts end at shutdown, once it has begun."""
         ...
 
-    async def start_run(
-        self,
-        body: Body,
-        *,
-        input: JsonValue,
-        run_id: str | None,
-        thread_id: str | None,
-        name: str | None,
-        max_steps: int | None,
-        parent: Attempt | None,
-    ) -> RunHandle:
-        """Commit a new run (a child when ``parent`` is given) and start its attempt."""
+    async def start_run(self, spec: RunSpec) -> RunHandle:
+        """Commit a new run (a child when ``spec.parent`` is given) and start its attempt."""
         ...
 
     @property
@@ -99,3 +100,160 @@ class AttemptHost(Protocol):
     def interrupted(self, exc: BaseException) -> None:
         """A KeyboardInterrupt or SystemExit reached a run's task: shut down."""
         ...
+
+
+@final
+@attrs.frozen
+class ClaimSettings:
+    """How a runtime on a durable store claims runs: its owner id, the lease it holds
+    them for (renewed every third of it), how often it polls the store for what other
+    runtimes did, and how many times a run is re-executed after losing its owner."""
+
+    owner: str
+    lease: float
+    poll: float
+    max_recoveries: int
+
+
+class Claims(Protocol):
+    """The claims a runtime holds on root runs, kept for the supervisor.
+
+    Invariant: a run id is held (with its epoch) from the commit that took or recovered
+    its claim until its attempt is over here; `forget` and `release` are the only ways
+    out, and both are idempotent.
+    """
+
+    @property
+    def settings(self) -> ClaimSettings | None:
+        """How claims are taken; None for a store without claims (nothing is held)."""
+        ...
+
+    def hold(self, run_id: str, epoch: int) -> None:
+        """The root run's claim is this runtime's, at ``epoch`` (renewed from now on)."""
+        ...
+
+    def forget(self, run_id: str) -> None:
+        """Stop renewing the claim without telling the store: it lapsed, another runtime
+        holds it, or the commit that ended the run released it."""
+        ...
+
+    async def release(self, run_id: str) -> None:
+        """Hand the claim back to the store (shielded, best effort: if the store cannot be
+        reached the lease lapses on its own), and stop renewing it."""
+        ...
+
+
+class ServedRun(Protocol):
+    """An attempt a serving loop started, as the loop sees it."""
+
+    @property
+    def run_id(self) -> str: ...
+
+    def counts_toward_concurrency(self) -> bool:
+        """False once the attempt has ended, or has lost its claim (it may still be
+        unwinding, but the run is another runtime's to execute)."""
+        ...
+
+
+@final
+@attrs.frozen(eq=False)
+class Watched:
+    """The attempts here that control from other runtimes may reach, taken at one moment:
+    running ones and those waiting for their thread (a cancel ends those at once)."""
+
+    _attempts: tuple[Attempt, ...]
+
+    @property
+    def run_ids(self) -> list[str]:
+        return [attempt.run_id for attempt in self._attempts]
+
+    @property
+    def fresh(self) -> bool:
+        """Some attempt's stored commands were never read (read it from its first)."""
+        return any(not attempt.relayed for attempt in self._attempts)
+
+    def running(self) -> list[str]:
+        """The runs among them whose attempt has started by now (an end committed
+        elsewhere stops those)."""
+        return [attempt.run_id for attempt in self._attempts if attempt.started]
+
+    def mark_relayed(self) -> None:
+        """Every command stored for them so far has been read."""
+        for attempt in self._attempts:
+            attempt.relayed = True
+
+
+class ServingHost(Protocol):
+    """What serving needs from the supervisor (see the module docstring)."""
+
+    @property
+    def store(self) -> Store: ...
+
+    @property
+    def claims(self) -> ClaimSettings | None:
+        """How this runtime claims runs; None on a store without claims."""
+        ...
+
+    @property
+    def poll_interval(self) -> float: ...
+
+    def names(self) -> list[str]:
+        """The names bodies are registered under here."""
+        ...
+
+    def now(self) -> float:
+        """The runtime's wall clock (checked)."""
+        ...
+
+    def changed_event(self) -> trio.Event:
+        """An event set by the next change (a commit here, or one seen elsewhere); take it
+        before looking, so a change in between is not missed."""
+        ...
+
+    async def changed(self, local: trio.Event, *, interval: float | None = None) -> bool:
+        """Wait until ``local`` is set or ``interval`` passes; whether it was set."""
+        ...
+
+    def thread_taken(self, thread_id: str) -> bool:
+        """Whether an attempt here holds the thread."""
+        ...
+
+    async def start_stored(self, record: RunRecord, *, fence: Fence | None) -> ServedRun | None:
+        """Start an attempt of a root run found in the store (queued, due for its
+        scheduled resume, or recovered under ``fence``); None if it is not this runtime's
+        to start after all. Raises `StoreError` if the store failed."""
+        ...
+
+    def watched(self) -> Watched:
+        """The attempts here that stored commands and ends made elsewhere may reach."""
+        ...
+
+    def apply_stored(self, command: StoredCommand) -> None:
+        """Apply a command stored for a run whose attempt is here (once)."""
+        ...
+
+    def ended_elsewhere(self, run_id: str, state: Ended) -> None:
+        """Another runtime committed the run's end: its attempt here stops at once and
+        commits nothing."""
+        ...
+
+    def store_changed_elsewhere(self) -> None:
+        """Another runtime changed the store: wake everything that waits on it."""
+        ...
+
+    def lose(self, run_id: str, why: str) -> None:
+        """This runtime's claim on the root run is lost: its attempt stops at once."""
+        ...
+
+
+class Serve(Protocol):
+    """The serving loop `Runtime.serve` runs (the worker's): claims and runs stored runs
+    through ``host`` until cancelled, at most ``concurrency`` root attempts at once."""
+
+    async def __call__(
+        self,
+        host: ServingHost,
+        concurrency: int,
+        *,
+        task_status: trio.TaskStatus[None] = ...,
+    ) -> None: ...

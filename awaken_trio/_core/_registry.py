@@ -79,7 +79,7 @@ class GateWaiter:
 class ThreadGate:
     """One holder per thread id; later arrivals wait in FIFO order.
 
-    A release hands the thread straight to the first waiter, so no later arrival can jump
+    Freeing a thread hands it straight to the first waiter, so no later arrival can jump
     the queue, and the entries disappear when the last holder leaves with nobody waiting.
     """
 
@@ -104,7 +104,7 @@ class ThreadGate:
         waiters.append(waiter)
         return waiter
 
-    def release(self, thread_id: str, holder: object) -> None:
+    def free(self, thread_id: str, holder: object) -> None:
         """Free the thread if ``holder`` holds it; a no-op otherwise."""
         if self._holders.get(thread_id, self) is not holder:
             return
@@ -121,7 +121,7 @@ class ThreadGate:
     def withdraw(self, waiter: GateWaiter) -> None:
         """Leave the queue; a waiter already handed the thread passes it on."""
         if waiter.granted:
-            self.release(waiter.thread_id, waiter.holder)
+            self.free(waiter.thread_id, waiter.holder)
             return
         waiters = self._waiters.get(waiter.thread_id)
         if waiters and waiter in waiters:

@@ -20,15 +20,16 @@ import functools
 import logging
 import math
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, NoReturn, final
+from typing import TYPE_CHECKING, Literal, NoReturn, final
 
 import attrs
 import trio
 from trio_util import RepeatedEvent
 
 from ._actor import run_attempt
+from ._admission import Admission
 from ._attempt import (
-    RELEASE,
+    HAND_BACK,
     SHUTDOWN,
     Attempt,
     Body,
@@ -46,8 +47,10 @@ from ._errors import (
     RuntimeClosed,
     StoreError,
 )
+from ._host import Claims, ClaimSettings, ServedRun, Watched
 from ._json import DEFAULT_MAX_PAYLOAD_BYTES, FrozenDict, JsonValue, check_payload, freeze_detail
 from ._registry import AttemptRegistry, ThreadGate
+from ._spec import RunSpec
 from ._state import (
     Awaiting,
     Ended,
@@ -55,6 +58,7 @@ from ._state import (
     Queued,
     ResumeTicket,
     Running,
+    RunRecord,
     RunState,
     wake_at,
 )
@@ -72,10 +76,19 @@ from ._storage import (
     Rejected,
     RejectReason,
     Store,
+    StoredCommand,
 )
 from ._util import safe_repr
-from ._validate import check_body, check_id, check_max_steps, check_name, new_run_id
-from ._verdict import Verdict
+from ._validate import check_body, check_id
+from ._verdict import (
+    HANDED_BACK,
+    QUEUED,
+    CommitFailed,
+    Committed,
+    Lost,
+    Settlement,
+    Verdict,
+)
 
 if TYPE_CHECKING:
     from ._handle import RunHandle
@@ -86,22 +99,14 @@ VerifierFactory = Callable[[str, str, int], OwnershipVerifier | None]
 HandleFactory = Callable[[Attempt], "RunHandle"]
 
 
-@final
-@attrs.frozen
-class ClaimSettings:
-    """How a runtime on a durable store claims runs: its owner id, the lease it holds
-    them for (renewed every third of it), how often it polls the store for what other
-    runtimes did, and how many times a run is re-executed after losing its owner."""
-
-    owner: str
-    lease: float
-    poll: float
-    max_recoveries: int
-
-
 _DETAIL_START = freeze_detail({"source": "start"}, "detail")
 _DETAIL_THREAD_FREE = freeze_detail({"source": "thread_free"}, "detail")
 _DETAIL_BOUNDARY = freeze_detail({"source": "boundary"}, "detail")
+_DETAIL_SUBMIT = freeze_detail({"source": "submit"}, "detail")
+_DETAIL_FORK = freeze_detail({"source": "fork"}, "detail")
+_DETAIL_SERVED = freeze_detail({"source": "serve"}, "detail")
+_DETAIL_SCHEDULED = freeze_detail({"source": "scheduled"}, "detail")
+_DETAIL_RECOVERED = freeze_detail({"source": "recovery"}, "detail")
 _RUNNING = tuple(Running(generation) for generation in range(17))  # shared, frozen
 
 
@@ -133,20 +138,20 @@ class Supervisor:
         mailbox: CommitMailbox,
         clock: Clock,
         verifier_factory: VerifierFactory | None,
-        claims: ClaimSettings | None = None,
+        claims: Claims,
         *,
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
     ) -> None:
         self.store = store
         # The most characters of compact JSON text any one payload may take.
         self.max_payload_bytes = max_payload_bytes
+        # The claims this runtime holds (a no-op book on a store without claims).
+        self.claim_book = claims
         # Set on a durable store: root attempts are claimed and every commit is fenced.
-        self.claims = claims
+        self.claims: ClaimSettings | None = claims.settings
         self.durable_store: DurableStore | None = (
-            store if claims is not None and isinstance(store, DurableStore) else None
+            store if self.claims is not None and isinstance(store, DurableStore) else None
         )
-        # The claims this runtime holds: root run id -> epoch.
-        self.held: dict[str, int] = {}
         # Bodies by name (`register`): what lets a run be submitted, served and recovered.
         self.named: dict[str, Body] = {}
         # Set whenever the store may have changed elsewhere (durable stores: polled), so
@@ -222,40 +227,16 @@ class Supervisor:
 
     # ------------------------------------------------------------------ admissions
 
-    async def start_run(
-        self,
-        body: Body,
-        *,
-        input: JsonValue,
-        run_id: str | None,
-        thread_id: str | None,
-        name: str | None,
-        max_steps: int | None,
-        parent: Attempt | None,
-    ) -> RunHandle:
-        """Check the arguments, commit a new run and start (or queue) its first attempt."""
-        attempt = await self.begin_run(
-            body,
-            input=input,
-            run_id=run_id,
-            thread_id=thread_id,
-            name=name,
-            max_steps=max_steps,
-            parent=parent,
-        )
+    async def start_run(self, spec: RunSpec) -> RunHandle:
+        """Commit a new run and start (or queue) its first attempt."""
+        attempt = await self.begin_run(spec)
         assert self.make_handle is not None
         return self.make_handle(attempt)
 
     async def begin_run(
         self,
-        body: Body,
+        spec: RunSpec,
         *,
-        input: JsonValue,
-        run_id: str | None,
-        thread_id: str | None,
-        name: str | None,
-        max_steps: int | None,
-        parent: Attempt | None,
         checkpoint: JsonValue = None,
         forked_from: JsonValue = None,
         detail: FrozenDict = _DETAIL_START,
@@ -263,54 +244,44 @@ class Supervisor:
         """`start_run`, returning the first attempt itself rather than a handle to it.
 
         A fork (``forked_from``) starts from ``checkpoint``, its source's."""
-        check_body(body)
-        if run_id is not None:
-            check_id(run_id, "run_id")
-        if thread_id is not None:
-            check_id(thread_id, "thread_id")
-        if name is not None:
-            check_name(name)
-        if max_steps is not None:
-            check_max_steps(max_steps)
-        run_id = run_id or new_run_id()
-        input = check_payload(input, f"input of run {run_id!r}", self.max_payload_bytes)
-        thread_id = thread_id or run_id
         await self.checkpoint_before_commit()
-        if name is None and parent is None:
-            name = self.name_of(body)
-        attempt = self.new_attempt(
-            run_id, thread_id, 1, parent, body, max_steps, 0, input, checkpoint, None, name=name
-        )
+        parent = spec.parent
+        if spec.name is None and parent is None and self.named:
+            # A run started with a registered body carries its name (what lets it be
+            # recovered, resumed and forked by name).
+            name = self.name_of(spec.body)
+            if name is not None:
+                spec = attrs.evolve(spec, name=name)
+        attempt = self.new_attempt(spec, generation=1, steps=0, checkpoint=checkpoint)
         new_run = NewRun(
-            thread_id,
+            spec.thread_id,
             None if parent is None else parent.run_id,
-            name,
-            input,
-            max_steps,
+            spec.name,
+            spec.input,
+            spec.max_steps,
             attempt.root_run_id,
             checkpoint,
             forked_from,
         )
-        result = await self.admit(attempt, _EXPECT_NEW, new_run, detail)
+        result = await self.admit(
+            Admission(attempt=attempt, expect=_EXPECT_NEW, detail=detail, new_run=new_run)
+        )
         if isinstance(result, Rejected):
-            raise RunExists(run_id)
+            raise RunExists(spec.run_id)
         return attempt
 
     def new_attempt(
         self,
-        run_id: str,
-        thread_id: str,
+        spec: RunSpec,
+        *,
         generation: int,
-        parent: Attempt | None,
-        body: Body,
-        max_steps: int | None,
         steps: int,
-        input: JsonValue,
         checkpoint: JsonValue,
-        resume_value: JsonValue,
+        resume_value: JsonValue = None,
         ticket: ResumeTicket | None = None,
-        name: str | None = None,
     ) -> Attempt:
+        """The attempt ``generation`` of the run ``spec`` describes (not yet admitted)."""
+        run_id, thread_id, parent = spec.run_id, spec.thread_id, spec.parent
         verifier = None
         if self.verifier_factory is not None:
             verifier = self.verifier_factory(run_id, thread_id, generation)
@@ -319,19 +290,108 @@ class Supervisor:
             thread_id=thread_id,
             generation=generation,
             parent=parent,
-            body=body,
-            input=input,
+            body=spec.body,
+            input=spec.input,
             checkpoint=checkpoint,
             resume_value=resume_value,
-            max_steps=max_steps,
+            max_steps=spec.max_steps,
             steps=steps,
             ticket=ticket,
             verifier=verifier,
-            name=name,
+            name=spec.name,
             # A child lives on its root's claim.
             root_run_id=run_id if parent is None else parent.root_run_id,
             fence=None if parent is None else parent.fence,
         )
+
+    def stored_attempt(
+        self,
+        record: RunRecord,
+        body: Body,
+        *,
+        parent: Attempt | None = None,
+        resume_value: JsonValue = None,
+        ticket: ResumeTicket | None = None,
+    ) -> Attempt:
+        """The next attempt (generation + 1) of a run the store holds, from its record."""
+        spec = RunSpec(
+            body=body,
+            input=record.input,
+            run_id=record.run_id,
+            thread_id=record.thread_id,
+            name=record.name,
+            max_steps=record.max_steps,
+            parent=parent,
+        )
+        return self.new_attempt(
+            spec,
+            generation=record.generation + 1,
+            steps=record.steps,
+            checkpoint=record.checkpoint,
+            resume_value=resume_value,
+            ticket=ticket,
+        )
+
+    def checked_input(self, input: JsonValue, run_id: str) -> JsonValue:
+        return check_payload(input, f"input of run {run_id!r}", self.max_payload_bytes)
+
+    async def commit_queued_run(
+        self, run_id: str, new_run: NewRun, source: Literal["submit", "fork"]
+    ) -> CommitResult:
+        """Create the run ``Queued`` for any serving runtime that has its body by name
+        (`Runtime.submit`, or a fork whose body is not here)."""
+        return await self.mailbox.commit(
+            Commit(
+                run_id=run_id,
+                state=QUEUED,
+                generation=0,
+                expect=_EXPECT_NEW,
+                at=self.now(),
+                new_run=new_run,
+                detail=_DETAIL_SUBMIT if source == "submit" else _DETAIL_FORK,
+            )
+        )
+
+    async def commit_queued_resume(
+        self, record: RunRecord, ticket: ResumeTicket, value: JsonValue
+    ) -> CommitResult:
+        """Answer the awaiting run's ticket by committing it ``Queued`` with ``value``, for
+        a serving runtime that has its body (durable stores)."""
+        return await self.mailbox.commit(
+            Commit(
+                run_id=record.run_id,
+                state=QUEUED,
+                generation=record.generation,
+                expect=_expect_awaiting(record.generation, ticket),
+                at=self.now(),
+                resume_value=value,
+                resume_ticket=ticket,
+                detail=_resume_detail(ticket.correlation_id),
+            )
+        )
+
+    async def resume_here(
+        self,
+        record: RunRecord,
+        ticket: ResumeTicket,
+        value: JsonValue,
+        body: Body,
+        parent: Attempt | None,
+    ) -> Attempt | Rejected:
+        """Answer the awaiting run's ticket with ``value`` and start its next attempt here
+        (or queue it behind its thread); the refusal if the run moved on meanwhile.
+
+        Raises:
+            NotActive: the parent's attempt has begun to end (a child).
+            RuntimeClosed: the runtime is shutting down.
+        """
+        attempt = self.stored_attempt(
+            record, body, parent=parent, resume_value=value, ticket=ticket
+        )
+        expect = _expect_awaiting(record.generation, ticket)
+        detail = _resume_detail(ticket.correlation_id)
+        result = await self.admit(Admission(attempt=attempt, expect=expect, detail=detail))
+        return result if isinstance(result, Rejected) else attempt
 
     @property
     def poll_interval(self) -> float:
@@ -354,9 +414,9 @@ class Supervisor:
     def lose(self, run_id: str, why: str) -> None:
         """This runtime's claim on the root run is lost: its attempt (and every child of
         it) stops at once and commits nothing."""
-        self.held.pop(run_id, None)
+        self.claim_book.forget(run_id)
         attempt = self.registry.get(run_id) or self.queued.get(run_id)
-        if attempt is not None and not attempt.sealed:
+        if attempt is not None and attempt.phase != "sealed":
             attempt.request_end(lost(why, claim_lost=True))
 
     def lose_attempt(self, attempt: Attempt, why: str) -> None:
@@ -365,6 +425,107 @@ class Supervisor:
         while root.parent is not None:
             root = root.parent
         self.lose(root.run_id, why)
+
+    # ------------------------------------------------------------------ serving (ServingHost)
+
+    def names(self) -> list[str]:
+        return list(self.named)
+
+    def changed_event(self) -> trio.Event:
+        return self.mailbox.changed_event()
+
+    def thread_taken(self, thread_id: str) -> bool:
+        return self.gate.holder(thread_id) is not None
+
+    def watched(self) -> Watched:
+        return Watched(
+            tuple(a for a in (*self.registry.all(), *self.queued.values()) if a.phase != "sealed")
+        )
+
+    def _attempt_here(self, run_id: str) -> Attempt | None:
+        """The run's attempt here that control may still reach: running, or waiting for
+        its thread."""
+        attempt = self.registry.get(run_id) or self.queued.get(run_id)
+        return None if attempt is None or attempt.phase == "sealed" else attempt
+
+    def apply_stored(self, command: StoredCommand) -> None:
+        attempt = self._attempt_here(command.run_id)
+        if attempt is not None:
+            attempt.apply_stored(command.id, command.kind, command.payload, command.reason)
+
+    def ended_elsewhere(self, run_id: str, state: Ended) -> None:
+        attempt = self.registry.get(run_id)
+        if attempt is not None and attempt.phase != "sealed":
+            # The store holds the truth: the attempt commits nothing; then it lets its
+            # claim go, which frees the run's thread.
+            attempt.request_end(lost(f"the run was ended elsewhere: {state!r}", claim_lost=False))
+
+    async def start_stored(self, record: RunRecord, *, fence: Fence | None) -> ServedRun | None:
+        """Start an attempt of a root run found in the store (serving): queued, due for its
+        scheduled resume, or recovered from a lost owner (``fence``: the claim recovery
+        took for it). None if it is not this runtime's to start after all: no body here,
+        another runtime took it first, or its thread is busy elsewhere."""
+        body = self.body_for(record.run_id, record.name)
+        state = record.state
+        if body is None:
+            await self._drop_recovered(record.run_id, fence)
+            return None
+        ticket = None
+        if fence is not None:
+            expect = Expect(generation=record.generation, state=Running)
+            detail = _DETAIL_RECOVERED
+        elif isinstance(state, Awaiting):
+            ticket = state.ticket
+            expect = _expect_awaiting(record.generation, ticket)
+            detail = _DETAIL_SCHEDULED
+        else:
+            expect = Expect(generation=record.generation, state=Queued)
+            detail = _DETAIL_SERVED
+        attempt = self.stored_attempt(record, body, ticket=ticket)
+        admission = Admission(
+            attempt=attempt,
+            expect=expect,
+            detail=detail,
+            fence=fence,
+            # A queued run, or a recovered one, is handed the answer the store keeps for it
+            # (a scheduled resume answers its own ticket, with None).
+            take_handover=ticket is None,
+            when_busy_elsewhere="refuse",
+        )
+        result = await self.admit(admission)
+        if isinstance(result, Rejected) or not attempt.started:
+            if (
+                fence is not None
+                and isinstance(result, Rejected)
+                and result.reason is RejectReason.THREAD_BUSY
+            ):
+                await self._queue_recovered(record, fence)
+            else:
+                await self._drop_recovered(record.run_id, fence)
+            return None
+        return attempt
+
+    async def _queue_recovered(self, record: RunRecord, fence: Fence) -> None:
+        """A run recovered onto a thread another run's attempt holds: it waits ``Queued``
+        (its claim released) and runs, generation + 1, when the thread frees."""
+        with trio.CancelScope(shield=True), contextlib.suppress(StoreError, RuntimeClosed):
+            await self.mailbox.commit(
+                Commit(
+                    run_id=record.run_id,
+                    state=Queued(),
+                    generation=record.generation,
+                    expect=Expect(generation=record.generation, state=Running),
+                    at=self.now_for_end()[0],
+                    detail=_DETAIL_RECOVERED,
+                    fence=fence,
+                    release=True,
+                )
+            )
+
+    async def _drop_recovered(self, run_id: str, fence: Fence | None) -> None:
+        # A claim recovery took for a run that cannot start here goes back at once.
+        if fence is not None and self.claims is not None:
+            await self.claim_book.release(run_id)
 
     async def load_commands(self, attempt: Attempt) -> None:
         """Durable stores: commands stored for the run before this attempt began (sent
@@ -435,17 +596,7 @@ class Supervisor:
             self._admitting -= 1
             self._maybe_close_admissions()
 
-    async def admit(
-        self,
-        attempt: Attempt,
-        expect: Expect,
-        new_run: NewRun | None,
-        detail: FrozenDict,
-        *,
-        fence: Fence | None = None,
-        take_handover: bool = False,
-        queue_if_busy: bool = True,
-    ) -> CommitResult:
+    async def admit(self, admission: Admission) -> CommitResult:
         """Commit ``Running`` (thread free) or ``Queued`` (thread busy) and spawn the actor.
 
         The clock is read first and the actor's place is reserved before the thread is
@@ -456,15 +607,17 @@ class Supervisor:
         On a durable store a root attempt also takes its run's claim (or comes with the
         ``fence`` of a claim already taken, for a recovery), every commit of its tree is
         made under that claim, and a thread busy in another runtime makes the run wait
-        ``Queued`` here (``queue_if_busy``) or refuses the admission (`Rejected`).
+        ``Queued`` here or refuses the admission (`Rejected`), as
+        ``when_busy_elsewhere`` says.
         ``take_handover`` takes the resume value and ticket the store holds for the run
-        (a queued resume this runtime did not make, or the answer a lost or released
+        (a queued resume this runtime did not make, or the answer a lost or handed-back
         attempt was running with).
 
         Raises:
             RuntimeClosed: the runtime is shutting down (top-level runs).
             NotActive: the parent's attempt has begun to end (children).
         """
+        attempt, expect, new_run = admission.attempt, admission.expect, admission.new_run
         at = self.now()
         parent = attempt.parent
         nursery = self.reserve(parent)
@@ -481,11 +634,11 @@ class Supervisor:
             attempt.gate_waiter = self.gate.enqueue(thread_id, attempt)
             attempt.queued_generation = committed_generation = generation - 1
             state = Queued()
-        if fence is not None:
-            attempt.fence = fence
+        if admission.fence is not None:
+            attempt.fence = admission.fence
         # The effect of the commit, in its step: a partial rather than a closure, as it lives
         # as long as the commit waits for the mailbox.
-        on_commit = functools.partial(self._admitted_effect, attempt, take_handover)
+        on_commit = functools.partial(self._admitted_effect, admission)
         claims = self.claims
         commit = Commit(
             run_id=run_id,
@@ -499,7 +652,7 @@ class Supervisor:
             # waits in), so an attempt that replaces this one is handed it too.
             resume_value=attempt.resume_value,
             resume_ticket=attempt.ticket,
-            detail=detail,
+            detail=admission.detail,
         )
         if claims is not None and is_running:
             self._claim_fields(commit, attempt)
@@ -508,11 +661,11 @@ class Supervisor:
             if (
                 isinstance(result, Rejected)
                 and result.reason is RejectReason.THREAD_BUSY
-                and queue_if_busy
+                and admission.when_busy_elsewhere == "queue"
             ):
                 # The thread is busy in another runtime: the run waits Queued here, and
                 # its actor retries when the store changes.
-                attempt.remote_wait = True
+                attempt.phase = "waiting_elsewhere"
                 attempt.queued_generation = generation - 1
                 attempt.commands_before = True
                 queued = Commit(
@@ -525,7 +678,7 @@ class Supervisor:
                     resume_value=attempt.resume_value,
                     resume_ticket=attempt.ticket,
                     fence=None if parent is None else attempt.fence,
-                    detail=detail,
+                    detail=admission.detail,
                 )
                 # The rejection gave our place on the thread back: take it again (or
                 # queue for it) so no run of ours starts on it meanwhile.
@@ -542,25 +695,27 @@ class Supervisor:
             return result
         except BaseException:
             if not attempt.started and run_id not in self.queued:
-                self._release_thread(attempt)  # nothing was committed: give the thread back
+                self._free_thread(attempt)  # nothing was committed: give the thread back
             raise
         finally:
             self._unreserve(parent)
 
-    def _admitted(self, attempt: Attempt, take_handover: bool, result: CommitResult) -> None:
+    def _admitted(self, admission: Admission, result: CommitResult) -> None:
         """The effect of an admission's commit: register the attempt (or queue it, if it
         was committed ``Queued``), or give its thread back if the store refused it."""
+        attempt = admission.attempt
         if isinstance(result, Rejected):
-            self._release_thread(attempt)
+            self._free_thread(attempt)
             return
         run_id = attempt.run_id
         attempt.start_seq = result.last_seq
         if attempt.queued_generation is None:  # committed Running
             attempt.started = True
-            attempt.carried = result.taken_messages
+            attempt.phase = "running"
+            attempt.carry(result.taken_messages)
             if result.taken_pause:
                 attempt.pause_requested = True
-            if take_handover:
+            if admission.take_handover:
                 attempt.resume_value = result.resume_value
                 attempt.ticket = result.resume_ticket
             self._hold(attempt, result.epoch)
@@ -568,6 +723,8 @@ class Supervisor:
             if self.observer is not None:
                 attempt.span = self.observer.started(attempt)
         else:
+            if attempt.phase == "admitting":  # not waiting on another runtime's thread
+                attempt.phase = "queued"
             self.queued[run_id] = attempt
         if self.bodies:
             self.bodies.pop(run_id, None)
@@ -592,7 +749,7 @@ class Supervisor:
         if epoch is not None and self.claims is not None:
             attempt.fence = Fence(attempt.run_id, self.claims.owner, epoch)
         if attempt.parent is None and attempt.fence is not None:
-            self.held[attempt.run_id] = attempt.fence.epoch
+            self.claim_book.hold(attempt.run_id, attempt.fence.epoch)
 
     def _refusal(self, attempt: Attempt) -> Exception:
         parent = attempt.parent
@@ -622,11 +779,11 @@ class Supervisor:
                 if result.reason is RejectReason.THREAD_BUSY:
                     busy = True
                     return
-                self._retire(attempt, result)
+                self.settle(attempt, _committed(result))
                 return
             attempt.started = True
-            attempt.remote_wait = False
-            attempt.carried = result.taken_messages
+            attempt.phase = "running"
+            attempt.carry(result.taken_messages)
             if result.taken_pause:
                 attempt.pause_requested = True
             self._hold(attempt, result.epoch)
@@ -650,7 +807,7 @@ class Supervisor:
         try:
             await self.mailbox.commit(commit, on_commit)
         except (StoreError, RuntimeClosed) as exc:
-            self._abandon(attempt, exc, ())
+            self.settle(attempt, CommitFailed.of(exc))
         return not busy
 
     async def commit_progress(self, attempt: Attempt, progress: JsonValue, steps: int) -> None:
@@ -785,21 +942,20 @@ class Supervisor:
         """
         if attempt.children:
             await self._end_parked_children(attempt)
-        attempt.sealed = True
+        attempt.phase = "sealed"
         if verdict.state is None:
-            self._let_go(attempt, None)
-            attempt.completion.abandon()
             request = attempt.request
-            if request is not None and request.claim_lost:
-                self.held.pop(attempt.run_id, None)  # lapsed or taken: left for recovery
-            else:
+            lost = Lost(claim_kept=request is None or not request.claim_lost)
+            self.settle(attempt, lost)
+            if lost.claim_kept:
                 await self._drop_claim(attempt)
+            else:
+                self.claim_book.forget(attempt.run_id)  # lapsed or taken: left for recovery
             return
         if isinstance(verdict.state, Queued) and not attempt.started:
-            # Released at shutdown while it waited for its thread: the store holds it
+            # Handed back at shutdown while it waited for its thread: the store holds it
             # Queued already, in its place in the queue.
-            self._let_go(attempt, None)
-            attempt.completion.abandon()
+            self.settle(attempt, HANDED_BACK)
             return
         # Messages the store holds (sent from anywhere) stay there: for the run's next
         # attempt, or for the messages_discarded event of its end.
@@ -853,53 +1009,47 @@ class Supervisor:
                 commit, functools.partial(self._ended_effect, attempt, verdict.state)
             )
         except (StoreError, RuntimeClosed) as exc:
-            self._abandon(attempt, exc, (*stranded, *messages))
+            self.settle(attempt, CommitFailed.of(exc, (*stranded, *messages)))
             return
         except Exception as exc:  # an effect of the commit failed: still answer everyone
-            self._abandon(attempt, StoreError(f"ending run {attempt.run_id!r} failed: {exc!r}"), ())
+            error = StoreError(f"ending run {attempt.run_id!r} failed: {exc!r}")
+            self.settle(attempt, CommitFailed.of(error))
             return
         if isinstance(result, Rejected) and result.reason is RejectReason.FENCED:
             _fenced(attempt, "its end")
-            self.held.pop(attempt.run_id, None)  # another runtime's claim now: hands off
+            self.claim_book.forget(attempt.run_id)  # another runtime's claim now: hands off
         elif self.claims is not None and (isinstance(result, Rejected) or not commit.release):
             await self._drop_claim(attempt)
         elif commit.release:
-            self.held.pop(attempt.run_id, None)
+            self.claim_book.forget(attempt.run_id)
 
     def _ended(self, attempt: Attempt, state: RunState, result: CommitResult) -> None:
         """The effect of an attempt's end commit (``state``): it is let go, and its waiters
         are answered."""
         if isinstance(result, Rejected) and result.reason is RejectReason.FENCED:
             # The claim is no longer ours: another runtime holds the truth now.
-            self._let_go(attempt, None)
-            attempt.completion.abandon()
-            return
-        if isinstance(state, Queued) and isinstance(result, Accepted):
-            # Released for another runtime at shutdown: not an end; waiters follow the
-            # store to the run's end wherever it happens.
-            self._let_go(attempt, None)
-            attempt.completion.abandon()
-            return
-        self._retire(attempt, result)
+            self.settle(attempt, _LOST_CLAIM)
+        elif isinstance(state, Queued) and isinstance(result, Accepted):
+            # Handed back for another runtime at shutdown.
+            self.settle(attempt, HANDED_BACK)
+        else:
+            self.settle(attempt, _committed(result))
 
     async def _drop_claim(self, attempt: Attempt) -> None:
         """A root attempt on a durable store is over: let its claim go (best effort: if the
         store cannot be reached, the lease lapses on its own)."""
         if self.claims is None or attempt.parent is not None:
             return
-        self.held.pop(attempt.run_id, None)
         if attempt.fence is None:
+            self.claim_book.forget(attempt.run_id)
             return
-        store = self.durable_store
-        assert store is not None
-        with trio.CancelScope(shield=True), contextlib.suppress(Exception):
-            await store.release(self.claims.owner, attempt.run_id)
+        await self.claim_book.release(attempt.run_id)
 
     async def _end_parked_children(self, attempt: Attempt) -> None:
         assert attempt.children is not None
         parked = [
             (child_id, child.generation)
-            for child_id, child in attempt.children.items()
+            for child_id, child in attempt.children.entries.items()
             if isinstance(child, ParkedChild)
         ]
         if not parked:
@@ -914,56 +1064,58 @@ class Supervisor:
                 # its parent's attempt, and cancel_run/stop_run still end it.
                 with contextlib.suppress(StoreError, RuntimeClosed):
                     await self.commit_end(child_id, generation, Awaiting, request)
-                attempt.children.pop(child_id, None)
+                attempt.children.entries.pop(child_id, None)
 
-    def _abandon(
-        self, attempt: Attempt, error: StoreError | RuntimeClosed, messages: tuple[JsonValue, ...]
-    ) -> None:
-        """The store refused the attempt's commit: let go of it without a new state.
+    def settle(self, attempt: Attempt, how: Settlement) -> None:
+        """Let the attempt go as ``how`` says, in one step: it is deregistered, its thread
+        freed, its parent's child map updated, and every waiter answered (with its
+        committed state, the store's truth to follow, or the store's error).
 
-        The run keeps its last committed state (an orphaned ``Running`` or ``Queued``
-        that ``cancel_run``/``stop_run`` can end later, discarding ``messages`` with an
-        event); whoever waits gets the error. On a durable store a root attempt's claim is
-        no longer renewed: nothing runs the run here any more, so its lease lapses and
-        recovery takes the run up again, as for any lost owner.
+        A failed commit (`CommitFailed`) leaves the run its last committed state (an
+        orphaned ``Running`` or ``Queued`` that ``cancel_run``/``stop_run`` can end later,
+        discarding the kept messages with an event). On a durable store a root attempt's
+        claim is then no longer renewed: nothing runs the run here any more, so its lease
+        lapses and recovery takes the run up again, as for any lost owner.
         """
-        if self.claims is not None and attempt.parent is None:
-            self.held.pop(attempt.run_id, None)
-        if messages:
-            self.stranded[attempt.run_id] = messages
+        if type(how) is Committed:
+            state = how.state
+            self._let_go(attempt, state)
+            if isinstance(state, Awaiting):
+                self.bodies[attempt.run_id] = attempt.body
+                wake = wake_at(state.ticket)
+                if wake is not None and self.on_scheduled is not None:
+                    self.on_scheduled(wake, attempt.run_id, state.ticket.correlation_id)
+            attempt.completion.set(state)
+            return
+        if type(how) is CommitFailed:
+            if self.claims is not None and attempt.parent is None:
+                self.claim_book.forget(attempt.run_id)
+            if how.messages:
+                self.stranded[attempt.run_id] = how.messages
+            self._let_go(attempt, None)
+            logger.error(
+                "run %r attempt %d could not be committed: %s"
+                " (the run keeps its last committed state)",
+                attempt.run_id,
+                attempt.generation,
+                how.error,
+                extra={"run_id": attempt.run_id},
+            )
+            attempt.completion.fail(how.error)
+            return
+        # Lost or handed back: no state of its own.
         self._let_go(attempt, None)
-        if not isinstance(error, StoreError):
-            error = StoreError(str(error), outcome_unknown=False)
-        logger.error(
-            "run %r attempt %d could not be committed: %s (the run keeps its last committed state)",
-            attempt.run_id,
-            attempt.generation,
-            error,
-            extra={"run_id": attempt.run_id},
-        )
-        attempt.completion.fail(error)
-
-    def _retire(self, attempt: Attempt, result: CommitResult) -> None:
-        """Deregister, free the thread and release waiters: the commit's own step."""
-        state = result.state
-        assert state is not None
-        self._let_go(attempt, state)
-        if isinstance(state, Awaiting):
-            self.bodies[attempt.run_id] = attempt.body
-            wake = wake_at(state.ticket)
-            if wake is not None and self.on_scheduled is not None:
-                self.on_scheduled(wake, attempt.run_id, state.ticket.correlation_id)
-        attempt.completion.set(state)
+        attempt.completion.defer_to_store()
 
     def _let_go(self, attempt: Attempt, state: RunState | None) -> None:
-        attempt.sealed = True
+        attempt.phase = "sealed"
         self.registry.deregister(attempt)
-        self._release_thread(attempt)
+        self._free_thread(attempt)
         run_id = attempt.run_id
         if self.queued.get(run_id) is attempt:
             del self.queued[run_id]
         parent = attempt.parent
-        siblings = None if parent is None else parent.children
+        siblings = None if parent is None or parent.children is None else parent.children.entries
         if siblings is not None and siblings.get(run_id) is attempt:
             if isinstance(state, Awaiting):
                 # Still the parent's, to be ended with it.
@@ -971,11 +1123,11 @@ class Supervisor:
             else:
                 del siblings[run_id]
 
-    def _release_thread(self, attempt: Attempt) -> None:
+    def _free_thread(self, attempt: Attempt) -> None:
         if attempt.gate_waiter is not None:
             self.gate.withdraw(attempt.gate_waiter)
         else:
-            self.gate.release(attempt.thread_id, attempt)
+            self.gate.free(attempt.thread_id, attempt)
 
     async def commit_end(
         self,
@@ -998,7 +1150,8 @@ class Supervisor:
             if isinstance(result, Accepted):
                 self.bodies.pop(run_id, None)
                 parent = None if parent_run_id is None else self.registry.get(parent_run_id)
-                siblings = None if parent is None else parent.children
+                children = None if parent is None else parent.children
+                siblings = None if children is None else children.entries
                 if siblings is not None and isinstance(siblings.get(run_id), ParkedChild):
                     del siblings[run_id]
             elif stranded:
@@ -1046,8 +1199,8 @@ class Supervisor:
         for attempt in (*self.registry.all(), *self.queued.values()):
             # On a durable store a named root run goes back to Queued for another runtime
             # (its children end Stopped first); anything else ends Stopped.
-            released = self.claims is not None and attempt.parent is None and attempt.name
-            attempt.request_end(RELEASE if released else SHUTDOWN)
+            hand_back = self.claims is not None and attempt.parent is None and attempt.name
+            attempt.request_end(HAND_BACK if hand_back else SHUTDOWN)
         if self._actors is not None:
             self._actors.cancel_scope.cancel(reason="runtime shutdown")
         self._maybe_close_admissions()
@@ -1091,6 +1244,24 @@ def _fenced(attempt: Attempt, what: str) -> None:
         what,
         extra={"run_id": attempt.run_id},
     )
+
+
+_LOST_CLAIM = Lost(claim_kept=False)
+
+
+def _committed(result: CommitResult) -> Committed:
+    """An end the store answered: the state it committed, or the one it holds instead."""
+    assert result.state is not None
+    return Committed(result.state)
+
+
+def _expect_awaiting(generation: int, ticket: ResumeTicket) -> Expect:
+    """The fence of a commit that answers ``ticket`` of a run awaiting at ``generation``."""
+    return Expect(generation=generation, state=Awaiting, correlation_id=ticket.correlation_id)
+
+
+def _resume_detail(correlation_id: str) -> FrozenDict:
+    return freeze_detail({"source": "resume", "correlation_id": correlation_id}, "detail")
 
 
 def _with_clock_error(detail: FrozenDict, clock_error: str | None) -> FrozenDict:

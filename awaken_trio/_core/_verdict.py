@@ -23,7 +23,7 @@ import outcome
 import trio
 
 from ._attempt import EndRequest, StepCeiling, SuspendAttempt
-from ._errors import InvalidPayload, MaxStepsReached, RunError
+from ._errors import InvalidPayload, MaxStepsReached, RunError, RuntimeClosed, StoreError
 from ._json import (
     EMPTY_DICT,
     FrozenDict,
@@ -53,7 +53,7 @@ _MAX_MESSAGE = 4000
 
 NATURAL_END: RunState = Ended(NaturalEnd())  # frozen, so one instance serves every run
 QUEUED: RunState = Queued()
-_RELEASED = scalar_dict({"source": "shutdown", "reason": "released for another runtime"})
+_HANDED_BACK = scalar_dict({"source": "shutdown", "reason": "released for another runtime"})
 
 
 class Ending(enum.Enum):
@@ -214,9 +214,9 @@ def decide(
             )
         if ending is Ending.FAILURE or (ending is Ending.CANCELLED and cancelled is None):
             return failure(classified.error, cancelled or pending)
-    if cancelled is not None and cancelled.disposition == "release":
+    if cancelled is not None and cancelled.disposition == "hand_back":
         # Shutdown of a durable store: the run goes back to Queued for another runtime.
-        return Verdict(QUEUED, detail=_RELEASED)
+        return Verdict(QUEUED, detail=_HANDED_BACK)
     if cancelled is not None:
         events: tuple[EventDraft, ...] = ()
         if isinstance(result, outcome.Value):
@@ -302,3 +302,56 @@ def _leaves(exc: BaseException) -> list[BaseException]:
             out.extend(_leaves(inner))
         return out
     return [exc]
+
+
+# ---------------------------------------------------------------- how an attempt leaves
+
+
+@final
+@attrs.frozen
+class Committed:
+    """The store holds the attempt's end: ``state`` (its ``Awaiting`` or ``Ended``, or,
+    if the store refused the end because the run had moved on, the state it holds)."""
+
+    state: RunState
+
+
+@final
+@attrs.frozen
+class HandedBack:
+    """The run went back to ``Queued`` for another runtime at shutdown (or never left it):
+    not an end; whoever waits follows the store to the run's end wherever it happens."""
+
+
+@final
+@attrs.frozen
+class Lost:
+    """The attempt lost its run and committed nothing: the store holds the truth.
+    ``claim_kept``: the claim is still this runtime's (the run was ended elsewhere), so it
+    is released once the attempt has stopped; else it lapsed or is another's."""
+
+    claim_kept: bool
+
+
+@final
+@attrs.frozen
+class CommitFailed:
+    """The store failed to take the attempt's end: the run keeps its last committed state,
+    ``messages`` are kept for whichever commit ends it later, and waiters get ``error``."""
+
+    error: StoreError
+    messages: tuple[JsonValue, ...] = ()
+
+    @classmethod
+    def of(
+        cls, error: StoreError | RuntimeClosed, messages: tuple[JsonValue, ...] = ()
+    ) -> CommitFailed:
+        if not isinstance(error, StoreError):
+            error = StoreError(str(error), outcome_unknown=False)
+        return cls(error, messages)
+
+
+Settlement = Committed | HandedBack | Lost | CommitFailed
+"""How an attempt leaves its supervisor (`Supervisor.settle` carries it out)."""
+
+HANDED_BACK = HandedBack()

@@ -42,8 +42,8 @@ from .._core import (
     Runtime,
     RuntimeClosed,
     Store,
-    open_runtime,
 )
+from .._open import open_runtime
 
 T = TypeVar("T")
 

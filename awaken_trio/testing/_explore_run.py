@@ -38,9 +38,9 @@ from .._core import (
     Runtime,
     Stopped,
     current_attempt,
-    open_runtime,
     run_attempt,
 )
+from .._open import open_runtime
 from ..store import MemoryStore
 
 Command = Literal["cancel", "stop", "pause"]
@@ -239,7 +239,7 @@ class _Probe(trio.abc.Instrument):
                 # stop_run's own request, made synchronously at this step (stop_run itself
                 # yields before it asks).
                 attempt = runtime._registry.get(ROOT)
-                if attempt is None or attempt.sealed:
+                if attempt is None or attempt.phase == "sealed":
                     return False
                 attempt.request_end(EndRequest(Stopped(STOP_REASON), "stop_run", STOP_REASON))
         except NotActive:

@@ -1,5 +1,7 @@
-"""Keeping claims: the lease of every root run this runtime executes is renewed every third
-of the lease; a claim the store says is lost (superseded, released, expired) stops its
+"""Keeping claims: the claim book (the claims this runtime holds, kept for the supervisor
+through the kernel's `Claims` port, with `NoClaims` for a store without claims), and its
+keeper. The lease of every root run this runtime executes is renewed every third of the
+lease; a claim the store says is lost (superseded, released, expired) stops its
 attempt at once, and so does every claim if the store cannot be reached for a whole lease.
 
 A renewal that fails is logged (logger ``awaken_trio.worker``) and tried again at the next
@@ -14,18 +16,59 @@ from typing import final
 import trio
 from trio_util import periodic
 
-from .._core import DurableStore, Supervisor
+from .._core import ClaimSettings, DurableStore, ServingHost
 
 logger = logging.getLogger("awaken_trio.worker")
 
 
 @final
+class ClaimBook:
+    """The claims this runtime holds on a durable store: root run id -> epoch.
+
+    Invariant: `held` names exactly the claims the keeper renews; a run leaves it when its
+    attempt here is over (`forget`, `release`) or its claim is lost.
+    """
+
+    def __init__(self, settings: ClaimSettings, store: DurableStore) -> None:
+        self.settings: ClaimSettings = settings
+        self.store = store
+        self.held: dict[str, int] = {}
+
+    def hold(self, run_id: str, epoch: int) -> None:
+        self.held[run_id] = epoch
+
+    def forget(self, run_id: str) -> None:
+        self.held.pop(run_id, None)
+
+    async def release(self, run_id: str) -> None:
+        self.held.pop(run_id, None)
+        with trio.CancelScope(shield=True), contextlib.suppress(Exception):
+            await self.store.release(self.settings.owner, run_id)
+
+
+@final
+class NoClaims:
+    """The claim book of a store without claims: nothing is ever held."""
+
+    settings: None = None
+
+    def hold(self, run_id: str, epoch: int) -> None:
+        pass
+
+    def forget(self, run_id: str) -> None:
+        pass
+
+    async def release(self, run_id: str) -> None:
+        await trio.lowlevel.checkpoint()
+
+
+@final
 class ClaimKeeper:
-    def __init__(self, supervisor: Supervisor, store: DurableStore) -> None:
-        assert supervisor.claims is not None
-        self._supervisor = supervisor
-        self._store = store
-        self._settings = supervisor.claims
+    def __init__(self, host: ServingHost, book: ClaimBook) -> None:
+        self._host = host
+        self._book = book
+        self._store = book.store
+        self._settings = book.settings
         # When (Trio's clock, here) every claim held was last known to have a whole lease
         # ahead of it: the last renewal that succeeded, or the last time none was held (a
         # claim taken since then was taken with a whole lease).
@@ -39,8 +82,7 @@ class ClaimKeeper:
                 await self.renew()
 
     async def renew(self) -> None:
-        supervisor = self._supervisor
-        held = dict(supervisor.held)
+        held = dict(self._book.held)
         # How long the store was unreachable is measured on Trio's clock, here; the
         # leases themselves run on the store's clock, never on the runtime's ``clock=``.
         now = trio.current_time()
@@ -83,4 +125,4 @@ class ClaimKeeper:
                 run_id,
                 extra={"run_id": run_id},
             )
-            supervisor.lose(run_id, "its claim was lost (lease expired or superseded)")
+            self._host.lose(run_id, "its claim was lost (lease expired or superseded)")

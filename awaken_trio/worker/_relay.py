@@ -17,7 +17,7 @@ from typing import Final, Protocol, final, runtime_checkable
 import trio
 from trio_util import periodic
 
-from .._core import DurableStore, Ended, Supervisor, lost
+from .._core import ClaimSettings, DurableStore, Ended, ServingHost
 
 logger = logging.getLogger("awaken_trio.worker")
 
@@ -47,16 +47,15 @@ class NoticesChanges(Protocol):
 
 @final
 class StoreRelay:
-    def __init__(self, supervisor: Supervisor, store: DurableStore) -> None:
-        assert supervisor.claims is not None
-        self._supervisor = supervisor
+    def __init__(self, host: ServingHost, store: DurableStore, settings: ClaimSettings) -> None:
+        self._host = host
         self._store = store
-        self._poll = supervisor.claims.poll
+        self._poll = settings.poll
         self._version: int | None = None
         # The highest command id read so far. Every read covers every attempt here, so a
         # command of an attempt the relay already knew with a lower id was in an earlier
         # read (ids grow in the order commands are stored); an attempt it did not know yet
-        # is read from the start instead (`Attempt.relayed`).
+        # is read from the start instead (`Watched.fresh`).
         self._last_command = 0
         self._failing = False
 
@@ -109,36 +108,29 @@ class StoreRelay:
         """Relay what changed in the store since the last poll; whether anything did.
         An attempt the relay has not read yet is read from its first stored command, even
         when the store's version has not moved (its command may have come before)."""
-        supervisor = self._supervisor
+        host = self._host
         version = await self._store.version()
-        registry = supervisor.registry
         # Attempts waiting here for their thread are read too: a cancel ends them at once.
-        attempts = [a for a in (*registry.all(), *supervisor.queued.values()) if not a.sealed]
-        fresh = any(not a.relayed for a in attempts)
+        watched = host.watched()
+        fresh = watched.fresh
         if version == self._version and not fresh:
             return False
         if version != self._version:
             self._version = version
-            supervisor.store_changed_elsewhere()
-        if not attempts:
+            host.store_changed_elsewhere()
+        run_ids = watched.run_ids
+        if not run_ids:
             return True
         after = 0 if fresh else self._last_command
-        for command in await self._store.commands([a.run_id for a in attempts], after):
+        for command in await self._store.commands(run_ids, after):
             self._last_command = max(self._last_command, command.id)
-            attempt = registry.get(command.run_id) or supervisor.queued.get(command.run_id)
-            if attempt is not None and not attempt.sealed:
-                attempt.apply_stored(command.id, command.kind, command.payload, command.reason)
-        for attempt in attempts:
-            attempt.relayed = True
-        active = [a.run_id for a in attempts if a.started]
+            host.apply_stored(command)
+        watched.mark_relayed()
+        active = watched.running()
         if not active:
             return True
         for run_id, state in (await self._store.states(active)).items():
-            attempt = registry.get(run_id)
-            if isinstance(state, Ended) and attempt is not None and not attempt.sealed:
-                # Ended by another runtime while its attempt runs here: the attempt stops
-                # at once and commits nothing (the store holds the truth); then it lets
-                # its claim go, which frees the run's thread.
-                why = f"the run was ended elsewhere: {state!r}"
-                attempt.request_end(lost(why, claim_lost=False))
+            if isinstance(state, Ended):
+                # Ended by another runtime while its attempt runs here.
+                host.ended_elsewhere(run_id, state)
         return True

@@ -159,18 +159,18 @@ def test_release_hands_over_in_fifo_order_and_last_release_empties_the_map() -> 
     w2 = gate.enqueue("t", h2)
     w3 = gate.enqueue("t", h3)
 
-    gate.release("t", h1)
+    gate.free("t", h1)
     assert w2.granted
     assert not w3.granted
     assert gate.holder("t") is h2
     assert len(gate) == 1
 
-    gate.release("t", h2)
+    gate.free("t", h2)
     assert w3.granted
     assert gate.holder("t") is h3
     assert len(gate) == 1
 
-    gate.release("t", h3)
+    gate.free("t", h3)
     assert len(gate) == 0
     assert gate.holder("t") is None
     # The thread is free again for anyone.
@@ -182,9 +182,9 @@ def test_release_by_a_non_holder_changes_nothing() -> None:
     h1, h2, stranger = object(), object(), object()
     gate.try_acquire("t", h1)
     w2 = gate.enqueue("t", h2)
-    gate.release("t", stranger)
-    gate.release("t", h2)  # a waiter is not the holder
-    gate.release("unknown-thread", h1)
+    gate.free("t", stranger)
+    gate.free("t", h2)  # a waiter is not the holder
+    gate.free("unknown-thread", h1)
     assert gate.holder("t") is h1
     assert not w2.granted
     assert len(gate) == 1
@@ -201,12 +201,12 @@ def test_withdraw_of_a_waiting_waiter_removes_it_from_the_queue() -> None:
     assert gate.holder("t") is h1  # withdrawing a waiter never frees the thread
     assert len(gate) == 1
 
-    gate.release("t", h1)
+    gate.free("t", h1)
     assert not w2.granted
     assert w3.granted
     assert gate.holder("t") is h3
 
-    gate.release("t", h3)
+    gate.free("t", h3)
     assert len(gate) == 0
 
 
@@ -216,7 +216,7 @@ def test_withdraw_of_the_only_waiter_then_release_empties_the_map() -> None:
     gate.try_acquire("t", h1)
     w2 = gate.enqueue("t", h2)
     gate.withdraw(w2)
-    gate.release("t", h1)
+    gate.free("t", h1)
     assert not w2.granted
     assert len(gate) == 0
 
@@ -227,7 +227,7 @@ def test_withdraw_of_a_granted_waiter_passes_the_thread_on() -> None:
     gate.try_acquire("t", h1)
     w2 = gate.enqueue("t", h2)
     w3 = gate.enqueue("t", h3)
-    gate.release("t", h1)
+    gate.free("t", h1)
     assert w2.granted
 
     gate.withdraw(w2)
@@ -247,7 +247,7 @@ def test_withdraw_twice_and_after_the_gate_is_gone_is_harmless() -> None:
     w2 = gate.enqueue("t", h2)
     gate.withdraw(w2)
     gate.withdraw(w2)
-    gate.release("t", h1)
+    gate.free("t", h1)
     gate.withdraw(w2)
     assert len(gate) == 0
 
@@ -259,12 +259,12 @@ def test_threads_are_independent() -> None:
     assert gate.try_acquire("t2", b)
     wc = gate.enqueue("t1", c)
     assert len(gate) == 2
-    gate.release("t2", b)
+    gate.free("t2", b)
     assert not wc.granted
     assert len(gate) == 1
-    gate.release("t1", a)
+    gate.free("t1", a)
     assert wc.granted
-    gate.release("t1", c)
+    gate.free("t1", c)
     assert len(gate) == 0
 
 
@@ -276,7 +276,7 @@ def test_attempts_as_gate_holders() -> None:
     waiter = gate.enqueue("t", second)
     assert waiter.holder is second
     assert waiter.thread_id == "t"
-    gate.release("t", first)
+    gate.free("t", first)
     assert gate.holder("t") is second
     gate.withdraw(waiter)
     assert len(gate) == 0
@@ -300,15 +300,15 @@ async def test_waiter_wait_blocks_until_granted_in_fifo_order() -> None:
         await trio.testing.wait_all_tasks_blocked()
         assert order == []
 
-        gate.release("t", h1)
+        gate.free("t", h1)
         await trio.testing.wait_all_tasks_blocked()
         assert order == ["w2"]
 
-        gate.release("t", h2)
+        gate.free("t", h2)
         await trio.testing.wait_all_tasks_blocked()
         assert order == ["w2", "w3"]
 
-    gate.release("t", h3)
+    gate.free("t", h3)
     assert len(gate) == 0
 
 
@@ -317,7 +317,7 @@ async def test_granted_waiter_wait_returns_immediately() -> None:
     h1, h2 = object(), object()
     gate.try_acquire("t", h1)
     w2 = gate.enqueue("t", h2)
-    gate.release("t", h1)
+    gate.free("t", h1)
     with trio.fail_after(1):
         await w2.wait()
     assert w2.granted

@@ -34,6 +34,7 @@ from awaken_trio import (
 )
 from awaken_trio.store import Store
 from awaken_trio.worker._cadence import IDLE_CEILING
+from awaken_trio.worker._claims import ClaimBook
 
 Body = Callable[[RunContext], Any]
 
@@ -81,13 +82,15 @@ class Stall:
     restores them, so its next renewal finds them lost."""
 
     def __init__(self, runtime: Runtime) -> None:
-        self._supervisor = runtime._supervisor
+        book = runtime._supervisor.claim_book
+        assert isinstance(book, ClaimBook), "a stall needs a durable store's claims"
+        self._book = book
         self._held: dict[str, int] = {}
 
     def __enter__(self) -> Stall:
-        self._held = dict(self._supervisor.held)
+        self._held = dict(self._book.held)
         assert self._held, "a stall needs a claim to stall"
-        self._supervisor.held.clear()
+        self._book.held.clear()
         return self
 
     def __exit__(
@@ -96,7 +99,7 @@ class Stall:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self._supervisor.held.update(self._held)
+        self._book.held.update(self._held)
 
 
 async def past_lease(lease: float = LEASE) -> None:

@@ -12,7 +12,7 @@ from typing import final
 
 import trio
 
-from .._core import AwakenError
+from ._errors import AwakenError
 
 Resume = Callable[[str, str], Awaitable[object]]
 Clock = Callable[[], float]

@@ -1,0 +1,72 @@
+"""`RunSpec`: a new run as its caller asked for it, checked once."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, final
+
+import attrs
+
+from ._json import JsonValue, check_payload
+from ._validate import check_body, check_id, check_max_steps, check_name, new_run_id
+
+if TYPE_CHECKING:
+    from ._attempt import Attempt, Body
+
+
+@final
+@attrs.frozen(kw_only=True)
+class RunSpec:
+    """What a run is started with: its body, input, ids, name, step budget and parent.
+
+    Invariant: built by `checked` from a caller's arguments, or from a record the store
+    holds (whose values were checked when they were committed): every field has passed its
+    check, ``input`` is frozen JSON, and ``run_id`` and ``thread_id`` are set (a fresh id,
+    and the run's own thread, by default).
+    """
+
+    body: Body
+    input: JsonValue
+    run_id: str
+    thread_id: str
+    name: str | None = None
+    max_steps: int | None = None
+    # The attempt a child run lives in (None: a top-level run).
+    parent: Attempt | None = None
+
+    @classmethod
+    def checked(
+        cls,
+        body: Body,
+        *,
+        input: JsonValue,
+        run_id: str | None,
+        thread_id: str | None,
+        name: str | None,
+        max_steps: int | None,
+        parent: Attempt | None,
+        max_payload_bytes: int,
+    ) -> RunSpec:
+        """Check a caller's arguments for a new run (nothing is committed if one is bad).
+
+        Raises:
+            InvalidBody, InvalidArgument, InvalidPayload: the argument named is bad.
+        """
+        check_body(body)
+        if run_id is not None:
+            check_id(run_id, "run_id")
+        if thread_id is not None:
+            check_id(thread_id, "thread_id")
+        if name is not None:
+            check_name(name)
+        if max_steps is not None:
+            check_max_steps(max_steps)
+        run_id = run_id or new_run_id()
+        return cls(
+            body=body,
+            input=check_payload(input, f"input of run {run_id!r}", max_payload_bytes),
+            run_id=run_id,
+            thread_id=thread_id or run_id,
+            name=name,
+            max_steps=max_steps,
+            parent=parent,
+        )
