@@ -288,8 +288,14 @@
       result.dataset.error = status === 200 || status === 0 ? "" : data.error;
       result.appendChild(line);
       if (status !== 0) {
+        // The API's answer as it came, folded: the line above already says what it means.
+        const details = document.createElement("details");
+        const summary = document.createElement("summary");
+        summary.textContent = "the API's answer";
         text.textContent = JSON.stringify(data, null, 2);
-        result.appendChild(text);
+        details.appendChild(summary);
+        details.appendChild(text);
+        result.appendChild(details);
       }
     }
 
