@@ -5,6 +5,7 @@ be unsafe or cannot work."""
 from __future__ import annotations
 
 import json
+import re
 import signal
 import socket
 import subprocess
@@ -182,3 +183,16 @@ async def test_the_same_started_helper_kills_what_it_started() -> None:
         pid = process.process.pid
     assert process.process.returncode is not None
     assert pid > 0
+
+
+def test_the_command_list_names_ui(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["--help"])
+    assert exited.value.code == 0
+    listed = capsys.readouterr().out
+    assert re.search(r"^\s+ui\s+Serve the web dashboard", listed, re.M)
+    with pytest.raises(SystemExit):
+        main(["ui", "--help"])
+    help_text = capsys.readouterr().out
+    for option in ("--store", "--host", "--port", "--token", "AWAKEN_TRIO_UI_TOKEN"):
+        assert option in help_text
