@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import aclosing
 from functools import partial
 from importlib import resources
 from typing import Any, Final, get_args
@@ -62,6 +63,9 @@ EVENTS_MAX: Final = 10_000
 KEEPALIVE: Final = 15.0
 """Seconds between comment lines on an idle event stream (so proxies keep it open and a
 closed page is noticed)."""
+MAX_BODY: Final = 8 * 2**20
+"""The most bytes a control's body may have: twice the runtime's default payload limit
+(`open_runtime(max_payload_bytes=...)`), which checks the payload itself."""
 TREE_SCAN: Final = 2000
 """Runs newer than a run scanned for its descendants (see `descendants`)."""
 
@@ -212,12 +216,21 @@ async def listed(runtime: Runtime, filters: dict[str, Any]) -> list[RunRecord]:
 async def json_body(request: Request, allowed: dict[str, bool]) -> dict[str, JsonValue]:
     """A control's body: a JSON object whose keys are among ``allowed`` (mapped to whether
     each is required); an empty body is ``{}``."""
-    raw = await request.body()
-    if not raw.strip():
+    raw = bytearray()
+    async with aclosing(request.stream()) as chunks:
+        async for chunk in chunks:
+            raw += chunk
+            if len(raw) > MAX_BODY:
+                # Refused as it arrives: a huge body is never held whole.
+                raise _bad(
+                    f"the body is larger than {MAX_BODY} bytes, more than any payload the"
+                    " runtime accepts; send a smaller JSON object"
+                )
+    if not bytes(raw).strip():
         body: JsonValue = {}
     else:
         try:
-            text = raw.decode()
+            text = bytes(raw).decode()
         except UnicodeDecodeError:
             raise _bad("the body is not UTF-8 text; send a JSON object") from None
         body = parse_json(text, "the body")

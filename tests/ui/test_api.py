@@ -288,3 +288,13 @@ async def test_a_send_to_a_run_that_ended_meanwhile_is_refused_with_its_end() ->
         answer = await d.http.post(api("gone", "message"), json={"payload": "x"})
         assert answer.status_code == 409
         assert answer.json()["state"] == state_to_json(await d.runtime.state("gone"))
+
+
+async def test_a_body_larger_than_any_payload_is_400_and_changes_nothing() -> None:
+    async with dashboard() as d:
+        await d.runtime.submit("steps", run_id="big")
+        content = b"{" + b" " * (9 * 2**20) + b"}"  # a valid object, past the bound
+        answer = await d.http.post(api("big", "cancel"), content=content)
+        assert answer.status_code == 400
+        assert f"larger than {8 * 2**20} bytes" in answer.json()["message"]
+        assert await d.runtime.state("big") == RunState.Queued()
