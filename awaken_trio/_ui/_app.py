@@ -37,6 +37,7 @@ from .. import (
     RunRecord,
     RunState,
     Runtime,
+    StoreError,
     UnknownRun,
 )
 from .._cli._common import (
@@ -123,6 +124,8 @@ async def _answer(
         answer = Failure(failure_of(exc))
     except InvalidArgument as exc:
         answer = Failure(failure_of(exc), 400)
+    except StoreError as exc:  # unreachable, corrupt: 503, the message without passwords
+        answer = Failure(failure_of(exc))
     if html:
         page = _pages.error_page(answer.status, answer.failure.message)
         return HTMLResponse(page, answer.status)

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import pytest
 import trio
+from wrapped_stores import WrappedStore
 
-from awaken_trio import EndCause, LiveCommand, RunState
+from awaken_trio import EndCause, LiveCommand, RunRecord, RunState, StoreError
 from awaken_trio._cli._shapes import event_json, record_json, row_json
 from awaken_trio.store import state_to_json
 
-from .ui_helpers import XSS, api, asks, dashboard, settle, steps, waits
+from .ui_helpers import XSS, api, asks, dashboard, page, settle, steps, waits
 
 pytestmark = pytest.mark.usefixtures("autojump_clock")
 
@@ -298,3 +299,29 @@ async def test_a_body_larger_than_any_payload_is_400_and_changes_nothing() -> No
         assert answer.status_code == 400
         assert f"larger than {8 * 2**20} bytes" in answer.json()["message"]
         assert await d.runtime.state("big") == RunState.Queued()
+
+
+class FailingStore(WrappedStore):
+    """A memory store whose reads of one run fail, as a store that cannot be read does."""
+
+    async def load(self, run_id: str) -> RunRecord | None:
+        if run_id == "unreadable":
+            raise StoreError("cannot read postgresql://app:s3cret@db/runs: connection refused")
+        return await super().load(run_id)
+
+
+async def test_a_store_that_cannot_be_read_is_503_with_one_clear_line_and_no_password() -> None:
+    async with dashboard(store=FailingStore()) as d:
+        for method in ("GET", "POST"):
+            path = api("unreadable") if method == "GET" else api("unreadable", "pause")
+            answer = await d.http.request(method, path)
+            assert answer.status_code == 503
+            body = answer.json()
+            assert body["error"] == "store_error"
+            assert "connection refused" in body["message"]
+            assert "s3cret" not in answer.text
+        page_answer = await d.http.get(page("unreadable"))
+        assert page_answer.status_code == 503
+        assert "s3cret" not in page_answer.text
+        await d.runtime.submit("steps", run_id="readable")
+        assert (await d.http.get(api("readable"))).status_code == 200  # the rest still serves

@@ -14,6 +14,7 @@ import trio
 
 from awaken_trio import JsonValue, RunContext, Runtime, open_runtime
 from awaken_trio._ui import EventHub, dashboard_app
+from awaken_trio.store import Store
 
 BASE: Final = "http://127.0.0.1:8765"
 TOKEN: Final = "test-token-0123456789abcdef"
@@ -74,8 +75,10 @@ def page(run_id: str) -> str:
 
 
 @asynccontextmanager
-async def dashboard(*, token: str | None = None, **headers: str) -> AsyncIterator[Dashboard]:
-    async with open_runtime(bodies=BODIES) as runtime, trio.open_nursery() as nursery:
+async def dashboard(
+    *, token: str | None = None, store: str | Store = "memory://", **headers: str
+) -> AsyncIterator[Dashboard]:
+    async with open_runtime(store, bodies=BODIES) as runtime, trio.open_nursery() as nursery:
         hub = EventHub(runtime)
         await nursery.start(hub.run)
         app = dashboard_app(runtime, hub, token=token)
