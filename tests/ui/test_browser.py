@@ -11,7 +11,8 @@ import trio
 from awaken_trio import EndCause, LiveCommand, RunState, open_runtime
 
 from .browser_helpers import browser_page, need_browser
-from .server_helpers import TIMEOUT, ui_server, worker
+from .server_helpers import TIMEOUT, environment, ui_server, worker
+from .ui_helpers import TOKEN
 
 # Each starts a server, a worker and a browser: several seconds.
 pytestmark = [pytest.mark.usefixtures("browser"), pytest.mark.slow]
@@ -151,3 +152,35 @@ async def test_a_resume_value_the_ticket_refuses_is_shown_and_the_ticket_stays(
         assert refusal.startswith("refused (409): ticket_mismatch")
         async with open_runtime(store) as runtime:
             assert isinstance(await runtime.state("p"), RunState.Awaiting)
+
+
+async def test_a_page_opened_once_with_the_token_keeps_it_out_of_the_address_and_works(
+    store: str, tmp_path: Path
+) -> None:
+    async with open_runtime(store) as runtime:
+        await runtime.submit("steps", run_id="t1")
+    env = environment(AWAKEN_TRIO_UI_TOKEN=TOKEN)
+    async with ui_server(store, env=env) as server:
+
+        def browse() -> tuple[str, str, str, str]:
+            with browser_page(tmp_path / "profile") as page:
+                page.goto(f"{server.url}/?token={TOKEN}")
+                page.wait_for_selector("body[data-live=connected]")  # the stream is admitted
+                address = page.url
+                page.click('#runs-body a[href="/runs/t1"]')
+                page.wait_for_selector("body[data-live=connected]")
+                page.fill("form[data-control=stop] input[name=reason]", "from the page")
+                page.click("form[data-control=stop] button")
+                page.wait_for_selector("#control-result[data-status='200']")
+                stopped = page.text_content("#control-result strong") or ""
+                # Without the cookie, the same page is refused.
+                page.context.clear_cookies()
+                refused = page.goto(f"{server.url}/runs/t1")
+                assert refused is not None
+                return address, stopped, str(refused.status), page.content()
+
+        address, stopped, status, refused_page = await trio.to_thread.run_sync(browse)
+        assert "token" not in address
+        assert stopped == "committed: ended: stopped (from the page)"
+        assert status == "401"
+        assert TOKEN not in refused_page

@@ -232,7 +232,29 @@
       events.appendChild(tr);
     }
 
+    // At most one reload in flight; events that arrive meanwhile cause one more after it
+    // (a busy run's events do not each cost two requests).
+    let pending = false;
+    let again = false;
+
     async function reload() {
+      if (pending) {
+        again = true;
+        return;
+      }
+      pending = true;
+      try {
+        await reloadOnce();
+      } finally {
+        pending = false;
+        if (again) {
+          again = false;
+          reload();
+        }
+      }
+    }
+
+    async function reloadOnce() {
       const [recordAnswer, eventsAnswer] = await Promise.all([
         fetch(apiRun),
         fetch(apiRun + "/events?after=" + seq),
