@@ -333,9 +333,14 @@ async def api_run(runtime: Runtime, hub: EventHub, request: Request) -> Response
             return json_response(record_json(await _record(runtime, run_id)))
         if rest == ["events"]:
             return await _events(runtime, run_id, request)
-        raise HTTPException(404 if rest[0] not in CONTROLS else 405, headers=_ALLOW_POST)
+        if rest[0] in CONTROLS:
+            raise HTTPException(405, headers={"Allow": "POST"})
+        raise HTTPException(404)
     if not rest or rest[0] not in CONTROLS:
-        raise HTTPException(404 if rest and rest[0] != "events" else 405)
+        allowed = "GET" if not rest or rest[0] == "events" else None
+        if allowed is None:
+            raise HTTPException(404)
+        raise HTTPException(405, headers={"Allow": allowed})
     spec = CONTROLS[rest[0]]
     body = await json_body(request, spec.keys)
     await _record(runtime, run_id)  # an unknown run is 404, whatever the control
@@ -346,9 +351,6 @@ async def api_run(runtime: Runtime, hub: EventHub, request: Request) -> Response
     except REFUSALS as exc:
         raise Failure(await refused(runtime, exc, run_id)) from None
     return json_response(state_to_json(state))
-
-
-_ALLOW_POST: Final = {"Allow": "POST"}
 
 
 async def _record(runtime: Runtime, run_id: str) -> RunRecord:

@@ -250,8 +250,13 @@ async def test_controls_are_post_only_and_an_unknown_control_is_404() -> None:
             answer = await d.http.get(api("g", control))
             assert answer.status_code == 405, control
             assert answer.headers["allow"] == "POST"
-        assert (await d.http.post(api("g", "explode"), json={})).status_code == 404
-        assert (await d.http.post(api("g"), json={})).status_code == 405
+        unknown = await d.http.post(api("g", "explode"), json={})
+        assert unknown.status_code == 404
+        assert "allow" not in unknown.headers
+        assert (await d.http.get(api("g", "explode"))).status_code == 404
+        on_record = await d.http.post(api("g"), json={})
+        assert on_record.status_code == 405
+        assert on_record.headers["allow"] == "GET"
         assert (await d.http.delete(api("g"))).status_code == 405
         assert await d.runtime.state("g") == RunState.Queued()
 
