@@ -463,12 +463,21 @@ async def page_run(runtime: Runtime, hub: EventHub, request: Request) -> Respons
     query_params(request, ("token",))
     record = await _record(runtime, run_id)
     events = await run_events(runtime, run_id)
-    tree, truncated = await descendants(runtime, record)
-    return HTMLResponse(_pages.run_page(record, events, tree, truncated=truncated))
+    tree = await descendants(runtime, record)
+    return HTMLResponse(_pages.run_page(record, events, tree.runs, truncated=tree.truncated))
 
 
-async def descendants(runtime: Runtime, root: RunRecord) -> tuple[list[RunRecord], bool]:
-    """The run's descendants, and whether the scan stopped before finding them all.
+@attrs.frozen
+class Descendants:
+    """A run's descendants, oldest first, and whether the scan stopped before it could
+    find them all (``truncated``)."""
+
+    runs: list[RunRecord]
+    truncated: bool
+
+
+async def descendants(runtime: Runtime, root: RunRecord) -> Descendants:
+    """The run's descendants (see `Descendants`).
 
     A child is created after its parent and `Runtime.list_runs` lists newest first, so
     every descendant is among the runs listed before the root itself: the scan reads pages
@@ -480,12 +489,12 @@ async def descendants(runtime: Runtime, root: RunRecord) -> tuple[list[RunRecord
         page = await runtime.list_runs(limit=200, before=before)
         for record in page:
             if record.run_id == root.run_id:
-                return _under(root, newer), False
+                return Descendants(_under(root, newer), truncated=False)
             newer.append(record)
         if len(page) < 200:
-            return _under(root, newer), False
+            return Descendants(_under(root, newer), truncated=False)
         before = page[-1].run_id
-    return _under(root, newer), True
+    return Descendants(_under(root, newer), truncated=True)
 
 
 def _under(root: RunRecord, newer: list[RunRecord]) -> list[RunRecord]:

@@ -22,6 +22,7 @@ from http.cookies import SimpleCookie
 from typing import Final
 from urllib.parse import parse_qsl
 
+import attrs
 from starlette.datastructures import Headers, MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -62,6 +63,24 @@ def _host_name(host_header: str) -> str:
     return host_header.rsplit(":", 1)[0] if host_header.count(":") == 1 else host_header
 
 
+@attrs.frozen
+class Refusal:
+    """An answer the guard gives instead of the app's: the status and the error object's
+    ``error`` and ``message``."""
+
+    status: int
+    error: str
+    message: str
+
+
+@attrs.frozen
+class Admission:
+    """A request let through, and the cookie to set on its answer (a page opened with
+    ``?token=``), if any."""
+
+    set_cookie: str | None = None
+
+
 class Guard:
     """ASGI middleware applying the rules of the module's docstring to ``app``."""
 
@@ -85,18 +104,17 @@ class Guard:
 
         set_cookie: str | None = None
         headers = Headers(scope=scope)
-        refusal = self._refusal(scope, headers)
-        if refusal is None and self.token is not None:
-            refusal, set_cookie = self._authorize(scope, headers)
-        if refusal is not None:
-            status, error, message = refusal
-            await _refuse(secured, status, error, message, scope)
+        verdict = self._refusal(scope, headers) or self._authorize(scope, headers)
+        if isinstance(verdict, Refusal):
+            await _refuse(secured, verdict)
             return
+        set_cookie = verdict.set_cookie
         await self.app(scope, receive, secured)
 
-    def _refusal(self, scope: Scope, headers: Headers) -> tuple[int, str, str] | None:
+    def _refusal(self, scope: Scope, headers: Headers) -> Refusal | None:
+        """The refusal of the host or origin rules, if any (the token is checked after)."""
         if self.token is None and not is_loopback(_host_name(headers.get("host", ""))):
-            return (
+            return Refusal(
                 403,
                 "forbidden_host",
                 "this dashboard has no token, so it answers only requests to a loopback"
@@ -109,7 +127,7 @@ class Guard:
             if (site is not None and site not in _SAME_SITE) or (
                 origin is not None and origin != own
             ):
-                return (
+                return Refusal(
                     403,
                     "cross_origin",
                     "a control must come from the dashboard's own page (this request came"
@@ -117,41 +135,42 @@ class Guard:
                 )
         return None
 
-    def _authorize(
-        self, scope: Scope, headers: Headers
-    ) -> tuple[tuple[int, str, str] | None, str | None]:
-        """(a refusal or None, a cookie to set or None)."""
-        assert self.token is not None
+    def _authorize(self, scope: Scope, headers: Headers) -> Admission | Refusal:
+        """Whether the request carries the token (any request, when there is none)."""
+        if self.token is None:
+            return Admission()
         authorization = headers.get("authorization", "")
         scheme, _, given = authorization.partition(" ")
         if scheme.lower() == "bearer" and self._matches(given.strip()):
-            return None, None
+            return Admission()
         cookie = SimpleCookie()
         try:
             cookie.load(headers.get("cookie", ""))
         except Exception:  # a malformed Cookie header is no credential
             cookie = SimpleCookie()
         if COOKIE in cookie and self._matches(cookie[COOKIE].value):
-            return None, None
+            return Admission()
         if scope["method"] == "GET":
             query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
             if "token" in query and self._matches(query["token"]):
                 secure = "; Secure" if scope.get("scheme") == "https" else ""
-                return None, f"{COOKIE}={self.token}; HttpOnly; SameSite=Strict; Path=/{secure}"
-        return (
+                cookie_text = f"{COOKIE}={self.token}; HttpOnly; SameSite=Strict; Path=/{secure}"
+                return Admission(cookie_text)
+        return Refusal(
             401,
             "unauthorized",
             "this dashboard needs its token: send 'Authorization: Bearer <token>', or open"
             " the page once as /?token=<token>",
-        ), None
+        )
 
     def _matches(self, given: str) -> bool:
         assert self.token is not None
         return hmac.compare_digest(given.encode(), self.token.encode())
 
 
-async def _refuse(send: Send, status: int, error: str, message: str, scope: Scope) -> None:
-    body = dumps({"error": error, "message": message, "state": None}).encode()
+async def _refuse(send: Send, refusal: Refusal) -> None:
+    body = dumps({"error": refusal.error, "message": refusal.message, "state": None}).encode()
+    status = refusal.status
     headers = [
         (b"content-type", b"application/json"),
         (b"content-length", str(len(body)).encode()),
