@@ -4,15 +4,19 @@ worker process's commits, cancel ends a live run, a refusal is shown as the API 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import trio
 
 from awaken_trio import EndCause, LiveCommand, RunState, open_runtime
 
+if TYPE_CHECKING:
+    from playwright.sync_api import Dialog
+
 from .browser_helpers import browser_page, need_browser
 from .server_helpers import TIMEOUT, environment, ui_server, worker
-from .ui_helpers import TOKEN
+from .ui_helpers import TOKEN, XSS
 
 # Each starts a server, a worker and a browser: several seconds.
 pytestmark = [pytest.mark.usefixtures("browser"), pytest.mark.slow]
@@ -184,3 +188,48 @@ async def test_a_page_opened_once_with_the_token_keeps_it_out_of_the_address_and
         assert stopped == "committed: ended: stopped (from the page)"
         assert status == "401"
         assert TOKEN not in refused_page
+
+
+async def test_a_payload_of_script_runs_nothing_in_the_browser(store: str, tmp_path: Path) -> None:
+    """Rendered by the server and redrawn by the page's script alike, a run whose id,
+    thread, input and stop reason are markup shows them as text and runs nothing."""
+    run_id = f"x{XSS}"
+    async with open_runtime(store) as runtime:
+        await runtime.submit("steps", run_id=run_id, thread_id=XSS, input={"q": XSS})
+    async with ui_server(store) as server:
+
+        async def stop() -> None:
+            async with open_runtime(store) as control:
+                await control.stop_run(run_id, XSS)
+
+        def browse() -> tuple[list[str], str, str]:
+            dialogs: list[str] = []
+
+            def on_dialog(dialog: Dialog) -> None:
+                dialogs.append(dialog.message)  # an alert() that ran
+                dialog.dismiss()
+
+            with browser_page(tmp_path / "profile") as page:
+                page.on("dialog", on_dialog)
+                page.goto(f"{server.url}/")
+                page.wait_for_selector("body[data-live=connected]")
+                # A commit redraws the table through the script: still text.
+                trio.from_thread.run(stop)
+                page.wait_for_function(
+                    "() => document.querySelector('#runs-body td.state')"
+                    ".textContent.startsWith('ended: stopped')"
+                )
+                cell = page.text_content("#runs-body td.state") or ""
+                page.click("#runs-body a")
+                page.wait_for_selector("body[data-live=connected]")
+                page.wait_for_function(
+                    "() => document.getElementById('events-body').rows.length >= 2"
+                )
+                images = page.eval_on_selector_all("img", "found => found.length")
+                assert images == 0
+                return dialogs, cell, page.text_content("#run-state") or ""
+
+        dialogs, cell, state = await trio.to_thread.run_sync(browse)
+        assert dialogs == []
+        assert cell == f"ended: stopped ({XSS})"
+        assert state == f"ended: stopped ({XSS})"
