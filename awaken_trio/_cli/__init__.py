@@ -1,4 +1,4 @@
-"""The ``awaken-trio`` command (DESIGN §3.3): ``demo``, ``worker`` and ``runs ...``.
+"""The ``awaken-trio`` command (DESIGN §3.3): ``demo``, ``worker``, ``runs ...`` and ``ui``.
 
 Built on the public API only (`awaken_trio`, `awaken_trio.store`, `awaken_trio.agent`),
 with click for its arguments and rich for its tables and live display.

@@ -16,6 +16,7 @@ import click
 from ._common import Exit, one_line
 from ._demo import run_demo
 from ._runs import json_option, runs, store_option
+from ._ui import ui
 from ._worker import worker
 
 
@@ -41,6 +42,7 @@ def demo(store: str | None, as_json: bool) -> None:
 
 cli.add_command(worker)
 cli.add_command(runs)
+cli.add_command(ui)
 
 
 def main(argv: Sequence[str] | None = None) -> NoReturn:

@@ -135,12 +135,17 @@ def bad_input(message: str, error: str = "bad_input") -> CommandFailed:
     return CommandFailed(Exit.BAD_INPUT, error, one_line(message))
 
 
+def error_json(failure: CommandFailed) -> dict[str, JsonValue]:
+    """The error object of DESIGN §3.3: ``{"error", "message", "state"}`` (``state`` is
+    None for an unknown run); the dashboard's API answers a refusal with the same."""
+    state = None if failure.state is None else state_to_json(failure.state)
+    return {"error": failure.error, "message": failure.message, "state": state}
+
+
 def report(failure: CommandFailed, *, as_json: bool) -> None:
     """Print a failure: one line on stderr, or (``as_json``) one object on stdout."""
     if as_json:
-        state = None if failure.state is None else state_to_json(failure.state)
-        data = {"error": failure.error, "message": failure.message, "state": state}
-        click.echo(json.dumps(data, ensure_ascii=False))
+        click.echo(json.dumps(error_json(failure), ensure_ascii=False))
         return
     text = f"awaken-trio: {failure.error}: {failure.message}"
     if failure.code is Exit.REFUSED:

@@ -1,0 +1,567 @@
+"""The dashboard's ASGI app: the JSON API of DESIGN §3.6, the live stream, the pages.
+
+Every answer is built from the shapes the command line prints with ``--json``
+(`awaken_trio._cli._shapes`), and every control is the call ``awaken-trio runs ...`` makes,
+so the page, the API and the command line cannot disagree. A refusal is the command line's
+error object (``{"error", "message", "state"}``) with 409, an unknown run 404, bad input
+400; the store failing 503.
+
+The app runs inside the trio.run that opened ``runtime`` (Starlette runs on Trio through
+anyio), so a handler awaits the runtime's calls directly.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import aclosing
+from functools import partial
+from importlib import resources
+from typing import Any, Final, get_args
+from urllib.parse import quote, unquote_to_bytes, urlencode
+
+import attrs
+import trio
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, Response, StreamingResponse
+from starlette.routing import Route
+from starlette.types import ASGIApp
+
+from .. import (
+    InvalidArgument,
+    JsonValue,
+    LiveCommand,
+    RunEvent,
+    RunRecord,
+    RunState,
+    Runtime,
+    StoreError,
+    UnknownRun,
+)
+from .._cli._common import (
+    REFUSALS,
+    CommandFailed,
+    Exit,
+    bad_input,
+    error_json,
+    failure_of,
+    parse_json,
+    refused,
+)
+from .._cli._shapes import dumps, event_json, record_json, row_json
+from ..store import StateKind, state_to_json
+from . import _pages
+from ._guard import Guard
+from ._hub import EventHub
+
+STATE_KINDS: Final[tuple[str, ...]] = get_args(StateKind)
+PAGE_DEFAULT: Final = 50
+PAGE_MAX: Final = 500
+EVENTS_DEFAULT: Final = 1000
+EVENTS_MAX: Final = 10_000
+KEEPALIVE: Final = 15.0
+"""Seconds between comment lines on an idle event stream (so proxies keep it open and a
+closed page is noticed)."""
+MAX_BODY: Final = 8 * 2**20
+"""The most bytes a control's body may have: twice the runtime's default payload limit
+(`open_runtime(max_payload_bytes=...)`), which checks the payload itself."""
+TREE_SCAN: Final = 2000
+"""Runs newer than a run scanned for its descendants (see `descendants`)."""
+
+Control = Callable[[Runtime, str, dict[str, JsonValue]], Awaitable[RunState | None]]
+
+
+# ---------------------------------------------------------------------------- answers
+
+
+def json_response(
+    value: JsonValue, status: int = 200, headers: Mapping[str, str] | None = None
+) -> Response:
+    return Response(
+        dumps(value),
+        status_code=status,
+        media_type="application/json",
+        headers={"Cache-Control": "no-store", **(headers or {})},
+    )
+
+
+_STATUS: Final = {Exit.REFUSED: 409, Exit.BAD_INPUT: 400, Exit.STORE: 503}
+
+
+class Failure(Exception):
+    """An answer that is an error object; raised by a handler, answered by `_answer`."""
+
+    def __init__(self, failure: CommandFailed, status: int | None = None) -> None:
+        super().__init__(failure.message)
+        self.failure = failure
+        if status is None:
+            unknown = failure.error == "unknown_run"
+            status = 404 if unknown else _STATUS.get(failure.code, 500)
+        self.status = status
+
+    def response(self) -> Response:
+        return json_response(error_json(self.failure), self.status)
+
+
+def _bad(message: str, error: str = "bad_input") -> Failure:
+    return Failure(bad_input(message, error), 400)
+
+
+async def _answer(
+    handler: Callable[[Request], Awaitable[Response]], request: Request, *, html: bool
+) -> Response:
+    """Run a handler; what it raises becomes its error object (a library error as the
+    command line would report it), or for a page, an error page saying the same."""
+    try:
+        return await handler(request)
+    except Failure as failure:
+        answer = failure
+    except CommandFailed as failure:
+        answer = Failure(failure)
+    except REFUSALS as exc:
+        answer = Failure(failure_of(exc))
+    except InvalidArgument as exc:
+        answer = Failure(failure_of(exc), 400)
+    except StoreError as exc:  # unreachable, corrupt: 503, the message without passwords
+        answer = Failure(failure_of(exc))
+    if html:
+        page = _pages.error_page(answer.status, answer.failure.message)
+        return HTMLResponse(page, answer.status)
+    return answer.response()
+
+
+def _api(
+    handler: Callable[[Runtime, EventHub, Request], Awaitable[Response]],
+    runtime: Runtime,
+    hub: EventHub,
+    *,
+    html: bool = False,
+) -> Callable[[Request], Awaitable[Response]]:
+    async def endpoint(request: Request) -> Response:
+        return await _answer(partial(handler, runtime, hub), request, html=html)
+
+    return endpoint
+
+
+# ---------------------------------------------------------------------------- input
+
+
+def run_path(request: Request, prefix: str) -> list[str]:
+    """The path segments after ``prefix``, each percent-decoded on its own: a run id may
+    hold a ``/`` (sent as ``%2F``), which the decoded path would split."""
+    raw: bytes = request.scope.get("raw_path") or request.scope["path"].encode()
+    raw = raw.split(b"?", 1)[0]  # (some servers keep the query in raw_path)
+    rest = raw[len(prefix.encode()) :] if raw.startswith(prefix.encode()) else b""
+    try:
+        return [unquote_to_bytes(part).decode() for part in rest.split(b"/")]
+    except UnicodeDecodeError:
+        raise _bad("the path is not UTF-8 text once percent-decoded") from None
+
+
+def run_url(run_id: str, *rest: str) -> str:
+    return "/".join(["/runs", quote(run_id, safe=""), *rest])
+
+
+def query_params(request: Request, allowed: tuple[str, ...]) -> dict[str, str]:
+    """The query's parameters, each given once, none but ``allowed``."""
+    found: dict[str, str] = {}
+    for key, value in request.query_params.multi_items():
+        if key not in allowed:
+            raise _bad(f"unknown query parameter {key!r}; this one takes {', '.join(allowed)}")
+        if key in found:
+            raise _bad(f"query parameter {key!r} is given twice; give it once")
+        found[key] = value
+    return found
+
+
+def int_param(params: dict[str, str], key: str, default: int, *, low: int, high: int) -> int:
+    text = params.get(key)
+    if text is None:
+        return default
+    if not text.isascii() or not text.isdigit() or not low <= int(text) <= high:
+        raise _bad(f"{key} must be a whole number from {low} to {high}, not {text!r}")
+    return int(text)
+
+
+def list_filters(params: dict[str, str]) -> dict[str, Any]:
+    """``runtime.list_runs`` arguments from the query (``state``, ``name``, ``thread``,
+    ``limit``, ``before``); the runtime checks the values."""
+    state = params.get("state") or None
+    if state is not None and state not in STATE_KINDS:
+        raise _bad(
+            f"unknown state {state!r}; filter by one of {', '.join(STATE_KINDS)}",
+            "invalid_argument",
+        )
+    return {
+        "state": state,
+        "name": params.get("name") or None,
+        "thread_id": params.get("thread") or None,
+        "before": params.get("before") or None,
+        "limit": int_param(params, "limit", PAGE_DEFAULT, low=1, high=PAGE_MAX),
+    }
+
+
+LIST_PARAMS: Final = ("state", "name", "thread", "limit", "before")
+
+
+async def listed(runtime: Runtime, filters: dict[str, Any]) -> list[RunRecord]:
+    try:
+        return await runtime.list_runs(**filters)
+    except UnknownRun:
+        raise _bad(
+            f"before={filters['before']!r} names no run; pass the last run id of the page before",
+            "unknown_run",
+        ) from None
+
+
+async def json_body(request: Request, allowed: dict[str, bool]) -> dict[str, JsonValue]:
+    """A control's body: a JSON object whose keys are among ``allowed`` (mapped to whether
+    each is required); an empty body is ``{}``."""
+    raw = bytearray()
+    async with aclosing(request.stream()) as chunks:
+        async for chunk in chunks:
+            raw += chunk
+            if len(raw) > MAX_BODY:
+                # Refused as it arrives: a huge body is never held whole.
+                raise _bad(
+                    f"the body is larger than {MAX_BODY} bytes, more than any payload the"
+                    " runtime accepts; send a smaller JSON object"
+                )
+    if not bytes(raw).strip():
+        body: JsonValue = {}
+    else:
+        try:
+            text = bytes(raw).decode()
+        except UnicodeDecodeError:
+            raise _bad("the body is not UTF-8 text; send a JSON object") from None
+        body = parse_json(text, "the body")
+    if not isinstance(body, dict):
+        raise _bad(f"the body must be a JSON object, not {type(body).__name__}")
+    unknown = sorted(set(body) - set(allowed))
+    if unknown:
+        keys = ", ".join(allowed) or "no keys"
+        raise _bad(f"unknown key(s) {', '.join(map(repr, unknown))}; this control takes {keys}")
+    missing = [key for key, required in allowed.items() if required and key not in body]
+    if missing:
+        raise _bad(f"the body needs {', '.join(map(repr, missing))}")
+    return body
+
+
+def text_field(body: dict[str, JsonValue], key: str) -> str | None:
+    value = body.get(key)
+    if value is not None and not isinstance(value, str):
+        raise _bad(f"{key!r} must be a string, not {type(value).__name__}")
+    return value
+
+
+# ---------------------------------------------------------------------------- controls
+
+
+async def _cancel(runtime: Runtime, run_id: str, body: dict[str, JsonValue]) -> RunState:
+    return await runtime.cancel_run(run_id, reason=text_field(body, "reason"))
+
+
+async def _stop(runtime: Runtime, run_id: str, body: dict[str, JsonValue]) -> RunState:
+    reason = text_field(body, "reason")
+    if not reason:
+        raise _bad("'reason' must be a non-empty string: why the run is stopped")
+    return await runtime.stop_run(run_id, reason)
+
+
+async def _pause(runtime: Runtime, run_id: str, body: dict[str, JsonValue]) -> None:
+    await runtime.send(LiveCommand.Pause(run_id))
+
+
+async def _wake(runtime: Runtime, run_id: str, body: dict[str, JsonValue]) -> None:
+    await runtime.send(LiveCommand.Wake(run_id, text_field(body, "reason") or ""))
+
+
+async def _message(runtime: Runtime, run_id: str, body: dict[str, JsonValue]) -> None:
+    await runtime.send(LiveCommand.Message(run_id, body["payload"]))
+
+
+async def _resume(runtime: Runtime, run_id: str, body: dict[str, JsonValue]) -> None:
+    correlation_id = text_field(body, "correlation_id")
+    await runtime.resume(run_id, body.get("value"), correlation_id=correlation_id)
+
+
+@attrs.frozen
+class ControlSpec:
+    """A control: its call, and the keys of its body (mapped to whether each is required)."""
+
+    call: Control
+    keys: dict[str, bool]
+
+
+CONTROLS: Final = {
+    "cancel": ControlSpec(_cancel, {"reason": False}),
+    "stop": ControlSpec(_stop, {"reason": True}),
+    "pause": ControlSpec(_pause, {}),
+    "wake": ControlSpec(_wake, {"reason": False}),
+    "message": ControlSpec(_message, {"payload": True}),
+    "resume": ControlSpec(_resume, {"value": False, "correlation_id": False}),
+}
+
+
+# ---------------------------------------------------------------------------- API
+
+
+async def api_runs(runtime: Runtime, hub: EventHub, request: Request) -> Response:
+    """``GET /api/runs``: rows, newest first; a full page links the next (``Link``)."""
+    filters = list_filters(query_params(request, LIST_PARAMS))
+    records = await listed(runtime, filters)
+    headers: dict[str, str] = {}
+    if len(records) == filters["limit"]:
+        query = {k: v for k, v in request.query_params.items() if k != "before"}
+        query["before"] = records[-1].run_id
+        headers["Link"] = f'</api/runs?{urlencode(query)}>; rel="next"'
+    return json_response([row_json(record) for record in records], headers=headers)
+
+
+async def api_run(runtime: Runtime, hub: EventHub, request: Request) -> Response:
+    """``GET /api/runs/{id}``, ``GET /api/runs/{id}/events``, ``POST
+    /api/runs/{id}/{control}``."""
+    parts = run_path(request, "/api/runs/")
+    run_id, rest = parts[0], parts[1:]
+    if not run_id or len(rest) > 1:
+        raise HTTPException(404)
+    if request.method == "GET":
+        if not rest:
+            query_params(request, ())
+            return json_response(record_json(await _record(runtime, run_id)))
+        if rest == ["events"]:
+            return await _events(runtime, run_id, request)
+        if rest[0] in CONTROLS:
+            raise HTTPException(405, headers={"Allow": "POST"})
+        raise HTTPException(404)
+    if not rest or rest[0] not in CONTROLS:
+        allowed = "GET" if not rest or rest[0] == "events" else None
+        if allowed is None:
+            raise HTTPException(404)
+        raise HTTPException(405, headers={"Allow": allowed})
+    spec = CONTROLS[rest[0]]
+    body = await json_body(request, spec.keys)
+    await _record(runtime, run_id)  # an unknown run is 404, whatever the control
+    try:
+        state = await spec.call(runtime, run_id, body)
+        if state is None:
+            state = await runtime.state(run_id)
+    except REFUSALS as exc:
+        raise Failure(await refused(runtime, exc, run_id)) from None
+    return json_response(state_to_json(state))
+
+
+async def _record(runtime: Runtime, run_id: str) -> RunRecord:
+    try:
+        return await runtime.record(run_id)
+    except UnknownRun as exc:
+        raise Failure(failure_of(exc), 404) from None
+
+
+async def _events(runtime: Runtime, run_id: str, request: Request) -> Response:
+    """A run's events, oldest first, after ``after`` (a seq), at most ``limit``; a full
+    page links the next."""
+    params = query_params(request, ("after", "limit"))
+    after = int_param(params, "after", 0, low=0, high=2**63 - 1)
+    limit = int_param(params, "limit", EVENTS_DEFAULT, low=1, high=EVENTS_MAX)
+    await _record(runtime, run_id)
+    events = await run_events(runtime, run_id, after=after, limit=limit)
+    headers: dict[str, str] = {}
+    if len(events) == limit:
+        query = urlencode({"after": events[-1].seq, "limit": limit})
+        headers["Link"] = f'</api/runs/{quote(run_id, safe="")}/events?{query}>; rel="next"'
+    return json_response([event_json(event) for event in events], headers=headers)
+
+
+async def run_events(
+    runtime: Runtime, run_id: str, *, after: int = 0, limit: float = math.inf
+) -> list[RunEvent]:
+    found: list[RunEvent] = []
+    async for event in runtime.events(run_id, follow=False):
+        if event.seq > after:
+            found.append(event)
+            if len(found) >= limit:
+                break
+    return found
+
+
+async def api_stream(runtime: Runtime, hub: EventHub, request: Request) -> Response:
+    """``GET /api/stream[?run_id=ID]``: server-sent events, one ``run_event`` (an event's
+    JSON) per commit from now on, after a ``hello`` (``{"seq"}``: the last event before
+    the stream began). It ends when the dashboard shuts down."""
+    params = query_params(request, ("run_id",))
+    only = params.get("run_id") or None
+    if only is not None:
+        await _record(runtime, only)
+    return StreamingResponse(
+        _stream(hub, only),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+    )
+
+
+async def _stream(hub: EventHub, only: str | None) -> AsyncIterator[str]:
+    with hub.subscribe() as events:
+        yield f"event: hello\ndata: {dumps({'seq': hub.seq})}\n\n"
+        while True:
+            with trio.move_on_after(KEEPALIVE) as idle:
+                try:
+                    event = await events.receive()
+                except trio.EndOfChannel:
+                    return
+            if idle.cancelled_caught:
+                yield ": keepalive\n\n"
+            elif only is None or event.run_id == only:
+                yield f"id: {event.seq}\nevent: run_event\ndata: {dumps(event_json(event))}\n\n"
+
+
+# ---------------------------------------------------------------------------- pages
+
+
+async def table_rows(
+    runtime: Runtime, hub: EventHub, filters: dict[str, Any]
+) -> list[dict[str, JsonValue]]:
+    """The runs table's rows: each run's row with its activity (the age and last event
+    the hub knows)."""
+    rows: list[dict[str, JsonValue]] = []
+    for record in await listed(runtime, filters):
+        activity = hub.activity(record.run_id)
+        rows.append(
+            {
+                "row": row_json(record),
+                "created_at": None if activity is None else activity.created_at,
+                "last_event": None
+                if activity is None
+                else {"kind": activity.last_kind, "at": activity.last_at, "seq": activity.last_seq},
+            }
+        )
+    return rows
+
+
+async def ui_table(runtime: Runtime, hub: EventHub, request: Request) -> Response:
+    """``GET /ui/table``: what the runs page redraws its table from (the rows of ``GET
+    /api/runs`` with their activity)."""
+    filters = list_filters(query_params(request, LIST_PARAMS))
+    return json_response(list(await table_rows(runtime, hub, filters)))
+
+
+async def page_runs(runtime: Runtime, hub: EventHub, request: Request) -> Response:
+    params = query_params(request, (*LIST_PARAMS, "token"))
+    params.pop("token", None)
+    filters = list_filters(params)
+    rows = await table_rows(runtime, hub, filters)
+    return HTMLResponse(_pages.runs_page(rows, params, filters["limit"]))
+
+
+async def page_run(runtime: Runtime, hub: EventHub, request: Request) -> Response:
+    parts = run_path(request, "/runs/")
+    if len(parts) != 1 or not parts[0]:
+        raise HTTPException(404)
+    run_id = parts[0]
+    query_params(request, ("token",))
+    record = await _record(runtime, run_id)
+    events = await run_events(runtime, run_id)
+    tree = await descendants(runtime, record)
+    return HTMLResponse(_pages.run_page(record, events, tree.runs, truncated=tree.truncated))
+
+
+@attrs.frozen
+class Descendants:
+    """A run's descendants, oldest first, and whether the scan stopped before it could
+    find them all (``truncated``)."""
+
+    runs: list[RunRecord]
+    truncated: bool
+
+
+async def descendants(runtime: Runtime, root: RunRecord) -> Descendants:
+    """The run's descendants (see `Descendants`).
+
+    A child is created after its parent and `Runtime.list_runs` lists newest first, so
+    every descendant is among the runs listed before the root itself: the scan reads pages
+    down to the root, at most `TREE_SCAN` runs.
+    """
+    newer: list[RunRecord] = []
+    before: str | None = None
+    while len(newer) < TREE_SCAN:
+        page = await runtime.list_runs(limit=200, before=before)
+        for record in page:
+            if record.run_id == root.run_id:
+                return Descendants(_under(root, newer), truncated=False)
+            newer.append(record)
+        if len(page) < 200:
+            return Descendants(_under(root, newer), truncated=False)
+        before = page[-1].run_id
+    return Descendants(_under(root, newer), truncated=True)
+
+
+def _under(root: RunRecord, newer: list[RunRecord]) -> list[RunRecord]:
+    inside = {root.run_id}
+    found: list[RunRecord] = []
+    # Oldest first: a parent is seen before its children.
+    for record in reversed(newer):
+        if record.parent_run_id in inside:
+            inside.add(record.run_id)
+            found.append(record)
+    return found
+
+
+# ---------------------------------------------------------------------------- static
+
+
+def _static(name: str, media_type: str) -> Callable[[Request], Awaitable[Response]]:
+    # Read once, served from memory: no file system access per request.
+    data = resources.files(__package__).joinpath("static", name).read_bytes()
+
+    async def endpoint(request: Request) -> Response:
+        return Response(data, media_type=media_type, headers={"Cache-Control": "no-cache"})
+
+    return endpoint
+
+
+# ---------------------------------------------------------------------------- the app
+
+
+async def _not_found(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    status = exc.status_code
+    error = {404: "not_found", 405: "method_not_allowed"}.get(status, "http_error")
+    message = {
+        404: f"no such page or resource: {request.url.path}",
+        405: f"{request.method} is not allowed here; controls are POST only",
+    }.get(status, str(exc.detail))
+    data: JsonValue = {"error": error, "message": message, "state": None}
+    if request.url.path.startswith("/api/"):
+        return json_response(data, status, exc.headers)
+    return HTMLResponse(_pages.error_page(status, message), status, headers=exc.headers)
+
+
+def dashboard_app(runtime: Runtime, hub: EventHub, *, token: str | None = None) -> ASGIApp:
+    """The dashboard as an ASGI app over ``runtime`` (whose trio.run serves it), fed by
+    ``hub`` (whose task must be running). With ``token``, every request must carry it;
+    without, only requests to a loopback host name are served (see `Guard`)."""
+
+    def api(
+        handler: Callable[[Runtime, EventHub, Request], Awaitable[Response]],
+    ) -> Callable[[Request], Awaitable[Response]]:
+        return _api(handler, runtime, hub)
+
+    def page(
+        handler: Callable[[Runtime, EventHub, Request], Awaitable[Response]],
+    ) -> Callable[[Request], Awaitable[Response]]:
+        return _api(handler, runtime, hub, html=True)
+
+    routes = [
+        Route("/", page(page_runs), methods=["GET"]),
+        Route("/runs/{rest:path}", page(page_run), methods=["GET"]),
+        Route("/ui/table", api(ui_table), methods=["GET"]),
+        Route("/api/runs", api(api_runs), methods=["GET"]),
+        Route("/api/runs/{rest:path}", api(api_run), methods=["GET", "POST"]),
+        Route("/api/stream", api(api_stream), methods=["GET"]),
+        Route("/static/dashboard.js", _static("dashboard.js", "text/javascript"), methods=["GET"]),
+        Route("/static/dashboard.css", _static("dashboard.css", "text/css"), methods=["GET"]),
+    ]
+    app = Starlette(routes=routes, exception_handlers={HTTPException: _not_found})
+    return Guard(app, token=token)

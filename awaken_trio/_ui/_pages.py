@@ -1,0 +1,325 @@
+"""The dashboard's pages, rendered on the server as HTML text.
+
+Every value that comes from a run (ids, names, payloads, reasons, transcripts) goes
+through `esc` (``html.escape`` with quotes), in text and in attributes alike: nothing a
+run holds can open a tag or leave an attribute. The pages carry no inline script or style
+(the Content-Security-Policy forbids both); ``/static/dashboard.js`` reads what it needs
+from ``data-`` attributes.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Final
+from urllib.parse import quote, urlencode
+
+from .. import JsonValue, RunEvent, RunRecord, RunState
+from .._cli._shapes import describe_state, end_of, record_json, state_word
+from .._core import Awaiting
+from ..store import state_to_json
+
+TRAIL_SHOWN: Final = 500
+"""A run's last events its page lists (the API pages through all of them)."""
+
+
+def esc(value: object) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def pretty(value: JsonValue) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False)
+
+
+def run_href(run_id: str) -> str:
+    return f"/runs/{quote(run_id, safe='')}"
+
+
+def _layout(title: str, body: str, **data: str) -> str:
+    # ``run_id`` becomes ``data-run-id``, which the script reads as ``dataset.runId``.
+    attributes = "".join(
+        f' data-{esc(key.replace("_", "-"))}="{esc(value)}"' for key, value in data.items()
+    )
+    return (
+        "<!doctype html>\n"
+        '<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{esc(title)} · awaken-trio</title>"
+        '<link rel="stylesheet" href="/static/dashboard.css">'
+        '<script src="/static/dashboard.js" defer></script>'
+        f"</head><body{attributes}>"
+        '<header><a class="brand" href="/">awaken-trio</a>'
+        '<span id="live" class="live" title="live updates">connecting…</span></header>'
+        f"<main>{body}</main></body></html>\n"
+    )
+
+
+def _age(created_at: float | None, now: float) -> str:
+    if created_at is None:
+        return ""
+    seconds = max(0, int(now - created_at))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def _state_cell(state: RunState) -> str:
+    word = state_word(state)
+    end = end_of(state)
+    text = f"{word}: {end}" if end else word
+    return f'<span class="state state-{esc(word)}">{esc(text)}</span>'
+
+
+# ---------------------------------------------------------------------------- runs
+
+
+def runs_page(rows: Sequence[Mapping[str, Any]], params: Mapping[str, str], limit: int) -> str:
+    """The runs table, newest first, with its filter form and pager."""
+    now = time.time()
+    body_rows = "".join(_table_row(row, now) for row in rows)
+    state = params.get("state", "")
+    options = "".join(
+        f'<option value="{kind}"{" selected" if kind == state else ""}>{kind or "any"}</option>'
+        for kind in ("", "queued", "running", "awaiting", "ended")
+    )
+    pager = []
+    if params.get("before"):
+        newest = {k: v for k, v in params.items() if k != "before"}
+        pager.append(f'<a id="newest" href="/?{esc(urlencode(newest))}">newest</a>')
+    if len(rows) == limit:
+        older = {**params, "before": rows[-1]["row"]["run_id"]}
+        pager.append(f'<a id="older" href="/?{esc(urlencode(older))}">older →</a>')
+    body = (
+        "<h1>Runs</h1>"
+        '<form id="filters" class="filters" method="get" action="/">'
+        f'<label>state <select name="state">{options}</select></label>'
+        f'<label>name <input name="name" value="{esc(params.get("name", ""))}"></label>'
+        f'<label>thread <input name="thread" value="{esc(params.get("thread", ""))}"></label>'
+        '<button type="submit">filter</button></form>'
+        '<table id="runs"><thead><tr><th>run</th><th>state</th><th>gen</th><th>thread</th>'
+        "<th>name</th><th>last event</th><th>age</th></tr></thead>"
+        f'<tbody id="runs-body">{body_rows}</tbody></table>'
+        f'<p class="empty{" hidden" if rows else ""}" id="no-runs">no runs</p>'
+        f'<nav class="pager">{"".join(pager)}</nav>'
+    )
+    query = urlencode({k: v for k, v in params.items() if v})
+    return _layout("runs", body, page="runs", query=query)
+
+
+def _table_row(row: Mapping[str, Any], now: float) -> str:
+    record = row["row"]
+    last = row["last_event"]
+    state = state_to_json_text(record["state"])
+    created = row["created_at"]
+    return (
+        f'<tr data-run-id="{esc(record["run_id"])}"'
+        f' data-created-at="{esc("" if created is None else created)}">'
+        f'<td><a href="{esc(run_href(record["run_id"]))}">{esc(record["run_id"])}</a></td>'
+        f'<td class="state state-{esc(record["state"]["kind"])}">{esc(state)}</td>'
+        f"<td>{esc(record['generation'])}</td>"
+        f"<td>{esc(record['thread_id'])}</td>"
+        f"<td>{esc(record['name'] or '')}</td>"
+        f"<td>{esc('' if last is None else last['kind'])}</td>"
+        f'<td class="age">{esc(_age(created, now))}</td></tr>'
+    )
+
+
+def state_to_json_text(state: Mapping[str, Any]) -> str:
+    """A state's JSON shape in a few words (as the page's script writes it too)."""
+    kind = str(state["kind"])
+    if kind == "ended":
+        cause = state["cause"]
+        words = str(cause["kind"]).replace("_", " ")
+        extra = cause.get("reason") or cause.get("code")
+        return f"ended: {words}" + (f" ({extra})" if extra else "")
+    if kind == "awaiting":
+        return f"awaiting: {state['ticket']['reason']}"
+    return kind
+
+
+# ---------------------------------------------------------------------------- one run
+
+
+def run_page(
+    record: RunRecord, events: Sequence[RunEvent], tree: Sequence[RunRecord], *, truncated: bool
+) -> str:
+    """One run: its state and ticket, controls, record, children, transcript, events."""
+    state = record.state
+    facts = [
+        ("run", esc(record.run_id)),
+        ("state", f'<span id="run-state">{esc(describe_state(state))}</span>'),
+        ("name", esc(record.name or "")),
+        ("thread", esc(record.thread_id)),
+        ("generation", f'<span id="run-generation">{esc(record.generation)}</span>'),
+    ]
+    if record.parent_run_id is not None:
+        parent = record.parent_run_id
+        facts.append(("parent", f'<a href="{esc(run_href(parent))}">{esc(parent)}</a>'))
+    if isinstance(record.forked_from, Mapping):
+        source = str(record.forked_from.get("run_id"))
+        seq = esc(record.forked_from.get("seq"))
+        facts.append(("forked from", f'<a href="{esc(run_href(source))}">{esc(source)}</a> @{seq}'))
+    dl = "".join(f"<dt>{label}</dt><dd>{value}</dd>" for label, value in facts)
+    body = (
+        f"<h1>Run <code>{esc(record.run_id)}</code></h1>"
+        f'<dl class="facts">{dl}</dl>'
+        f"{_ticket(state)}{_controls(state)}"
+        f"<h2>Children</h2>{_tree(record.run_id, tree, truncated)}"
+        f"{_transcript(record.checkpoint, record.result)}"
+        "<h2>Record</h2>"
+        f'<pre id="record" class="json">{esc(pretty(_record_shown(record)))}</pre>'
+        f"<h2>Events</h2>{_trail(events)}"
+    )
+    last_seq = events[-1].seq if events else 0
+    return _layout(
+        f"run {record.run_id}", body, page="run", run_id=record.run_id, seq=str(last_seq)
+    )
+
+
+def _record_shown(record: RunRecord) -> JsonValue:
+    return {**record_json(record), "input": record.input}
+
+
+def _ticket(state: RunState) -> str:
+    if not isinstance(state, Awaiting):
+        return '<section id="ticket" class="hidden"></section>'
+    ticket = state.ticket
+    deadline = (
+        "never"
+        if ticket.deadline is None
+        else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ticket.deadline))
+    )
+    accepts = "any JSON value" if ticket.accepts is None else pretty(ticket.accepts)
+    return (
+        '<section id="ticket" class="ticket"><h2>Live ticket</h2><dl class="facts">'
+        f"<dt>reason</dt><dd>{esc(ticket.reason)}</dd>"
+        f'<dt>correlation id</dt><dd id="ticket-correlation">{esc(ticket.correlation_id)}</dd>'
+        f"<dt>deadline</dt><dd>{esc(deadline)}</dd></dl>"
+        f'<h3>payload</h3><pre class="json">{esc(pretty(ticket.payload))}</pre>'
+        f'<h3>accepts</h3><pre id="ticket-accepts" class="json">{esc(accepts)}</pre></section>'
+    )
+
+
+def _controls(state: RunState) -> str:
+    resume_value = _resume_hint(state) if isinstance(state, Awaiting) else ""
+    return (
+        '<section id="controls" class="controls"><h2>Controls</h2>'
+        '<form data-control="cancel"><input name="reason" placeholder="reason (optional)">'
+        '<button type="submit">cancel</button></form>'
+        '<form data-control="stop"><input name="reason" placeholder="reason" required>'
+        '<button type="submit">stop</button></form>'
+        '<form data-control="pause"><button type="submit">pause</button></form>'
+        '<form data-control="wake"><input name="reason" placeholder="reason (optional)">'
+        '<button type="submit">wake</button></form>'
+        '<form data-control="message"><textarea name="payload" data-json="1" rows="1"'
+        ' placeholder="message: a JSON value, e.g. &quot;hello&quot;"></textarea>'
+        '<button type="submit">message</button></form>'
+        '<form data-control="resume"><textarea name="value" data-json="1" rows="2"'
+        f' placeholder="resume value: a JSON value">{esc(resume_value)}</textarea>'
+        '<input name="correlation_id" placeholder="correlation id (default: the live ticket)">'
+        '<button type="submit">resume</button></form>'
+        '<div id="control-result" class="result hidden" role="status"></div></section>'
+    )
+
+
+def _resume_hint(state: Awaiting) -> str:
+    reason = state.ticket.reason
+    if reason == "tool_permission":
+        return '{"decision": "allow"}'
+    if reason == "client_execution":
+        return '{"result": null}'
+    return ""
+
+
+def _tree(run_id: str, tree: Sequence[RunRecord], truncated: bool) -> str:
+    children: dict[str, list[RunRecord]] = {}
+    for record in tree:
+        children.setdefault(record.parent_run_id or "", []).append(record)
+
+    def branch(parent: str) -> str:
+        items = "".join(
+            f'<li><a href="{esc(run_href(child.run_id))}">{esc(child.run_id)}</a> '
+            f"{esc(child.name or '')} {_state_cell(child.state)}{branch(child.run_id)}</li>"
+            for child in children.get(parent, ())
+        )
+        return f"<ul>{items}</ul>" if items else ""
+
+    shown = branch(run_id) or '<p class="empty">no child runs</p>'
+    if truncated:
+        shown += (
+            '<p class="note">only children among the newest runs are shown; list the rest with'
+            " <code>awaken-trio runs list</code></p>"
+        )
+    return f'<div id="children" class="tree">{shown}</div>'
+
+
+def _transcript(checkpoint: JsonValue, result: JsonValue) -> str:
+    """An agent run's chat transcript (its checkpoint's ``messages``), with tool calls and
+    their results; nothing for other runs."""
+    messages = checkpoint.get("messages") if isinstance(checkpoint, Mapping) else None
+    if not isinstance(messages, Sequence) or isinstance(messages, str):
+        return ""
+    if not all(isinstance(m, Mapping) and "role" in m for m in messages):
+        return ""
+    items = "".join(_message(message) for message in messages)
+    return f'<h2>Transcript</h2><ol id="transcript" class="transcript">{items}</ol>'
+
+
+def _message(message: Mapping[str, Any]) -> str:
+    role = str(message.get("role"))
+    parts = [f'<span class="role">{esc(role)}</span>']
+    if role == "tool":
+        parts.append(f'<span class="call-id">result of {esc(message.get("tool_call_id"))}</span>')
+    content = message.get("content")
+    if content is not None:
+        parts.append(f'<pre class="content">{esc(content)}</pre>')
+    parts.extend(_calls(message.get("tool_calls")))
+    return f'<li class="message role-{esc(role)}">{"".join(parts)}</li>'
+
+
+def _calls(calls: object) -> Iterable[str]:
+    if not isinstance(calls, Sequence) or isinstance(calls, str):
+        return
+    for call in calls:
+        if not isinstance(call, Mapping):
+            continue
+        function = call.get("function")
+        function = function if isinstance(function, Mapping) else {}
+        yield (
+            '<div class="tool-call">'
+            f'<span class="call-id">{esc(call.get("id"))}</span> '
+            f'<span class="tool">{esc(function.get("name"))}</span>'
+            f'<pre class="json">{esc(function.get("arguments"))}</pre></div>'
+        )
+
+
+def _trail(events: Sequence[RunEvent]) -> str:
+    shown = events[-TRAIL_SHOWN:]
+    rows = "".join(_event_row(event) for event in shown)
+    note = (
+        f'<p class="note">the last {TRAIL_SHOWN} of {len(events)} events</p>'
+        if len(events) > len(shown)
+        else ""
+    )
+    return (
+        f'{note}<table id="events"><thead><tr><th>seq</th><th>gen</th><th>kind</th>'
+        "<th>state</th><th>detail</th><th>at</th></tr></thead>"
+        f'<tbody id="events-body">{rows}</tbody></table>'
+    )
+
+
+def _event_row(event: RunEvent) -> str:
+    detail = "" if not event.detail else json.dumps(dict(event.detail), ensure_ascii=False)
+    at = time.strftime("%H:%M:%S", time.localtime(event.at))
+    text = state_to_json_text(state_to_json(event.state))
+    return (
+        f"<tr><td>{event.seq}</td><td>{event.generation}</td><td>{esc(event.kind)}</td>"
+        f"<td>{esc(text)}</td><td><code>{esc(detail)}</code></td><td>{esc(at)}</td></tr>"
+    )
+
+
+def error_page(status: int, message: str) -> str:
+    return _layout(str(status), f'<h1>{status}</h1><p class="error">{esc(message)}</p>')

@@ -1,0 +1,360 @@
+// The dashboard's script: live updates from the server-sent events of /api/stream, and
+// the controls of a run's page. It writes run data into the page only as text
+// (textContent), never as HTML, so no payload can become markup.
+"use strict";
+
+(function () {
+  const body = document.body;
+  const live = document.getElementById("live");
+
+  // A page opened as ?token=...: the server has set its cookie; keep the token out of the
+  // address bar and the history.
+  const address = new URL(window.location.href);
+  if (address.searchParams.has("token")) {
+    address.searchParams.delete("token");
+    window.history.replaceState(null, "", address.pathname + address.search + address.hash);
+  }
+
+  function causeText(cause) {
+    switch (cause.kind) {
+      case "stopped":
+        return "stopped (" + cause.reason + ")";
+      case "failed":
+        return cause.message ? "failed (" + cause.code + ": " + cause.message + ")"
+                             : "failed (" + cause.code + ")";
+      case "indeterminate":
+        return "indeterminate (" + cause.reason + ")";
+      default:
+        return cause.kind.replace(/_/g, " ");
+    }
+  }
+
+  // As the command line's describe_state.
+  function describeState(state) {
+    switch (state.kind) {
+      case "running":
+        return "running (generation " + state.generation + ")";
+      case "awaiting":
+        return "awaiting " + state.ticket.reason + " (ticket " + state.ticket.correlation_id + ")";
+      case "ended":
+        return "ended: " + causeText(state.cause);
+      default:
+        return state.kind;
+    }
+  }
+
+  // As the table's cells (the server's state_to_json_text).
+  function shortState(state) {
+    if (state.kind === "ended") {
+      const cause = state.cause;
+      const extra = cause.reason || cause.code;
+      return "ended: " + cause.kind.replace(/_/g, " ") + (extra ? " (" + extra + ")" : "");
+    }
+    if (state.kind === "awaiting") {
+      return "awaiting: " + state.ticket.reason;
+    }
+    return state.kind;
+  }
+
+  function age(createdAt) {
+    if (createdAt === null || createdAt === "" || createdAt === undefined) {
+      return "";
+    }
+    let seconds = Math.max(0, Math.floor(Date.now() / 1000 - Number(createdAt)));
+    for (const [unit, size] of [["d", 86400], ["h", 3600], ["m", 60]]) {
+      if (seconds >= size) {
+        return Math.floor(seconds / size) + unit;
+      }
+    }
+    return seconds + "s";
+  }
+
+  function cell(text, className) {
+    const td = document.createElement("td");
+    td.textContent = text;
+    if (className) {
+      td.className = className;
+    }
+    return td;
+  }
+
+  function runHref(runId) {
+    return "/runs/" + encodeURIComponent(runId);
+  }
+
+  function connect(url, onEvent, onOpen) {
+    const source = new EventSource(url);
+    source.addEventListener("hello", function () {
+      live.textContent = "live";
+      live.className = "live connected";
+      body.dataset.live = "connected";
+      onOpen();
+    });
+    source.addEventListener("run_event", function (message) {
+      onEvent(JSON.parse(message.data));
+    });
+    source.addEventListener("error", function () {
+      // EventSource reconnects by itself; the hello that follows reloads what is shown.
+      live.textContent = "reconnecting…";
+      live.className = "live";
+      body.dataset.live = "reconnecting";
+    });
+  }
+
+  // ---------------------------------------------------------------- the runs table
+
+  function runsPage() {
+    const tbody = document.getElementById("runs-body");
+    const empty = document.getElementById("no-runs");
+    const query = body.dataset.query || "";
+    let pending = false;
+    let again = false;
+
+    function render(rows) {
+      const fresh = document.createDocumentFragment();
+      for (const item of rows) {
+        const row = item.row;
+        const tr = document.createElement("tr");
+        tr.dataset.runId = row.run_id;
+        tr.dataset.createdAt = item.created_at === null ? "" : String(item.created_at);
+        const link = document.createElement("a");
+        link.href = runHref(row.run_id);
+        link.textContent = row.run_id;
+        const first = document.createElement("td");
+        first.appendChild(link);
+        tr.appendChild(first);
+        tr.appendChild(cell(shortState(row.state), "state state-" + row.state.kind));
+        tr.appendChild(cell(String(row.generation)));
+        tr.appendChild(cell(row.thread_id));
+        tr.appendChild(cell(row.name || ""));
+        tr.appendChild(cell(item.last_event ? item.last_event.kind : ""));
+        tr.appendChild(cell(age(item.created_at), "age"));
+        fresh.appendChild(tr);
+      }
+      tbody.replaceChildren(fresh);
+      empty.classList.toggle("hidden", rows.length > 0);
+      body.dataset.refreshed = String(Number(body.dataset.refreshed || "0") + 1);
+    }
+
+    // At most one reload in flight; events that arrive meanwhile cause one more after it.
+    async function reload() {
+      if (pending) {
+        again = true;
+        return;
+      }
+      pending = true;
+      try {
+        const answer = await fetch("/ui/table?" + query, { headers: { Accept: "application/json" } });
+        if (answer.ok) {
+          render(await answer.json());
+        }
+      } finally {
+        pending = false;
+        if (again) {
+          again = false;
+          reload();
+        }
+      }
+    }
+
+    connect("/api/stream", reload, reload);
+    window.setInterval(function () {
+      for (const tr of tbody.querySelectorAll("tr")) {
+        const cellAge = tr.querySelector("td.age");
+        if (cellAge) {
+          cellAge.textContent = age(tr.dataset.createdAt);
+        }
+      }
+    }, 5000);
+  }
+
+  // ---------------------------------------------------------------- one run
+
+  function runPage() {
+    const runId = body.dataset.runId;
+    const apiRun = "/api/runs/" + encodeURIComponent(runId);
+    const stateText = document.getElementById("run-state");
+    const generation = document.getElementById("run-generation");
+    const events = document.getElementById("events-body");
+    const record = document.getElementById("record");
+    const ticket = document.getElementById("ticket");
+    const result = document.getElementById("control-result");
+    let seq = Number(body.dataset.seq || "0");
+
+    function showTicket(state) {
+      ticket.replaceChildren();
+      if (state.kind !== "awaiting") {
+        ticket.className = "hidden";
+        return;
+      }
+      const t = state.ticket;
+      ticket.className = "ticket";
+      const title = document.createElement("h2");
+      title.textContent = "Live ticket";
+      ticket.appendChild(title);
+      for (const [label, value] of [
+        ["reason", t.reason],
+        ["correlation id", t.correlation_id],
+        ["payload", JSON.stringify(t.payload, null, 2)],
+        ["accepts", t.accepts === null ? "any JSON value" : JSON.stringify(t.accepts, null, 2)],
+      ]) {
+        const h = document.createElement("h3");
+        h.textContent = label;
+        const pre = document.createElement("pre");
+        pre.className = "json";
+        pre.textContent = value;
+        if (label === "accepts") {
+          pre.id = "ticket-accepts";
+        }
+        ticket.appendChild(h);
+        ticket.appendChild(pre);
+      }
+    }
+
+    function addEvent(event) {
+      if (event.seq <= seq) {
+        return;
+      }
+      seq = event.seq;
+      const tr = document.createElement("tr");
+      const detail = Object.keys(event.detail).length ? JSON.stringify(event.detail) : "";
+      const at = new Date(event.at * 1000).toTimeString().slice(0, 8);
+      tr.appendChild(cell(String(event.seq)));
+      tr.appendChild(cell(String(event.generation)));
+      tr.appendChild(cell(event.kind));
+      tr.appendChild(cell(shortState(event.state)));
+      const code = document.createElement("code");
+      code.textContent = detail;
+      const td = document.createElement("td");
+      td.appendChild(code);
+      tr.appendChild(td);
+      tr.appendChild(cell(at));
+      events.appendChild(tr);
+    }
+
+    // At most one reload in flight; events that arrive meanwhile cause one more after it
+    // (a busy run's events do not each cost two requests).
+    let pending = false;
+    let again = false;
+
+    async function reload() {
+      if (pending) {
+        again = true;
+        return;
+      }
+      pending = true;
+      try {
+        await reloadOnce();
+      } finally {
+        pending = false;
+        if (again) {
+          again = false;
+          reload();
+        }
+      }
+    }
+
+    async function reloadOnce() {
+      const [recordAnswer, eventsAnswer] = await Promise.all([
+        fetch(apiRun),
+        fetch(apiRun + "/events?after=" + seq),
+      ]);
+      if (recordAnswer.ok) {
+        const data = await recordAnswer.json();
+        stateText.textContent = describeState(data.state);
+        generation.textContent = String(data.generation);
+        record.textContent = JSON.stringify(data, null, 2);
+        showTicket(data.state);
+        body.dataset.state = data.state.kind;
+      }
+      if (eventsAnswer.ok) {
+        for (const event of await eventsAnswer.json()) {
+          addEvent(event);
+        }
+      }
+    }
+
+    connect(
+      "/api/stream?run_id=" + encodeURIComponent(runId),
+      function (event) {
+        addEvent(event);
+        if (event.kind === "committed") {
+          stateText.textContent = describeState(event.state);
+          body.dataset.state = event.state.kind;
+          showTicket(event.state);
+        }
+        reload();
+      },
+      reload,
+    );
+
+    function show(status, data) {
+      result.replaceChildren();
+      result.classList.remove("hidden", "ok", "refused");
+      const line = document.createElement("strong");
+      const text = document.createElement("pre");
+      text.className = "json";
+      if (status === 200) {
+        result.classList.add("ok");
+        line.textContent = "committed: " + describeState(data);
+      } else if (status === 0) {
+        result.classList.add("refused");
+        line.textContent = data;
+      } else {
+        result.classList.add("refused");
+        const committed = data.state ? describeState(data.state) : "unknown run";
+        line.textContent = "refused (" + status + "): " + data.error + " — " + data.message +
+          " [committed state: " + committed + "]";
+      }
+      result.dataset.status = String(status);
+      result.dataset.error = status === 200 || status === 0 ? "" : data.error;
+      result.appendChild(line);
+      if (status !== 0) {
+        // The API's answer as it came, folded: the line above already says what it means.
+        const details = document.createElement("details");
+        const summary = document.createElement("summary");
+        summary.textContent = "the API's answer";
+        text.textContent = JSON.stringify(data, null, 2);
+        details.appendChild(summary);
+        details.appendChild(text);
+        result.appendChild(details);
+      }
+    }
+
+    for (const form of document.querySelectorAll("form[data-control]")) {
+      form.addEventListener("submit", async function (submitted) {
+        submitted.preventDefault();
+        const payload = {};
+        for (const field of form.querySelectorAll("input, textarea")) {
+          const text = field.value.trim();
+          if (text === "" && field.name !== "payload") {
+            continue;
+          }
+          if (field.dataset.json) {
+            try {
+              payload[field.name] = JSON.parse(text);
+            } catch (error) {
+              show(0, field.name + " is not valid JSON: " + error.message);
+              return;
+            }
+          } else {
+            payload[field.name] = field.value;
+          }
+        }
+        const answer = await fetch(apiRun + "/" + form.dataset.control, {
+          method: "POST",
+          headers: { "Content-Type": "application/json", Accept: "application/json" },
+          body: JSON.stringify(payload),
+        });
+        show(answer.status, await answer.json());
+        reload();
+      });
+    }
+  }
+
+  if (body.dataset.page === "runs") {
+    runsPage();
+  } else if (body.dataset.page === "run") {
+    runPage();
+  }
+})();

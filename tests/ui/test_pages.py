@@ -1,0 +1,117 @@
+"""The dashboard's pages as the server renders them: the runs table (columns, filters,
+pages, newest first) and one run's page (record, children, transcript, ticket, events)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from awaken_trio.agent import Agent, ModelReply, ScriptedModel, Tool, ToolCall
+
+from .ui_helpers import asks, caught_up, dashboard, page, parent, settle
+
+pytestmark = pytest.mark.usefixtures("autojump_clock")
+
+
+def row_ids(text: str) -> list[str]:
+    return re.findall(r'<tr data-run-id="([^"]*)"', text)
+
+
+async def test_the_runs_table_lists_newest_first_with_state_thread_name_and_last_event() -> None:
+    async with dashboard() as d:
+        await d.runtime.submit("steps", run_id="old", thread_id="t-old")
+        await d.runtime.submit("waits", run_id="new", thread_id="t-new")
+        await d.runtime.stop_run("old", "budget")
+        await caught_up(d)
+        text = (await d.http.get("/")).text
+        assert row_ids(text) == ["new", "old"]
+        old = text[text.index('data-run-id="old"') :]
+        cells = re.findall(r"<td[^>]*>(.*?)</td>", old[: old.index("</tr>")])
+        assert cells[1:6] == ["ended: stopped (budget)", "0", "t-old", "steps", "committed"]
+        assert re.fullmatch(r"\d+[smhd]", cells[6])  # its age
+
+
+async def test_the_table_filters_and_pages_through_thousands_of_runs() -> None:
+    async with dashboard() as d:
+        for n in range(1200):
+            await d.runtime.submit("steps" if n % 2 else "waits", run_id=f"r{n:04}")
+        await caught_up(d)
+        first = (await d.http.get("/")).text
+        assert row_ids(first) == [f"r{n:04}" for n in range(1199, 1149, -1)]
+        older = re.search(r'<a id="older" href="([^"]*)"', first)
+        assert older is not None
+        second = (await d.http.get(older.group(1).replace("&amp;", "&"))).text
+        assert row_ids(second)[0] == "r1149"
+        assert 'id="newest"' in second
+        named = (await d.http.get("/", params={"name": "waits", "limit": "3"})).text
+        assert row_ids(named) == ["r1198", "r1196", "r1194"]
+        table = (await d.http.get("/ui/table", params={"name": "waits", "limit": "3"})).json()
+        assert [item["row"]["run_id"] for item in table] == ["r1198", "r1196", "r1194"]
+        assert all(item["last_event"]["kind"] == "committed" for item in table)
+        assert all(isinstance(item["created_at"], float) for item in table)
+        assert (await d.http.get("/", params={"state": "nope"})).status_code == 400
+
+
+async def test_a_runs_page_shows_its_children_as_a_tree() -> None:
+    async with dashboard() as d:
+        await d.runtime.submit("steps", run_id="unrelated")
+        await d.runtime.start(parent, run_id="p", name="parent")
+        await settle(d.runtime, "p.child.grandchild", "running")
+        text = (await d.http.get(page("p"))).text
+        tree = text[text.index('id="children"') :]
+        tree = tree[: tree.index("</div>")]
+        assert "unrelated" not in tree
+        # The grandchild is nested inside the child's item.
+        assert re.search(r"<li><a [^>]*>p\.child</a>.*<ul><li><a [^>]*>p\.child\.grandchild<", tree)
+        child = (await d.http.get(page("p.child"))).text
+        assert 'href="/runs/p"' in child  # its parent
+
+
+async def lookup(arguments: dict[str, object], ctx: object) -> object:
+    return {"found": arguments["q"]}
+
+
+async def test_an_agent_runs_page_shows_its_transcript_with_tool_calls_and_results() -> None:
+    model = ScriptedModel(
+        [
+            ModelReply(tool_calls=(ToolCall("call-1", "lookup", {"q": "trio"}),)),
+            ModelReply(text="it is a library"),
+        ]
+    )
+    agent = Agent(model, [Tool("lookup", lookup)], system="be brief")
+    async with dashboard() as d:
+        handle = await d.runtime.start(agent, input="what is trio?", run_id="agent")
+        await handle.wait()
+        text = (await d.http.get(page("agent"))).text
+        transcript = text[text.index('id="transcript"') : text.index("</ol>")]
+        roles = re.findall(r'<li class="message role-(\w+)">', transcript)
+        assert roles == ["system", "user", "assistant", "tool", "assistant"]
+        assert '<span class="tool">lookup</span>' in transcript
+        assert "call-1" in transcript
+        assert "result of call-1" in transcript
+        assert "&quot;found&quot;: &quot;trio&quot;" in transcript
+        assert "it is a library" in transcript
+
+
+async def test_an_awaiting_runs_page_shows_its_live_ticket_with_what_it_accepts() -> None:
+    async with dashboard() as d:
+        await d.runtime.start(asks, run_id="a", name="asks")
+        await settle(d.runtime, "a", "awaiting")
+        text = (await d.http.get(page("a"))).text
+        assert 'id="ticket" class="ticket"' in text
+        accepts = re.search(r'<pre id="ticket-accepts" class="json">(.*?)</pre>', text, re.S)
+        assert accepts is not None
+        assert "&quot;type&quot;: &quot;string&quot;" in accepts.group(1)
+        assert "user_input" in text
+        assert re.findall(r'<form data-control="(\w+)"', text) == [
+            "cancel",
+            "stop",
+            "pause",
+            "wake",
+            "message",
+            "resume",
+        ]
+        events = re.findall(r"<tr><td>(\d+)</td>", text)
+        assert events == sorted(events, key=int)
+        assert len(events) >= 2
