@@ -176,6 +176,7 @@ class MemoryStore:
         return self.shared
 
     async def apply(self, batch: Sequence[Commit]) -> list[CommitResult]:
+        """Apply ``batch`` as `Store.apply` does: in order, each commit fenced on its own."""
         await trio.lowlevel.checkpoint()
         return self.apply_now(batch)
 
@@ -447,6 +448,7 @@ class MemoryStore:
     # ------------------------------------------------------------------ reads
 
     async def load(self, run_id: str) -> RunRecord | None:
+        """The committed record of ``run_id``, or None for a run this store does not hold."""
         await trio.lowlevel.checkpoint()
         row = self._rows.get(run_id)
         return None if row is None else row.record(run_id)
@@ -454,6 +456,9 @@ class MemoryStore:
     async def events_after(
         self, seq: int, run_id: str | None = None, limit: int = 1000
     ) -> list[RunEvent]:
+        """Committed events after ``seq`` (of ``run_id`` only, if given), oldest first, at most
+        ``limit``.
+        """
         await trio.lowlevel.checkpoint()
         if run_id is not None:
             row = self._rows.get(run_id)
@@ -474,6 +479,7 @@ class MemoryStore:
         return out
 
     async def checkpoint_at(self, run_id: str, seq: int | None) -> CheckpointAt | None:
+        """The checkpoint ``run_id`` had committed as of its event ``seq`` (`ForkingStore`)."""
         await trio.lowlevel.checkpoint()
         row = self._rows.get(run_id)
         if row is None or not row.events:
@@ -488,6 +494,9 @@ class MemoryStore:
         return CheckpointAt(seq, row.history[before - 1][1] if before else None)
 
     async def prune(self, ended_before: float, *, dry_run: bool = False) -> int:
+        """Delete the trees whose root ended before ``ended_before``; the number deleted
+        (`PruningStore`).
+        """
         await trio.lowlevel.checkpoint()
         trees: dict[str, list[str]] = {}
         for run_id, row in self._rows.items():
@@ -514,6 +523,7 @@ class MemoryStore:
         return len(doomed)
 
     async def runnable(self, names: Collection[str], now: float, limit: int) -> list[RunRecord]:
+        """Queued named root runs and due scheduled resumes a runtime with ``names`` may claim."""
         await trio.lowlevel.checkpoint()
         out: list[RunRecord] = []
         rows = self._rows
@@ -571,11 +581,13 @@ class MemoryStore:
         return out
 
     async def aclose(self) -> None:
+        """Close the store; it holds nothing outside this process, so nothing is flushed."""
         await trio.lowlevel.checkpoint()
 
     # ------------------------------------------------------------------ claims
 
     async def renew(self, owner: str, held: Mapping[str, int], lease: float) -> list[str]:
+        """Extend ``owner``'s live claims by ``lease``; the run ids whose claims were lost."""
         await trio.lowlevel.checkpoint()
         self._version += 1
         now = self.lease_clock()
@@ -595,6 +607,7 @@ class MemoryStore:
         return lost
 
     async def release(self, owner: str, run_id: str) -> None:
+        """Drop ``owner``'s claim on ``run_id``, leaving the run for another runtime."""
         await trio.lowlevel.checkpoint()
         claim = self._claims.get(run_id)
         if claim is not None and claim.owner == owner:
@@ -616,6 +629,7 @@ class MemoryStore:
         max_recoveries: int,
         limit: int,
     ) -> list[Recovered]:
+        """Claim or end runs whose owner's lease expired (durable rule 17)."""
         await trio.lowlevel.checkpoint()
         now = self.lease_clock()
         lease_until = now + lease
@@ -713,6 +727,7 @@ class MemoryStore:
     async def post_command(
         self, run_id: str, kind: CommandKind, payload: JsonValue, reason: str | None, at: float
     ) -> int | Rejected:
+        """Store a live command for a queued or running run, for its current or next attempt."""
         await trio.lowlevel.checkpoint()
         row = self._rows.get(run_id)
         if row is None:
@@ -731,16 +746,19 @@ class MemoryStore:
         return self._command_id
 
     async def commands(self, run_ids: Collection[str], after: int = 0) -> list[StoredCommand]:
+        """Stored commands of ``run_ids`` with an id greater than ``after``, oldest first."""
         await trio.lowlevel.checkpoint()
         wanted = set(run_ids)
         return [c for i, c in self._commands.items() if i > after and c.run_id in wanted]
 
     async def states(self, run_ids: Collection[str]) -> dict[str, RunState]:
+        """The committed states of those of ``run_ids`` this store holds."""
         await trio.lowlevel.checkpoint()
         rows = self._rows
         return {run_id: rows[run_id].state for run_id in run_ids if run_id in rows}
 
     async def version(self) -> int:
+        """A number that moves whenever anything is committed (what a runtime polls)."""
         await trio.lowlevel.checkpoint()
         return self._version
 
