@@ -195,8 +195,21 @@ def run_page(page: Path, where: Path) -> int:
     return ran
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("page", PAGES, ids=[p.relative_to(ROOT).as_posix() for p in PAGES])
+# Pages whose samples start processes (the command line, pytest) take longer than ~5 s.
+SLOW_PAGES = {"docs/guides/operating.md", "docs/guides/testing.md"}
+
+
+@pytest.mark.parametrize(
+    "page",
+    [
+        pytest.param(
+            page,
+            id=(name := page.relative_to(ROOT).as_posix()),
+            marks=[pytest.mark.slow] if name in SLOW_PAGES else [],
+        )
+        for page in PAGES
+    ],
+)
 def test_every_sample_of_the_page_runs(page: Path, tmp_path: Path) -> None:
     run_page(page, tmp_path)
 

@@ -19,7 +19,7 @@ GUIDE = ROOT / "docs" / "guides" / "client.md"
 
 
 def client_example() -> str:
-    blocks = re.findall(r"```python\n(.*?)```", GUIDE.read_text(), flags=re.DOTALL)
+    blocks: list[str] = re.findall(r"```python\n(.*?)```", GUIDE.read_text(), flags=re.DOTALL)
     [example] = [block for block in blocks if "with Client(" in block]
     return example
 
