@@ -281,3 +281,12 @@ def test_a_failing_console_sample_is_reported(tmp_path: Path) -> None:
     [missing] = samples(page)
     with pytest.raises(AssertionError, match="did not print 'two'"):
         _run_console(attrs.evolve(missing, page=ROOT / "README.md"), tmp_path)
+
+
+def test_a_failing_python_sample_is_reported(tmp_path: Path) -> None:
+    """A python sample whose own check fails fails the page, naming where it is."""
+    page = tmp_path / "page.md"
+    page.write_text("text\n\n```python\nassert 1 + 1 == 3, 'arithmetic'\n```\n")
+    [failing] = samples(page)
+    with pytest.raises(AssertionError, match=r"README.md:3(.|\n)*arithmetic"):
+        _run_python(attrs.evolve(failing, page=ROOT / "README.md"), tmp_path, 0)
