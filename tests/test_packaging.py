@@ -36,7 +36,7 @@ def test_a_missing_httpx_says_how_to_install_it_from_a_checkout(
 
 def test_install_advice_names_the_checkout_not_a_package_index() -> None:
     sources = [*(ROOT / "awaken_trio").rglob("*.py"), *(ROOT / "examples").glob("*.py")]
-    sources.append(ROOT / "README.md")
+    sources += [ROOT / "README.md", *(ROOT / "docs").rglob("*.md")]
     advice = {
         path.relative_to(ROOT).as_posix(): found
         for path in sources

@@ -58,7 +58,9 @@ class OwnershipVerifier(Protocol):
     claim is lost; raise when the authority cannot be reached. Both fail closed.
     """
 
-    async def verify_current(self) -> bool: ...
+    async def verify_current(self) -> bool:
+        """True while this runtime's claim on the attempt is still current."""
+        ...
 
 
 @final

@@ -21,7 +21,7 @@ class InvalidBody(InvalidArgument, TypeError):
 
 
 class InvalidPayload(InvalidArgument):
-    """A payload was not a JSON value (see the payload rules in the README)."""
+    """A payload was not a JSON value (the payload rules are in the concepts page of the docs)."""
 
 
 class UnknownRun(AwakenError):

@@ -27,6 +27,7 @@ from ._errors import InvalidPayload
 # run time by `check_json` wherever a payload is handed over; typed as Any so that a caller's
 # `dict[str, int]` or a body reading `ctx.checkpoint["step"]` needs no casts.
 JsonValue: TypeAlias = Any
+"""A JSON value: None, bool, int, finite float, str, list, or dict with str keys."""
 
 _MAX_DEPTH = 200
 # `open_runtime(max_payload_bytes=...)` by default: 4 MiB of JSON text per payload.

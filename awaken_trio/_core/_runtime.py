@@ -219,7 +219,8 @@ class Runtime(metaclass=NoPublicConstructor):
             InvalidArgument: the source has no name (nothing could find its body), ``at``
                 is not one of its events, or the store keeps no checkpoint history.
             RunExists: ``new_run_id`` is taken.
-            Nothing is committed when it raises.
+
+        Nothing is committed when it raises.
         """
         self._in_own_run()
         check_id(run_id, "run_id")
@@ -490,7 +491,9 @@ class Runtime(metaclass=NoPublicConstructor):
         return EventStream._create(self._store, self._supervisor, run_id, follow)
 
     def statistics(self) -> RuntimeStatistics:
-        """A snapshot of the runtime's process-local bookkeeping."""
+        """Counts of what this runtime holds right now (attempts, queued runs, busy threads, the
+        supervisor's mailbox); sync, for monitoring.
+        """
         supervisor = self._supervisor
         return RuntimeStatistics(
             active_attempts=len(supervisor.registry),

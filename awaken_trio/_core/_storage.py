@@ -285,6 +285,7 @@ class Rejected:
 
 
 CommitResult = Accepted | Rejected
+"""What the store did with one commit of a batch: `Accepted` or `Rejected` (with why)."""
 
 
 class Store(Protocol):

@@ -193,4 +193,6 @@ class Model(Protocol):
 
     async def infer(
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]
-    ) -> ModelReply: ...
+    ) -> ModelReply:
+        """The model's reply to ``messages`` (the transcript) with ``tools`` on offer."""
+        ...

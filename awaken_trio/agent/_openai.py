@@ -153,6 +153,9 @@ class OpenAIChatModel:
     async def infer(
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]
     ) -> ModelReply:
+        """Send one chat-completions request (streamed) and return its reply; provider errors raise
+        `ModelError` with the codes of `Model.infer`.
+        """
         body = self._body(messages, tools)
         headers = dict(self._headers)
         httpx = self._httpx

@@ -54,6 +54,9 @@ class ScriptedModel:
     async def infer(
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]
     ) -> ModelReply:
+        """Return the script's next reply (raise it, if it is a `ModelError`; call it, if it is a
+        callable), keeping a copy of ``messages`` in `calls`.
+        """
         await trio.lowlevel.checkpoint()
         self.calls.append(copy.deepcopy(messages))
         self.tools.append(copy.deepcopy(tools))

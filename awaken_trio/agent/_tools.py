@@ -139,6 +139,7 @@ class SubAgentTool:
     description: str = attrs.field(default="", kw_only=True, validator=_description)
 
     def as_tool(self) -> Tool:
+        """This delegation as a plain `Tool` whose call runs the agent as a child run."""
         return Tool(
             self.name, self._delegate, description=self.description, parameters=_PROMPT_PARAMETERS
         )

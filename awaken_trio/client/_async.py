@@ -131,7 +131,9 @@ class AsyncClient:
     closed client raises `RuntimeClosed`.
 
     Args:
-        store, clock, poll: as for `Client`.
+        store: as for `Client`.
+        clock: as for `Client`.
+        poll: as for `Client`.
     """
 
     def __init__(

@@ -79,6 +79,7 @@ class MemoryStore:
         return self.shared
 
     async def apply(self, batch: Sequence[Commit]) -> list[CommitResult]:
+        """Apply ``batch`` as `Store.apply` does: in order, each commit fenced on its own."""
         await trio.lowlevel.checkpoint()
         return self.apply_now(batch)
 
@@ -105,6 +106,7 @@ class MemoryStore:
     # ------------------------------------------------------------------ reads
 
     async def load(self, run_id: str) -> RunRecord | None:
+        """The committed record of ``run_id``, or None for a run this store does not hold."""
         await trio.lowlevel.checkpoint()
         row = self._tx.rows.get(run_id)
         return None if row is None else row.record()
@@ -112,6 +114,9 @@ class MemoryStore:
     async def events_after(
         self, seq: int, run_id: str | None = None, limit: int = 1000
     ) -> list[RunEvent]:
+        """Committed events after ``seq`` (of ``run_id`` only, if given), oldest first, at most
+        ``limit``.
+        """
         await trio.lowlevel.checkpoint()
         tx = self._tx
         if run_id is not None:
@@ -133,6 +138,7 @@ class MemoryStore:
         return out
 
     async def checkpoint_at(self, run_id: str, seq: int | None) -> CheckpointAt | None:
+        """The checkpoint ``run_id`` had committed as of its event ``seq`` (`ForkingStore`)."""
         await trio.lowlevel.checkpoint()
         row = self._tx.rows.get(run_id)
         if row is None or not row.events:
@@ -147,6 +153,9 @@ class MemoryStore:
         return CheckpointAt(seq, row.history[before - 1][1] if before else None)
 
     async def prune(self, ended_before: float, *, dry_run: bool = False) -> int:
+        """Delete the trees whose root ended before ``ended_before``; the number deleted
+        (`PruningStore`).
+        """
         await trio.lowlevel.checkpoint()
         tx = self._tx
         rows = tx.rows
@@ -175,6 +184,7 @@ class MemoryStore:
         return len(doomed)
 
     async def runnable(self, names: Collection[str], now: float, limit: int) -> list[RunRecord]:
+        """Queued named root runs and due scheduled resumes a runtime with ``names`` may claim."""
         await trio.lowlevel.checkpoint()
         tx = self._tx
         out: list[RunRecord] = []
@@ -234,16 +244,19 @@ class MemoryStore:
         return out
 
     async def aclose(self) -> None:
+        """Close the store; it holds nothing outside this process, so nothing is flushed."""
         await trio.lowlevel.checkpoint()
 
     # ------------------------------------------------------------------ claims
 
     async def renew(self, owner: str, held: Mapping[str, int], lease: float) -> list[str]:
+        """Extend ``owner``'s live claims by ``lease``; the run ids whose claims were lost."""
         await trio.lowlevel.checkpoint()
         self._version += 1
         return rules.renew(self._tx, owner, held, self.lease_clock(), lease)
 
     async def release(self, owner: str, run_id: str) -> None:
+        """Drop ``owner``'s claim on ``run_id``, leaving the run for another runtime."""
         await trio.lowlevel.checkpoint()
         tx = self._tx
         tx.wrote_claims = False
@@ -260,6 +273,7 @@ class MemoryStore:
         max_recoveries: int,
         limit: int,
     ) -> list[Recovered]:
+        """Claim or end runs whose owner's lease expired (durable rule 17)."""
         await trio.lowlevel.checkpoint()
         tx = self._tx
         tx.wrote_claims = False  # every run recover deals with has its claim written
@@ -275,6 +289,7 @@ class MemoryStore:
     async def post_command(
         self, run_id: str, kind: CommandKind, payload: JsonValue, reason: str | None, at: float
     ) -> int | Rejected:
+        """Store a live command for a queued or running run, for its current or next attempt."""
         await trio.lowlevel.checkpoint()
         posted = rules.post_command(self._tx, run_id, kind, payload, reason, at)
         if not isinstance(posted, Rejected):
@@ -282,16 +297,19 @@ class MemoryStore:
         return posted
 
     async def commands(self, run_ids: Collection[str], after: int = 0) -> list[StoredCommand]:
+        """Stored commands of ``run_ids`` with an id greater than ``after``, oldest first."""
         await trio.lowlevel.checkpoint()
         wanted = set(run_ids)
         return [c for i, c in self._tx.commands.items() if i > after and c.run_id in wanted]
 
     async def states(self, run_ids: Collection[str]) -> dict[str, RunState]:
+        """The committed states of those of ``run_ids`` this store holds."""
         await trio.lowlevel.checkpoint()
         rows = self._tx.rows
         return {run_id: rows[run_id].state for run_id in run_ids if run_id in rows}
 
     async def version(self) -> int:
+        """A number that moves whenever anything is committed (what a runtime polls)."""
         await trio.lowlevel.checkpoint()
         return self._version
 

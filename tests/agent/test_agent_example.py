@@ -115,10 +115,11 @@ async def test_the_agent_example_runs_against_a_fast_endpoint_without_racing_its
     assert all(request.body["model"] == "gpt-4o-mini" for request in server.requests)
 
 
-def test_the_readme_agent_example_runs_and_its_assertions_hold() -> None:
-    readme = (ROOT / "README.md").read_text()
-    blocks = re.findall(r"```python\n(.*?)```", readme, flags=re.DOTALL)
-    [block] = [b for b in blocks if "awaken_trio.agent" in b]
+def test_the_agent_guides_first_example_runs_and_its_assertions_hold() -> None:
+    guide = ROOT / "docs" / "guides" / "agents.md"
+    blocks = re.findall(r"```python\n(.*?)```", guide.read_text(), flags=re.DOTALL)
+    block = blocks[0]
+    assert "from awaken_trio.agent import" in block
     assert "trio.run(main)" in block
-    namespace: dict[str, object] = {"__name__": "readme_agent_example"}
-    exec(compile(block, "README.md", "exec"), namespace)
+    namespace: dict[str, object] = {"__name__": "agent_guide_example"}
+    exec(compile(block, str(guide), "exec"), namespace)

@@ -520,7 +520,7 @@ async def test_a_command_stored_while_the_relay_reads_reaches_an_attempt_that_re
 async def test_the_readme_durable_sample_submit_then_send_then_cancel_works_on_sqlite(
     tmp_path: Path,
 ) -> None:
-    """The README's durable sample: a control process submits, sends a message and cancels
+    """The durable sample: a control process submits, sends a message and cancels
     while the run is still queued; a worker then finds the run ended and never runs it."""
     entered: list[str] = []
 

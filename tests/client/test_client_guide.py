@@ -1,4 +1,4 @@
-"""The README's client example runs as written, against a runtime that serves its store."""
+"""The client guide's example runs as written, against a runtime that serves its store."""
 
 from __future__ import annotations
 
@@ -15,14 +15,13 @@ from awaken_trio import JsonValue, RunContext, open_runtime
 
 from .client_helpers import POLL, ROOT, WAIT
 
-HEADING = "## Control from threads and asyncio: `awaken_trio.client`"
+GUIDE = ROOT / "docs" / "guides" / "client.md"
 
 
 def client_example() -> str:
-    section = (ROOT / "README.md").read_text().split(HEADING, 1)[1]
-    found = re.search(r"```python\n(.*?)```", section, flags=re.DOTALL)
-    assert found is not None, "the client section has no python example"
-    return found.group(1)
+    blocks: list[str] = re.findall(r"```python\n(.*?)```", GUIDE.read_text(), flags=re.DOTALL)
+    [example] = [block for block in blocks if "with Client(" in block]
+    return example
 
 
 async def summarise(ctx: RunContext) -> JsonValue:
@@ -69,12 +68,12 @@ def serving(url: str) -> Iterator[None]:
     assert failures == []
 
 
-def test_the_readme_client_example_runs(
+def test_the_client_guides_example_runs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.chdir(tmp_path)  # the example's sqlite:///runs.db
     with serving("sqlite:///runs.db"):
-        exec(compile(client_example(), "README.md", "exec"), {"__name__": "readme_client"})
+        exec(compile(client_example(), str(GUIDE), "exec"), {"__name__": "readme_client"})
     printed = capsys.readouterr().out.splitlines()
     assert printed[0] == "{'summary': 'doc 7'}"
     assert printed[1] in (

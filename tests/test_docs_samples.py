@@ -1,0 +1,292 @@
+"""Every code sample in the README and the documentation runs as written.
+
+A page's samples run in order in a temporary directory of their own, so a later sample may
+use what an earlier one wrote (``sqlite:///runs.db``, a module of bodies). How a sample runs
+is said by its fence and, optionally, an HTML comment on the line before it:
+
+- ```` ```python ````: run as a script by this interpreter in a process of its own (in the
+  page's directory), and it must exit 0; its own ``assert`` lines are its checks.
+- ``<!-- sample: file NAME -->`` before a python block: written to ``NAME`` in the page's
+  directory (importable by later samples and by a worker), and compiled.
+- ``<!-- sample: pytest -->``: written to a test module and run by pytest in a process of
+  its own (the package's plugin gives it the ``explore`` fixture); every test must pass.
+- ``<!-- sample: worker MODULE:ATTR -->``: an ``awaken-trio worker MODULE:ATTR`` process
+  serves ``sqlite:///runs.db`` in the page's directory while the sample runs, then is
+  killed.
+- ```` ```console ````: each ``$ `` line is run by bash in the page's directory and must
+  exit 0; every output line written under it must appear in what it printed.
+
+Blocks of any other language (``sh``, ``text``, ``toml``) are shown, not run: they are the
+commands that install things, serve until Ctrl-C, or need a PostgreSQL server or a model key.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import attrs
+import pytest
+import trio
+
+from awaken_trio.testing import CancellationViolation, explore_cancellation
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+PAGES = [ROOT / "README.md", *sorted(DOCS.rglob("*.md"))]
+BIN = Path(sys.executable).parent
+TIMEOUT = 120.0
+
+_FENCE = re.compile(
+    r"(?:^<!-- sample: (?P<marker>[^>]*?) -->\n)?^```(?P<lang>[a-z]*)\n(?P<code>.*?)^```$",
+    flags=re.DOTALL | re.MULTILINE,
+)
+
+
+@attrs.frozen
+class Sample:
+    """One fenced block of a page: where it starts, its language, its marker, its text."""
+
+    page: Path
+    line: int
+    lang: str
+    marker: str
+    code: str
+
+    @property
+    def where(self) -> str:
+        return f"{self.page.relative_to(ROOT)}:{self.line}"
+
+
+def samples(page: Path) -> list[Sample]:
+    text = page.read_text()
+    return [
+        Sample(
+            page,
+            text.count("\n", 0, found.start("code")),
+            found.group("lang"),
+            (found.group("marker") or "").strip(),
+            found.group("code"),
+        )
+        for found in _FENCE.finditer(text)
+    ]
+
+
+def _environment() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
+    env.pop("AWAKEN_TRIO_STORE", None)
+    env.pop("OPENAI_BASE_URL", None)
+    env["NO_COLOR"] = "1"
+    env["COLUMNS"] = "200"
+    return env
+
+
+@contextmanager
+def _worker(target: str, where: Path) -> Iterator[None]:
+    """An ``awaken-trio worker`` process serving the page's SQLite file until the block ends;
+    killed (its whole process group) whatever the sample did."""
+    process = subprocess.Popen(
+        [
+            *(str(BIN / "awaken-trio"), "worker", target),
+            *("--store", "sqlite:///runs.db", "--poll", "0.02"),
+        ],
+        cwd=where,
+        env=_environment(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    try:
+        yield
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)
+        _, stderr = process.communicate(timeout=TIMEOUT)
+        assert process.returncode == -signal.SIGKILL, stderr.decode()
+
+
+def _run_python(sample: Sample, where: Path, index: int) -> None:
+    script = where / f"docs_sample_{index}.py"
+    script.write_text(sample.code)
+    finished = subprocess.run(
+        [sys.executable, script.name],
+        cwd=where,
+        env=_environment(),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
+    assert finished.returncode == 0, f"{sample.where}\n{finished.stdout}\n{finished.stderr}"
+
+
+def _run_pytest(sample: Sample, where: Path, index: int) -> None:
+    module = where / f"test_docs_sample_{index}.py"
+    module.write_text(sample.code)
+    finished = subprocess.run(
+        [
+            *(sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"),
+            *("-o", "trio_mode=true", "--rootdir", str(where), module.name),
+        ],
+        cwd=where,
+        env=_environment(),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
+    assert finished.returncode == 0, f"{sample.where}\n{finished.stdout}\n{finished.stderr}"
+    assert re.search(r"\b\d+ passed\b", finished.stdout), finished.stdout
+
+
+def _run_console(sample: Sample, where: Path) -> None:
+    commands: list[tuple[str, list[str]]] = []
+    for line in sample.code.splitlines():
+        if line.startswith("$ "):
+            commands.append((line[2:], []))
+        elif line.strip():
+            assert commands, f"{sample.where}: output before any command"
+            commands[-1][1].append(line)
+    assert commands, f"{sample.where}: a console block with no command"
+    for command, expected in commands:
+        finished = subprocess.run(
+            ["bash", "-c", command],
+            cwd=where,
+            env=_environment(),
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT,
+        )
+        printed = finished.stdout + finished.stderr
+        assert finished.returncode == 0, f"{sample.where}: {command}\n{printed}"
+        normalised = {" ".join(line.split()) for line in printed.splitlines()}
+        for line in expected:
+            assert " ".join(line.split()) in normalised, (
+                f"{sample.where}: {command} did not print {line!r}; it printed:\n{printed}"
+            )
+
+
+def run_page(page: Path, where: Path) -> int:
+    """Run every runnable sample of ``page`` in order in ``where``; how many ran."""
+    ran = 0
+    for index, sample in enumerate(samples(page)):
+        kind, _, argument = sample.marker.partition(" ")
+        if sample.lang == "console":
+            _run_console(sample, where)
+        elif sample.lang != "python":
+            assert not sample.marker, f"{sample.where}: a marker on a block that never runs"
+            continue
+        elif kind == "file":
+            (where / argument).write_text(sample.code)
+            compile(sample.code, sample.where, "exec")
+        elif kind == "pytest":
+            _run_pytest(sample, where, index)
+        elif kind == "worker":
+            with _worker(argument, where):
+                _run_python(sample, where, index)
+        else:
+            assert not sample.marker, f"{sample.where}: unknown marker {sample.marker!r}"
+            _run_python(sample, where, index)
+        ran += 1
+    return ran
+
+
+# Pages whose samples start processes (the command line, pytest) take longer than ~5 s.
+SLOW_PAGES = {"docs/guides/operating.md", "docs/guides/testing.md"}
+
+
+@pytest.mark.parametrize(
+    "page",
+    [
+        pytest.param(
+            page,
+            id=(name := page.relative_to(ROOT).as_posix()),
+            marks=[pytest.mark.slow] if name in SLOW_PAGES else [],
+        )
+        for page in PAGES
+    ],
+)
+def test_every_sample_of_the_page_runs(page: Path, tmp_path: Path) -> None:
+    run_page(page, tmp_path)
+
+
+def test_the_pages_have_samples_and_every_python_sample_is_run() -> None:
+    found = {page: samples(page) for page in PAGES}
+    assert (DOCS / "index.md") in found
+    python = [s for page in found.values() for s in page if s.lang == "python"]
+    assert len(python) >= 15, "fewer python samples than the guides have"
+    for sample in python:
+        kind = sample.marker.partition(" ")[0]
+        assert kind in ("", "file", "pytest", "worker"), sample.where
+    console = [s for page in found.values() for s in page if s.lang == "console"]
+    assert console, "no command-line sample runs"
+
+
+def test_an_unfenced_python_block_would_be_found() -> None:
+    """The fence pattern finds a block with a marker and one without, and nothing else."""
+    text = "x\n<!-- sample: file m.py -->\n```python\na = 1\n```\n\n```sh\nls\n```\n"
+    found = list(_FENCE.finditer(text))
+    assert [(f.group("lang"), f.group("marker"), f.group("code")) for f in found] == [
+        ("python", "file m.py", "a = 1\n"),
+        ("sh", None, "ls\n"),
+    ]
+
+
+def _testing_guide_explore_sample() -> Sample:
+    [sample] = [
+        s
+        for s in samples(DOCS / "guides" / "testing.md")
+        if "async def test_transfer_is_cancellation_safe" in s.code
+    ]
+    return sample
+
+
+def _explore_test(code: str) -> object:
+    namespace: dict[str, object] = {"__name__": "docs_explore_sample"}
+    exec(compile(code, "docs/guides/testing.md", "exec"), namespace)
+    return namespace["test_transfer_is_cancellation_safe"]
+
+
+def test_the_cancellation_safety_sample_passes_its_exploration() -> None:
+    test = _explore_test(_testing_guide_explore_sample().code)
+    assert callable(test)
+    trio.run(test, explore_cancellation)
+
+
+def test_the_cancellation_safety_sample_finds_the_lock_left_held() -> None:
+    code = _testing_guide_explore_sample().code
+    # The same body with its lock released only on the normal path.
+    broken = code.replace("    try:\n", "    if True:\n").replace(
+        "    finally:\n", "    if True:\n"
+    )
+    assert broken != code
+    test = _explore_test(broken)
+    assert callable(test)
+    with pytest.raises(CancellationViolation, match="the lock is still held"):
+        trio.run(test, explore_cancellation)
+
+
+def test_a_failing_console_sample_is_reported(tmp_path: Path) -> None:
+    """The console runner fails a command that exits non-zero and output that is missing."""
+    page = tmp_path / "page.md"
+    page.write_text("```console\n$ false\n```\n")
+    [failing] = samples(page)
+    with pytest.raises(AssertionError, match="false"):
+        _run_console(attrs.evolve(failing, page=ROOT / "README.md"), tmp_path)
+    page.write_text("```console\n$ echo one\ntwo\n```\n")
+    [missing] = samples(page)
+    with pytest.raises(AssertionError, match="did not print 'two'"):
+        _run_console(attrs.evolve(missing, page=ROOT / "README.md"), tmp_path)
+
+
+def test_a_failing_python_sample_is_reported(tmp_path: Path) -> None:
+    """A python sample whose own check fails fails the page, naming where it is."""
+    page = tmp_path / "page.md"
+    page.write_text("text\n\n```python\nassert 1 + 1 == 3, 'arithmetic'\n```\n")
+    [failing] = samples(page)
+    with pytest.raises(AssertionError, match=r"README.md:3(.|\n)*arithmetic"):
+        _run_python(attrs.evolve(failing, page=ROOT / "README.md"), tmp_path, 0)
