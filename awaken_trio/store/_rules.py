@@ -50,6 +50,7 @@ from .._core import (
     CommandKind,
     Commit,
     Ended,
+    EndRequest,
     Indeterminate,
     JsonValue,
     NewRun,
@@ -383,7 +384,7 @@ PARENT_ENDED: Final[RunState] = Ended(CANCELLED_CAUSE)
 
 def parent_detail(run_id: str) -> Mapping[str, JsonValue]:
     """The detail of a descendant's end when its ancestor ``run_id`` ended elsewhere."""
-    return scalar_dict({"source": "parent", "reason": f"parent run {run_id!r} ended"})
+    return EndRequest.parent_ended(run_id).detail
 
 
 def owner_lost(why: str) -> RunState:
