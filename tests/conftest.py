@@ -37,7 +37,7 @@ def pg_server() -> Iterator[PgServer]:
     install; under CI=true (where `.ci/run` installs them) that is a failure instead."""
     missing: str | None = None
     if importlib.util.find_spec("psycopg") is None:
-        missing = "psycopg is not installed: pip install 'awaken-trio[postgres]'"
+        missing = "psycopg is not installed (from a checkout: pip install -e '.[postgres]')"
     elif find_bindir() is None:
         missing = INSTALL_HINT
     if missing is not None:
