@@ -51,7 +51,7 @@ logger = logging.getLogger("awaken_trio.store")
 
 CONNECT_TIMEOUT: Final = 10.0
 """Seconds a call waits for a pooled connection (the server down, or every one busy)."""
-RETRIES: Final = (0.05, 0.2, 0.5)
+RETRIES: Final = (0.05, 0.1, 0.2, 0.5, 1.0, 2.0)
 """The pauses before a write transaction whose connection broke is tried again (nothing of
 it was committed, or it was looked up and found not committed)."""
 
@@ -192,7 +192,9 @@ class PostgresStore:
             min_size=1,
             max_size=t.pool_size,
             kwargs={"autocommit": True, "prepare_threshold": 0},
-            check=psycopg_pool.ConnectionPool.check_connection,
+            # No check on every checkout (a round trip each): a broken connection fails
+            # its call, which is retried (writes) or answered as a store error (reads),
+            # and the pool replaces it.
             open=False,
             name=f"awaken_trio {t.schema}",
         )
@@ -279,7 +281,13 @@ class PostgresStore:
             return fn(conn, r)
 
         try:
-            return await self._call(read)
+            try:
+                return await self._call(read)
+            except psycopg.OperationalError as exc:
+                # A pooled connection the server dropped (a restart, a terminated
+                # backend) fails once; the pool replaces it, and a read is safe to repeat.
+                logger.info("store: reading %s failed, reading again: %s", what, self._scrub(exc))
+                return await self._call(read)
         except psycopg_pool.PoolTimeout:
             raise StoreError(
                 f"the PostgreSQL store {self._target.shown!r} could not be reached to read"
@@ -315,7 +323,7 @@ class PostgresStore:
                 committing = True
                 tx.commit()
             except BaseException as exc:
-                if committing and conn.broken:
+                if committing and (conn.broken or conn.closed):
                     raise _Unknown(tx.token, result, tx.wrote) from exc
                 if not conn.broken:
                     with contextlib.suppress(psycopg.Error):

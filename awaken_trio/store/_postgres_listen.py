@@ -36,6 +36,8 @@ PING_EVERY: Final = 5.0
 PING_WAIT: Final = 2.0
 SLICE: Final = 0.25
 """Seconds: how often a blocked wait looks whether its caller went away."""
+APPLICATION_NAME: Final = "awaken_trio listener"
+"""The listener connection's ``application_name`` (``pg_stat_activity`` shows it)."""
 BACKOFF: Final = (0.05, 0.1, 0.2, 0.5, 1.0, 2.0)
 
 
@@ -58,7 +60,12 @@ class Listener:
 
     def _connect(self) -> bool:
         try:
-            conn = psycopg.connect(self._conninfo, autocommit=True, connect_timeout=5)
+            conn = psycopg.connect(
+                self._conninfo,
+                autocommit=True,
+                connect_timeout=5,
+                application_name=APPLICATION_NAME,
+            )
             conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._channel)))
         except psycopg.Error as exc:
             pause = BACKOFF[min(self._failures, len(BACKOFF) - 1)]
