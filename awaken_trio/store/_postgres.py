@@ -87,8 +87,9 @@ class PostgresStore:
     connection is looked up by its token, never applied twice. A caller cancelled while its
     query runs has the query cancelled on the server.
 
-    ``lease_offset`` is for tests only: seconds added to the server's clock on every
-    reading (a test lets leases pass without waiting).
+    ``lease_offset`` and ``lease_clock`` are for tests only: seconds added to the server's
+    clock on every reading (a test lets leases pass without waiting), or a clock read in
+    place of the server's (a test compares stores on one clock).
     """
 
     def __init__(
@@ -98,6 +99,7 @@ class PostgresStore:
         schema: str | None = None,
         pool_size: int | None = None,
         lease_offset: Callable[[], float] | None = None,
+        lease_clock: Callable[[], float] | None = None,
     ) -> None:
         self._target = target = parse(url, schema=schema, pool_size=pool_size)
         self._statements = Statements.of(target.schema)
@@ -105,6 +107,7 @@ class PostgresStore:
         self._channel = f"awaken_trio.{target.schema}"
         self._sender = uuid.uuid4().hex
         self._lease_offset = lease_offset
+        self._lease_clock = lease_clock
         self._limiter = trio.CapacityLimiter(target.pool_size)
         self._pool: psycopg_pool.ConnectionPool[Conn] | None = None
         self._opening: trio.Event | None = None
@@ -308,12 +311,13 @@ class PostgresStore:
         when the connection broke before the commit or the commit was looked up and found
         not to have landed."""
         offset = self._offset()
+        fixed = self._lease_clock
         statements = self._statements
         channel, sender = self._channel, self._sender
         outcome: list[tuple[int, bool]] = []  # (writes before, whether it wrote)
 
         def attempt(conn: Conn) -> T:
-            tx = PgTx(conn, statements, channel=channel, sender=sender, offset=offset)
+            tx = PgTx(conn, statements, channel=channel, sender=sender, offset=offset, clock=fixed)
             committing = False
             try:
                 with conn.pipeline():
@@ -423,8 +427,10 @@ class PostgresStore:
         wanted = list(names)
         offset = self._offset()
 
+        fixed = self._lease_clock
+
         def read(c: Conn, r: reads.Reads) -> list[RunRecord]:
-            lease_now = _server_now(c) + offset
+            lease_now = (_server_now(c) if fixed is None else fixed()) + offset
             return reads.runnable(c, r, wanted, now, lease_now, limit)
 
         return await self._read(read, "runnable runs")

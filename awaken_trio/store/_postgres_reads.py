@@ -100,7 +100,7 @@ class Reads:
                 " ORDER BY seq LIMIT %s"
             ),
             # Queued named root runs nobody holds a live claim on, whose thread no other
-            # run's live attempt occupies, in the order they were queued.
+            # run's live attempt occupies, oldest run first (the order they were created).
             queued=q(
                 f"SELECT {RECORD_COLUMNS} FROM {{s}}.runs r"
                 " WHERE r.queued_order IS NOT NULL AND r.name = ANY(%(names)s)"
@@ -111,7 +111,7 @@ class Reads:
                 "   WHERE o.thread_id = r.thread_id AND o.attempt_epoch IS NOT NULL"
                 "   AND o.run_id <> r.run_id AND c.epoch = o.attempt_epoch"
                 "   AND c.lease_until >= %(lease_now)s)"
-                " ORDER BY r.queued_order LIMIT %(limit)s"
+                " ORDER BY r.created LIMIT %(limit)s"
             ),
             due=q(
                 f"SELECT {RECORD_COLUMNS} FROM {{s}}.tickets t JOIN {{s}}.runs r"

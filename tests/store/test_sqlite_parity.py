@@ -1,6 +1,6 @@
-"""The SQLite store and the shared memory store, given the same random calls, answer the
-same and hold the same truth: every commit result, record, event, stored command, claim
-decision, recovery and runnable list, call after call.
+"""The SQLite store, the PostgreSQL store and the shared memory store, given the same random
+calls, answer the same and hold the same truth: every commit result, record, event, stored
+command, claim decision, recovery and runnable list, call after call.
 
 The memory store is the reference implementation of the store protocol; this checks the
 SQLite store against it far beyond the contract's hand-written cases (seeded, so a failure
@@ -242,6 +242,26 @@ async def test_the_sqlite_store_answers_as_the_memory_store_does(
     stores: tuple[MemoryStore, SQLiteStore], lease_clock: LeaseClock, seed: int
 ) -> None:
     memory, sqlite = stores
+    await drive(memory, sqlite, lease_clock, seed)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(4))
+async def test_the_postgres_store_answers_as_the_memory_store_does(
+    pg_url: str, lease_clock: LeaseClock, seed: int
+) -> None:
+    from awaken_trio.store._postgres import PostgresStore
+
+    memory = MemoryStore(inline=False, shared=True, lease_clock=lease_clock)
+    async with PostgresStore(pg_url, lease_clock=lease_clock) as postgres:
+        await drive(memory, postgres, lease_clock, seed)
+
+
+async def drive(
+    memory: MemoryStore, sqlite: DurableStore, lease_clock: LeaseClock, seed: int
+) -> None:
+    """Make the same seeded calls of both stores, comparing every answer and, after each
+    call, what they hold."""
     calls = _Calls(seed, memory)
     rng = calls.rng
     with trio.fail_after(120):
