@@ -55,6 +55,8 @@ class Listener:
         self._pinged_at: float | None = None
         self._heard_at = time.monotonic()
         self._closed = False
+        # A change heard by a wait whose caller had gone away: the next wait answers it.
+        self._pending = False
         self.reconnects = 0
         """How many times a connection was made again after one broke."""
 
@@ -101,6 +103,9 @@ class Listener:
         and as soon as ``abandoned`` is set (the caller went away)."""
         deadline = time.monotonic() + timeout
         with self._lock:
+            if self._pending:
+                self._pending = False
+                return True
             first = self._conn is None
             while not (abandoned.is_set() or self._closed):
                 conn = self._conn
@@ -110,6 +115,7 @@ class Listener:
                             return False
                         continue
                     if not first:
+                        self._pending = abandoned.is_set()
                         return True
                     first = False
                     continue
@@ -129,6 +135,8 @@ class Listener:
                         if notice.payload == self._ping:
                             self._pinged_at = None
                         elif notice.payload != self._sender:
+                            if abandoned.is_set():
+                                self._pending = True
                             return True
                 except psycopg.Error as exc:
                     self._drop(_scrub(exc, self._conninfo))
