@@ -4,7 +4,8 @@ share.
 Imported only when a ``postgresql://`` or ``postgres://`` URL is first used
 (`awaken_trio.store.open_store`); it needs the ``postgres`` extra (psycopg 3 and
 psycopg_pool). psycopg's async connections do not run under Trio, so every call runs a
-sync pooled connection in a Trio worker thread (at most ``pool_size`` at once).
+sync pooled connection in a Trio worker thread (reads at most ``pool_size`` at once, writes
+at most `WRITERS` more, and one more connection listens).
 """
 
 from __future__ import annotations
@@ -51,6 +52,8 @@ logger = logging.getLogger("awaken_trio.store")
 
 CONNECT_TIMEOUT: Final = 10.0
 """Seconds a call waits for a pooled connection (the server down, or every one busy)."""
+WRITERS: Final = 2
+"""Connections kept for writes, beyond the ``pool_size`` that reads share."""
 RETRIES: Final = (0.05, 0.1, 0.2, 0.5, 1.0, 2.0)
 """The pauses before a write transaction whose connection broke is tried again (nothing of
 it was committed, or it was looked up and found not committed)."""
@@ -108,7 +111,11 @@ class PostgresStore:
         self._sender = uuid.uuid4().hex
         self._lease_offset = lease_offset
         self._lease_clock = lease_clock
-        self._limiter = trio.CapacityLimiter(target.pool_size)
+        # Reads use at most ``pool_size`` connections at once, and writes (the runtime's
+        # commits, renewals, recoveries, commands) up to `WRITERS` more of their own, so a
+        # commit never queues behind reads; the pool holds both.
+        self._readers = trio.CapacityLimiter(target.pool_size)
+        self._writers = trio.CapacityLimiter(WRITERS)
         self._pool: psycopg_pool.ConnectionPool[Conn] | None = None
         self._opening: trio.Event | None = None
         self._closed = False
@@ -193,7 +200,7 @@ class PostgresStore:
         pool: psycopg_pool.ConnectionPool[Conn] = psycopg_pool.ConnectionPool(
             t.conninfo,
             min_size=1,
-            max_size=t.pool_size,
+            max_size=t.pool_size + WRITERS,
             kwargs={"autocommit": True, "prepare_threshold": 0},
             # No check on every checkout (a round trip each): a broken connection fails
             # its call, which is retried (writes) or answered as a store error (reads),
@@ -244,7 +251,7 @@ class PostgresStore:
     def _scrub(self, exc: BaseException) -> str:
         return scrub(exc, self._target.conninfo)
 
-    async def _call(self, fn: Callable[[Conn], T]) -> T:
+    async def _call(self, fn: Callable[[Conn], T], *, write: bool = False) -> T:
         """Run ``fn`` on a pooled connection in a worker thread. A caller cancelled
         meanwhile stops waiting, and the query running for it is cancelled on the server
         (the thread then rolls back and gives the connection back)."""
@@ -264,7 +271,9 @@ class PostgresStore:
 
         try:
             return await trio.to_thread.run_sync(
-                work, abandon_on_cancel=True, limiter=self._limiter
+                work,
+                abandon_on_cancel=True,
+                limiter=self._writers if write else self._readers,
             )
         except trio.Cancelled:
 
@@ -338,7 +347,7 @@ class PostgresStore:
 
         for pause in (*RETRIES, None):
             try:
-                result = await self._call(attempt)
+                result = await self._call(attempt, write=True)
             except _Unknown as unknown:
                 token, result, wrote = unknown.args
                 try:
@@ -481,6 +490,16 @@ class PostgresStore:
         limit: int,
     ) -> list[Recovered]:
         wanted = frozenset(names)
+        fixed, offset = self._lease_clock, self._offset()
+
+        def any_expired(c: Conn, r: reads.Reads) -> bool:
+            now = (_server_now(c) if fixed is None else fixed()) + offset
+            return reads.any_expired(c, r, now)
+
+        # Most passes find nothing to recover: a read says so without taking the lock every
+        # write transaction takes. (A claim that expires just after is found next pass.)
+        if not await self._read(any_expired, "expired claims"):
+            return []
         return await self._write(
             lambda tx, now: rules.recover(tx, owner, wanted, now, at, lease, max_recoveries, limit),
             "a recovery",

@@ -81,6 +81,7 @@ class Reads:
     history_from: sql.Composed
     checkpoint: sql.Composed
     writes: sql.Composed
+    expired: sql.Composed
     schema: sql.Identifier
 
     @classmethod
@@ -133,6 +134,7 @@ class Reads:
                 " ORDER BY seq DESC LIMIT 1"
             ),
             writes=q("SELECT writes FROM {s}.counters WHERE id = 1"),
+            expired=q("SELECT EXISTS (SELECT 1 FROM {s}.claims WHERE lease_until < %s)"),
             schema=s,
         )
 
@@ -261,3 +263,8 @@ def writes(conn: Conn, r: Reads) -> int:
     found = conn.execute(r.writes).fetchone()
     assert found is not None
     return int(found[0])
+
+
+def any_expired(conn: Conn, r: Reads, now: float) -> bool:
+    found = conn.execute(r.expired, (now,)).fetchone()
+    return bool(found and found[0])
