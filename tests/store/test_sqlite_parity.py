@@ -1,11 +1,12 @@
-"""The SQLite store and the shared memory store, given the same random calls, answer the
-same and hold the same truth: every commit result, record, event, stored command, claim
-decision, recovery and runnable list, call after call.
+"""The SQLite store, the PostgreSQL store and the shared memory store, given the same random
+calls, answer the same and hold the same truth: every commit result, record, event, stored
+command, claim decision, recovery and runnable list, call after call.
 
-Both run one rule engine (``awaken_trio.store._rules``) over two representations: frozen
-values in dicts, and JSON text in a file read through a cache and written in bulk. So this
-checks what the rules cannot: the SQLite store's codec, its cache, its queued and batched
-writes and its queries answer exactly as the values themselves do, far beyond the
+All run one rule engine (``awaken_trio.store._rules``) over three representations: frozen
+values in dicts, JSON text in a file read through a cache and written in bulk, and JSON
+text in PostgreSQL rows locked and written in bulk per transaction. So this checks what the
+rules cannot: each text store's codec, its cache, its queued and batched writes and its
+queries answer exactly as the values themselves do, far beyond the
 contracts' hand-written cases (seeded, so a failure replays). Where the protocol leaves a
 store free, the comparison is made loose on purpose: versions are only compared for moving,
 and ``recover`` is given a limit it never reaches.
@@ -245,6 +246,26 @@ async def test_the_sqlite_store_answers_as_the_memory_store_does(
     stores: tuple[MemoryStore, SQLiteStore], lease_clock: LeaseClock, seed: int
 ) -> None:
     memory, sqlite = stores
+    await drive(memory, sqlite, lease_clock, seed)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(4))
+async def test_the_postgres_store_answers_as_the_memory_store_does(
+    pg_url: str, lease_clock: LeaseClock, seed: int
+) -> None:
+    from awaken_trio.store._postgres import PostgresStore
+
+    memory = MemoryStore(inline=False, shared=True, lease_clock=lease_clock)
+    async with PostgresStore(pg_url, lease_clock=lease_clock) as postgres:
+        await drive(memory, postgres, lease_clock, seed)
+
+
+async def drive(
+    memory: MemoryStore, sqlite: DurableStore, lease_clock: LeaseClock, seed: int
+) -> None:
+    """Make the same seeded calls of both stores, comparing every answer and, after each
+    call, what they hold."""
     calls = _Calls(seed, memory)
     rng = calls.rng
     with trio.fail_after(120):
