@@ -1,0 +1,114 @@
+"""A caller that waits for each commit, on SQLite: one ``start`` (or ``submit``) at a time,
+against the floor of the same file, measured side by side in one process.
+
+Run from the repository root::
+
+    python benchmarks/bench_start_latency.py            # 2,000 calls a measurement
+    python benchmarks/bench_start_latency.py --quick    # 300
+
+The floor is what the file costs one commit: a one-row ``INSERT`` + ``COMMIT`` on a
+connection with the store's pragmas (WAL, ``synchronous=FULL``), into a table of its own in
+the same file, one after another on this thread. Against it, on a runtime opened on that
+file:
+
+- ``start``: ``await runtime.start(parked)`` in a loop (a body that waits, so nothing but
+  the start commits while the loop runs), as a caller that needs each run committed
+  before it goes on;
+- ``submit``: ``await runtime.submit("job")`` in a loop (nobody serves), as a web handler
+  that answers once the run is durable.
+
+Each figure is the median of three rounds (floor, start, submit in turn, so machine noise
+falls on all three alike), each a median of the per-call times. Ratio = floor/call (1.0
+would be a call that costs the file's commit and nothing else). Target: >= 0.5.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import trio
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from awaken_trio import RunContext, open_runtime  # noqa: E402
+
+
+async def parked(ctx: RunContext) -> object:
+    await trio.sleep_forever()
+    return None  # pragma: no cover
+
+
+def floor(path: Path, n: int) -> float:
+    """Median seconds of one fsync'd one-row ``INSERT`` + ``COMMIT`` on ``path``."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA synchronous = FULL")
+        conn.execute("CREATE TABLE IF NOT EXISTS floor (id INTEGER PRIMARY KEY, body TEXT)")
+        times: list[float] = []
+        for i in range(n):
+            started = time.perf_counter()
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("INSERT INTO floor (body) VALUES (?)", (f"row {i}",))
+            conn.execute("COMMIT")
+            times.append(time.perf_counter() - started)
+    finally:
+        conn.close()
+    return statistics.median(times)
+
+
+async def calls(url: str, n: int, kind: str) -> float:
+    """Median seconds of one ``start`` or ``submit``, awaited one after another."""
+    times: list[float] = []
+    async with open_runtime(url) as runtime:
+        for _ in range(n):
+            started = time.perf_counter()
+            if kind == "start":
+                await runtime.start(parked)
+            else:
+                await runtime.submit("job")
+            times.append(time.perf_counter() - started)
+        # (Leaving the block releases or stops the parked runs; that is not timed.)
+    return statistics.median(times)
+
+
+def measure(n: int, rounds: int) -> dict[str, float]:
+    found: dict[str, list[float]] = {"floor": [], "start": [], "submit": []}
+    for _ in range(rounds):
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "runs.db"
+            url = f"sqlite:///{path}"
+            trio.run(calls, url, 1, "submit")  # create the schema before the floor runs
+            found["floor"].append(floor(path, n))
+            found["start"].append(trio.run(calls, url, n, "start"))
+            found["submit"].append(trio.run(calls, url, n, "submit"))
+    return {kind: statistics.median(times) for kind, times in found.items()}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--calls", type=int, help="calls a measurement (default 2,000)")
+    args = parser.parse_args(argv)
+    n = args.calls or (300 if args.quick else 2_000)
+    print(f"== one call at a time on SQLite (synchronous=FULL), {n} calls, median of 3 ==")
+    medians = measure(n, 3)
+    base = medians["floor"]
+    print(f"  {'floor: INSERT + COMMIT':24s} {base * 1e3:7.3f} ms")
+    for kind in ("start", "submit"):
+        took = medians[kind]
+        print(f"  {kind:24s} {took * 1e3:7.3f} ms   floor/{kind} {base / took:.2f}")
+    print(f"command: {' '.join([sys.executable, *sys.argv])}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
