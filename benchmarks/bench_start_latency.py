@@ -20,11 +20,18 @@ file:
 Each figure is the median of three rounds (floor, start, submit in turn, so machine noise
 falls on all three alike), each a median of the per-call times. Ratio = floor/call (1.0
 would be a call that costs the file's commit and nothing else). Target: >= 0.5.
+
+``--breakdown`` then splits one call into where its time goes (medians, one more round):
+from the call to the store's thread taking the job (the call's own work, the mailbox task,
+the hop to the thread), the transaction up to ``COMMIT`` (its reads and writes), ``COMMIT``
+itself (the fsync), and from the thread's answer back to the caller; and it counts the
+statements each call runs.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import sqlite3
 import statistics
 import sys
@@ -32,6 +39,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import trio
 
@@ -93,10 +101,76 @@ def measure(n: int, rounds: int) -> dict[str, float]:
     return {kind: statistics.median(times) for kind, times in found.items()}
 
 
+def breakdown(n: int, kind: str) -> dict[str, float]:
+    """Median microseconds of each part of one call, and statements per call."""
+    from awaken_trio.store import _sqlite_session as session_module
+
+    marks: list[tuple[float, str]] = []
+    write = session_module.Session.write
+    open_session = session_module.Session.open.__func__  # type: ignore[attr-defined]
+
+    def timed_write(self: Any, fn: Any) -> Any:
+        marks.append((time.perf_counter(), "thread"))
+        try:
+            return write(self, fn)
+        finally:
+            marks.append((time.perf_counter(), "answered"))
+
+    def traced_open(cls: Any, *args: Any, **kwargs: Any) -> Any:
+        opened = open_session(cls, *args, **kwargs)
+        opened.conn.set_trace_callback(
+            lambda sql: marks.append((time.perf_counter(), sql.split(None, 1)[0]))
+        )
+        return opened
+
+    async def timed(url: str) -> None:
+        async with open_runtime(url) as runtime:
+            for _ in range(n):
+                marks.append((time.perf_counter(), "call"))
+                if kind == "start":
+                    await runtime.start(parked)
+                else:
+                    await runtime.submit("job")
+            marks.append((time.perf_counter(), "call"))
+
+    session_module.Session.write = timed_write  # type: ignore[method-assign]
+    session_module.Session.open = classmethod(traced_open)  # type: ignore[method-assign,assignment]
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            url = f"sqlite:///{Path(tmp) / 'runs.db'}"
+            trio.run(calls, url, 1, "submit")
+            marks.clear()
+            trio.run(timed, url)
+    finally:
+        session_module.Session.write = write  # type: ignore[method-assign]
+        session_module.Session.open = classmethod(open_session)  # type: ignore[method-assign,assignment]
+    parts: dict[str, list[float]] = {"to the thread": [], "transaction": [], "COMMIT": []}
+    parts["back to the caller"] = []
+    statements: list[int] = []
+    calls_seen = [i for i, (_, what) in enumerate(marks) if what == "call"]
+    for first, last in itertools.pairwise(calls_seen):
+        span = marks[first : last + 1]
+        writes = [i for i, (_, what) in enumerate(span) if what == "thread"]
+        if len(writes) != 1:  # another job (a read, a poll) joined in: not a clean sample
+            continue
+        (w,) = writes
+        answered = next(i for i, (_, what) in enumerate(span) if what == "answered")
+        commit = max(i for i in range(w, answered) if span[i][1] == "COMMIT")
+        parts["to the thread"].append(span[w][0] - span[0][0])
+        parts["transaction"].append(span[commit][0] - span[w][0])
+        parts["COMMIT"].append(span[answered][0] - span[commit][0])
+        parts["back to the caller"].append(span[-1][0] - span[answered][0])
+        statements.append(answered - w - 1)
+    found = {part: statistics.median(times) * 1e6 for part, times in parts.items()}
+    found["statements"] = statistics.median(statements)
+    return found
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--calls", type=int, help="calls a measurement (default 2,000)")
+    parser.add_argument("--breakdown", action="store_true", help="where one call's time goes")
     args = parser.parse_args(argv)
     n = args.calls or (300 if args.quick else 2_000)
     print(f"== one call at a time on SQLite (synchronous=FULL), {n} calls, median of 3 ==")
@@ -106,6 +180,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     for kind in ("start", "submit"):
         took = medians[kind]
         print(f"  {kind:24s} {took * 1e3:7.3f} ms   floor/{kind} {base / took:.2f}")
+    if args.breakdown:
+        for kind in ("start", "submit"):
+            parts = breakdown(n, kind)
+            shown = "   ".join(
+                f"{part} {value:.0f} us" for part, value in parts.items() if part != "statements"
+            )
+            print(f"  {kind}: {shown}   ({parts['statements']:.0f} statements)")
     print(f"command: {' '.join([sys.executable, *sys.argv])}")
     return 0
 
