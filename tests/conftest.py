@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import importlib.util
+import os
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 from cancelled_guard import pytest_runtest_call as pytest_runtest_call
+from pg_server import INSTALL_HINT, PgServer, find_bindir, start_server
 
 from awaken_trio import Runtime, open_runtime
 from awaken_trio.store import MemoryStore
@@ -25,3 +28,30 @@ def store(request: pytest.FixtureRequest) -> MemoryStore:
 async def runtime(store: MemoryStore) -> AsyncIterator[Runtime]:
     async with open_runtime(store) as rt:
         yield rt
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[PgServer]:
+    """One throwaway PostgreSQL server for the session (see `pg_server.py`), stopped at its
+    end. Without the server's binaries or psycopg the tests that need it skip, saying what to
+    install; under CI=true (where `.ci/run` installs them) that is a failure instead."""
+    missing: str | None = None
+    if importlib.util.find_spec("psycopg") is None:
+        missing = "psycopg is not installed: pip install 'awaken-trio[postgres]'"
+    elif find_bindir() is None:
+        missing = INSTALL_HINT
+    if missing is not None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI=true and {missing}", pytrace=False)
+        pytest.skip(missing)
+    server = start_server()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def pg_url(pg_server: PgServer) -> str:
+    """The URL of a fresh empty database on the session's server (password included)."""
+    return pg_server.create_database()

@@ -76,6 +76,7 @@ from ._state import RunRecord as RunRecord
 from ._state import RunState as RunState
 from ._state import Stopped as Stopped
 from ._state import ended as ended
+from ._state import wake_at as wake_at
 from ._storage import UNSET as UNSET
 from ._storage import Accepted as Accepted
 from ._storage import CheckpointAt as CheckpointAt

@@ -111,9 +111,7 @@ def _end_children(host: AttemptHost, attempt: Attempt) -> None:
     if request is not None:
         child_request = request.for_child(attempt.run_id)
     else:
-        child_request = EndRequest(
-            CANCELLED_CAUSE, "parent", f"parent run {attempt.run_id!r} ended"
-        )
+        child_request = EndRequest.parent_ended(attempt.run_id)
     assert attempt.children is not None
     for child in list(attempt.children.values()):
         if isinstance(child, Attempt):
@@ -193,7 +191,7 @@ def _end_request(host: AttemptHost, attempt: Attempt) -> EndRequest:
     if parent is not None and attempt.ancestor_cancelled():
         if parent.request is not None:
             return parent.request.for_child(parent.run_id)
-        return EndRequest(CANCELLED_CAUSE, "parent", f"parent run {parent.run_id!r} ended")
+        return EndRequest.parent_ended(parent.run_id)
     if attempt.scope is not None and attempt.scope.cancel_called:
         return EndRequest(CANCELLED_CAUSE, "body", "the body cancelled its own scope")
     return EndRequest(CANCELLED_CAUSE, "scope", "an enclosing cancel scope was cancelled")

@@ -81,6 +81,14 @@ class EndRequest:
     def scope_reason(self) -> str:
         return f"{self.source}: {self.reason or type(self.cause).__name__}"
 
+    @classmethod
+    def parent_ended(cls, parent_run_id: str, why: str | None = None) -> EndRequest:
+        """How a child ends because its parent run ended (``why``, when the parent's end
+        had a reason of its own): cancelled, its source the parent. The stores end a
+        descendant of a run ended elsewhere with this request's detail."""
+        reason = f"parent run {parent_run_id!r} ended"
+        return cls(CANCELLED_CAUSE, "parent", reason if why is None else f"{reason}: {why}")
+
     def for_child(self, parent_run_id: str) -> EndRequest:
         """What this request means for a child of the attempt it ends: shutdown (or a
         release at shutdown) stops the child, a lost run loses its children too, anything
@@ -90,7 +98,7 @@ class EndRequest:
         if self.source == "shutdown" or self.disposition == "abandon":
             return self
         why = self.reason or f"{self.source} of its parent"
-        return EndRequest(CANCELLED_CAUSE, "parent", f"parent run {parent_run_id!r} ended: {why}")
+        return EndRequest.parent_ended(parent_run_id, why)
 
 
 SHUTDOWN = EndRequest(Stopped("runtime shutdown"), "shutdown", "runtime shutdown")

@@ -13,6 +13,7 @@ The variants of `RunState` and `EndCause` are subclasses reachable as class attr
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from typing import Any, ClassVar, final
 
 import attrs
@@ -122,6 +123,20 @@ class ResumeTicket:
     payload: JsonValue = attrs.field(default=None, converter=_payload)
     deadline: float | None = None
     accepts: JsonValue = attrs.field(default=None, converter=_payload)
+
+
+def wake_at(ticket: ResumeTicket) -> float | None:
+    """When a ``scheduled_action`` ticket (``ctx.sleep``) is due: its ``payload["wake_at"]``
+    (the runtime's clock), or None for any other ticket. The supervisor schedules the
+    resume by it and every store finds due tickets by it."""
+    if ticket.reason != "scheduled_action":
+        return None
+    payload = ticket.payload
+    if isinstance(payload, Mapping):
+        when = payload.get("wake_at")
+        if isinstance(when, int | float) and not isinstance(when, bool):
+            return float(when)
+    return None
 
 
 @attrs.frozen

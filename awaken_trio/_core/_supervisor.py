@@ -49,7 +49,6 @@ from ._errors import (
 from ._json import DEFAULT_MAX_PAYLOAD_BYTES, FrozenDict, JsonValue, check_payload, freeze_detail
 from ._registry import AttemptRegistry, ThreadGate
 from ._state import (
-    CANCELLED_CAUSE,
     Awaiting,
     Ended,
     EventKind,
@@ -57,6 +56,7 @@ from ._state import (
     ResumeTicket,
     Running,
     RunState,
+    wake_at,
 )
 from ._storage import (
     UNSET,
@@ -907,9 +907,7 @@ class Supervisor:
         if attempt.request is not None:
             request = attempt.request.for_child(attempt.run_id)
         else:
-            request = self.shutdown_request or EndRequest(
-                CANCELLED_CAUSE, "parent", f"parent run {attempt.run_id!r} ended"
-            )
+            request = self.shutdown_request or EndRequest.parent_ended(attempt.run_id)
         with trio.CancelScope(shield=True):
             for child_id, generation in parked:
                 # A store failure leaves the child Awaiting; it can never be resumed without
@@ -952,9 +950,9 @@ class Supervisor:
         self._let_go(attempt, state)
         if isinstance(state, Awaiting):
             self.bodies[attempt.run_id] = attempt.body
-            wake_at = scheduled_at(state.ticket)
-            if wake_at is not None and self.on_scheduled is not None:
-                self.on_scheduled(wake_at, attempt.run_id, state.ticket.correlation_id)
+            wake = wake_at(state.ticket)
+            if wake is not None and self.on_scheduled is not None:
+                self.on_scheduled(wake, attempt.run_id, state.ticket.correlation_id)
         attempt.completion.set(state)
 
     def _let_go(self, attempt: Attempt, state: RunState | None) -> None:
@@ -1099,17 +1097,6 @@ def _with_clock_error(detail: FrozenDict, clock_error: str | None) -> FrozenDict
     if clock_error is None:
         return detail
     return freeze_detail({**detail, "clock_error": clock_error}, "detail")
-
-
-def scheduled_at(ticket: ResumeTicket) -> float | None:
-    """When a ``scheduled_action`` ticket is due (its payload's ``wake_at``), else None."""
-    if ticket.reason != "scheduled_action":
-        return None
-    payload = ticket.payload
-    wake_at = payload.get("wake_at") if isinstance(payload, dict) else None
-    if isinstance(wake_at, int | float) and not isinstance(wake_at, bool):
-        return float(wake_at)
-    return None
 
 
 def _same_body(known: Body, body: Body) -> bool:

@@ -40,24 +40,19 @@ from .._core import (
     ResumeTicket,
     Running,
     RunState,
-    StateKind,
     Stopped,
     StoreError,
     check_json,
     ended,
 )
+from ._rules import kind_of_variant as kind_of_variant
+from ._rules import state_kind as state_kind
 
 QUEUED: Final = "queued"
 RUNNING: Final = "running"
 AWAITING: Final = "awaiting"
 ENDED: Final = "ended"
 
-_KINDS: Final[dict[type[RunState], StateKind]] = {
-    Queued: "queued",
-    Running: "running",
-    Awaiting: "awaiting",
-    Ended: "ended",
-}
 
 _encode = json.JSONEncoder(
     ensure_ascii=True, allow_nan=False, separators=(",", ":"), check_circular=False
@@ -187,15 +182,6 @@ def load_raw(text: str, what: str) -> Any:
 
 
 # ---------------------------------------------------------------------------- states
-
-
-def state_kind(state: RunState) -> StateKind:
-    return _KINDS[type(state)]
-
-
-def kind_of_variant(variant: type[RunState]) -> StateKind | None:
-    """The kind a `RunState` variant is stored as (None for anything else)."""
-    return _KINDS.get(variant)
 
 
 def state_to_json(state: RunState) -> dict[str, JsonValue]:
@@ -352,15 +338,3 @@ def _field(data: object, key: str, kind: type) -> Any:
     if not isinstance(value, kind) or (isinstance(value, bool) and kind is int):
         raise TypeError(f"{key!r} has the wrong type ({type(value).__name__})")
     return value
-
-
-def wake_at(ticket: ResumeTicket) -> float | None:
-    """When a ``scheduled_action`` ticket is due (its ``payload["wake_at"]``), else None."""
-    if ticket.reason != "scheduled_action":
-        return None
-    payload = ticket.payload
-    if isinstance(payload, Mapping):
-        when = payload.get("wake_at")
-        if isinstance(when, int | float) and not isinstance(when, bool):
-            return float(when)
-    return None

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import bisect
-import math
 from collections import deque
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import final
@@ -12,7 +11,6 @@ import attrs
 import trio
 
 from .._core import (
-    CANCELLED_CAUSE,
     UNSET,
     Accepted,
     Awaiting,
@@ -24,7 +22,6 @@ from .._core import (
     EventDraft,
     EventKind,
     Fence,
-    Indeterminate,
     InvalidArgument,
     JsonValue,
     Queued,
@@ -38,14 +35,21 @@ from .._core import (
     RunState,
     StateKind,
     StoredCommand,
-    freeze_detail,
-    scalar_dict,
+    wake_at,
 )
 from ._codec import state_kind
+from ._rules import (
+    LAPSED,
+    OWNER_LOST,
+    PARENT_ENDED,
+    ClaimRow,
+    discarded_detail,
+    lost_detail,
+    owner_lost,
+    parent_detail,
+)
 
 _NO_MESSAGES: tuple[JsonValue, ...] = ()
-# The lease of a claim given up while its run is still Running: lapsed at every reading.
-_LAPSED = -math.inf
 
 # An event as the store keeps it: the fields of a `RunEvent`, in order. A tuple costs a
 # fraction of a frozen object to build, and events are written far more often than read.
@@ -107,14 +111,6 @@ class _Row:
 
 
 @final
-@attrs.frozen
-class _ClaimRow:
-    owner: str
-    epoch: int
-    lease_until: float
-
-
-@final
 @attrs.define(eq=False)
 class MemoryStore:
     """Keeps everything in this process.
@@ -156,7 +152,7 @@ class MemoryStore:
     _queued: dict[str, None] = attrs.field(factory=dict, init=False)
     _scheduled: dict[str, float] = attrs.field(factory=dict, init=False)
     _on_thread: dict[str, set[str]] = attrs.field(factory=dict, init=False)
-    _claims: dict[str, _ClaimRow] = attrs.field(factory=dict, init=False)
+    _claims: dict[str, ClaimRow] = attrs.field(factory=dict, init=False)
     _commands: dict[int, StoredCommand] = attrs.field(factory=dict, init=False)
     # Stored messages an attempt has handed to its body (`Commit.delivered`): kept for an
     # attempt that replaces it, never listed as discarded. Invariant: a subset of the keys
@@ -228,7 +224,7 @@ class MemoryStore:
             if rejected is not None:
                 return rejected
             if commit.end_descendants:
-                self._end_descendants(run_id, commit.at, _PARENT_ENDED, _parent_detail(run_id))
+                self._end_descendants(run_id, commit.at, PARENT_ENDED, parent_detail(run_id))
             # The ticket lives inside the Awaiting state, so replacing the state deletes it.
             # Carried messages (and a carried pause) move to whoever takes them (an attempt
             # start) or are dropped by a terminal commit; a Queued commit keeps them for
@@ -293,7 +289,7 @@ class MemoryStore:
         epoch = None
         if commit.claim is not None:
             row.epoch = epoch = row.epoch + 1
-            self._claims[run_id] = _ClaimRow(commit.claim.owner, epoch, now + commit.claim.lease)
+            self._claims[run_id] = ClaimRow(commit.claim.owner, epoch, now + commit.claim.lease)
         if kind is Running:
             fence = commit.fence
             if epoch is not None:
@@ -374,9 +370,9 @@ class MemoryStore:
             self._queued[run_id] = None
         elif kind is Awaiting:
             ticket = row.state.ticket  # type: ignore[attr-defined]
-            wake_at = _wake_at(ticket)
-            if wake_at is not None:
-                self._scheduled[run_id] = wake_at
+            when = wake_at(ticket)
+            if when is not None:
+                self._scheduled[run_id] = when
 
     def _unindex(self, run_id: str) -> None:
         self._queued.pop(run_id, None)
@@ -402,7 +398,13 @@ class MemoryStore:
     ) -> int:
         drafts = commit.events
         if type(commit.state) is Ended and (taken or commit.discarded_messages):
-            drafts = (*drafts, _discarded((*taken, *commit.discarded_messages)))
+            drafts = (
+                *drafts,
+                EventDraft(
+                    EventKind.MESSAGES_DISCARDED,
+                    discarded_detail((*taken, *commit.discarded_messages)),
+                ),
+            )
         elif not drafts and commit.announce:  # the common commit: its own event alone
             self._write_event(run_id, row, EventKind.COMMITTED, commit.detail, commit.at)
             return self._seq
@@ -531,8 +533,8 @@ class MemoryStore:
             # A store of one runtime leaves threads to that runtime's own thread gate.
             if not (self.shared and self._thread_busy(row.thread_id, run_id, lease_now)):
                 out.append(row.record(run_id))
-        for run_id, wake_at in sorted(self._scheduled.items(), key=lambda item: item[1]):
-            if len(out) >= limit or wake_at > now:
+        for run_id, due in sorted(self._scheduled.items(), key=lambda item: item[1]):
+            if len(out) >= limit or due > now:
                 break
             row = self._rows[run_id]
             if row.name in names:
@@ -591,7 +593,7 @@ class MemoryStore:
             ):
                 lost.append(run_id)
             else:
-                self._claims[run_id] = _ClaimRow(owner, epoch, lease_until)
+                self._claims[run_id] = ClaimRow(owner, epoch, lease_until)
         return lost
 
     async def release(self, owner: str, run_id: str) -> None:
@@ -602,7 +604,7 @@ class MemoryStore:
             if row is not None and type(row.state) is Running:
                 # Given up by an attempt that never committed its end: its owner is lost,
                 # so the claim stays, lapsed, where recovery finds the run.
-                self._claims[run_id] = _ClaimRow(owner, claim.epoch, _LAPSED)
+                self._claims[run_id] = ClaimRow(owner, claim.epoch, LAPSED)
             else:
                 del self._claims[run_id]
             self._version += 1
@@ -640,19 +642,19 @@ class MemoryStore:
                     continue  # left for a runtime that has the body
             dealt += 1
             self._version += 1
-            self._end_descendants(run_id, at, _owner_lost("owner lost"), _lost_detail("owner lost"))
+            self._end_descendants(run_id, at, owner_lost(OWNER_LOST), lost_detail(OWNER_LOST))
             if type(root.state) is not Running:
                 del self._claims[run_id]  # a stale claim: nothing to recover
                 continue
             losses = root.recoveries + 1
             root.recoveries = losses
             if root.name is None or losses > max_recoveries:
-                why = "owner lost" if root.name is None else f"owner lost {losses} times"
+                why = OWNER_LOST if root.name is None else f"owner lost {losses} times"
                 del self._claims[run_id]
                 self._end_lost(run_id, root, why, at)
                 continue
             root.epoch += 1
-            self._claims[run_id] = _ClaimRow(owner, root.epoch, lease_until)
+            self._claims[run_id] = ClaimRow(owner, root.epoch, lease_until)
             recovered.append(Recovered(root.record(run_id), root.epoch))
         return recovered
 
@@ -680,7 +682,7 @@ class MemoryStore:
         return out
 
     def _end_lost(self, run_id: str, row: _Row, why: str, now: float) -> None:
-        self._end_row(run_id, row, _owner_lost(why), _lost_detail(why), now)
+        self._end_row(run_id, row, owner_lost(why), lost_detail(why), now)
 
     def _end_row(
         self,
@@ -701,7 +703,7 @@ class MemoryStore:
         messages = (*taken, *stored)
         if messages:
             self._write_event(
-                run_id, row, EventKind.MESSAGES_DISCARDED, _discarded(messages).detail, now
+                run_id, row, EventKind.MESSAGES_DISCARDED, discarded_detail(messages), now
             )
         self._write_event(run_id, row, EventKind.COMMITTED, detail, now)
         self._ended.append(run_id)
@@ -745,17 +747,6 @@ class MemoryStore:
         return self._version
 
 
-def _wake_at(ticket: ResumeTicket) -> float | None:
-    if ticket.reason != "scheduled_action":
-        return None
-    payload = ticket.payload
-    if isinstance(payload, Mapping):
-        wake_at = payload.get("wake_at")
-        if isinstance(wake_at, int | float) and not isinstance(wake_at, bool):
-            return float(wake_at)
-    return None
-
-
 def _seq_of(entry: _Entry) -> int:
     return entry[0]
 
@@ -775,26 +766,4 @@ def _event(entry: _Entry) -> RunEvent:
         state=state,
         detail=detail,
         at=at,
-    )
-
-
-def _lost_detail(why: str) -> Mapping[str, JsonValue]:
-    return scalar_dict({"source": "recovery", "reason": why})
-
-
-def _owner_lost(why: str) -> RunState:
-    return Ended(Indeterminate(why))
-
-
-def _parent_detail(run_id: str) -> Mapping[str, JsonValue]:
-    return scalar_dict({"source": "parent", "reason": f"parent run {run_id!r} ended"})
-
-
-_PARENT_ENDED: RunState = Ended(CANCELLED_CAUSE)
-
-
-def _discarded(messages: tuple[JsonValue, ...]) -> EventDraft:
-    return EventDraft(
-        EventKind.MESSAGES_DISCARDED,
-        freeze_detail({"messages": list(messages)}, "discarded messages"),
     )

@@ -39,10 +39,8 @@ from collections.abc import Collection
 from typing import Final, NamedTuple, final
 
 from ._codec import dump_json
+from ._rules import ClaimRow
 from ._sqlite_rows import ROW_COLUMNS, Row, row_of
-
-ClaimRow = tuple[str, int, float]
-"""A claim: owner, epoch, lease_until."""
 
 LiveAttempts = dict[str, tuple[str, int]]
 """The runs on one thread whose attempt may be live: run id -> (root run id, attempt
@@ -164,7 +162,7 @@ class RunCache:
             elif tag == 2:
                 threads[values[0]][values[1]] = (values[2], values[3])
             elif tag == 3:
-                claims[values[0]] = (values[1], values[2], values[3])
+                claims[values[0]] = ClaimRow(values[1], values[2], values[3])
             else:
                 commands[values[0]].append(Command(values[1], values[2], values[3], values[4]))
         for listed in commands.values():

@@ -6,9 +6,7 @@ These run on the store's thread, each inside one write transaction (`Transaction
 
 from __future__ import annotations
 
-import math
 from collections.abc import Collection, Mapping
-from typing import Final
 
 from .._core import (
     CommandKind,
@@ -18,13 +16,10 @@ from .._core import (
     RejectReason,
 )
 from ._codec import ENDED, QUEUED, RUNNING, dump_json
+from ._rules import LAPSED, OWNER_LOST, ClaimRow, lost_detail, owner_lost
 from ._sqlite_ending import end_descendants, end_row
-from ._sqlite_rows import load_record, lost_detail, owner_lost
+from ._sqlite_rows import load_record
 from ._sqlite_tx import Transaction
-
-_OWNER_LOST: Final = "owner lost"
-# The lease of a claim given up while its run is still Running: lapsed at every reading.
-_LAPSED: Final = -math.inf
 
 
 def renew(
@@ -36,21 +31,21 @@ def renew(
     lost: list[str] = []
     for run_id, epoch in held.items():
         claim = tx.claim(run_id)
-        if claim is None or claim[0] != owner or claim[1] != epoch or claim[2] < now:
+        if claim is None or claim.owner != owner or claim.epoch != epoch or claim.lease_until < now:
             lost.append(run_id)
         else:
-            tx.set_claim(run_id, (owner, epoch, lease_until))
+            tx.set_claim(run_id, ClaimRow(owner, epoch, lease_until))
     return lost
 
 
 def release(tx: Transaction, owner: str, run_id: str) -> None:
     claim = tx.claim(run_id)
-    if claim is not None and claim[0] == owner:
+    if claim is not None and claim.owner == owner:
         row = tx.row(run_id)
         if row is not None and row.kind == RUNNING:
             # Given up by an attempt that never committed its end: its owner is lost, so
             # the claim stays, lapsed, where recovery finds the run.
-            tx.set_claim(run_id, (owner, claim[1], _LAPSED))
+            tx.set_claim(run_id, ClaimRow(owner, claim.epoch, LAPSED))
         else:
             tx.set_claim(run_id, None)
 
@@ -89,19 +84,19 @@ def recover(
         if recoverable and root.name not in names:
             continue  # left for a runtime that has the body
         dealt += 1
-        end_descendants(tx, run_id, at, owner_lost(_OWNER_LOST), lost_detail(_OWNER_LOST))
+        end_descendants(tx, run_id, at, owner_lost(OWNER_LOST), lost_detail(OWNER_LOST))
         if not running:
             tx.set_claim(run_id, None)  # a stale claim: nothing to recover
             continue
         root.recoveries = losses
         if root.name is None or losses > max_recoveries:
-            why = _OWNER_LOST if root.name is None else f"owner lost {losses} times"
+            why = OWNER_LOST if root.name is None else f"owner lost {losses} times"
             tx.set_claim(run_id, None)
             end_row(tx, root, owner_lost(why), lost_detail(why), at)
             continue
         root.epoch = epoch = root.epoch + 1
         tx.update_run(root)
-        tx.set_claim(run_id, (owner, epoch, lease_until))
+        tx.set_claim(run_id, ClaimRow(owner, epoch, lease_until))
         tx.flush()  # the record is read from the file
         record = load_record(tx.conn, run_id)
         assert record is not None

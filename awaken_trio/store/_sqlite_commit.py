@@ -42,8 +42,9 @@ from ._codec import (
     load_wrapped,
     state_kind,
 )
+from ._rules import PARENT_ENDED, ClaimRow, discarded_detail, parent_detail
 from ._sqlite_ending import end_descendants
-from ._sqlite_rows import NO_MESSAGES, NULL, PARENT_ENDED, Row, discarded_detail, parent_detail
+from ._sqlite_rows import NO_MESSAGES, NULL, Row
 from ._sqlite_tx import Transaction
 
 _NO_MESSAGES: tuple[JsonValue, ...] = ()
@@ -84,7 +85,7 @@ def _fence(tx: Transaction, row: Row, commit: Commit, now: float) -> Rejected | 
         return Rejected(RejectReason.FENCED, row.state)
     if commit.claim is not None:
         held = tx.claim(commit.run_id)
-        if held is not None and held[0] != commit.claim.owner and held[2] >= now:
+        if held is not None and held.owner != commit.claim.owner and held.lease_until >= now:
             return Rejected(RejectReason.FENCED, row.state)
     if (
         (expect.generation is not None and row.generation != expect.generation)
@@ -238,7 +239,7 @@ def _claim_effects(tx: Transaction, row: Row, commit: Commit, kind: str, now: fl
     claim = commit.claim
     if claim is not None:
         row.epoch = epoch = row.epoch + 1
-        tx.set_claim(row.run_id, (claim.owner, epoch, now + claim.lease))
+        tx.set_claim(row.run_id, ClaimRow(claim.owner, epoch, now + claim.lease))
     if kind == RUNNING:
         fence = commit.fence
         if epoch is not None:
@@ -280,7 +281,7 @@ def _write_events(
         last_seq = tx.event(row, generation, draft.kind, state_text, dump_shared(draft.detail), at)
     if row.kind == ENDED and (taken or commit.discarded_messages or stored):
         messages = [*taken, *commit.discarded_messages, *stored]
-        detail = discarded_detail(messages)
+        detail = dump_json(discarded_detail(messages))
         last_seq = tx.event(row, generation, EventKind.MESSAGES_DISCARDED, state_text, detail, at)
     if commit.announce:
         last_seq = tx.event(

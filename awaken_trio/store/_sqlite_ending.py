@@ -11,7 +11,8 @@ from .._core import (
     RunState,
 )
 from ._codec import AWAITING, ENDED, dump_json, dump_state, load_raw
-from ._sqlite_rows import NO_MESSAGES, NULL, Row, discarded_detail
+from ._rules import discarded_detail
+from ._sqlite_rows import NO_MESSAGES, NULL, Row
 from ._sqlite_tx import Transaction
 
 
@@ -41,7 +42,7 @@ def end_row(
             row.generation,
             EventKind.MESSAGES_DISCARDED,
             state_text,
-            discarded_detail(messages),
+            dump_json(discarded_detail(messages)),
             now,
         )
     tx.event(row, row.generation, EventKind.COMMITTED, state_text, dump_json(detail), now)

@@ -7,21 +7,16 @@ These functions run on the store's thread, inside a transaction `Session` opened
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any, Final, final
 
 import attrs
 
 from .._core import (
-    CANCELLED_CAUSE,
-    Indeterminate,
-    JsonValue,
     RunRecord,
     RunState,
-    ended,
-    scalar_dict,
 )
-from ._codec import dump_json, load_raw, load_state
+from ._codec import load_raw, load_state
 
 NO_MESSAGES: Final = "[]"
 NULL: Final = "null"
@@ -156,25 +151,3 @@ def load_record(conn: sqlite3.Connection, run_id: str) -> RunRecord | None:
         f"SELECT {RECORD_COLUMNS} FROM runs r WHERE r.run_id = ?", (run_id,)
     ).fetchone()
     return None if found is None else record_of(found)
-
-
-# ---------------------------------------------------------------------------- details
-
-
-def discarded_detail(messages: list[Any]) -> str:
-    return dump_json({"messages": messages})
-
-
-PARENT_ENDED: Final = ended(CANCELLED_CAUSE)
-
-
-def parent_detail(run_id: str) -> Mapping[str, JsonValue]:
-    return scalar_dict({"source": "parent", "reason": f"parent run {run_id!r} ended"})
-
-
-def owner_lost(why: str) -> RunState:
-    return ended(Indeterminate(why))
-
-
-def lost_detail(why: str) -> Mapping[str, JsonValue]:
-    return scalar_dict({"source": "recovery", "reason": why})

@@ -38,10 +38,12 @@ from .._core import (
     Ended,
     Fence,
     ResumeTicket,
+    wake_at,
 )
-from ._codec import ENDED, QUEUED, load_raw, wake_at
+from ._codec import ENDED, QUEUED, load_raw
+from ._rules import ClaimRow
 from ._sqlite_bulk import insert_rows, write_rows
-from ._sqlite_cache import ClaimRow, Command, RunCache
+from ._sqlite_cache import Command, RunCache
 from ._sqlite_rows import UPDATABLE, Row
 
 # Rows of NULLs pad a statement's rows to a power of two (see ``_sqlite_bulk``): inserts
@@ -214,7 +216,10 @@ class Transaction:
     def fence_holds(self, fence: Fence, at: float) -> bool:
         held = self.claim(fence.root_run_id)
         return (
-            held is not None and held[0] == fence.owner and held[1] == fence.epoch and held[2] >= at
+            held is not None
+            and held.owner == fence.owner
+            and held.epoch == fence.epoch
+            and held.lease_until >= at
         )
 
     def thread_busy(self, thread_id: str, run_id: str, now: float) -> bool:
@@ -230,7 +235,7 @@ class Transaction:
         for other, (root, epoch) in live.items():
             if other != run_id:
                 held = self.claim(root)
-                if held is not None and held[1] == epoch and held[2] >= now:
+                if held is not None and held.epoch == epoch and held.lease_until >= now:
                     return True
         return False
 

@@ -9,6 +9,7 @@ import math
 import pytest
 
 from awaken_trio import EndCause, FrozenDict, FrozenList, ResumeTicket, RunState, StoreError
+from awaken_trio._core import wake_at
 from awaken_trio.store._codec import (
     CodecError,
     dump_json,
@@ -22,7 +23,6 @@ from awaken_trio.store._codec import (
     state_from_json,
     state_kind,
     state_to_json,
-    wake_at,
 )
 
 TICKET = ResumeTicket(
