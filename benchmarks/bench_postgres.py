@@ -15,14 +15,18 @@ defaults, fsync on, on 127.0.0.1), a fresh database for each measurement. Parts:
 - ``workers``: ``submit`` -> claimed -> ``Ended`` throughput with 1, 2 and 4 worker processes
   (``tests/multiprocess/worker_process.py``, ``concurrency=64``, the body ``stepper`` by
   name: one step with progress, then a result), on PostgreSQL and on SQLite. This process
-  submits N runs concurrently and waits for every end. Runs per second.
+  submits N runs concurrently and waits for every end. Runs per second, and on
+  PostgreSQL the most connections the database had at once (sampled every 20 ms).
+- ``lease``: the same with 4 workers and a lease of 1, 5 and 30 s (the default): runs per
+  second, and how many claims the workers lost (a lease that ran out before its renewal
+  came through, on a machine too busy to renew in time; each loss is a recovery later).
 - ``peers``: DBOS (its PostgreSQL system database on the same server): N one-step workflows
   enqueued on a DBOS queue (``polling_interval_sec=0.01``) and run by its own executor
   threads in the enqueuing process; enqueued from one thread, and from 16 threads at once.
   pgqueuer: N jobs enqueued (500 a statement), then dequeued and acknowledged by 1 and by 5
   consumers (``QueueManager``s, each with its own connection, in one process) at batch
   size 10 (its default) and 100; jobs per second from the first dequeue to the last job
-  done. Each peer runs in a fresh process.
+  done. Each peer runs in a fresh process; the most connections it held is shown too.
 - ``cancel``: ``cancel_run`` from this process -> the owner's body (in a worker process)
   observes it: p50 and p99, on PostgreSQL and on SQLite (``poll=0.05``).
 - ``latency``: one awaited ``start`` at a time against the store's floor: on PostgreSQL a raw
@@ -51,6 +55,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -118,17 +123,49 @@ async def _touch(url: str) -> None:
         pass
 
 
+@contextlib.contextmanager
+def connection_peak(server: Any, url: str) -> Iterator[list[int]]:
+    """The most connections to ``url``'s database seen at once while the block runs
+    (sampled every 20 ms from another thread); the list's one item is set on leaving.
+    Nothing is sampled for an SQLite URL."""
+    peak = [0]
+    if not url.startswith("postgresql"):
+        yield peak
+        return
+    database = url.rsplit("/", 1)[1].split("?")[0]
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.wait(0.02):
+            rows = server.admin_sql(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = %s", (database,)
+            )
+            peak[0] = max(peak[0], int(str(rows[0][0])))
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        yield peak
+    finally:
+        stop.set()
+        sampler.join()
+
+
 # ---------------------------------------------------------------------------- workers
 
 
 @contextlib.contextmanager
-def workers(url: str, count: int, *extra: str) -> Iterator[list[subprocess.Popen[str]]]:
+def workers(
+    url: str, count: int, *extra: str, stderr: Any = None
+) -> Iterator[list[subprocess.Popen[str]]]:
+    """``count`` worker processes serving ``url``, each ready; killed on leaving."""
     processes: list[subprocess.Popen[str]] = []
     try:
         for i in range(count):
             process = subprocess.Popen(
                 [sys.executable, str(WORKER), url, "--name", f"w{i}", *extra],
                 stdout=subprocess.PIPE,
+                stderr=stderr,
                 text=True,
                 env={**os.environ, "PYTHONPATH": str(ROOT)},
             )
@@ -170,17 +207,56 @@ def bench_workers(stores: Stores, n: int, rounds: int, out: Figures) -> None:
             table[kind] = {"unavailable": missing}
             continue
         rates: dict[str, float] = {}
+        peaks: dict[str, int] = {}
         for count in WORKER_COUNTS:
             found: list[float] = []
             for _ in range(rounds):
                 url = stores.fresh(kind)
                 trio.run(_touch, url)
                 # The runtime's default lease: a busy two-core machine must not lose claims.
-                with workers(url, count, "--concurrency", "64", "--lease", "30", "--poll", "0.05"):
+                with (
+                    workers(url, count, "--concurrency", "64", "--lease", "30", "--poll", "0.05"),
+                    connection_peak(stores.server, url) as peak,
+                ):
                     found.append(trio.run(_submit_and_wait, url, n))
+                peaks[str(count)] = max(peaks.get(str(count), 0), peak[0])
             rates[str(count)] = statistics.median(found)
-        table[kind] = rates
+        table[kind] = {"runs/s": rates}
         shown = "   ".join(f"{c} worker(s) {rate:7,.0f}" for c, rate in rates.items())
+        print(f"  {kind:10s} {shown}")
+        if kind == "postgresql":
+            table[kind]["connections at most"] = peaks
+            shown = "   ".join(f"{c} worker(s) {peak}" for c, peak in peaks.items())
+            print(f"  {'':10s} connections at most (workers + submitter): {shown}")
+
+
+LEASES = (1.0, 5.0, 30.0)
+
+
+def bench_lease(stores: Stores, n: int, out: Figures) -> None:
+    print(f"\n== lease: {n} runs, 4 worker processes, lease 1 / 5 / 30 s ==")
+    table: Figures = out.setdefault("lease", {"runs": n, "workers": 4})
+    for kind in STORES:
+        missing = stores.usable(kind)
+        if missing is not None:
+            print(f"  {kind:10s} not measured: {missing}")
+            table[kind] = {"unavailable": missing}
+            continue
+        rows: dict[str, Figures] = {}
+        for lease in LEASES:
+            url = stores.fresh(kind)
+            trio.run(_touch, url)
+            with tempfile.TemporaryFile("w+") as said:
+                with workers(url, 4, "--concurrency", "64", "--lease", str(lease), stderr=said):
+                    rate = trio.run(_submit_and_wait, url, n)
+                said.seek(0)
+                lost = sum("was lost" in line for line in said)
+            rows[f"{lease:g}"] = {"runs/s": rate, "claims lost": lost}
+        table[kind] = rows
+        shown = "   ".join(
+            f"{lease} s: {row['runs/s']:6,.0f} runs/s, {row['claims lost']} lost"
+            for lease, row in rows.items()
+        )
         print(f"  {kind:10s} {shown}")
 
 
@@ -279,17 +355,19 @@ def _peer(args: Sequence[str]) -> None:
     print(rate)
 
 
-def _peer_rate(*args: str) -> float:
-    done = subprocess.run(
-        [sys.executable, __file__, "--peer", *args],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+def _peer_rate(server: Any, *args: str) -> tuple[float, int]:
+    """The peer's rate, and the most connections it held at once."""
+    with connection_peak(server, args[1]) as peak:
+        done = subprocess.run(
+            [sys.executable, __file__, "--peer", *args],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
     if done.returncode != 0:
         raise RuntimeError(hidden(done.stderr.strip().splitlines()[-1] if done.stderr else "?"))
-    return float(done.stdout.split()[-1])
+    return float(done.stdout.split()[-1]), peak[0]
 
 
 def bench_peers(stores: Stores, dbos_n: int, jobs: int, rounds: int, out: Figures) -> None:
@@ -303,33 +381,50 @@ def bench_peers(stores: Stores, dbos_n: int, jobs: int, rounds: int, out: Figure
             table[module] = {"unavailable": "not installed"}
     if "dbos" not in table:
         dbos: dict[str, float] = {}
+        dbos_peaks: dict[str, int] = {}
         for threads in (1, 16):
+            label = f"{threads} enqueuing thread(s)"
             found = [
-                _peer_rate("dbos", stores.fresh("postgresql"), str(dbos_n), str(threads))
+                _peer_rate(
+                    stores.server, "dbos", stores.fresh("postgresql"), str(dbos_n), str(threads)
+                )
                 for _ in range(rounds)
             ]
-            dbos[f"{threads} enqueuing thread(s)"] = statistics.median(found)
-        table["dbos"] = {"workflows": dbos_n, "workflows/s": dbos}
-        shown = "   ".join(f"{label} {rate:6,.0f}" for label, rate in dbos.items())
-        print(f"  DBOS, {dbos_n} one-step workflows/s: {shown}")
+            dbos[label] = statistics.median(rate for rate, _ in found)
+            dbos_peaks[label] = max(peak for _, peak in found)
+        table["dbos"] = {
+            "workflows": dbos_n,
+            "workflows/s": dbos,
+            "connections at most": dbos_peaks,
+        }
+        for label, rate in dbos.items():
+            print(
+                f"  DBOS, {dbos_n} one-step workflows, {label:22s} {rate:7,.0f} workflows/s"
+                f"  ({dbos_peaks[label]} connections at most)"
+            )
     if "pgqueuer" not in table:
         pgq: dict[str, float] = {}
+        pgq_peaks: dict[str, int] = {}
         for consumers in (1, 5):
             for batch in (10, 100):
+                label = f"{consumers} consumer(s), batch {batch}"
                 found = [
                     _peer_rate(
+                        stores.server,
                         "pgqueuer",
                         stores.fresh("postgresql"),
-                        str(jobs),
-                        str(consumers),
-                        str(batch),
+                        *map(str, (jobs, consumers, batch)),
                     )
                     for _ in range(rounds)
                 ]
-                pgq[f"{consumers} consumer(s), batch {batch}"] = statistics.median(found)
-        table["pgqueuer"] = {"jobs": jobs, "jobs/s": pgq}
+                pgq[label] = statistics.median(rate for rate, _ in found)
+                pgq_peaks[label] = max(peak for _, peak in found)
+        table["pgqueuer"] = {"jobs": jobs, "jobs/s": pgq, "connections at most": pgq_peaks}
         for label, rate in pgq.items():
-            print(f"  pgqueuer, {jobs} jobs, {label:26s} {rate:7,.0f} jobs/s")
+            print(
+                f"  pgqueuer, {jobs} jobs, {label:26s} {rate:7,.0f} jobs/s"
+                f"  ({pgq_peaks[label]} connections at most)"
+            )
 
 
 # ---------------------------------------------------------------------------- cancel
@@ -450,7 +545,7 @@ def bench_latency(stores: Stores, n: int, rounds: int, out: Figures) -> None:
 
 # ---------------------------------------------------------------------------- main
 
-PARTS = ("workers", "peers", "cancel", "latency")
+PARTS = ("workers", "lease", "peers", "cancel", "latency")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -485,6 +580,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             stores = Stores(server, Path(tmp))
             if "workers" in chosen:
                 bench_workers(stores, 500 if args.quick else 2_000, rounds, out)
+            if "lease" in chosen:
+                bench_lease(stores, 500 if args.quick else 2_000, out)
             if "peers" in chosen:
                 bench_peers(
                     stores,
