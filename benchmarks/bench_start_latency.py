@@ -25,7 +25,9 @@ would be a call that costs the file's commit and nothing else). Target: >= 0.5.
 from the call to the store's thread taking the job (the call's own work, the mailbox task,
 the hop to the thread), the transaction up to ``COMMIT`` (its reads and writes), ``COMMIT``
 itself (the fsync), and from the thread's answer back to the caller; and it counts the
-statements each call runs.
+statements each call runs. It also replays the very statements the store ran (with their
+values) on a copy of the file as it was before the calls, from one plain connection: what
+SQLite alone costs a call's transaction, without Python building it or the hops around it.
 """
 
 from __future__ import annotations
@@ -106,11 +108,13 @@ def breakdown(n: int, kind: str) -> dict[str, float]:
     from awaken_trio.store import _sqlite_session as session_module
 
     marks: list[tuple[float, str]] = []
+    transactions: list[list[str]] = []  # the statements of each write, as the store ran them
     write = session_module.Session.write
     open_session = session_module.Session.open.__func__  # type: ignore[attr-defined]
 
     def timed_write(self: Any, fn: Any) -> Any:
         marks.append((time.perf_counter(), "thread"))
+        transactions.append([])
         try:
             return write(self, fn)
         finally:
@@ -118,9 +122,13 @@ def breakdown(n: int, kind: str) -> dict[str, float]:
 
     def traced_open(cls: Any, *args: Any, **kwargs: Any) -> Any:
         opened = open_session(cls, *args, **kwargs)
-        opened.conn.set_trace_callback(
-            lambda sql: marks.append((time.perf_counter(), sql.split(None, 1)[0]))
-        )
+
+        def traced(sql: str) -> None:
+            marks.append((time.perf_counter(), sql.split(None, 1)[0]))
+            if transactions and not sql.startswith("--"):  # (a pragma inside a query)
+                transactions[-1].append(sql)
+
+        opened.conn.set_trace_callback(traced)
         return opened
 
     async def timed(url: str) -> None:
@@ -139,8 +147,13 @@ def breakdown(n: int, kind: str) -> dict[str, float]:
         with tempfile.TemporaryDirectory() as tmp:
             url = f"sqlite:///{Path(tmp) / 'runs.db'}"
             trio.run(calls, url, 1, "submit")
+            before = Path(tmp) / "before.db"
+            with sqlite3.connect(Path(tmp) / "runs.db") as source, sqlite3.connect(before) as copy:
+                source.backup(copy)
             marks.clear()
+            transactions.clear()
             trio.run(timed, url)
+            replayed = replay(before, transactions)
     finally:
         session_module.Session.write = write  # type: ignore[method-assign]
         session_module.Session.open = classmethod(open_session)  # type: ignore[method-assign,assignment]
@@ -163,7 +176,27 @@ def breakdown(n: int, kind: str) -> dict[str, float]:
         statements.append(answered - w - 1)
     found = {part: statistics.median(times) * 1e6 for part, times in parts.items()}
     found["statements"] = statistics.median(statements)
+    found["replayed"] = replayed * 1e6
     return found
+
+
+def replay(path: Path, transactions: list[list[str]]) -> float:
+    """Median seconds of each transaction's statements run again on ``path``, in order."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA synchronous = FULL")
+        times: list[float] = []
+        for statements in transactions:
+            if not statements or statements[0] != "BEGIN IMMEDIATE":
+                continue  # only the writes
+            started = time.perf_counter()
+            for sql in statements:
+                conn.execute(sql).fetchall()
+            times.append(time.perf_counter() - started)
+    finally:
+        conn.close()
+    return statistics.median(times)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -184,9 +217,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         for kind in ("start", "submit"):
             parts = breakdown(n, kind)
             shown = "   ".join(
-                f"{part} {value:.0f} us" for part, value in parts.items() if part != "statements"
+                f"{part} {value:.0f} us"
+                for part, value in parts.items()
+                if part not in ("statements", "replayed")
             )
             print(f"  {kind}: {shown}   ({parts['statements']:.0f} statements)")
+            print(
+                f"  {kind}: its statements replayed on one connection {parts['replayed']:.0f} us"
+                f"   floor/replayed {base * 1e6 / parts['replayed']:.2f}"
+            )
     print(f"command: {' '.join([sys.executable, *sys.argv])}")
     return 0
 
