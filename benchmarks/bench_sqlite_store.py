@@ -29,8 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from awaken_trio import EndCause, FrozenDict, RunState  # noqa: E402
-from awaken_trio._core import Claim, Fence  # noqa: E402
-from awaken_trio.store import Accepted, Commit, Expect, NewRun  # noqa: E402
+from awaken_trio.store import Accepted, Claim, Commit, Expect, Fence, NewRun  # noqa: E402
 from awaken_trio.store._sqlite import SQLiteStore  # noqa: E402
 from awaken_trio.store._sqlite_session import Synchronous  # noqa: E402
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import os
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import pytest
 from cancelled_guard import pytest_runtest_call as pytest_runtest_call
@@ -37,7 +38,7 @@ def pg_server() -> Iterator[PgServer]:
     install; under CI=true (where `.ci/run` installs them) that is a failure instead."""
     missing: str | None = None
     if importlib.util.find_spec("psycopg") is None:
-        missing = "psycopg is not installed: pip install 'awaken-trio[postgres]'"
+        missing = "psycopg is not installed (from a checkout: pip install -e '.[postgres]')"
     elif find_bindir() is None:
         missing = INSTALL_HINT
     if missing is not None:
@@ -55,3 +56,13 @@ def pg_server() -> Iterator[PgServer]:
 def pg_url(pg_server: PgServer) -> str:
     """The URL of a fresh empty database on the session's server (password included)."""
     return pg_server.create_database()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def durable_at(request: pytest.FixtureRequest, tmp_path: Path) -> Path | str:
+    """Where a test's durable store is, once per store real processes can share: the path
+    of a fresh SQLite file, and the URL of a fresh PostgreSQL database."""
+    if request.param == "sqlite":
+        return tmp_path / "runs.db"
+    url: str = request.getfixturevalue("pg_url")
+    return url

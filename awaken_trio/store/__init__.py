@@ -1,30 +1,38 @@
 """Stores: where committed run truth lives.
 
-`Store` is the protocol the runtime writes through; `MemoryStore` keeps everything in this
-process; `open_store` turns a URL into a store, importing a backend only when its scheme is
-first used; `state_to_json`, `cause_to_json` and `ticket_to_json` give the JSON shapes the
-stores keep (and the command line prints). A store may also offer listing
+`Store` is the protocol the runtime writes through; `DurableStore` is what a store shared by
+several runtimes implements besides (claims taken with `Claim` and checked by `Fence`,
+`Recovered` runs, `StoredCommand` values of a `CommandKind`). `MemoryStore` keeps everything
+in this process; `open_store` turns a URL into a store, importing a backend only when its
+scheme is first used; `state_to_json`, `cause_to_json` and `ticket_to_json` give the JSON
+shapes the stores keep (and the command line prints). A store may also offer listing
 (`ListingStore`), forking (`ForkingStore`: the checkpoint as of any event) and retention
 (`PruningStore`); the runtime uses them where a store has them. `awaken_trio.testing` has
-the contract suite every store passes.
+the contract suites every store passes.
 """
 
 from .._core import UNSET as UNSET
 from .._core import Accepted as Accepted
 from .._core import CheckpointAt as CheckpointAt
+from .._core import Claim as Claim
+from .._core import CommandKind as CommandKind
 from .._core import Commit as Commit
 from .._core import CommitResult as CommitResult
+from .._core import DurableStore as DurableStore
 from .._core import EventDraft as EventDraft
 from .._core import Expect as Expect
+from .._core import Fence as Fence
 from .._core import ForkingStore as ForkingStore
 from .._core import InlineStore as InlineStore
 from .._core import ListingStore as ListingStore
 from .._core import NewRun as NewRun
 from .._core import PruningStore as PruningStore
+from .._core import Recovered as Recovered
 from .._core import Rejected as Rejected
 from .._core import RejectReason as RejectReason
 from .._core import StateKind as StateKind
 from .._core import Store as Store
+from .._core import StoredCommand as StoredCommand
 from .._core import fixup_module_metadata as _fixup_module_metadata
 from ._codec import cause_to_json as cause_to_json
 from ._codec import state_to_json as state_to_json
@@ -36,20 +44,26 @@ __all__ = [
     "UNSET",
     "Accepted",
     "CheckpointAt",
+    "Claim",
+    "CommandKind",
     "Commit",
     "CommitResult",
+    "DurableStore",
     "EventDraft",
     "Expect",
+    "Fence",
     "ForkingStore",
     "InlineStore",
     "ListingStore",
     "MemoryStore",
     "NewRun",
     "PruningStore",
+    "Recovered",
     "RejectReason",
     "Rejected",
     "StateKind",
     "Store",
+    "StoredCommand",
     "cause_to_json",
     "open_store",
     "state_to_json",

@@ -39,22 +39,29 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from typing import Final, NamedTuple, Protocol, final
+from typing import Final, NamedTuple, Protocol, TypeVar, final
 
 import attrs
 
 from .._core import (
     CANCELLED_CAUSE,
     UNSET,
+    Accepted,
     Awaiting,
     CommandKind,
     Commit,
+    CommitResult,
     Ended,
     EndRequest,
+    EventKind,
+    Fence,
     Indeterminate,
     JsonValue,
     NewRun,
     Queued,
+    Recovered,
+    Rejected,
+    RejectReason,
     ResumeTicket,
     Running,
     RunRecord,
@@ -175,9 +182,14 @@ class StoredRun(Protocol):
         ...
 
 
-class RunTx(Protocol):
+RowT = TypeVar("RowT", bound=StoredRun)
+"""A store's own row type."""
+
+
+class RunTx(Protocol[RowT]):
     """One write transaction of a store, as the rules use it (see the module docstring for
-    what every method may assume and must provide).
+    what every method may assume and must provide). ``RowT`` is the store's own row type
+    (a `StoredRun`): the rules hand a store back only rows it handed out.
 
     Reads return what the store holds with this transaction's writes applied. A store that
     locks (PostgreSQL) locks every run row and claim a read returns, until the end of the
@@ -202,7 +214,7 @@ class RunTx(Protocol):
         """Likewise, the claims of ``run_ids`` (`renew` reads them all)."""
         ...
 
-    def row(self, run_id: str) -> StoredRun | None:
+    def row(self, run_id: str) -> RowT | None:
         """The run, or None if the store does not hold it. Locked for the transaction."""
         ...
 
@@ -230,12 +242,12 @@ class RunTx(Protocol):
         claims while it iterates, and stops early."""
         ...
 
-    def take_carried(self, row: StoredRun) -> Carried:
+    def take_carried(self, row: RowT) -> Carried:
         """Empty the run's carried slot (messages and pause); what it held. A write only
         when it held something."""
         ...
 
-    def held_resume(self, row: StoredRun) -> HeldResume:
+    def held_resume(self, row: RowT) -> HeldResume:
         """The resume the run holds (`NO_RESUME` when none)."""
         ...
 
@@ -263,7 +275,7 @@ class RunTx(Protocol):
         state: RunState,
         generation: int,
         result: JsonValue,
-    ) -> StoredRun:
+    ) -> RowT:
         """Insert a run (``run_id`` is new to the store): its identity, input, step cap and
         fork origin from ``new`` (``root_run_id`` defaulting to ``run_id``), its state and
         generation, its result (None unless it is created ended); steps 0, checkpoint None,
@@ -272,7 +284,7 @@ class RunTx(Protocol):
 
     def put_state(
         self,
-        row: StoredRun,
+        row: RowT,
         state: RunState,
         generation: int,
         *,
@@ -284,34 +296,34 @@ class RunTx(Protocol):
         the queue it hands runs out from, an ended run the ones it forgets by)."""
         ...
 
-    def put_checkpoint(self, row: StoredRun, checkpoint: JsonValue, seq: int) -> None:
+    def put_checkpoint(self, row: RowT, checkpoint: JsonValue, seq: int) -> None:
         """Set the run's checkpoint, and keep it as the run's checkpoint as of its event
         ``seq`` (`ForkingStore.checkpoint_at`): the last event the commit that wrote it
         wrote, or the store's last seq when it wrote none."""
         ...
 
-    def set_ticket(self, row: StoredRun, ticket: ResumeTicket | None) -> None:
+    def set_ticket(self, row: RowT, ticket: ResumeTicket | None) -> None:
         """Put the run's one live ticket (an ``Awaiting`` state's), or delete it (None). A
         store that finds due tickets by their time uses ``wake_at(ticket)``."""
         ...
 
-    def keep_carried(self, row: StoredRun, messages: tuple[JsonValue, ...], pause: bool) -> None:
+    def keep_carried(self, row: RowT, messages: tuple[JsonValue, ...], pause: bool) -> None:
         """Fill the run's carried slot (it replaces what was there)."""
         ...
 
-    def keep_resume(self, row: StoredRun, resume: HeldResume) -> None:
+    def keep_resume(self, row: RowT, resume: HeldResume) -> None:
         """Set the resume the run holds (`NO_RESUME` deletes it)."""
         ...
 
-    def set_epoch(self, row: StoredRun, epoch: int) -> None:
+    def set_epoch(self, row: RowT, epoch: int) -> None:
         """Record ``epoch`` as the last granted on the run."""
         ...
 
-    def set_attempt(self, row: StoredRun, epoch: int | None) -> None:
+    def set_attempt(self, row: RowT, epoch: int | None) -> None:
         """Mark the run's attempt live at ``epoch``, or not live (None)."""
         ...
 
-    def set_recoveries(self, row: StoredRun, recoveries: int) -> None:
+    def set_recoveries(self, row: RowT, recoveries: int) -> None:
         """Record how many times the run's owner was lost."""
         ...
 
@@ -337,7 +349,7 @@ class RunTx(Protocol):
 
     def event(
         self,
-        row: StoredRun,
+        row: RowT,
         generation: int,
         kind: str,
         detail: Mapping[str, JsonValue],
@@ -400,3 +412,371 @@ def lost_detail(why: str) -> Mapping[str, JsonValue]:
 def discarded_detail(messages: Sequence[JsonValue]) -> Mapping[str, JsonValue]:
     """The detail of a ``messages_discarded`` event: the messages no attempt received."""
     return freeze_detail({"messages": list(messages)}, "discarded messages")
+
+
+# ============================================================================ the rules
+#
+# In the order of ``awaken_trio._core._storage``'s docstring: a batch and its commits (the
+# fences first, then what an accepted commit writes), ending runs that have no attempt,
+# then the claim calls and stored commands of a durable store.
+
+
+def apply_batch(tx: RunTx[RowT], batch: Sequence[Commit], now: float) -> list[CommitResult]:
+    """Apply ``batch`` in order inside ``tx``; one result per commit. ``now`` is the
+    store's clock, read once for the transaction: leases are measured by it."""
+    tx.prefetch(batch)
+    return [apply_one(tx, commit, now) for commit in batch]
+
+
+def apply_one(tx: RunTx[RowT], commit: Commit, now: float) -> CommitResult:
+    """Apply one commit: every fence is checked before anything is written, so a rejected
+    commit changes nothing and the commits after it in the batch go on."""
+    row = tx.row(commit.run_id)
+    if row is None:
+        new = commit.new_run
+        if not commit.expect.new or new is None:
+            return Rejected(RejectReason.UNKNOWN, None)
+        if commit.thread_guard and tx.thread_busy(new.thread_id, commit.run_id, now):
+            return Rejected(RejectReason.THREAD_BUSY, None)
+        if commit.fence is not None and not fence_holds(tx, commit.fence, now):
+            return Rejected(RejectReason.FENCED, None)
+        return create(tx, commit, new, now)
+    rejected = fence(tx, row, commit, now)
+    if rejected is not None:
+        return rejected
+    return update(tx, row, commit, now)
+
+
+def fence(tx: RunTx[RowT], row: RowT, commit: Commit, now: float) -> Rejected | None:
+    """The first fence ``commit`` fails on the existing run ``row``, in the order every
+    store checks them (ENDED, EXISTS, FENCED, a claim another owner holds, STALE,
+    THREAD_BUSY), or None when it passes them all."""
+    if row.kind == "ended":
+        return Rejected(RejectReason.ENDED, row.state)
+    expect = commit.expect
+    if expect.new:
+        return Rejected(RejectReason.EXISTS, row.state)
+    if commit.fence is not None and not fence_holds(tx, commit.fence, now):
+        return Rejected(RejectReason.FENCED, row.state)
+    if commit.claim is not None:
+        held = tx.claim(commit.run_id)
+        if held is not None and held.owner != commit.claim.owner and held.lease_until >= now:
+            return Rejected(RejectReason.FENCED, row.state)
+    if (
+        (expect.generation is not None and row.generation != expect.generation)
+        or (expect.state is not None and kind_of_variant(expect.state) != row.kind)
+        or (expect.correlation_id is not None and not _ticket_is(row, expect.correlation_id))
+    ):
+        return Rejected(RejectReason.STALE, row.state)
+    if commit.thread_guard and tx.thread_busy(row.thread_id, commit.run_id, now):
+        return Rejected(RejectReason.THREAD_BUSY, row.state)
+    return None
+
+
+def fence_holds(tx: RunTx[RowT], fence: Fence, now: float) -> bool:
+    """Whether the claim ``fence`` names is still current: its root's claim is that owner's,
+    at that epoch, its lease not expired by ``now``."""
+    held = tx.claim(fence.root_run_id)
+    return (
+        held is not None
+        and held.owner == fence.owner
+        and held.epoch == fence.epoch
+        and held.lease_until >= now
+    )
+
+
+def _ticket_is(row: RowT, correlation_id: str) -> bool:
+    if row.kind != "awaiting":
+        return False
+    state = row.state
+    return isinstance(state, Awaiting) and state.ticket.correlation_id == correlation_id
+
+
+def create(tx: RunTx[RowT], commit: Commit, new: NewRun, now: float) -> Accepted:
+    """Write the run ``commit`` creates. Its steps are 0 and its checkpoint None, unless it
+    is a fork, which starts from its source's checkpoint (``NewRun.checkpoint``)."""
+    run_id = commit.run_id
+    state = commit.state
+    kind = state_kind(state)
+    row = tx.create(
+        run_id, new, state, commit.generation, commit.result if kind == "ended" else None
+    )
+    epoch = claim_effects(tx, row, commit, kind, now)
+    stored: Sequence[JsonValue] = ()
+    if kind == "awaiting":
+        tx.keep_carried(row, commit.carried_messages, commit.carried_pause)
+        tx.set_ticket(row, state.ticket)  # type: ignore[attr-defined]
+    elif kind == "ended":
+        stored = tx.drop_commands(run_id)
+    elif _answers(commit):
+        tx.keep_resume(row, HeldResume(commit.resume_value, commit.resume_ticket))
+    last_seq = write_events(tx, row, commit, (), stored)
+    if new.checkpoint is not None:
+        tx.put_checkpoint(row, new.checkpoint, last_seq or tx.last_seq())
+    if commit.take_messages or epoch is not None:
+        resume = tx.held_resume(row) if commit.take_messages else NO_RESUME
+        return Accepted(state, last_seq, (), resume.value, resume.ticket, epoch, False)
+    return Accepted(state, last_seq)
+
+
+def update(tx: RunTx[RowT], row: RowT, commit: Commit, now: float) -> Accepted:
+    """Write an accepted commit to the existing run ``row``."""
+    run_id = commit.run_id
+    state = commit.state
+    kind = state_kind(state)
+    if commit.end_descendants:
+        end_descendants(tx, run_id, commit.at, PARENT_ENDED, parent_detail(run_id))
+    # Carried messages (and a carried pause) move to whoever takes them (an attempt start)
+    # or are dropped by a terminal commit; a Queued commit keeps them for the queued
+    # attempt.
+    carried = tx.take_carried(row) if commit.take_messages or kind == "ended" else NOTHING_CARRIED
+    was_awaiting = row.kind == "awaiting"
+    tx.put_state(
+        row,
+        state,
+        commit.generation,
+        steps=commit.steps,
+        result=commit.result if kind == "ended" else UNSET,
+    )
+    epoch = claim_effects(tx, row, commit, kind, now)
+    stored: Sequence[JsonValue] = ()
+    # The resume (an answered ticket and its value) stays with the run until it next
+    # awaits or ends, so every attempt that starts meanwhile, a recovered or released
+    # one's successor included, is handed the answer the attempt it replaces had.
+    if kind == "awaiting":
+        tx.keep_carried(row, commit.carried_messages, commit.carried_pause)
+        tx.keep_resume(row, NO_RESUME)
+    elif kind == "ended":
+        stored = tx.drop_commands(run_id)
+        tx.keep_resume(row, NO_RESUME)
+    elif _answers(commit):
+        tx.keep_resume(row, HeldResume(commit.resume_value, commit.resume_ticket))
+    # The ticket slot: only an Awaiting run has one, and any other commit deletes it.
+    if kind == "awaiting":
+        tx.set_ticket(row, state.ticket)  # type: ignore[attr-defined]
+    elif was_awaiting:
+        tx.set_ticket(row, None)
+    taken = carried.messages() if carried else ()
+    last_seq = write_events(tx, row, commit, taken, stored)
+    if commit.checkpoint is not UNSET:
+        tx.put_checkpoint(row, commit.checkpoint, last_seq or tx.last_seq())
+    if commit.take_messages or epoch is not None:
+        if not commit.take_messages:
+            return Accepted(state, last_seq, (), None, None, epoch, False)
+        resume = tx.held_resume(row)
+        return Accepted(state, last_seq, taken, resume.value, resume.ticket, epoch, carried.pause)
+    return Accepted(state, last_seq)
+
+
+def _answers(commit: Commit) -> bool:
+    """Whether a ``Queued`` or ``Running`` commit carries an answered ticket: a queued
+    resume, or the attempt it starts."""
+    return commit.resume_ticket is not None or commit.resume_value is not None
+
+
+def claim_effects(
+    tx: RunTx[RowT], row: RowT, commit: Commit, kind: StateKind, now: float
+) -> int | None:
+    """What an accepted commit does to claims: take one at the next epoch, mark the
+    attempt live (or not), drop one, delete the commands it consumed, mark the messages it
+    delivered. The epoch of the claim it took, else None."""
+    epoch = None
+    claim = commit.claim
+    if claim is not None:
+        epoch = row.epoch + 1
+        tx.set_epoch(row, epoch)
+        tx.set_claim(row.run_id, ClaimRow(claim.owner, epoch, now + claim.lease))
+    if kind == "running":
+        if epoch is not None:
+            tx.set_attempt(row, epoch)
+        else:
+            fence = commit.fence
+            tx.set_attempt(row, None if fence is None else fence.epoch)
+    elif commit.fence is not None or commit.release:
+        # The attempt itself ended: its thread is free. An end committed by another runtime
+        # leaves the mark: the attempt may still be running until its owner releases the
+        # claim or the lease lapses.
+        tx.set_attempt(row, None)
+    if commit.release:
+        tx.set_claim(row.run_id, None)
+    if commit.consumed:
+        tx.consume(commit.consumed)
+    if commit.delivered:
+        tx.deliver(commit.delivered)
+    return epoch
+
+
+def write_events(
+    tx: RunTx[RowT],
+    row: RowT,
+    commit: Commit,
+    taken: Sequence[JsonValue],
+    stored: Sequence[JsonValue],
+) -> int:
+    """Write the commit's events: its drafts, then (a terminal commit that threw messages
+    away: the carried ones it ``taken``, the inbox's, the ``stored`` ones) one
+    ``messages_discarded`` event, then its own ``committed`` event unless it does not
+    announce. The last seq written, or 0."""
+    generation, at = commit.generation, commit.at
+    last_seq = 0
+    for draft in commit.events:
+        last_seq = tx.event(row, generation, draft.kind, draft.detail, at)
+    if row.kind == "ended" and (taken or commit.discarded_messages or stored):
+        messages = [*taken, *commit.discarded_messages, *stored]
+        last_seq = tx.event(
+            row, generation, EventKind.MESSAGES_DISCARDED, discarded_detail(messages), at
+        )
+    if commit.announce:
+        last_seq = tx.event(row, generation, EventKind.COMMITTED, commit.detail, at)
+    return last_seq
+
+
+# ---------------------------------------------------------------- runs with no attempt
+
+
+def end_row(
+    tx: RunTx[RowT], row: RowT, state: RunState, detail: Mapping[str, JsonValue], at: float
+) -> None:
+    """End a run that has no attempt to do it (an owner lost, an ancestor ended elsewhere):
+    its carried and stored messages are discarded in an event, its ticket and whatever a
+    queued resume left are dropped, its attempt is no longer live."""
+    carried = tx.take_carried(row)
+    messages = [*carried.messages(), *tx.drop_commands(row.run_id)]
+    was_awaiting = row.kind == "awaiting"
+    generation = row.generation
+    tx.put_state(row, state, generation)
+    tx.keep_resume(row, NO_RESUME)
+    tx.set_attempt(row, None)
+    if was_awaiting:
+        tx.set_ticket(row, None)
+    if messages:
+        tx.event(row, generation, EventKind.MESSAGES_DISCARDED, discarded_detail(messages), at)
+    tx.event(row, generation, EventKind.COMMITTED, detail, at)
+
+
+def end_descendants(
+    tx: RunTx[RowT], ancestor: str, at: float, state: RunState, detail: Mapping[str, JsonValue]
+) -> None:
+    """End every unended descendant of ``ancestor``, deepest first (the reverse of a
+    breadth-first walk, children in the order they were created), so every child's
+    terminal commit comes before its parent's."""
+    for run_id in reversed(_descendants(tx, ancestor)):
+        row = tx.row(run_id)
+        assert row is not None  # a run is forgotten only with its whole tree
+        if row.kind != "ended":
+            end_row(tx, row, state, detail, at)
+
+
+def _descendants(tx: RunTx[RowT], ancestor: str) -> list[str]:
+    out: list[str] = []
+    seen = {ancestor}  # parents are named at creation, so a cycle takes bogus commits
+    frontier = [ancestor]
+    while frontier:
+        level = [
+            run_id for parent in frontier for run_id in tx.children(parent) if run_id not in seen
+        ]
+        seen.update(level)
+        out.extend(level)
+        frontier = level
+    return out
+
+
+# ---------------------------------------------------------------- claims and commands
+
+
+def renew(
+    tx: RunTx[RowT], owner: str, held: Mapping[str, int], now: float, lease: float
+) -> list[str]:
+    """`DurableStore.renew`: ``now`` is the store's clock, read inside the transaction."""
+    tx.prefetch_claims(held)
+    lease_until = now + lease
+    lost: list[str] = []
+    for run_id, epoch in held.items():
+        claim = tx.claim(run_id)
+        if claim is None or claim.owner != owner or claim.epoch != epoch or claim.lease_until < now:
+            lost.append(run_id)
+        else:
+            tx.set_claim(run_id, ClaimRow(owner, epoch, lease_until))
+    return lost
+
+
+def release(tx: RunTx[RowT], owner: str, run_id: str) -> None:
+    """`DurableStore.release`."""
+    claim = tx.claim(run_id)
+    if claim is None or claim.owner != owner:
+        return
+    row = tx.row(run_id)
+    if row is not None and row.kind == "running":
+        # Given up by an attempt that never committed its end: its owner is lost, so the
+        # claim stays, lapsed, where recovery finds the run.
+        tx.set_claim(run_id, ClaimRow(owner, claim.epoch, LAPSED))
+    else:
+        tx.set_claim(run_id, None)
+
+
+def recover(
+    tx: RunTx[RowT],
+    owner: str,
+    names: Collection[str],
+    now: float,
+    at: float,
+    lease: float,
+    max_recoveries: int,
+    limit: int,
+) -> list[Recovered]:
+    """`DurableStore.recover`: deal with at most ``limit`` runs whose claim expired before
+    ``now`` (the store's clock), writing events dated ``at``. A recoverable run left for a
+    runtime that has its body does not count toward ``limit``, so runs this runtime cannot
+    take never hide the ones it can."""
+    lease_until = now + lease
+    recovered: list[Recovered] = []
+    dealt = 0
+    for run_id in tx.expired_claims(now):
+        if dealt >= limit:
+            break
+        root = tx.row(run_id)
+        if root is None:
+            tx.set_claim(run_id, None)
+            dealt += 1
+            continue
+        running = root.kind == "running"
+        losses = root.recoveries + 1
+        recoverable = running and root.name is not None and losses <= max_recoveries
+        if recoverable and root.name not in names:
+            continue  # left for a runtime that has the body
+        dealt += 1
+        end_descendants(tx, run_id, at, owner_lost(OWNER_LOST), lost_detail(OWNER_LOST))
+        if not running:
+            tx.set_claim(run_id, None)  # a stale claim: nothing to recover
+            continue
+        tx.set_recoveries(root, losses)
+        if not recoverable:
+            why = OWNER_LOST if root.name is None else f"owner lost {losses} times"
+            tx.set_claim(run_id, None)
+            end_row(tx, root, owner_lost(why), lost_detail(why), at)
+            continue
+        epoch = root.epoch + 1
+        tx.set_epoch(root, epoch)
+        tx.set_claim(run_id, ClaimRow(owner, epoch, lease_until))
+        recovered.append(Recovered(tx.record(run_id), epoch))
+    return recovered
+
+
+def post_command(
+    tx: RunTx[RowT],
+    run_id: str,
+    kind: CommandKind,
+    payload: JsonValue,
+    reason: str | None,
+    at: float,
+) -> int | Rejected:
+    """`DurableStore.post_command`: a command waits for the run's current attempt or, for
+    a queued run, its next one; an awaiting run has no attempt to take one until it is
+    resumed."""
+    row = tx.row(run_id)
+    if row is None:
+        return Rejected(RejectReason.UNKNOWN, None)
+    if row.kind != "running" and row.kind != "queued":
+        why = RejectReason.ENDED if row.kind == "ended" else RejectReason.STALE
+        return Rejected(why, row.state)
+    return tx.insert_command(run_id, kind, payload, reason, at)

@@ -33,10 +33,9 @@ from .._core import (
     StoreError,
     safe_repr,
 )
-from . import _sqlite_claims as claims
+from . import _rules as rules
 from . import _sqlite_reads as reads
 from . import _sqlite_schema as schema
-from ._sqlite_commit import apply_batch
 from ._sqlite_prune import prune
 from ._sqlite_session import Session, Synchronous
 from ._sqlite_thread import ResourceThread
@@ -221,7 +220,7 @@ class SQLiteStore:
             return []
         commits = list(batch)
         clock = self._lease_clock
-        return await self._write(lambda tx: apply_batch(tx, commits, clock()))
+        return await self._write(lambda tx: rules.apply_batch(tx, commits, clock()))
 
     async def load(self, run_id: str) -> RunRecord | None:
         return await self._read(lambda conn: reads.load(conn, run_id))
@@ -263,10 +262,10 @@ class SQLiteStore:
     async def renew(self, owner: str, held: Mapping[str, int], lease: float) -> list[str]:
         held = dict(held)
         clock = self._lease_clock
-        return await self._write(lambda tx: claims.renew(tx, owner, held, clock(), lease))
+        return await self._write(lambda tx: rules.renew(tx, owner, held, clock(), lease))
 
     async def release(self, owner: str, run_id: str) -> None:
-        await self._write(lambda tx: claims.release(tx, owner, run_id))
+        await self._write(lambda tx: rules.release(tx, owner, run_id))
 
     async def recover(
         self,
@@ -280,14 +279,14 @@ class SQLiteStore:
         wanted = frozenset(names)
         clock = self._lease_clock
         return await self._write(
-            lambda tx: claims.recover(tx, owner, wanted, clock(), at, lease, max_recoveries, limit)
+            lambda tx: rules.recover(tx, owner, wanted, clock(), at, lease, max_recoveries, limit)
         )
 
     async def post_command(
         self, run_id: str, kind: CommandKind, payload: JsonValue, reason: str | None, at: float
     ) -> int | Rejected:
         return await self._write(
-            lambda tx: claims.post_command(tx, run_id, kind, payload, reason, at)
+            lambda tx: rules.post_command(tx, run_id, kind, payload, reason, at)
         )
 
     async def commands(self, run_ids: Collection[str], after: int = 0) -> list[StoredCommand]:

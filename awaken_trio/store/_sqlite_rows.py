@@ -15,6 +15,7 @@ import attrs
 from .._core import (
     RunRecord,
     RunState,
+    StateKind,
 )
 from ._codec import load_raw, load_state
 
@@ -55,7 +56,7 @@ class Row:
     parent_run_id: str | None
     root_run_id: str
     name: str | None
-    kind: str
+    kind: StateKind
     state_text: str
     generation: int
     carried: str

@@ -30,21 +30,39 @@ from __future__ import annotations
 
 import functools
 import sqlite3
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any, Final, final
 
+import attrs
+
 from .._core import (
+    UNSET,
+    CommandKind,
     Commit,
     Ended,
-    Fence,
+    JsonValue,
+    NewRun,
     ResumeTicket,
+    RunRecord,
+    RunState,
     wake_at,
 )
-from ._codec import ENDED, QUEUED, load_raw
-from ._rules import ClaimRow
+from ._codec import (
+    CARRIED_WRAPPING,
+    ENDED,
+    QUEUED,
+    dump_json,
+    dump_shared,
+    dump_state,
+    dump_ticket,
+    load_json,
+    load_ticket,
+    load_wrapped,
+)
+from ._rules import NO_RESUME, NOTHING_CARRIED, Carried, ClaimRow, HeldResume, state_kind
 from ._sqlite_bulk import insert_rows, write_rows
 from ._sqlite_cache import Command, RunCache
-from ._sqlite_rows import UPDATABLE, Row
+from ._sqlite_rows import NO_MESSAGES, NULL, UPDATABLE, Row, load_record
 
 # Rows of NULLs pad a statement's rows to a power of two (see ``_sqlite_bulk``): inserts
 # skip them, and a NULL key matches nothing in an update or a delete.
@@ -96,13 +114,46 @@ _LAST_QUEUED: Final = "SELECT COALESCE(MAX(queued_order), 0) FROM runs"
 
 
 @final
+@attrs.frozen
+class _CarriedText:
+    """`Carried` as the file keeps it: the messages' JSON text, decoded when asked."""
+
+    text: str
+    pause: bool
+
+    def __bool__(self) -> bool:
+        return self.text != NO_MESSAGES or self.pause
+
+    def messages(self) -> tuple[JsonValue, ...]:
+        if self.text == NO_MESSAGES:
+            return ()
+        return tuple(load_wrapped(self.text, "carried messages", CARRIED_WRAPPING))
+
+
+@final
+@attrs.define
+class _Insert:
+    """A run created in this transaction and not yet handed to SQLite: its row is read
+    when it is, so what later writes of the transaction did to it goes in with it."""
+
+    row: Row
+    input: str
+    result: str
+    max_steps: int | None
+    queued_order: int | None
+
+
+@final
 class Transaction:
-    """The file as one write transaction sees it, and the writes it has queued."""
+    """The file as one write transaction sees it, and the writes it has queued: the store
+    rules' `RunTx` (``_rules``) over the SQLite file. Values are encoded here, and decoded
+    only when a rule asks for them."""
 
     def __init__(self, conn: sqlite3.Connection, cache: RunCache) -> None:
         self.conn = conn
         self.cache = cache
-        self._inserts: list[Any] = []  # the values of `_INSERT_RUNS` rows, one after another
+        # Runs created since the last flush, in the order they were created.
+        self._inserts: dict[str, _Insert] = {}
         # Runs changed since the last flush, and what their updates set past the row.
         self._changed: dict[str, Row] = {}
         self._checkpoints: dict[str, str] = {}
@@ -112,7 +163,7 @@ class Transaction:
         self._begun = False  # whether the transaction has read (and checked the cache)
         self._last_seq = 0
         self._last_rowid = 0
-        self._events: list[Any] = []  # likewise, of `_INSERT_EVENTS` rows
+        self._events: list[Any] = []  # the values of `_INSERT_EVENTS` rows, one after another
         self._claims: dict[str, None] = {}  # changed claims (their value is in the cache)
         self._tickets: dict[str, tuple[str, str, float | None] | None] = {}
         self._consumed: list[int] = []
@@ -122,7 +173,9 @@ class Transaction:
         self._dropped: list[str] = []
         self._commands: dict[str, list[Command]] = {}  # read ahead for runs that end
         self._ended: list[str] = []  # runs that ended in this transaction
-        self._forks: list[Any] = []  # (checkpoint, forked_from, run_id) of forked new runs
+        # The forked runs created in this transaction: run id -> [checkpoint, forked_from]
+        # (JSON texts), written after their insert.
+        self._forks: dict[str, list[str]] = {}
         self._history: list[tuple[str, int, str]] = []  # `_INSERT_CHECKPOINTS` rows
 
     # ------------------------------------------------------------------ reading
@@ -193,7 +246,7 @@ class Transaction:
                 claim_ids.add(run_id)  # (a new run's claim is taken without a look)
         return run_ids, thread_ids, claim_ids
 
-    def read_claims(self, run_ids: Iterable[str]) -> None:
+    def prefetch_claims(self, run_ids: Iterable[str]) -> None:
         """Read the claims of ``run_ids`` the cache does not hold, in one query."""
         self.begin()
         claims = self.cache.claims
@@ -212,15 +265,6 @@ class Transaction:
         if not self._begun or run_id not in claims:
             self._read(claim_ids=(run_id,))
         return claims[run_id]
-
-    def fence_holds(self, fence: Fence, at: float) -> bool:
-        held = self.claim(fence.root_run_id)
-        return (
-            held is not None
-            and held.owner == fence.owner
-            and held.epoch == fence.epoch
-            and held.lease_until >= at
-        )
 
     def thread_busy(self, thread_id: str, run_id: str, now: float) -> bool:
         """Whether another run's attempt may be live on ``thread_id``: its attempt's epoch
@@ -249,9 +293,33 @@ class Transaction:
             )
         ]
 
-    def drop_commands(self, run_id: str) -> list[Any]:
+    def expired_claims(self, now: float) -> list[str]:
+        self.flush()
+        return [
+            run_id
+            for (run_id,) in self.conn.execute(
+                "SELECT run_id FROM claims WHERE lease_until < ? ORDER BY lease_until, run_id",
+                (now,),
+            )
+        ]
+
+    def take_carried(self, row: Row) -> Carried:
+        if row.carried == NO_MESSAGES and not row.carried_pause:
+            return NOTHING_CARRIED
+        taken = _CarriedText(row.carried, row.carried_pause)
+        row.carried, row.carried_pause = NO_MESSAGES, False
+        self._touch(row)
+        return taken
+
+    def held_resume(self, row: Row) -> HeldResume:
+        if row.resume_value == NULL and row.resume_ticket is None:
+            return NO_RESUME
+        ticket = None if row.resume_ticket is None else load_ticket(row.resume_ticket)
+        return HeldResume(load_json(row.resume_value, "a resume value"), ticket)
+
+    def drop_commands(self, run_id: str) -> list[JsonValue]:
         """Delete the run's stored commands; the payloads of the messages no attempt
-        received, oldest first (raw JSON values, for a discard event)."""
+        received, oldest first (frozen, each checked at its own depth)."""
         found = self._commands.pop(run_id, None)
         if found is None:
             self.flush()  # commands consumed or received in this transaction first
@@ -263,88 +331,133 @@ class Transaction:
         self._dropped.append(run_id)
         received = self._delivered_ids
         return [
-            load_raw(command.payload, "a stored message")
+            load_json(command.payload, "a stored message")
             for command in found
             if command.kind == "message" and not command.delivered and command.id not in received
         ]
 
-    # ------------------------------------------------------------------ writing
-
-    def insert_run(
-        self, row: Row, input_text: str, result_text: str, max_steps: int | None
-    ) -> None:
-        """Create the run ``row`` describes (new to the file)."""
-        self.begin()
-        self.cache.rows[row.run_id] = row
-        if row.kind == ENDED:
-            self._ended.append(row.run_id)
-        self._last_rowid += 1
-        row.rowid = self._last_rowid
-        order = self._queued_order(row)
-        row.filed, row.filed_queued = row.updatable(), order is not None
-        self._inserts.extend(
-            (
-                row.rowid,
-                row.run_id,
-                row.thread_id,
-                row.parent_run_id,
-                row.root_run_id,
-                row.name,
-                input_text,
-                row.kind,
-                row.state_text,
-                row.generation,
-                result_text,
-                max_steps,
-                row.carried,
-                row.carried_pause,
-                row.resume_value,
-                row.resume_ticket,
-                row.epoch,
-                row.attempt_epoch,
-                order,
-            )
-        )
-
-    @property
     def last_seq(self) -> int:
         """The seq of the last event in the file, this transaction's included."""
         self.begin()
         return self._last_seq
 
-    def fork(self, run_id: str, checkpoint: str, forked_from: str) -> None:
-        """Give the run just inserted its source's checkpoint and origin (both JSON)."""
-        self._forks.append((checkpoint, forked_from, run_id))
+    def record(self, run_id: str) -> RunRecord:
+        self.flush()  # the record is read from the file
+        record = load_record(self.conn, run_id)
+        assert record is not None
+        return record
 
-    def keep_checkpoint(self, run_id: str, seq: int, checkpoint: str) -> None:
-        """Keep ``checkpoint`` as the run's checkpoint as of its event ``seq``."""
-        self._history.append((run_id, seq, checkpoint))
+    # ------------------------------------------------------------------ writing
 
-    def update_run(
+    def _touch(self, row: Row) -> None:
+        """Queue ``row``'s update, unless it is a new run not yet inserted: its insert
+        reads the row when it is handed to SQLite."""
+        run_id = row.run_id
+        if run_id not in self._inserts:
+            self._changed[run_id] = row
+
+    def create(
+        self,
+        run_id: str,
+        new: NewRun,
+        state: RunState,
+        generation: int,
+        result: JsonValue,
+    ) -> Row:
+        """Create the run (new to the file)."""
+        self.begin()
+        kind = state_kind(state)
+        row = Row(
+            run_id=run_id,
+            thread_id=new.thread_id,
+            parent_run_id=new.parent_run_id,
+            root_run_id=new.root_run_id or run_id,
+            name=new.name,
+            kind=kind,
+            state_text=dump_state(state),
+            generation=generation,
+            carried=NO_MESSAGES,
+            carried_pause=False,
+            resume_value=NULL,
+            resume_ticket=None,
+            epoch=0,
+            attempt_epoch=None,
+            recoveries=0,
+        )
+        self.cache.rows[run_id] = row
+        if kind == ENDED:
+            self._ended.append(run_id)
+        self._last_rowid += 1
+        row.rowid = self._last_rowid
+        self._inserts[run_id] = _Insert(
+            row, dump_json(new.input), dump_json(result), new.max_steps, self._queued_order(row)
+        )
+        if new.forked_from is not None:
+            self._forks[run_id] = [NULL, dump_json(new.forked_from)]
+        return row
+
+    def put_state(
         self,
         row: Row,
+        state: RunState,
+        generation: int,
         *,
-        checkpoint: str | None = None,
         steps: int | None = None,
-        result: str | None = None,
+        result: JsonValue = UNSET,
     ) -> None:
-        """Write ``row`` (the cached row, changed) as it is now. ``checkpoint`` and
-        ``result`` (JSON texts) replace the stored ones unless None, ``steps`` likewise."""
         run_id = row.run_id
+        row.kind, row.state_text, row.generation = state_kind(state), dump_state(state), generation
         self._changed[run_id] = row
         if row.kind == ENDED:
             self._ended.append(run_id)
-        if checkpoint is not None:
-            self._checkpoints[run_id] = checkpoint
         if steps is not None:
             self._steps[run_id] = steps
-        if result is not None:
-            self._results[run_id] = result
+        if result is not UNSET:
+            self._results[run_id] = dump_json(result)
+
+    def put_checkpoint(self, row: Row, checkpoint: JsonValue, seq: int) -> None:
+        run_id = row.run_id
+        text = dump_json(checkpoint)
+        fork = self._forks.get(run_id)
+        if fork is not None and run_id in self._inserts:
+            fork[0] = text
+        else:
+            self._checkpoints[run_id] = text
+            self._changed[run_id] = row
+        self._history.append((run_id, seq, text))
+
+    def set_ticket(self, row: Row, ticket: ResumeTicket | None) -> None:
+        """Put the run's ticket, or delete it (None)."""
+        run_id = row.run_id
+        # Popped first: a put goes to the end, so tickets are put in their last put's order.
+        self._tickets.pop(run_id, None)
+        self._tickets[run_id] = (
+            None if ticket is None else (run_id, ticket.correlation_id, wake_at(ticket))
+        )
+
+    def keep_carried(self, row: Row, messages: tuple[JsonValue, ...], pause: bool) -> None:
+        row.carried = dump_json(list(messages)) if messages else NO_MESSAGES
+        row.carried_pause = pause
+        self._touch(row)
+
+    def keep_resume(self, row: Row, resume: HeldResume) -> None:
+        value, ticket = resume
+        row.resume_value = dump_json(value)
+        row.resume_ticket = None if ticket is None else dump_ticket(ticket)
+        self._touch(row)
+
+    def set_epoch(self, row: Row, epoch: int) -> None:
+        row.epoch = epoch
+        self._touch(row)
+
+    def set_recoveries(self, row: Row, recoveries: int) -> None:
+        row.recoveries = recoveries
+        self._touch(row)
 
     def set_attempt(self, row: Row, epoch: int | None) -> None:
-        """Mark the run's attempt live at ``epoch``, or not live (None); the row is written
-        by the caller's `update_run` or `insert_run`."""
+        """Mark the run's attempt live at ``epoch``, or not live (None)."""
         row.attempt_epoch = epoch
+        self._touch(row)
         live = self.cache.threads.get(row.thread_id)
         if live is not None:
             if epoch is None:
@@ -357,46 +470,52 @@ class Transaction:
         self.cache.claims[run_id] = claim
         self._claims[run_id] = None
 
-    def set_ticket(self, run_id: str, ticket: ResumeTicket | None) -> None:
-        """Put the run's ticket, or delete it (None)."""
-        # Popped first: a put goes to the end, so tickets are put in their last put's order.
-        self._tickets.pop(run_id, None)
-        self._tickets[run_id] = (
-            None if ticket is None else (run_id, ticket.correlation_id, wake_at(ticket))
-        )
-
-    def consume(self, command_ids: Iterable[int]) -> None:
+    def consume(self, command_ids: Collection[int]) -> None:
         """Delete stored commands an attempt has applied."""
-        for command_id in command_ids:
-            self._consumed.append(command_id)
-            self._consumed_ids.add(command_id)
+        self._consumed.extend(command_ids)
+        self._consumed_ids.update(command_ids)
 
-    def deliver(self, command_ids: Iterable[int]) -> None:
+    def deliver(self, command_ids: Collection[int]) -> None:
         """Mark stored messages as handed to an attempt's body: kept, never discarded."""
-        for command_id in command_ids:
-            self._delivered.append(command_id)
-            self._delivered_ids.add(command_id)
+        self._delivered.extend(command_ids)
+        self._delivered_ids.update(command_ids)
 
-    def insert_command(self, run_id: str, kind: str, payload: str, reason: str, at: float) -> int:
+    def insert_command(
+        self, run_id: str, kind: CommandKind, payload: JsonValue, reason: str | None, at: float
+    ) -> int:
         """Store a command now; its id."""
         self.flush()  # a queued delete of the run's commands must not reach this one
         cursor = self.conn.execute(
             "INSERT INTO inbox (run_id, kind, payload, reason, at) VALUES (?, ?, ?, ?, ?)",
-            (run_id, kind, payload, reason, at),
+            (run_id, kind, dump_json(payload), dump_json(reason), at),
         )
         command_id = cursor.lastrowid
         assert command_id is not None
         return command_id
 
     def event(
-        self, row: Row, generation: int, kind: str, state_text: str, detail: str, at: float
+        self,
+        row: Row,
+        generation: int,
+        kind: str,
+        detail: Mapping[str, JsonValue],
+        at: float,
     ) -> int:
         """Queue an event of ``row``'s run; its seq."""
         if not self._begun:
             self._read()
         self._last_seq = seq = self._last_seq + 1
         self._events.extend(
-            (seq, row.run_id, row.thread_id, generation, kind, state_text, detail, at)
+            (
+                seq,
+                row.run_id,
+                row.thread_id,
+                generation,
+                kind,
+                row.state_text,
+                dump_shared(detail),
+                at,
+            )
         )
         return seq
 
@@ -417,10 +536,9 @@ class Transaction:
         """Hand every queued write to SQLite (see the module's docstring for the order)."""
         conn = self.conn
         if self._inserts:
-            write_rows(conn, _INSERT_RUNS, 19, self._inserts)
-            self._inserts.clear()
+            self._flush_inserts()
         if self._forks:
-            conn.executemany(_SET_FORK, self._forks)
+            conn.executemany(_SET_FORK, [(*fork, run_id) for run_id, fork in self._forks.items()])
             self._forks.clear()
         if self._history:
             conn.executemany(_INSERT_CHECKPOINTS, self._history)
@@ -458,6 +576,37 @@ class Transaction:
         if self._dropped:
             write_rows(conn, _DROP_COMMANDS_OF_RUNS, 1, self._dropped)
             self._dropped.clear()
+
+    def _flush_inserts(self) -> None:
+        values: list[Any] = []
+        for new in self._inserts.values():
+            row = new.row
+            values.extend(
+                (
+                    row.rowid,
+                    row.run_id,
+                    row.thread_id,
+                    row.parent_run_id,
+                    row.root_run_id,
+                    row.name,
+                    new.input,
+                    row.kind,
+                    row.state_text,
+                    row.generation,
+                    new.result,
+                    new.max_steps,
+                    row.carried,
+                    row.carried_pause,
+                    row.resume_value,
+                    row.resume_ticket,
+                    row.epoch,
+                    row.attempt_epoch,
+                    new.queued_order,
+                )
+            )
+            row.filed, row.filed_queued = row.updatable(), new.queued_order is not None
+        self._inserts.clear()
+        write_rows(self.conn, _INSERT_RUNS, 19, values)
 
     def _flush_updates(self) -> None:
         checkpoints, steps, results = self._checkpoints, self._steps, self._results

@@ -55,6 +55,11 @@ def open_store(url: str | os.PathLike[str]) -> Store:
       store. It opens, creating the file and its parent directory if need be, on
       ``await store.open()`` or its first use, and is closed with ``await store.aclose()``.
     * a `pathlib.Path` (any ``os.PathLike``): the SQLite store of that file.
+    * ``postgresql://user:password@host:port/database`` (or ``postgres://``), libpq's
+      options (``?sslmode=require`` ...) passed through, ``?schema=`` (default ``awaken``)
+      and ``?pool_size=`` (default 4) the store's own: a PostgreSQL store (the
+      ``postgres`` extra: from a checkout, ``pip install -e '.[postgres]'``), opened
+      likewise.
 
     Raises:
         InvalidArgument: the URL names no store this version knows, or is malformed.
@@ -72,13 +77,24 @@ def open_store(url: str | os.PathLike[str]) -> Store:
         from ._sqlite import SQLiteStore  # the first sqlite:// URL imports the backend
 
         return SQLiteStore(path, synchronous=synchronous)
+    if url.startswith(("postgresql://", "postgres://")):
+        try:
+            from ._postgres import PostgresStore  # the first postgresql:// URL imports it
+        except ImportError as exc:
+            raise InvalidArgument(
+                f"the PostgreSQL store {_shown(url)} needs psycopg 3 and psycopg_pool"
+                f" ({exc.name or exc} is missing; from a checkout of awaken_trio:"
+                " pip install -e '.[postgres]')"
+            ) from None
+        return PostgresStore(url)
     hint = ""
     if "://" not in url and url:
         # A bare file name: say how to name a file.
         hint = f" (for an SQLite file, pass 'sqlite:///{url}' or pathlib.Path({url!r}))"
     raise InvalidArgument(
         f"unsupported store URL {_shown(url)}{hint}; this version supports 'memory://',"
-        f" {_SQLITE_FORMS}, the path of an SQLite file, or a Store instance"
+        f" {_SQLITE_FORMS}, the path of an SQLite file,"
+        " 'postgresql://user:password@host:port/database', or a Store instance"
     )
 
 

@@ -12,22 +12,24 @@ from collections.abc import Awaitable, Callable
 import pytest
 import trio
 
-from .._core import (
+from .. import (
+    EndCause,
+    FrozenDict,
+    JsonValue,
+    ResumeTicket,
+    RunEvent,
+    RunState,
+)
+from ..store import (
     Claim,
     Commit,
     DurableStore,
-    EndCause,
     Expect,
     Fence,
-    FrozenDict,
-    JsonValue,
     NewRun,
     Recovered,
     Rejected,
     RejectReason,
-    ResumeTicket,
-    RunEvent,
-    RunState,
     StoredCommand,
 )
 from ._store_contract import (

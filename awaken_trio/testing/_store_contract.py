@@ -13,26 +13,28 @@ from itertools import pairwise
 import attrs
 import pytest
 
-from .._core import (
+from .. import (
+    EndCause,
+    FrozenDict,
+    FrozenList,
+    JsonValue,
+    ResumeTicket,
+    RunEvent,
+    RunRecord,
+    RunState,
+)
+from ..store import (
     UNSET,
     Accepted,
     Claim,
     Commit,
     CommitResult,
-    EndCause,
     EventDraft,
     Expect,
     Fence,
-    FrozenDict,
-    FrozenList,
-    JsonValue,
     NewRun,
     Rejected,
     RejectReason,
-    ResumeTicket,
-    RunEvent,
-    RunRecord,
-    RunState,
     Store,
 )
 

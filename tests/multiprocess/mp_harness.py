@@ -288,24 +288,51 @@ def is_ended(state: RunState) -> bool:
     return isinstance(state, RunState.Ended)
 
 
-def claims(db: Path) -> dict[str, tuple[int, int, float]]:
+StoreAt = Path | str
+"""Where a test's store is: an SQLite file, or the URL of a PostgreSQL database."""
+
+
+def store_url(db: StoreAt) -> str:
+    return f"sqlite:///{db}" if isinstance(db, Path) else db
+
+
+def claims(db: StoreAt) -> dict[str, tuple[int, int, float]]:
     """The store's claims table, read from outside the runtime: ``run_id -> (pid of the
     owner process, epoch, lease_until)``. Owners are ``host:pid:nonce``."""
-    uri = db.resolve().as_uri() + "?mode=ro"
-    conn = sqlite3.connect(uri, uri=True, timeout=5.0)
-    try:
-        found = conn.execute("SELECT run_id, owner, epoch, lease_until FROM claims").fetchall()
-    finally:
-        conn.close()
+    if isinstance(db, Path):
+        uri = db.resolve().as_uri() + "?mode=ro"
+        conn = sqlite3.connect(uri, uri=True, timeout=5.0)
+        try:
+            found = conn.execute("SELECT run_id, owner, epoch, lease_until FROM claims").fetchall()
+        finally:
+            conn.close()
+    else:
+        import psycopg
+
+        with psycopg.connect(db, autocommit=True) as pg:
+            query = "SELECT run_id, owner, epoch, lease_until FROM awaken.claims"
+            found = pg.execute(query).fetchall()
     return {
         run_id: (int(owner.rsplit(":", 2)[1]), epoch, until)
         for run_id, owner, epoch, until in found
     }
 
 
-def writable_now(db: Path) -> bool:
-    """Whether another connection can take the file's write lock at once: a worker stopped
-    while it held it would block every other process until it is continued."""
+def writable_now(db: StoreAt) -> bool:
+    """Whether another connection can take the store's write lock at once (the file's, or
+    PostgreSQL's counters row every write transaction holds): a worker stopped while it
+    held it would block every other process until it is continued."""
+    if not isinstance(db, Path):
+        import psycopg
+
+        with psycopg.connect(db) as pg:
+            try:
+                pg.execute("SELECT 1 FROM awaken.counters FOR UPDATE NOWAIT")
+            except psycopg.errors.LockNotAvailable:
+                return False
+            finally:
+                pg.rollback()
+            return True
     conn = sqlite3.connect(str(db), timeout=0.0, isolation_level=None)
     try:
         conn.execute("BEGIN IMMEDIATE")

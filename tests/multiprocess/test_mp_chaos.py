@@ -20,7 +20,6 @@ import os
 import random
 import time
 from collections import defaultdict
-from pathlib import Path
 from typing import Any
 
 import attrs
@@ -28,6 +27,7 @@ import pytest
 import trio
 from mp_harness import (
     Cluster,
+    StoreAt,
     Worker,
     claims,
     committed,
@@ -35,6 +35,7 @@ from mp_harness import (
     history,
     is_awaiting,
     open_cluster,
+    store_url,
     terminal,
 )
 
@@ -121,7 +122,7 @@ async def send_message(control: Runtime, chaos: Chaos, run_id: str, text: str) -
 
 
 async def operate(
-    control: Runtime, chaos: Chaos, rng: random.Random, cluster: Cluster, db: Path
+    control: Runtime, chaos: Chaos, rng: random.Random, cluster: Cluster, db: StoreAt
 ) -> None:
     """Random operations on runs submitted so far; the kill -9 partway."""
     for n in range(OPERATIONS):
@@ -182,7 +183,7 @@ async def operate(
 
 
 async def kill_one(
-    control: Runtime, chaos: Chaos, rng: random.Random, cluster: Cluster, db: Path
+    control: Runtime, chaos: Chaos, rng: random.Random, cluster: Cluster, db: StoreAt
 ) -> None:
     victim = rng.choice(cluster.alive)
     await victim.kill()
@@ -238,13 +239,12 @@ def messages_kept(record_checkpoint: Any, record_result: Any) -> list[Any]:
 
 
 @pytest.mark.slow
-async def test_chaos_over_three_worker_processes(tmp_path: Path) -> None:
+async def test_chaos_over_three_worker_processes(durable_at: StoreAt) -> None:
+    db, url = durable_at, store_url(durable_at)
     seed = int(os.environ.get("AWAKEN_CHAOS_SEED", random.randrange(2**32)))
     print(f"chaos seed {seed} (rerun with AWAKEN_CHAOS_SEED={seed})")
     rng = random.Random(seed)
     chaos = Chaos(seed, plan(rng))
-    db = tmp_path / "runs.db"
-    url = f"sqlite:///{db}"
     began = time.perf_counter()
     async with control_runtime(url) as control, open_cluster(url) as cluster:
         for i in range(WORKERS):

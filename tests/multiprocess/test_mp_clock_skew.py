@@ -7,7 +7,6 @@ owner's run."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 import trio
@@ -15,11 +14,13 @@ from mp_harness import (
     LEASE,
     NATURAL,
     Cluster,
+    StoreAt,
     claims,
     committed,
     control_runtime,
     history,
     open_cluster,
+    store_url,
     terminal,
     until_line,
     until_state,
@@ -32,24 +33,30 @@ HOUR = 3600.0
 
 
 @pytest.fixture
-def db(tmp_path: Path) -> Path:
-    return tmp_path / "runs.db"
+def db(durable_at: StoreAt) -> StoreAt:
+    """The test's store: an SQLite file, then a PostgreSQL database."""
+    return durable_at
 
 
 @pytest.fixture
-async def control(db: Path) -> AsyncIterator[Runtime]:
-    async with control_runtime(f"sqlite:///{db}") as runtime:
+def url(db: StoreAt) -> str:
+    return store_url(db)
+
+
+@pytest.fixture
+async def control(url: str) -> AsyncIterator[Runtime]:
+    async with control_runtime(url) as runtime:
         yield runtime
 
 
 @pytest.fixture
-async def cluster(db: Path, control: Runtime) -> AsyncIterator[Cluster]:
-    async with open_cluster(f"sqlite:///{db}") as workers:
+async def cluster(url: str, control: Runtime) -> AsyncIterator[Cluster]:
+    async with open_cluster(url) as workers:
         yield workers
 
 
 async def test_a_worker_whose_clock_runs_ahead_takes_no_live_claim(
-    control: Runtime, cluster: Cluster, db: Path
+    control: Runtime, cluster: Cluster, db: StoreAt
 ) -> None:
     w1 = await cluster.start("w1")
     handle = await control.submit("parker", run_id="r", thread_id="t")
@@ -87,7 +94,7 @@ async def test_a_worker_whose_clock_runs_ahead_takes_no_live_claim(
 
 
 async def test_a_worker_whose_clock_runs_behind_recovers_a_dead_owners_run(
-    control: Runtime, cluster: Cluster, db: Path
+    control: Runtime, cluster: Cluster, db: StoreAt
 ) -> None:
     w1 = await cluster.start("w1")
     handle = await control.submit("loud_stepper", input={"steps": 20, "delay": 0.05}, run_id="r")

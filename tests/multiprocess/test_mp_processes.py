@@ -25,6 +25,7 @@ from mp_harness import (
     ROOT,
     TICK,
     Cluster,
+    StoreAt,
     Worker,
     claims,
     committed,
@@ -34,6 +35,7 @@ from mp_harness import (
     is_ended,
     is_running,
     open_cluster,
+    store_url,
     terminal,
     until_line,
     until_said,
@@ -61,13 +63,14 @@ SIGNAL_BOUND = 15 * POLL
 
 
 @pytest.fixture
-def db(tmp_path: Path) -> Path:
-    return tmp_path / "runs.db"
+def db(durable_at: StoreAt) -> StoreAt:
+    """The test's store: an SQLite file, then a PostgreSQL database."""
+    return durable_at
 
 
 @pytest.fixture
-def url(db: Path) -> str:
-    return f"sqlite:///{db}"
+def url(db: StoreAt) -> str:
+    return store_url(db)
 
 
 @pytest.fixture
@@ -115,7 +118,7 @@ def printed_at(line_words: list[str]) -> float:
     return float(line_words[-1])
 
 
-async def stall(worker: Worker, db: Path) -> None:
+async def stall(worker: Worker, db: StoreAt) -> None:
     """SIGSTOP ``worker`` at a moment it does not hold the file's write lock (a process
     stopped inside a write transaction would block every other one until continued)."""
     for _ in range(200):
@@ -186,7 +189,7 @@ async def test_a_worker_killed_mid_run_has_its_run_recovered_from_the_checkpoint
 
 
 async def test_a_stalled_owner_is_fenced_and_its_late_commits_are_rejected(
-    control: Runtime, cluster: Cluster, db: Path
+    control: Runtime, cluster: Cluster, db: StoreAt
 ) -> None:
     await cluster.start_many(["w1", "w2"])
     handle = await control.submit("loud_stepper", input={"steps": 40, "delay": 0.05}, run_id="r")
@@ -574,7 +577,7 @@ async def test_a_killed_agent_is_recovered_from_its_committed_transcript(
 
 
 async def test_a_lost_run_is_not_recovered_onto_a_thread_another_attempt_holds(
-    control: Runtime, cluster: Cluster, db: Path
+    control: Runtime, cluster: Cluster, db: StoreAt
 ) -> None:
     """Rule 18 across processes: one active attempt per thread. A run whose owner died
     leaves its thread free once its lease lapses; a run started there meanwhile (here, in

@@ -20,13 +20,19 @@ import trio
 from wrapped_stores import LeaseClock
 
 from awaken_trio import EndCause, FrozenDict, ResumeTicket, RunState
-from awaken_trio._core import (
+from awaken_trio.store import (
+    UNSET,
     Claim,
     CommandKind,
+    Commit,
     DurableStore,
+    EventDraft,
+    Expect,
     Fence,
+    MemoryStore,
+    NewRun,
+    _sqlite_tx,
 )
-from awaken_trio.store import UNSET, Commit, EventDraft, Expect, MemoryStore, NewRun, _sqlite_tx
 from awaken_trio.store._sqlite import SQLiteStore
 
 ROOTS = [f"r{i}" for i in range(12)]

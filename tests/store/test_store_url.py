@@ -38,9 +38,11 @@ def test_redact_url_hides_passwords_and_nothing_else(url: str, shown: str) -> No
 @pytest.mark.parametrize(
     "url",
     [
-        f"postgresql://alice:{SECRET}@db.example/runs",
+        f"postgresql://alice:{SECRET}@db.example/runs?pool_size=0",
+        f"postgres://alice:{SECRET}@db.example/runs?schema=1-bad",
+        f"postgresql://alice:{SECRET}@db.example/runs?no_such_libpq_option=1",
         f"redis://:{SECRET}@cache:6379/0",
-        f"postgresql://db.example/runs?password={SECRET}",
+        f"postgresql://db.example/runs?password={SECRET}&pool_size=many",
         f"sqlite://alice:{SECRET}@host/runs.db",
         f"sqlite:///runs.db?password={SECRET}",
         f"sqlite:///runs.db?password={SECRET}&synchronous=full",

@@ -1,0 +1,150 @@
+"""The PostgreSQL store's listener: one dedicated connection that ``LISTEN``s on the store's
+channel, so a runtime learns at once that another one committed (a new queued run, a
+command for a run it owns, events its followers wait for).
+
+A notice is only a hint: the stored rows are the truth, and the runtime still looks at the
+store now and then without one (``worker/_relay.py``). What the listener guarantees:
+
+* it never trusts a quiet connection: every `PING_EVERY` seconds it ``NOTIFY``s itself, and
+  a ping not heard back within `PING_WAIT` seconds means the connection is dead (a
+  half-open TCP connection looks exactly like a quiet one);
+* a connection that broke is made again, with backoff (logged at INFO on
+  ``awaken_trio.store``), and the wait then answers True: what was sent meanwhile was not
+  heard, so the runtime must look again at everything it owns.
+
+`Listener.wait` blocks, so it runs in a worker thread; one thread at a time uses the
+connection (a lock), and a wait whose Trio caller was cancelled returns within `SLICE`
+seconds (`threading.Event`).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from typing import Any, Final, final
+
+import psycopg
+from psycopg import sql
+
+from .._core import safe_repr
+
+logger = logging.getLogger("awaken_trio.store")
+
+PING_EVERY: Final = 5.0
+PING_WAIT: Final = 2.0
+SLICE: Final = 0.25
+"""Seconds: how often a blocked wait looks whether its caller went away."""
+BACKOFF: Final = (0.05, 0.1, 0.2, 0.5, 1.0, 2.0)
+
+
+@final
+class Listener:
+    def __init__(self, conninfo: str, channel: str, sender: str, shown: str) -> None:
+        self._conninfo = conninfo
+        self._channel = channel
+        self._sender = sender
+        self._shown = shown
+        self._ping = f"ping:{uuid.uuid4().hex}"
+        self._lock = threading.Lock()
+        self._conn: psycopg.Connection[tuple[Any, ...]] | None = None
+        self._failures = 0
+        self._pinged_at: float | None = None
+        self._heard_at = time.monotonic()
+        self._closed = False
+        self.reconnects = 0
+        """How many times a connection was made again after one broke."""
+
+    def _connect(self) -> bool:
+        try:
+            conn = psycopg.connect(self._conninfo, autocommit=True, connect_timeout=5)
+            conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._channel)))
+        except psycopg.Error as exc:
+            pause = BACKOFF[min(self._failures, len(BACKOFF) - 1)]
+            if self._failures == 0:
+                logger.info(
+                    "store listener: cannot connect to %s, trying again: %s",
+                    self._shown,
+                    _scrub(exc, self._conninfo),
+                )
+            self._failures += 1
+            time.sleep(pause)
+            return False
+        if self._failures or self.reconnects or self._conn is not None:
+            logger.info("store listener: connected again to %s", self._shown)
+        self._failures = 0
+        self._conn = conn
+        self._pinged_at = None
+        self._heard_at = time.monotonic()
+        return True
+
+    def _drop(self, why: str) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            logger.info(
+                "store listener: connection to %s lost (%s); connecting again", self._shown, why
+            )
+            self.reconnects += 1
+            conn.close()
+
+    def wait(self, timeout: float, abandoned: threading.Event) -> bool:
+        """Until another store committed (True), or ``timeout`` seconds passed (False).
+        True as well after the connection was made again (anything may have been missed),
+        and as soon as ``abandoned`` is set (the caller went away)."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            first = self._conn is None
+            while not (abandoned.is_set() or self._closed):
+                conn = self._conn
+                if conn is None or conn.closed:
+                    if not self._connect():
+                        if time.monotonic() >= deadline:
+                            return False
+                        continue
+                    if not first:
+                        return True
+                    first = False
+                    continue
+                now = time.monotonic()
+                try:
+                    if self._pinged_at is None and now - self._heard_at >= PING_EVERY:
+                        conn.execute("SELECT pg_notify(%s, %s)", (self._channel, self._ping))
+                        self._pinged_at = now
+                    elif self._pinged_at is not None and now - self._pinged_at > PING_WAIT:
+                        self._drop("a ping was not heard back")
+                        continue
+                    left = deadline - now
+                    if left <= 0:
+                        return False
+                    for notice in conn.notifies(timeout=min(left, SLICE)):
+                        self._heard_at = time.monotonic()
+                        if notice.payload == self._ping:
+                            self._pinged_at = None
+                        elif notice.payload != self._sender:
+                            return True
+                except psycopg.Error as exc:
+                    self._drop(_scrub(exc, self._conninfo))
+            return True
+
+    def close(self) -> None:
+        self._closed = True
+        with self._lock:
+            conn, self._conn = self._conn, None
+            if conn is not None:
+                conn.close()
+
+
+def _scrub(exc: BaseException, conninfo: str) -> str:
+    """An error's text without the connection's password, wherever libpq put it."""
+    text = safe_repr(exc)
+    try:
+        password = psycopg.conninfo.conninfo_to_dict(conninfo).get("password")
+    except psycopg.Error:
+        password = None
+    if password:
+        text = text.replace(str(password), "***")
+    return text
+
+
+scrub = _scrub

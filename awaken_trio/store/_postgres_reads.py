@@ -1,0 +1,263 @@
+"""Reading the PostgreSQL store: records, events, runnable runs, listings, states, stored
+commands, checkpoints. Each runs in one read-only statement or transaction on a pooled
+connection, in a worker thread. Every payload comes back frozen."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from typing import Any, Final, final
+
+import attrs
+import psycopg
+from psycopg import sql
+
+from .._core import (
+    CheckpointAt,
+    InvalidArgument,
+    RunEvent,
+    RunRecord,
+    RunState,
+    StoredCommand,
+)
+from ._codec import DETAIL_WRAPPING, load_json, load_raw, load_state, load_wrapped
+
+Conn = psycopg.Connection[tuple[Any, ...]]
+
+RECORD_COLUMNS: Final = (
+    "r.run_id, r.thread_id, r.parent_run_id, r.name, r.state, r.generation, r.result,"
+    " r.checkpoint, r.input, r.steps, r.max_steps, r.forked_from"
+)
+
+
+def record_of(found: Sequence[Any]) -> RunRecord:
+    """A `RunRecord` of a row read with `RECORD_COLUMNS`."""
+    (
+        run_id,
+        thread_id,
+        parent,
+        name,
+        state,
+        generation,
+        result,
+        checkpoint,
+        input_,
+        steps,
+        cap,
+        forked_from,
+    ) = found
+    return RunRecord(
+        run_id=run_id,
+        thread_id=thread_id,
+        parent_run_id=parent,
+        name=name,
+        state=load_state(state),
+        generation=generation,
+        result=load_raw(result, "a result"),
+        checkpoint=load_raw(checkpoint, "a checkpoint"),
+        input=load_raw(input_, "an input"),
+        steps=steps,
+        max_steps=cap,
+        forked_from=None if forked_from is None else load_raw(forked_from, "a fork origin"),
+    )
+
+
+_EVENT_COLUMNS: Final = "seq, run_id, thread_id, generation, kind, state, detail, at"
+
+
+@final
+@attrs.frozen
+class Reads:
+    """The read statements of one store's schema, composed once."""
+
+    load: sql.Composed
+    events: sql.Composed
+    events_of_run: sql.Composed
+    queued: sql.Composed
+    due: sql.Composed
+    states: sql.Composed
+    commands: sql.Composed
+    last_event: sql.Composed
+    event_exists: sql.Composed
+    history_from: sql.Composed
+    checkpoint: sql.Composed
+    writes: sql.Composed
+    schema: sql.Identifier
+
+    @classmethod
+    def of(cls, schema: str) -> Reads:
+        s = sql.Identifier(schema)
+
+        def q(text: str) -> sql.Composed:
+            return sql.SQL(text).format(s=s)
+
+        return cls(
+            load=q(f"SELECT {RECORD_COLUMNS} FROM {{s}}.runs r WHERE r.run_id = %s"),
+            events=q(
+                f"SELECT {_EVENT_COLUMNS} FROM {{s}}.events WHERE seq > %s ORDER BY seq LIMIT %s"
+            ),
+            events_of_run=q(
+                f"SELECT {_EVENT_COLUMNS} FROM {{s}}.events WHERE run_id = %s AND seq > %s"
+                " ORDER BY seq LIMIT %s"
+            ),
+            # Queued named root runs nobody holds a live claim on, whose thread no other
+            # run's live attempt occupies, in the order they were queued.
+            queued=q(
+                f"SELECT {RECORD_COLUMNS} FROM {{s}}.runs r"
+                " WHERE r.queued_order IS NOT NULL AND r.name = ANY(%(names)s)"
+                " AND NOT EXISTS (SELECT 1 FROM {s}.claims c WHERE c.run_id = r.run_id"
+                "   AND c.lease_until >= %(lease_now)s)"
+                " AND NOT EXISTS (SELECT 1 FROM {s}.runs o JOIN {s}.claims c"
+                "   ON c.run_id = o.root_run_id"
+                "   WHERE o.thread_id = r.thread_id AND o.attempt_epoch IS NOT NULL"
+                "   AND o.run_id <> r.run_id AND c.epoch = o.attempt_epoch"
+                "   AND c.lease_until >= %(lease_now)s)"
+                " ORDER BY r.queued_order LIMIT %(limit)s"
+            ),
+            due=q(
+                f"SELECT {RECORD_COLUMNS} FROM {{s}}.tickets t JOIN {{s}}.runs r"
+                " ON r.run_id = t.run_id"
+                " WHERE t.wake_at IS NOT NULL AND t.wake_at <= %(now)s"
+                " AND r.parent_run_id IS NULL AND r.name = ANY(%(names)s)"
+                " ORDER BY t.wake_at, t.put_order LIMIT %(limit)s"
+            ),
+            states=q("SELECT run_id, state FROM {s}.runs WHERE run_id = ANY(%s)"),
+            commands=q(
+                "SELECT id, run_id, kind, payload, reason, at FROM {s}.inbox"
+                " WHERE id > %s AND run_id = ANY(%s) ORDER BY id"
+            ),
+            last_event=q("SELECT max(seq) FROM {s}.events WHERE run_id = %s"),
+            event_exists=q("SELECT 1 FROM {s}.events WHERE run_id = %s AND seq = %s"),
+            history_from=q("SELECT history_from FROM {s}.runs WHERE run_id = %s"),
+            checkpoint=q(
+                "SELECT checkpoint FROM {s}.checkpoints WHERE run_id = %s AND seq <= %s"
+                " ORDER BY seq DESC LIMIT 1"
+            ),
+            writes=q("SELECT writes FROM {s}.counters WHERE id = 1"),
+            schema=s,
+        )
+
+
+def load(conn: Conn, r: Reads, run_id: str) -> RunRecord | None:
+    found = conn.execute(r.load, (run_id,)).fetchone()
+    return None if found is None else record_of(found)
+
+
+def events_after(conn: Conn, r: Reads, seq: int, run_id: str | None, limit: int) -> list[RunEvent]:
+    limit = max(limit, 0)
+    if run_id is None:
+        found = conn.execute(r.events, (seq, limit)).fetchall()
+    else:
+        found = conn.execute(r.events_of_run, (run_id, seq, limit)).fetchall()
+    return [
+        RunEvent(
+            seq=seq_,
+            run_id=run_id_,
+            thread_id=thread_id,
+            generation=generation,
+            kind=kind,
+            state=load_state(state),
+            detail=load_wrapped(detail, "an event detail", DETAIL_WRAPPING),
+            at=at,
+        )
+        for seq_, run_id_, thread_id, generation, kind, state, detail, at in found
+    ]
+
+
+def runnable(
+    conn: Conn, r: Reads, names: list[str], now: float, lease_now: float, limit: int
+) -> list[RunRecord]:
+    """``now`` is the runtime's clock (scheduled tickets are due by it); ``lease_now`` the
+    server's (leases)."""
+    if limit <= 0 or not names:
+        return []
+    with conn.transaction():  # one snapshot for both queries
+        params = {"names": names, "lease_now": lease_now, "limit": limit}
+        out = [record_of(found) for found in conn.execute(r.queued, params).fetchall()]
+        if len(out) < limit:
+            due = {"names": names, "now": now, "limit": limit - len(out)}
+            out.extend(record_of(found) for found in conn.execute(r.due, due).fetchall())
+    return out
+
+
+def list_runs(
+    conn: Conn,
+    r: Reads,
+    state: str | None,
+    thread_id: str | None,
+    name: str | None,
+    limit: int,
+    before: str | None,
+) -> list[RunRecord]:
+    if limit <= 0:
+        return []
+    clauses: list[sql.Composable] = []
+    params: dict[str, object] = {"limit": limit}
+    if state is not None:
+        clauses.append(sql.SQL("r.kind = %(state)s"))
+        params["state"] = state
+    if thread_id is not None:
+        clauses.append(sql.SQL("r.thread_id = %(thread_id)s"))
+        params["thread_id"] = thread_id
+    if name is not None:
+        clauses.append(sql.SQL("r.name = %(name)s"))
+        params["name"] = name
+    if before is not None:
+        # No row when the store does not hold ``before``: NULL compares false.
+        clauses.append(
+            sql.SQL(
+                "r.created < (SELECT b.created FROM {s}.runs b WHERE b.run_id = %(before)s)"
+            ).format(s=r.schema)
+        )
+        params["before"] = before
+    where = sql.SQL("WHERE ") + sql.SQL(" AND ").join(clauses) if clauses else sql.SQL("")
+    query = sql.SQL(
+        "SELECT " + RECORD_COLUMNS + " FROM {s}.runs r {where}"
+        " ORDER BY r.created DESC LIMIT %(limit)s"
+    ).format(s=r.schema, where=where)
+    return [record_of(row) for row in conn.execute(query, params).fetchall()]
+
+
+def states(conn: Conn, r: Reads, run_ids: Collection[str]) -> dict[str, RunState]:
+    found = conn.execute(r.states, (list(run_ids),)).fetchall()
+    return {run_id: load_state(state) for run_id, state in found}
+
+
+def commands(conn: Conn, r: Reads, run_ids: Collection[str], after: int) -> list[StoredCommand]:
+    found = conn.execute(r.commands, (after, list(run_ids))).fetchall()
+    return [
+        StoredCommand(
+            id=command_id,
+            run_id=run_id,
+            kind=kind,
+            payload=load_json(payload, "a stored command's payload"),
+            reason=load_raw(reason, "a stored command's reason"),
+            at=at,
+        )
+        for command_id, run_id, kind, payload, reason, at in found
+    ]
+
+
+def checkpoint_at(conn: Conn, r: Reads, run_id: str, seq: int | None) -> CheckpointAt | None:
+    with conn.transaction():
+        if seq is None:
+            found = conn.execute(r.last_event, (run_id,)).fetchone()
+            seq = None if found is None else found[0]
+            if seq is None:
+                return None
+        elif conn.execute(r.event_exists, (run_id, seq)).fetchone() is None:
+            return None
+        row = conn.execute(r.history_from, (run_id,)).fetchone()
+        history_from = None if row is None else row[0]
+        if history_from is not None and seq < history_from:
+            raise InvalidArgument(
+                f"run {run_id!r} was written before this store kept the checkpoint of every"
+                f" event: it can be forked as of event {history_from} or later, not {seq}"
+            )
+        kept = conn.execute(r.checkpoint, (run_id, seq)).fetchone()
+    return CheckpointAt(seq, None if kept is None else load_json(kept[0], "a checkpoint"))
+
+
+def writes(conn: Conn, r: Reads) -> int:
+    found = conn.execute(r.writes).fetchone()
+    assert found is not None
+    return int(found[0])

@@ -1,0 +1,230 @@
+"""The PostgreSQL store's schema: its tables in a PostgreSQL schema of their own (``awaken``
+by default), the ordered migrations that bring an older one forward, and the opening check
+that refuses a newer one.
+
+The version is the ``version`` row of ``<schema>.meta``. Opening takes
+``pg_advisory_xact_lock`` on a key derived from the schema's name before it looks, so two
+runtimes opening a fresh database at once migrate it once: the second waits for the
+first's transaction, then finds the schema current. A schema of a newer version, or a
+PostgreSQL schema of that name holding tables that are not a store's, is refused with
+`StoreError` before anything is written (the transaction is rolled back).
+
+Values are kept as the SQLite store keeps them (JSON text, see ``_codec``; times as
+``double precision`` seconds). A lease's end is seconds of the server's clock
+(``extract(epoch FROM clock_timestamp())``), read inside the transaction that uses it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Final
+
+import psycopg
+from psycopg import sql
+
+from .._core import StoreError
+
+APPLICATION: Final = "awaken_trio"
+
+Migration = Callable[[psycopg.Connection[tuple[object, ...]], sql.Identifier], None]
+"""One step: from version ``i`` to ``i + 1`` (its index in `MIGRATIONS`), inside the opening
+transaction; the version row is set after it."""
+
+_V1: Final = (
+    "CREATE TABLE {s}.meta (key text PRIMARY KEY, value text NOT NULL)",
+    # The one row every write transaction locks first (see ``_postgres_tx``): it keeps the
+    # last event seq handed out, the last place given in the queue, and a count of write
+    # transactions (`PostgresStore.version`).
+    """CREATE TABLE {s}.counters (
+        id integer PRIMARY KEY CHECK (id = 1),
+        last_seq bigint NOT NULL,
+        last_queued bigint NOT NULL,
+        writes bigint NOT NULL
+    )""",
+    "INSERT INTO {s}.counters VALUES (1, 0, 0, 0)",
+    """CREATE TABLE {s}.runs (
+        run_id text PRIMARY KEY,
+        created bigint GENERATED ALWAYS AS IDENTITY UNIQUE,
+        thread_id text NOT NULL,
+        parent_run_id text,
+        root_run_id text NOT NULL,
+        name text,
+        input text NOT NULL,
+        kind text NOT NULL CHECK (kind IN ('queued', 'running', 'awaiting', 'ended')),
+        state text NOT NULL,
+        generation bigint NOT NULL,
+        result text NOT NULL DEFAULT 'null',
+        checkpoint text NOT NULL DEFAULT 'null',
+        steps bigint NOT NULL DEFAULT 0,
+        max_steps bigint,
+        carried text NOT NULL DEFAULT '[]',
+        carried_pause boolean NOT NULL DEFAULT false,
+        resume_value text NOT NULL DEFAULT 'null',
+        resume_ticket text,
+        epoch bigint NOT NULL DEFAULT 0,
+        attempt_epoch bigint,
+        recoveries bigint NOT NULL DEFAULT 0,
+        queued_order bigint,
+        forked_from text,
+        history_from bigint
+    )""",
+    "CREATE INDEX runs_queued ON {s}.runs (queued_order) WHERE queued_order IS NOT NULL",
+    "CREATE INDEX runs_children ON {s}.runs (parent_run_id, created)"
+    " WHERE parent_run_id IS NOT NULL",
+    "CREATE INDEX runs_live_on_thread ON {s}.runs (thread_id) WHERE attempt_epoch IS NOT NULL",
+    "CREATE INDEX runs_by_thread ON {s}.runs (thread_id, created)",
+    """CREATE TABLE {s}.events (
+        seq bigint PRIMARY KEY,
+        run_id text NOT NULL,
+        thread_id text NOT NULL,
+        generation bigint NOT NULL,
+        kind text NOT NULL,
+        state text NOT NULL,
+        detail text NOT NULL,
+        at double precision NOT NULL
+    )""",
+    "CREATE INDEX events_by_run ON {s}.events (run_id, seq)",
+    """CREATE TABLE {s}.tickets (
+        run_id text PRIMARY KEY,
+        put_order bigint GENERATED ALWAYS AS IDENTITY,
+        correlation_id text NOT NULL,
+        wake_at double precision
+    )""",
+    "CREATE INDEX tickets_due ON {s}.tickets (wake_at, put_order) WHERE wake_at IS NOT NULL",
+    """CREATE TABLE {s}.inbox (
+        id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        run_id text NOT NULL,
+        kind text NOT NULL CHECK (kind IN ('message', 'pause', 'wake', 'cancel')),
+        payload text NOT NULL,
+        reason text NOT NULL,
+        at double precision NOT NULL,
+        delivered boolean NOT NULL DEFAULT false
+    )""",
+    "CREATE INDEX inbox_by_run ON {s}.inbox (run_id, id)",
+    """CREATE TABLE {s}.claims (
+        run_id text PRIMARY KEY,
+        owner text NOT NULL,
+        epoch bigint NOT NULL,
+        lease_until double precision NOT NULL
+    )""",
+    "CREATE INDEX claims_by_expiry ON {s}.claims (lease_until, run_id)",
+    """CREATE TABLE {s}.checkpoints (
+        run_id text NOT NULL,
+        seq bigint NOT NULL,
+        checkpoint text NOT NULL,
+        PRIMARY KEY (run_id, seq)
+    )""",
+    # The token of every write transaction that committed, so a commit whose answer was
+    # lost (the connection broke during COMMIT) can be looked up instead of applied again.
+    """CREATE TABLE {s}.written (
+        token uuid PRIMARY KEY,
+        at timestamptz NOT NULL DEFAULT now()
+    )""",
+    "CREATE INDEX written_by_age ON {s}.written (at)",
+)
+
+
+def _create_v1(conn: psycopg.Connection[tuple[object, ...]], schema: sql.Identifier) -> None:
+    for statement in _V1:
+        conn.execute(sql.SQL(statement).format(s=schema))
+    conn.execute(
+        sql.SQL("INSERT INTO {s}.meta (key, value) VALUES ('application', %s)").format(s=schema),
+        (APPLICATION,),
+    )
+
+
+MIGRATIONS: Sequence[Migration] = (_create_v1,)
+"""The schema's history, oldest first: ``MIGRATIONS[i]`` takes a schema from version ``i``
+to ``i + 1``. Append, never edit."""
+
+LATEST: Final = len(MIGRATIONS)
+
+
+def lock_key(schema: str) -> int:
+    """The advisory lock key of a schema's migrations (a stable 63-bit hash of its name)."""
+    import hashlib
+
+    digest = hashlib.blake2b(f"awaken_trio:{schema}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+def open_schema(
+    conn: psycopg.Connection[tuple[object, ...]],
+    schema: str,
+    where: str,
+    migrations: Sequence[Migration] = MIGRATIONS,
+) -> int:
+    """Bring ``schema`` to the latest version in one transaction under the advisory lock;
+    the version it was at. ``where`` names the database as it may be shown (no password).
+
+    Raises:
+        StoreError: a newer version, or a schema of that name that is not a store's;
+            nothing was written.
+    """
+    latest = len(migrations)
+    ident = sql.Identifier(schema)
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (lock_key(schema),))
+        exists = conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,)).fetchone()
+        current = 0
+        if exists is not None:
+            current = _version(conn, schema, where)
+        if current > latest:
+            raise StoreError(
+                f"the store in schema {schema!r} of {where} was written by a newer version of"
+                f" awaken_trio (schema version {current}; this version knows up to {latest});"
+                " upgrade awaken_trio to open it. It was left unchanged",
+                outcome_unknown=False,
+            )
+        if current == latest:
+            return current
+        if exists is None:
+            conn.execute(sql.SQL("CREATE SCHEMA {s}").format(s=ident))
+        for version in range(current, latest):
+            migrations[version](conn, ident)
+            conn.execute(
+                sql.SQL(
+                    "INSERT INTO {s}.meta (key, value) VALUES ('version', %s)"
+                    " ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value"
+                ).format(s=ident),
+                (str(version + 1),),
+            )
+        return current
+
+
+def _version(conn: psycopg.Connection[tuple[object, ...]], schema: str, where: str) -> int:
+    tables = {
+        str(name)
+        for (name,) in conn.execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname = %s", (schema,)
+        )
+    }
+    if not tables:
+        return 0  # an empty schema (made by hand for the store): created in it
+    if "meta" not in tables:
+        raise StoreError(
+            f"schema {schema!r} of {where} is not an awaken_trio store: it holds other tables"
+            f" ({', '.join(sorted(tables)[:5])}); name another with '?schema='."
+            " It was left unchanged",
+            outcome_unknown=False,
+        )
+    found: dict[str, object] = {
+        str(key): value
+        for key, value in conn.execute(
+            sql.SQL("SELECT key, value FROM {s}.meta").format(s=sql.Identifier(schema))
+        )
+    }
+    if found.get("application") != APPLICATION or "version" not in found:
+        raise StoreError(
+            f"schema {schema!r} of {where} is not an awaken_trio store (its meta table has no"
+            " awaken_trio marker); it was left unchanged",
+            outcome_unknown=False,
+        )
+    try:
+        return int(str(found["version"]))
+    except ValueError:
+        raise StoreError(
+            f"the store in schema {schema!r} of {where} is damaged: its version is"
+            f" {found['version']!r}; it was left unchanged",
+            outcome_unknown=False,
+        ) from None

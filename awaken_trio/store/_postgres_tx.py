@@ -1,0 +1,770 @@
+"""One write transaction on the PostgreSQL store: `PgTx` implements the store rules'
+transaction protocol (``_rules.RunTx``) over one PostgreSQL transaction.
+
+Round trips, for a batch of commits:
+
+1. `PgTx.begin` locks the store's one ``counters`` row (``SELECT ... FOR UPDATE``) and reads
+   the server's clock (``clock_timestamp()``): the lease time of the whole transaction;
+2. `PgTx.prefetch` reads, in one pipeline, every run row the batch names and the claims,
+   live attempts and stored commands its checks need (``WHERE run_id = ANY(%s) FOR
+   UPDATE``, ``FOR UPDATE SKIP LOCKED`` for nothing: every write transaction holds the
+   counters row, so there is nothing to skip);
+3. `PgTx.commit` sends every queued write (one statement per kind of row, many rows each),
+   the counters' new values, the transaction's token and its ``NOTIFY``, and ``COMMIT``,
+   in one pipeline.
+
+Why every write transaction takes the counters row first: followers read events by seq
+(`Store.events_after` with a cursor), so a seq must never become visible after a greater
+one did. Seqs are handed out from that row and the row is held to the commit, so commits
+become visible in seq order. The lock also gives the rules the isolation they assume
+(``_rules``'s docstring): nothing another writer does can change what this transaction read
+(children, the live attempts on a thread, expired claims) before it commits. A write
+transaction holds the row for two round trips and the commit, which is what one SQLite
+file allows too; the runtime's group commit makes one transaction of every commit waiting.
+
+A read the transaction's cache cannot answer goes to the server: a run row or a claim it
+has not read is one it has not written (every write starts from a read), so it needs no
+flush; a query over other rows (the live attempts on a thread, a run's children, expired
+claims, a run's commands, a record) flushes first, so it sees this transaction's writes.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from typing import Any, Final, final
+
+import attrs
+import psycopg
+from psycopg import sql
+
+from .._core import (
+    UNSET,
+    CommandKind,
+    Commit,
+    Ended,
+    JsonValue,
+    NewRun,
+    ResumeTicket,
+    RunRecord,
+    RunState,
+    StateKind,
+    wake_at,
+)
+from ._codec import (
+    CARRIED_WRAPPING,
+    dump_json,
+    dump_shared,
+    dump_state,
+    dump_ticket,
+    load_json,
+    load_state,
+    load_ticket,
+    load_wrapped,
+)
+from ._postgres_reads import RECORD_COLUMNS, record_of
+from ._rules import NO_RESUME, ClaimRow, HeldResume, state_kind
+
+Conn = psycopg.Connection[tuple[Any, ...]]
+
+_NO_MESSAGES: Final = "[]"
+_NULL: Final = "null"
+
+_ROW_COLUMNS: Final = (
+    "run_id, thread_id, parent_run_id, root_run_id, name, kind, state, generation, carried,"
+    " carried_pause, resume_value, resume_ticket, epoch, attempt_epoch, recoveries"
+)
+
+
+@final
+@attrs.define(eq=False)
+class PgRow:
+    """The columns of a run the rules read (`_rules.StoredRun`), as this transaction sees
+    them; payload columns a commit does not read stay in the database."""
+
+    run_id: str
+    thread_id: str
+    parent_run_id: str | None
+    root_run_id: str
+    name: str | None
+    kind: StateKind
+    state_text: str
+    generation: int
+    carried: str
+    carried_pause: bool
+    resume_value: str
+    resume_ticket: str | None
+    epoch: int
+    attempt_epoch: int | None
+    recoveries: int
+    _state: RunState | None = None
+
+    @property
+    def state(self) -> RunState:
+        state = self._state
+        if state is None:
+            state = self._state = load_state(self.state_text)
+        return state
+
+    @property
+    def named_root(self) -> bool:
+        return self.name is not None and self.parent_run_id is None
+
+
+def _row_of(found: Sequence[Any]) -> PgRow:
+    return PgRow(*found)
+
+
+@final
+@attrs.frozen
+class TextCarried:
+    """`_rules.Carried` kept as the stored text, decoded only when asked."""
+
+    text: str
+    pause: bool
+
+    def __bool__(self) -> bool:
+        return self.text != _NO_MESSAGES or self.pause
+
+    def messages(self) -> tuple[JsonValue, ...]:
+        found = load_wrapped(self.text, "carried messages", CARRIED_WRAPPING)
+        assert isinstance(found, list)
+        return tuple(found)
+
+
+@final
+@attrs.frozen
+class _Command:
+    id: int
+    kind: str
+    payload: str
+    delivered: bool
+
+
+@final
+@attrs.frozen
+class Statements:
+    """The statements of one store's schema, composed once."""
+
+    lock: sql.Composed
+    rows: sql.Composed
+    claims: sql.Composed
+    live: sql.Composed
+    commands: sql.Composed
+    children: sql.Composed
+    expired: sql.Composed
+    record: sql.Composed
+    insert_run: sql.Composed
+    update_run: sql.Composed
+    insert_event: sql.Composed
+    drop_claims: sql.Composed
+    put_claim: sql.Composed
+    drop_tickets: sql.Composed
+    put_ticket: sql.Composed
+    deliver: sql.Composed
+    consume: sql.Composed
+    drop_commands: sql.Composed
+    insert_command: sql.Composed
+    checkpoint: sql.Composed
+    counters: sql.Composed
+    written: sql.Composed
+    forget_written: sql.Composed
+    was_written: sql.Composed
+    notify: sql.Composed
+
+    @classmethod
+    def of(cls, schema: str) -> Statements:
+        s = sql.Identifier(schema)
+
+        def q(text: str) -> sql.Composed:
+            return sql.SQL(text).format(s=s)
+
+        return cls(
+            lock=q(
+                "SELECT last_seq, last_queued, writes, extract(epoch FROM clock_timestamp())"
+                " FROM {s}.counters WHERE id = 1 FOR UPDATE"
+            ),
+            rows=q(f"SELECT {_ROW_COLUMNS} FROM {{s}}.runs WHERE run_id = ANY(%s) FOR UPDATE"),
+            claims=q(
+                "SELECT run_id, owner, epoch, lease_until FROM {s}.claims"
+                " WHERE run_id = ANY(%s) FOR UPDATE"
+            ),
+            live=q(
+                "SELECT thread_id, run_id, root_run_id, attempt_epoch FROM {s}.runs"
+                " WHERE attempt_epoch IS NOT NULL AND thread_id = ANY(%s)"
+            ),
+            commands=q(
+                "SELECT id, run_id, kind, payload, delivered FROM {s}.inbox"
+                " WHERE run_id = ANY(%s) ORDER BY id"
+            ),
+            children=q("SELECT run_id FROM {s}.runs WHERE parent_run_id = %s ORDER BY created"),
+            expired=q(
+                "SELECT run_id FROM {s}.claims WHERE lease_until < %s ORDER BY lease_until, run_id"
+            ),
+            record=q(f"SELECT {RECORD_COLUMNS} FROM {{s}}.runs r WHERE r.run_id = %s"),
+            insert_run=q(
+                "INSERT INTO {s}.runs (run_id, thread_id, parent_run_id, root_run_id, name,"
+                " input, kind, state, generation, result, checkpoint, steps, max_steps, carried,"
+                " carried_pause, resume_value, resume_ticket, epoch, attempt_epoch,"
+                " recoveries, queued_order, forked_from) VALUES (%s, %s, %s, %s, %s, %s, %s,"
+                " %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+            ),
+            update_run=q(
+                "UPDATE {s}.runs SET kind = %s, state = %s, generation = %s, carried = %s,"
+                " carried_pause = %s, resume_value = %s, resume_ticket = %s, epoch = %s,"
+                " attempt_epoch = %s, recoveries = %s,"
+                " queued_order = %s,"
+                " checkpoint = COALESCE(%s, checkpoint), steps = COALESCE(%s, steps),"
+                " result = COALESCE(%s, result) WHERE run_id = %s"
+            ),
+            insert_event=q(
+                "INSERT INTO {s}.events (seq, run_id, thread_id, generation, kind, state,"
+                " detail, at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
+            ),
+            drop_claims=q("DELETE FROM {s}.claims WHERE run_id = ANY(%s)"),
+            put_claim=q(
+                "INSERT INTO {s}.claims (run_id, owner, epoch, lease_until)"
+                " VALUES (%s, %s, %s, %s) ON CONFLICT (run_id) DO UPDATE SET"
+                " owner = EXCLUDED.owner, epoch = EXCLUDED.epoch,"
+                " lease_until = EXCLUDED.lease_until"
+            ),
+            drop_tickets=q("DELETE FROM {s}.tickets WHERE run_id = ANY(%s)"),
+            put_ticket=q(
+                "INSERT INTO {s}.tickets (run_id, correlation_id, wake_at) VALUES (%s, %s, %s)"
+            ),
+            deliver=q("UPDATE {s}.inbox SET delivered = true WHERE id = ANY(%s)"),
+            consume=q("DELETE FROM {s}.inbox WHERE id = ANY(%s)"),
+            drop_commands=q("DELETE FROM {s}.inbox WHERE run_id = ANY(%s)"),
+            insert_command=q(
+                "INSERT INTO {s}.inbox (run_id, kind, payload, reason, at)"
+                " VALUES (%s, %s, %s, %s, %s) RETURNING id"
+            ),
+            checkpoint=q(
+                "INSERT INTO {s}.checkpoints (run_id, seq, checkpoint) VALUES (%s, %s, %s)"
+                " ON CONFLICT (run_id, seq) DO UPDATE SET checkpoint = EXCLUDED.checkpoint"
+            ),
+            counters=q(
+                "UPDATE {s}.counters SET last_seq = %s, last_queued = %s, writes = writes + 1"
+                " WHERE id = 1"
+            ),
+            written=q("INSERT INTO {s}.written (token) VALUES (%s)"),
+            forget_written=q("DELETE FROM {s}.written WHERE at < now() - interval '1 day'"),
+            was_written=q("SELECT 1 FROM {s}.written WHERE token = %s"),
+            notify=q("SELECT pg_notify(%s, %s)"),
+        )
+
+
+@final
+class PgTx:
+    """The database as one write transaction sees it, and the writes it has queued."""
+
+    def __init__(
+        self, conn: Conn, statements: Statements, *, channel: str, sender: str, offset: float
+    ) -> None:
+        self.conn = conn
+        self.q = statements
+        self.token = uuid.uuid4()
+        self._channel = channel
+        self._sender = sender
+        self._offset = offset
+        self.now = 0.0
+        self._last_seq = 0
+        self._last_queued = 0
+        self.writes = 0
+        self.wrote = False
+        self._rows: dict[str, PgRow | None] = {}
+        self._claims: dict[str, ClaimRow | None] = {}
+        self._threads: dict[str, dict[str, tuple[str, int]]] = {}
+        self._commands: dict[str, list[_Command]] = {}
+        # Queued writes.
+        self._inserted: dict[str, tuple[str, str, int | None, str | None]] = {}
+        self._changed: dict[str, PgRow] = {}
+        self._checkpoints: dict[str, str] = {}
+        self._steps: dict[str, int] = {}
+        self._results: dict[str, str] = {}
+        self._history: list[tuple[str, int, str]] = []
+        self._events: list[tuple[Any, ...]] = []
+        self._claims_changed: dict[str, None] = {}
+        self._tickets: dict[str, tuple[str, float | None] | None] = {}
+        self._consumed: list[int] = []
+        self._consumed_ids: set[int] = set()
+        self._delivered: list[int] = []
+        self._delivered_ids: set[int] = set()
+        self._dropped: list[str] = []
+
+    # ------------------------------------------------------------------ lifetime
+
+    def begin(self) -> float:
+        """Lock the counters row and read the server's clock; the lease time (seconds)."""
+        found = self.conn.execute(self.q.lock).fetchone()
+        assert found is not None
+        self._last_seq, self._last_queued, self.writes, now = found
+        self.now = float(now) + self._offset
+        return self.now
+
+    def commit(self) -> None:
+        """Send every queued write and commit, in one pipeline."""
+        conn = self.conn
+        with conn.pipeline():
+            self._flush()
+            if self.wrote:
+                cur = conn.cursor()
+                cur.execute(self.q.counters, (self._last_seq, self._last_queued))
+                cur.execute(self.q.written, (self.token,))
+                if self.token.int % 64 == 0:  # now and then: forget old tokens
+                    cur.execute(self.q.forget_written)
+                cur.execute(self.q.notify, (self._channel, self._sender))
+            conn.commit()
+
+    # ------------------------------------------------------------------ reading
+
+    def prefetch(self, batch: Sequence[Commit]) -> None:
+        run_ids: set[str] = set()
+        claim_ids: set[str] = set()
+        new_threads: set[str] = set()
+        guarded: set[str] = set()
+        ending: list[str] = []
+        for commit in batch:
+            run_ids.add(commit.run_id)
+            if commit.fence is not None:
+                claim_ids.add(commit.fence.root_run_id)
+            if commit.claim is not None:
+                claim_ids.add(commit.run_id)
+            if commit.thread_guard:
+                if commit.new_run is not None:
+                    new_threads.add(commit.new_run.thread_id)
+                else:
+                    guarded.add(commit.run_id)
+            if isinstance(commit.state, Ended):
+                ending.append(commit.run_id)
+        run_ids -= self._rows.keys()
+        self._read(list(run_ids), list(claim_ids), new_threads, guarded, ending)
+
+    def _read(
+        self,
+        run_ids: list[str],
+        claim_ids: list[str],
+        threads: Collection[str] = (),
+        guarded: Collection[str] = (),
+        ending: Collection[str] = (),
+    ) -> None:
+        """Read rows, claims, the live attempts on threads (those named, and those of the
+        runs in ``guarded``) with their roots' claims, and the commands of ``ending``, in
+        as few round trips as the dependencies allow."""
+        conn = self.conn
+        rows = self._rows
+        if run_ids or claim_ids or ending:
+            with conn.pipeline() as pipeline:
+                c_rows = conn.execute(self.q.rows, (run_ids,)) if run_ids else None
+                c_claims = conn.execute(self.q.claims, (claim_ids,)) if claim_ids else None
+                c_commands = conn.execute(self.q.commands, (list(ending),)) if ending else None
+                pipeline.sync()
+                if c_rows is not None:
+                    for run_id in run_ids:
+                        rows[run_id] = None
+                    for found in c_rows.fetchall():
+                        rows[found[0]] = _row_of(found)
+                if c_claims is not None:
+                    self._take_claims(claim_ids, c_claims.fetchall())
+                if c_commands is not None:
+                    for run_id in ending:
+                        self._commands[run_id] = []
+                    for cid, rid, kind, payload, delivered in c_commands.fetchall():
+                        self._commands[rid].append(_Command(cid, kind, payload, delivered))
+        wanted = set(threads)
+        for run_id in guarded:
+            row = rows.get(run_id)
+            if row is not None:
+                wanted.add(row.thread_id)
+        wanted -= self._threads.keys()
+        if wanted:
+            self._read_threads(wanted)
+
+    def _take_claims(self, claim_ids: Iterable[str], found: Iterable[Sequence[Any]]) -> None:
+        claims = self._claims
+        for run_id in claim_ids:
+            claims[run_id] = None
+        for run_id, owner, epoch, lease_until in found:
+            claims[run_id] = ClaimRow(owner, epoch, lease_until)
+
+    def _read_threads(self, thread_ids: Collection[str]) -> None:
+        self._flush()  # the query reads attempt epochs this transaction may have changed
+        threads = self._threads
+        for thread_id in thread_ids:
+            threads[thread_id] = {}
+        roots: set[str] = set()
+        for thread_id, run_id, root, epoch in self.conn.execute(
+            self.q.live, (list(thread_ids),)
+        ).fetchall():
+            threads[thread_id][run_id] = (root, epoch)
+            roots.add(root)
+        missing = [r for r in roots if r not in self._claims]
+        if missing:
+            self._take_claims(missing, self.conn.execute(self.q.claims, (missing,)).fetchall())
+
+    def prefetch_claims(self, run_ids: Iterable[str]) -> None:
+        missing = [r for r in set(run_ids) if r not in self._claims]
+        if missing:
+            self._take_claims(missing, self.conn.execute(self.q.claims, (missing,)).fetchall())
+
+    def row(self, run_id: str) -> PgRow | None:
+        rows = self._rows
+        if run_id not in rows:
+            self._read([run_id], [])
+        return rows[run_id]
+
+    def claim(self, run_id: str) -> ClaimRow | None:
+        claims = self._claims
+        if run_id not in claims:
+            self.prefetch_claims((run_id,))
+        return claims[run_id]
+
+    def thread_busy(self, thread_id: str, run_id: str, now: float) -> bool:
+        live = self._threads.get(thread_id)
+        if live is None:
+            self._read_threads((thread_id,))
+            live = self._threads[thread_id]
+        for other, (root, epoch) in live.items():
+            if other != run_id:
+                held = self.claim(root)
+                if held is not None and held.epoch == epoch and held.lease_until >= now:
+                    return True
+        return False
+
+    def children(self, parent: str) -> list[str]:
+        self._flush()
+        return [r for (r,) in self.conn.execute(self.q.children, (parent,)).fetchall()]
+
+    def expired_claims(self, now: float) -> list[str]:
+        self._flush()
+        return [r for (r,) in self.conn.execute(self.q.expired, (now,)).fetchall()]
+
+    def take_carried(self, row: PgRow) -> TextCarried:
+        carried = TextCarried(row.carried, row.carried_pause)
+        if carried:
+            row.carried, row.carried_pause = _NO_MESSAGES, False
+            self._change(row)
+        return carried
+
+    def held_resume(self, row: PgRow) -> HeldResume:
+        if row.resume_value == _NULL and row.resume_ticket is None:
+            return NO_RESUME
+        ticket = None if row.resume_ticket is None else load_ticket(row.resume_ticket)
+        return HeldResume(load_json(row.resume_value, "a resume value"), ticket)
+
+    def drop_commands(self, run_id: str) -> list[JsonValue]:
+        found = self._commands.pop(run_id, None)
+        if found is None:
+            self._flush()  # commands consumed or received in this transaction first
+            self._read([], [], ending=(run_id,))
+            found = self._commands.pop(run_id)
+        consumed, received = self._consumed_ids, self._delivered_ids
+        found = [c for c in found if c.id not in consumed]
+        if not found:
+            return []
+        self._dropped.append(run_id)
+        self.wrote = True
+        return [
+            load_json(c.payload, "a stored message")
+            for c in found
+            if c.kind == "message" and not c.delivered and c.id not in received
+        ]
+
+    def last_seq(self) -> int:
+        return self._last_seq
+
+    def record(self, run_id: str) -> RunRecord:
+        self._flush()
+        found = self.conn.execute(self.q.record, (run_id,)).fetchone()
+        assert found is not None
+        return record_of(found)
+
+    # ------------------------------------------------------------------ writing
+
+    def _change(self, row: PgRow) -> None:
+        if row.run_id not in self._inserted:
+            self._changed[row.run_id] = row
+        self.wrote = True
+
+    def create(
+        self, run_id: str, new: NewRun, state: RunState, generation: int, result: JsonValue
+    ) -> PgRow:
+        row = PgRow(
+            run_id=run_id,
+            thread_id=new.thread_id,
+            parent_run_id=new.parent_run_id,
+            root_run_id=new.root_run_id or run_id,
+            name=new.name,
+            kind=state_kind(state),
+            state_text=dump_state(state),
+            generation=generation,
+            carried=_NO_MESSAGES,
+            carried_pause=False,
+            resume_value=_NULL,
+            resume_ticket=None,
+            epoch=0,
+            attempt_epoch=None,
+            recoveries=0,
+            state=state,
+        )
+        self._rows[run_id] = row
+        forked_from = None if new.forked_from is None else dump_json(new.forked_from)
+        self._inserted[run_id] = (
+            dump_json(new.input),
+            dump_json(result),
+            new.max_steps,
+            forked_from,
+        )
+        if new.checkpoint is not None:
+            self._checkpoints[run_id] = dump_json(new.checkpoint)
+        self.wrote = True
+        return row
+
+    def put_state(
+        self,
+        row: PgRow,
+        state: RunState,
+        generation: int,
+        *,
+        steps: int | None = None,
+        result: JsonValue = UNSET,
+    ) -> None:
+        row.kind = state_kind(state)
+        row.state_text = dump_state(state)
+        row._state = state
+        row.generation = generation
+        if steps is not None:
+            self._steps[row.run_id] = steps
+        if result is not UNSET:
+            self._results[row.run_id] = dump_json(result)
+        self._change(row)
+
+    def put_checkpoint(self, row: PgRow, checkpoint: JsonValue, seq: int) -> None:
+        text = dump_json(checkpoint)
+        self._checkpoints[row.run_id] = text
+        self._history.append((row.run_id, seq, text))
+        self._change(row)
+
+    def set_ticket(self, row: PgRow, ticket: ResumeTicket | None) -> None:
+        # Popped first: a put goes to the end, so tickets are put in their last put's order.
+        self._tickets.pop(row.run_id, None)
+        self._tickets[row.run_id] = (
+            None if ticket is None else (ticket.correlation_id, wake_at(ticket))
+        )
+        self.wrote = True
+
+    def keep_carried(self, row: PgRow, messages: tuple[JsonValue, ...], pause: bool) -> None:
+        row.carried = dump_json(list(messages)) if messages else _NO_MESSAGES
+        row.carried_pause = pause
+        self._change(row)
+
+    def keep_resume(self, row: PgRow, resume: HeldResume) -> None:
+        row.resume_value = dump_json(resume.value)
+        row.resume_ticket = None if resume.ticket is None else dump_ticket(resume.ticket)
+        self._change(row)
+
+    def set_epoch(self, row: PgRow, epoch: int) -> None:
+        row.epoch = epoch
+        self._change(row)
+
+    def set_attempt(self, row: PgRow, epoch: int | None) -> None:
+        row.attempt_epoch = epoch
+        live = self._threads.get(row.thread_id)
+        if live is not None:
+            if epoch is None:
+                live.pop(row.run_id, None)
+            else:
+                live[row.run_id] = (row.root_run_id, epoch)
+        self._change(row)
+
+    def set_recoveries(self, row: PgRow, recoveries: int) -> None:
+        row.recoveries = recoveries
+        self._change(row)
+
+    def set_claim(self, run_id: str, claim: ClaimRow | None) -> None:
+        self._claims[run_id] = claim
+        self._claims_changed[run_id] = None
+        self.wrote = True
+
+    def consume(self, command_ids: Collection[int]) -> None:
+        for command_id in command_ids:
+            self._consumed.append(command_id)
+            self._consumed_ids.add(command_id)
+        if command_ids:
+            self.wrote = True
+
+    def deliver(self, command_ids: Collection[int]) -> None:
+        for command_id in command_ids:
+            self._delivered.append(command_id)
+            self._delivered_ids.add(command_id)
+        if command_ids:
+            self.wrote = True
+
+    def insert_command(
+        self, run_id: str, kind: CommandKind, payload: JsonValue, reason: str | None, at: float
+    ) -> int:
+        self._flush()  # a queued delete of the run's commands must not reach this one
+        found = self.conn.execute(
+            self.q.insert_command, (run_id, kind, dump_json(payload), dump_json(reason), at)
+        ).fetchone()
+        assert found is not None
+        self.wrote = True
+        return int(found[0])
+
+    def event(
+        self,
+        row: PgRow,
+        generation: int,
+        kind: str,
+        detail: Mapping[str, JsonValue],
+        at: float,
+    ) -> int:
+        self._last_seq = seq = self._last_seq + 1
+        self._events.append(
+            (
+                seq,
+                row.run_id,
+                row.thread_id,
+                generation,
+                kind,
+                row.state_text,
+                dump_shared(detail),
+                at,
+            )
+        )
+        self.wrote = True
+        return seq
+
+    # ------------------------------------------------------------------ flushing
+
+    def _queued_order(self, row: PgRow) -> int | None:
+        """The place of a named root run written Queued in the queue (after every other);
+        None for any other run."""
+        if row.kind != "queued" or not row.named_root:
+            return None
+        self._last_queued += 1
+        return self._last_queued
+
+    def _flush(self) -> None:
+        """Send every queued write (inside the transaction; `commit` ends it)."""
+        conn = self.conn
+        if not (
+            self._inserted
+            or self._changed
+            or self._history
+            or self._events
+            or self._claims_changed
+            or self._tickets
+            or self._delivered
+            or self._consumed
+            or self._dropped
+        ):
+            return
+        q = self.q
+        with conn.pipeline():
+            cur = conn.cursor()
+            checkpoints, steps, results = self._checkpoints, self._steps, self._results
+            if self._inserted:
+                inserts = []
+                for run_id, (input_text, result_text, cap, forked) in self._inserted.items():
+                    row = self._rows[run_id]
+                    assert row is not None
+                    inserts.append(
+                        (
+                            run_id,
+                            row.thread_id,
+                            row.parent_run_id,
+                            row.root_run_id,
+                            row.name,
+                            input_text,
+                            row.kind,
+                            row.state_text,
+                            row.generation,
+                            results.pop(run_id, result_text),
+                            checkpoints.pop(run_id, _NULL),
+                            steps.pop(run_id, 0),
+                            cap,
+                            row.carried,
+                            row.carried_pause,
+                            row.resume_value,
+                            row.resume_ticket,
+                            row.epoch,
+                            row.attempt_epoch,
+                            row.recoveries,
+                            self._queued_order(row),
+                            forked,
+                        )
+                    )
+                cur.executemany(q.insert_run, inserts)
+                self._inserted.clear()
+            if self._changed:
+                updates = []
+                for run_id, row in self._changed.items():
+                    order = self._queued_order(row)
+                    updates.append(
+                        (
+                            row.kind,
+                            row.state_text,
+                            row.generation,
+                            row.carried,
+                            row.carried_pause,
+                            row.resume_value,
+                            row.resume_ticket,
+                            row.epoch,
+                            row.attempt_epoch,
+                            row.recoveries,
+                            order,
+                            checkpoints.pop(run_id, None),
+                            steps.pop(run_id, None),
+                            results.pop(run_id, None),
+                            run_id,
+                        )
+                    )
+                cur.executemany(q.update_run, updates)
+                self._changed.clear()
+            checkpoints.clear()
+            steps.clear()
+            results.clear()
+            if self._history:
+                cur.executemany(q.checkpoint, self._history)
+                self._history.clear()
+            if self._events:
+                cur.executemany(q.insert_event, self._events)
+                self._events.clear()
+            if self._claims_changed:
+                dropped = []
+                put = []
+                for run_id in self._claims_changed:
+                    claim = self._claims[run_id]
+                    if claim is None:
+                        dropped.append(run_id)
+                    else:
+                        put.append((run_id, claim.owner, claim.epoch, claim.lease_until))
+                if dropped:
+                    cur.execute(q.drop_claims, (dropped,))
+                if put:
+                    cur.executemany(q.put_claim, put)
+                self._claims_changed.clear()
+            if self._tickets:
+                cur.execute(q.drop_tickets, (list(self._tickets),))
+                put_tickets = [
+                    (run_id, *ticket) for run_id, ticket in self._tickets.items() if ticket
+                ]
+                if put_tickets:
+                    cur.executemany(q.put_ticket, put_tickets)
+                self._tickets.clear()
+            if self._delivered:
+                cur.execute(q.deliver, (self._delivered,))
+                self._delivered = []
+            if self._consumed:
+                cur.execute(q.consume, (self._consumed,))
+                self._consumed = []
+            if self._dropped:
+                cur.execute(q.drop_commands, (self._dropped,))
+                self._dropped = []
+
+
+def was_written(conn: Conn, statements: Statements, token: uuid.UUID) -> bool:
+    """Whether the write transaction of ``token`` committed (read on a fresh connection
+    after a commit whose answer was lost)."""
+    return conn.execute(statements.was_written, (token,)).fetchone() is not None

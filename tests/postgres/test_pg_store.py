@@ -1,0 +1,168 @@
+"""The PostgreSQL store beyond the contracts: URLs, its schema (versions, concurrent
+openings), the runtime on it, and what it shows of a password. Real time, bounded by
+``trio.fail_after``."""
+
+from __future__ import annotations
+
+import logging
+
+import psycopg
+import pytest
+import trio
+from pg_server import PgServer
+
+from awaken_trio import EndCause, JsonValue, RunContext, RunState, StoreError, open_runtime
+from awaken_trio.store import open_store
+from awaken_trio.store._postgres import PostgresStore
+from awaken_trio.store._postgres_schema import LATEST
+
+DONE = RunState.Ended(EndCause.NaturalEnd())
+
+
+async def _body(ctx: RunContext) -> JsonValue:
+    messages = await ctx.boundary({"step": 1})
+    return {"run": ctx.run_id, "messages": messages}
+
+
+def _tables(url: str, schema: str) -> set[str]:
+    with psycopg.connect(url) as conn:
+        rows = conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = %s", (schema,))
+        return {str(name) for (name,) in rows}
+
+
+def test_both_schemes_select_the_postgres_store_and_its_options() -> None:
+    store = open_store("postgres://alice:pw@db.example:5433/runs?schema=team_a&pool_size=9")
+    assert isinstance(store, PostgresStore)
+    assert (store.schema, store.pool_size) == ("team_a", 9)
+    store = open_store("postgresql://db.example/runs?sslmode=require")
+    assert isinstance(store, PostgresStore)
+    assert (store.schema, store.pool_size) == ("awaken", 4)
+
+
+def test_a_keyword_string_and_keyword_options_are_accepted() -> None:
+    store = PostgresStore("host=db.example dbname=runs password=pw", schema="s", pool_size=2)
+    assert (store.schema, store.pool_size) == ("s", 2)
+    assert "pw" not in repr(store)
+    assert "password=***" in repr(store)
+
+
+def test_repr_never_shows_the_password() -> None:
+    store = PostgresStore("postgresql://alice:s3cr%2Fet@db.example/runs")
+    assert "s3cr" not in repr(store)
+    assert "alice:***@db.example" in repr(store)
+
+
+async def test_the_runtime_runs_on_a_postgresql_url(pg_url: str) -> None:
+    with trio.fail_after(30):
+        async with open_runtime(pg_url) as runtime:
+            handle = await runtime.start(_body, run_id="r1")
+            assert await handle.wait() == DONE
+            record = await runtime.record("r1")
+            assert record.result == {"run": "r1", "messages": []}
+            assert record.checkpoint == {"step": 1}
+        async with PostgresStore(pg_url) as store:
+            assert await store.load("r1") == record
+            assert [e.state for e in await store.events_after(0, "r1")] == [
+                RunState.Running(1),
+                RunState.Running(1),
+                DONE,
+            ]
+
+
+async def test_the_schema_option_keeps_stores_apart_in_one_database(pg_url: str) -> None:
+    with trio.fail_after(30):
+        async with open_runtime(f"{pg_url}?schema=team_a") as runtime:
+            await (await runtime.start(_body, run_id="r1")).wait()
+        async with PostgresStore(pg_url, schema="team_b") as other:
+            assert await other.load("r1") is None
+        async with PostgresStore(pg_url, schema="team_a") as same:
+            record = await same.load("r1")
+            assert record is not None
+            assert record.state == DONE
+    assert "runs" in _tables(pg_url, "team_a")
+    assert "runs" in _tables(pg_url, "team_b")
+
+
+async def test_runtimes_opening_a_fresh_database_at_once_all_open(pg_url: str) -> None:
+    """Eight stores open one empty database at the same moment: the advisory lock makes
+    one of them create the schema, and every other one finds it made."""
+    stores = [PostgresStore(pg_url) for _ in range(8)]
+    go = trio.Event()
+
+    async def open_one(store: PostgresStore) -> None:
+        await go.wait()
+        await store.open()
+
+    try:
+        with trio.fail_after(60):
+            async with trio.open_nursery() as nursery:
+                for store in stores:
+                    nursery.start_soon(open_one, store)
+                go.set()
+            for store in stores:
+                assert await store.version() >= 0
+    finally:
+        for store in stores:
+            await store.aclose()
+    with psycopg.connect(pg_url) as conn:
+        row = conn.execute("SELECT value FROM awaken.meta WHERE key = 'version'").fetchone()
+    assert row == (str(LATEST),)
+
+
+async def test_a_newer_schema_is_refused_and_left_as_it_was(pg_url: str) -> None:
+    async with PostgresStore(pg_url) as store:
+        await store.open()
+    with psycopg.connect(pg_url) as conn:
+        conn.execute("UPDATE awaken.meta SET value = %s WHERE key = 'version'", (str(LATEST + 1),))
+        before = conn.execute("SELECT * FROM awaken.meta ORDER BY key").fetchall()
+    store = PostgresStore(pg_url)
+    with pytest.raises(StoreError) as refused:
+        await store.open()
+    await store.aclose()
+    message = str(refused.value)
+    assert "newer version" in message
+    assert "upgrade awaken_trio" in message
+    assert refused.value.outcome_unknown is False
+    with psycopg.connect(pg_url) as conn:
+        assert conn.execute("SELECT * FROM awaken.meta ORDER BY key").fetchall() == before
+
+
+async def test_a_schema_of_another_application_is_refused(pg_url: str) -> None:
+    with psycopg.connect(pg_url) as conn:
+        conn.execute("CREATE SCHEMA awaken")
+        conn.execute("CREATE TABLE awaken.users (id int)")
+    store = PostgresStore(pg_url)
+    with pytest.raises(StoreError, match=r"not an awaken_trio store.*users"):
+        await store.open()
+    await store.aclose()
+    assert _tables(pg_url, "awaken") == {"users"}
+
+
+async def test_a_wrong_password_fails_opening_without_showing_it(
+    pg_server: PgServer, pg_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    secret = "Wr0ngPassw0rdXyz"
+    url = pg_url.replace(pg_server.password, secret)
+    store = PostgresStore(url)
+    with pytest.raises(StoreError) as refused:
+        await store.open()
+    await store.aclose()
+    assert "password authentication failed" in str(refused.value)
+    assert secret not in str(refused.value)
+    assert secret not in repr(refused.value)
+    assert secret not in repr(store)
+    assert all(secret not in r.getMessage() for r in caplog.records)
+    with pytest.raises(StoreError) as again:
+        async with open_runtime(url):
+            pass  # pragma: no cover
+    assert secret not in str(again.value)
+
+
+async def test_a_closed_store_refuses_calls(pg_url: str) -> None:
+    store = PostgresStore(pg_url)
+    await store.open()
+    await store.aclose()
+    await store.aclose()  # twice is allowed
+    with pytest.raises(StoreError, match="closed"):
+        await store.load("r1")
