@@ -594,7 +594,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if "workers" in chosen:
                 bench_workers(stores, 500 if args.quick else 2_000, rounds, out)
             if "lease" in chosen:
-                bench_lease(stores, 500 if args.quick else 2_000, out)
+                bench_lease(stores, 300 if args.quick else 500, out)
             if "peers" in chosen:
                 bench_peers(
                     stores,
