@@ -4,13 +4,14 @@ throwaway PostgreSQL server, in one run.
 Run from the repository root (needs the PostgreSQL 15 server binaries, as the tests do, and
 the ``bench`` and ``postgres`` extras: ``pip install -e '.[bench,postgres]'``)::
 
-    python benchmarks/bench_postgres.py                    # about five minutes
-    python benchmarks/bench_postgres.py --quick            # smaller sizes, one round
+    python benchmarks/bench_postgres.py                    # about 20 minutes on 2 busy cores
+    python benchmarks/bench_postgres.py --quick            # smaller sizes, one round (5)
     python benchmarks/bench_postgres.py --json out.json    # also write the figures
     python benchmarks/bench_postgres.py --only peers       # one part (repeatable)
 
 One server for the whole run (``tests/pg_server.py``: the system's PostgreSQL with its
-defaults, fsync on, on 127.0.0.1), a fresh database for each measurement. Parts:
+defaults, fsync on, but ``max_connections=200``, on 127.0.0.1), a fresh database for each
+measurement. Parts:
 
 - ``workers``: ``submit`` -> claimed -> ``Ended`` throughput with 1, 2 and 4 worker processes
   (``tests/multiprocess/worker_process.py``, ``concurrency=64``, the body ``stepper`` by
