@@ -53,9 +53,12 @@ def pg_server() -> Iterator[PgServer]:
 
 
 @pytest.fixture
-def pg_url(pg_server: PgServer) -> str:
-    """The URL of a fresh empty database on the session's server (password included)."""
-    return pg_server.create_database()
+def pg_url(pg_server: PgServer) -> Iterator[str]:
+    """The URL of a fresh empty database on the session's server (password included),
+    dropped after the test with every connection a test left open to it."""
+    url = pg_server.create_database()
+    yield url
+    pg_server.drop_database(url.rsplit("/", 1)[1])
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

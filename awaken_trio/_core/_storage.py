@@ -34,7 +34,10 @@ and when a new or renewed one ends. The runtime hands it lease *durations* only,
 time of its own, so a runtime whose clock is off can neither take a live claim nor miss a
 dead one. (A commit's ``at`` is the runtime's clock: it dates the commit's events.)
 
-`awaken_trio.testing` ships these rules as a test suite any store can run.
+The rules are written once, as functions over one store transaction: ``awaken_trio.store``'s
+``_rules`` module, whose ``RunTx`` protocol each store (memory, SQLite) implements over its
+own representation, keeping only its reads, indexes and I/O. `awaken_trio.testing` ships
+these rules as a test suite any store can run.
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@ share.
 Imported only when a ``postgresql://`` or ``postgres://`` URL is first used
 (`awaken_trio.store.open_store`); it needs the ``postgres`` extra (psycopg 3 and
 psycopg_pool). psycopg's async connections do not run under Trio, so every call runs a
-sync pooled connection in a Trio worker thread (at most ``pool_size`` at once).
+sync pooled connection in a Trio worker thread (reads at most ``pool_size`` at once, writes
+at most `WRITERS` more, and one more connection listens).
 """
 
 from __future__ import annotations
@@ -51,7 +52,9 @@ logger = logging.getLogger("awaken_trio.store")
 
 CONNECT_TIMEOUT: Final = 10.0
 """Seconds a call waits for a pooled connection (the server down, or every one busy)."""
-RETRIES: Final = (0.05, 0.2, 0.5)
+WRITERS: Final = 2
+"""Connections kept for writes, beyond the ``pool_size`` that reads share."""
+RETRIES: Final = (0.05, 0.1, 0.2, 0.5, 1.0, 2.0)
 """The pauses before a write transaction whose connection broke is tried again (nothing of
 it was committed, or it was looked up and found not committed)."""
 
@@ -87,8 +90,9 @@ class PostgresStore:
     connection is looked up by its token, never applied twice. A caller cancelled while its
     query runs has the query cancelled on the server.
 
-    ``lease_offset`` is for tests only: seconds added to the server's clock on every
-    reading (a test lets leases pass without waiting).
+    ``lease_offset`` and ``lease_clock`` are for tests only: seconds added to the server's
+    clock on every reading (a test lets leases pass without waiting), or a clock read in
+    place of the server's (a test compares stores on one clock).
     """
 
     def __init__(
@@ -98,6 +102,7 @@ class PostgresStore:
         schema: str | None = None,
         pool_size: int | None = None,
         lease_offset: Callable[[], float] | None = None,
+        lease_clock: Callable[[], float] | None = None,
     ) -> None:
         self._target = target = parse(url, schema=schema, pool_size=pool_size)
         self._statements = Statements.of(target.schema)
@@ -105,7 +110,12 @@ class PostgresStore:
         self._channel = f"awaken_trio.{target.schema}"
         self._sender = uuid.uuid4().hex
         self._lease_offset = lease_offset
-        self._limiter = trio.CapacityLimiter(target.pool_size)
+        self._lease_clock = lease_clock
+        # Reads use at most ``pool_size`` connections at once, and writes (the runtime's
+        # commits, renewals, recoveries, commands) up to `WRITERS` more of their own, so a
+        # commit never queues behind reads; the pool holds both.
+        self._readers = trio.CapacityLimiter(target.pool_size)
+        self._writers = trio.CapacityLimiter(WRITERS)
         self._pool: psycopg_pool.ConnectionPool[Conn] | None = None
         self._opening: trio.Event | None = None
         self._closed = False
@@ -190,9 +200,11 @@ class PostgresStore:
         pool: psycopg_pool.ConnectionPool[Conn] = psycopg_pool.ConnectionPool(
             t.conninfo,
             min_size=1,
-            max_size=t.pool_size,
+            max_size=t.pool_size + WRITERS,
             kwargs={"autocommit": True, "prepare_threshold": 0},
-            check=psycopg_pool.ConnectionPool.check_connection,
+            # No check on every checkout (a round trip each): a broken connection fails
+            # its call, which is retried (writes) or answered as a store error (reads),
+            # and the pool replaces it.
             open=False,
             name=f"awaken_trio {t.schema}",
         )
@@ -239,7 +251,7 @@ class PostgresStore:
     def _scrub(self, exc: BaseException) -> str:
         return scrub(exc, self._target.conninfo)
 
-    async def _call(self, fn: Callable[[Conn], T]) -> T:
+    async def _call(self, fn: Callable[[Conn], T], *, write: bool = False) -> T:
         """Run ``fn`` on a pooled connection in a worker thread. A caller cancelled
         meanwhile stops waiting, and the query running for it is cancelled on the server
         (the thread then rolls back and gives the connection back)."""
@@ -259,7 +271,9 @@ class PostgresStore:
 
         try:
             return await trio.to_thread.run_sync(
-                work, abandon_on_cancel=True, limiter=self._limiter
+                work,
+                abandon_on_cancel=True,
+                limiter=self._writers if write else self._readers,
             )
         except trio.Cancelled:
 
@@ -279,7 +293,13 @@ class PostgresStore:
             return fn(conn, r)
 
         try:
-            return await self._call(read)
+            try:
+                return await self._call(read)
+            except psycopg.OperationalError as exc:
+                # A pooled connection the server dropped (a restart, a terminated
+                # backend) fails once; the pool replaces it, and a read is safe to repeat.
+                logger.info("store: reading %s failed, reading again: %s", what, self._scrub(exc))
+                return await self._call(read)
         except psycopg_pool.PoolTimeout:
             raise StoreError(
                 f"the PostgreSQL store {self._target.shown!r} could not be reached to read"
@@ -300,12 +320,13 @@ class PostgresStore:
         when the connection broke before the commit or the commit was looked up and found
         not to have landed."""
         offset = self._offset()
+        fixed = self._lease_clock
         statements = self._statements
         channel, sender = self._channel, self._sender
         outcome: list[tuple[int, bool]] = []  # (writes before, whether it wrote)
 
         def attempt(conn: Conn) -> T:
-            tx = PgTx(conn, statements, channel=channel, sender=sender, offset=offset)
+            tx = PgTx(conn, statements, channel=channel, sender=sender, offset=offset, clock=fixed)
             committing = False
             try:
                 with conn.pipeline():
@@ -315,7 +336,7 @@ class PostgresStore:
                 committing = True
                 tx.commit()
             except BaseException as exc:
-                if committing and conn.broken:
+                if committing and (conn.broken or conn.closed):
                     raise _Unknown(tx.token, result, tx.wrote) from exc
                 if not conn.broken:
                     with contextlib.suppress(psycopg.Error):
@@ -326,7 +347,7 @@ class PostgresStore:
 
         for pause in (*RETRIES, None):
             try:
-                result = await self._call(attempt)
+                result = await self._call(attempt, write=True)
             except _Unknown as unknown:
                 token, result, wrote = unknown.args
                 try:
@@ -415,8 +436,10 @@ class PostgresStore:
         wanted = list(names)
         offset = self._offset()
 
+        fixed = self._lease_clock
+
         def read(c: Conn, r: reads.Reads) -> list[RunRecord]:
-            lease_now = _server_now(c) + offset
+            lease_now = (_server_now(c) if fixed is None else fixed()) + offset
             return reads.runnable(c, r, wanted, now, lease_now, limit)
 
         return await self._read(read, "runnable runs")
@@ -467,6 +490,16 @@ class PostgresStore:
         limit: int,
     ) -> list[Recovered]:
         wanted = frozenset(names)
+        fixed, offset = self._lease_clock, self._offset()
+
+        def any_expired(c: Conn, r: reads.Reads) -> bool:
+            now = (_server_now(c) if fixed is None else fixed()) + offset
+            return reads.any_expired(c, r, now)
+
+        # Most passes find nothing to recover: a read says so without taking the lock every
+        # write transaction takes. (A claim that expires just after is found next pass.)
+        if not await self._read(any_expired, "expired claims"):
+            return []
         return await self._write(
             lambda tx, now: rules.recover(tx, owner, wanted, now, at, lease, max_recoveries, limit),
             "a recovery",

@@ -36,6 +36,8 @@ PING_EVERY: Final = 5.0
 PING_WAIT: Final = 2.0
 SLICE: Final = 0.25
 """Seconds: how often a blocked wait looks whether its caller went away."""
+APPLICATION_NAME: Final = "awaken_trio listener"
+"""The listener connection's ``application_name`` (``pg_stat_activity`` shows it)."""
 BACKOFF: Final = (0.05, 0.1, 0.2, 0.5, 1.0, 2.0)
 
 
@@ -53,12 +55,19 @@ class Listener:
         self._pinged_at: float | None = None
         self._heard_at = time.monotonic()
         self._closed = False
+        # A change heard by a wait whose caller had gone away: the next wait answers it.
+        self._pending = False
         self.reconnects = 0
         """How many times a connection was made again after one broke."""
 
     def _connect(self) -> bool:
         try:
-            conn = psycopg.connect(self._conninfo, autocommit=True, connect_timeout=5)
+            conn = psycopg.connect(
+                self._conninfo,
+                autocommit=True,
+                connect_timeout=5,
+                application_name=APPLICATION_NAME,
+            )
             conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._channel)))
         except psycopg.Error as exc:
             pause = BACKOFF[min(self._failures, len(BACKOFF) - 1)]
@@ -94,6 +103,9 @@ class Listener:
         and as soon as ``abandoned`` is set (the caller went away)."""
         deadline = time.monotonic() + timeout
         with self._lock:
+            if self._pending:
+                self._pending = False
+                return True
             first = self._conn is None
             while not (abandoned.is_set() or self._closed):
                 conn = self._conn
@@ -103,6 +115,7 @@ class Listener:
                             return False
                         continue
                     if not first:
+                        self._pending = abandoned.is_set()
                         return True
                     first = False
                     continue
@@ -122,6 +135,8 @@ class Listener:
                         if notice.payload == self._ping:
                             self._pinged_at = None
                         elif notice.payload != self._sender:
+                            if abandoned.is_set():
+                                self._pending = True
                             return True
                 except psycopg.Error as exc:
                     self._drop(_scrub(exc, self._conninfo))

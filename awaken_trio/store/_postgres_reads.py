@@ -81,6 +81,7 @@ class Reads:
     history_from: sql.Composed
     checkpoint: sql.Composed
     writes: sql.Composed
+    expired: sql.Composed
     schema: sql.Identifier
 
     @classmethod
@@ -100,7 +101,7 @@ class Reads:
                 " ORDER BY seq LIMIT %s"
             ),
             # Queued named root runs nobody holds a live claim on, whose thread no other
-            # run's live attempt occupies, in the order they were queued.
+            # run's live attempt occupies, oldest run first (the order they were created).
             queued=q(
                 f"SELECT {RECORD_COLUMNS} FROM {{s}}.runs r"
                 " WHERE r.queued_order IS NOT NULL AND r.name = ANY(%(names)s)"
@@ -111,7 +112,7 @@ class Reads:
                 "   WHERE o.thread_id = r.thread_id AND o.attempt_epoch IS NOT NULL"
                 "   AND o.run_id <> r.run_id AND c.epoch = o.attempt_epoch"
                 "   AND c.lease_until >= %(lease_now)s)"
-                " ORDER BY r.queued_order LIMIT %(limit)s"
+                " ORDER BY r.created LIMIT %(limit)s"
             ),
             due=q(
                 f"SELECT {RECORD_COLUMNS} FROM {{s}}.tickets t JOIN {{s}}.runs r"
@@ -133,6 +134,7 @@ class Reads:
                 " ORDER BY seq DESC LIMIT 1"
             ),
             writes=q("SELECT writes FROM {s}.counters WHERE id = 1"),
+            expired=q("SELECT EXISTS (SELECT 1 FROM {s}.claims WHERE lease_until < %s)"),
             schema=s,
         )
 
@@ -261,3 +263,8 @@ def writes(conn: Conn, r: Reads) -> int:
     found = conn.execute(r.writes).fetchone()
     assert found is not None
     return int(found[0])
+
+
+def any_expired(conn: Conn, r: Reads, now: float) -> bool:
+    found = conn.execute(r.expired, (now,)).fetchone()
+    return bool(found and found[0])

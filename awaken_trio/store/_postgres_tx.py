@@ -31,7 +31,7 @@ claims, a run's commands, a record) flushes first, so it sees this transaction's
 from __future__ import annotations
 
 import uuid
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any, Final, final
 
 import attrs
@@ -259,7 +259,14 @@ class PgTx:
     """The database as one write transaction sees it, and the writes it has queued."""
 
     def __init__(
-        self, conn: Conn, statements: Statements, *, channel: str, sender: str, offset: float
+        self,
+        conn: Conn,
+        statements: Statements,
+        *,
+        channel: str,
+        sender: str,
+        offset: float,
+        clock: Callable[[], float] | None = None,
     ) -> None:
         self.conn = conn
         self.q = statements
@@ -267,6 +274,7 @@ class PgTx:
         self._channel = channel
         self._sender = sender
         self._offset = offset
+        self._clock = clock
         self.now = 0.0
         self._last_seq = 0
         self._last_queued = 0
@@ -299,6 +307,8 @@ class PgTx:
         found = self.conn.execute(self.q.lock).fetchone()
         assert found is not None
         self._last_seq, self._last_queued, self.writes, now = found
+        if self._clock is not None:
+            now = self._clock()  # a test's clock in place of the server's
         self.now = float(now) + self._offset
         return self.now
 

@@ -364,22 +364,23 @@ class RunTx(Protocol[RowT]):
 # ============================================================================ values
 
 
-_KINDS: Final[dict[type[RunState], StateKind]] = {
+KIND_OF: Final[Mapping[type[RunState], StateKind]] = {
     Queued: "queued",
     Running: "running",
     Awaiting: "awaiting",
     Ended: "ended",
 }
+"""The kind of each `RunState` variant (`state_kind`, as a lookup for the hot paths)."""
 
 
 def state_kind(state: RunState) -> StateKind:
     """The kind of a committed state."""
-    return _KINDS[type(state)]
+    return KIND_OF[type(state)]
 
 
 def kind_of_variant(variant: type[RunState]) -> StateKind | None:
     """The kind of a `RunState` variant (None for anything else)."""
-    return _KINDS.get(variant)
+    return KIND_OF.get(variant)
 
 
 LAPSED: Final = -math.inf
@@ -497,7 +498,7 @@ def create(tx: RunTx[RowT], commit: Commit, new: NewRun, now: float) -> Accepted
     is a fork, which starts from its source's checkpoint (``NewRun.checkpoint``)."""
     run_id = commit.run_id
     state = commit.state
-    kind = state_kind(state)
+    kind = KIND_OF[type(state)]
     row = tx.create(
         run_id, new, state, commit.generation, commit.result if kind == "ended" else None
     )
@@ -523,7 +524,7 @@ def update(tx: RunTx[RowT], row: RowT, commit: Commit, now: float) -> Accepted:
     """Write an accepted commit to the existing run ``row``."""
     run_id = commit.run_id
     state = commit.state
-    kind = state_kind(state)
+    kind = KIND_OF[type(state)]
     if commit.end_descendants:
         end_descendants(tx, run_id, commit.at, PARENT_ENDED, parent_detail(run_id))
     # Carried messages (and a carried pause) move to whoever takes them (an attempt start)
@@ -556,7 +557,7 @@ def update(tx: RunTx[RowT], row: RowT, commit: Commit, now: float) -> Accepted:
         tx.set_ticket(row, state.ticket)  # type: ignore[attr-defined]
     elif was_awaiting:
         tx.set_ticket(row, None)
-    taken = carried.messages() if carried else ()
+    taken = () if carried is NOTHING_CARRIED else carried.messages()
     last_seq = write_events(tx, row, commit, taken, stored)
     if commit.checkpoint is not UNSET:
         tx.put_checkpoint(row, commit.checkpoint, last_seq or tx.last_seq())
@@ -587,12 +588,14 @@ def claim_effects(
         tx.set_epoch(row, epoch)
         tx.set_claim(row.run_id, ClaimRow(claim.owner, epoch, now + claim.lease))
     if kind == "running":
-        if epoch is not None:
-            tx.set_attempt(row, epoch)
-        else:
+        if epoch is None:
             fence = commit.fence
-            tx.set_attempt(row, None if fence is None else fence.epoch)
-    elif commit.fence is not None or commit.release:
+            live = None if fence is None else fence.epoch
+        else:
+            live = epoch
+        if row.attempt_epoch != live:
+            tx.set_attempt(row, live)
+    elif (commit.fence is not None or commit.release) and row.attempt_epoch is not None:
         # The attempt itself ended: its thread is free. An end committed by another runtime
         # leaves the mark: the attempt may still be running until its owner releases the
         # claim or the lease lapses.
@@ -618,6 +621,11 @@ def write_events(
     ``messages_discarded`` event, then its own ``committed`` event unless it does not
     announce. The last seq written, or 0."""
     generation, at = commit.generation, commit.at
+    if not commit.events and not (taken or stored or commit.discarded_messages):
+        # The common commit: its own event alone, or none.
+        if commit.announce:
+            return tx.event(row, generation, EventKind.COMMITTED, commit.detail, at)
+        return 0
     last_seq = 0
     for draft in commit.events:
         last_seq = tx.event(row, generation, draft.kind, draft.detail, at)

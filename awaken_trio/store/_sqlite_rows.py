@@ -1,5 +1,5 @@
-"""The SQLite store's rows as Python sees them: the columns of a run a commit reads (`Row`),
-records, and the details of the events the store writes on its own.
+"""The SQLite store's rows as Python sees them: the columns of a run a commit reads (`Row`,
+the store rules' `StoredRun`) and records.
 
 These functions run on the store's thread, inside a transaction `Session` opened.
 """

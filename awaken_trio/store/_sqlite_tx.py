@@ -11,9 +11,10 @@ writes are queued; `Transaction.flush` writes each kind of row many at a time
   has handed out, as AUTOINCREMENT would: seqs increase in the order events were written,
   and the transaction's answers carry them before anything reaches SQLite. No other
   connection can insert an event while this one holds the write lock;
-* a run is inserted as it was created and then written once more, as it ended up, if a
-  later commit of the transaction changed it (its checkpoint, steps and result are the
-  last ones given): what separate updates in order would have left;
+* a run is inserted as its row stands when the writes are handed over (what the rest of
+  its creating commit set included: its claim's epoch, its attempt, what it carries), and
+  written once more, as it ended up, if a later commit changed it (its checkpoint, steps
+  and result are the last ones given): what separate updates in order would have left;
 * a claim or a ticket is written once, as it ended up; tickets are put in the order of
   their last put, so their rowids (the tie-break among tickets due at the same moment)
   keep the order separate statements would give them;

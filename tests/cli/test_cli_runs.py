@@ -195,12 +195,18 @@ async def test_bad_input_exits_2_with_one_clear_line(
 
 
 async def test_a_store_url_is_checked_and_its_password_never_printed(tmp_path: Path) -> None:
-    secret = "postgresql://alice:hunter2@db.example:5432/runs"
+    secret = "postgresql://alice:hunter2@db.example:5432/runs?pool_size=0"
     for args in (["runs", "list", "--store", secret], ["worker", "cli_bodies", "--store", secret]):
         done = await cli(*args, cwd=Path(__file__).parent)
         assert done.code == 2, done.stderr
         assert "hunter2" not in done.stdout + done.stderr
         assert "alice:***@" in done.stderr
+    # A well-formed URL of a server that cannot be reached: a store error, no password.
+    unreachable = "postgresql://alice:hunter2@db.invalid:5432/runs"
+    done = await cli("runs", "list", "--store", unreachable)
+    assert done.code == 3, done.stderr
+    assert "hunter2" not in done.stdout + done.stderr
+    assert "alice:***@" in done.stderr
     unknown = await cli("runs", "list", "--store", "redis://x", "--json")
     assert unknown.code == 2
     assert unknown.json()["error"] == "invalid_argument"

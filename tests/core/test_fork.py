@@ -235,7 +235,7 @@ async def test_the_memory_stores_bounded_retention_forgets_a_runs_checkpoints_wi
         with pytest.raises(UnknownRun):
             await runtime.fork("src")
         assert await store.checkpoint_at("src", None) is None
-        assert list(store._rows) == ["f"]  # its checkpoints lived in its row, gone with it
+        assert list(store._tx.rows) == ["f"]  # its checkpoints lived in its row, gone with it
         again = await runtime.fork("f", new_run_id="g")
         assert await again.wait() == NATURAL
         assert (await runtime.record("g")).result == {"from": 3, "to": 3}

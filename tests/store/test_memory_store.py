@@ -21,11 +21,14 @@ from awaken_trio import (
     open_runtime,
 )
 from awaken_trio.store import (
+    Accepted,
     Commit,
     CommitResult,
     Expect,
     MemoryStore,
     NewRun,
+    Rejected,
+    RejectReason,
     Store,
 )
 from awaken_trio.testing import DurableStoreContract, StoreContract
@@ -131,6 +134,20 @@ async def _apply(store: MemoryStore, commit: Commit) -> _Landed:
     return await _accepted(store, commit)
 
 
+async def test_a_run_ended_in_a_batch_is_not_forgotten_before_the_batch_is_done() -> None:
+    # Forgetting is the store's housekeeping, not a rule: inside one batch a commit for a run
+    # an earlier commit ended meets the terminal fence, as on every other store, never an
+    # unknown run; the oldest ended run is forgotten once the batch is applied.
+    store = MemoryStore(max_ended_runs=1)
+    for run_id in ("a", "b"):
+        await _apply(store, _start(run_id))
+    results = await store.apply([_end("a"), _end("b"), _progress("a", 1)])
+    assert [type(r) for r in results[:2]] == [Accepted, Accepted]
+    assert results[2] == Rejected(RejectReason.ENDED, DONE)
+    assert await store.load("a") is None  # forgotten after the batch
+    assert await store.load("b") is not None
+
+
 async def test_the_run_that_ended_longest_ago_is_forgotten_first() -> None:
     store = MemoryStore(max_ended_runs=2)
     for run_id in ("a", "b", "c", "d"):
@@ -215,7 +232,7 @@ async def test_events_of_all_runs_skip_forgotten_ones_and_honour_limit() -> None
     await _apply(store, _end("kept"))  # "gone" is forgotten
     assert await store.load("gone") is None
     # Its events are still in the log (too few to compact it), so readers must skip them.
-    assert store._forgotten_events == 2
+    assert store._tx.forgotten_events == 2
 
     everything = await store.events_after(0)
     assert [e.run_id for e in everything] == ["live"] * 11 + ["kept"] * 2
@@ -237,7 +254,7 @@ async def test_a_reused_run_id_shows_only_the_new_runs_events() -> None:
     await _apply(store, _start("other"))
     await _apply(store, _end("other"))  # the first "again" is forgotten
     assert await store.load("again") is None
-    assert store._forgotten_events == 2  # its events are still in the log
+    assert store._tx.forgotten_events == 2  # its events are still in the log
 
     new_start = await _apply(store, _start("again"))
     new_progress = await _apply(store, _progress("again", 1))
@@ -265,9 +282,9 @@ async def test_log_compaction_keeps_what_readers_see() -> None:
 
     async def commit(c: Commit) -> None:
         nonlocal compactions
-        log_before = len(store._log)
+        log_before = len(store._tx.log)
         accepted = await _apply(store, c)
-        if len(store._log) < log_before:
+        if len(store._tx.log) < log_before:
             compactions += 1
         kept.setdefault(c.run_id, []).extend(accepted.events)
         if accepted.accepted.state.is_ended:

@@ -1,0 +1,120 @@
+"""The PostgreSQL store's signals: a commit by another store wakes `wait_for_change` at
+once (LISTEN/NOTIFY), the store's own commits do not, a quiet wait times out, and a
+listener whose pings are no longer heard back is connected again (the wait then answers
+True and the version moves, so the runtime reads everything it owns again). Real time,
+bounded by ``trio.fail_after``."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+import trio
+
+from awaken_trio import RunState
+from awaken_trio.store import Commit, Expect, NewRun
+from awaken_trio.store import _postgres_listen as listen_module
+from awaken_trio.store._postgres import PostgresStore
+
+
+def _new(run_id: str) -> Commit:
+    return Commit(
+        run_id=run_id,
+        state=RunState.Queued(),
+        generation=0,
+        expect=Expect(new=True),
+        at=1.0,
+        new_run=NewRun(thread_id=f"t-{run_id}", parent_run_id=None, name="job"),
+    )
+
+
+@pytest.fixture
+async def stores(pg_url: str) -> AsyncIterator[tuple[PostgresStore, PostgresStore]]:
+    async with PostgresStore(pg_url) as here, PostgresStore(pg_url) as there:
+        yield here, there
+
+
+async def _listening(store: PostgresStore) -> None:
+    """One short wait, so the listener's connection is made and LISTENs."""
+    assert store.notices_changes()
+    await store.wait_for_change(0.01)
+
+
+async def test_another_stores_commit_wakes_the_wait(
+    stores: tuple[PostgresStore, PostgresStore],
+) -> None:
+    here, there = stores
+    await _listening(here)
+    woke: list[bool] = []
+
+    async def wait() -> None:
+        woke.append(await here.wait_for_change(30.0))
+
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(wait)
+            await trio.sleep(0.05)  # (the wait is under way; the commit may come any time)
+            await there.apply([_new("r1")])
+    assert woke == [True]
+
+
+async def test_the_stores_own_commits_and_silence_do_not_wake_it(
+    stores: tuple[PostgresStore, PostgresStore],
+) -> None:
+    here, _ = stores
+    await _listening(here)
+    await here.apply([_new("r1")])
+    with trio.fail_after(10):
+        assert await here.wait_for_change(0.3) is False
+
+
+async def test_a_listener_whose_pings_go_unheard_connects_again(
+    stores: tuple[PostgresStore, PostgresStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The connection still answers but hears nothing (as a half-open one would look):
+    the self-NOTIFY is not heard back, so the listener drops it and connects again."""
+    monkeypatch.setattr(listen_module, "PING_EVERY", 0.1)
+    monkeypatch.setattr(listen_module, "PING_WAIT", 0.2)
+    here, there = stores
+    await _listening(here)
+    before = await here.version()
+    listener = here._listener
+    assert listener is not None
+    assert listener._conn is not None
+    listener._conn.execute("UNLISTEN *")  # (no wait is running: the connection is free)
+    with trio.fail_after(20):
+        assert await here.wait_for_change(15.0) is True
+    assert listener.reconnects == 1
+    assert await here.version() != before
+    # And it hears again.
+    woke: list[bool] = []
+
+    async def wait() -> None:
+        woke.append(await here.wait_for_change(30.0))
+
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(wait)
+            await trio.sleep(0.05)
+            await there.apply([_new("r2")])
+    assert woke == [True]
+
+
+async def test_a_cancelled_wait_leaves_the_listener_usable(
+    stores: tuple[PostgresStore, PostgresStore],
+) -> None:
+    here, there = stores
+    await _listening(here)
+    with trio.move_on_after(0.1):
+        await here.wait_for_change(30.0)
+    woke: list[bool] = []
+
+    async def wait() -> None:
+        woke.append(await here.wait_for_change(30.0))
+
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(wait)
+            await trio.sleep(0.05)
+            await there.apply([_new("r1")])
+    assert woke == [True]
