@@ -34,8 +34,8 @@ async def test_bad_option_values_are_refused(kwargs: dict[str, Any], match: str)
 
 
 async def test_unsupported_store_url_is_refused() -> None:
-    with pytest.raises(InvalidArgument, match=r"unsupported store URL 'postgres://x'"):
-        async with open_runtime("postgres://x"):
+    with pytest.raises(InvalidArgument, match=r"unsupported store URL 'redis://x'"):
+        async with open_runtime("redis://x"):
             pass  # pragma: no cover
 
 

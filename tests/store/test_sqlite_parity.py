@@ -2,10 +2,11 @@
 calls, answer the same and hold the same truth: every commit result, record, event, stored
 command, claim decision, recovery and runnable list, call after call.
 
-Both run one rule engine (``awaken_trio.store._rules``) over two representations: frozen
-values in dicts, and JSON text in a file read through a cache and written in bulk. So this
-checks what the rules cannot: the SQLite store's codec, its cache, its queued and batched
-writes and its queries answer exactly as the values themselves do, far beyond the
+All run one rule engine (``awaken_trio.store._rules``) over three representations: frozen
+values in dicts, JSON text in a file read through a cache and written in bulk, and JSON
+text in PostgreSQL rows locked and written in bulk per transaction. So this checks what the
+rules cannot: each text store's codec, its cache, its queued and batched writes and its
+queries answer exactly as the values themselves do, far beyond the
 contracts' hand-written cases (seeded, so a failure replays). Where the protocol leaves a
 store free, the comparison is made loose on purpose: versions are only compared for moving,
 and ``recover`` is given a limit it never reaches.
