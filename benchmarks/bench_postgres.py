@@ -1,0 +1,621 @@
+"""Durable runs on PostgreSQL and SQLite, side by side with DBOS and pgqueuer on the same
+throwaway PostgreSQL server, in one run.
+
+Run from the repository root (needs the PostgreSQL 15 server binaries, as the tests do, and
+the ``bench`` and ``postgres`` extras: ``pip install -e '.[bench,postgres]'``)::
+
+    python benchmarks/bench_postgres.py                    # about 20 minutes on 2 busy cores
+    python benchmarks/bench_postgres.py --quick            # smaller sizes, one round (5)
+    python benchmarks/bench_postgres.py --json out.json    # also write the figures
+    python benchmarks/bench_postgres.py --only peers       # one part (repeatable)
+
+One server for the whole run (``tests/pg_server.py``: the system's PostgreSQL with its
+defaults, fsync on, but ``max_connections=200``, on 127.0.0.1), a fresh database for each
+measurement. Parts:
+
+- ``workers``: ``submit`` -> claimed -> ``Ended`` throughput with 1, 2 and 4 worker processes
+  (``tests/multiprocess/worker_process.py``, ``concurrency=64``, the body ``stepper`` by
+  name: one step with progress, then a result), on PostgreSQL and on SQLite. This process
+  submits N runs concurrently and waits for every end. Runs per second, and on
+  PostgreSQL the most connections the database had at once (sampled every 20 ms).
+- ``lease``: the same with 4 workers and a lease of 1, 5 and 30 s (the default): runs per
+  second, and how many claims the workers lost (a lease that ran out before its renewal
+  came through, on a machine too busy to renew in time; each loss is a recovery later).
+- ``peers``: DBOS (its PostgreSQL system database on the same server): N one-step workflows
+  enqueued on a DBOS queue (``polling_interval_sec=0.01``) and run by its own executor
+  threads in the enqueuing process; enqueued from one thread, and from 16 threads at once.
+  pgqueuer: N jobs enqueued (500 a statement), then dequeued and acknowledged by 1 and by 5
+  consumers (``QueueManager``s, each with its own connection, in one process) at batch
+  size 10 (its default) and 100; jobs per second from the first dequeue to the last job
+  done. Each peer runs in a fresh process; the most connections it held is shown too.
+- ``cancel``: ``cancel_run`` from this process -> the owner's body (in a worker process)
+  observes it: p50 and p99, on PostgreSQL and on SQLite (``poll=0.05``).
+- ``latency``: one awaited ``start`` at a time against the store's floor: on PostgreSQL a raw
+  one-row ``INSERT`` + ``COMMIT`` round trip on one psycopg connection to the same server, on
+  SQLite the same on the same file with the store's pragmas (see bench_start_latency.py).
+  Ratio = floor/start.
+
+Figures are medians of three rounds (one with ``--quick``). Where the PostgreSQL store
+cannot be opened (this version does not have it), its rows say why and the rest still runs.
+A database URL's password is never printed or written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import concurrent.futures
+import contextlib
+import importlib
+import json
+import logging
+import os
+import random
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import trio
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tests" / "multiprocess"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from awaken_trio import EndCause, RunContext, RunState, open_runtime  # noqa: E402
+
+WORKER = ROOT / "tests" / "multiprocess" / "worker_process.py"
+DONE = RunState.Ended(EndCause.NaturalEnd())
+WORKER_COUNTS = (1, 2, 4)
+STORES = ("postgresql", "sqlite")
+
+Figures = dict[str, Any]
+
+
+def hidden(url: str) -> str:
+    """``url`` with its password replaced by ``***``."""
+    return re.sub(r"(://[^:/@]+:)[^@]*@", r"\1***@", url)
+
+
+# ---------------------------------------------------------------------------- stores
+
+
+class Stores:
+    """Fresh stores for each measurement: a database on the one server, or an SQLite file."""
+
+    def __init__(self, server: Any, tmp: Path) -> None:
+        self.server = server
+        self.tmp = tmp
+        self._count = 0
+        self._checked = False
+        self._postgres_missing: str | None = None
+
+    def fresh(self, kind: str) -> str:
+        self._count += 1
+        if kind == "sqlite":
+            return f"sqlite:///{self.tmp / f'runs{self._count}.db'}"
+        url: str = self.server.create_database(f"bench{self._count}")
+        return url
+
+    def usable(self, kind: str) -> str | None:
+        """Why ``kind``'s store cannot be opened here (None: it can)."""
+        if kind == "sqlite":
+            return None
+        if not self._checked:
+            self._checked = True
+            try:
+                trio.run(_touch, self.fresh(kind))
+            except Exception as exc:
+                said = hidden(f"{type(exc).__name__}: {exc}")
+                self._postgres_missing = said.split(";")[0]  # (what follows lists the URLs)
+        return self._postgres_missing
+
+
+async def _touch(url: str) -> None:
+    async with open_runtime(url):
+        pass
+
+
+@contextlib.contextmanager
+def connection_peak(server: Any, url: str) -> Iterator[list[int]]:
+    """The most connections to ``url``'s database seen at once while the block runs
+    (sampled every 20 ms from another thread); the list's one item is set on leaving.
+    Nothing is sampled for an SQLite URL."""
+    peak = [0]
+    if not url.startswith("postgresql"):
+        yield peak
+        return
+    database = url.rsplit("/", 1)[1].split("?")[0]
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.wait(0.02):
+            rows = server.admin_sql(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = %s", (database,)
+            )
+            peak[0] = max(peak[0], int(str(rows[0][0])))
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        yield peak
+    finally:
+        stop.set()
+        sampler.join()
+
+
+# ---------------------------------------------------------------------------- workers
+
+
+@contextlib.contextmanager
+def workers(
+    url: str, count: int, *extra: str, stderr: Any = None
+) -> Iterator[list[subprocess.Popen[str]]]:
+    """``count`` worker processes serving ``url``, each ready; killed on leaving."""
+    processes: list[subprocess.Popen[str]] = []
+    try:
+        for i in range(count):
+            process = subprocess.Popen(
+                [sys.executable, str(WORKER), url, "--name", f"w{i}", *extra],
+                stdout=subprocess.PIPE,
+                stderr=stderr,
+                text=True,
+                env={**os.environ, "PYTHONPATH": str(ROOT)},
+            )
+            processes.append(process)
+            assert process.stdout is not None
+            line = process.stdout.readline()
+            assert line.startswith("ready"), line
+        yield processes
+    finally:
+        for process in processes:
+            process.kill()
+            process.wait()
+
+
+async def _submit_and_wait(url: str, n: int, ended: list[RunState] | None = None) -> float:
+    """Runs per second; every run must end naturally, unless ``ended`` is given: then each
+    end is put there instead."""
+    async with open_runtime(url) as runtime:
+        states: list[RunState] = []
+
+        async def one() -> None:
+            handle = await runtime.submit("stepper", input={"steps": 1, "delay": 0})
+            states.append(await handle.wait())
+
+        started = time.perf_counter()
+        async with trio.open_nursery() as nursery:
+            for _ in range(n):
+                nursery.start_soon(one)
+        elapsed = time.perf_counter() - started
+    if ended is not None:
+        ended.extend(states)
+    else:
+        assert states.count(DONE) == n, [state for state in states if state != DONE][:3]
+    return n / elapsed
+
+
+def bench_workers(stores: Stores, n: int, rounds: int, out: Figures) -> None:
+    print(f"\n== submit -> claimed -> Ended, {n} runs, worker processes (runs/s) ==")
+    table: Figures = out.setdefault("workers", {"runs": n, "rounds": rounds})
+    for kind in STORES:
+        missing = stores.usable(kind)
+        if missing is not None:
+            print(f"  {kind:10s} not measured: {missing}")
+            table[kind] = {"unavailable": missing}
+            continue
+        rates: dict[str, float] = {}
+        peaks: dict[str, int] = {}
+        for count in WORKER_COUNTS:
+            found: list[float] = []
+            for _ in range(rounds):
+                url = stores.fresh(kind)
+                trio.run(_touch, url)
+                # The runtime's default lease: a busy two-core machine must not lose claims.
+                with (
+                    workers(url, count, "--concurrency", "64", "--lease", "30", "--poll", "0.05"),
+                    connection_peak(stores.server, url) as peak,
+                ):
+                    found.append(trio.run(_submit_and_wait, url, n))
+                peaks[str(count)] = max(peaks.get(str(count), 0), peak[0])
+            rates[str(count)] = statistics.median(found)
+        table[kind] = {"runs/s": rates}
+        shown = "   ".join(f"{c} worker(s) {rate:7,.0f}" for c, rate in rates.items())
+        print(f"  {kind:10s} {shown}")
+        if kind == "postgresql":
+            table[kind]["connections at most"] = peaks
+            shown = "   ".join(f"{c} worker(s) {peak}" for c, peak in peaks.items())
+            print(f"  {'':10s} connections at most (workers + submitter): {shown}")
+
+
+LEASES = (1.0, 5.0, 30.0)
+
+
+def bench_lease(stores: Stores, n: int, out: Figures) -> None:
+    print(f"\n== lease: {n} runs, 4 worker processes, lease 1 / 5 / 30 s ==")
+    table: Figures = out.setdefault("lease", {"runs": n, "workers": 4})
+    for kind in STORES:
+        missing = stores.usable(kind)
+        if missing is not None:
+            print(f"  {kind:10s} not measured: {missing}")
+            table[kind] = {"unavailable": missing}
+            continue
+        rows: dict[str, Figures] = {}
+        for lease in LEASES:
+            url = stores.fresh(kind)
+            trio.run(_touch, url)
+            with tempfile.TemporaryFile("w+") as said:
+                ended: list[RunState] = []
+                with workers(url, 4, "--concurrency", "64", "--lease", str(lease), stderr=said):
+                    rate = trio.run(_submit_and_wait, url, n, ended)
+                said.seek(0)
+                lost = sum("was lost" in line for line in said)
+            others = [repr(state) for state in ended if state != DONE]
+            rows[f"{lease:g}"] = {
+                "runs/s": rate,
+                "claims lost": lost,
+                "runs not ended naturally": len(others),
+                "first other end": others[0] if others else None,
+            }
+        table[kind] = rows
+        for shown, row in rows.items():
+            print(
+                f"  {kind:10s} lease {shown:>2s} s: {row['runs/s']:6,.0f} runs/s,"
+                f" {row['claims lost']} claims lost, {row['runs not ended naturally']} runs"
+                f" not ended naturally {row['first other end'] or ''}"
+            )
+
+
+# ---------------------------------------------------------------------------- peers
+
+
+def _dbos_run(url: str, n: int, threads: int) -> float:
+    """DBOS workflows per second: ``n`` one-step workflows enqueued from ``threads``
+    threads, run by DBOS's executor in this process, every result read back."""
+    dbos: Any = importlib.import_module("dbos")
+    logging.disable(logging.INFO)  # DBOS logs every launch and shutdown at INFO
+    DBOS = dbos.DBOS
+    DBOS(config={"name": "bench", "system_database_url": url})
+
+    def step(x: int) -> int:
+        return x + 1
+
+    durable_step = DBOS.step()(step)
+
+    def workflow(x: int) -> Any:
+        return durable_step(x)
+
+    durable_workflow = DBOS.workflow()(workflow)
+    DBOS.launch()
+    try:
+        queue = DBOS.register_queue("bench", polling_interval_sec=0.01)
+        started = time.perf_counter()
+        if threads == 1:
+            handles = [queue.enqueue(durable_workflow, i) for i in range(n)]
+        else:
+            with concurrent.futures.ThreadPoolExecutor(threads) as pool:
+                handles = list(pool.map(lambda i: queue.enqueue(durable_workflow, i), range(n)))
+        results = [handle.get_result() for handle in handles]
+        elapsed = time.perf_counter() - started
+    finally:
+        DBOS.destroy()
+    assert results == [i + 1 for i in range(n)], results[:3]
+    return n / elapsed
+
+
+def _pgqueuer_run(url: str, n: int, consumers: int, batch: int) -> float:
+    """pgqueuer jobs per second: ``n`` jobs enqueued, then dequeued and acknowledged by
+    ``consumers`` queue managers (a connection each); timed from the consumers' start to
+    the last job done."""
+    psycopg: Any = importlib.import_module("psycopg")
+    pgqueuer: Any = importlib.import_module("pgqueuer")
+    logging.disable(logging.WARNING)
+
+    async def main() -> float:
+        conn = await psycopg.AsyncConnection.connect(url, autocommit=True)
+        queries = pgqueuer.Queries(pgqueuer.PsycopgDriver(conn))
+        await queries.install()
+        for i in range(0, n, 500):
+            size = min(500, n - i)
+            await queries.enqueue(["job"] * size, [b"x"] * size, [0] * size)
+        done = 0
+        finished: asyncio.Future[float] = asyncio.get_running_loop().create_future()
+        managers = []
+        connections = [
+            await psycopg.AsyncConnection.connect(url, autocommit=True) for _ in range(consumers)
+        ]
+        for connection in connections:
+            manager = pgqueuer.QueueManager(pgqueuer.Queries(pgqueuer.PsycopgDriver(connection)))
+
+            @manager.entrypoint("job")  # type: ignore[untyped-decorator]
+            async def job(_: object) -> None:
+                nonlocal done
+                done += 1
+                if done == n:
+                    finished.set_result(time.perf_counter())
+
+            managers.append(manager)
+        started = time.perf_counter()
+        tasks = [asyncio.create_task(m.run(batch_size=batch)) for m in managers]
+        ended = await asyncio.wait_for(finished, 300)
+        await asyncio.sleep(0.5)  # let the last acknowledgements reach the table
+        for manager in managers:
+            manager.shutdown.set()
+        await asyncio.gather(*tasks)
+        left = await (await conn.execute("SELECT count(*) FROM pgqueuer")).fetchone()
+        assert left[0] == 0, f"{left[0]} jobs left unacknowledged"
+        for connection in [conn, *connections]:
+            await connection.close()
+        return n / (ended - started)
+
+    return asyncio.run(main())
+
+
+def _peer(args: Sequence[str]) -> None:
+    """One peer measurement in a process of its own; prints its rate on the last line."""
+    which, url, n, *rest = args
+    if which == "dbos":
+        rate = _dbos_run(url, int(n), int(rest[0]))
+    else:
+        rate = _pgqueuer_run(url, int(n), int(rest[0]), int(rest[1]))
+    print(rate)
+
+
+def _peer_rate(server: Any, *args: str) -> tuple[float, int]:
+    """The peer's rate, and the most connections it held at once."""
+    with connection_peak(server, args[1]) as peak:
+        done = subprocess.run(
+            [sys.executable, __file__, "--peer", *args],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
+    if done.returncode != 0:
+        raise RuntimeError(hidden(done.stderr.strip().splitlines()[-1] if done.stderr else "?"))
+    return float(done.stdout.split()[-1]), peak[0]
+
+
+def bench_peers(stores: Stores, dbos_n: int, jobs: int, rounds: int, out: Figures) -> None:
+    print("\n== peers on the same server ==")
+    table: Figures = out.setdefault("peers", {"rounds": rounds})
+    for module in ("dbos", "pgqueuer"):
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            print(f"  {module}: not installed (pip install -e '.[bench]')")
+            table[module] = {"unavailable": "not installed"}
+    if "dbos" not in table:
+        dbos: dict[str, float] = {}
+        dbos_peaks: dict[str, int] = {}
+        for threads in (1, 16):
+            label = f"{threads} enqueuing thread(s)"
+            found = [
+                _peer_rate(
+                    stores.server, "dbos", stores.fresh("postgresql"), str(dbos_n), str(threads)
+                )
+                for _ in range(rounds)
+            ]
+            dbos[label] = statistics.median(rate for rate, _ in found)
+            dbos_peaks[label] = max(peak for _, peak in found)
+        table["dbos"] = {
+            "workflows": dbos_n,
+            "workflows/s": dbos,
+            "connections at most": dbos_peaks,
+        }
+        for label, rate in dbos.items():
+            print(
+                f"  DBOS, {dbos_n} one-step workflows, {label:22s} {rate:7,.0f} workflows/s"
+                f"  ({dbos_peaks[label]} connections at most)"
+            )
+    if "pgqueuer" not in table:
+        pgq: dict[str, float] = {}
+        pgq_peaks: dict[str, int] = {}
+        for consumers in (1, 5):
+            for batch in (10, 100):
+                label = f"{consumers} consumer(s), batch {batch}"
+                found = [
+                    _peer_rate(
+                        stores.server,
+                        "pgqueuer",
+                        stores.fresh("postgresql"),
+                        *map(str, (jobs, consumers, batch)),
+                    )
+                    for _ in range(rounds)
+                ]
+                pgq[label] = statistics.median(rate for rate, _ in found)
+                pgq_peaks[label] = max(peak for _, peak in found)
+        table["pgqueuer"] = {"jobs": jobs, "jobs/s": pgq, "connections at most": pgq_peaks}
+        for label, rate in pgq.items():
+            print(
+                f"  pgqueuer, {jobs} jobs, {label:26s} {rate:7,.0f} jobs/s"
+                f"  ({pgq_peaks[label]} connections at most)"
+            )
+
+
+# ---------------------------------------------------------------------------- cancel
+
+
+async def _cancel_latencies(url: str, worker: subprocess.Popen[str], samples: int) -> list[float]:
+    assert worker.stdout is not None
+    delays: list[float] = []
+    rng = random.Random(7)
+    async with open_runtime(url, poll=0.05) as runtime:
+        for i in range(samples):
+            handle = await runtime.submit("reporter", run_id=f"c{i}")
+            line = await trio.to_thread.run_sync(worker.stdout.readline)
+            assert line.startswith(f"running c{i}"), line
+            # A random pause samples the whole of the owner's poll interval.
+            await trio.sleep(rng.uniform(0, 0.05))
+            asked = time.time()
+            await runtime.cancel_run(handle.run_id)
+            line = await trio.to_thread.run_sync(worker.stdout.readline)
+            run_id, observed = line.split()[1:3]
+            assert run_id == f"c{i}", line
+            delays.append(float(observed) - asked)
+    return delays
+
+
+def bench_cancel(stores: Stores, samples: int, out: Figures) -> None:
+    print(f"\n== cross-process cancel_run -> the owner's body sees it ({samples} runs) ==")
+    table: Figures = out.setdefault("cancel", {"samples": samples, "poll": 0.05})
+    for kind in STORES:
+        missing = stores.usable(kind)
+        if missing is not None:
+            print(f"  {kind:10s} not measured: {missing}")
+            table[kind] = {"unavailable": missing}
+            continue
+        url = stores.fresh(kind)
+        trio.run(_touch, url)
+        with workers(url, 1, "--poll", "0.05", "--lease", "5") as (worker,):
+            delays = sorted(trio.run(_cancel_latencies, url, worker, samples))
+        p50 = statistics.median(delays) * 1000
+        p99 = delays[min(len(delays) - 1, int(len(delays) * 0.99))] * 1000
+        table[kind] = {"p50_ms": p50, "p99_ms": p99}
+        print(f"  {kind:10s} p50 {p50:6.1f} ms   p99 {p99:6.1f} ms")
+
+
+# ---------------------------------------------------------------------------- latency
+
+
+def _postgres_floor(url: str, n: int) -> float:
+    """Median seconds of a one-row ``INSERT`` + ``COMMIT`` round trip on one connection."""
+    psycopg: Any = importlib.import_module("psycopg")
+    with psycopg.connect(url) as conn:
+        conn.execute("CREATE TABLE IF NOT EXISTS floor (id bigserial PRIMARY KEY, body text)")
+        conn.commit()
+        times: list[float] = []
+        for i in range(n):
+            started = time.perf_counter()
+            conn.execute("INSERT INTO floor (body) VALUES (%s)", (f"row {i}",))
+            conn.commit()
+            times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
+async def parked(ctx: RunContext) -> object:
+    await trio.sleep_forever()
+    return None  # pragma: no cover
+
+
+async def _starts(url: str, n: int) -> float:
+    times: list[float] = []
+    async with open_runtime(url) as runtime:
+        for _ in range(n):
+            started = time.perf_counter()
+            await runtime.start(parked)
+            times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
+def bench_latency(stores: Stores, n: int, rounds: int, out: Figures) -> None:
+    import bench_start_latency
+
+    print(f"\n== one awaited start at a time against the store's floor ({n} calls) ==")
+    table: Figures = out.setdefault("latency", {"calls": n, "rounds": rounds})
+    for kind in STORES:
+        missing = stores.usable(kind)
+        floor_of: Callable[[str], float]
+        if kind == "sqlite":
+
+            def floor_of(url: str) -> float:
+                return bench_start_latency.floor(Path(url.removeprefix("sqlite:///")), n)
+        else:
+
+            def floor_of(url: str) -> float:
+                return _postgres_floor(url, n)
+
+        floors: list[float] = []
+        starts: list[float] = []
+        for _ in range(rounds):
+            url = stores.fresh(kind)
+            if missing is None:
+                trio.run(_touch, url)
+            floors.append(floor_of(url))
+            if missing is None:
+                starts.append(trio.run(_starts, url, n))
+        floor = statistics.median(floors)
+        row: Figures = {"floor_ms": floor * 1e3}
+        if missing is not None:
+            row["start"] = {"unavailable": missing}
+            print(f"  {kind:10s} floor {floor * 1e3:6.3f} ms   start not measured: {missing}")
+        else:
+            start = statistics.median(starts)
+            row.update(start_ms=start * 1e3, floor_over_start=floor / start)
+            print(
+                f"  {kind:10s} floor {floor * 1e3:6.3f} ms   start {start * 1e3:6.3f} ms"
+                f"   floor/start {floor / start:.2f}"
+            )
+        table[kind] = row
+
+
+# ---------------------------------------------------------------------------- main
+
+PARTS = ("workers", "lease", "peers", "cancel", "latency")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--json", type=Path, metavar="PATH", help="write the figures here")
+    parser.add_argument("--only", action="append", choices=PARTS)
+    parser.add_argument("--peer", nargs="+", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.peer:
+        _peer(args.peer)
+        return 0
+    from pg_server import ServerUnavailable, start_server
+
+    chosen = args.only or list(PARTS)
+    rounds = 1 if args.quick else 3
+    out: Figures = {
+        "command": " ".join(["python", "benchmarks/bench_postgres.py", *(argv or sys.argv[1:])]),
+        "machine": {"cores": os.cpu_count(), "python": sys.version.split()[0]},
+        "quick": args.quick,
+    }
+    try:
+        server = start_server()
+    except ServerUnavailable as exc:
+        print(f"no PostgreSQL server: {exc}")
+        return 1
+    try:
+        version = server.admin_sql("SHOW server_version")[0][0]
+        out["machine"]["postgresql"] = version
+        print(f"PostgreSQL {version} on 127.0.0.1:{server.port} (defaults, fsync on)")
+        with tempfile.TemporaryDirectory() as tmp:
+            stores = Stores(server, Path(tmp))
+            if "workers" in chosen:
+                bench_workers(stores, 500 if args.quick else 2_000, rounds, out)
+            if "lease" in chosen:
+                bench_lease(stores, 300 if args.quick else 500, out)
+            if "peers" in chosen:
+                bench_peers(
+                    stores,
+                    200 if args.quick else 1_000,
+                    2_000 if args.quick else 10_000,
+                    rounds,
+                    out,
+                )
+            if "cancel" in chosen:
+                bench_cancel(stores, 50 if args.quick else 200, out)
+            if "latency" in chosen:
+                bench_latency(stores, 300 if args.quick else 2_000, rounds, out)
+    finally:
+        server.stop()
+    if args.json is not None:
+        args.json.write_text(json.dumps(out, indent=2) + "\n")
+        print(f"\nwrote {args.json}")
+    print(f"command: {out['command']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

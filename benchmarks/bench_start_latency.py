@@ -1,0 +1,234 @@
+"""A caller that waits for each commit, on SQLite: one ``start`` (or ``submit``) at a time,
+against the floor of the same file, measured side by side in one process.
+
+Run from the repository root::
+
+    python benchmarks/bench_start_latency.py            # 2,000 calls a measurement
+    python benchmarks/bench_start_latency.py --quick    # 300
+
+The floor is what the file costs one commit: a one-row ``INSERT`` + ``COMMIT`` on a
+connection with the store's pragmas (WAL, ``synchronous=FULL``), into a table of its own in
+the same file, one after another on this thread. Against it, on a runtime opened on that
+file:
+
+- ``start``: ``await runtime.start(parked)`` in a loop (a body that waits, so nothing but
+  the start commits while the loop runs), as a caller that needs each run committed
+  before it goes on;
+- ``submit``: ``await runtime.submit("job")`` in a loop (nobody serves), as a web handler
+  that answers once the run is durable.
+
+Each figure is the median of three rounds (floor, start, submit in turn, so machine noise
+falls on all three alike), each a median of the per-call times. Ratio = floor/call (1.0
+would be a call that costs the file's commit and nothing else). Target: >= 0.5.
+
+``--breakdown`` then splits one call into where its time goes (medians, one more round):
+from the call to the store's thread taking the job (the call's own work, the mailbox task,
+the hop to the thread), the transaction up to ``COMMIT`` (its reads and writes), ``COMMIT``
+itself (the fsync), and from the thread's answer back to the caller; and it counts the
+statements each call runs. It also replays the very statements the store ran (with their
+values) on a copy of the file as it was before the calls, from one plain connection: what
+SQLite alone costs a call's transaction, without Python building it or the hops around it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import trio
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from awaken_trio import RunContext, open_runtime  # noqa: E402
+
+
+async def parked(ctx: RunContext) -> object:
+    await trio.sleep_forever()
+    return None  # pragma: no cover
+
+
+def floor(path: Path, n: int) -> float:
+    """Median seconds of one fsync'd one-row ``INSERT`` + ``COMMIT`` on ``path``."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA synchronous = FULL")
+        conn.execute("CREATE TABLE IF NOT EXISTS floor (id INTEGER PRIMARY KEY, body TEXT)")
+        times: list[float] = []
+        for i in range(n):
+            started = time.perf_counter()
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("INSERT INTO floor (body) VALUES (?)", (f"row {i}",))
+            conn.execute("COMMIT")
+            times.append(time.perf_counter() - started)
+    finally:
+        conn.close()
+    return statistics.median(times)
+
+
+async def calls(url: str, n: int, kind: str) -> float:
+    """Median seconds of one ``start`` or ``submit``, awaited one after another."""
+    times: list[float] = []
+    async with open_runtime(url) as runtime:
+        for _ in range(n):
+            started = time.perf_counter()
+            if kind == "start":
+                await runtime.start(parked)
+            else:
+                await runtime.submit("job")
+            times.append(time.perf_counter() - started)
+        # (Leaving the block releases or stops the parked runs; that is not timed.)
+    return statistics.median(times)
+
+
+def measure(n: int, rounds: int) -> dict[str, float]:
+    found: dict[str, list[float]] = {"floor": [], "start": [], "submit": []}
+    for _ in range(rounds):
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "runs.db"
+            url = f"sqlite:///{path}"
+            trio.run(calls, url, 1, "submit")  # create the schema before the floor runs
+            found["floor"].append(floor(path, n))
+            found["start"].append(trio.run(calls, url, n, "start"))
+            found["submit"].append(trio.run(calls, url, n, "submit"))
+    return {kind: statistics.median(times) for kind, times in found.items()}
+
+
+def breakdown(n: int, kind: str) -> dict[str, float]:
+    """Median microseconds of each part of one call, and statements per call."""
+    from awaken_trio.store import _sqlite_session as session_module
+
+    marks: list[tuple[float, str]] = []
+    transactions: list[list[str]] = []  # the statements of each write, as the store ran them
+    write = session_module.Session.write
+    open_session = session_module.Session.open.__func__  # type: ignore[attr-defined]
+
+    def timed_write(self: Any, fn: Any) -> Any:
+        marks.append((time.perf_counter(), "thread"))
+        transactions.append([])
+        try:
+            return write(self, fn)
+        finally:
+            marks.append((time.perf_counter(), "answered"))
+
+    def traced_open(cls: Any, *args: Any, **kwargs: Any) -> Any:
+        opened = open_session(cls, *args, **kwargs)
+
+        def traced(sql: str) -> None:
+            marks.append((time.perf_counter(), sql.split(None, 1)[0]))
+            if transactions and not sql.startswith("--"):  # (a pragma inside a query)
+                transactions[-1].append(sql)
+
+        opened.conn.set_trace_callback(traced)
+        return opened
+
+    async def timed(url: str) -> None:
+        async with open_runtime(url) as runtime:
+            for _ in range(n):
+                marks.append((time.perf_counter(), "call"))
+                if kind == "start":
+                    await runtime.start(parked)
+                else:
+                    await runtime.submit("job")
+            marks.append((time.perf_counter(), "call"))
+
+    session_module.Session.write = timed_write  # type: ignore[method-assign]
+    session_module.Session.open = classmethod(traced_open)  # type: ignore[method-assign,assignment]
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            url = f"sqlite:///{Path(tmp) / 'runs.db'}"
+            trio.run(calls, url, 1, "submit")
+            before = Path(tmp) / "before.db"
+            with sqlite3.connect(Path(tmp) / "runs.db") as source, sqlite3.connect(before) as copy:
+                source.backup(copy)
+            marks.clear()
+            transactions.clear()
+            trio.run(timed, url)
+            replayed = replay(before, transactions)
+    finally:
+        session_module.Session.write = write  # type: ignore[method-assign]
+        session_module.Session.open = classmethod(open_session)  # type: ignore[method-assign,assignment]
+    parts: dict[str, list[float]] = {"to the thread": [], "transaction": [], "COMMIT": []}
+    parts["back to the caller"] = []
+    statements: list[int] = []
+    calls_seen = [i for i, (_, what) in enumerate(marks) if what == "call"]
+    for first, last in itertools.pairwise(calls_seen):
+        span = marks[first : last + 1]
+        writes = [i for i, (_, what) in enumerate(span) if what == "thread"]
+        if len(writes) != 1:  # another job (a read, a poll) joined in: not a clean sample
+            continue
+        (w,) = writes
+        answered = next(i for i, (_, what) in enumerate(span) if what == "answered")
+        commit = max(i for i in range(w, answered) if span[i][1] == "COMMIT")
+        parts["to the thread"].append(span[w][0] - span[0][0])
+        parts["transaction"].append(span[commit][0] - span[w][0])
+        parts["COMMIT"].append(span[answered][0] - span[commit][0])
+        parts["back to the caller"].append(span[-1][0] - span[answered][0])
+        statements.append(answered - w - 1)
+    found = {part: statistics.median(times) * 1e6 for part, times in parts.items()}
+    found["statements"] = statistics.median(statements)
+    found["replayed"] = replayed * 1e6
+    return found
+
+
+def replay(path: Path, transactions: list[list[str]]) -> float:
+    """Median seconds of each transaction's statements run again on ``path``, in order."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA synchronous = FULL")
+        times: list[float] = []
+        for statements in transactions:
+            if not statements or statements[0] != "BEGIN IMMEDIATE":
+                continue  # only the writes
+            started = time.perf_counter()
+            for sql in statements:
+                conn.execute(sql).fetchall()
+            times.append(time.perf_counter() - started)
+    finally:
+        conn.close()
+    return statistics.median(times)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--calls", type=int, help="calls a measurement (default 2,000)")
+    parser.add_argument("--breakdown", action="store_true", help="where one call's time goes")
+    args = parser.parse_args(argv)
+    n = args.calls or (300 if args.quick else 2_000)
+    print(f"== one call at a time on SQLite (synchronous=FULL), {n} calls, median of 3 ==")
+    medians = measure(n, 3)
+    base = medians["floor"]
+    print(f"  {'floor: INSERT + COMMIT':24s} {base * 1e3:7.3f} ms")
+    for kind in ("start", "submit"):
+        took = medians[kind]
+        print(f"  {kind:24s} {took * 1e3:7.3f} ms   floor/{kind} {base / took:.2f}")
+    if args.breakdown:
+        for kind in ("start", "submit"):
+            parts = breakdown(n, kind)
+            shown = "   ".join(
+                f"{part} {value:.0f} us"
+                for part, value in parts.items()
+                if part not in ("statements", "replayed")
+            )
+            print(f"  {kind}: {shown}   ({parts['statements']:.0f} statements)")
+            print(
+                f"  {kind}: its statements replayed on one connection {parts['replayed']:.0f} us"
+                f"   floor/replayed {base * 1e6 / parts['replayed']:.2f}"
+            )
+    print(f"command: {' '.join([sys.executable, *sys.argv])}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
