@@ -111,7 +111,11 @@ _SET_FORK: Final = "UPDATE runs SET checkpoint = ?, forked_from = ? WHERE run_id
 _INSERT_CHECKPOINTS: Final = (
     "INSERT OR REPLACE INTO checkpoints (run_id, seq, checkpoint) VALUES (?, ?, ?)"
 )
-_LAST_QUEUED: Final = "SELECT COALESCE(MAX(queued_order), 0) FROM runs"
+# The WHERE lets SQLite use the partial index over queued rows; without it the query scans
+# every run the file holds (tests/store/test_sqlite_queue_order.py).
+_LAST_QUEUED: Final = (
+    "SELECT COALESCE(MAX(queued_order), 0) FROM runs WHERE queued_order IS NOT NULL"
+)
 
 
 @final
