@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Callable, Mapping
-from typing import Any, Final
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final, final
+
+import attrs
 
 from .._core import (
     Awaiting,
@@ -39,6 +41,7 @@ from .._core import (
     Queued,
     ResumeTicket,
     Running,
+    RunRecord,
     RunState,
     Stopped,
     StoreError,
@@ -338,3 +341,65 @@ def _field(data: object, key: str, kind: type) -> Any:
     if not isinstance(value, kind) or (isinstance(value, bool) and kind is int):
         raise TypeError(f"{key!r} has the wrong type ({type(value).__name__})")
     return value
+
+
+# The text columns the SQL stores share: a run's record and its carried messages.
+
+NO_MESSAGES: Final = "[]"
+
+RECORD_COLUMNS: Final = (
+    "r.run_id, r.thread_id, r.parent_run_id, r.name, r.state, r.generation, r.result,"
+    " r.checkpoint, r.input, r.steps, r.max_steps, r.forked_from"
+)
+
+
+def record_of(found: Sequence[Any]) -> RunRecord:
+    """A `RunRecord` of a row read with `RECORD_COLUMNS`; its converters freeze the
+    payloads."""
+    (
+        run_id,
+        thread_id,
+        parent,
+        name,
+        state,
+        generation,
+        result,
+        checkpoint,
+        input_,
+        steps,
+        cap,
+        forked_from,
+    ) = found
+    return RunRecord(
+        run_id=run_id,
+        thread_id=thread_id,
+        parent_run_id=parent,
+        name=name,
+        state=load_state(state),
+        generation=generation,
+        result=load_raw(result, "a result"),
+        checkpoint=load_raw(checkpoint, "a checkpoint"),
+        input=load_raw(input_, "an input"),
+        steps=steps,
+        max_steps=cap,
+        forked_from=None if forked_from is None else load_raw(forked_from, "a fork origin"),
+    )
+
+
+@final
+@attrs.frozen
+class TextCarried:
+    """`_rules.Carried` as a file or database keeps it: the messages' JSON text, decoded
+    only when asked (most hand-overs carry nothing, and a carried list is usually passed on
+    unread)."""
+
+    text: str
+    pause: bool
+
+    def __bool__(self) -> bool:
+        return self.text != NO_MESSAGES or self.pause
+
+    def messages(self) -> tuple[JsonValue, ...]:
+        if self.text == NO_MESSAGES:
+            return ()
+        return tuple(load_wrapped(self.text, "carried messages", CARRIED_WRAPPING))

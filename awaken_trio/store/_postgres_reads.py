@@ -4,7 +4,7 @@ connection, in a worker thread. Every payload comes back frozen."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection
 from typing import Any, Final, final
 
 import attrs
@@ -19,46 +19,10 @@ from .._core import (
     RunState,
     StoredCommand,
 )
-from ._codec import DETAIL_WRAPPING, load_json, load_raw, load_state, load_wrapped
+from ._codec import DETAIL_WRAPPING, load_json, load_raw, load_state, load_wrapped, record_of
+from ._codec import RECORD_COLUMNS as RECORD_COLUMNS
 
 Conn = psycopg.Connection[tuple[Any, ...]]
-
-RECORD_COLUMNS: Final = (
-    "r.run_id, r.thread_id, r.parent_run_id, r.name, r.state, r.generation, r.result,"
-    " r.checkpoint, r.input, r.steps, r.max_steps, r.forked_from"
-)
-
-
-def record_of(found: Sequence[Any]) -> RunRecord:
-    """A `RunRecord` of a row read with `RECORD_COLUMNS`."""
-    (
-        run_id,
-        thread_id,
-        parent,
-        name,
-        state,
-        generation,
-        result,
-        checkpoint,
-        input_,
-        steps,
-        cap,
-        forked_from,
-    ) = found
-    return RunRecord(
-        run_id=run_id,
-        thread_id=thread_id,
-        parent_run_id=parent,
-        name=name,
-        state=load_state(state),
-        generation=generation,
-        result=load_raw(result, "a result"),
-        checkpoint=load_raw(checkpoint, "a checkpoint"),
-        input=load_raw(input_, "an input"),
-        steps=steps,
-        max_steps=cap,
-        forked_from=None if forked_from is None else load_raw(forked_from, "a fork origin"),
-    )
 
 
 _EVENT_COLUMNS: Final = "seq, run_id, thread_id, generation, kind, state, detail, at"

@@ -52,7 +52,9 @@ from .._core import (
     wake_at,
 )
 from ._codec import (
-    CARRIED_WRAPPING,
+    NO_MESSAGES,
+    RECORD_COLUMNS,
+    TextCarried,
     dump_json,
     dump_shared,
     dump_state,
@@ -60,14 +62,12 @@ from ._codec import (
     load_json,
     load_state,
     load_ticket,
-    load_wrapped,
+    record_of,
 )
-from ._postgres_reads import RECORD_COLUMNS, record_of
 from ._rules import NO_RESUME, ClaimRow, HeldResume, state_kind
 
 Conn = psycopg.Connection[tuple[Any, ...]]
 
-_NO_MESSAGES: Final = "[]"
 _NULL: Final = "null"
 
 _ROW_COLUMNS: Final = (
@@ -113,23 +113,6 @@ class PgRow:
 
 def _row_of(found: Sequence[Any]) -> PgRow:
     return PgRow(*found)
-
-
-@final
-@attrs.frozen
-class TextCarried:
-    """`_rules.Carried` kept as the stored text, decoded only when asked."""
-
-    text: str
-    pause: bool
-
-    def __bool__(self) -> bool:
-        return self.text != _NO_MESSAGES or self.pause
-
-    def messages(self) -> tuple[JsonValue, ...]:
-        found = load_wrapped(self.text, "carried messages", CARRIED_WRAPPING)
-        assert isinstance(found, list)
-        return tuple(found)
 
 
 @final
@@ -452,7 +435,7 @@ class PgTx:
     def take_carried(self, row: PgRow) -> TextCarried:
         carried = TextCarried(row.carried, row.carried_pause)
         if carried:
-            row.carried, row.carried_pause = _NO_MESSAGES, False
+            row.carried, row.carried_pause = NO_MESSAGES, False
             self._change(row)
         return carried
 
@@ -508,7 +491,7 @@ class PgTx:
             kind=state_kind(state),
             state_text=dump_state(state),
             generation=generation,
-            carried=_NO_MESSAGES,
+            carried=NO_MESSAGES,
             carried_pause=False,
             resume_value=_NULL,
             resume_ticket=None,
@@ -564,7 +547,7 @@ class PgTx:
         self.wrote = True
 
     def keep_carried(self, row: PgRow, messages: tuple[JsonValue, ...], pause: bool) -> None:
-        row.carried = dump_json(list(messages)) if messages else _NO_MESSAGES
+        row.carried = dump_json(list(messages)) if messages else NO_MESSAGES
         row.carried_pause = pause
         self._change(row)
 

@@ -18,8 +18,17 @@ from .._core import (
     RunState,
     StoredCommand,
 )
-from ._codec import DETAIL_WRAPPING, dump_json, load_json, load_raw, load_state, load_wrapped
-from ._sqlite_rows import RECORD_COLUMNS, load_record, record_of
+from ._codec import (
+    DETAIL_WRAPPING,
+    RECORD_COLUMNS,
+    dump_json,
+    load_json,
+    load_raw,
+    load_state,
+    load_wrapped,
+    record_of,
+)
+from ._sqlite_rows import load_record
 
 _EVENT_COLUMNS: Final = "seq, run_id, thread_id, generation, kind, state, detail, at"
 

@@ -17,9 +17,8 @@ from .._core import (
     RunState,
     StateKind,
 )
-from ._codec import load_raw, load_state
+from ._codec import RECORD_COLUMNS, load_state, record_of
 
-NO_MESSAGES: Final = "[]"
 NULL: Final = "null"
 
 ROW_COLUMNS: Final = (
@@ -106,45 +105,6 @@ def row_of(found: Sequence[Any]) -> Row:
     row = Row(*columns)
     row.filed, row.filed_queued = row.updatable(), bool(queued)
     return row
-
-
-RECORD_COLUMNS: Final = (
-    "r.run_id, r.thread_id, r.parent_run_id, r.name, r.state, r.generation, r.result,"
-    " r.checkpoint, r.input, r.steps, r.max_steps, r.forked_from"
-)
-
-
-def record_of(found: tuple[Any, ...]) -> RunRecord:
-    """A `RunRecord` of a row read with `RECORD_COLUMNS`; its converters freeze the
-    payloads."""
-    (
-        run_id,
-        thread_id,
-        parent,
-        name,
-        state,
-        generation,
-        result,
-        checkpoint,
-        input_,
-        steps,
-        cap,
-        forked_from,
-    ) = found
-    return RunRecord(
-        run_id=run_id,
-        thread_id=thread_id,
-        parent_run_id=parent,
-        name=name,
-        state=load_state(state),
-        generation=generation,
-        result=load_raw(result, "a result"),
-        checkpoint=load_raw(checkpoint, "a checkpoint"),
-        input=load_raw(input_, "an input"),
-        steps=steps,
-        max_steps=cap,
-        forked_from=None if forked_from is None else load_raw(forked_from, "a fork origin"),
-    )
 
 
 def load_record(conn: sqlite3.Connection, run_id: str) -> RunRecord | None:

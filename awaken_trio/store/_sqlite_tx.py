@@ -49,21 +49,21 @@ from .._core import (
     wake_at,
 )
 from ._codec import (
-    CARRIED_WRAPPING,
     ENDED,
+    NO_MESSAGES,
     QUEUED,
+    TextCarried,
     dump_json,
     dump_shared,
     dump_state,
     dump_ticket,
     load_json,
     load_ticket,
-    load_wrapped,
 )
 from ._rules import NO_RESUME, NOTHING_CARRIED, Carried, ClaimRow, HeldResume, state_kind
 from ._sqlite_bulk import insert_rows, write_rows
 from ._sqlite_cache import Command, RunCache
-from ._sqlite_rows import NO_MESSAGES, NULL, UPDATABLE, Row, load_record
+from ._sqlite_rows import NULL, UPDATABLE, Row, load_record
 
 # Rows of NULLs pad a statement's rows to a power of two (see ``_sqlite_bulk``): inserts
 # skip them, and a NULL key matches nothing in an update or a delete.
@@ -116,23 +116,6 @@ _INSERT_CHECKPOINTS: Final = (
 _LAST_QUEUED: Final = (
     "SELECT COALESCE(MAX(queued_order), 0) FROM runs WHERE queued_order IS NOT NULL"
 )
-
-
-@final
-@attrs.frozen
-class _CarriedText:
-    """`Carried` as the file keeps it: the messages' JSON text, decoded when asked."""
-
-    text: str
-    pause: bool
-
-    def __bool__(self) -> bool:
-        return self.text != NO_MESSAGES or self.pause
-
-    def messages(self) -> tuple[JsonValue, ...]:
-        if self.text == NO_MESSAGES:
-            return ()
-        return tuple(load_wrapped(self.text, "carried messages", CARRIED_WRAPPING))
 
 
 @final
@@ -311,7 +294,7 @@ class Transaction:
     def take_carried(self, row: Row) -> Carried:
         if row.carried == NO_MESSAGES and not row.carried_pause:
             return NOTHING_CARRIED
-        taken = _CarriedText(row.carried, row.carried_pause)
+        taken = TextCarried(row.carried, row.carried_pause)
         row.carried, row.carried_pause = NO_MESSAGES, False
         self._touch(row)
         return taken
