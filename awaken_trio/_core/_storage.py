@@ -267,11 +267,13 @@ class Accepted:
 
     state: RunState
     last_seq: int
-    taken_messages: tuple[JsonValue, ...] = ()
-    resume_value: JsonValue = None
-    resume_ticket: ResumeTicket | None = None
-    epoch: int | None = None
-    taken_pause: bool = False
+    # Keyword-only: five optional values of which two may be None side by side, so a store
+    # names each one it gives.
+    taken_messages: tuple[JsonValue, ...] = attrs.field(default=(), kw_only=True)
+    resume_value: JsonValue = attrs.field(default=None, kw_only=True)
+    resume_ticket: ResumeTicket | None = attrs.field(default=None, kw_only=True)
+    epoch: int | None = attrs.field(default=None, kw_only=True)
+    taken_pause: bool = attrs.field(default=False, kw_only=True)
 
 
 @final

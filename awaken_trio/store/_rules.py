@@ -516,7 +516,9 @@ def create(tx: RunTx[RowT], commit: Commit, new: NewRun, now: float) -> Accepted
         tx.put_checkpoint(row, new.checkpoint, last_seq or tx.last_seq())
     if commit.take_messages or epoch is not None:
         resume = tx.held_resume(row) if commit.take_messages else NO_RESUME
-        return Accepted(state, last_seq, (), resume.value, resume.ticket, epoch, False)
+        return Accepted(
+            state, last_seq, resume_value=resume.value, resume_ticket=resume.ticket, epoch=epoch
+        )
     return Accepted(state, last_seq)
 
 
@@ -563,9 +565,17 @@ def update(tx: RunTx[RowT], row: RowT, commit: Commit, now: float) -> Accepted:
         tx.put_checkpoint(row, commit.checkpoint, last_seq or tx.last_seq())
     if commit.take_messages or epoch is not None:
         if not commit.take_messages:
-            return Accepted(state, last_seq, (), None, None, epoch, False)
+            return Accepted(state, last_seq, epoch=epoch)
         resume = tx.held_resume(row)
-        return Accepted(state, last_seq, taken, resume.value, resume.ticket, epoch, carried.pause)
+        return Accepted(
+            state,
+            last_seq,
+            taken_messages=taken,
+            resume_value=resume.value,
+            resume_ticket=resume.ticket,
+            epoch=epoch,
+            taken_pause=carried.pause,
+        )
     return Accepted(state, last_seq)
 
 
