@@ -40,6 +40,7 @@ from .._core import (
     NaturalEnd,
     Queued,
     ResumeTicket,
+    RunEvent,
     Running,
     RunRecord,
     RunState,
@@ -351,6 +352,21 @@ RECORD_COLUMNS: Final = (
     "r.run_id, r.thread_id, r.parent_run_id, r.name, r.state, r.generation, r.result,"
     " r.checkpoint, r.input, r.steps, r.max_steps, r.forked_from"
 )
+
+
+def event_of(found: Sequence[Any]) -> RunEvent:
+    """A `RunEvent` of an event row (seq, run, thread, generation, kind, state, detail, at)."""
+    seq, run_id, thread_id, generation, kind, state, detail, at = found
+    return RunEvent(
+        seq=seq,
+        run_id=run_id,
+        thread_id=thread_id,
+        generation=generation,
+        kind=kind,
+        state=load_state(state),
+        detail=load_wrapped(detail, "an event detail", DETAIL_WRAPPING),
+        at=at,
+    )
 
 
 def record_of(found: Sequence[Any]) -> RunRecord:

@@ -19,8 +19,14 @@ from .._core import (
     RunState,
     StoredCommand,
 )
-from ._codec import DETAIL_WRAPPING, load_json, load_raw, load_state, load_wrapped, record_of
 from ._codec import RECORD_COLUMNS as RECORD_COLUMNS
+from ._codec import (
+    event_of,
+    load_json,
+    load_raw,
+    load_state,
+    record_of,
+)
 
 Conn = psycopg.Connection[tuple[Any, ...]]
 
@@ -114,19 +120,7 @@ def events_after(conn: Conn, r: Reads, seq: int, run_id: str | None, limit: int)
         found = conn.execute(r.events, (seq, limit)).fetchall()
     else:
         found = conn.execute(r.events_of_run, (run_id, seq, limit)).fetchall()
-    return [
-        RunEvent(
-            seq=seq_,
-            run_id=run_id_,
-            thread_id=thread_id,
-            generation=generation,
-            kind=kind,
-            state=load_state(state),
-            detail=load_wrapped(detail, "an event detail", DETAIL_WRAPPING),
-            at=at,
-        )
-        for seq_, run_id_, thread_id, generation, kind, state, detail, at in found
-    ]
+    return [event_of(row) for row in found]
 
 
 def runnable(

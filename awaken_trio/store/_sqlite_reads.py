@@ -19,13 +19,12 @@ from .._core import (
     StoredCommand,
 )
 from ._codec import (
-    DETAIL_WRAPPING,
     RECORD_COLUMNS,
     dump_json,
+    event_of,
     load_json,
     load_raw,
     load_state,
-    load_wrapped,
     record_of,
 )
 from ._sqlite_rows import load_record
@@ -78,19 +77,7 @@ def events_after(
             " ORDER BY seq LIMIT ?",
             (run_id, seq, max(limit, 0)),
         )
-    return [
-        RunEvent(
-            seq=seq_,
-            run_id=run_id_,
-            thread_id=thread_id,
-            generation=generation,
-            kind=kind,
-            state=load_state(state),
-            detail=load_wrapped(detail, "an event detail", DETAIL_WRAPPING),
-            at=at,
-        )
-        for seq_, run_id_, thread_id, generation, kind, state, detail, at in found
-    ]
+    return [event_of(row) for row in found]
 
 
 # Queued named root runs nobody holds a live claim on, whose thread no other run's live
