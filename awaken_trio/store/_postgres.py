@@ -13,17 +13,20 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Callable, Collection, Mapping, Sequence
 from functools import partial
 from types import TracebackType
 from typing import Any, Final, TypeVar, cast, final
 
+import attrs
 import psycopg
 import psycopg_pool
 import trio
 
 from .._core import (
+    Accepted,
     CheckpointAt,
     CommandKind,
     Commit,
@@ -42,7 +45,7 @@ from . import _postgres_reads as reads
 from . import _rules as rules
 from ._postgres_listen import Listener, scrub
 from ._postgres_schema import open_schema
-from ._postgres_tx import PgTx, Statements, was_written
+from ._postgres_tx import PgTx, Statements, thread_locks, was_written
 from ._postgres_url import parse
 
 T = TypeVar("T")
@@ -57,6 +60,20 @@ WRITERS: Final = 2
 RETRIES: Final = (0.05, 0.1, 0.2, 0.5, 1.0, 2.0)
 """The pauses before a write transaction whose connection broke is tried again (nothing of
 it was committed, or it was looked up and found not committed)."""
+ROLLED_BACK_RETRIES: Final = 20
+"""How many times a write transaction the server rolled back to break a deadlock is run
+again (at once: the other transaction has its locks and goes on)."""
+GONE_WITHIN: Final = 10.0
+"""Seconds a commit whose answer was lost waits for its server process to end."""
+
+
+_ROLLED_BACK: Final = (
+    psycopg.errors.DeadlockDetected,
+    psycopg.errors.SerializationFailure,
+    psycopg.errors.TransactionRollback,
+)
+"""What the server raises when it rolled a transaction back to let others go on (SQLSTATE
+class 40): nothing of it was written."""
 
 
 class _Unknown(Exception):
@@ -80,9 +97,11 @@ class PostgresStore:
     ``?pool_size=`` (or the keywords) are the store's. The password is never shown: not in
     errors, logs or `repr`.
 
-    ``apply`` is one transaction per batch (three round trips: lock and clock; the rows the
+    ``apply`` is one transaction per batch (three round trips: the clock; the rows the
     batch touches, ``... WHERE run_id = ANY(%s) FOR UPDATE``; every write and the commit in
-    one pipeline), so the runtime's group commit costs one commit per batch. Lease times
+    one pipeline), so the runtime's group commit costs one commit per batch. Transactions
+    on different runs and threads run side by side; only their commits are serialised, to
+    keep event seqs in order (``_postgres_tx``). Lease times
     are the server's clock, read in each transaction. Other runtimes learn of a commit by
     ``LISTEN``/``NOTIFY`` (`wait_for_change`), and look anyway now and then.
 
@@ -106,6 +125,7 @@ class PostgresStore:
     ) -> None:
         self._target = target = parse(url, schema=schema, pool_size=pool_size)
         self._statements = Statements.of(target.schema)
+        self._thread_locks = thread_locks(target.schema)
         self._reads = reads.Reads.of(target.schema)
         self._channel = f"awaken_trio.{target.schema}"
         self._sender = uuid.uuid4().hex
@@ -315,18 +335,33 @@ class PostgresStore:
     def _offset(self) -> float:
         return 0.0 if self._lease_offset is None else float(self._lease_offset())
 
-    async def _write(self, fn: Callable[[PgTx, float], T], what: str) -> T:
+    async def _write(
+        self,
+        fn: Callable[[PgTx, float], T],
+        what: str,
+        settle: Callable[[T, PgTx | int], T] | None = None,
+    ) -> T:
         """Run ``fn`` (the rules) in one write transaction; retried on a fresh connection
         when the connection broke before the commit or the commit was looked up and found
-        not to have landed."""
+        not to have landed, and at once when the server rolled it back to break a
+        deadlock. ``settle`` renumbers what ``fn`` answered with the seqs its commit gave
+        (from the committed transaction, or the base a lost commit's token kept)."""
         offset = self._offset()
         fixed = self._lease_clock
         statements = self._statements
-        channel, sender = self._channel, self._sender
+        locks, channel, sender = self._thread_locks, self._channel, self._sender
         outcome: list[tuple[int, bool]] = []  # (writes before, whether it wrote)
 
         def attempt(conn: Conn) -> T:
-            tx = PgTx(conn, statements, channel=channel, sender=sender, offset=offset, clock=fixed)
+            tx = PgTx(
+                conn,
+                statements,
+                thread_locks=locks,
+                channel=channel,
+                sender=sender,
+                offset=offset,
+                clock=fixed,
+            )
             committing = False
             try:
                 with conn.pipeline():
@@ -334,24 +369,29 @@ class PostgresStore:
                     now = tx.begin()
                 result = fn(tx, now)
                 committing = True
+                pid = conn.info.backend_pid
                 tx.commit()
             except BaseException as exc:
                 if committing and (conn.broken or conn.closed):
-                    raise _Unknown(tx.token, result, tx.wrote) from exc
+                    raise _Unknown(tx.token, pid, result, tx.wrote) from exc
                 if not conn.broken:
                     with contextlib.suppress(psycopg.Error):
                         conn.execute("ROLLBACK")
                 raise
             outcome.append((tx.writes, tx.wrote))
-            return result
+            return result if settle is None else settle(result, tx)
 
-        for pause in (*RETRIES, None):
+        pauses = iter((*RETRIES, None))
+        rolled_back = 0
+        while True:
             try:
                 result = await self._call(attempt, write=True)
             except _Unknown as unknown:
-                token, result, wrote = unknown.args
+                token, pid, result, wrote = unknown.args
                 try:
-                    landed = await self._call(partial(_look_up, statements=statements, token=token))
+                    landed = await self._call(
+                        partial(_look_up, statements=statements, token=token, pid=pid)
+                    )
                 except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
                     raise StoreError(
                         f"the PostgreSQL store lost its connection while committing {what},"
@@ -360,9 +400,25 @@ class PostgresStore:
                     ) from None
                 if landed is not None:
                     logger.info("store: a commit whose answer was lost had landed (%s)", what)
-                    self._saw_own(landed - 1, wrote)
-                    return cast("T", result)
+                    base, before = landed
+                    self._saw_own(before, wrote)
+                    result = cast("T", result)
+                    return result if settle is None else settle(result, base)
                 error: BaseException = unknown
+            except _ROLLED_BACK as exc:
+                # A deadlock (or a serialisation failure): the server rolled the whole
+                # transaction back, so running it again is safe.
+                rolled_back += 1
+                if rolled_back > ROLLED_BACK_RETRIES:
+                    logger.error("store: writing %s failed: %s", what, self._scrub(exc))
+                    raise StoreError(
+                        f"the PostgreSQL store rolled {what} back {rolled_back} times in a"
+                        f" row: {self._scrub(exc)}; nothing was written",
+                        outcome_unknown=False,
+                    ) from None
+                logger.debug("store: %s was rolled back, running it again: %s", what, exc)
+                await trio.lowlevel.checkpoint()
+                continue
             except psycopg_pool.PoolTimeout:
                 raise StoreError(
                     f"the PostgreSQL store {self._target.shown!r} could not be reached to"
@@ -380,6 +436,7 @@ class PostgresStore:
             else:
                 self._saw_own(*outcome[-1])
                 return result
+            pause = next(pauses)
             if pause is None:
                 logger.error("store: writing %s failed: %s", what, self._scrub(error))
                 raise StoreError(
@@ -417,6 +474,7 @@ class PostgresStore:
         return await self._write(
             lambda tx, now: rules.apply_batch(tx, commits, now),
             f"a batch of {len(commits)} commits",
+            _settle,
         )
 
     async def load(self, run_id: str) -> RunRecord | None:
@@ -496,8 +554,8 @@ class PostgresStore:
             now = (_server_now(c) if fixed is None else fixed()) + offset
             return reads.any_expired(c, r, now)
 
-        # Most passes find nothing to recover: a read says so without taking the lock every
-        # write transaction takes. (A claim that expires just after is found next pass.)
+        # Most passes find nothing to recover: a read says so without a write transaction.
+        # (A claim that expires just after is found next pass.)
         if not await self._read(any_expired, "expired claims"):
             return []
         return await self._write(
@@ -572,16 +630,32 @@ def _server_now(conn: Conn) -> float:
     return float(found[0])
 
 
-def _look_up(conn: Conn, statements: Statements, token: uuid.UUID) -> int | None:
-    """After a commit whose answer was lost: wait for any transaction still holding the
-    counters row (the lost one may still be committing), then whether ``token`` landed; the
-    writes count if it did."""
-    with conn.transaction():
-        found = conn.execute(statements.lock).fetchone()
-        assert found is not None
-        if was_written(conn, statements, token):
-            return int(found[2])
-    return None
+def _settle(results: list[CommitResult], tx: PgTx | int) -> list[CommitResult]:
+    """``results`` with the seqs their transaction's commit gave (``tx``'s base, or the
+    base a lost commit's token kept): the rules number a transaction's events from 1."""
+    base = tx if isinstance(tx, int) else tx.base
+    return [
+        attrs.evolve(r, last_seq=base + r.last_seq) if isinstance(r, Accepted) and r.last_seq else r
+        for r in results
+    ]
+
+
+def _look_up(
+    conn: Conn, statements: Statements, token: uuid.UUID, pid: int
+) -> tuple[int, int] | None:
+    """After a commit whose answer was lost: end the server process that ran it, if it is
+    still there (it may still be committing, or about to), and wait until it has gone, so
+    its outcome is final; then whether ``token`` landed (its base and writes count)."""
+    with contextlib.suppress(psycopg.errors.InsufficientPrivilege):
+        conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
+    deadline = time.monotonic() + GONE_WITHIN
+    while conn.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone():
+        if time.monotonic() > deadline:
+            raise psycopg.OperationalError(
+                f"the server process of the lost commit was still running after {GONE_WITHIN:g}s"
+            )
+        time.sleep(0.01)
+    return was_written(conn, statements, token)
 
 
 def _prune(conn: Conn, schema: Any, ended_before: float, dry_run: bool) -> int:

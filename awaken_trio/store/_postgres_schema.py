@@ -32,9 +32,8 @@ transaction; the version row is set after it."""
 
 _V1: Final = (
     "CREATE TABLE {s}.meta (key text PRIMARY KEY, value text NOT NULL)",
-    # The one row every write transaction locks first (see ``_postgres_tx``): it keeps the
-    # last event seq handed out, the last place given in the queue, and a count of write
-    # transactions (`PostgresStore.version`).
+    # The last event seq handed out, the last place given in the queue, and a count of
+    # write transactions (`PostgresStore.version`); version 2 changed its use (`_V2`).
     """CREATE TABLE {s}.counters (
         id integer PRIMARY KEY CHECK (id = 1),
         last_seq bigint NOT NULL,
@@ -133,7 +132,27 @@ def _create_v1(conn: psycopg.Connection[tuple[object, ...]], schema: sql.Identif
     )
 
 
-MIGRATIONS: Sequence[Migration] = (_create_v1,)
+_V2: Final = (
+    # Version 2: write transactions no longer all take the counters row first (see
+    # ``_postgres_tx``). A queued run's place comes from a sequence, taken by the statement
+    # that queues it; the row keeps the last event seq and the count of writes, and is
+    # taken only by a transaction's commit.
+    "CREATE SEQUENCE {s}.queue_places",
+    "SELECT setval('{s}.queue_places', last_queued + 1, false) FROM {s}.counters",
+    "ALTER TABLE {s}.counters DROP COLUMN last_queued",
+    # Where a committed transaction's events start (the seq before its first) and the
+    # writes count it made: what a commit whose answer was lost answered.
+    "ALTER TABLE {s}.written ADD COLUMN seq_base bigint NOT NULL DEFAULT 0",
+    "ALTER TABLE {s}.written ADD COLUMN writes bigint NOT NULL DEFAULT 0",
+)
+
+
+def _to_v2(conn: psycopg.Connection[tuple[object, ...]], schema: sql.Identifier) -> None:
+    for statement in _V2:
+        conn.execute(sql.SQL(statement).format(s=schema))
+
+
+MIGRATIONS: Sequence[Migration] = (_create_v1, _to_v2)
 """The schema's history, oldest first: ``MIGRATIONS[i]`` takes a schema from version ``i``
 to ``i + 1``. Append, never edit."""
 

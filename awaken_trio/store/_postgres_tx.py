@@ -3,24 +3,34 @@ transaction protocol (``_rules.RunTx``) over one PostgreSQL transaction.
 
 Round trips, for a batch of commits:
 
-1. `PgTx.begin` locks the store's one ``counters`` row (``SELECT ... FOR UPDATE``) and reads
-   the server's clock (``clock_timestamp()``): the lease time of the whole transaction;
-2. `PgTx.prefetch` reads, in one pipeline, every run row the batch names and the claims,
-   live attempts and stored commands its checks need (``WHERE run_id = ANY(%s) FOR
-   UPDATE``, ``FOR UPDATE SKIP LOCKED`` for nothing: every write transaction holds the
-   counters row, so there is nothing to skip);
+1. ``BEGIN`` and `PgTx.begin`, which reads the server's clock (``clock_timestamp()``): the
+   lease time of the whole transaction;
+2. `PgTx.prefetch` reads, in one pipeline, the claims, every run row the batch names, the
+   live attempts on the threads it guards and the stored commands of the runs it ends
+   (``WHERE run_id = ANY(%s) FOR UPDATE``);
 3. `PgTx.commit` sends every queued write (one statement per kind of row, many rows each),
-   the counters' new values, the transaction's token and its ``NOTIFY``, and ``COMMIT``,
-   in one pipeline.
+   the events, the transaction's token and its ``NOTIFY``, and ``COMMIT``, in one pipeline.
 
-Why every write transaction takes the counters row first: followers read events by seq
-(`Store.events_after` with a cursor), so a seq must never become visible after a greater
-one did. Seqs are handed out from that row and the row is held to the commit, so commits
-become visible in seq order. The lock also gives the rules the isolation they assume
-(``_rules``'s docstring): nothing another writer does can change what this transaction read
-(children, the live attempts on a thread, expired claims) before it commits. A write
-transaction holds the row for two round trips and the commit, which is what one SQLite
-file allows too; the runtime's group commit makes one transaction of every commit waiting.
+The isolation the rules assume (``_rules``'s docstring) comes from locks on what a
+transaction reads, so write transactions on different runs run side by side:
+
+* the rows and claims it reads are locked (``FOR UPDATE``); claims are locked before rows,
+  in every transaction, so two transactions do not wait for each other in a circle;
+* a thread it guards (`PgTx.thread_busy`) is locked (``pg_advisory_xact_lock``) before its
+  live attempts are read, so two transactions cannot both find it free;
+* recovery takes the expired claims with ``FOR UPDATE SKIP LOCKED``: a claim being renewed,
+  released or recovered by another transaction is left to it, and one whose renewal
+  committed meanwhile no longer matches.
+
+Events are another matter: followers read them by seq (`Store.events_after` with a cursor),
+so a seq must never become visible after a greater one did. A transaction numbers its
+events from 1 as it writes them, and its commit pipeline first takes the store's one
+``counters`` row (``UPDATE ... RETURNING``), which gives the seq its events start after,
+then writes them, and commits: the row is held from there to the end of ``COMMIT`` only,
+which is the one part of a write that is serialised, and commits become visible in seq
+order. What a transaction answers (`Accepted.last_seq`) is renumbered with that base
+(`settle`). A deadlock between two transactions (rare: locks taken in a different order by
+lazy reads) is detected by the server and the loser is run again from the start.
 
 A read the transaction's cache cannot answer goes to the server: a run row or a claim it
 has not read is one it has not written (every write starts from a read), so it needs no
@@ -30,6 +40,7 @@ claims, a run's commands, a record) flushes first, so it sees this transaction's
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any, Final, final
@@ -129,7 +140,8 @@ class _Command:
 class Statements:
     """The statements of one store's schema, composed once."""
 
-    lock: sql.Composed
+    clock: sql.Composed
+    lock_thread: sql.Composed
     rows: sql.Composed
     claims: sql.Composed
     live: sql.Composed
@@ -163,10 +175,8 @@ class Statements:
             return sql.SQL(text).format(s=s)
 
         return cls(
-            lock=q(
-                "SELECT last_seq, last_queued, writes, extract(epoch FROM clock_timestamp())"
-                " FROM {s}.counters WHERE id = 1 FOR UPDATE"
-            ),
+            clock=q("SELECT extract(epoch FROM clock_timestamp())"),
+            lock_thread=q("SELECT pg_advisory_xact_lock(%s, %s)"),
             rows=q(f"SELECT {_ROW_COLUMNS} FROM {{s}}.runs WHERE run_id = ANY(%s) FOR UPDATE"),
             claims=q(
                 "SELECT run_id, owner, epoch, lease_until FROM {s}.claims"
@@ -182,7 +192,8 @@ class Statements:
             ),
             children=q("SELECT run_id FROM {s}.runs WHERE parent_run_id = %s ORDER BY created"),
             expired=q(
-                "SELECT run_id FROM {s}.claims WHERE lease_until < %s ORDER BY lease_until, run_id"
+                "SELECT run_id, owner, epoch, lease_until FROM {s}.claims WHERE lease_until < %s"
+                " ORDER BY lease_until, run_id FOR UPDATE SKIP LOCKED"
             ),
             record=q(f"SELECT {RECORD_COLUMNS} FROM {{s}}.runs r WHERE r.run_id = %s"),
             insert_run=q(
@@ -190,19 +201,23 @@ class Statements:
                 " input, kind, state, generation, result, checkpoint, steps, max_steps, carried,"
                 " carried_pause, resume_value, resume_ticket, epoch, attempt_epoch,"
                 " recoveries, queued_order, forked_from) VALUES (%s, %s, %s, %s, %s, %s, %s,"
-                " %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+                " %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s,"
+                " CASE WHEN %s THEN nextval('{s}.queue_places') END, %s)"
             ),
             update_run=q(
                 "UPDATE {s}.runs SET kind = %s, state = %s, generation = %s, carried = %s,"
                 " carried_pause = %s, resume_value = %s, resume_ticket = %s, epoch = %s,"
                 " attempt_epoch = %s, recoveries = %s,"
-                " queued_order = %s,"
+                " queued_order = CASE WHEN %s THEN nextval('{s}.queue_places') END,"
                 " checkpoint = COALESCE(%s, checkpoint), steps = COALESCE(%s, steps),"
                 " result = COALESCE(%s, result) WHERE run_id = %s"
             ),
+            # A seq is the transaction's base (its commit took the counters row first) plus
+            # the event's number in the transaction.
             insert_event=q(
                 "INSERT INTO {s}.events (seq, run_id, thread_id, generation, kind, state,"
-                " detail, at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
+                " detail, at) VALUES ((SELECT last_seq FROM {s}.counters WHERE id = 1) - %s"
+                " + %s, %s, %s, %s, %s, %s, %s, %s)"
             ),
             drop_claims=q("DELETE FROM {s}.claims WHERE run_id = ANY(%s)"),
             put_claim=q(
@@ -223,16 +238,20 @@ class Statements:
                 " VALUES (%s, %s, %s, %s, %s) RETURNING id"
             ),
             checkpoint=q(
-                "INSERT INTO {s}.checkpoints (run_id, seq, checkpoint) VALUES (%s, %s, %s)"
+                "INSERT INTO {s}.checkpoints (run_id, seq, checkpoint) VALUES (%s,"
+                " (SELECT last_seq FROM {s}.counters WHERE id = 1) - %s + %s, %s)"
                 " ON CONFLICT (run_id, seq) DO UPDATE SET checkpoint = EXCLUDED.checkpoint"
             ),
             counters=q(
-                "UPDATE {s}.counters SET last_seq = %s, last_queued = %s, writes = writes + 1"
-                " WHERE id = 1"
+                "UPDATE {s}.counters SET last_seq = last_seq + %s, writes = writes + 1"
+                " WHERE id = 1 RETURNING last_seq - %s, writes"
             ),
-            written=q("INSERT INTO {s}.written (token) VALUES (%s)"),
+            written=q(
+                "INSERT INTO {s}.written (token, seq_base, writes)"
+                " SELECT %s, last_seq - %s, writes FROM {s}.counters WHERE id = 1"
+            ),
             forget_written=q("DELETE FROM {s}.written WHERE at < now() - interval '1 day'"),
-            was_written=q("SELECT 1 FROM {s}.written WHERE token = %s"),
+            was_written=q("SELECT seq_base, writes FROM {s}.written WHERE token = %s"),
             notify=q("SELECT pg_notify(%s, %s)"),
         )
 
@@ -246,6 +265,7 @@ class PgTx:
         conn: Conn,
         statements: Statements,
         *,
+        thread_locks: int,
         channel: str,
         sender: str,
         offset: float,
@@ -254,14 +274,16 @@ class PgTx:
         self.conn = conn
         self.q = statements
         self.token = uuid.uuid4()
+        self._thread_locks = thread_locks
         self._channel = channel
         self._sender = sender
         self._offset = offset
         self._clock = clock
         self.now = 0.0
-        self._last_seq = 0
-        self._last_queued = 0
+        self.base = 0
+        """The seq this transaction's events start after, once it committed (`settle`)."""
         self.writes = 0
+        """The store's count of write transactions before this one, once it committed."""
         self.wrote = False
         self._rows: dict[str, PgRow | None] = {}
         self._claims: dict[str, ClaimRow | None] = {}
@@ -286,28 +308,51 @@ class PgTx:
     # ------------------------------------------------------------------ lifetime
 
     def begin(self) -> float:
-        """Lock the counters row and read the server's clock; the lease time (seconds)."""
-        found = self.conn.execute(self.q.lock).fetchone()
+        """Read the server's clock; the lease time (seconds)."""
+        found = self.conn.execute(self.q.clock).fetchone()
         assert found is not None
-        self._last_seq, self._last_queued, self.writes, now = found
+        (now,) = found
         if self._clock is not None:
             now = self._clock()  # a test's clock in place of the server's
         self.now = float(now) + self._offset
         return self.now
 
     def commit(self) -> None:
-        """Send every queued write and commit, in one pipeline."""
+        """Send every queued write, then take the counters row and write the events, and
+        commit, in one pipeline (the row is held from its ``UPDATE`` to the end of
+        ``COMMIT``: see the module's docstring)."""
         conn = self.conn
+        q = self.q
+        counted = None
         with conn.pipeline():
             self._flush()
             if self.wrote:
+                n = len(self._events)
+                counted = conn.cursor()
+                counted.execute(q.counters, (n, n))
                 cur = conn.cursor()
-                cur.execute(self.q.counters, (self._last_seq, self._last_queued))
-                cur.execute(self.q.written, (self.token,))
+                if self._events:
+                    cur.executemany(q.insert_event, [(n, *event) for event in self._events])
+                if self._history:
+                    cur.executemany(
+                        q.checkpoint,
+                        [(run_id, n, number, text) for run_id, number, text in self._history],
+                    )
+                cur.execute(q.written, (self.token, n))
                 if self.token.int % 64 == 0:  # now and then: forget old tokens
-                    cur.execute(self.q.forget_written)
-                cur.execute(self.q.notify, (self._channel, self._sender))
+                    cur.execute(q.forget_written)
+                cur.execute(q.notify, (self._channel, self._sender))
             conn.commit()
+        if counted is not None:
+            found = counted.fetchone()
+            assert found is not None
+            self.base, writes = int(found[0]), int(found[1])
+            self.writes = writes - 1
+
+    def seq(self, number: int) -> int:
+        """The store's seq of this transaction's event ``number`` (0: the seq before its
+        first), once it committed."""
+        return self.base + number
 
     # ------------------------------------------------------------------ reading
 
@@ -348,8 +393,10 @@ class PgTx:
         rows = self._rows
         if run_ids or claim_ids or ending:
             with conn.pipeline() as pipeline:
-                c_rows = conn.execute(self.q.rows, (run_ids,)) if run_ids else None
+                # Claims before rows, as in every transaction (the module's docstring); the
+                # commands after the rows, which a command's post locks first.
                 c_claims = conn.execute(self.q.claims, (claim_ids,)) if claim_ids else None
+                c_rows = conn.execute(self.q.rows, (run_ids,)) if run_ids else None
                 c_commands = conn.execute(self.q.commands, (list(ending),)) if ending else None
                 pipeline.sync()
                 if c_rows is not None:
@@ -381,14 +428,21 @@ class PgTx:
             claims[run_id] = ClaimRow(owner, epoch, lease_until)
 
     def _read_threads(self, thread_ids: Collection[str]) -> None:
-        self._flush()  # the query reads attempt epochs this transaction may have changed
+        """Lock the threads (in one order, the same in every transaction) and read their
+        live attempts."""
+        conn = self.conn
         threads = self._threads
         for thread_id in thread_ids:
             threads[thread_id] = {}
+        keys = sorted({thread_key(thread_id) for thread_id in thread_ids})
+        with conn.pipeline():
+            self._flush()  # the query reads attempt epochs this transaction may have changed
+            conn.cursor().executemany(
+                self.q.lock_thread, [(self._thread_locks, key) for key in keys]
+            )
+            found = conn.execute(self.q.live, (list(thread_ids),))
         roots: set[str] = set()
-        for thread_id, run_id, root, epoch in self.conn.execute(
-            self.q.live, (list(thread_ids),)
-        ).fetchall():
+        for thread_id, run_id, root, epoch in found.fetchall():
             threads[thread_id][run_id] = (root, epoch)
             roots.add(root)
         missing = [r for r in roots if r not in self._claims]
@@ -430,7 +484,9 @@ class PgTx:
 
     def expired_claims(self, now: float) -> list[str]:
         self._flush()
-        return [r for (r,) in self.conn.execute(self.q.expired, (now,)).fetchall()]
+        found = self.conn.execute(self.q.expired, (now,)).fetchall()
+        self._take_claims((), found)  # locked: what the rules read of them stays true
+        return [run_id for run_id, *_ in found]
 
     def take_carried(self, row: PgRow) -> TextCarried:
         carried = TextCarried(row.carried, row.carried_pause)
@@ -464,7 +520,9 @@ class PgTx:
         ]
 
     def last_seq(self) -> int:
-        return self._last_seq
+        # This transaction's numbering (the module's docstring): 0 is the seq before its
+        # first event, which is the store's last when it has written none.
+        return len(self._events)
 
     def record(self, run_id: str) -> RunRecord:
         self._flush()
@@ -612,10 +670,10 @@ class PgTx:
         detail: Mapping[str, JsonValue],
         at: float,
     ) -> int:
-        self._last_seq = seq = self._last_seq + 1
+        number = len(self._events) + 1
         self._events.append(
             (
-                seq,
+                number,
                 row.run_id,
                 row.thread_id,
                 generation,
@@ -626,17 +684,15 @@ class PgTx:
             )
         )
         self.wrote = True
-        return seq
+        return number
 
     # ------------------------------------------------------------------ flushing
 
-    def _queued_order(self, row: PgRow) -> int | None:
-        """The place of a named root run written Queued in the queue (after every other);
-        None for any other run."""
-        if row.kind != "queued" or not row.named_root:
-            return None
-        self._last_queued += 1
-        return self._last_queued
+    @staticmethod
+    def _queued(row: PgRow) -> bool:
+        """Whether ``row`` takes a place in the queue (after every other, from the
+        ``queue_places`` sequence): a named root run written Queued."""
+        return row.kind == "queued" and row.named_root
 
     def _flush(self) -> None:
         """Send every queued write (inside the transaction; `commit` ends it)."""
@@ -644,8 +700,6 @@ class PgTx:
         if not (
             self._inserted
             or self._changed
-            or self._history
-            or self._events
             or self._claims_changed
             or self._tickets
             or self._delivered
@@ -684,7 +738,7 @@ class PgTx:
                             row.epoch,
                             row.attempt_epoch,
                             row.recoveries,
-                            self._queued_order(row),
+                            self._queued(row),
                             forked,
                         )
                     )
@@ -693,7 +747,7 @@ class PgTx:
             if self._changed:
                 updates = []
                 for run_id, row in self._changed.items():
-                    order = self._queued_order(row)
+                    order = self._queued(row)
                     updates.append(
                         (
                             row.kind,
@@ -718,12 +772,7 @@ class PgTx:
             checkpoints.clear()
             steps.clear()
             results.clear()
-            if self._history:
-                cur.executemany(q.checkpoint, self._history)
-                self._history.clear()
-            if self._events:
-                cur.executemany(q.insert_event, self._events)
-                self._events.clear()
+            # Events and the checkpoints kept by seq wait for `commit`, which numbers them.
             if self._claims_changed:
                 dropped = []
                 put = []
@@ -757,7 +806,26 @@ class PgTx:
                 self._dropped = []
 
 
-def was_written(conn: Conn, statements: Statements, token: uuid.UUID) -> bool:
+def was_written(conn: Conn, statements: Statements, token: uuid.UUID) -> tuple[int, int] | None:
     """Whether the write transaction of ``token`` committed (read on a fresh connection
-    after a commit whose answer was lost)."""
-    return conn.execute(statements.was_written, (token,)).fetchone() is not None
+    after a commit whose answer was lost): its events' base and the writes count before
+    it if it did."""
+    found = conn.execute(statements.was_written, (token,)).fetchone()
+    return None if found is None else (int(found[0]), int(found[1]) - 1)
+
+
+def thread_locks(schema: str) -> int:
+    """The first key of the advisory locks on a schema's threads (a stable 32-bit hash of
+    its name, so two stores in one database lock their threads apart)."""
+    return _hash32(f"awaken_trio.threads:{schema}")
+
+
+def thread_key(thread_id: str) -> int:
+    """The second key of the advisory lock on ``thread_id``. Two threads that share one
+    (one in four billion) are only serialised together, never wrongly found free."""
+    return _hash32(thread_id)
+
+
+def _hash32(text: str) -> int:
+    digest = hashlib.blake2b(text.encode(), digest_size=4).digest()
+    return int.from_bytes(digest, "big", signed=True)

@@ -1,0 +1,293 @@
+"""Write transactions on the PostgreSQL store run side by side: what still holds when many
+stores (each its own pool, as runtimes in other processes have) write at once. The locks
+each transaction takes (claims, rows, threads; the counters row at commit only) are real
+server locks here, so these tests race real transactions. Real time, bounded by
+``trio.fail_after``."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import AsyncExitStack
+from functools import partial
+
+import psycopg
+import pytest
+import trio
+
+from awaken_trio import RunState
+from awaken_trio.store import (
+    Accepted,
+    Claim,
+    Commit,
+    CommitResult,
+    Expect,
+    Fence,
+    NewRun,
+    Rejected,
+    RejectReason,
+)
+from awaken_trio.store._postgres import PostgresStore
+from awaken_trio.store._postgres_schema import LATEST, MIGRATIONS, open_schema
+
+LIVE = 3600.0
+WRITERS = 6
+
+
+def _new(
+    run_id: str,
+    *,
+    thread: str | None = None,
+    state: RunState | None = None,
+    claim: Claim | None = None,
+    thread_guard: bool = False,
+) -> Commit:
+    return Commit(
+        run_id=run_id,
+        state=RunState.Queued() if state is None else state,
+        generation=0 if state is None else 1,
+        expect=Expect(new=True),
+        at=1.0,
+        new_run=NewRun(thread_id=thread or f"t-{run_id}", parent_run_id=None, name="job"),
+        claim=claim,
+        thread_guard=thread_guard,
+    )
+
+
+@pytest.fixture
+async def stores(pg_url: str) -> AsyncIterator[list[PostgresStore]]:
+    async with AsyncExitStack() as stack:
+        yield [
+            await stack.enter_async_context(PostgresStore(pg_url, pool_size=2))
+            for _ in range(WRITERS)
+        ]
+
+
+async def _all(calls: Sequence[Callable[[], Awaitable[list[CommitResult]]]]) -> list[CommitResult]:
+    results: list[CommitResult] = []
+
+    async def one(call: Callable[[], Awaitable[list[CommitResult]]]) -> None:
+        results.extend(await call())
+
+    async with trio.open_nursery() as nursery:
+        for call in calls:
+            nursery.start_soon(one, call)
+    return results
+
+
+async def test_runtimes_starting_runs_on_one_thread_at_once_start_one(
+    stores: list[PostgresStore],
+) -> None:
+    """Each store starts a run on the same thread at the same moment, with the thread
+    guard: exactly one starts, every other is refused THREAD_BUSY (two transactions must not
+    both find the thread free)."""
+    with trio.fail_after(60):
+        for round_ in range(10):
+            thread = f"shared-{round_}"
+            calls = [
+                partial(
+                    store.apply,
+                    [
+                        _new(
+                            f"r{round_}-{i}",
+                            thread=thread,
+                            state=RunState.Running(1),
+                            claim=Claim(f"owner-{i}", LIVE),
+                            thread_guard=True,
+                        )
+                    ],
+                )
+                for i, store in enumerate(stores)
+            ]
+            results = await _all(calls)
+            started = [r for r in results if isinstance(r, Accepted)]
+            assert len(started) == 1, results
+            assert all(
+                r == Rejected(RejectReason.THREAD_BUSY, None) for r in results if r not in started
+            )
+
+
+async def test_a_follower_never_sees_a_seq_after_a_greater_one(
+    stores: list[PostgresStore], pg_url: str
+) -> None:
+    """Stores commit at once while a follower reads `events_after` its cursor again and
+    again: every event it ends up with was seen in seq order, none appeared behind its
+    cursor (a seq made visible after a greater one would be skipped for good)."""
+    per_store = 40
+    seen: list[int] = []
+    done = trio.Event()
+
+    async def follow(store: PostgresStore) -> None:
+        cursor = 0
+        while True:
+            finished = done.is_set()  # read before the last look: it sees every commit
+            for event in await store.events_after(cursor):
+                seen.append(event.seq)
+                cursor = event.seq
+            if finished:
+                return
+
+    async def write(store: PostgresStore, i: int) -> None:
+        for k in range(per_store):
+            [result] = await store.apply([_new(f"w{i}-{k}")])
+            assert isinstance(result, Accepted)
+
+    with trio.fail_after(120):
+        async with PostgresStore(pg_url) as follower, trio.open_nursery() as outer:
+            outer.start_soon(follow, follower)
+            async with trio.open_nursery() as writers:
+                for i, store in enumerate(stores):
+                    writers.start_soon(write, store, i)
+            done.set()
+        everything = [e.seq for e in await stores[0].events_after(0, limit=10_000)]
+    assert len(everything) == WRITERS * per_store
+    assert everything == list(range(1, len(everything) + 1))  # one seq each, in order
+    assert seen == everything
+
+
+async def test_a_commit_answers_with_the_seqs_it_was_given(stores: list[PostgresStore]) -> None:
+    """Transactions number their events from 1 until their commit gives them their place:
+    what `apply` answers is the store's seq of the commit's last event, whoever committed
+    in between."""
+    with trio.fail_after(60):
+        results = await _all(
+            [partial(store.apply, [_new(f"a{i}"), _new(f"b{i}")]) for i, store in enumerate(stores)]
+        )
+        events = await stores[0].events_after(0)
+    by_run = {e.run_id: e.seq for e in events}
+    answered = [r.last_seq for r in results if isinstance(r, Accepted)]
+    assert sorted(answered) == sorted(by_run.values())
+    for i in range(WRITERS):
+        assert by_run[f"b{i}"] == by_run[f"a{i}"] + 1  # one transaction's events together
+
+
+async def test_recovery_leaves_a_claim_another_transaction_holds(
+    stores: list[PostgresStore], pg_url: str
+) -> None:
+    """An expired claim whose row another transaction has locked (a renewal or a release
+    on its way) is skipped, not waited for; it is recovered once that transaction ends."""
+    owner, rescuer = stores[0], stores[1]
+    offset = [0.0]
+    async with PostgresStore(pg_url, lease_offset=lambda: offset[0]) as late:
+        claim = Claim("a", 1.0)
+        [taken] = await owner.apply([_new("r1", state=RunState.Running(1), claim=claim)])
+        assert isinstance(taken, Accepted)
+        offset[0] = 10.0  # the lease has expired, as ``late`` reads the clock
+        holder = await trio.to_thread.run_sync(lambda: psycopg.connect(pg_url))
+        try:
+            await trio.to_thread.run_sync(
+                lambda: holder.execute("SELECT 1 FROM awaken.claims WHERE run_id = 'r1' FOR UPDATE")
+            )
+            with trio.fail_after(20):
+                assert await late.recover("b", {"job"}, 2.0, LIVE, 3, 10) == []
+        finally:
+            await trio.to_thread.run_sync(holder.close)
+        with trio.fail_after(20):
+            recovered = await late.recover("b", {"job"}, 2.0, LIVE, 3, 10)
+        assert [(r.record.run_id, r.epoch) for r in recovered] == [("r1", 2)]
+        # The owner's claim is gone: its next commit is fenced.
+        stale = Commit(
+            run_id="r1",
+            state=RunState.Running(1),
+            generation=1,
+            expect=Expect(),
+            at=3.0,
+            fence=Fence("r1", "a", 1),
+        )
+        [fenced] = await rescuer.apply([stale])
+        assert isinstance(fenced, Rejected)
+        assert fenced.reason == RejectReason.FENCED
+
+
+async def test_a_transaction_the_server_rolls_back_in_a_deadlock_is_run_again(
+    stores: list[PostgresStore], pg_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Another connection holds run b's claim and then asks for run a's, which the store's
+    batch holds while it waits for b's: the server breaks the circle by rolling the store's
+    transaction back, and the store runs it again, so the batch lands whole."""
+    store = stores[0]
+    for run_id in ("a", "b"):
+        [taken] = await store.apply(
+            [_new(run_id, state=RunState.Running(1), claim=Claim("o", LIVE))]
+        )
+        assert isinstance(taken, Accepted)
+    batch = [
+        Commit(
+            run_id=run_id,
+            state=RunState.Running(1),
+            generation=1,
+            expect=Expect(),
+            at=2.0,
+            fence=Fence(run_id, "o", 1),
+        )
+        for run_id in ("a", "b")
+    ]
+    holder = await trio.to_thread.run_sync(lambda: psycopg.connect(pg_url))
+
+    def lock(run_id: str) -> None:
+        holder.execute("SELECT 1 FROM awaken.claims WHERE run_id = %s FOR UPDATE", (run_id,))
+
+    def waiting() -> int:
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            found = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                " AND wait_event_type = 'Lock'"
+            ).fetchone()
+            assert found is not None
+            return int(found[0])
+
+    results: list[CommitResult] = []
+
+    async def apply() -> None:
+        results.extend(await store.apply(batch))
+
+    caplog.set_level(logging.DEBUG, logger="awaken_trio.store")
+    try:
+        await trio.to_thread.run_sync(lock, "b")
+        with trio.fail_after(60):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(apply)
+                while await trio.to_thread.run_sync(waiting) == 0:  # noqa: ASYNC110 - a server's state
+                    await trio.sleep(0.01)
+                # The store's transaction holds a's claim and waits for b's: closing the
+                # circle makes the server end one of the two.
+                try:
+                    await trio.to_thread.run_sync(lock, "a")
+                except psycopg.errors.DeadlockDetected:  # pragma: no cover - the other way
+                    pytest.fail("the server chose the holder; the store was not rolled back")
+                await trio.to_thread.run_sync(holder.rollback)
+    finally:
+        await trio.to_thread.run_sync(holder.close)
+    assert [type(r) for r in results] == [Accepted, Accepted]
+    assert any("rolled back, running it again" in r.getMessage() for r in caplog.records)
+
+
+async def test_a_first_version_schema_is_brought_forward(pg_url: str) -> None:
+    """A database a version-1 store wrote (its queue places kept in the counters row) opens
+    at the latest version, with what it held and its queue going on."""
+
+    def create_v1() -> None:
+        with psycopg.connect(pg_url) as conn:
+            open_schema(conn, "awaken", "the test database", MIGRATIONS[:1])
+            conn.execute(
+                "UPDATE awaken.counters SET last_queued = 41, last_seq = 7, writes = 9 WHERE id = 1"
+            )
+
+    await trio.to_thread.run_sync(create_v1)
+    with trio.fail_after(30):
+        async with PostgresStore(pg_url) as store:
+            [queued] = await store.apply([_new("q1")])
+            assert isinstance(queued, Accepted)
+            assert queued.last_seq == 8  # after the seven events version 1 counted
+            assert [r.run_id for r in await store.runnable({"job"}, 0.0, 10)] == ["q1"]
+
+    def read() -> tuple[object, ...]:
+        with psycopg.connect(pg_url) as conn:
+            found = conn.execute(
+                "SELECT (SELECT value FROM awaken.meta WHERE key = 'version'),"
+                " (SELECT queued_order FROM awaken.runs WHERE run_id = 'q1')"
+            ).fetchone()
+            assert found is not None
+            return tuple(found)
+
+    assert await trio.to_thread.run_sync(read) == (str(LATEST), 42)
