@@ -25,6 +25,7 @@ from ._errors import (
     TicketMismatch,
     UnknownRun,
 )
+from ._follow import EndFollowers
 from ._handle import RunHandle
 from ._json import FrozenDict, JsonValue, freeze_detail
 from ._schema import check_value
@@ -72,6 +73,7 @@ class Control:
         self._registry = supervisor.registry
         # Bound once: every handle shares them instead of holding two method objects.
         self._read_record = read_record
+        self._followers = EndFollowers(supervisor)
         self._follow = self.follow_end
         supervisor.make_handle = self.handle
 
@@ -96,16 +98,9 @@ class Control:
 
     async def follow_end(self, run_id: str, since: int) -> RunState:
         """The first ``Awaiting`` or ``Ended`` the store commits for the run after event
-        ``since``, whichever runtime commits it."""
-        supervisor = self.supervisor
-        while True:
-            # Take the notifications before reading, so a commit in between is not missed.
-            local = supervisor.mailbox.changed_event()
-            for event in await self._read_events(since, run_id):
-                since = event.seq
-                if event.kind == EventKind.COMMITTED and isinstance(event.state, Awaiting | Ended):
-                    return event.state
-            await supervisor.changed(local)
+        ``since``, whichever runtime commits it (`EndFollowers`: one read per change for
+        every waiter)."""
+        return await self._followers.follow_end(run_id, since)
 
     async def _read_events(self, since: int, run_id: str) -> list[RunEvent]:
         return await read_store(

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import trio
 import trio.testing
 
-from awaken_trio import EventKind, LiveCommand, RunContext, RunState
+from awaken_trio import EventKind, LiveCommand, RunContext, RunEvent, RunState
 from awaken_trio.store import MemoryStore
 
 from .worker_helpers import (
@@ -157,3 +159,173 @@ async def test_a_follower_in_a_closed_runtime_reads_the_history_from_the_shared_
         assert await settle(handle) == NATURAL
         events = [e async for e in a.events("r", follow=True)]
         assert events == await history(b, "r")
+
+
+class CountingStore:
+    """The shared store as one runtime sees it, counting that runtime's event reads."""
+
+    def __init__(self, inner: MemoryStore) -> None:
+        self._inner = inner
+        self.reads: list[str | None] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def events_after(
+        self, seq: int, run_id: str | None = None, limit: int = 1000
+    ) -> list[RunEvent]:
+        self.reads.append(run_id)
+        return await self._inner.events_after(seq, run_id, limit)
+
+    async def aclose(self) -> None:
+        pass  # the shared store outlives the runtime
+
+
+RUNS = 40
+
+
+async def test_many_handles_on_runs_elsewhere_share_one_read_per_change(
+    shared_store: MemoryStore, autojump_clock: trio.testing.MockClock
+) -> None:
+    """A submitter waits on many runs another runtime executes: each handle reads its own
+    run once, and after that every change costs one read of the log for all of them, not
+    one per handle (which made a busy submitter read the store RUNS times per commit)."""
+    release = trio.Event()
+
+    async def body(ctx: RunContext) -> object:
+        await release.wait()
+        return ctx.run_id
+
+    counting = CountingStore(shared_store)
+    async with (
+        shared_runtime(counting) as a,  # type: ignore[arg-type]
+        shared_runtime(shared_store, bodies={"job": body}) as b,
+        serving(b, concurrency=RUNS),
+    ):
+        handles = [await a.submit("job", run_id=f"r{i}") for i in range(RUNS)]
+        ends: dict[str, RunState] = {}
+
+        async def wait_for(i: int) -> None:
+            ends[f"r{i}"] = await settle(handles[i])
+
+        async with trio.open_nursery() as nursery:
+            for i in range(RUNS):
+                nursery.start_soon(wait_for, i)
+            for i in range(RUNS):
+                await until_state(a, f"r{i}", is_running)
+            counting.reads.clear()
+            release.set()
+        shared_reads = counting.reads.count(None)
+        own_reads = len(counting.reads) - shared_reads
+    assert ends == {f"r{i}": NATURAL for i in range(RUNS)}
+    assert own_reads == 0  # the handles read their own runs when they began waiting
+    # The ends land in a few group commits; each wakes every waiter once.
+    assert 1 <= shared_reads < RUNS // 4, counting.reads
+
+
+async def test_a_waiter_cancelled_while_it_reads_for_the_others_leaves_them_waiting(
+    shared_store: MemoryStore, autojump_clock: trio.testing.MockClock
+) -> None:
+    """The waiter whose read serves everyone is cancelled in the middle of it: the others
+    are not left without a read; one of them makes the next, and each gets its end."""
+    release = trio.Event()
+
+    async def body(ctx: RunContext) -> object:
+        await release.wait()
+        return ctx.run_id
+
+    stalled = trio.Event()
+    go_on = trio.Event()
+
+    class StallingStore(CountingStore):
+        async def events_after(
+            self, seq: int, run_id: str | None = None, limit: int = 1000
+        ) -> list[RunEvent]:
+            if run_id is None and not stalled.is_set():
+                stalled.set()
+                await go_on.wait()
+            return await super().events_after(seq, run_id, limit)
+
+    stalling = StallingStore(shared_store)
+    async with (
+        shared_runtime(stalling) as a,  # type: ignore[arg-type]
+        shared_runtime(shared_store, bodies={"job": body}) as b,
+        serving(b, concurrency=4),
+    ):
+        handles = [await a.submit("job", run_id=f"r{i}") for i in range(4)]
+        ends: dict[str, RunState] = {}
+        scopes: list[trio.CancelScope] = []
+
+        async def wait_for(i: int) -> None:
+            with trio.CancelScope() as scope:
+                scopes.append(scope)
+                ends[f"r{i}"] = await settle(handles[i])
+
+        async with trio.open_nursery() as nursery:
+            for i in range(4):
+                nursery.start_soon(wait_for, i)
+            for i in range(4):
+                await until_state(a, f"r{i}", is_running)
+            release.set()
+            await reach(stalled)
+            for scope in scopes:  # the one stalled in its read gives up; so does r0's
+                scope.cancel()
+                break
+            go_on.set()
+    assert len(ends) == 3
+    assert all(state == NATURAL for state in ends.values())
+
+
+async def test_a_handle_takes_the_first_end_even_when_a_shared_read_found_a_later_one(
+    shared_store: MemoryStore, autojump_clock: trio.testing.MockClock
+) -> None:
+    """A handle's own first read stalls while its run pauses, is resumed and ends, and
+    another handle's shared reads hand it both ends: it answers with the Awaiting, the
+    first end after it began waiting, never the later Ended."""
+    release = trio.Event()
+    go_on = trio.Event()
+
+    async def body(ctx: RunContext) -> object:
+        if ctx.run_id == "r":
+            if ctx.generation == 1:  # paused there, and resumed by a new attempt
+                await ctx.boundary(wait=True)
+        else:
+            await release.wait()
+        return "done"
+
+    class StallingStore(CountingStore):
+        async def events_after(
+            self, seq: int, run_id: str | None = None, limit: int = 1000
+        ) -> list[RunEvent]:
+            if run_id == "r":
+                await go_on.wait()
+            return await super().events_after(seq, run_id, limit)
+
+    stalling = StallingStore(shared_store)
+    async with (
+        shared_runtime(stalling) as a,  # type: ignore[arg-type]
+        shared_runtime(shared_store, bodies={"job": body}) as b,
+        serving(b),
+    ):
+        first = await a.submit("job", run_id="r")
+        other = await a.submit("job", run_id="s")
+        ends: list[RunState] = []
+
+        async def wait_for_r() -> None:
+            ends.append(await settle(first))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(wait_for_r)
+            nursery.start_soon(settle, other)
+            await until_state(b, "r", is_running)
+            await until_state(b, "s", is_running)
+            await b.send(LiveCommand.Pause("r"))
+            await until_state(b, "r", lambda state: isinstance(state, RunState.Awaiting))
+            await b.resume("r")
+            await until_state(b, "r", lambda state: state == NATURAL)
+            await trio.sleep(10 * POLL)  # the waiter on s reads the log meanwhile
+            assert stalling.reads.count(None) >= 1
+            go_on.set()
+            release.set()
+    [state] = ends
+    assert isinstance(state, RunState.Awaiting)
