@@ -198,7 +198,7 @@ async def test_many_handles_on_runs_elsewhere_share_one_read_per_change(
 
     counting = CountingStore(shared_store)
     async with (
-        shared_runtime(counting) as a,  # type: ignore[arg-type]
+        shared_runtime(counting) as a,
         shared_runtime(shared_store, bodies={"job": body}) as b,
         serving(b, concurrency=RUNS),
     ):
@@ -248,7 +248,7 @@ async def test_a_waiter_cancelled_while_it_reads_for_the_others_leaves_them_wait
 
     stalling = StallingStore(shared_store)
     async with (
-        shared_runtime(stalling) as a,  # type: ignore[arg-type]
+        shared_runtime(stalling) as a,
         shared_runtime(shared_store, bodies={"job": body}) as b,
         serving(b, concurrency=4),
     ):
@@ -303,7 +303,7 @@ async def test_a_handle_takes_the_first_end_even_when_a_shared_read_found_a_late
 
     stalling = StallingStore(shared_store)
     async with (
-        shared_runtime(stalling) as a,  # type: ignore[arg-type]
+        shared_runtime(stalling) as a,
         shared_runtime(shared_store, bodies={"job": body}) as b,
         serving(b),
     ):
