@@ -1,7 +1,9 @@
 """Waiting for the end of runs whose attempts run elsewhere (`RunHandle.wait` on a run
 another runtime executes), with one store read per change for every waiter of a runtime.
 
-Each waiter reads its own run's events once, when it starts waiting. After that, a change
+A waiter whose ``since`` is behind the shared cursor reads its own run's events once,
+when it starts waiting (one from the cursor on, a handle on a run just submitted, needs
+not: it starts with a shared read). After that, a change
 (a commit here, or another runtime's, as the store signals it) wakes every waiter; the first
 to look reads the store's events after a shared cursor (`Store.events_after`, every run) and
 hands each waiter the first ``Awaiting`` or ``Ended`` of its run, while the others wait for
@@ -17,7 +19,8 @@ visible. A waiter is registered before its own read, and:
   through what shared reads return);
 * so every event of its run up to the cursor at registration was visible then, and its own
   read (later) sees it, while every event after that cursor is returned by a shared read
-  made after registration, which hands it over because the waiter is registered.
+  made after registration, which hands it over because the waiter is registered; a
+  waiter whose ``since`` is not behind the cursor has no event up to it to miss.
 
 A waiter takes the first end after its ``since`` in seq order: its own read's first, or else
 the first a shared read handed it (shared reads go through the log in order).
@@ -81,35 +84,48 @@ class EndFollowers:
         try:
             # Take the notifications before reading, so a commit in between is not missed.
             local = supervisor.changed_event()
-            while True:
-                events = await read_store(
-                    self._store.events_after(waiter.since, run_id, PAGE),
-                    f"the events of run {run_id!r}",
-                )
-                for event in events:
-                    found = _end_of(event)
-                    if found is not None:
-                        return found
-                if events:
-                    waiter.since = events[-1].seq
-                    self._seen = max(self._seen, waiter.since)
-                if len(events) < PAGE:
-                    break
+            # A waiter from the shared cursor on (a handle on a run just submitted) needs
+            # no read of its own: every event after it is one a shared read returns.
+            shared_only = since >= self._cursor
+            if not shared_only:
+                found = await self._read_own(run_id, waiter)
+                if found is not None:
+                    return found
             while waiter.found is None:
-                waiter.asleep = True
-                try:
-                    await supervisor.changed(local)
-                finally:
-                    waiter.asleep = False
-                local = supervisor.changed_event()
-                if waiter.found is None:
-                    await self._refresh()
+                if not shared_only:
+                    waiter.asleep = True
+                    try:
+                        await supervisor.changed(local)
+                    finally:
+                        waiter.asleep = False
+                    local = supervisor.changed_event()
+                    if waiter.found is not None:
+                        break
+                shared_only = False
+                await self._refresh()
             return waiter.found
         finally:
             waiters = self._waiters[run_id]
             waiters.remove(waiter)
             if not waiters:
                 del self._waiters[run_id]
+
+    async def _read_own(self, run_id: str, waiter: _Waiter) -> RunState | None:
+        """Read the waiter's run from its ``since``: its first end, if it has one."""
+        while True:
+            events = await read_store(
+                self._store.events_after(waiter.since, run_id, PAGE),
+                f"the events of run {run_id!r}",
+            )
+            for event in events:
+                found = _end_of(event)
+                if found is not None:
+                    return found
+            if events:
+                waiter.since = events[-1].seq
+                self._seen = max(self._seen, waiter.since)
+            if len(events) < PAGE:
+                return None
 
     async def _refresh(self) -> None:
         """Return after a shared read that started after this call did: the one this task

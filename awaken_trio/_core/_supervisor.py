@@ -78,6 +78,7 @@ from ._storage import (
     Store,
     StoredCommand,
 )
+from ._stored import StoredCommandLoads
 from ._util import safe_repr
 from ._validate import check_body, check_id
 from ._verdict import (
@@ -152,6 +153,7 @@ class Supervisor:
         self.durable_store: DurableStore | None = (
             store if self.claims is not None and isinstance(store, DurableStore) else None
         )
+        self._command_loads: StoredCommandLoads | None = None  # made on first use
         # Bodies by name (`register`): what lets a run be submitted, served and recovered.
         self.named: dict[str, Body] = {}
         # Set whenever the store may have changed elsewhere (durable stores: polled), so
@@ -535,9 +537,10 @@ class Supervisor:
         store = self.durable_store
         if store is None or not attempt.commands_before:
             return  # its own admission created the run: nothing can be stored before it
-        with contextlib.suppress(Exception):  # the relay delivers them later anyway
-            for command in await store.commands((attempt.run_id,)):
-                attempt.load_stored(command.id, command.kind, command.payload, command.reason)
+        loads = self._command_loads
+        if loads is None:
+            loads = self._command_loads = StoredCommandLoads(store)
+        await loads.load(attempt)  # with the other attempts beginning now, in one read
 
     async def changed(self, local: trio.Event, *, interval: float | None = None) -> bool:
         """Wait until something may have changed: a commit here or, on a durable store, a

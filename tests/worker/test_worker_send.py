@@ -621,3 +621,56 @@ async def test_messages_whose_handover_the_store_fails_to_commit_are_handed_over
 
 async def history_discarded(store: ParkingStore) -> list[object]:
     return [e for e in await store.events_after(0) if e.kind == "messages_discarded"]
+
+
+class _CountingCommands:
+    """The shared store as the serving runtime sees it, counting its `commands` reads."""
+
+    def __init__(self, inner: MemoryStore) -> None:
+        self._inner = inner
+        self.reads: list[list[str]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def commands(self, run_ids: Any, after: int = 0) -> Any:
+        self.reads.append(sorted(run_ids))
+        return await self._inner.commands(run_ids, after)
+
+    async def aclose(self) -> None:
+        pass  # the shared store outlives the runtime
+
+
+async def test_runs_claimed_together_read_their_stored_commands_in_one_read(
+    shared_store: MemoryStore, autojump_clock: trio.testing.MockClock
+) -> None:
+    """Queued runs each hold a command sent while they waited (a cancel for some, a message
+    for the others); served in one claim, their attempts read them with one store read, and
+    each takes its own: the cancelled end before their bodies run."""
+    ran: list[str] = []
+
+    async def body(ctx: RunContext) -> object:
+        ran.append(ctx.run_id)
+        return await ctx.boundary()
+
+    counting = _CountingCommands(shared_store)
+    async with (
+        shared_runtime(shared_store) as a,
+        shared_runtime(counting, bodies={"w": body}) as b,
+    ):
+        handles = [await a.submit("w", run_id=f"q{i}") for i in range(6)]
+        for i in range(6):
+            if i % 2:
+                await a.send(LiveCommand.Cancel(f"q{i}"))
+            else:
+                await a.send(LiveCommand.Message(f"q{i}", f"for q{i}"))
+        async with serving(b, concurrency=6):
+            ends = [await settle(handle) for handle in handles]
+        states = {f"q{i}": await a.state(f"q{i}") for i in range(6)}
+    assert sorted(ran) == ["q0", "q2", "q4"]
+    assert ends[1] == ends[3] == ends[5] == CANCELLED
+    for i in (0, 2, 4):
+        assert states[f"q{i}"] == NATURAL
+        assert (await shared_store.load(f"q{i}")).result == [f"for q{i}"]  # type: ignore[union-attr]
+    assert len(counting.reads) < 6, counting.reads
+    assert sorted(run for read in counting.reads for run in read) == [f"q{i}" for i in range(6)]
