@@ -1,14 +1,14 @@
 """Waiting for the end of runs whose attempts run elsewhere (`RunHandle.wait` on a run
 another runtime executes), with one store read per change for every waiter of a runtime.
 
-A waiter whose ``since`` is behind the shared cursor reads its own run's events once,
-when it starts waiting (one from the cursor on, a handle on a run just submitted, needs
-not: it starts with a shared read). After that, a change
-(a commit here, or another runtime's, as the store signals it) wakes every waiter; the first
-to look reads the store's events after a shared cursor (`Store.events_after`, every run) and
-hands each waiter the first ``Awaiting`` or ``Ended`` of its run, while the others wait for
-that read instead of reading their own run again. A submitter waiting on thousands of runs
-then makes one read per change, not one per run per change.
+A waiter whose ``since`` is behind the shared cursor reads its own run's events once, when
+it starts waiting; one from the cursor on (a handle on a run just submitted) needs not.
+After that only one waiter, the leader, waits for changes (a commit here, or another
+runtime's, as the store signals it); on each it reads the store's events after the shared
+cursor (`Store.events_after`, every run) and hands each waiter the first ``Awaiting`` or
+``Ended`` of its run. The others sleep until a shared read hands them their end, or the
+lead when the leader leaves. A submitter waiting on thousands of runs then makes one read
+and one wake-up per change, not one of each per run per change.
 
 Why no waiter misses its end. Seqs become visible in order (a store never shows a seq after
 a greater one; DESIGN §3.1), so at any moment every seq up to the greatest visible one is
@@ -46,7 +46,8 @@ PAGE: Final = 1000
 class _Waiter:
     since: int
     found: RunState | None = None
-    asleep: bool = False
+    # Set when ``found`` is, or when this waiter is to lead in place of one that left.
+    wake: trio.Event = attrs.field(factory=trio.Event)
 
 
 def _end_of(event: RunEvent) -> RunState | None:
@@ -71,6 +72,12 @@ class EndFollowers:
         self._started = 0
         self._finished = 0
         self._reading: trio.Event | None = None
+        # The one waiter that waits for changes and then reads for everyone; the others
+        # sleep until they are handed an end or the lead. ``_local`` is the change
+        # notification it waits on, taken before the last shared read started (so a
+        # leader that takes over misses no change made since).
+        self._leader: _Waiter | None = None
+        self._local = trio.Event()
 
     async def follow_end(self, run_id: str, since: int) -> RunState:
         """The first ``Awaiting`` or ``Ended`` the store commits for ``run_id`` after event
@@ -80,35 +87,46 @@ class EndFollowers:
         self._seen = max(self._seen, since)
         if not self._waiters:
             self._cursor = self._seen
+            # Taken before this waiter reads, so a commit in between is not missed.
+            self._local = supervisor.changed_event()
         self._waiters.setdefault(run_id, []).append(waiter)
         try:
-            # Take the notifications before reading, so a commit in between is not missed.
-            local = supervisor.changed_event()
-            # A waiter from the shared cursor on (a handle on a run just submitted) needs
-            # no read of its own: every event after it is one a shared read returns.
-            shared_only = since >= self._cursor
-            if not shared_only:
+            if since >= self._cursor:
+                # From the shared cursor on (a handle on a run just submitted): no event
+                # of its run can be behind the cursor, so a shared read is all it needs.
+                await self._refresh()
+            else:
                 found = await self._read_own(run_id, waiter)
                 if found is not None:
                     return found
             while waiter.found is None:
-                if not shared_only:
-                    waiter.asleep = True
-                    try:
-                        await supervisor.changed(local)
-                    finally:
-                        waiter.asleep = False
-                    local = supervisor.changed_event()
-                    if waiter.found is not None:
-                        break
-                shared_only = False
-                await self._refresh()
+                if self._leader is None:
+                    self._leader = waiter
+                if self._leader is waiter:
+                    await supervisor.changed(self._local)
+                    self._local = supervisor.changed_event()
+                    await self._refresh()
+                else:
+                    await waiter.wake.wait()
+                    waiter.wake = trio.Event()
             return waiter.found
         finally:
             waiters = self._waiters[run_id]
             waiters.remove(waiter)
             if not waiters:
                 del self._waiters[run_id]
+            if self._leader is waiter:
+                self._leader = None
+            if self._leader is None:
+                self._hand_over()
+
+    def _hand_over(self) -> None:
+        """Wake a waiter still waiting to lead in place of the one that left."""
+        for waiters in self._waiters.values():
+            for other in waiters:
+                if other.found is None:
+                    other.wake.set()
+                    return
 
     async def _read_own(self, run_id: str, waiter: _Waiter) -> RunState | None:
         """Read the waiter's run from its ``since``: its first end, if it has one."""
@@ -150,7 +168,6 @@ class EndFollowers:
                 done.set()
 
     async def _read_shared(self) -> None:
-        woken = False
         while True:
             events = await read_store(self._store.events_after(self._cursor, None, PAGE), "events")
             for event in events:
@@ -160,13 +177,9 @@ class EndFollowers:
                 for waiter in self._waiters.get(event.run_id, ()):
                     if waiter.found is None and event.seq > waiter.since:
                         waiter.found = found
-                        woken = woken or waiter.asleep
+                        waiter.wake.set()
             if events:
                 self._cursor = events[-1].seq
                 self._seen = max(self._seen, self._cursor)
             if len(events) < PAGE:
                 break
-        if woken:
-            # A waiter that slept through this read (it was made on another's timeout, not
-            # on a change every waiter saw) is woken to take what it was handed.
-            self._supervisor.mailbox.publish()

@@ -329,3 +329,41 @@ async def test_a_handle_takes_the_first_end_even_when_a_shared_read_found_a_late
             release.set()
     [state] = ends
     assert isinstance(state, RunState.Awaiting)
+
+
+async def test_waiters_on_runs_that_end_one_by_one_each_get_their_end(
+    shared_store: MemoryStore, autojump_clock: trio.testing.MockClock
+) -> None:
+    """Runs end one at a time, the first waiter's first: the waiter that watched for
+    changes leaves with its end and another takes over, until the last has its own."""
+    releases = {f"r{i}": trio.Event() for i in range(5)}
+
+    async def body(ctx: RunContext) -> object:
+        await releases[ctx.run_id].wait()
+        return ctx.run_id
+
+    async with (
+        shared_runtime(shared_store) as a,
+        shared_runtime(shared_store, bodies={"job": body}) as b,
+        serving(b),
+    ):
+        handles = [await a.submit("job", run_id=f"r{i}") for i in range(5)]
+        ended: list[str] = []
+        seen = {f"r{i}": trio.Event() for i in range(5)}
+
+        async def wait_for(i: int) -> None:
+            assert await settle(handles[i], 60) == NATURAL
+            ended.append(f"r{i}")
+            seen[f"r{i}"].set()
+
+        async with trio.open_nursery() as nursery:
+            for i in range(5):
+                nursery.start_soon(wait_for, i)
+            for i in range(5):
+                await until_state(a, f"r{i}", is_running)
+                await trio.sleep(10 * POLL)
+            for i in range(5):
+                releases[f"r{i}"].set()
+                with trio.fail_after(POLL_BOUND):
+                    await seen[f"r{i}"].wait()
+    assert ended == [f"r{i}" for i in range(5)]
