@@ -340,12 +340,14 @@ class PostgresStore:
         fn: Callable[[PgTx, float], T],
         what: str,
         settle: Callable[[T, PgTx | int], T] | None = None,
+        batch: Sequence[Commit] = (),
     ) -> T:
         """Run ``fn`` (the rules) in one write transaction; retried on a fresh connection
         when the connection broke before the commit or the commit was looked up and found
         not to have landed, and at once when the server rolled it back to break a
         deadlock. ``settle`` renumbers what ``fn`` answered with the seqs its commit gave
-        (from the committed transaction, or the base a lost commit's token kept)."""
+        (from the committed transaction, or the base a lost commit's token kept); the rows
+        ``batch`` touches are read with ``BEGIN``, in its round trip."""
         offset = self._offset()
         fixed = self._lease_clock
         statements = self._statements
@@ -364,9 +366,7 @@ class PostgresStore:
             )
             committing = False
             try:
-                with conn.pipeline():
-                    conn.execute("BEGIN")
-                    now = tx.begin()
+                now = tx.begin(batch)
                 result = fn(tx, now)
                 committing = True
                 pid = conn.info.backend_pid
@@ -475,6 +475,7 @@ class PostgresStore:
             lambda tx, now: rules.apply_batch(tx, commits, now),
             f"a batch of {len(commits)} commits",
             _settle,
+            commits,
         )
 
     async def load(self, run_id: str) -> RunRecord | None:

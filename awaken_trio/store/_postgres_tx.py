@@ -307,9 +307,16 @@ class PgTx:
 
     # ------------------------------------------------------------------ lifetime
 
-    def begin(self) -> float:
-        """Read the server's clock; the lease time (seconds)."""
-        found = self.conn.execute(self.q.clock).fetchone()
+    def begin(self, batch: Sequence[Commit] = ()) -> float:
+        """``BEGIN``, read the server's clock and what ``batch`` touches (`prefetch`), in
+        one round trip; the lease time (seconds)."""
+        conn = self.conn
+        with conn.pipeline():
+            conn.execute("BEGIN")
+            clock = conn.execute(self.q.clock)
+            if batch:
+                self.prefetch(batch)
+        found = clock.fetchone()
         assert found is not None
         (now,) = found
         if self._clock is not None:
@@ -376,7 +383,14 @@ class PgTx:
             if isinstance(commit.state, Ended):
                 ending.append(commit.run_id)
         run_ids -= self._rows.keys()
-        self._read(list(run_ids), list(claim_ids), new_threads, guarded, ending)
+        claim_ids -= self._claims.keys()
+        self._read(
+            list(run_ids),
+            list(claim_ids),
+            new_threads,
+            guarded,
+            [run_id for run_id in ending if run_id not in self._commands],
+        )
 
     def _read(
         self,
@@ -391,13 +405,17 @@ class PgTx:
         as few round trips as the dependencies allow."""
         conn = self.conn
         rows = self._rows
-        if run_ids or claim_ids or ending:
+        # Threads named up front (new runs') are read in the same round trip, after the
+        # rows, as a later read of them would be (locks in one order).
+        known = [thread_id for thread_id in threads if thread_id not in self._threads]
+        if run_ids or claim_ids or ending or known:
             with conn.pipeline() as pipeline:
                 # Claims before rows, as in every transaction (the module's docstring); the
                 # commands after the rows, which a command's post locks first.
                 c_claims = conn.execute(self.q.claims, (claim_ids,)) if claim_ids else None
                 c_rows = conn.execute(self.q.rows, (run_ids,)) if run_ids else None
                 c_commands = conn.execute(self.q.commands, (list(ending),)) if ending else None
+                c_live = self._lock_threads(known) if known else None
                 pipeline.sync()
                 if c_rows is not None:
                     for run_id in run_ids:
@@ -411,7 +429,9 @@ class PgTx:
                         self._commands[run_id] = []
                     for cid, rid, kind, payload, delivered in c_commands.fetchall():
                         self._commands[rid].append(_Command(cid, kind, payload, delivered))
-        wanted = set(threads)
+            if c_live is not None:
+                self._take_live(c_live)
+        wanted: set[str] = set()
         for run_id in guarded:
             row = rows.get(run_id)
             if row is not None:
@@ -428,19 +448,27 @@ class PgTx:
             claims[run_id] = ClaimRow(owner, epoch, lease_until)
 
     def _read_threads(self, thread_ids: Collection[str]) -> None:
-        """Lock the threads (in one order, the same in every transaction) and read their
-        live attempts."""
+        """Lock the threads and read their live attempts."""
+        with self.conn.pipeline():
+            found = self._lock_threads(thread_ids)
+        self._take_live(found)
+
+    def _lock_threads(self, thread_ids: Collection[str]) -> psycopg.Cursor[tuple[Any, ...]]:
+        """Queue, in the pipeline the caller holds, the locks of the threads (in one order,
+        the same in every transaction) and the read of their live attempts (`_take_live`
+        takes it)."""
         conn = self.conn
         threads = self._threads
         for thread_id in thread_ids:
             threads[thread_id] = {}
         keys = sorted({thread_key(thread_id) for thread_id in thread_ids})
-        with conn.pipeline():
-            self._flush()  # the query reads attempt epochs this transaction may have changed
-            conn.cursor().executemany(
-                self.q.lock_thread, [(self._thread_locks, key) for key in keys]
-            )
-            found = conn.execute(self.q.live, (list(thread_ids),))
+        self._flush()  # the query reads attempt epochs this transaction may have changed
+        conn.cursor().executemany(self.q.lock_thread, [(self._thread_locks, key) for key in keys])
+        return conn.execute(self.q.live, (list(thread_ids),))
+
+    def _take_live(self, found: psycopg.Cursor[tuple[Any, ...]]) -> None:
+        """The live attempts `_lock_threads` read, and their roots' claims."""
+        threads = self._threads
         roots: set[str] = set()
         for thread_id, run_id, root, epoch in found.fetchall():
             threads[thread_id][run_id] = (root, epoch)
