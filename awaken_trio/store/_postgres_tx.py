@@ -151,7 +151,6 @@ class Statements:
     record: sql.Composed
     insert_run: sql.Composed
     update_run: sql.Composed
-    insert_event: sql.Composed
     drop_claims: sql.Composed
     put_claim: sql.Composed
     drop_tickets: sql.Composed
@@ -160,12 +159,9 @@ class Statements:
     consume: sql.Composed
     drop_commands: sql.Composed
     insert_command: sql.Composed
-    checkpoint: sql.Composed
-    counters: sql.Composed
-    written: sql.Composed
+    seal: sql.Composed
     forget_written: sql.Composed
     was_written: sql.Composed
-    notify: sql.Composed
 
     @classmethod
     def of(cls, schema: str) -> Statements:
@@ -212,13 +208,6 @@ class Statements:
                 " checkpoint = COALESCE(%s, checkpoint), steps = COALESCE(%s, steps),"
                 " result = COALESCE(%s, result) WHERE run_id = %s"
             ),
-            # A seq is the transaction's base (its commit took the counters row first) plus
-            # the event's number in the transaction.
-            insert_event=q(
-                "INSERT INTO {s}.events (seq, run_id, thread_id, generation, kind, state,"
-                " detail, at) VALUES ((SELECT last_seq FROM {s}.counters WHERE id = 1) - %s"
-                " + %s, %s, %s, %s, %s, %s, %s, %s)"
-            ),
             drop_claims=q("DELETE FROM {s}.claims WHERE run_id = ANY(%s)"),
             put_claim=q(
                 "INSERT INTO {s}.claims (run_id, owner, epoch, lease_until)"
@@ -237,22 +226,27 @@ class Statements:
                 "INSERT INTO {s}.inbox (run_id, kind, payload, reason, at)"
                 " VALUES (%s, %s, %s, %s, %s) RETURNING id"
             ),
-            checkpoint=q(
-                "INSERT INTO {s}.checkpoints (run_id, seq, checkpoint) VALUES (%s,"
-                " (SELECT last_seq FROM {s}.counters WHERE id = 1) - %s + %s, %s)"
-                " ON CONFLICT (run_id, seq) DO UPDATE SET checkpoint = EXCLUDED.checkpoint"
-            ),
-            counters=q(
-                "UPDATE {s}.counters SET last_seq = last_seq + %s, writes = writes + 1"
-                " WHERE id = 1 RETURNING last_seq - %s, writes"
-            ),
-            written=q(
-                "INSERT INTO {s}.written (token, seq_base, writes)"
-                " SELECT %s, last_seq - %s, writes FROM {s}.counters WHERE id = 1"
+            # The end of a write transaction, in one statement: take the counters row (held
+            # to the end of COMMIT), number the events and the checkpoints kept by seq from
+            # its base, keep the token, and NOTIFY (sent at COMMIT).
+            seal=q(
+                "WITH c AS (UPDATE {s}.counters SET last_seq = last_seq + %(n)s,"
+                "   writes = writes + 1 WHERE id = 1 RETURNING last_seq - %(n)s AS base, writes),"
+                " e AS (INSERT INTO {s}.events (seq, run_id, thread_id, generation, kind,"
+                "   state, detail, at) SELECT c.base + t.n, t.r, t.th, t.g, t.k, t.st, t.d, t.a"
+                "   FROM c, unnest(%(e_n)s::bigint[], %(e_run)s::text[], %(e_thread)s::text[],"
+                "   %(e_gen)s::bigint[], %(e_kind)s::text[], %(e_state)s::text[],"
+                "   %(e_detail)s::text[], %(e_at)s::float8[]) AS t(n, r, th, g, k, st, d, a)),"
+                " h AS (INSERT INTO {s}.checkpoints (run_id, seq, checkpoint)"
+                "   SELECT t.r, c.base + t.n, t.cp FROM c, unnest(%(h_run)s::text[],"
+                "   %(h_n)s::bigint[], %(h_cp)s::text[]) AS t(r, n, cp)"
+                "   ON CONFLICT (run_id, seq) DO UPDATE SET checkpoint = EXCLUDED.checkpoint),"
+                " w AS (INSERT INTO {s}.written (token, seq_base, writes)"
+                "   SELECT %(token)s, c.base, c.writes FROM c)"
+                " SELECT c.base, c.writes, pg_notify(%(channel)s, %(sender)s) FROM c"
             ),
             forget_written=q("DELETE FROM {s}.written WHERE at < now() - interval '1 day'"),
             was_written=q("SELECT seq_base, writes FROM {s}.written WHERE token = %s"),
-            notify=q("SELECT pg_notify(%s, %s)"),
         )
 
 
@@ -334,27 +328,40 @@ class PgTx:
         with conn.pipeline():
             self._flush()
             if self.wrote:
-                n = len(self._events)
-                counted = conn.cursor()
-                counted.execute(q.counters, (n, n))
-                cur = conn.cursor()
-                if self._events:
-                    cur.executemany(q.insert_event, [(n, *event) for event in self._events])
-                if self._history:
-                    cur.executemany(
-                        q.checkpoint,
-                        [(run_id, n, number, text) for run_id, number, text in self._history],
-                    )
-                cur.execute(q.written, (self.token, n))
                 if self.token.int % 64 == 0:  # now and then: forget old tokens
-                    cur.execute(q.forget_written)
-                cur.execute(q.notify, (self._channel, self._sender))
+                    conn.execute(q.forget_written)
+                counted = conn.execute(q.seal, self._sealing())
             conn.commit()
         if counted is not None:
             found = counted.fetchone()
             assert found is not None
             self.base, writes = int(found[0]), int(found[1])
             self.writes = writes - 1
+
+    def _sealing(self) -> dict[str, object]:
+        """The parameters of the ``seal`` statement: the events and kept checkpoints as
+        columns (one array each)."""
+        events = self._events
+        # A run's checkpoint kept twice at one number (two commits of a batch with no
+        # event between them): the last is the one kept.
+        history = {(run_id, number): text for run_id, number, text in self._history}
+        return {
+            "n": len(events),
+            "e_n": [e[0] for e in events],
+            "e_run": [e[1] for e in events],
+            "e_thread": [e[2] for e in events],
+            "e_gen": [e[3] for e in events],
+            "e_kind": [str(e[4]) for e in events],
+            "e_state": [e[5] for e in events],
+            "e_detail": [e[6] for e in events],
+            "e_at": [float(e[7]) for e in events],
+            "h_run": [run_id for run_id, _ in history],
+            "h_n": [number for _, number in history],
+            "h_cp": list(history.values()),
+            "token": self.token,
+            "channel": self._channel,
+            "sender": self._sender,
+        }
 
     def seq(self, number: int) -> int:
         """The store's seq of this transaction's event ``number`` (0: the seq before its

@@ -180,6 +180,7 @@ async def test_recovery_leaves_a_claim_another_transaction_holds(
             )
             with trio.fail_after(20):
                 assert await late.recover("b", {"job"}, 2.0, LIVE, 3, 10) == []
+            await trio.to_thread.run_sync(holder.rollback)  # the lock goes with it, at once
         finally:
             await trio.to_thread.run_sync(holder.close)
         with trio.fail_after(20):
