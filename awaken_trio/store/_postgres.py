@@ -611,6 +611,15 @@ class PostgresStore:
         """Return when another runtime may have committed (True), or after ``at_most``
         seconds (False); True too after the listener's connection was made again. A hint
         to look at `version`, never the truth."""
+        return await self._wait(at_most, commands=False)
+
+    async def wait_for_command(self, at_most: float) -> bool:
+        """As `wait_for_change`, for a commit that stored a command only (a cancel, pause,
+        message or wake for some run): other commits are kept for the next
+        `wait_for_change`, which returns at once."""
+        return await self._wait(at_most, commands=True)
+
+    async def _wait(self, at_most: float, *, commands: bool) -> bool:
         listener = self._listener
         if listener is None or self._closed:
             await trio.sleep(at_most)
@@ -618,7 +627,8 @@ class PostgresStore:
         abandoned = threading.Event()
         try:
             return await trio.to_thread.run_sync(
-                lambda: listener.wait(at_most, abandoned), abandon_on_cancel=True
+                lambda: listener.wait(at_most, abandoned, commands=commands),
+                abandon_on_cancel=True,
             )
         except trio.Cancelled:
             abandoned.set()

@@ -75,6 +75,7 @@ from ._codec import (
     load_ticket,
     record_of,
 )
+from ._postgres_listen import COMMAND
 from ._rules import NO_RESUME, ClaimRow, HeldResume, state_kind
 
 Conn = psycopg.Connection[tuple[Any, ...]]
@@ -279,6 +280,8 @@ class PgTx:
         self.writes = 0
         """The store's count of write transactions before this one, once it committed."""
         self.wrote = False
+        self.posted = False
+        """Whether the transaction stored a command (its NOTIFY says so: `COMMAND`)."""
         self._rows: dict[str, PgRow | None] = {}
         self._claims: dict[str, ClaimRow | None] = {}
         self._threads: dict[str, dict[str, tuple[str, int]]] = {}
@@ -360,7 +363,7 @@ class PgTx:
             "h_cp": list(history.values()),
             "token": self.token,
             "channel": self._channel,
-            "sender": self._sender,
+            "sender": f"{self._sender}{COMMAND}" if self.posted else self._sender,
         }
 
     def seq(self, number: int) -> int:
@@ -695,6 +698,7 @@ class PgTx:
         ).fetchone()
         assert found is not None
         self.wrote = True
+        self.posted = True
         return int(found[0])
 
     def event(

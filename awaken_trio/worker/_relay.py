@@ -45,6 +45,14 @@ class NoticesChanges(Protocol):
     async def wait_for_change(self, at_most: float) -> bool: ...
 
 
+@runtime_checkable
+class NoticesCommands(Protocol):
+    """A store that can tell a commit storing a command from other commits (PostgreSQL,
+    by its NOTIFY payload)."""
+
+    async def wait_for_command(self, at_most: float) -> bool: ...
+
+
 @final
 class StoreRelay:
     def __init__(self, host: ServingHost, store: DurableStore, settings: ClaimSettings) -> None:
@@ -81,12 +89,17 @@ class StoreRelay:
     async def _follow_up(self) -> None:
         """Look now and, until a look shows a change, again a few times within some
         milliseconds; then rest a poll interval (what comes meanwhile waits for the next
-        look)."""
+        look), or less, on a store that can tell, when a command is stored meanwhile: a
+        cancel does not wait for the rest to end."""
         for pause in FOLLOW_UPS:
             if await self._look():
                 break
             await trio.sleep(pause)
-        await trio.sleep(self._poll)
+        store = self._store
+        if isinstance(store, NoticesCommands):
+            await store.wait_for_command(self._poll)
+        else:
+            await trio.sleep(self._poll)
 
     async def _look(self) -> bool:
         """`poll`, with a failure logged (once per outage) instead of raised."""

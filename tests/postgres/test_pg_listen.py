@@ -118,3 +118,29 @@ async def test_a_cancelled_wait_leaves_the_listener_usable(
             await trio.sleep(0.05)
             await there.apply([_new("r1")])
     assert woke == [True]
+
+
+async def test_a_wait_for_commands_passes_over_other_commits_and_keeps_them(
+    stores: tuple[PostgresStore, PostgresStore],
+) -> None:
+    """An owner resting between looks waits for a stored command only: another store's
+    plain commit does not end that wait, but the next wait for any change answers it at
+    once; a command another store posts ends it; the store's own command does not."""
+    here, there = stores
+    await _listening(here)
+    with trio.fail_after(20):
+        await there.apply([_new("r1")])
+        assert await here.wait_for_command(0.5) is False
+        assert await here.wait_for_change(10.0) is True  # the kept commit, at once
+        await here.post_command("r1", "wake", None, None, 1.0)  # our own
+        assert await here.wait_for_command(0.3) is False
+        woke: list[bool] = []
+
+        async def wait() -> None:
+            woke.append(await here.wait_for_command(30.0))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(wait)
+            await trio.sleep(0.05)
+            await there.post_command("r1", "cancel", None, "stop", 1.0)
+    assert woke == [True]
