@@ -97,7 +97,7 @@ class PostgresStore:
     ``?pool_size=`` (or the keywords) are the store's. The password is never shown: not in
     errors, logs or `repr`.
 
-    ``apply`` is one transaction per batch (three round trips: the clock; the rows the
+    ``apply`` is one transaction per batch (two round trips: the clock and the rows the
     batch touches, ``... WHERE run_id = ANY(%s) FOR UPDATE``; every write and the commit in
     one pipeline), so the runtime's group commit costs one commit per batch. Transactions
     on different runs and threads run side by side; only their commits are serialised, to

@@ -3,13 +3,14 @@ transaction protocol (``_rules.RunTx``) over one PostgreSQL transaction.
 
 Round trips, for a batch of commits:
 
-1. ``BEGIN`` and `PgTx.begin`, which reads the server's clock (``clock_timestamp()``): the
-   lease time of the whole transaction;
-2. `PgTx.prefetch` reads, in one pipeline, the claims, every run row the batch names, the
-   live attempts on the threads it guards and the stored commands of the runs it ends
-   (``WHERE run_id = ANY(%s) FOR UPDATE``);
-3. `PgTx.commit` sends every queued write (one statement per kind of row, many rows each),
-   the events, the transaction's token and its ``NOTIFY``, and ``COMMIT``, in one pipeline.
+1. `PgTx.begin` sends ``BEGIN``, reads the server's clock (``clock_timestamp()``, the lease
+   time of the whole transaction) and, in the same pipeline (`PgTx.prefetch`), the claims,
+   every run row the batch names, the live attempts on the threads of the runs it creates
+   and the stored commands of the runs it ends (``WHERE run_id = ANY(%s) FOR UPDATE``);
+   the live attempts on the threads of existing runs it guards take one more;
+2. `PgTx.commit` sends every queued write (one statement per kind of row, many rows each),
+   then one statement that takes the counters row, writes the events, keeps the token and
+   notifies, and ``COMMIT``, in one pipeline.
 
 The isolation the rules assume (``_rules``'s docstring) comes from locks on what a
 transaction reads, so write transactions on different runs run side by side:
