@@ -286,3 +286,16 @@ def running_server() -> Iterator[PgServer]:
         yield server
     finally:
         server.stop()
+
+
+def lock_waiters(url: str) -> int:
+    """How many sessions of ``url``'s database wait for a lock now."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        found = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+            " AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()"
+        ).fetchone()
+        assert found is not None
+        return int(found[0])

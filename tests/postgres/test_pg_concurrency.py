@@ -14,6 +14,7 @@ from functools import partial
 import psycopg
 import pytest
 import trio
+from pg_server import lock_waiters
 
 from awaken_trio import RunState
 from awaken_trio.store import (
@@ -229,13 +230,7 @@ async def test_a_transaction_the_server_rolls_back_in_a_deadlock_is_run_again(
         holder.execute("SELECT 1 FROM awaken.claims WHERE run_id = %s FOR UPDATE", (run_id,))
 
     def waiting() -> int:
-        with psycopg.connect(pg_url, autocommit=True) as conn:
-            found = conn.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-                " AND wait_event_type = 'Lock'"
-            ).fetchone()
-            assert found is not None
-            return int(found[0])
+        return lock_waiters(pg_url)
 
     results: list[CommitResult] = []
 

@@ -12,7 +12,7 @@ from typing import TypeVar
 import psycopg
 import pytest
 import trio
-from pg_server import PgServer
+from pg_server import PgServer, lock_waiters
 
 from awaken_trio import (
     EndCause,
@@ -231,13 +231,7 @@ async def test_a_hanging_query_is_cancelled_on_the_server_with_its_caller(
         )
 
         def waiting() -> int:
-            with psycopg.connect(pg_url, autocommit=True) as conn:
-                found = conn.execute(
-                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-                    " AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()"
-                ).fetchone()
-                assert found is not None
-                return int(found[0])
+            return lock_waiters(pg_url)
 
         with trio.move_on_after(30) as gave_up:
             async with trio.open_nursery() as nursery:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import trio
@@ -181,6 +182,31 @@ class CountingStore:
         pass  # the shared store outlives the runtime
 
 
+class StallingStore(CountingStore):
+    """Holds an event read back until ``go_on`` is set, when ``stall`` says so of the run
+    it reads (None: every run); ``stalled`` is set when one is held."""
+
+    def __init__(
+        self,
+        inner: MemoryStore,
+        stall: Callable[[str | None], bool],
+        stalled: trio.Event,
+        go_on: trio.Event,
+    ) -> None:
+        super().__init__(inner)
+        self._stall = stall
+        self._stalled = stalled
+        self._go_on = go_on
+
+    async def events_after(
+        self, seq: int, run_id: str | None = None, limit: int = 1000
+    ) -> list[RunEvent]:
+        if self._stall(run_id):
+            self._stalled.set()
+            await self._go_on.wait()
+        return await super().events_after(seq, run_id, limit)
+
+
 RUNS = 40
 
 
@@ -237,16 +263,9 @@ async def test_a_waiter_cancelled_while_it_reads_for_the_others_leaves_them_wait
     stalled = trio.Event()
     go_on = trio.Event()
 
-    class StallingStore(CountingStore):
-        async def events_after(
-            self, seq: int, run_id: str | None = None, limit: int = 1000
-        ) -> list[RunEvent]:
-            if run_id is None and not stalled.is_set():
-                stalled.set()
-                await go_on.wait()
-            return await super().events_after(seq, run_id, limit)
-
-    stalling = StallingStore(shared_store)
+    stalling = StallingStore(
+        shared_store, lambda run_id: run_id is None and not stalled.is_set(), stalled, go_on
+    )
     async with (
         shared_runtime(stalling) as a,
         shared_runtime(shared_store, bodies={"job": body}) as b,
@@ -293,15 +312,7 @@ async def test_a_handle_takes_the_first_end_even_when_a_shared_read_found_a_late
             await release.wait()
         return "done"
 
-    class StallingStore(CountingStore):
-        async def events_after(
-            self, seq: int, run_id: str | None = None, limit: int = 1000
-        ) -> list[RunEvent]:
-            if run_id == "r":
-                await go_on.wait()
-            return await super().events_after(seq, run_id, limit)
-
-    stalling = StallingStore(shared_store)
+    stalling = StallingStore(shared_store, lambda run_id: run_id == "r", trio.Event(), go_on)
     async with (
         shared_runtime(stalling) as a,
         shared_runtime(shared_store, bodies={"job": body}) as b,
