@@ -203,6 +203,30 @@ async def _submit_and_wait(url: str, n: int, ended: list[RunState] | None = None
     return n / elapsed
 
 
+def _cpu_times() -> tuple[int, int]:
+    """The machine's busy and total CPU ticks so far, all cores (``/proc/stat``)."""
+    with open("/proc/stat") as stat:
+        fields = [int(x) for x in stat.readline().split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
+@contextlib.contextmanager
+def cpu_busy() -> Iterator[list[float]]:
+    """The share of the machine's CPU time that was busy during the block (1.0: every core
+    all the time), in the list it yields; [] where ``/proc/stat`` is not there."""
+    found: list[float] = []
+    try:
+        busy, total = _cpu_times()
+    except OSError:
+        yield found
+        return
+    yield found
+    busy_after, total_after = _cpu_times()
+    if total_after > total:
+        found.append((busy_after - busy) / (total_after - total))
+
+
 def bench_workers(stores: Stores, n: int, rounds: int, out: Figures) -> None:
     print(f"\n== submit -> claimed -> Ended, {n} runs, worker processes (runs/s) ==")
     table: Figures = out.setdefault("workers", {"runs": n, "rounds": rounds})
@@ -214,8 +238,10 @@ def bench_workers(stores: Stores, n: int, rounds: int, out: Figures) -> None:
             continue
         rates: dict[str, float] = {}
         peaks: dict[str, int] = {}
+        busy: dict[str, float] = {}
         for count in WORKER_COUNTS:
             found: list[float] = []
+            loads: list[float] = []
             for _ in range(rounds):
                 url = stores.fresh(kind)
                 trio.run(_touch, url)
@@ -224,12 +250,20 @@ def bench_workers(stores: Stores, n: int, rounds: int, out: Figures) -> None:
                     workers(url, count, "--concurrency", "64", "--lease", "30", "--poll", "0.05"),
                     connection_peak(stores.server, url) as peak,
                 ):
-                    found.append(trio.run(_submit_and_wait, url, n))
+                    with cpu_busy() as load:
+                        found.append(trio.run(_submit_and_wait, url, n))
+                    loads.extend(load)
                 peaks[str(count)] = max(peaks.get(str(count), 0), peak[0])
             rates[str(count)] = statistics.median(found)
-        table[kind] = {"runs/s": rates}
+            if loads:
+                busy[str(count)] = statistics.median(loads)
+        table[kind] = {"runs/s": rates, "machine CPU busy": busy}
         shown = "   ".join(f"{c} worker(s) {rate:7,.0f}" for c, rate in rates.items())
         print(f"  {kind:10s} {shown}")
+        if busy:
+            # All cores busy: more processes cannot add runs, whatever the store allows.
+            shown = "   ".join(f"{c} worker(s) {share:7.0%}" for c, share in busy.items())
+            print(f"  {'':10s} machine CPU busy:  {shown}")
         if kind == "postgresql":
             table[kind]["connections at most"] = peaks
             shown = "   ".join(f"{c} worker(s) {peak}" for c, peak in peaks.items())
