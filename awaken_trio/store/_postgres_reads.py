@@ -72,6 +72,8 @@ class Reads:
             ),
             # Queued named root runs nobody holds a live claim on, whose thread no other
             # run's live attempt occupies, oldest run first (the order they were created).
+            # A run another transaction has locked (most often another worker claiming it
+            # now) is skipped, so workers looking at once are handed different runs.
             queued=q(
                 f"SELECT {RECORD_COLUMNS} FROM {{s}}.runs r"
                 " WHERE r.queued_order IS NOT NULL AND r.name = ANY(%(names)s)"
@@ -82,14 +84,14 @@ class Reads:
                 "   WHERE o.thread_id = r.thread_id AND o.attempt_epoch IS NOT NULL"
                 "   AND o.run_id <> r.run_id AND c.epoch = o.attempt_epoch"
                 "   AND c.lease_until >= %(lease_now)s)"
-                " ORDER BY r.created LIMIT %(limit)s"
+                " ORDER BY r.created LIMIT %(limit)s FOR UPDATE OF r SKIP LOCKED"
             ),
             due=q(
                 f"SELECT {RECORD_COLUMNS} FROM {{s}}.tickets t JOIN {{s}}.runs r"
                 " ON r.run_id = t.run_id"
                 " WHERE t.wake_at IS NOT NULL AND t.wake_at <= %(now)s"
                 " AND r.parent_run_id IS NULL AND r.name = ANY(%(names)s)"
-                " ORDER BY t.wake_at, t.put_order LIMIT %(limit)s"
+                " ORDER BY t.wake_at, t.put_order LIMIT %(limit)s FOR UPDATE OF r SKIP LOCKED"
             ),
             states=q("SELECT run_id, state FROM {s}.runs WHERE run_id = ANY(%s)"),
             commands=q(

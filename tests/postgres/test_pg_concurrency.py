@@ -287,3 +287,27 @@ async def test_a_first_version_schema_is_brought_forward(pg_url: str) -> None:
             return tuple(found)
 
     assert await trio.to_thread.run_sync(read) == (str(LATEST), 42)
+
+
+async def test_workers_looking_at_once_are_handed_different_runs(
+    stores: list[PostgresStore], pg_url: str
+) -> None:
+    """A queued run another transaction holds (another worker claiming it) is passed over
+    by `runnable`, so a worker looking meanwhile is handed the next one instead of racing
+    for it; once the other transaction ends, the run is runnable again."""
+    store = stores[0]
+    [first, second] = await store.apply([_new("q1"), _new("q2")])
+    assert isinstance(first, Accepted)
+    assert isinstance(second, Accepted)
+    holder = await trio.to_thread.run_sync(lambda: psycopg.connect(pg_url))
+    try:
+        await trio.to_thread.run_sync(
+            lambda: holder.execute("SELECT 1 FROM awaken.runs WHERE run_id = 'q1' FOR UPDATE")
+        )
+        with trio.fail_after(20):
+            assert [r.run_id for r in await store.runnable({"job"}, 0.0, 10)] == ["q2"]
+        await trio.to_thread.run_sync(holder.rollback)
+    finally:
+        await trio.to_thread.run_sync(holder.close)
+    with trio.fail_after(20):
+        assert [r.run_id for r in await store.runnable({"job"}, 0.0, 10)] == ["q1", "q2"]
