@@ -46,6 +46,8 @@ async def run_attempt(host: AttemptHost, attempt: Attempt) -> None:
     result: outcome.Outcome[Any] | None = None
     cancel_seen = False
     escaped: BaseException | None = None
+    # The end was committed inside the attempt's nursery (it had no child to wait for).
+    concluded = False
     try:
         if (
             attempt.gate_waiter is not None or attempt.phase == "waiting_elsewhere"
@@ -80,6 +82,13 @@ async def run_attempt(host: AttemptHost, attempt: Attempt) -> None:
                     await attempt.wait_for_admissions()
                 if attempt.children:
                     _end_children(host, attempt)
+                else:
+                    # No child is left, and none can come (children are refused now):
+                    # the nursery's exit has nothing to wait for but is a schedule point
+                    # of its own, so the end is committed before it and its waiters are
+                    # answered one scheduler pass sooner.
+                    concluded = True
+                    await _conclude(host, attempt, result, cancel_seen)
         else:
             cancel_seen = True  # cancelled while queued: the body never runs
     except BaseException as exc:  # a cancel from outside the attempt, re-raised below
@@ -91,6 +100,22 @@ async def run_attempt(host: AttemptHost, attempt: Attempt) -> None:
         if escaped is not None:
             raise escaped
         return
+    if not concluded:
+        await _conclude(host, attempt, result, cancel_seen)
+    if escaped is not None and not isinstance(escaped, KeyboardInterrupt | SystemExit):
+        raise escaped
+    if escaped is not None:
+        host.interrupted(escaped)
+
+
+async def _conclude(
+    host: AttemptHost,
+    attempt: Attempt,
+    result: outcome.Outcome[Any] | None,
+    cancel_seen: bool,
+) -> None:
+    """Classify how the attempt ended and commit it at the finish boundary. Never raises
+    (so it runs once, whether inside the attempt's nursery or after it)."""
     try:
         verdict = _verdict(host, attempt, result, cancel_seen)
     except Exception as exc:
@@ -98,10 +123,6 @@ async def run_attempt(host: AttemptHost, attempt: Attempt) -> None:
     if verdict.interrupt is not None:
         host.interrupted(verdict.interrupt)
     await host.finish(attempt, verdict)  # shielded inside; never raises
-    if escaped is not None and not isinstance(escaped, KeyboardInterrupt | SystemExit):
-        raise escaped
-    if escaped is not None:
-        host.interrupted(escaped)
 
 
 def _end_children(host: AttemptHost, attempt: Attempt) -> None:
