@@ -966,11 +966,7 @@ class Supervisor:
             return
         # Messages the store holds (sent from anywhere) stay there: for the run's next
         # attempt, or for the messages_discarded event of its end.
-        messages = (
-            tuple(attempt.unread_local())
-            if attempt.inbox is not None and attempt.has_messages()
-            else ()
-        )
+        messages = tuple(attempt.unread_local()) if attempt.has_messages() else ()
         ending = isinstance(verdict.state, Ended)
         if attempt.started:
             expect = expect_running(attempt.generation)
