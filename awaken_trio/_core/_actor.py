@@ -46,6 +46,8 @@ async def run_attempt(host: AttemptHost, attempt: Attempt) -> None:
     result: outcome.Outcome[Any] | None = None
     cancel_seen = False
     escaped: BaseException | None = None
+    # The end was committed inside the attempt's nursery (it had no child to wait for).
+    concluded = False
     try:
         if (
             attempt.gate_waiter is not None or attempt.phase == "waiting_elsewhere"
@@ -63,9 +65,12 @@ async def run_attempt(host: AttemptHost, attempt: Attempt) -> None:
                 attempt.scope = nursery.cancel_scope
                 attempt.children_nursery = nursery
                 if attempt.request is not None:
+                    # A pre-start cancel: the body never runs. (The scope was entered just
+                    # now, so this request is the only way it can be cancelled yet.)
                     nursery.cancel_scope.cancel(reason=attempt.request.scope_reason())
-                if attempt.cancel_reaches(host.closing):
-                    cancel_seen = True  # a pre-start cancel: the body never runs
+                    cancel_seen = True
+                elif host.closing or attempt.ancestor_cancelled():
+                    cancel_seen = True
                 else:
                     token = current_attempt.set(attempt)
                     result = await _capture_body(attempt.body, RunContext._create(host, attempt))
@@ -80,6 +85,13 @@ async def run_attempt(host: AttemptHost, attempt: Attempt) -> None:
                     await attempt.wait_for_admissions()
                 if attempt.children:
                     _end_children(host, attempt)
+                else:
+                    # No child is left, and none can come (children are refused now):
+                    # the nursery's exit has nothing to wait for but is a schedule point
+                    # of its own, so the end is committed before it and its waiters are
+                    # answered one scheduler pass sooner.
+                    concluded = True
+                    await host.finish(attempt, _conclusion(host, attempt, result, cancel_seen))
         else:
             cancel_seen = True  # cancelled while queued: the body never runs
     except BaseException as exc:  # a cancel from outside the attempt, re-raised below
@@ -91,17 +103,30 @@ async def run_attempt(host: AttemptHost, attempt: Attempt) -> None:
         if escaped is not None:
             raise escaped
         return
+    if not concluded:
+        await host.finish(attempt, _conclusion(host, attempt, result, cancel_seen))
+    if escaped is not None and not isinstance(escaped, KeyboardInterrupt | SystemExit):
+        raise escaped
+    if escaped is not None:
+        host.interrupted(escaped)
+
+
+def _conclusion(
+    host: AttemptHost,
+    attempt: Attempt,
+    result: outcome.Outcome[Any] | None,
+    cancel_seen: bool,
+) -> Verdict:
+    """How the attempt ended, for the finish boundary to commit (`AttemptHost.finish`:
+    shielded inside, never raises, so the end is committed once, whether inside the
+    attempt's nursery or after it). Never raises either."""
     try:
         verdict = _verdict(host, attempt, result, cancel_seen)
     except Exception as exc:
         verdict = internal_failure(attempt.run_id, f"classifying its end raised {safe_repr(exc)}")
     if verdict.interrupt is not None:
         host.interrupted(verdict.interrupt)
-    await host.finish(attempt, verdict)  # shielded inside; never raises
-    if escaped is not None and not isinstance(escaped, KeyboardInterrupt | SystemExit):
-        raise escaped
-    if escaped is not None:
-        host.interrupted(escaped)
+    return verdict
 
 
 def _end_children(host: AttemptHost, attempt: Attempt) -> None:

@@ -329,10 +329,16 @@ class Control:
         """End the run as ``request`` says wherever it is: its attempt here (running or
         queued) is asked to end; a run with no attempt here is ended by one commit."""
         supervisor = self.supervisor
+        # An attempt here when the call is made answers it, even one whose end is committed
+        # during the checkpoint (it may have been asked to end just before this call).
+        live = self._registry.get(run_id) or supervisor.queued.get(run_id)
         await trio.lowlevel.checkpoint()
         wanted = Ended(request.cause)
         while True:
             attempt = self._registry.get(run_id) or supervisor.queued.get(run_id)
+            if attempt is None and live is not None and live.completion.done:
+                attempt = live
+            live = None
             if attempt is not None:
                 if thread_id is not None and attempt.thread_id != thread_id:
                     raise UnknownRun(run_id, f"run {run_id!r} is not on thread {thread_id!r}")

@@ -13,6 +13,9 @@ if TYPE_CHECKING:
     from ._attempt import Attempt, Body
 
 
+_NULL_BYTES = len("null")
+
+
 @final
 @attrs.frozen(kw_only=True)
 class RunSpec:
@@ -61,9 +64,13 @@ class RunSpec:
         if max_steps is not None:
             check_max_steps(max_steps)
         run_id = run_id or new_run_id()
+        if input is not None or max_payload_bytes < _NULL_BYTES:
+            # (The common input, None, fits any limit of at least its own 4 bytes: no
+            # description of it is made for an error that cannot happen.)
+            input = check_payload(input, f"input of run {run_id!r}", max_payload_bytes)
         return cls(
             body=body,
-            input=check_payload(input, f"input of run {run_id!r}", max_payload_bytes),
+            input=input,
             run_id=run_id,
             thread_id=thread_id or run_id,
             name=name,

@@ -597,7 +597,8 @@ class Supervisor:
             parent.child_admitted()
         else:
             self._admitting -= 1
-            self._maybe_close_admissions()
+            if self.closing:
+                self._maybe_close_admissions()
 
     async def admit(self, admission: Admission) -> CommitResult:
         """Commit ``Running`` (thread free) or ``Queued`` (thread busy) and spawn the actor.
@@ -660,7 +661,11 @@ class Supervisor:
         if claims is not None and is_running:
             self._claim_fields(commit, attempt)
         try:
-            result = await self.mailbox.commit(commit, on_commit)
+            # Applied here if the store needs no I/O (no coroutine for a call that never
+            # yields), else through the mailbox: the same commit, effects and answer.
+            result = self.mailbox.commit_now(commit, on_commit)
+            if result is None:
+                result = await self.mailbox.commit(commit, on_commit)
             if (
                 isinstance(result, Rejected)
                 and result.reason is RejectReason.THREAD_BUSY
@@ -715,13 +720,15 @@ class Supervisor:
         if attempt.queued_generation is None:  # committed Running
             attempt.started = True
             attempt.phase = "running"
-            attempt.carry(result.taken_messages)
+            if result.taken_messages:
+                attempt.carry(result.taken_messages)
             if result.taken_pause:
                 attempt.pause_requested = True
             if admission.take_handover:
                 attempt.resume_value = result.resume_value
                 attempt.ticket = result.resume_ticket
-            self._hold(attempt, result.epoch)
+            if self.claims is not None:  # (without claims there is nothing to hold)
+                self._hold(attempt, result.epoch)
             self.registry.register(attempt)
             if self.observer is not None:
                 attempt.span = self.observer.started(attempt)
@@ -1008,9 +1015,10 @@ class Supervisor:
                 "awaken.messages_discarded", {"awaken.count": len(commit.discarded_messages)}
             )
         try:
-            result = await self.mailbox.commit(
-                commit, functools.partial(self._ended_effect, attempt, verdict.state)
-            )
+            effect = functools.partial(self._ended_effect, attempt, verdict.state)
+            result = self.mailbox.commit_now(commit, effect)  # as in `admit`
+            if result is None:
+                result = await self.mailbox.commit(commit, effect)
         except (StoreError, RuntimeClosed) as exc:
             self.settle(attempt, CommitFailed.of(exc, (*stranded, *messages)))
             return
@@ -1036,7 +1044,8 @@ class Supervisor:
             # Handed back for another runtime at shutdown.
             self.settle(attempt, HANDED_BACK)
         else:
-            self.settle(attempt, _committed(result))
+            assert result.state is not None
+            self.settle(attempt, Committed(result.state))
 
     async def _drop_claim(self, attempt: Attempt) -> None:
         """A root attempt on a durable store is over: let its claim go (best effort: if the

@@ -90,7 +90,10 @@ class MemoryStore:
             now = self.lease_clock()  # one reading for the whole transaction
         else:
             now = 0.0  # (no claims: no lease is ever read)
-        results = rules.apply_batch(self._tx, batch, now)
+        if len(batch) == 1:  # the inline commit of one task: nothing to prefetch
+            results = [rules.apply_one(self._tx, batch[0], now)]
+        else:
+            results = rules.apply_batch(self._tx, batch, now)
         if len(self._tx.ended) > self.max_ended_runs:
             self._evict()
         return results
@@ -149,8 +152,9 @@ class MemoryStore:
             at = bisect.bisect_left(row.events, seq, key=_seq_of)
             if at == len(row.events) or row.events[at][0] != seq:
                 return None
-        before = bisect.bisect_right(row.history, seq, key=_history_seq)
-        return CheckpointAt(seq, row.history[before - 1][1] if before else None)
+        history = row.history or ()
+        before = bisect.bisect_right(history, seq, key=_history_seq)
+        return CheckpointAt(seq, history[before - 1][1] if before else None)
 
     async def prune(self, ended_before: float, *, dry_run: bool = False) -> int:
         """Delete the trees whose root ended before ``ended_before``; the number deleted

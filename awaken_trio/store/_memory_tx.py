@@ -80,8 +80,9 @@ class MemoryRow:
     forked_from: JsonValue = None
     # The run's checkpoints, each with the seq of the last event its commit wrote (the
     # store's last seq when it wrote none), in seq order: the checkpoint as of an event is
-    # the last one at or before it (`checkpoint_at`). Forgotten with the run.
-    history: list[tuple[int, JsonValue]] = attrs.field(factory=list)
+    # the last one at or before it (`checkpoint_at`). Forgotten with the run. Made on the
+    # first checkpoint: most runs never commit one.
+    history: list[tuple[int, JsonValue]] | None = None
 
     @property
     def named_root(self) -> bool:
@@ -271,7 +272,10 @@ class MemoryTx:
 
     def put_checkpoint(self, row: MemoryRow, checkpoint: JsonValue, seq: int) -> None:
         row.checkpoint = checkpoint
-        row.history.append((seq, checkpoint))
+        if row.history is None:
+            row.history = [(seq, checkpoint)]
+        else:
+            row.history.append((seq, checkpoint))
 
     def set_ticket(self, row: MemoryRow, ticket: ResumeTicket | None) -> None:
         # The ticket itself lives in the Awaiting state; only the due-time index is kept.
