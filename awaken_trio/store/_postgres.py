@@ -611,15 +611,15 @@ class PostgresStore:
         """Return when another runtime may have committed (True), or after ``at_most``
         seconds (False); True too after the listener's connection was made again. A hint
         to look at `version`, never the truth."""
-        return await self._wait(at_most, commands=False)
+        return await self._wait(at_most, control=False)
 
-    async def wait_for_command(self, at_most: float) -> bool:
-        """As `wait_for_change`, for a commit that stored a command only (a cancel, pause,
-        message or wake for some run): other commits are kept for the next
-        `wait_for_change`, which returns at once."""
-        return await self._wait(at_most, commands=True)
+    async def wait_for_control(self, at_most: float) -> bool:
+        """As `wait_for_change`, for a commit that controls a run only (it stored a
+        cancel, pause, message or wake, or ended a run whose attempt is live): other
+        commits are kept for the next `wait_for_change`, which returns at once."""
+        return await self._wait(at_most, control=True)
 
-    async def _wait(self, at_most: float, *, commands: bool) -> bool:
+    async def _wait(self, at_most: float, *, control: bool) -> bool:
         listener = self._listener
         if listener is None or self._closed:
             await trio.sleep(at_most)
@@ -627,7 +627,7 @@ class PostgresStore:
         abandoned = threading.Event()
         try:
             return await trio.to_thread.run_sync(
-                lambda: listener.wait(at_most, abandoned, commands=commands),
+                lambda: listener.wait(at_most, abandoned, control=control),
                 abandon_on_cancel=True,
             )
         except trio.Cancelled:

@@ -39,8 +39,9 @@ SLICE: Final = 0.25
 APPLICATION_NAME: Final = "awaken_trio listener"
 """The listener connection's ``application_name`` (``pg_stat_activity`` shows it)."""
 BACKOFF: Final = (0.05, 0.1, 0.2, 0.5, 1.0, 2.0)
-COMMAND: Final = " command"
-"""Ends the NOTIFY payload (the sender) of a transaction that stored a command, so an
+CONTROL: Final = " control"
+"""Ends the NOTIFY payload (the sender) of a transaction that controls a run another
+runtime may be running (it stored a command, or ended a run whose attempt is live), so an
 owner resting between looks at the store comes back for it at once."""
 
 
@@ -100,15 +101,15 @@ class Listener:
             self.reconnects += 1
             conn.close()
 
-    def wait(self, timeout: float, abandoned: threading.Event, *, commands: bool = False) -> bool:
+    def wait(self, timeout: float, abandoned: threading.Event, *, control: bool = False) -> bool:
         """Until another store committed (True), or ``timeout`` seconds passed (False).
         True as well after the connection was made again (anything may have been missed),
-        and as soon as ``abandoned`` is set (the caller went away). With ``commands``, only
-        a commit that stored a command ends the wait; another one is kept for the next
-        wait, which answers it at once."""
+        and as soon as ``abandoned`` is set (the caller went away). With ``control``, only
+        a commit marked `CONTROL` ends the wait; another one is kept for the next wait,
+        which answers it at once."""
         deadline = time.monotonic() + timeout
         with self._lock:
-            if self._pending and not commands:
+            if self._pending and not control:
                 self._pending = False
                 return True
             first = self._conn is None
@@ -142,7 +143,7 @@ class Listener:
                         elif notice.payload != self._sender:
                             if notice.payload.startswith(self._sender):
                                 continue  # our own (a command we stored)
-                            if commands and not notice.payload.endswith(COMMAND):
+                            if control and not notice.payload.endswith(CONTROL):
                                 self._pending = True
                                 continue
                             if abandoned.is_set():

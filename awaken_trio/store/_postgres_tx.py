@@ -76,7 +76,7 @@ from ._codec import (
     load_ticket,
     record_of,
 )
-from ._postgres_listen import COMMAND
+from ._postgres_listen import CONTROL
 from ._rules import NO_RESUME, ClaimRow, HeldResume, state_kind
 
 Conn = psycopg.Connection[tuple[Any, ...]]
@@ -281,8 +281,9 @@ class PgTx:
         self.writes = 0
         """The store's count of write transactions before this one, once it committed."""
         self.wrote = False
-        self.posted = False
-        """Whether the transaction stored a command (its NOTIFY says so: `COMMAND`)."""
+        self.controls = False
+        """Whether the transaction stored a command (its NOTIFY says so: `CONTROL`)."""
+        self._ended: list[PgRow] = []  # rows it wrote Ended
         self._rows: dict[str, PgRow | None] = {}
         self._claims: dict[str, ClaimRow | None] = {}
         self._threads: dict[str, dict[str, tuple[str, int]]] = {}
@@ -342,6 +343,12 @@ class PgTx:
             self.base, writes = int(found[0]), int(found[1])
             self.writes = writes - 1
 
+    def _controlling(self) -> bool:
+        """Whether the transaction stored a command, or ended a run whose attempt is still
+        marked live (an end committed by a runtime that is not the attempt's: the attempt
+        clears the mark when it commits its own)."""
+        return self.controls or any(row.attempt_epoch is not None for row in self._ended)
+
     def _sealing(self) -> dict[str, object]:
         """The parameters of the ``seal`` statement: the events and kept checkpoints as
         columns (one array each)."""
@@ -364,7 +371,7 @@ class PgTx:
             "h_cp": list(history.values()),
             "token": self.token,
             "channel": self._channel,
-            "sender": f"{self._sender}{COMMAND}" if self.posted else self._sender,
+            "sender": f"{self._sender}{CONTROL}" if self._controlling() else self._sender,
         }
 
     def seq(self, number: int) -> int:
@@ -620,6 +627,8 @@ class PgTx:
         result: JsonValue = UNSET,
     ) -> None:
         row.kind = state_kind(state)
+        if row.kind == "ended":
+            self._ended.append(row)
         row.state_text = dump_state(state)
         row._state = state
         row.generation = generation
@@ -699,7 +708,7 @@ class PgTx:
         ).fetchone()
         assert found is not None
         self.wrote = True
-        self.posted = True
+        self.controls = True
         return int(found[0])
 
     def event(

@@ -46,11 +46,11 @@ class NoticesChanges(Protocol):
 
 
 @runtime_checkable
-class NoticesCommands(Protocol):
-    """A store that can tell a commit storing a command from other commits (PostgreSQL,
-    by its NOTIFY payload)."""
+class NoticesControl(Protocol):
+    """A store that can tell a commit that controls a run (a command stored, a run ended
+    while its attempt runs) from other commits (PostgreSQL, by its NOTIFY payload)."""
 
-    async def wait_for_command(self, at_most: float) -> bool: ...
+    async def wait_for_control(self, at_most: float) -> bool: ...
 
 
 @final
@@ -89,17 +89,20 @@ class StoreRelay:
     async def _follow_up(self) -> None:
         """Look now and, until a look shows a change, again a few times within some
         milliseconds; then rest a poll interval (what comes meanwhile waits for the next
-        look), or less, on a store that can tell, when a command is stored meanwhile: a
-        cancel does not wait for the rest to end."""
-        for pause in FOLLOW_UPS:
-            if await self._look():
-                break
-            await trio.sleep(pause)
+        look), or less, on a store that can tell, when a run is controlled meanwhile (a
+        command stored, a run ended elsewhere): a cancel does not wait for the rest."""
         store = self._store
-        if isinstance(store, NoticesCommands):
-            await store.wait_for_command(self._poll)
-        else:
-            await trio.sleep(self._poll)
+        while True:
+            for pause in FOLLOW_UPS:
+                if await self._look():
+                    break
+                await trio.sleep(pause)
+            if not isinstance(store, NoticesControl):
+                await trio.sleep(self._poll)
+                return
+            if not await store.wait_for_control(self._poll):
+                return
+            # A run was controlled during the rest: look again at once.
 
     async def _look(self) -> bool:
         """`poll`, with a failure logged (once per outage) instead of raised."""

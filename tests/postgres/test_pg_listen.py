@@ -11,8 +11,8 @@ from collections.abc import AsyncIterator
 import pytest
 import trio
 
-from awaken_trio import RunState
-from awaken_trio.store import Commit, Expect, NewRun
+from awaken_trio import EndCause, RunState
+from awaken_trio.store import Accepted, Claim, Commit, Expect, Fence, NewRun
 from awaken_trio.store import _postgres_listen as listen_module
 from awaken_trio.store._postgres import PostgresStore
 
@@ -120,7 +120,7 @@ async def test_a_cancelled_wait_leaves_the_listener_usable(
     assert woke == [True]
 
 
-async def test_a_wait_for_commands_passes_over_other_commits_and_keeps_them(
+async def test_a_wait_for_controls_passes_over_other_commits_and_keeps_them(
     stores: tuple[PostgresStore, PostgresStore],
 ) -> None:
     """An owner resting between looks waits for a stored command only: another store's
@@ -130,17 +130,78 @@ async def test_a_wait_for_commands_passes_over_other_commits_and_keeps_them(
     await _listening(here)
     with trio.fail_after(20):
         await there.apply([_new("r1")])
-        assert await here.wait_for_command(0.5) is False
+        assert await here.wait_for_control(0.5) is False
         assert await here.wait_for_change(10.0) is True  # the kept commit, at once
         await here.post_command("r1", "wake", None, None, 1.0)  # our own
-        assert await here.wait_for_command(0.3) is False
+        assert await here.wait_for_control(0.3) is False
         woke: list[bool] = []
 
         async def wait() -> None:
-            woke.append(await here.wait_for_command(30.0))
+            woke.append(await here.wait_for_control(30.0))
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(wait)
             await trio.sleep(0.05)
             await there.post_command("r1", "cancel", None, "stop", 1.0)
     assert woke == [True]
+
+
+async def test_an_end_committed_while_the_attempt_runs_elsewhere_ends_a_wait_for_control(
+    stores: tuple[PostgresStore, PostgresStore],
+) -> None:
+    """A run's attempt is live (claimed by ``here``'s owner); another runtime commits its
+    end (a committed cancel): the owner, resting between looks, is told at once. The
+    attempt's own end, fenced, is no such news."""
+    here, there = stores
+    running = Commit(
+        run_id="r1",
+        state=RunState.Running(1),
+        generation=1,
+        expect=Expect(new=True),
+        at=1.0,
+        new_run=NewRun(thread_id="t-r1", parent_run_id=None, name="job"),
+        claim=Claim("owner", 3600.0),
+    )
+    [taken] = await there.apply([running])
+    assert isinstance(taken, Accepted)
+    await _listening(here)
+    cancelled = RunState.Ended(EndCause.Cancelled())
+    with trio.fail_after(20):
+        # The attempt's own end of another run, fenced by its claim: not a control.
+        [own] = await there.apply([_claimed("r3")])
+        assert isinstance(own, Accepted)
+        assert own.epoch is not None
+        ended = Commit(
+            run_id="r3",
+            state=cancelled,
+            generation=1,
+            expect=Expect(),
+            at=2.0,
+            fence=Fence("r3", "owner", own.epoch),
+        )
+        await there.apply([ended])
+        assert await here.wait_for_control(0.5) is False
+        woke: list[bool] = []
+
+        async def wait() -> None:
+            woke.append(await here.wait_for_control(30.0))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(wait)
+            await trio.sleep(0.05)
+            await there.apply(
+                [Commit(run_id="r1", state=cancelled, generation=1, expect=Expect(), at=2.0)]
+            )
+    assert woke == [True]
+
+
+def _claimed(run_id: str) -> Commit:
+    return Commit(
+        run_id=run_id,
+        state=RunState.Running(1),
+        generation=1,
+        expect=Expect(new=True),
+        at=1.0,
+        new_run=NewRun(thread_id=f"t-{run_id}", parent_run_id=None, name="job"),
+        claim=Claim("owner", 3600.0),
+    )
