@@ -6,7 +6,8 @@ bounded by ``trio.fail_after``."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from functools import partial
 
 import pytest
 import trio
@@ -134,16 +135,9 @@ async def test_a_wait_for_controls_passes_over_other_commits_and_keeps_them(
         assert await here.wait_for_change(10.0) is True  # the kept commit, at once
         await here.post_command("r1", "wake", None, None, 1.0)  # our own
         assert await here.wait_for_control(0.3) is False
-        woke: list[bool] = []
-
-        async def wait() -> None:
-            woke.append(await here.wait_for_control(30.0))
-
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(wait)
-            await trio.sleep(0.05)
-            await there.post_command("r1", "cancel", None, "stop", 1.0)
-    assert woke == [True]
+        assert await _control_wakes(
+            here, partial(there.post_command, "r1", "cancel", None, "stop", 1.0)
+        )
 
 
 async def test_an_end_committed_while_the_attempt_runs_elsewhere_ends_a_wait_for_control(
@@ -181,18 +175,22 @@ async def test_an_end_committed_while_the_attempt_runs_elsewhere_ends_a_wait_for
         )
         await there.apply([ended])
         assert await here.wait_for_control(0.5) is False
-        woke: list[bool] = []
+        cancel = Commit(run_id="r1", state=cancelled, generation=1, expect=Expect(), at=2.0)
+        assert await _control_wakes(here, partial(there.apply, [cancel]))
 
-        async def wait() -> None:
-            woke.append(await here.wait_for_control(30.0))
 
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(wait)
-            await trio.sleep(0.05)
-            await there.apply(
-                [Commit(run_id="r1", state=cancelled, generation=1, expect=Expect(), at=2.0)]
-            )
-    assert woke == [True]
+async def _control_wakes(store: PostgresStore, commit: Callable[[], Awaitable[object]]) -> bool:
+    """Whether a `wait_for_control` of ``store`` under way when ``commit`` lands ends."""
+    woke: list[bool] = []
+
+    async def wait() -> None:
+        woke.append(await store.wait_for_control(30.0))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(wait)
+        await trio.sleep(0.05)  # (the wait is under way; the commit may come any time)
+        await commit()
+    return woke == [True]
 
 
 def _claimed(run_id: str) -> Commit:
