@@ -9,11 +9,12 @@ the scheduler's loop, which waits for I/O once per turn (``after_io_wait``).
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Awaitable, Callable
 
 import trio
 import trio.testing
 
-from awaken_trio import EndCause, LiveCommand, RunContext, RunState, open_runtime
+from awaken_trio import EndCause, LiveCommand, RunContext, RunState, Runtime, open_runtime
 from awaken_trio.store import MemoryStore
 
 
@@ -34,6 +35,30 @@ class StepCounter(trio.abc.Instrument):
             self.passes += 1
 
 
+async def _counted(counter: StepCounter, call: Callable[[], Awaitable[RunState]]) -> RunState:
+    """``call``'s answer, with ``counter`` counting the passes and steps it takes."""
+    trio.lowlevel.add_instrument(counter)
+    try:
+        counter.counting = True
+        state = await call()
+        counter.counting = False
+    finally:
+        trio.lowlevel.remove_instrument(counter)
+    return state
+
+
+async def _cancelled(rt: Runtime, counter: StepCounter) -> RunState:
+    """A parked run's end after a cancel, counted from the cancel on."""
+    handle = await rt.start(parked)
+    await trio.testing.wait_all_tasks_blocked()
+
+    async def cancel() -> RunState:
+        rt.deliver(LiveCommand.Cancel(handle.run_id))
+        return await handle.wait()
+
+    return await _counted(counter, cancel)
+
+
 async def parked(ctx: RunContext) -> None:
     await trio.sleep_forever()
 
@@ -49,16 +74,7 @@ async def test_a_cancelled_parked_run_answers_its_waiter_in_two_passes(
     # the waiter (its wait returns): none in between for the attempt's empty nursery.
     counter = StepCounter()
     async with open_runtime() as rt:
-        handle = await rt.start(parked)
-        await trio.testing.wait_all_tasks_blocked()
-        trio.lowlevel.add_instrument(counter)
-        try:
-            counter.counting = True
-            rt.deliver(LiveCommand.Cancel(handle.run_id))
-            state = await handle.wait()
-            counter.counting = False
-        finally:
-            trio.lowlevel.remove_instrument(counter)
+        state = await _cancelled(rt, counter)
     assert state == RunState.Ended(EndCause.Cancelled())
     # As many as a bare task's scope.cancel() and an Event set back to the canceller.
     assert counter.passes == 2, (counter.passes, counter.steps)
@@ -73,13 +89,7 @@ async def test_a_trivial_run_is_answered_before_its_actor_leaves_its_nursery(
     # for it.
     counter = StepCounter()
     async with open_runtime() as rt:
-        trio.lowlevel.add_instrument(counter)
-        try:
-            counter.counting = True
-            state = await rt.execute(trivial)
-            counter.counting = False
-        finally:
-            trio.lowlevel.remove_instrument(counter)
+        state = await _counted(counter, lambda: rt.execute(trivial))
     assert state == RunState.Ended(EndCause.NaturalEnd())
     assert counter.passes == 3, (counter.passes, counter.steps)
 
@@ -92,15 +102,6 @@ async def test_through_the_mailbox_a_cancel_costs_only_the_mailbox_hop_more(
     # the commit's effects answer the waiter), one for the waiter.
     counter = StepCounter()
     async with open_runtime(MemoryStore(inline=False)) as rt:
-        handle = await rt.start(parked)
-        await trio.testing.wait_all_tasks_blocked()
-        trio.lowlevel.add_instrument(counter)
-        try:
-            counter.counting = True
-            rt.deliver(LiveCommand.Cancel(handle.run_id))
-            state = await handle.wait()
-            counter.counting = False
-        finally:
-            trio.lowlevel.remove_instrument(counter)
+        state = await _cancelled(rt, counter)
     assert state == RunState.Ended(EndCause.Cancelled())
     assert counter.passes == 4, (counter.passes, counter.steps)
