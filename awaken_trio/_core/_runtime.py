@@ -116,8 +116,25 @@ class Runtime(metaclass=NoPublicConstructor):
             RunExists: ``run_id`` is taken. InvalidArgument, InvalidBody, InvalidPayload:
             a bad argument (nothing is committed). RuntimeClosed: the runtime is closing.
         """
+        spec = self._root_spec(
+            body, input=input, run_id=run_id, thread_id=thread_id, name=name, max_steps=max_steps
+        )
+        return self._handle(await self._supervisor.begin_run(spec))
+
+    def _root_spec(
+        self,
+        body: Body,
+        *,
+        input: JsonValue,
+        run_id: str | None,
+        thread_id: str | None,
+        name: str | None,
+        max_steps: int | None,
+    ) -> RunSpec:
+        """The checked spec of a root run `start` or `execute` begins (called from this
+        runtime's own Trio run only)."""
         self._in_own_run()
-        spec = RunSpec.checked(
+        return RunSpec.checked(
             body,
             input=input,
             run_id=run_id,
@@ -127,7 +144,6 @@ class Runtime(metaclass=NoPublicConstructor):
             parent=None,
             max_payload_bytes=self._supervisor.max_payload_bytes,
         )
-        return self._handle(await self._supervisor.begin_run(spec))
 
     async def execute(
         self,
@@ -144,16 +160,8 @@ class Runtime(metaclass=NoPublicConstructor):
         The run belongs to the runtime, not to the caller: cancelling this call stops the
         waiting, not the run (use `deliver` or `cancel_run` for that).
         """
-        self._in_own_run()
-        spec = RunSpec.checked(
-            body,
-            input=input,
-            run_id=run_id,
-            thread_id=thread_id,
-            name=name,
-            max_steps=max_steps,
-            parent=None,
-            max_payload_bytes=self._supervisor.max_payload_bytes,
+        spec = self._root_spec(
+            body, input=input, run_id=run_id, thread_id=thread_id, name=name, max_steps=max_steps
         )
         return await self._control.execute(spec)
 
