@@ -44,6 +44,7 @@ from .._core import (
 from . import _postgres_reads as reads
 from . import _rules as rules
 from ._postgres_listen import Listener, scrub
+from ._postgres_reads import CLIENT_ENCODING
 from ._postgres_schema import open_schema
 from ._postgres_tx import PgTx, Statements, thread_locks, was_written
 from ._postgres_url import parse
@@ -71,9 +72,12 @@ _ROLLED_BACK: Final = (
     psycopg.errors.DeadlockDetected,
     psycopg.errors.SerializationFailure,
     psycopg.errors.TransactionRollback,
+    psycopg.errors.UniqueViolation,
 )
 """What the server raises when it rolled a transaction back to let others go on (SQLSTATE
-class 40): nothing of it was written."""
+class 40), or when another transaction inserted the same key first (a run created by two
+runtimes at once: neither could lock a row that did not exist yet). Nothing of it was
+written, and run again it reads what the other committed (the rules then refuse it)."""
 
 
 class _Unknown(Exception):
@@ -221,7 +225,11 @@ class PostgresStore:
             t.conninfo,
             min_size=1,
             max_size=t.pool_size + WRITERS,
-            kwargs={"autocommit": True, "prepare_threshold": 0},
+            kwargs={
+                "autocommit": True,
+                "prepare_threshold": 0,
+                "client_encoding": CLIENT_ENCODING,
+            },
             # No check on every checkout (a round trip each): a broken connection fails
             # its call, which is retried (writes) or answered as a store error (reads),
             # and the pool replaces it.
@@ -374,9 +382,7 @@ class PostgresStore:
             except BaseException as exc:
                 if committing and (conn.broken or conn.closed):
                     raise _Unknown(tx.token, pid, result, tx.wrote) from exc
-                if not conn.broken:
-                    with contextlib.suppress(psycopg.Error):
-                        conn.execute("ROLLBACK")
+                tx.abort()
                 raise
             outcome.append((tx.writes, tx.wrote))
             return result if settle is None else settle(result, tx)
@@ -406,8 +412,9 @@ class PostgresStore:
                     return result if settle is None else settle(result, base)
                 error: BaseException = unknown
             except _ROLLED_BACK as exc:
-                # A deadlock (or a serialisation failure): the server rolled the whole
-                # transaction back, so running it again is safe.
+                # A deadlock, a serialisation failure or a key inserted first by another
+                # transaction: the whole transaction was rolled back, so running it again
+                # is safe.
                 rolled_back += 1
                 if rolled_back > ROLLED_BACK_RETRIES:
                     logger.error("store: writing %s failed: %s", what, self._scrub(exc))

@@ -34,32 +34,38 @@ Conn = psycopg.Connection[tuple[Any, ...]]
 _EVENT_COLUMNS: Final = "seq, run_id, thread_id, generation, kind, state, detail, at"
 
 
+CLIENT_ENCODING: Final = "utf8"
+"""The pooled connections' encoding, which the statements are composed in (as bytes)."""
+
+
 @final
 @attrs.frozen
 class Reads:
     """The read statements of one store's schema, composed once."""
 
-    load: sql.Composed
-    events: sql.Composed
-    events_of_run: sql.Composed
-    queued: sql.Composed
-    due: sql.Composed
-    states: sql.Composed
-    commands: sql.Composed
-    last_event: sql.Composed
-    event_exists: sql.Composed
-    history_from: sql.Composed
-    checkpoint: sql.Composed
-    writes: sql.Composed
-    expired: sql.Composed
+    load: bytes
+    events: bytes
+    events_of_run: bytes
+    queued: bytes
+    due: bytes
+    states: bytes
+    commands: bytes
+    last_event: bytes
+    event_exists: bytes
+    history_from: bytes
+    checkpoint: bytes
+    writes: bytes
+    expired: bytes
     schema: sql.Identifier
 
     @classmethod
     def of(cls, schema: str) -> Reads:
         s = sql.Identifier(schema)
 
-        def q(text: str) -> sql.Composed:
-            return sql.SQL(text).format(s=s)
+        def q(text: str) -> bytes:
+            # Bytes once, not a `sql.Composed` turned into bytes on every execute: the
+            # pool's connections speak UTF-8 (`CLIENT_ENCODING`).
+            return sql.SQL(text).format(s=s).as_bytes(None)
 
         return cls(
             load=q(f"SELECT {RECORD_COLUMNS} FROM {{s}}.runs r WHERE r.run_id = %s"),

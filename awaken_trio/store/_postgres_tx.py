@@ -1,16 +1,18 @@
 """One write transaction on the PostgreSQL store: `PgTx` implements the store rules'
 transaction protocol (``_rules.RunTx``) over one PostgreSQL transaction.
 
-Round trips, for a batch of commits:
+Round trips, for a batch of commits. The transaction is one pipeline, from ``BEGIN`` to
+``COMMIT``: statements are queued, and a fetch sends everything queued before it and brings
+every result back (a flush, not a Sync, so nothing commits early); only the end syncs.
 
-1. `PgTx.begin` sends ``BEGIN``, reads the server's clock (``clock_timestamp()``, the lease
-   time of the whole transaction) and, in the same pipeline (`PgTx.prefetch`), the claims,
-   every run row the batch names, the live attempts on the threads of the runs it creates
-   and the stored commands of the runs it ends (``WHERE run_id = ANY(%s) FOR UPDATE``);
-   the live attempts on the threads of existing runs it guards take one more;
-2. `PgTx.commit` sends every queued write (one statement per kind of row, many rows each),
-   then one statement that takes the counters row, writes the events, keeps the token and
-   notifies, and ``COMMIT``, in one pipeline.
+1. `PgTx.begin` queues ``BEGIN``, the server's clock (``clock_timestamp()``, the lease time
+   of the whole transaction) and (`PgTx.prefetch`) the claims, every run row the batch
+   names, the live attempts on the threads of the runs it creates and the stored commands
+   of the runs it ends (``WHERE run_id = ANY(%s) FOR UPDATE``): one round trip; the live
+   attempts on the threads of existing runs it guards take one more;
+2. `PgTx.commit` queues every write (one statement per kind of row, many rows each), one
+   statement that takes the counters row, writes the events, keeps the token and notifies,
+   and ``COMMIT``, and syncs: one round trip.
 
 The isolation the rules assume (``_rules``'s docstring) comes from locks on what a
 transaction reads, so write transactions on different runs run side by side:
@@ -41,6 +43,7 @@ claims, a run's commands, a record) flushes first, so it sees this transaction's
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import uuid
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
@@ -142,39 +145,43 @@ class _Command:
 class Statements:
     """The statements of one store's schema, composed once."""
 
-    clock: sql.Composed
-    lock_thread: sql.Composed
-    rows: sql.Composed
-    claims: sql.Composed
-    live: sql.Composed
-    commands: sql.Composed
-    children: sql.Composed
-    expired: sql.Composed
-    record: sql.Composed
-    insert_run: sql.Composed
-    update_run: sql.Composed
-    drop_claims: sql.Composed
-    put_claim: sql.Composed
-    drop_tickets: sql.Composed
-    put_ticket: sql.Composed
-    deliver: sql.Composed
-    consume: sql.Composed
-    drop_commands: sql.Composed
-    insert_command: sql.Composed
-    seal: sql.Composed
-    forget_written: sql.Composed
-    was_written: sql.Composed
+    clock: bytes
+    lock_threads: bytes
+    rows: bytes
+    claims: bytes
+    live: bytes
+    commands: bytes
+    children: bytes
+    expired: bytes
+    record: bytes
+    insert_run: bytes
+    update_run: bytes
+    drop_claims: bytes
+    put_claim: bytes
+    drop_tickets: bytes
+    put_ticket: bytes
+    deliver: bytes
+    consume: bytes
+    drop_commands: bytes
+    insert_command: bytes
+    seal: bytes
+    forget_written: bytes
+    was_written: bytes
 
     @classmethod
     def of(cls, schema: str) -> Statements:
         s = sql.Identifier(schema)
 
-        def q(text: str) -> sql.Composed:
-            return sql.SQL(text).format(s=s)
+        def q(text: str) -> bytes:
+            # Bytes once, not a `sql.Composed` turned into bytes on every execute: the
+            # pool's connections speak UTF-8 (`CLIENT_ENCODING`).
+            return sql.SQL(text).format(s=s).as_bytes(None)
 
         return cls(
             clock=q("SELECT extract(epoch FROM clock_timestamp())"),
-            lock_thread=q("SELECT pg_advisory_xact_lock(%s, %s)"),
+            # One statement for every lock, taken in the keys' order (the array's: unnest
+            # yields it in order, and each row's lock is taken as the row is produced).
+            lock_threads=q("SELECT pg_advisory_xact_lock(%s, k) FROM unnest(%s::int[]) AS k"),
             rows=q(f"SELECT {_ROW_COLUMNS} FROM {{s}}.runs WHERE run_id = ANY(%s) FOR UPDATE"),
             claims=q(
                 "SELECT run_id, owner, epoch, lease_until FROM {s}.claims"
@@ -303,6 +310,10 @@ class PgTx:
         self._delivered: list[int] = []
         self._delivered_ids: set[int] = set()
         self._dropped: list[str] = []
+        # The transaction is one pipeline, from `begin` to `commit` (or `abort`): statements
+        # are queued and sent together, and a read's fetch brings back every result queued
+        # before it (a flush, one round trip); only the end sends a Sync.
+        self._pipeline = contextlib.ExitStack()
 
     # ------------------------------------------------------------------ lifetime
 
@@ -310,11 +321,11 @@ class PgTx:
         """``BEGIN``, read the server's clock and what ``batch`` touches (`prefetch`), in
         one round trip; the lease time (seconds)."""
         conn = self.conn
-        with conn.pipeline():
-            conn.execute("BEGIN")
-            clock = conn.execute(self.q.clock)
-            if batch:
-                self.prefetch(batch)
+        self._pipeline.enter_context(conn.pipeline())
+        conn.execute("BEGIN")
+        clock = conn.execute(self.q.clock)
+        if batch:
+            self.prefetch(batch)
         found = clock.fetchone()
         assert found is not None
         (now,) = found
@@ -330,18 +341,28 @@ class PgTx:
         conn = self.conn
         q = self.q
         counted = None
-        with conn.pipeline():
-            self._flush()
-            if self.wrote:
-                if self.token.int % 64 == 0:  # now and then: forget old tokens
-                    conn.execute(q.forget_written)
-                counted = conn.execute(q.seal, self._sealing())
-            conn.commit()
+        self._flush()
+        if self.wrote:
+            if self.token.int % 64 == 0:  # now and then: forget old tokens
+                conn.execute(q.forget_written)
+            counted = conn.execute(q.seal, self._sealing())
+        conn.execute("COMMIT")
+        self._pipeline.close()  # the one Sync: every result comes back, or the first error
         if counted is not None:
             found = counted.fetchone()
             assert found is not None
             self.base, writes = int(found[0]), int(found[1])
             self.writes = writes - 1
+
+    def abort(self) -> None:
+        """Leave the pipeline and roll back, after an error anywhere in the transaction
+        (what has gone wrong already is the caller's to raise; nothing here raises)."""
+        conn = self.conn
+        with contextlib.suppress(psycopg.Error):
+            self._pipeline.close()
+        if not conn.broken:
+            with contextlib.suppress(psycopg.Error):
+                conn.execute("ROLLBACK")
 
     def _controlling(self) -> bool:
         """Whether the transaction stored a command, or ended a run whose attempt is still
@@ -427,26 +448,25 @@ class PgTx:
         # rows, as a later read of them would be (locks in one order).
         known = [thread_id for thread_id in threads if thread_id not in self._threads]
         if run_ids or claim_ids or ending or known:
-            with conn.pipeline() as pipeline:
-                # Claims before rows, as in every transaction (the module's docstring); the
-                # commands after the rows, which a command's post locks first.
-                c_claims = conn.execute(self.q.claims, (claim_ids,)) if claim_ids else None
-                c_rows = conn.execute(self.q.rows, (run_ids,)) if run_ids else None
-                c_commands = conn.execute(self.q.commands, (list(ending),)) if ending else None
-                c_live = self._lock_threads(known) if known else None
-                pipeline.sync()
-                if c_rows is not None:
-                    for run_id in run_ids:
-                        rows[run_id] = None
-                    for found in c_rows.fetchall():
-                        rows[found[0]] = _row_of(found)
-                if c_claims is not None:
-                    self._take_claims(claim_ids, c_claims.fetchall())
-                if c_commands is not None:
-                    for run_id in ending:
-                        self._commands[run_id] = []
-                    for cid, rid, kind, payload, delivered in c_commands.fetchall():
-                        self._commands[rid].append(_Command(cid, kind, payload, delivered))
+            # Claims before rows, as in every transaction (the module's docstring); the
+            # commands after the rows, which a command's post locks first. All are queued
+            # before the first fetch, which brings every result back in one round trip.
+            c_claims = conn.execute(self.q.claims, (claim_ids,)) if claim_ids else None
+            c_rows = conn.execute(self.q.rows, (run_ids,)) if run_ids else None
+            c_commands = conn.execute(self.q.commands, (list(ending),)) if ending else None
+            c_live = self._lock_threads(known) if known else None
+            if c_rows is not None:
+                for run_id in run_ids:
+                    rows[run_id] = None
+                for found in c_rows.fetchall():
+                    rows[found[0]] = _row_of(found)
+            if c_claims is not None:
+                self._take_claims(claim_ids, c_claims.fetchall())
+            if c_commands is not None:
+                for run_id in ending:
+                    self._commands[run_id] = []
+                for cid, rid, kind, payload, delivered in c_commands.fetchall():
+                    self._commands[rid].append(_Command(cid, kind, payload, delivered))
             if c_live is not None:
                 self._take_live(c_live)
         wanted: set[str] = set()
@@ -467,9 +487,7 @@ class PgTx:
 
     def _read_threads(self, thread_ids: Collection[str]) -> None:
         """Lock the threads and read their live attempts."""
-        with self.conn.pipeline():
-            found = self._lock_threads(thread_ids)
-        self._take_live(found)
+        self._take_live(self._lock_threads(thread_ids))
 
     def _lock_threads(self, thread_ids: Collection[str]) -> psycopg.Cursor[tuple[Any, ...]]:
         """Queue, in the pipeline the caller holds, the locks of the threads (in one order,
@@ -481,7 +499,9 @@ class PgTx:
             threads[thread_id] = {}
         keys = sorted({thread_key(thread_id) for thread_id in thread_ids})
         self._flush()  # the query reads attempt epochs this transaction may have changed
-        conn.cursor().executemany(self.q.lock_thread, [(self._thread_locks, key) for key in keys])
+        # A statement of its own, before the read: the read's snapshot is taken when it
+        # starts, so it sees whatever the locks' last holders committed.
+        conn.execute(self.q.lock_threads, (self._thread_locks, keys))
         return conn.execute(self.q.live, (list(thread_ids),))
 
     def _take_live(self, found: psycopg.Cursor[tuple[Any, ...]]) -> None:
@@ -757,102 +777,99 @@ class PgTx:
         ):
             return
         q = self.q
-        with conn.pipeline():
-            cur = conn.cursor()
-            checkpoints, steps, results = self._checkpoints, self._steps, self._results
-            if self._inserted:
-                inserts = []
-                for run_id, (input_text, result_text, cap, forked) in self._inserted.items():
-                    row = self._rows[run_id]
-                    assert row is not None
-                    inserts.append(
-                        (
-                            run_id,
-                            row.thread_id,
-                            row.parent_run_id,
-                            row.root_run_id,
-                            row.name,
-                            input_text,
-                            row.kind,
-                            row.state_text,
-                            row.generation,
-                            results.pop(run_id, result_text),
-                            checkpoints.pop(run_id, _NULL),
-                            steps.pop(run_id, 0),
-                            cap,
-                            row.carried,
-                            row.carried_pause,
-                            row.resume_value,
-                            row.resume_ticket,
-                            row.epoch,
-                            row.attempt_epoch,
-                            row.recoveries,
-                            self._queued(row),
-                            forked,
-                        )
+        cur = conn.cursor()
+        checkpoints, steps, results = self._checkpoints, self._steps, self._results
+        if self._inserted:
+            inserts = []
+            for run_id, (input_text, result_text, cap, forked) in self._inserted.items():
+                row = self._rows[run_id]
+                assert row is not None
+                inserts.append(
+                    (
+                        run_id,
+                        row.thread_id,
+                        row.parent_run_id,
+                        row.root_run_id,
+                        row.name,
+                        input_text,
+                        row.kind,
+                        row.state_text,
+                        row.generation,
+                        results.pop(run_id, result_text),
+                        checkpoints.pop(run_id, _NULL),
+                        steps.pop(run_id, 0),
+                        cap,
+                        row.carried,
+                        row.carried_pause,
+                        row.resume_value,
+                        row.resume_ticket,
+                        row.epoch,
+                        row.attempt_epoch,
+                        row.recoveries,
+                        self._queued(row),
+                        forked,
                     )
-                cur.executemany(q.insert_run, inserts)
-                self._inserted.clear()
-            if self._changed:
-                updates = []
-                for run_id, row in self._changed.items():
-                    order = self._queued(row)
-                    updates.append(
-                        (
-                            row.kind,
-                            row.state_text,
-                            row.generation,
-                            row.carried,
-                            row.carried_pause,
-                            row.resume_value,
-                            row.resume_ticket,
-                            row.epoch,
-                            row.attempt_epoch,
-                            row.recoveries,
-                            order,
-                            checkpoints.pop(run_id, None),
-                            steps.pop(run_id, None),
-                            results.pop(run_id, None),
-                            run_id,
-                        )
+                )
+            cur.executemany(q.insert_run, inserts)
+            self._inserted.clear()
+        if self._changed:
+            updates = []
+            for run_id, row in self._changed.items():
+                order = self._queued(row)
+                updates.append(
+                    (
+                        row.kind,
+                        row.state_text,
+                        row.generation,
+                        row.carried,
+                        row.carried_pause,
+                        row.resume_value,
+                        row.resume_ticket,
+                        row.epoch,
+                        row.attempt_epoch,
+                        row.recoveries,
+                        order,
+                        checkpoints.pop(run_id, None),
+                        steps.pop(run_id, None),
+                        results.pop(run_id, None),
+                        run_id,
                     )
-                cur.executemany(q.update_run, updates)
-                self._changed.clear()
-            checkpoints.clear()
-            steps.clear()
-            results.clear()
-            # Events and the checkpoints kept by seq wait for `commit`, which numbers them.
-            if self._claims_changed:
-                dropped = []
-                put = []
-                for run_id in self._claims_changed:
-                    claim = self._claims[run_id]
-                    if claim is None:
-                        dropped.append(run_id)
-                    else:
-                        put.append((run_id, claim.owner, claim.epoch, claim.lease_until))
-                if dropped:
-                    cur.execute(q.drop_claims, (dropped,))
-                if put:
-                    cur.executemany(q.put_claim, put)
-                self._claims_changed.clear()
-            if self._tickets:
-                cur.execute(q.drop_tickets, (list(self._tickets),))
-                put_tickets = [
-                    (run_id, *ticket) for run_id, ticket in self._tickets.items() if ticket
-                ]
-                if put_tickets:
-                    cur.executemany(q.put_ticket, put_tickets)
-                self._tickets.clear()
-            if self._delivered:
-                cur.execute(q.deliver, (self._delivered,))
-                self._delivered = []
-            if self._consumed:
-                cur.execute(q.consume, (self._consumed,))
-                self._consumed = []
-            if self._dropped:
-                cur.execute(q.drop_commands, (self._dropped,))
-                self._dropped = []
+                )
+            cur.executemany(q.update_run, updates)
+            self._changed.clear()
+        checkpoints.clear()
+        steps.clear()
+        results.clear()
+        # Events and the checkpoints kept by seq wait for `commit`, which numbers them.
+        if self._claims_changed:
+            dropped = []
+            put = []
+            for run_id in self._claims_changed:
+                claim = self._claims[run_id]
+                if claim is None:
+                    dropped.append(run_id)
+                else:
+                    put.append((run_id, claim.owner, claim.epoch, claim.lease_until))
+            if dropped:
+                cur.execute(q.drop_claims, (dropped,))
+            if put:
+                cur.executemany(q.put_claim, put)
+            self._claims_changed.clear()
+        if self._tickets:
+            cur.execute(q.drop_tickets, (list(self._tickets),))
+            put_tickets = [(run_id, *ticket) for run_id, ticket in self._tickets.items() if ticket]
+            if put_tickets:
+                cur.executemany(q.put_ticket, put_tickets)
+            self._tickets.clear()
+        if self._delivered:
+            cur.execute(q.deliver, (self._delivered,))
+            self._delivered = []
+        if self._consumed:
+            cur.execute(q.consume, (self._consumed,))
+            self._consumed = []
+        if self._dropped:
+            cur.execute(q.drop_commands, (self._dropped,))
+            self._dropped = []
 
 
 def was_written(conn: Conn, statements: Statements, token: uuid.UUID) -> tuple[int, int] | None:

@@ -16,7 +16,7 @@ import pytest
 import trio
 from pg_server import lock_waiters
 
-from awaken_trio import RunState
+from awaken_trio import EndCause, RunState
 from awaken_trio.store import (
     Accepted,
     Claim,
@@ -106,6 +106,29 @@ async def test_runtimes_starting_runs_on_one_thread_at_once_start_one(
             assert all(
                 r == Rejected(RejectReason.THREAD_BUSY, None) for r in results if r not in started
             )
+
+
+async def test_runtimes_creating_one_run_at_once_create_it_once(
+    stores: list[PostgresStore],
+) -> None:
+    """Each store creates the same run id at the same moment. No row exists to lock, so the
+    inserts meet at the key: the server makes each wait for the first, then fails it; that
+    transaction is run again, finds the run, and is refused EXISTS (not a store error).
+    Every store writes on afterwards."""
+    with trio.fail_after(60):
+        for round_ in range(5):
+            results = await _all(
+                [partial(store.apply, [_new(f"same-{round_}")]) for store in stores]
+            )
+            assert sum(isinstance(r, Accepted) for r in results) == 1, results
+            assert all(
+                r == Rejected(RejectReason.EXISTS, RunState.Queued())
+                for r in results
+                if not isinstance(r, Accepted)
+            ), results
+        for i, store in enumerate(stores):
+            [after] = await store.apply([_new(f"after-{i}")])
+            assert isinstance(after, Accepted)
 
 
 async def test_a_follower_never_sees_a_seq_after_a_greater_one(
@@ -311,3 +334,53 @@ async def test_workers_looking_at_once_are_handed_different_runs(
         await trio.to_thread.run_sync(holder.close)
     with trio.fail_after(20):
         assert [r.run_id for r in await store.runnable({"job"}, 0.0, 10)] == ["q1", "q2"]
+
+
+async def test_a_write_transaction_is_one_pipeline_with_one_sync(
+    stores: list[PostgresStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A start's transaction, and an end's, is one pipeline: what it reads comes back in one
+    flush, and its writes, the sealing statement and ``COMMIT`` go with the one Sync at its
+    end (a nested pipeline, or a fetch per statement, would add round trips). Counted at
+    psycopg's pipeline: a Sync queued, and a cursor's fetch that has to go to the server."""
+    from psycopg import _pipeline_base
+
+    syncs: list[None] = []
+    flushes: list[None] = []
+    enqueue_sync = _pipeline_base.BasePipeline._enqueue_sync
+    fetch_pipeline = psycopg.Cursor._fetch_pipeline
+
+    def counting_sync(self: _pipeline_base.BasePipeline) -> None:
+        syncs.append(None)
+        enqueue_sync(self)
+
+    def counting_fetch(self: psycopg.Cursor[tuple[object, ...]]) -> None:
+        if self._conn._pipeline is not None and not self.pgresult:
+            flushes.append(None)
+        fetch_pipeline(self)
+
+    monkeypatch.setattr(_pipeline_base.BasePipeline, "_enqueue_sync", counting_sync)
+    monkeypatch.setattr(psycopg.Cursor, "_fetch_pipeline", counting_fetch)
+    store = stores[0]
+    with trio.fail_after(30):
+        [started] = await store.apply(
+            [_new("one", state=RunState.Running(1), claim=Claim("owner", LIVE), thread_guard=True)]
+        )
+        assert isinstance(started, Accepted)
+        assert (len(syncs), len(flushes)) == (1, 1)
+        syncs.clear()
+        flushes.clear()
+        [ended] = await store.apply(
+            [
+                Commit(
+                    run_id="one",
+                    state=RunState.Ended(EndCause.NaturalEnd()),
+                    generation=2,
+                    expect=Expect(generation=1),
+                    at=2.0,
+                    fence=Fence("one", "owner", 1),
+                )
+            ]
+        )
+        assert isinstance(ended, Accepted), ended
+        assert (len(syncs), len(flushes)) == (1, 1)
