@@ -101,6 +101,7 @@ from ._storage import Claim as Claim
 from ._storage import CommandKind as CommandKind
 from ._storage import Commit as Commit
 from ._storage import CommitResult as CommitResult
+from ._storage import ControlLook as ControlLook
 from ._storage import DurableStore as DurableStore
 from ._storage import EventDraft as EventDraft
 from ._storage import Expect as Expect

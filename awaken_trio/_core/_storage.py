@@ -51,7 +51,7 @@ import trio
 
 from ._errors import AwakenError, StoreError
 from ._json import EMPTY_DICT, JsonValue
-from ._state import ResumeTicket, RunEvent, RunRecord, RunState
+from ._state import Ended, ResumeTicket, RunEvent, RunRecord, RunState
 from ._util import safe_repr
 
 T = TypeVar("T")
@@ -360,6 +360,21 @@ class Recovered:
 
     record: RunRecord
     epoch: int
+
+
+@final
+@attrs.frozen(kw_only=True)
+class ControlLook:
+    """What one look at a durable store finds for the runs whose attempts one runtime runs,
+    read in one call by a store that can (``look_at_control``; the relay makes three calls
+    of a store that cannot): the store's `version`, the commands stored for the runs after
+    a command id, and which of the running ones have ended. A store may leave the last two
+    empty when its version has not moved since the last look, unless asked to read anyway.
+    """
+
+    version: int
+    commands: tuple[StoredCommand, ...] = ()
+    ended: Mapping[str, Ended] = attrs.field(factory=dict)
 
 
 @runtime_checkable

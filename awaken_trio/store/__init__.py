@@ -18,6 +18,7 @@ from .._core import Claim as Claim
 from .._core import CommandKind as CommandKind
 from .._core import Commit as Commit
 from .._core import CommitResult as CommitResult
+from .._core import ControlLook as ControlLook
 from .._core import DurableStore as DurableStore
 from .._core import EventDraft as EventDraft
 from .._core import Expect as Expect
@@ -48,6 +49,7 @@ __all__ = [
     "CommandKind",
     "Commit",
     "CommitResult",
+    "ControlLook",
     "DurableStore",
     "EventDraft",
     "Expect",

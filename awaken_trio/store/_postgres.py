@@ -31,6 +31,7 @@ from .._core import (
     CommandKind,
     Commit,
     CommitResult,
+    ControlLook,
     JsonValue,
     Recovered,
     Rejected,
@@ -591,7 +592,10 @@ class PostgresStore:
         """Moves whenever another connection (another runtime) has committed a write since
         the last call, and after the listener's connection was made again (what it missed
         is then read again)."""
-        writes = await self._read(reads.writes, "the store's version")
+        return self._versioned(await self._read(reads.writes, "the store's version"))
+
+    def _versioned(self, writes: int) -> int:
+        """The version, once the writes count read is ``writes``."""
         if writes > self._known_writes:
             if self._known_writes >= 0:
                 self._reported += 1
@@ -601,6 +605,33 @@ class PostgresStore:
             self._reconnects_seen = listener.reconnects
             self._reported += 1
         return self._reported
+
+    async def look_at_control(
+        self,
+        run_ids: Collection[str],
+        after: int,
+        running: Collection[str],
+        *,
+        anyway: bool,
+    ) -> ControlLook:
+        """The relay's look (`ControlLook`) in one round trip: the writes count, and the
+        commands and ended runs, which the server reads only if a write landed since the
+        count this store last knew (or ``anyway``, or the listener connected again, when
+        what was sent meanwhile was not heard)."""
+        listener = self._listener
+        if listener is not None and listener.reconnects != self._reconnects_seen:
+            anyway = True
+        known, ids, live = self._known_writes, list(run_ids), list(running)
+
+        def read(c: Conn, r: reads.Reads) -> reads.Look:
+            return reads.look(
+                c, r, known=known, anyway=anyway, run_ids=ids, after=after, running=live
+            )
+
+        found = await self._read(read, "the runs' control")
+        return ControlLook(
+            version=self._versioned(found.writes), commands=found.commands, ended=found.ended
+        )
 
     # ------------------------------------------------------------------ notices
 

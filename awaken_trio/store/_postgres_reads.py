@@ -4,7 +4,7 @@ connection, in a worker thread. Every payload comes back frozen."""
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Iterable, Sequence
 from typing import Any, Final, final
 
 import attrs
@@ -13,6 +13,7 @@ from psycopg import sql
 
 from .._core import (
     CheckpointAt,
+    Ended,
     InvalidArgument,
     RunEvent,
     RunRecord,
@@ -55,6 +56,8 @@ class Reads:
     history_from: bytes
     checkpoint: bytes
     writes: bytes
+    look_commands: bytes
+    look_ended: bytes
     expired: bytes
     schema: sql.Identifier
 
@@ -112,6 +115,18 @@ class Reads:
                 " ORDER BY seq DESC LIMIT 1"
             ),
             writes=q("SELECT writes FROM {s}.counters WHERE id = 1"),
+            # A look's reads, skipped by the server when no write landed since the last
+            # (the count the store last knew) unless asked to read anyway.
+            look_commands=q(
+                "SELECT id, run_id, kind, payload, reason, at FROM {s}.inbox"
+                " WHERE (%(anyway)s OR (SELECT writes FROM {s}.counters WHERE id = 1)"
+                " <> %(known)s) AND id > %(after)s AND run_id = ANY(%(ids)s) ORDER BY id"
+            ),
+            look_ended=q(
+                "SELECT run_id, state FROM {s}.runs"
+                " WHERE (%(anyway)s OR (SELECT writes FROM {s}.counters WHERE id = 1)"
+                " <> %(known)s) AND run_id = ANY(%(running)s) AND kind = 'ended'"
+            ),
             expired=q("SELECT EXISTS (SELECT 1 FROM {s}.claims WHERE lease_until < %s)"),
             schema=s,
         )
@@ -191,7 +206,10 @@ def states(conn: Conn, r: Reads, run_ids: Collection[str]) -> dict[str, RunState
 
 
 def commands(conn: Conn, r: Reads, run_ids: Collection[str], after: int) -> list[StoredCommand]:
-    found = conn.execute(r.commands, (after, list(run_ids))).fetchall()
+    return _commands_of(conn.execute(r.commands, (after, list(run_ids))).fetchall())
+
+
+def _commands_of(found: Iterable[Sequence[Any]]) -> list[StoredCommand]:
     return [
         StoredCommand(
             id=command_id,
@@ -223,6 +241,50 @@ def checkpoint_at(conn: Conn, r: Reads, run_id: str, seq: int | None) -> Checkpo
             )
         kept = conn.execute(r.checkpoint, (run_id, seq)).fetchone()
     return CheckpointAt(seq, None if kept is None else load_json(kept[0], "a checkpoint"))
+
+
+@final
+@attrs.frozen
+class Look:
+    """What `look` read: the writes count, the commands and the ended runs."""
+
+    writes: int
+    commands: tuple[StoredCommand, ...]
+    ended: dict[str, Ended]
+
+
+def look(
+    conn: Conn,
+    r: Reads,
+    *,
+    known: int,
+    anyway: bool,
+    run_ids: list[str],
+    after: int,
+    running: list[str],
+) -> Look:
+    """The writes count, and the commands stored for ``run_ids`` after ``after`` and which
+    of ``running`` have ended (read only if a write landed since ``known``, or ``anyway``),
+    in one round trip."""
+    params = {"anyway": anyway, "known": known, "after": after, "ids": run_ids}
+    with conn.pipeline():
+        c_writes = conn.execute(r.writes)
+        c_commands = conn.execute(r.look_commands, params) if run_ids else None
+        c_ended = (
+            conn.execute(r.look_ended, {"anyway": anyway, "known": known, "running": running})
+            if running
+            else None
+        )
+    found = c_writes.fetchone()
+    assert found is not None
+    commands = () if c_commands is None else tuple(_commands_of(c_commands.fetchall()))
+    ended: dict[str, Ended] = {}
+    if c_ended is not None:
+        for run_id, text in c_ended.fetchall():
+            state = load_state(text)
+            assert isinstance(state, Ended)
+            ended[run_id] = state
+    return Look(int(found[0]), commands, ended)
 
 
 def writes(conn: Conn, r: Reads) -> int:

@@ -12,12 +12,21 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+from collections.abc import Collection, Iterable
 from typing import Final, Protocol, final, runtime_checkable
 
 import trio
 from trio_util import periodic
 
-from .._core import ClaimSettings, DurableStore, Ended, ServingHost
+from .._core import (
+    ClaimSettings,
+    ControlLook,
+    DurableStore,
+    Ended,
+    ServingHost,
+    StoredCommand,
+    Watched,
+)
 
 logger = logging.getLogger("awaken_trio.worker")
 
@@ -51,6 +60,21 @@ class NoticesControl(Protocol):
     while its attempt runs) from other commits (PostgreSQL, by its NOTIFY payload)."""
 
     async def wait_for_control(self, at_most: float) -> bool: ...
+
+
+@runtime_checkable
+class LooksAtControl(Protocol):
+    """A store that reads a whole look in one call (PostgreSQL: one round trip), where a
+    store without it takes three (`DurableStore.version`, ``commands``, ``states``)."""
+
+    async def look_at_control(
+        self,
+        run_ids: Collection[str],
+        after: int,
+        running: Collection[str],
+        *,
+        anyway: bool,
+    ) -> ControlLook: ...
 
 
 @final
@@ -125,28 +149,59 @@ class StoreRelay:
         An attempt the relay has not read yet is read from its first stored command, even
         when the store's version has not moved (its command may have come before)."""
         host = self._host
-        version = await self._store.version()
+        store = self._store
+        if isinstance(store, LooksAtControl):
+            watched = host.watched()
+            fresh = watched.fresh
+            look = await store.look_at_control(
+                watched.run_ids,
+                0 if fresh else self._last_command,
+                watched.running(),
+                anyway=fresh,
+            )
+            return self._relay(look, watched)
+        version = await store.version()
         # Attempts waiting here for their thread are read too: a cancel ends them at once.
         watched = host.watched()
-        fresh = watched.fresh
-        if version == self._version and not fresh:
+        if not self._moved(version, watched):
             return False
-        if version != self._version:
-            self._version = version
-            host.store_changed_elsewhere()
         run_ids = watched.run_ids
         if not run_ids:
             return True
-        after = 0 if fresh else self._last_command
-        for command in await self._store.commands(run_ids, after):
-            self._last_command = max(self._last_command, command.id)
-            host.apply_stored(command)
-        watched.mark_relayed()
+        after = 0 if watched.fresh else self._last_command
+        self._apply(await store.commands(run_ids, after), watched)
         active = watched.running()
         if not active:
             return True
-        for run_id, state in (await self._store.states(active)).items():
+        for run_id, state in (await store.states(active)).items():
             if isinstance(state, Ended):
                 # Ended by another runtime while its attempt runs here.
                 host.ended_elsewhere(run_id, state)
         return True
+
+    def _relay(self, look: ControlLook, watched: Watched) -> bool:
+        """Relay a look read in one call (`LooksAtControl`)."""
+        # Read even with the version unmoved: a write may have landed between the reads.
+        if not self._moved(look.version, watched) and not (look.commands or look.ended):
+            return False
+        if watched.run_ids:
+            self._apply(look.commands, watched)
+        for run_id, state in look.ended.items():
+            self._host.ended_elsewhere(run_id, state)  # ended elsewhere, running here
+        return True
+
+    def _moved(self, version: int, watched: Watched) -> bool:
+        """Whether there is anything to read: the version moved (and everything that waits
+        on the store is woken), or an attempt's commands were never read."""
+        if version != self._version:
+            self._version = version
+            self._host.store_changed_elsewhere()
+            return True
+        return watched.fresh
+
+    def _apply(self, commands: Iterable[StoredCommand], watched: Watched) -> None:
+        host = self._host
+        for command in commands:
+            self._last_command = max(self._last_command, command.id)
+            host.apply_stored(command)
+        watched.mark_relayed()

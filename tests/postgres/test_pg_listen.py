@@ -203,3 +203,63 @@ def _claimed(run_id: str) -> Commit:
         new_run=NewRun(thread_id=f"t-{run_id}", parent_run_id=None, name="job"),
         claim=Claim("owner", 3600.0),
     )
+
+
+async def test_a_look_at_control_reads_commands_and_ends_in_one_call(
+    stores: tuple[PostgresStore, PostgresStore],
+) -> None:
+    """`look_at_control` answers the relay's three questions at once: the version, the
+    commands stored after a command id for the runs asked about, and which running ones
+    have ended (only those). With no write since the last look the server reads nothing
+    (unless asked to read anyway); a write by another store makes it read again."""
+    here, there = stores
+    cancelled = RunState.Ended(EndCause.Cancelled())
+    asked = ["r1", "r2", "r3"]
+    with trio.fail_after(20):
+        for run_id in (*asked, "r4"):
+            await there.apply([_claimed(run_id)])
+        first = await there.post_command("r1", "wake", None, None, 1.0)
+        second = await there.post_command("r2", "cancel", None, "stop", 1.0)
+        await there.post_command("r4", "wake", None, None, 1.0)  # not asked about
+        assert isinstance(first, int) and isinstance(second, int)
+        for run_id in ("r3", "r4"):
+            end = Commit(run_id=run_id, state=cancelled, generation=1, expect=Expect(), at=2.0)
+            await there.apply([end])
+        look = await here.look_at_control(asked, 0, asked, anyway=False)
+        assert [(c.run_id, c.kind) for c in look.commands] == [("r1", "wake"), ("r2", "cancel")]
+        assert dict(look.ended) == {"r3": cancelled}
+        assert look.version == await here.version()
+        # After the first command only; and an ended run not asked about as running is left.
+        later = await here.look_at_control(asked, first, ["r1", "r2"], anyway=True)
+        assert [c.id for c in later.commands] == [second]
+        assert dict(later.ended) == {}
+        # Nothing written since: nothing read, and the version has not moved.
+        quiet = await here.look_at_control(asked, 0, asked, anyway=False)
+        assert (quiet.version, quiet.commands, dict(quiet.ended)) == (look.version, (), {})
+        anyway = await here.look_at_control(["r1"], 0, ["r1"], anyway=True)
+        assert [c.id for c in anyway.commands] == [first]
+        third = await there.post_command("r1", "wake", None, None, 3.0)
+        moved = await here.look_at_control(["r1"], first, ["r1"], anyway=False)
+        assert moved.version != look.version
+        assert [c.id for c in moved.commands] == [third]
+
+
+async def test_a_look_after_the_listener_connected_again_reads_everything(
+    stores: tuple[PostgresStore, PostgresStore],
+) -> None:
+    """A command stored while the listener was away is read by the next look even when no
+    write landed since the last one: the version moves, and the server is asked to read."""
+    here, there = stores
+    with trio.fail_after(20):
+        await there.apply([_claimed("r1")])
+        await _listening(here)
+        posted = await there.post_command("r1", "cancel", None, "stop", 1.0)
+        before = await here.look_at_control(["r1"], 0, ["r1"], anyway=False)
+        assert [c.id for c in before.commands] == [posted]
+        assert (await here.look_at_control(["r1"], 0, ["r1"], anyway=False)).commands == ()
+        listener = here._listener
+        assert listener is not None
+        listener.reconnects += 1  # (as a reconnect counts it)
+        again = await here.look_at_control(["r1"], 0, ["r1"], anyway=False)
+        assert again.version != before.version
+        assert [c.id for c in again.commands] == [posted]
