@@ -221,7 +221,8 @@ async def test_a_look_at_control_reads_commands_and_ends_in_one_call(
         first = await there.post_command("r1", "wake", None, None, 1.0)
         second = await there.post_command("r2", "cancel", None, "stop", 1.0)
         await there.post_command("r4", "wake", None, None, 1.0)  # not asked about
-        assert isinstance(first, int) and isinstance(second, int)
+        assert isinstance(first, int)
+        assert isinstance(second, int)
         for run_id in ("r3", "r4"):
             end = Commit(run_id=run_id, state=cancelled, generation=1, expect=Expect(), at=2.0)
             await there.apply([end])
