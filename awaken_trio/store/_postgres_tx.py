@@ -7,8 +7,9 @@ every result back (a flush, not a Sync, so nothing commits early); only the end 
 
 1. `PgTx.begin` queues ``BEGIN``, the server's clock (``clock_timestamp()``, the lease time
    of the whole transaction) and (`PgTx.prefetch`) the claims, every run row the batch
-   names, the live attempts on the threads of the runs it creates and the stored commands
-   of the runs it ends (``WHERE run_id = ANY(%s) FOR UPDATE``): one round trip; the live
+   names, the live attempts on the threads of the runs it creates, the stored commands of
+   the runs it ends and the children of those it ends with their descendants (``WHERE
+   run_id = ANY(%s) FOR UPDATE``): one round trip; the live
    attempts on the threads of existing runs it guards take one more;
 2. `PgTx.commit` queues every write (one statement per kind of row, many rows each), one
    statement that takes the counters row, writes the events, keeps the token and notifies,
@@ -152,6 +153,7 @@ class Statements:
     live: bytes
     commands: bytes
     children: bytes
+    children_of: bytes
     expired: bytes
     record: bytes
     insert_run: bytes
@@ -196,6 +198,10 @@ class Statements:
                 " WHERE run_id = ANY(%s) ORDER BY id"
             ),
             children=q("SELECT run_id FROM {s}.runs WHERE parent_run_id = %s ORDER BY created"),
+            children_of=q(
+                "SELECT parent_run_id, run_id FROM {s}.runs WHERE parent_run_id = ANY(%s)"
+                " ORDER BY created"
+            ),
             expired=q(
                 "SELECT run_id, owner, epoch, lease_until FROM {s}.claims WHERE lease_until < %s"
                 " ORDER BY lease_until, run_id FOR UPDATE SKIP LOCKED"
@@ -295,6 +301,9 @@ class PgTx:
         self._claims: dict[str, ClaimRow | None] = {}
         self._threads: dict[str, dict[str, tuple[str, int]]] = {}
         self._commands: dict[str, list[_Command]] = {}
+        # The children of the runs a batch ends with their descendants, read with `begin`,
+        # and kept up to date with the children this transaction creates.
+        self._children: dict[str, list[str]] = {}
         # Queued writes.
         self._inserted: dict[str, tuple[str, str, int | None, str | None]] = {}
         self._changed: dict[str, PgRow] = {}
@@ -408,8 +417,11 @@ class PgTx:
         new_threads: set[str] = set()
         guarded: set[str] = set()
         ending: list[str] = []
+        parents: list[str] = []
         for commit in batch:
             run_ids.add(commit.run_id)
+            if commit.end_descendants and commit.run_id not in self._children:
+                parents.append(commit.run_id)
             if commit.fence is not None:
                 claim_ids.add(commit.fence.root_run_id)
             if commit.claim is not None:
@@ -429,6 +441,7 @@ class PgTx:
             new_threads,
             guarded,
             [run_id for run_id in ending if run_id not in self._commands],
+            parents,
         )
 
     def _read(
@@ -438,16 +451,17 @@ class PgTx:
         threads: Collection[str] = (),
         guarded: Collection[str] = (),
         ending: Collection[str] = (),
+        parents: Collection[str] = (),
     ) -> None:
         """Read rows, claims, the live attempts on threads (those named, and those of the
-        runs in ``guarded``) with their roots' claims, and the commands of ``ending``, in
-        as few round trips as the dependencies allow."""
+        runs in ``guarded``) with their roots' claims, the commands of ``ending`` and the
+        children of ``parents``, in as few round trips as the dependencies allow."""
         conn = self.conn
         rows = self._rows
         # Threads named up front (new runs') are read in the same round trip, after the
         # rows, as a later read of them would be (locks in one order).
         known = [thread_id for thread_id in threads if thread_id not in self._threads]
-        if run_ids or claim_ids or ending or known:
+        if run_ids or claim_ids or ending or known or parents:
             # Claims before rows, as in every transaction (the module's docstring); the
             # commands after the rows, which a command's post locks first. All are queued
             # before the first fetch, which brings every result back in one round trip.
@@ -455,6 +469,9 @@ class PgTx:
             c_rows = conn.execute(self.q.rows, (run_ids,)) if run_ids else None
             c_commands = conn.execute(self.q.commands, (list(ending),)) if ending else None
             c_live = self._lock_threads(known) if known else None
+            # After the rows, which lock the parents: a child is read as `children` would
+            # read it later in the transaction (this transaction's own are added as made).
+            c_children = conn.execute(self.q.children_of, (list(parents),)) if parents else None
             if c_rows is not None:
                 for run_id in run_ids:
                     rows[run_id] = None
@@ -467,6 +484,12 @@ class PgTx:
                     self._commands[run_id] = []
                 for cid, rid, kind, payload, delivered in c_commands.fetchall():
                     self._commands[rid].append(_Command(cid, kind, payload, delivered))
+            if c_children is not None:
+                children = self._children
+                for parent in parents:
+                    children[parent] = []
+                for parent, child in c_children.fetchall():
+                    children[parent].append(child)
             if c_live is not None:
                 self._take_live(c_live)
         wanted: set[str] = set()
@@ -545,6 +568,9 @@ class PgTx:
         return False
 
     def children(self, parent: str) -> list[str]:
+        known = self._children.get(parent)
+        if known is not None:
+            return list(known)
         self._flush()
         return [r for (r,) in self.conn.execute(self.q.children, (parent,)).fetchall()]
 
@@ -625,6 +651,9 @@ class PgTx:
             state=state,
         )
         self._rows[run_id] = row
+        siblings = None if new.parent_run_id is None else self._children.get(new.parent_run_id)
+        if siblings is not None:
+            siblings.append(run_id)
         forked_from = None if new.forked_from is None else dump_json(new.forked_from)
         self._inserted[run_id] = (
             dump_json(new.input),

@@ -384,3 +384,56 @@ async def test_a_write_transaction_is_one_pipeline_with_one_sync(
         )
         assert isinstance(ended, Accepted), ended
         assert (len(syncs), len(flushes)) == (1, 1)
+        # A committed cancel from elsewhere, which ends the run's descendants first: the
+        # children of a run that has none are read with the rest, in the one flush.
+        [two] = await store.apply([_new("two", state=RunState.Running(1))])
+        assert isinstance(two, Accepted)
+        syncs.clear()
+        flushes.clear()
+        [cancel] = await store.apply([_cancel("two")])
+        assert isinstance(cancel, Accepted), cancel
+        assert (len(syncs), len(flushes)) == (1, 1)
+
+
+def _cancel(run_id: str) -> Commit:
+    """A committed cancel of a running run from another runtime (as ``cancel_run``)."""
+    return Commit(
+        run_id=run_id,
+        state=RunState.Ended(EndCause.Cancelled()),
+        generation=1,
+        expect=Expect(generation=1, state=RunState.Running),
+        at=2.0,
+        end_descendants=True,
+    )
+
+
+def _child(run_id: str, parent: str) -> Commit:
+    return Commit(
+        run_id=run_id,
+        state=RunState.Running(1),
+        generation=1,
+        expect=Expect(new=True),
+        at=1.0,
+        new_run=NewRun(thread_id=f"t-{run_id}", parent_run_id=parent, name=None),
+    )
+
+
+async def test_ending_a_run_with_its_descendants_ends_every_one(
+    stores: list[PostgresStore],
+) -> None:
+    """The children read with the transaction's first round trip, then their own
+    descendants, are all ended; so is a child the same batch creates before it ends its
+    parent (the children read first are kept up to date with the transaction's own)."""
+    store = stores[0]
+    with trio.fail_after(30):
+        [root] = await store.apply([_new("root", state=RunState.Running(1))])
+        assert isinstance(root, Accepted)
+        for run_id, parent in (("child", "root"), ("grandchild", "child")):
+            [made] = await store.apply([_child(run_id, parent)])
+            assert isinstance(made, Accepted)
+        results = await store.apply([_child("late", "root"), _cancel("root")])
+        assert all(isinstance(result, Accepted) for result in results), results
+        tree = ["root", "child", "grandchild", "late"]
+        states = await store.states(tree)
+        assert sorted(states) == sorted(tree)
+        assert all(isinstance(state, RunState.Ended) for state in states.values()), states
