@@ -103,7 +103,7 @@ class PostgresStore:
     errors, logs or `repr`.
 
     ``apply`` is one transaction per batch (two round trips: the clock and the rows the
-    batch touches, ``... WHERE run_id = ANY(%s) FOR UPDATE``; every write and the commit in
+    batch touches, ``... WHERE run_id = ANY(%b) FOR UPDATE``; every write and the commit in
     one pipeline), so the runtime's group commit costs one commit per batch. Transactions
     on different runs and threads run side by side; only their commits are serialised, to
     keep event seqs in order (``_postgres_tx``). Lease times
@@ -723,7 +723,7 @@ def _prune(conn: Conn, schema: Any, ended_before: float, dry_run: bool) -> int:
     if ids and not dry_run:
         for table in ("events", "tickets", "inbox", "claims", "checkpoints", "runs"):
             conn.execute(
-                sql.SQL("DELETE FROM {s}.{t} WHERE run_id = ANY(%s)").format(
+                sql.SQL("DELETE FROM {s}.{t} WHERE run_id = ANY(%b)").format(
                     s=schema, t=sql.Identifier(table)
                 ),
                 (ids,),

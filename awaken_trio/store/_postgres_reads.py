@@ -85,7 +85,7 @@ class Reads:
             # now) is skipped, so workers looking at once are handed different runs.
             queued=q(
                 f"SELECT {RECORD_COLUMNS} FROM {{s}}.runs r"
-                " WHERE r.queued_order IS NOT NULL AND r.name = ANY(%(names)s)"
+                " WHERE r.queued_order IS NOT NULL AND r.name = ANY(%(names)b)"
                 " AND NOT EXISTS (SELECT 1 FROM {s}.claims c WHERE c.run_id = r.run_id"
                 "   AND c.lease_until >= %(lease_now)s)"
                 " AND NOT EXISTS (SELECT 1 FROM {s}.runs o JOIN {s}.claims c"
@@ -99,13 +99,13 @@ class Reads:
                 f"SELECT {RECORD_COLUMNS} FROM {{s}}.tickets t JOIN {{s}}.runs r"
                 " ON r.run_id = t.run_id"
                 " WHERE t.wake_at IS NOT NULL AND t.wake_at <= %(now)s"
-                " AND r.parent_run_id IS NULL AND r.name = ANY(%(names)s)"
+                " AND r.parent_run_id IS NULL AND r.name = ANY(%(names)b)"
                 " ORDER BY t.wake_at, t.put_order LIMIT %(limit)s FOR UPDATE OF r SKIP LOCKED"
             ),
-            states=q("SELECT run_id, state FROM {s}.runs WHERE run_id = ANY(%s)"),
+            states=q("SELECT run_id, state FROM {s}.runs WHERE run_id = ANY(%b)"),
             commands=q(
                 "SELECT id, run_id, kind, payload, reason, at FROM {s}.inbox"
-                " WHERE id > %s AND run_id = ANY(%s) ORDER BY id"
+                " WHERE id > %s AND run_id = ANY(%b) ORDER BY id"
             ),
             last_event=q("SELECT max(seq) FROM {s}.events WHERE run_id = %s"),
             event_exists=q("SELECT 1 FROM {s}.events WHERE run_id = %s AND seq = %s"),
@@ -120,12 +120,12 @@ class Reads:
             look_commands=q(
                 "SELECT id, run_id, kind, payload, reason, at FROM {s}.inbox"
                 " WHERE (%(anyway)s OR (SELECT writes FROM {s}.counters WHERE id = 1)"
-                " <> %(known)s) AND id > %(after)s AND run_id = ANY(%(ids)s) ORDER BY id"
+                " <> %(known)s) AND id > %(after)s AND run_id = ANY(%(ids)b) ORDER BY id"
             ),
             look_ended=q(
                 "SELECT run_id, state FROM {s}.runs"
                 " WHERE (%(anyway)s OR (SELECT writes FROM {s}.counters WHERE id = 1)"
-                " <> %(known)s) AND run_id = ANY(%(running)s) AND kind = 'ended'"
+                " <> %(known)s) AND run_id = ANY(%(running)b) AND kind = 'ended'"
             ),
             expired=q("SELECT EXISTS (SELECT 1 FROM {s}.claims WHERE lease_until < %s)"),
             schema=s,

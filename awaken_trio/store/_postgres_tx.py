@@ -9,7 +9,7 @@ every result back (a flush, not a Sync, so nothing commits early); only the end 
    of the whole transaction) and (`PgTx.prefetch`) the claims, every run row the batch
    names, the live attempts on the threads of the runs it creates, the stored commands of
    the runs it ends and the children of those it ends with their descendants (``WHERE
-   run_id = ANY(%s) FOR UPDATE``): one round trip; the live
+   run_id = ANY(%b) FOR UPDATE``): one round trip; the live
    attempts on the threads of existing runs it guards take one more;
 2. `PgTx.commit` queues every write (one statement per kind of row, many rows each), one
    statement that takes the counters row, writes the events, keeps the token and notifies,
@@ -183,23 +183,23 @@ class Statements:
             clock=q("SELECT extract(epoch FROM clock_timestamp())"),
             # One statement for every lock, taken in the keys' order (the array's: unnest
             # yields it in order, and each row's lock is taken as the row is produced).
-            lock_threads=q("SELECT pg_advisory_xact_lock(%s, k) FROM unnest(%s::int[]) AS k"),
-            rows=q(f"SELECT {_ROW_COLUMNS} FROM {{s}}.runs WHERE run_id = ANY(%s) FOR UPDATE"),
+            lock_threads=q("SELECT pg_advisory_xact_lock(%s, k) FROM unnest(%b::int[]) AS k"),
+            rows=q(f"SELECT {_ROW_COLUMNS} FROM {{s}}.runs WHERE run_id = ANY(%b) FOR UPDATE"),
             claims=q(
                 "SELECT run_id, owner, epoch, lease_until FROM {s}.claims"
-                " WHERE run_id = ANY(%s) FOR UPDATE"
+                " WHERE run_id = ANY(%b) FOR UPDATE"
             ),
             live=q(
                 "SELECT thread_id, run_id, root_run_id, attempt_epoch FROM {s}.runs"
-                " WHERE attempt_epoch IS NOT NULL AND thread_id = ANY(%s)"
+                " WHERE attempt_epoch IS NOT NULL AND thread_id = ANY(%b)"
             ),
             commands=q(
                 "SELECT id, run_id, kind, payload, delivered FROM {s}.inbox"
-                " WHERE run_id = ANY(%s) ORDER BY id"
+                " WHERE run_id = ANY(%b) ORDER BY id"
             ),
             children=q("SELECT run_id FROM {s}.runs WHERE parent_run_id = %s ORDER BY created"),
             children_of=q(
-                "SELECT parent_run_id, run_id FROM {s}.runs WHERE parent_run_id = ANY(%s)"
+                "SELECT parent_run_id, run_id FROM {s}.runs WHERE parent_run_id = ANY(%b)"
                 " ORDER BY created"
             ),
             expired=q(
@@ -223,20 +223,20 @@ class Statements:
                 " checkpoint = COALESCE(%s, checkpoint), steps = COALESCE(%s, steps),"
                 " result = COALESCE(%s, result) WHERE run_id = %s"
             ),
-            drop_claims=q("DELETE FROM {s}.claims WHERE run_id = ANY(%s)"),
+            drop_claims=q("DELETE FROM {s}.claims WHERE run_id = ANY(%b)"),
             put_claim=q(
                 "INSERT INTO {s}.claims (run_id, owner, epoch, lease_until)"
                 " VALUES (%s, %s, %s, %s) ON CONFLICT (run_id) DO UPDATE SET"
                 " owner = EXCLUDED.owner, epoch = EXCLUDED.epoch,"
                 " lease_until = EXCLUDED.lease_until"
             ),
-            drop_tickets=q("DELETE FROM {s}.tickets WHERE run_id = ANY(%s)"),
+            drop_tickets=q("DELETE FROM {s}.tickets WHERE run_id = ANY(%b)"),
             put_ticket=q(
                 "INSERT INTO {s}.tickets (run_id, correlation_id, wake_at) VALUES (%s, %s, %s)"
             ),
-            deliver=q("UPDATE {s}.inbox SET delivered = true WHERE id = ANY(%s)"),
-            consume=q("DELETE FROM {s}.inbox WHERE id = ANY(%s)"),
-            drop_commands=q("DELETE FROM {s}.inbox WHERE run_id = ANY(%s)"),
+            deliver=q("UPDATE {s}.inbox SET delivered = true WHERE id = ANY(%b)"),
+            consume=q("DELETE FROM {s}.inbox WHERE id = ANY(%b)"),
+            drop_commands=q("DELETE FROM {s}.inbox WHERE run_id = ANY(%b)"),
             insert_command=q(
                 "INSERT INTO {s}.inbox (run_id, kind, payload, reason, at)"
                 " VALUES (%s, %s, %s, %s, %s) RETURNING id"
@@ -249,12 +249,12 @@ class Statements:
                 "   writes = writes + 1 WHERE id = 1 RETURNING last_seq - %(n)s AS base, writes),"
                 " e AS (INSERT INTO {s}.events (seq, run_id, thread_id, generation, kind,"
                 "   state, detail, at) SELECT c.base + t.n, t.r, t.th, t.g, t.k, t.st, t.d, t.a"
-                "   FROM c, unnest(%(e_n)s::bigint[], %(e_run)s::text[], %(e_thread)s::text[],"
-                "   %(e_gen)s::bigint[], %(e_kind)s::text[], %(e_state)s::text[],"
-                "   %(e_detail)s::text[], %(e_at)s::float8[]) AS t(n, r, th, g, k, st, d, a)),"
+                "   FROM c, unnest(%(e_n)b::bigint[], %(e_run)b::text[], %(e_thread)b::text[],"
+                "   %(e_gen)b::bigint[], %(e_kind)b::text[], %(e_state)b::text[],"
+                "   %(e_detail)b::text[], %(e_at)b::float8[]) AS t(n, r, th, g, k, st, d, a)),"
                 " h AS (INSERT INTO {s}.checkpoints (run_id, seq, checkpoint)"
-                "   SELECT t.r, c.base + t.n, t.cp FROM c, unnest(%(h_run)s::text[],"
-                "   %(h_n)s::bigint[], %(h_cp)s::text[]) AS t(r, n, cp)"
+                "   SELECT t.r, c.base + t.n, t.cp FROM c, unnest(%(h_run)b::text[],"
+                "   %(h_n)b::bigint[], %(h_cp)b::text[]) AS t(r, n, cp)"
                 "   ON CONFLICT (run_id, seq) DO UPDATE SET checkpoint = EXCLUDED.checkpoint),"
                 " w AS (INSERT INTO {s}.written (token, seq_base, writes)"
                 "   SELECT %(token)s, c.base, c.writes FROM c)"
