@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import uuid
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any, Final, final
@@ -156,12 +157,12 @@ class Statements:
     children_of: bytes
     expired: bytes
     record: bytes
-    insert_run: bytes
-    update_run: bytes
+    insert_runs: bytes
+    update_runs: bytes
     drop_claims: bytes
-    put_claim: bytes
+    put_claims: bytes
     drop_tickets: bytes
-    put_ticket: bytes
+    put_tickets: bytes
     deliver: bytes
     consume: bytes
     drop_commands: bytes
@@ -207,32 +208,54 @@ class Statements:
                 " ORDER BY lease_until, run_id FOR UPDATE SKIP LOCKED"
             ),
             record=q(f"SELECT {RECORD_COLUMNS} FROM {{s}}.runs r WHERE r.run_id = %s"),
-            insert_run=q(
+            # Many rows in one statement: the rows are one JSON array of arrays (one
+            # parameter, as cheap to send for a hundred rows as for one), in order: queue
+            # places and creation order follow it (a SELECT's volatile expressions are
+            # evaluated after its ORDER BY).
+            insert_runs=q(
                 "INSERT INTO {s}.runs (run_id, thread_id, parent_run_id, root_run_id, name,"
                 " input, kind, state, generation, result, checkpoint, steps, max_steps, carried,"
                 " carried_pause, resume_value, resume_ticket, epoch, attempt_epoch,"
-                " recoveries, queued_order, forked_from) VALUES (%s, %s, %s, %s, %s, %s, %s,"
-                " %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s,"
-                " CASE WHEN %s THEN nextval('{s}.queue_places') END, %s)"
+                " recoveries, queued_order, forked_from)"
+                " SELECT j->>0, j->>1, j->>2, j->>3, j->>4, j->>5, j->>6, j->>7,"
+                " (j->>8)::bigint, j->>9, j->>10, (j->>11)::bigint, (j->>12)::bigint, j->>13,"
+                " (j->>14)::boolean, j->>15, j->>16, (j->>17)::bigint, (j->>18)::bigint,"
+                " (j->>19)::bigint, CASE WHEN (j->>20)::boolean"
+                " THEN nextval('{s}.queue_places') END, j->>21"
+                " FROM json_array_elements(%s::json) WITH ORDINALITY AS t(j, n) ORDER BY n"
             ),
-            update_run=q(
-                "UPDATE {s}.runs SET kind = %s, state = %s, generation = %s, carried = %s,"
-                " carried_pause = %s, resume_value = %s, resume_ticket = %s, epoch = %s,"
-                " attempt_epoch = %s, recoveries = %s,"
-                " queued_order = CASE WHEN %s THEN nextval('{s}.queue_places') END,"
-                " checkpoint = COALESCE(%s, checkpoint), steps = COALESCE(%s, steps),"
-                " result = COALESCE(%s, result) WHERE run_id = %s"
+            update_runs=q(
+                "WITH v AS (SELECT j->>14 AS run_id, j->>0 AS kind, j->>1 AS state,"
+                " (j->>2)::bigint AS generation, j->>3 AS carried,"
+                " (j->>4)::boolean AS carried_pause, j->>5 AS resume_value,"
+                " j->>6 AS resume_ticket, (j->>7)::bigint AS epoch,"
+                " (j->>8)::bigint AS attempt_epoch, (j->>9)::bigint AS recoveries,"
+                " CASE WHEN (j->>10)::boolean THEN nextval('{s}.queue_places') END AS place,"
+                " j->>11 AS checkpoint, (j->>12)::bigint AS steps, j->>13 AS result"
+                " FROM json_array_elements(%s::json) WITH ORDINALITY AS t(j, n) ORDER BY n)"
+                " UPDATE {s}.runs AS r SET kind = v.kind, state = v.state,"
+                " generation = v.generation, carried = v.carried,"
+                " carried_pause = v.carried_pause, resume_value = v.resume_value,"
+                " resume_ticket = v.resume_ticket, epoch = v.epoch,"
+                " attempt_epoch = v.attempt_epoch, recoveries = v.recoveries,"
+                " queued_order = v.place, checkpoint = COALESCE(v.checkpoint, r.checkpoint),"
+                " steps = COALESCE(v.steps, r.steps), result = COALESCE(v.result, r.result)"
+                " FROM v WHERE r.run_id = v.run_id"
             ),
             drop_claims=q("DELETE FROM {s}.claims WHERE run_id = ANY(%b)"),
-            put_claim=q(
+            # (Each run once: ON CONFLICT may not touch a row twice in one statement.)
+            put_claims=q(
                 "INSERT INTO {s}.claims (run_id, owner, epoch, lease_until)"
-                " VALUES (%s, %s, %s, %s) ON CONFLICT (run_id) DO UPDATE SET"
+                " SELECT * FROM unnest(%b::text[], %b::text[], %b::bigint[], %b::float8[])"
+                " ON CONFLICT (run_id) DO UPDATE SET"
                 " owner = EXCLUDED.owner, epoch = EXCLUDED.epoch,"
                 " lease_until = EXCLUDED.lease_until"
             ),
             drop_tickets=q("DELETE FROM {s}.tickets WHERE run_id = ANY(%b)"),
-            put_ticket=q(
-                "INSERT INTO {s}.tickets (run_id, correlation_id, wake_at) VALUES (%s, %s, %s)"
+            put_tickets=q(
+                "INSERT INTO {s}.tickets (run_id, correlation_id, wake_at)"
+                " SELECT r, c, w FROM unnest(%b::text[], %b::text[], %b::float8[])"
+                " WITH ORDINALITY AS t(r, c, w, n) ORDER BY n"
             ),
             deliver=q("UPDATE {s}.inbox SET delivered = true WHERE id = ANY(%b)"),
             consume=q("DELETE FROM {s}.inbox WHERE id = ANY(%b)"),
@@ -839,7 +862,7 @@ class PgTx:
                         forked,
                     )
                 )
-            cur.executemany(q.insert_run, inserts)
+            conn.execute(q.insert_runs, (_rows_json(inserts),))
             self._inserted.clear()
         if self._changed:
             updates = []
@@ -864,7 +887,7 @@ class PgTx:
                         run_id,
                     )
                 )
-            cur.executemany(q.update_run, updates)
+            conn.execute(q.update_runs, (_rows_json(updates),))
             self._changed.clear()
         checkpoints.clear()
         steps.clear()
@@ -878,17 +901,21 @@ class PgTx:
                 if claim is None:
                     dropped.append(run_id)
                 else:
-                    put.append((run_id, claim.owner, claim.epoch, claim.lease_until))
+                    put.append((run_id, claim.owner, claim.epoch, float(claim.lease_until)))
             if dropped:
                 cur.execute(q.drop_claims, (dropped,))
             if put:
-                cur.executemany(q.put_claim, put)
+                conn.execute(q.put_claims, _columns(put, 4))
             self._claims_changed.clear()
         if self._tickets:
             cur.execute(q.drop_tickets, (list(self._tickets),))
-            put_tickets = [(run_id, *ticket) for run_id, ticket in self._tickets.items() if ticket]
+            put_tickets = []
+            for run_id, ticket in self._tickets.items():
+                if ticket is not None:
+                    correlation_id, at = ticket
+                    put_tickets.append((run_id, correlation_id, None if at is None else float(at)))
             if put_tickets:
-                cur.executemany(q.put_ticket, put_tickets)
+                conn.execute(q.put_tickets, _columns(put_tickets, 3))
             self._tickets.clear()
         if self._delivered:
             cur.execute(q.deliver, (self._delivered,))
@@ -907,6 +934,17 @@ def was_written(conn: Conn, statements: Statements, token: uuid.UUID) -> tuple[i
     it if it did."""
     found = conn.execute(statements.was_written, (token,)).fetchone()
     return None if found is None else (int(found[0]), int(found[1]) - 1)
+
+
+def _columns(rows: list[tuple[Any, ...]], width: int) -> tuple[list[Any], ...]:
+    """Rows as one list per column, the arrays a many-row ``unnest`` statement takes."""
+    return tuple([row[i] for row in rows] for i in range(width))
+
+
+def _rows_json(rows: list[tuple[Any, ...]]) -> str:
+    """Rows as one JSON array of arrays, the parameter of a many-row statement. (Text that
+    cannot be encoded fails here as it would as a parameter of its own.)"""
+    return json.dumps(rows, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 
 
 def thread_locks(schema: str) -> int:

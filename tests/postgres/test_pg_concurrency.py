@@ -437,3 +437,17 @@ async def test_ending_a_run_with_its_descendants_ends_every_one(
         states = await store.states(tree)
         assert sorted(states) == sorted(tree)
         assert all(isinstance(state, RunState.Ended) for state in states.values()), states
+
+
+async def test_runs_queued_in_one_batch_take_their_places_in_its_order(
+    stores: list[PostgresStore],
+) -> None:
+    """A batch's new rows go to the server as one statement; the queue places they take
+    (and the order `runnable` hands them out in) are the batch's order, not the ids'."""
+    store = stores[0]
+    run_ids = [f"q{i:02d}" for i in reversed(range(30))]
+    with trio.fail_after(30):
+        results = await store.apply([_new(run_id) for run_id in run_ids])
+        assert all(isinstance(result, Accepted) for result in results), results
+        handed = await store.runnable({"job"}, 1.0, 100)
+    assert [record.run_id for record in handed] == run_ids
