@@ -271,13 +271,12 @@ class Statements:
                 "WITH c AS (UPDATE {s}.counters SET last_seq = last_seq + %(n)s,"
                 "   writes = writes + 1 WHERE id = 1 RETURNING last_seq - %(n)s AS base, writes),"
                 " e AS (INSERT INTO {s}.events (seq, run_id, thread_id, generation, kind,"
-                "   state, detail, at) SELECT c.base + t.n, t.r, t.th, t.g, t.k, t.st, t.d, t.a"
-                "   FROM c, unnest(%(e_n)b::bigint[], %(e_run)b::text[], %(e_thread)b::text[],"
-                "   %(e_gen)b::bigint[], %(e_kind)b::text[], %(e_state)b::text[],"
-                "   %(e_detail)b::text[], %(e_at)b::float8[]) AS t(n, r, th, g, k, st, d, a)),"
+                "   state, detail, at) SELECT c.base + (j->>0)::bigint, j->>1, j->>2,"
+                "   (j->>3)::bigint, j->>4, j->>5, j->>6, (j->>7)::float8"
+                "   FROM c, json_array_elements(%(events)s::json) AS t(j)),"
                 " h AS (INSERT INTO {s}.checkpoints (run_id, seq, checkpoint)"
-                "   SELECT t.r, c.base + t.n, t.cp FROM c, unnest(%(h_run)b::text[],"
-                "   %(h_n)b::bigint[], %(h_cp)b::text[]) AS t(r, n, cp)"
+                "   SELECT j->>0, c.base + (j->>1)::bigint, j->>2"
+                "   FROM c, json_array_elements(%(history)s::json) AS t(j)"
                 "   ON CONFLICT (run_id, seq) DO UPDATE SET checkpoint = EXCLUDED.checkpoint),"
                 " w AS (INSERT INTO {s}.written (token, seq_base, writes)"
                 "   SELECT %(token)s, c.base, c.writes FROM c)"
@@ -403,25 +402,20 @@ class PgTx:
         return self.controls or any(row.attempt_epoch is not None for row in self._ended)
 
     def _sealing(self) -> dict[str, object]:
-        """The parameters of the ``seal`` statement: the events and kept checkpoints as
-        columns (one array each)."""
+        """The parameters of the ``seal`` statement: the events and the kept checkpoints,
+        each as one JSON array of rows."""
         events = self._events
         # A run's checkpoint kept twice at one number (two commits of a batch with no
         # event between them): the last is the one kept.
         history = {(run_id, number): text for run_id, number, text in self._history}
         return {
             "n": len(events),
-            "e_n": [e[0] for e in events],
-            "e_run": [e[1] for e in events],
-            "e_thread": [e[2] for e in events],
-            "e_gen": [e[3] for e in events],
-            "e_kind": [str(e[4]) for e in events],
-            "e_state": [e[5] for e in events],
-            "e_detail": [e[6] for e in events],
-            "e_at": [float(e[7]) for e in events],
-            "h_run": [run_id for run_id, _ in history],
-            "h_n": [number for _, number in history],
-            "h_cp": list(history.values()),
+            "events": _rows_json(
+                [(e[0], e[1], e[2], e[3], str(e[4]), e[5], e[6], float(e[7])) for e in events]
+            ),
+            "history": _rows_json(
+                [(run_id, number, text) for (run_id, number), text in history.items()]
+            ),
             "token": self.token,
             "channel": self._channel,
             "sender": f"{self._sender}{CONTROL}" if self._controlling() else self._sender,
@@ -943,7 +937,8 @@ def _columns(rows: list[tuple[Any, ...]], width: int) -> tuple[list[Any], ...]:
 
 def _rows_json(rows: list[tuple[Any, ...]]) -> str:
     """Rows as one JSON array of arrays, the parameter of a many-row statement. (Text that
-    cannot be encoded fails here as it would as a parameter of its own.)"""
+    cannot be encoded fails here as it would as a parameter of its own; the clock's floats
+    are finite, and a float's shortest repr reads back as the same float8.)"""
     return json.dumps(rows, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 
 
