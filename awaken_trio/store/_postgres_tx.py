@@ -845,13 +845,7 @@ class PgTx:
                         checkpoints.pop(run_id, _NULL),
                         steps.pop(run_id, 0),
                         cap,
-                        row.carried,
-                        row.carried_pause,
-                        row.resume_value,
-                        row.resume_ticket,
-                        row.epoch,
-                        row.attempt_epoch,
-                        row.recoveries,
+                        *_kept(row),
                         self._queued(row),
                         forked,
                     )
@@ -867,13 +861,7 @@ class PgTx:
                         row.kind,
                         row.state_text,
                         row.generation,
-                        row.carried,
-                        row.carried_pause,
-                        row.resume_value,
-                        row.resume_ticket,
-                        row.epoch,
-                        row.attempt_epoch,
-                        row.recoveries,
+                        *_kept(row),
                         order,
                         checkpoints.pop(run_id, None),
                         steps.pop(run_id, None),
@@ -928,6 +916,20 @@ def was_written(conn: Conn, statements: Statements, token: uuid.UUID) -> tuple[i
     it if it did."""
     found = conn.execute(statements.was_written, (token,)).fetchone()
     return None if found is None else (int(found[0]), int(found[1]) - 1)
+
+
+def _kept(row: PgRow) -> tuple[Any, ...]:
+    """The columns a row's insert and its update both write, in the statements' order (the
+    positions ``insert_runs`` and ``update_runs`` read)."""
+    return (
+        row.carried,
+        row.carried_pause,
+        row.resume_value,
+        row.resume_ticket,
+        row.epoch,
+        row.attempt_epoch,
+        row.recoveries,
+    )
 
 
 def _columns(rows: list[tuple[Any, ...]], width: int) -> tuple[list[Any], ...]:
