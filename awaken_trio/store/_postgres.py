@@ -146,6 +146,10 @@ class PostgresStore:
         self._closed = False
         self._listener: Listener | None = None
         self._known_writes = -1
+        # The writes count the last look at control read (`look_at_control`): a look may
+        # skip its reads only if no write at all landed since, this store's own included
+        # (an own commit moves `_known_writes` past other stores' writes it never read).
+        self._looked_writes = -1
         self._reported = 0
         self._reconnects_seen = 0
 
@@ -616,12 +620,12 @@ class PostgresStore:
     ) -> ControlLook:
         """The relay's look (`ControlLook`) in one round trip: the writes count, and the
         commands and ended runs, which the server reads only if a write landed since the
-        count this store last knew (or ``anyway``, or the listener connected again, when
+        last look read the count (or ``anyway``, or the listener connected again, when
         what was sent meanwhile was not heard)."""
         listener = self._listener
         if listener is not None and listener.reconnects != self._reconnects_seen:
             anyway = True
-        known, ids, live = self._known_writes, list(run_ids), list(running)
+        known, ids, live = self._looked_writes, list(run_ids), list(running)
 
         def read(c: Conn, r: reads.Reads) -> reads.Look:
             return reads.look(
@@ -629,6 +633,10 @@ class PostgresStore:
             )
 
         found = await self._read(read, "the runs' control")
+        # The count read first, before the reads it guards: a write landing between them
+        # is read now or, at the latest, by the next look (the count it reads differs).
+        # Runs not asked about this time are asked about ``anyway`` (a fresh attempt).
+        self._looked_writes = found.writes
         return ControlLook(
             version=self._versioned(found.writes), commands=found.commands, ended=found.ended
         )

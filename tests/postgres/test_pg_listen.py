@@ -264,3 +264,21 @@ async def test_a_look_after_the_listener_connected_again_reads_everything(
         again = await here.look_at_control(["r1"], 0, ["r1"], anyway=False)
         assert again.version != before.version
         assert [c.id for c in again.commands] == [posted]
+
+
+async def test_a_command_stored_just_before_an_own_commit_is_read_by_the_next_look(
+    stores: tuple[PostgresStore, PostgresStore],
+) -> None:
+    """Another store posts a command; then this store commits a write of its own, which
+    tells it the writes count moved past the command. The next look must still read the
+    command: whether a look may skip is decided by what the last look saw, not by the
+    count this store's own commits bring it up to."""
+    here, there = stores
+    with trio.fail_after(20):
+        await there.apply([_claimed("r1")])
+        first = await here.look_at_control(["r1"], 0, ["r1"], anyway=True)
+        assert first.commands == ()
+        posted = await there.post_command("r1", "wake", None, None, 1.0)
+        await here.apply([_new("own")])  # a write of this store, after the command
+        look = await here.look_at_control(["r1"], 0, ["r1"], anyway=False)
+        assert [c.id for c in look.commands] == [posted]
