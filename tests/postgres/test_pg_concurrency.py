@@ -42,6 +42,7 @@ def _new(
     state: RunState | None = None,
     claim: Claim | None = None,
     thread_guard: bool = False,
+    parent: str | None = None,
 ) -> Commit:
     return Commit(
         run_id=run_id,
@@ -49,7 +50,7 @@ def _new(
         generation=0 if state is None else 1,
         expect=Expect(new=True),
         at=1.0,
-        new_run=NewRun(thread_id=thread or f"t-{run_id}", parent_run_id=None, name="job"),
+        new_run=NewRun(thread_id=thread or f"t-{run_id}", parent_run_id=parent, name="job"),
         claim=claim,
         thread_guard=thread_guard,
     )
@@ -407,17 +408,6 @@ def _cancel(run_id: str) -> Commit:
     )
 
 
-def _child(run_id: str, parent: str) -> Commit:
-    return Commit(
-        run_id=run_id,
-        state=RunState.Running(1),
-        generation=1,
-        expect=Expect(new=True),
-        at=1.0,
-        new_run=NewRun(thread_id=f"t-{run_id}", parent_run_id=parent, name=None),
-    )
-
-
 async def test_ending_a_run_with_its_descendants_ends_every_one(
     stores: list[PostgresStore],
 ) -> None:
@@ -429,9 +419,11 @@ async def test_ending_a_run_with_its_descendants_ends_every_one(
         [root] = await store.apply([_new("root", state=RunState.Running(1))])
         assert isinstance(root, Accepted)
         for run_id, parent in (("child", "root"), ("grandchild", "child")):
-            [made] = await store.apply([_child(run_id, parent)])
+            [made] = await store.apply([_new(run_id, state=RunState.Running(1), parent=parent)])
             assert isinstance(made, Accepted)
-        results = await store.apply([_child("late", "root"), _cancel("root")])
+        results = await store.apply(
+            [_new("late", state=RunState.Running(1), parent="root"), _cancel("root")]
+        )
         assert all(isinstance(result, Accepted) for result in results), results
         tree = ["root", "child", "grandchild", "late"]
         states = await store.states(tree)
