@@ -45,13 +45,13 @@ from .._core import (
 from . import _postgres_reads as reads
 from . import _rules as rules
 from ._postgres_listen import Listener, scrub
-from ._postgres_reads import CLIENT_ENCODING
+from ._postgres_reads import CLIENT_ENCODING, StoreConnection
 from ._postgres_schema import open_schema
 from ._postgres_tx import PgTx, Statements, thread_locks, was_written
 from ._postgres_url import parse
 
 T = TypeVar("T")
-Conn = psycopg.Connection[tuple[Any, ...]]
+Conn = StoreConnection
 
 logger = logging.getLogger("awaken_trio.store")
 
@@ -228,6 +228,7 @@ class PostgresStore:
             first.close()
         pool: psycopg_pool.ConnectionPool[Conn] = psycopg_pool.ConnectionPool(
             t.conninfo,
+            connection_class=StoreConnection,
             min_size=1,
             max_size=t.pool_size + WRITERS,
             kwargs={
@@ -299,6 +300,7 @@ class PostgresStore:
                 try:
                     return fn(conn)
                 finally:
+                    conn.reclaim()
                     with lock:
                         holder.clear()
 

@@ -29,7 +29,55 @@ from ._codec import (
     record_of,
 )
 
-Conn = psycopg.Connection[tuple[Any, ...]]
+Cursor = psycopg.Cursor[tuple[Any, ...]]
+
+# More than the statements of the largest transaction; a call that polls (waiting out a
+# server process) lends one a poll, and those are let go.
+_SPARE_CURSORS: Final = 32
+
+
+class StoreConnection(psycopg.Connection[tuple[Any, ...]]):
+    """A pooled connection that keeps the cursors it made, for its next calls.
+
+    A new cursor costs about as much CPU as the statement it runs (its transformer, and
+    the dumper and loader lookups it caches, start empty each time), and a transaction
+    runs a dozen statements. So `execute` lends a cursor the connection made before.
+
+    Invariant: a cursor `execute` returned is its caller's until `reclaim`, which the
+    store calls once the call that checked the connection out of the pool is over; every
+    `execute` of one call gets a cursor of its own, so results queued in a pipeline are
+    never overwritten by a later statement's.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._spare: list[Cursor] = []
+        self._lent: list[Cursor] = []
+
+    def execute(  # type: ignore[override]  # (psycopg's overloads add template strings)
+        self,
+        query: psycopg.abc.QueryNoTemplate,
+        params: psycopg.abc.Params | None = None,
+        *,
+        prepare: bool | None = None,
+        binary: bool = False,
+    ) -> Cursor:
+        """`psycopg.Connection.execute` on a cursor lent until `reclaim`."""
+        spare = self._spare
+        cur = spare.pop() if spare else self.cursor()
+        self._lent.append(cur)
+        cur.format = psycopg.pq.Format.BINARY if binary else psycopg.pq.Format.TEXT
+        return cur.execute(query, params, prepare=prepare)
+
+    def reclaim(self) -> None:
+        """Take back every cursor lent since the last call (their results are no longer
+        anyone's), keeping at most as many as a transaction uses."""
+        spare = self._spare
+        spare.extend(self._lent[: _SPARE_CURSORS - len(spare)])
+        self._lent.clear()
+
+
+Conn = StoreConnection
 
 
 _EVENT_COLUMNS: Final = "seq, run_id, thread_id, generation, kind, state, detail, at"

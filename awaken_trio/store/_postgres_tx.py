@@ -82,9 +82,10 @@ from ._codec import (
     record_of,
 )
 from ._postgres_listen import CONTROL
+from ._postgres_reads import StoreConnection
 from ._rules import NO_RESUME, ClaimRow, HeldResume, state_kind
 
-Conn = psycopg.Connection[tuple[Any, ...]]
+Conn = StoreConnection
 
 _NULL: Final = "null"
 
@@ -823,7 +824,6 @@ class PgTx:
         ):
             return
         q = self.q
-        cur = conn.cursor()
         checkpoints, steps, results = self._checkpoints, self._steps, self._results
         if self._inserted:
             inserts = []
@@ -885,12 +885,12 @@ class PgTx:
                 else:
                     put.append((run_id, claim.owner, claim.epoch, float(claim.lease_until)))
             if dropped:
-                cur.execute(q.drop_claims, (dropped,))
+                conn.execute(q.drop_claims, (dropped,))
             if put:
                 conn.execute(q.put_claims, _columns(put, 4))
             self._claims_changed.clear()
         if self._tickets:
-            cur.execute(q.drop_tickets, (list(self._tickets),))
+            conn.execute(q.drop_tickets, (list(self._tickets),))
             put_tickets = []
             for run_id, ticket in self._tickets.items():
                 if ticket is not None:
@@ -900,13 +900,13 @@ class PgTx:
                 conn.execute(q.put_tickets, _columns(put_tickets, 3))
             self._tickets.clear()
         if self._delivered:
-            cur.execute(q.deliver, (self._delivered,))
+            conn.execute(q.deliver, (self._delivered,))
             self._delivered = []
         if self._consumed:
-            cur.execute(q.consume, (self._consumed,))
+            conn.execute(q.consume, (self._consumed,))
             self._consumed = []
         if self._dropped:
-            cur.execute(q.drop_commands, (self._dropped,))
+            conn.execute(q.drop_commands, (self._dropped,))
             self._dropped = []
 
 

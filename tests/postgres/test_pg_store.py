@@ -14,6 +14,7 @@ from pg_server import PgServer
 from awaken_trio import EndCause, JsonValue, RunContext, RunState, StoreError, open_runtime
 from awaken_trio.store import open_store
 from awaken_trio.store._postgres import PostgresStore
+from awaken_trio.store._postgres_reads import _SPARE_CURSORS, StoreConnection
 from awaken_trio.store._postgres_schema import LATEST
 
 DONE = RunState.Ended(EndCause.NaturalEnd())
@@ -166,3 +167,37 @@ async def test_a_closed_store_refuses_calls(pg_url: str) -> None:
     await store.aclose()  # twice is allowed
     with pytest.raises(StoreError, match="closed"):
         await store.load("r1")
+
+
+async def test_a_pooled_connection_lends_its_cursors_one_a_statement_and_takes_them_back(
+    pg_url: str,
+) -> None:
+    # The cursors a call used serve the next call on the connection (a new cursor costs as
+    # much as its statement); within a call, each statement has a cursor of its own, so
+    # results queued in one pipeline are all there when it is flushed.
+    async with PostgresStore(pg_url, pool_size=1) as store:
+
+        def pipelined(conn: StoreConnection) -> tuple[list[int], list[object]]:
+            with conn.pipeline():
+                cursors = [conn.execute("SELECT %s::int", (i,)) for i in range(3)]
+            values = [found[0] for c in cursors if (found := c.fetchone()) is not None]
+            return values, [*cursors, conn]
+
+        with trio.fail_after(30):
+            values, first = await store._call(pipelined, write=True)
+            again_values, again = await store._call(pipelined, write=True)
+        assert values == again_values == [0, 1, 2]
+        assert again[-1] is first[-1]  # one connection (calls one at a time)
+        assert len({id(c) for c in first[:-1]}) == 3
+        # (both lists hold their cursors, so equal ids are the same cursors)
+        assert {id(c) for c in again[:-1]} == {id(c) for c in first[:-1]}
+
+        def poll_many(conn: StoreConnection) -> int:
+            for _ in range(100):
+                conn.execute("SELECT 1").fetchone()
+            return len(conn._lent)
+
+        with trio.fail_after(30):
+            assert await store._call(poll_many, write=True) == 100
+            kept = await store._call(lambda conn: len(conn._spare), write=True)
+        assert kept == _SPARE_CURSORS
