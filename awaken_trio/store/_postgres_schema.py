@@ -152,7 +152,22 @@ def _to_v2(conn: psycopg.Connection[tuple[object, ...]], schema: sql.Identifier)
         conn.execute(sql.SQL(statement).format(s=schema))
 
 
-MIGRATIONS: Sequence[Migration] = (_create_v1, _to_v2)
+_V3: Final = (
+    # Version 3: the serving loop's read of queued runs (oldest first, a batch at most)
+    # walks an index in that order and stops once it has the batch. Before, it read every
+    # queued run and sorted them all, so a backlog made each look (and the claims it
+    # locks) cost time in proportion to the backlog. Nothing else read the old index.
+    "CREATE INDEX runs_queue_by_age ON {s}.runs (created) WHERE queued_order IS NOT NULL",
+    "DROP INDEX {s}.runs_queued",
+)
+
+
+def _to_v3(conn: psycopg.Connection[tuple[object, ...]], schema: sql.Identifier) -> None:
+    for statement in _V3:
+        conn.execute(sql.SQL(statement).format(s=schema))
+
+
+MIGRATIONS: Sequence[Migration] = (_create_v1, _to_v2, _to_v3)
 """The schema's history, oldest first: ``MIGRATIONS[i]`` takes a schema from version ``i``
 to ``i + 1``. Append, never edit."""
 

@@ -82,9 +82,12 @@ def events_after(
 
 # Queued named root runs nobody holds a live claim on, whose thread no other run's live
 # attempt occupies, oldest run first (a run released back to the queue keeps its place).
+# Only queued runs have a queued_order, and all of them are kind 'queued': the equality
+# lets SQLite read them from runs_queue_by_age in rowid order (no scan of every run, no
+# sort), stopping at the limit.
 _QUEUED: Final = f"""
     SELECT {RECORD_COLUMNS} FROM runs r
-    WHERE r.queued_order IS NOT NULL
+    WHERE r.queued_order IS NOT NULL AND r.kind = 'queued'
       AND r.name IN (SELECT value FROM json_each(:names))
       AND NOT EXISTS (
           SELECT 1 FROM claims c WHERE c.run_id = r.run_id AND c.lease_until >= :lease_now)

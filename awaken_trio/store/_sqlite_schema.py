@@ -146,7 +146,21 @@ def _fork_v3(conn: sqlite3.Connection) -> None:
     )
 
 
-MIGRATIONS: Sequence[Migration] = (_create_v1, _inbox_delivered_v2, _fork_v3)
+def _queue_by_age_v4(conn: sqlite3.Connection) -> None:
+    """Version 4: the queued runs in the order `runnable` hands them out (oldest first, by
+    rowid), so its read walks the queue and stops at the batch. Before, it walked every
+    run the file held in rowid order, the ended ones included, so each serving loop's look
+    cost time in proportion to all the runs ever written. The key is the run's kind, the
+    same (``queued``) for every entry: entries with equal keys are in rowid order."""
+    conn.execute("CREATE INDEX runs_queue_by_age ON runs (kind) WHERE queued_order IS NOT NULL")
+
+
+MIGRATIONS: Sequence[Migration] = (
+    _create_v1,
+    _inbox_delivered_v2,
+    _fork_v3,
+    _queue_by_age_v4,
+)
 """The schema's history, oldest first: ``MIGRATIONS[i]`` takes a file from version ``i`` to
 ``i + 1``. Append, never edit: a released file may be at any version."""
 

@@ -312,6 +312,15 @@ async def test_a_first_version_schema_is_brought_forward(pg_url: str) -> None:
 
     assert await trio.to_thread.run_sync(read) == (str(LATEST), 42)
 
+    def indexes() -> set[str]:
+        with psycopg.connect(pg_url) as conn:
+            rows = conn.execute("SELECT indexname FROM pg_indexes WHERE schemaname = 'awaken'")
+            return {str(name) for (name,) in rows}
+
+    found = await trio.to_thread.run_sync(indexes)
+    assert "runs_queue_by_age" in found  # version 3
+    assert "runs_queued" not in found
+
 
 async def test_workers_looking_at_once_are_handed_different_runs(
     stores: list[PostgresStore], pg_url: str

@@ -12,9 +12,9 @@ import trio
 from pg_server import PgServer
 
 from awaken_trio import EndCause, JsonValue, RunContext, RunState, StoreError, open_runtime
-from awaken_trio.store import open_store
+from awaken_trio.store import Commit, Expect, NewRun, open_store
 from awaken_trio.store._postgres import PostgresStore
-from awaken_trio.store._postgres_reads import _SPARE_CURSORS, StoreConnection
+from awaken_trio.store._postgres_reads import _SPARE_CURSORS, Reads, StoreConnection
 from awaken_trio.store._postgres_schema import LATEST
 
 DONE = RunState.Ended(EndCause.NaturalEnd())
@@ -201,3 +201,48 @@ async def test_a_pooled_connection_lends_its_cursors_one_a_statement_and_takes_t
             assert await store._call(poll_many, write=True) == 100
             kept = await store._call(lambda conn: len(conn._spare), write=True)
         assert kept == _SPARE_CURSORS
+
+
+async def test_the_queue_is_read_oldest_first_from_its_index(pg_url: str) -> None:
+    # With a backlog, the serving loop's read of queued runs walks the queue index in the
+    # order it hands runs out and stops at its limit, instead of reading and sorting every
+    # queued run (what it did before schema version 3).
+    async with PostgresStore(pg_url) as store:
+        with trio.fail_after(60):
+            await store.apply(
+                [
+                    Commit(
+                        run_id=f"q{i:04}",
+                        state=RunState.Queued(),
+                        generation=0,
+                        expect=Expect(new=True),
+                        at=1.0,
+                        new_run=NewRun(thread_id=f"t{i}", parent_run_id=None, name="job"),
+                    )
+                    for i in range(400)
+                ]
+            )
+            handed = await store.runnable({"job"}, 0.0, 8)
+    assert [record.run_id for record in handed] == [f"q{i:04}" for i in range(8)]
+
+    def plan() -> list[str]:
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute("ANALYZE awaken.runs")
+            rows = conn.execute(
+                b"EXPLAIN " + Reads.of("awaken").queued,
+                {"names": ["job"], "lease_now": 0.0, "limit": 8},
+            ).fetchall()
+            return [str(line) for (line,) in rows]
+
+    steps = await trio.to_thread.run_sync(plan)
+    assert any("Index Scan using runs_queue_by_age on runs r" in step for step in steps), steps
+    assert not any("Sort" in step for step in steps), steps
+    indexes = await trio.to_thread.run_sync(_indexes, pg_url)
+    assert "runs_queue_by_age" in indexes
+    assert "runs_queued" not in indexes
+
+
+def _indexes(url: str) -> set[str]:
+    with psycopg.connect(url) as conn:
+        rows = conn.execute("SELECT indexname FROM pg_indexes WHERE schemaname = 'awaken'")
+        return {str(name) for (name,) in rows}

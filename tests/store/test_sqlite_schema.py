@@ -4,6 +4,7 @@ may open; ``sqlite://`` URLs."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sqlite3
@@ -87,6 +88,7 @@ async def test_a_new_file_is_created_with_the_latest_schema(tmp_path: Path) -> N
     assert meta == [("application", "awaken_trio")]
     assert {
         "runs_queued",
+        "runs_queue_by_age",
         "runs_children",
         "runs_live_on_thread",
         "events_by_run",
@@ -632,3 +634,37 @@ async def test_a_version_2_file_migrates_to_forking_with_each_runs_checkpoint_ke
             await store.checkpoint_at("old", 1)
     assert pragma(path, "user_version") == LATEST
     assert "checkpoints" in tables(path)
+
+
+async def test_a_version_3_file_gets_the_queue_index_and_hands_its_queue_out_in_order(
+    tmp_path: Path,
+) -> None:
+    """Version 4 indexes the queue in the order `runnable` hands it out. A version-3
+    file's queued runs are handed out oldest first, from the index, once migrated."""
+    path = tmp_path / "runs.db"
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute("BEGIN")
+        for migration in RELEASED[:3]:
+            migration(conn)
+        conn.execute("PRAGMA user_version = 3")
+        # Queue places out of creation order, as a run released back to the queue has.
+        for run_id, place in (("first", 3), ("ended", None), ("second", 1), ("third", 2)):
+            kind = "ended" if place is None else "queued"
+            conn.execute(
+                "INSERT INTO runs (run_id, thread_id, root_run_id, name, input, kind, state,"
+                " generation, queued_order) VALUES (?, ?, ?, 'job', 'null', ?, ?, 1, ?)",
+                (run_id, run_id, run_id, kind, f'{{"kind":"{kind}"}}', place),
+            )
+        conn.execute("COMMIT")
+    finally:
+        conn.close()
+    async with SQLiteStore(path) as store:
+        handed = await store.runnable({"job"}, 0.0, 10)
+    assert [record.run_id for record in handed] == ["first", "second", "third"]
+    assert pragma(path, "user_version") == LATEST
+    with contextlib.closing(sqlite3.connect(path)) as check:
+        indexes = {
+            name for (name,) in check.execute("SELECT name FROM sqlite_master WHERE type = 'index'")
+        }
+    assert "runs_queue_by_age" in indexes
