@@ -147,12 +147,16 @@ def _fork_v3(conn: sqlite3.Connection) -> None:
 
 
 def _queue_by_age_v4(conn: sqlite3.Connection) -> None:
-    """Version 4: the queued runs in the order `runnable` hands them out (oldest first, by
-    rowid), so its read walks the queue and stops at the batch. Before, it walked every
-    run the file held in rowid order, the ended ones included, so each serving loop's look
-    cost time in proportion to all the runs ever written. The key is the run's kind, the
-    same (``queued``) for every entry: entries with equal keys are in rowid order."""
+    """Version 4: the queued runs indexed in the order `runnable` hands them out (oldest
+    first, by rowid), so its read walks the queue and stops at the batch. Before, it walked
+    every run the file held in rowid order, the ended ones included, so each serving loop's
+    look cost time in proportion to all the runs ever written. The key is the run's kind,
+    the same (``queued``) for every entry: entries with equal keys are in rowid order.
+
+    The index over ``queued_order`` goes: it served only to number queue places, and the
+    places were never read (the order is the rowid's); ``queued_order`` is now a mark."""
     conn.execute("CREATE INDEX runs_queue_by_age ON runs (kind) WHERE queued_order IS NOT NULL")
+    conn.execute("DROP INDEX runs_queued")
 
 
 MIGRATIONS: Sequence[Migration] = (

@@ -111,11 +111,10 @@ _SET_FORK: Final = "UPDATE runs SET checkpoint = ?, forked_from = ? WHERE run_id
 _INSERT_CHECKPOINTS: Final = (
     "INSERT OR REPLACE INTO checkpoints (run_id, seq, checkpoint) VALUES (?, ?, ?)"
 )
-# The WHERE lets SQLite use the partial index over queued rows; without it the query scans
-# every run the file holds (tests/store/test_sqlite_queue_order.py).
-_LAST_QUEUED: Final = (
-    "SELECT COALESCE(MAX(queued_order), 0) FROM runs WHERE queued_order IS NOT NULL"
-)
+# What a queued named root run's ``queued_order`` holds: only whether it is set counts
+# (`runnable` hands queued runs out by rowid, oldest first, so a run put back in the queue
+# keeps its place). Files written before schema version 4 hold the places they numbered.
+QUEUED_MARK: Final = 1
 
 
 @final
@@ -147,7 +146,6 @@ class Transaction:
         self._checkpoints: dict[str, str] = {}
         self._steps: dict[str, int] = {}
         self._results: dict[str, str] = {}
-        self._last_queued: int | None = None
         self._begun = False  # whether the transaction has read (and checked the cache)
         self._last_seq = 0
         self._last_rowid = 0
@@ -639,12 +637,8 @@ class Transaction:
         results.clear()
 
     def _queued_order(self, row: Row) -> int | None:
-        """The place of a named root run written Queued in the queue (`runnable` hands
-        queued runs out oldest first): after every other; None for any other run."""
+        """`QUEUED_MARK` for a named root run written Queued (the runs `runnable` hands
+        out); None for any other run."""
         if row.kind != QUEUED or not row.named_root:
             return None
-        last = self._last_queued
-        if last is None:
-            last = self.conn.execute(_LAST_QUEUED).fetchone()[0]
-        self._last_queued = order = last + 1
-        return order
+        return QUEUED_MARK

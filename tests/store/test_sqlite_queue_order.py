@@ -1,9 +1,9 @@
-"""The queue is read from its indexes, not by a scan of every run.
+"""The queue is read from its index, not by a scan of every run the file holds.
 
-Every commit that queues a named root asks for the highest ``queued_order`` so far. Only
-queued rows carry one, and the index over it is partial (``WHERE queued_order IS NOT
-NULL``): a query SQLite cannot prove restricted to those rows scans every run, so each
-queueing commit would cost time in proportion to all the runs the file has ever held.
+`runnable` (every serving loop's look) hands queued runs out oldest first, at most a
+batch. A query SQLite cannot prove restricted to the queued rows walks every run ever
+written, ended ones included, so each look would cost time in proportion to the file's
+whole history.
 """
 
 from __future__ import annotations
@@ -13,16 +13,6 @@ from pathlib import Path
 
 from awaken_trio.store._sqlite import SQLiteStore
 from awaken_trio.store._sqlite_reads import _QUEUED
-from awaken_trio.store._sqlite_tx import _LAST_QUEUED
-
-
-async def test_the_last_place_in_the_queue_is_read_from_the_queue_index(tmp_path: Path) -> None:
-    path = tmp_path / "runs.db"
-    async with SQLiteStore(path):
-        pass
-    with sqlite3.connect(path) as conn:
-        plan = " ".join(str(row[-1]) for row in conn.execute("EXPLAIN QUERY PLAN " + _LAST_QUEUED))
-    assert "USING COVERING INDEX runs_queued" in plan, plan
 
 
 async def test_runnable_reads_the_queue_in_order_from_its_index(tmp_path: Path) -> None:

@@ -87,7 +87,6 @@ async def test_a_new_file_is_created_with_the_latest_schema(tmp_path: Path) -> N
         conn.close()
     assert meta == [("application", "awaken_trio")]
     assert {
-        "runs_queued",
         "runs_queue_by_age",
         "runs_children",
         "runs_live_on_thread",
@@ -668,3 +667,4 @@ async def test_a_version_3_file_gets_the_queue_index_and_hands_its_queue_out_in_
             name for (name,) in check.execute("SELECT name FROM sqlite_master WHERE type = 'index'")
         }
     assert "runs_queue_by_age" in indexes
+    assert "runs_queued" not in indexes
