@@ -25,14 +25,18 @@ async def stepper(ctx: RunContext) -> JsonValue:
 
 
 async def parker(ctx: RunContext) -> JsonValue:
-    """Waits for messages, committing each in its checkpoint; ``"finish"`` ends it."""
+    """Waits for messages, committing each in its checkpoint; ``"finish"`` ends it.
+
+    An attempt that starts from a checkpoint holding ``"finish"`` ends at once: the attempt
+    before it received the message and committed it (which consumed it, so it is never
+    handed out again), then lost its claim before its end was committed."""
     seen = list((ctx.checkpoint or {}).get("messages", []))
-    while True:
+    while "finish" not in seen:
         messages = await ctx.boundary({"messages": seen, "generation": ctx.generation}, wait=True)
         seen.extend(messages)
         if "finish" in messages:
             await ctx.boundary({"messages": seen, "generation": ctx.generation})
-            return {"messages": seen, "generation": ctx.generation}
+    return {"messages": seen, "generation": ctx.generation}
 
 
 async def child_parker(ctx: RunContext) -> JsonValue:

@@ -1,0 +1,137 @@
+"""The serving loop's look at the queue, against how many runs the store has ever held.
+
+Run from the repository root::
+
+    python benchmarks/bench_queue.py            # 20,000 ended runs of history
+    python benchmarks/bench_queue.py --quick    # 5,000
+
+Every worker's serving loop asks its store for runnable runs (``DurableStore.runnable``:
+the queued runs it may claim, oldest first, at most a batch) each time it looks for work.
+Here a store holds 100 queued runs, first with nothing else, then after ``--history`` runs
+ended before them (written straight through the store, as a long-lived file or database
+holds them); the figure is the median time of one ``runnable(..., limit=64)`` call over
+200 calls. Ratio = with the history / without (1.0: a look costs the same whatever the
+store has seen). Target: < 1.5x. On SQLite and, where the PostgreSQL 15 server binaries
+and the ``postgres`` extra are here, on a throwaway PostgreSQL server (as the tests start
+one), whose statistics are brought up to date first (``ANALYZE``, as autovacuum does).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import trio
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+
+from awaken_trio import EndCause, RunState  # noqa: E402
+from awaken_trio.store import Commit, Expect, NewRun, open_store  # noqa: E402
+
+QUEUED = 100
+CALLS = 200
+LIMIT = 64
+BATCH = 500
+ENDED = RunState.Ended(EndCause.NaturalEnd())
+
+
+def _created(prefix: str, n: int, state: RunState) -> list[Commit]:
+    return [
+        Commit(
+            run_id=f"{prefix}{i:07}",
+            state=state,
+            generation=0 if isinstance(state, RunState.Queued) else 1,
+            expect=Expect(new=True),
+            at=1.0,
+            new_run=NewRun(thread_id=f"{prefix}{i:07}", parent_run_id=None, name="job"),
+        )
+        for i in range(n)
+    ]
+
+
+async def _look_cost(url: str, history: int, analyze: Any) -> float:
+    """Median seconds of one ``runnable`` call with ``history`` ended runs before the
+    queue."""
+    store = open_store(url)
+    try:
+        ended = _created("e", history, ENDED)
+        for i in range(0, len(ended), BATCH):
+            await store.apply(ended[i : i + BATCH])
+        await store.apply(_created("q", QUEUED, RunState.Queued()))
+        if analyze is not None:
+            await trio.to_thread.run_sync(analyze, url)
+        times = []
+        for _ in range(CALLS):
+            started = time.perf_counter()
+            found = await store.runnable({"job"}, 0.0, LIMIT)
+            times.append(time.perf_counter() - started)
+        assert [r.run_id for r in found] == [f"q{i:07}" for i in range(LIMIT)]
+    finally:
+        await store.aclose()
+    return statistics.median(times)
+
+
+def _analyze(url: str) -> None:
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("ANALYZE")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--history", type=int, default=None)
+    args = parser.parse_args(argv)
+    history = args.history if args.history is not None else (5_000 if args.quick else 20_000)
+    print(f"== runnable(limit={LIMIT}) with {QUEUED} queued runs: median of {CALLS} calls ==")
+    rows: list[tuple[str, float, float]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        sqlite = [f"sqlite:///{Path(tmp) / f'q{i}.db'}" for i in range(2)]
+        rows.append(
+            (
+                "sqlite",
+                trio.run(_look_cost, sqlite[0], 0, None),
+                trio.run(_look_cost, sqlite[1], history, None),
+            )
+        )
+    server = None
+    try:
+        from pg_server import start_server
+
+        server = start_server()
+        urls = [server.create_database(f"queue{i}") for i in range(2)]
+        rows.append(
+            (
+                "postgresql",
+                trio.run(_look_cost, urls[0], 0, _analyze),
+                trio.run(_look_cost, urls[1], history, _analyze),
+            )
+        )
+    except Exception as exc:  # no server binaries, or no psycopg: say so and go on
+        print(f"  postgresql not measured: {type(exc).__name__}: {str(exc).split(';')[0]}")
+    finally:
+        if server is not None:
+            server.stop()
+    print(f"  {'store':10s} {'no history':>12s} {f'{history:,} ended':>14s}  ratio  target")
+    for kind, fresh, grown in rows:
+        ratio = grown / fresh
+        verdict = "PASS" if ratio < 1.5 else "MISS"
+        print(
+            f"  {kind:10s} {fresh * 1e3:9.3f} ms {grown * 1e3:11.3f} ms  {ratio:5.2f}x"
+            f"  < 1.5x {verdict}"
+        )
+    print("command: python benchmarks/bench_queue.py" + (" --quick" if args.quick else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
