@@ -615,8 +615,8 @@ class Transaction:
                     names.append(name)
                     values.append(given)
             order = self._queued_order(row)
-            if row.filed_queued or order is not None:
-                names.append("queued_order")  # it enters, leaves or moves in the queue
+            if row.filed_queued != (order is not None):
+                names.append("queued_order")  # it enters or leaves the queue
                 values.append(order)
             row.filed, row.filed_queued = now, order is not None
             if names:
