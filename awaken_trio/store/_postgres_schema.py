@@ -154,9 +154,11 @@ def _to_v2(conn: psycopg.Connection[tuple[object, ...]], schema: sql.Identifier)
 
 _V3: Final = (
     # Version 3: the serving loop's read of queued runs (oldest first, a batch at most)
-    # walks an index in that order and stops once it has the batch. Before, it read every
-    # queued run and sorted them all, so a backlog made each look (and the claims it
-    # locks) cost time in proportion to the backlog. Nothing else read the old index.
+    # can walk an index of the queued runs in that order and stop once it has the batch.
+    # Before, the planner had the index over every run's creation order (which walks past
+    # the ended runs too) or the queued runs unordered (which sorts the whole queue): a
+    # long history with a long queue made each look cost time in proportion to one of
+    # them. Nothing else read the old index.
     "CREATE INDEX runs_queue_by_age ON {s}.runs (created) WHERE queued_order IS NOT NULL",
     "DROP INDEX {s}.runs_queued",
 )

@@ -204,9 +204,9 @@ async def test_a_pooled_connection_lends_its_cursors_one_a_statement_and_takes_t
 
 
 async def test_the_queue_is_read_oldest_first_from_its_index(pg_url: str) -> None:
-    # With a backlog, the serving loop's read of queued runs walks the queue index in the
-    # order it hands runs out and stops at its limit, instead of reading and sorting every
-    # queued run (what it did before schema version 3).
+    # With a backlog (and the table's statistics current, as autovacuum keeps them), the
+    # serving loop's read of queued runs walks the queue's own index in the order it hands
+    # runs out and stops at its limit: no sort of the queue, no walk past ended runs.
     async with PostgresStore(pg_url) as store:
         with trio.fail_after(60):
             await store.apply(
