@@ -50,6 +50,7 @@ from ._handle import RunHandle as RunHandle
 from ._host import AttemptHost as AttemptHost
 from ._host import Claims as Claims
 from ._host import ClaimSettings as ClaimSettings
+from ._host import HeardEnd as HeardEnd
 from ._host import Serve as Serve
 from ._host import ServedRun as ServedRun
 from ._host import ServingHost as ServingHost

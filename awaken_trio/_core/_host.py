@@ -156,6 +156,25 @@ class ServedRun(Protocol):
 
 
 @final
+@attrs.frozen
+class HeardEnd:
+    """An end committed by another runtime, as its transaction announced it (PostgreSQL:
+    in its ``NOTIFY``, which the server delivers only once the transaction has committed),
+    so it is as true as a read of the store.
+
+    ``epoch`` is the claim epoch of the attempt the end stopped (the run's live-attempt
+    mark when it was ended), and the commit's events come after ``after_seq``: together
+    they say which attempt it ended, so a notice that arrives late never ends a later
+    attempt of a run of the same id.
+    """
+
+    run_id: str
+    state: Ended
+    epoch: int
+    after_seq: int
+
+
+@final
 @attrs.frozen(eq=False)
 class Watched:
     """The attempts here that control from other runtimes may reach, taken at one moment:
@@ -235,6 +254,12 @@ class ServingHost(Protocol):
     def ended_elsewhere(self, run_id: str, state: Ended) -> None:
         """Another runtime committed the run's end: its attempt here stops at once and
         commits nothing."""
+        ...
+
+    def heard_end(self, end: HeardEnd) -> None:
+        """As `ended_elsewhere`, for an end heard of before the store was read: it stops
+        the run's attempt here only if that is the attempt the end was committed against
+        (its claim epoch, and admitted no later than the end)."""
         ...
 
     def store_changed_elsewhere(self) -> None:

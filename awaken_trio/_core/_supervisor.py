@@ -47,7 +47,7 @@ from ._errors import (
     RuntimeClosed,
     StoreError,
 )
-from ._host import Claims, ClaimSettings, ServedRun, Watched
+from ._host import Claims, ClaimSettings, HeardEnd, ServedRun, Watched
 from ._json import DEFAULT_MAX_PAYLOAD_BYTES, FrozenDict, JsonValue, check_payload, freeze_detail
 from ._registry import AttemptRegistry, ThreadGate
 from ._spec import RunSpec
@@ -461,6 +461,19 @@ class Supervisor:
             # The store holds the truth: the attempt commits nothing; then it lets its
             # claim go, which frees the run's thread.
             attempt.request_end(lost(f"the run was ended elsewhere: {state!r}", claim_lost=False))
+
+    def heard_end(self, end: HeardEnd) -> None:
+        attempt = self.registry.get(end.run_id)
+        # The end was committed against the attempt whose claim epoch the run was marked
+        # live with; an attempt here under another claim, or admitted after the end's
+        # commit (a later run of the same id), is not the one it ended.
+        if (
+            attempt is not None
+            and attempt.fence is not None
+            and attempt.fence.epoch == end.epoch
+            and attempt.start_seq <= end.after_seq
+        ):
+            self.ended_elsewhere(end.run_id, end.state)
 
     async def start_stored(self, record: RunRecord, *, fence: Fence | None) -> ServedRun | None:
         """Start an attempt of a root run found in the store (serving): queued, due for its

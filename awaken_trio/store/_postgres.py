@@ -32,6 +32,7 @@ from .._core import (
     Commit,
     CommitResult,
     ControlLook,
+    HeardEnd,
     JsonValue,
     Recovered,
     Rejected,
@@ -654,6 +655,14 @@ class PostgresStore:
             t = self._target
             self._listener = Listener(t.conninfo, self._channel, self._sender, t.shown)
         return True
+
+    def heard_ends(self) -> list[HeardEnd]:
+        """The ends other runtimes committed against attempts still marked live, as their
+        transactions' NOTIFY announced them, since the last call (non-blocking). A notice
+        is delivered only once its transaction has committed, so these are as true as a
+        read of the store: the relay stops their attempts before it reads."""
+        listener = self._listener
+        return [] if listener is None else listener.take_heard()
 
     async def wait_for_change(self, at_most: float) -> bool:
         """Return when another runtime may have committed (True), or after ``at_most``

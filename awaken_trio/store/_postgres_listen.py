@@ -19,6 +19,7 @@ seconds (`threading.Event`).
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -28,7 +29,8 @@ from typing import Any, Final, final
 import psycopg
 from psycopg import sql
 
-from .._core import safe_repr
+from .._core import Ended, HeardEnd, safe_repr
+from ._codec import CodecError, state_from_json
 
 logger = logging.getLogger("awaken_trio.store")
 
@@ -39,6 +41,8 @@ SLICE: Final = 0.25
 APPLICATION_NAME: Final = "awaken_trio listener"
 """The listener connection's ``application_name`` (``pg_stat_activity`` shows it)."""
 BACKOFF: Final = (0.05, 0.1, 0.2, 0.5, 1.0, 2.0)
+HEARD_AT_MOST: Final = 1_000
+"""The most announced ends kept for the relay (`Listener.take_heard`)."""
 CONTROL: Final = " control"
 """Ends the NOTIFY payload (the sender) of a transaction that controls a run another
 runtime may be running (it stored a command, or ended a run whose attempt is live), so an
@@ -61,6 +65,9 @@ class Listener:
         self._closed = False
         # A change heard by a wait whose caller had gone away: the next wait answers it.
         self._pending = False
+        # Ends announced by other runtimes' commits, until the relay takes them.
+        self._heard_lock = threading.Lock()
+        self._heard: list[HeardEnd] = []
         self.reconnects = 0
         """How many times a connection was made again after one broke."""
 
@@ -138,20 +145,50 @@ class Listener:
                         return False
                     for notice in conn.notifies(timeout=min(left, SLICE)):
                         self._heard_at = time.monotonic()
-                        if notice.payload == self._ping:
+                        payload = notice.payload
+                        if payload == self._ping:
                             self._pinged_at = None
-                        elif notice.payload != self._sender:
-                            if notice.payload.startswith(self._sender):
-                                continue  # our own (a command we stored)
-                            if control and not notice.payload.endswith(CONTROL):
-                                self._pending = True
-                                continue
-                            if abandoned.is_set():
-                                self._pending = True
-                            return True
+                            continue
+                        head, _, ends = payload.partition("\n")
+                        if head.startswith(self._sender):
+                            continue  # our own commit
+                        if ends:
+                            self._hear(ends)
+                        if control and not head.endswith(CONTROL):
+                            self._pending = True
+                            continue
+                        if abandoned.is_set():
+                            self._pending = True
+                        return True
                 except psycopg.Error as exc:
                     self._drop(_scrub(exc, self._conninfo))
             return True
+
+    def _hear(self, text: str) -> None:
+        """Keep the ends a notice announced (``<seq>\\n<JSON array>``: see
+        ``PgTx._live_ends``) for `take_heard`."""
+        try:
+            seq, _, rows = text.partition("\n")
+            after_seq = int(seq)
+            heard = []
+            for run_id, epoch, state in json.loads(rows):
+                end = state_from_json(state)
+                if isinstance(end, Ended) and type(run_id) is str and type(epoch) is int:
+                    heard.append(HeardEnd(run_id, end, epoch, after_seq))
+        except (ValueError, TypeError, CodecError) as exc:
+            # Not one of ours (anyone may NOTIFY on the channel): the store is read anyway.
+            logger.debug("store listener: ignoring a notice it cannot read: %s", safe_repr(exc))
+            return
+        with self._heard_lock:
+            self._heard.extend(heard)
+            # Nobody took them for a while: the oldest go (the store's reads find them).
+            del self._heard[:-HEARD_AT_MOST]
+
+    def take_heard(self) -> list[HeardEnd]:
+        """The ends heard of since the last call, oldest first (non-blocking)."""
+        with self._heard_lock:
+            heard, self._heard = self._heard, []
+        return heard
 
     def close(self) -> None:
         self._closed = True

@@ -89,6 +89,10 @@ Conn = StoreConnection
 
 _NULL: Final = "null"
 
+ENDS_MAX_BYTES: Final = 7_000
+"""The most bytes of ended runs a NOTIFY names (PostgreSQL refuses payloads of 8,000 bytes
+and more; the sender and the seq take the rest)."""
+
 _ROW_COLUMNS: Final = (
     "run_id, thread_id, parent_run_id, root_run_id, name, kind, state, generation, carried,"
     " carried_pause, resume_value, resume_ticket, epoch, attempt_epoch, recoveries"
@@ -281,7 +285,9 @@ class Statements:
                 "   ON CONFLICT (run_id, seq) DO UPDATE SET checkpoint = EXCLUDED.checkpoint),"
                 " w AS (INSERT INTO {s}.written (token, seq_base, writes)"
                 "   SELECT %(token)s, c.base, c.writes FROM c)"
-                " SELECT c.base, c.writes, pg_notify(%(channel)s, %(sender)s) FROM c"
+                " SELECT c.base, c.writes, pg_notify(%(channel)s, %(sender)s"
+                "   || CASE WHEN %(ends)s = '' THEN ''"
+                "      ELSE E'\\n' || c.base::text || E'\\n' || %(ends)s END) FROM c"
             ),
             forget_written=q("DELETE FROM {s}.written WHERE at < now() - interval '1 day'"),
             was_written=q("SELECT seq_base, writes FROM {s}.written WHERE token = %s"),
@@ -420,7 +426,25 @@ class PgTx:
             "token": self.token,
             "channel": self._channel,
             "sender": f"{self._sender}{CONTROL}" if self._controlling() else self._sender,
+            "ends": self._live_ends(),
         }
+
+    def _live_ends(self) -> str:
+        """The runs this transaction ended while their attempt is marked live elsewhere, for
+        the NOTIFY (`announced_ends`): a JSON array of ``[run_id, epoch, state]``, or ''
+        when there are none, or when they would not fit in a notification (the owner then
+        finds them by reading the store, as it would anyway)."""
+        live = [row for row in self._ended if row.attempt_epoch is not None]
+        if not live:
+            return ""
+        text = (
+            "["
+            + ",".join(
+                f"[{json.dumps(row.run_id)},{row.attempt_epoch},{row.state_text}]" for row in live
+            )
+            + "]"
+        )
+        return text if len(text.encode()) <= ENDS_MAX_BYTES else ""
 
     def seq(self, number: int) -> int:
         """The store's seq of this transaction's event ``number`` (0: the seq before its

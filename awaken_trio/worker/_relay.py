@@ -23,6 +23,7 @@ from .._core import (
     ControlLook,
     DurableStore,
     Ended,
+    HeardEnd,
     ServingHost,
     StoredCommand,
     Watched,
@@ -60,6 +61,15 @@ class NoticesControl(Protocol):
     while its attempt runs) from other commits (PostgreSQL, by its NOTIFY payload)."""
 
     async def wait_for_control(self, at_most: float) -> bool: ...
+
+
+@runtime_checkable
+class HearsEnds(Protocol):
+    """A store whose notices name the runs another runtime ended while their attempt is
+    live (PostgreSQL, in the NOTIFY its transaction sends at commit), so their attempts
+    stop without waiting for a look at the store."""
+
+    def heard_ends(self) -> list[HeardEnd]: ...
 
 
 @runtime_checkable
@@ -103,6 +113,7 @@ class StoreRelay:
                 recent = trio.current_time() - noticed_at < _FOLLOW_FOR
                 if await store.wait_for_change(self._poll if recent else _LOOK_ANYWAY):
                     noticed_at = trio.current_time()
+                    self._stop_heard()
                     await self._follow_up()
                 else:
                     await self._look()
@@ -127,6 +138,15 @@ class StoreRelay:
             if not await store.wait_for_control(self._poll):
                 return
             # A run was controlled during the rest: look again at once.
+            self._stop_heard()
+
+    def _stop_heard(self) -> None:
+        """Stop the attempts whose end a notice announced (`HearsEnds`), before the look
+        that would find it: a cancel from another process costs no read here."""
+        store = self._store
+        if isinstance(store, HearsEnds):
+            for end in store.heard_ends():
+                self._host.heard_end(end)
 
     async def _look(self) -> bool:
         """`poll`, with a failure logged (once per outage) instead of raised."""
