@@ -185,7 +185,7 @@ def _verdict(
     if type(result) is outcome.Value and not cancel_seen and attempt.suspension is None:
         # The common end, decided at once (what `decide` concludes for it).
         if fits_as_it_is(result.value, host.max_payload_bytes):
-            return Verdict(NATURAL_END, result=result.value)
+            return Verdict(NATURAL_END, result.value)  # (positional: cheaper, on every run's path)
         return natural_end(result.value, attempt.run_id, host.max_payload_bytes)
     return decide(
         result,
