@@ -70,6 +70,8 @@ class CommitMailbox:
     _stopped: bool = attrs.field(default=False, init=False)
     _commits: int = attrs.field(default=0, init=False)
     _batches: int = attrs.field(default=0, init=False)
+    # Commits applied right here (`commit_now`): each one a batch of its own, counted once.
+    _inline: int = attrs.field(default=0, init=False)
     _largest: int = attrs.field(default=0, init=False)
     events_changed: trio.Event = attrs.field(factory=trio.Event, init=False)
     _listening: bool = attrs.field(default=False, init=False)
@@ -169,8 +171,7 @@ class CommitMailbox:
         except BaseException as exc:
             self._note_interrupt(exc)
             raise _store_error(commit, exc) from exc
-        self._commits += 1
-        self._batches += 1
+        self._inline += 1
         if self._listening:
             self.publish()
         if on_commit is not None:
@@ -216,10 +217,11 @@ class CommitMailbox:
         self._wakeup.set()
 
     def statistics(self) -> CommitStatistics:
+        commits = self._commits + self._inline
         return CommitStatistics(
-            commits=self._commits,
-            batches=self._batches,
-            largest_batch=max(self._largest, 1 if self._commits else 0),
+            commits=commits,
+            batches=self._batches + self._inline,
+            largest_batch=max(self._largest, 1 if commits else 0),
             waiting=len(self._queue),
         )
 
