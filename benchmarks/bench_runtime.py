@@ -35,8 +35,9 @@ stays enabled, as it is in a real process.
    in their own cancel scopes; ``scope.cancel()`` -> the task leaves its scope and takes
    the timestamp there. p50 and p99 (``time.perf_counter_ns``), the best of each over the
    repeats; the bare "back in the canceller" row (no target) adds the hop back to the
-   cancelling task, which ours includes. Ratio = ours/bare (times slower). Target: p50
-   ratio <= 3.
+   cancelling task, which ours includes. Ratio = ours/bare (times slower), the median of
+   the repeats' ratios (each repeat runs ours, then bare, so both saw the machine alike).
+   Target: p50 ratio <= 3.
 3. Memory per parked run at 100k runs (10k with ``--quick``): ``tracemalloc`` traced bytes
    after parking minus before, after ``gc.collect()``, divided by N. Ours counts everything
    a parked run holds: actor task, attempt and its nursery scope, context, registry and
@@ -124,7 +125,7 @@ QUICK = Config(
     throughput_repeats=(5, 3),
     parked_for_cancel=10_000,
     cancel_samples=500,
-    cancel_repeats=2,
+    cancel_repeats=3,
     memory_runs=10_000,
     deliver_populations=(1_000, 10_000),
     deliver_calls=10_000,
@@ -499,7 +500,10 @@ def bench_cancel_latency(cfg: Config, report: Report) -> None:
         f"\n== 2. Cancel latency: {samples} cancels, one at a time, among {fmt_count(parked)}"
         " parked =="
     )
-    print("   best p50 / p99 of the repeats; ratio = ours/bare (times slower); target p50 <= 3x")
+    print("   best p50 / p99 of the repeats; ratio = ours/bare (times slower), the median of")
+    print("   the repeats' ratios (each repeat runs ours, then bare); target p50 <= 3x")
+    ratios50: list[float] = []
+    ratios99: list[float] = []
     ours_best = Latencies(2**62, 2**62)
     exit_best = Latencies(2**62, 2**62)
     waiter_best = Latencies(2**62, 2**62)
@@ -508,13 +512,15 @@ def bench_cancel_latency(cfg: Config, report: Report) -> None:
         ours = trio.run(ours_cancel_latency, parked, samples)
         fresh_section()
         to_exit, to_waiter = trio.run(bare_cancel_latency, parked, samples)
+        ratios50.append(ours.p50 / to_exit.p50)
+        ratios99.append(ours.p99 / to_exit.p99)
         ours_best = Latencies(min(ours_best.p50, ours.p50), min(ours_best.p99, ours.p99))
         exit_best = Latencies(min(exit_best.p50, to_exit.p50), min(exit_best.p99, to_exit.p99))
         waiter_best = Latencies(
             min(waiter_best.p50, to_waiter.p50), min(waiter_best.p99, to_waiter.p99)
         )
-    r50 = ours_best.p50 / exit_best.p50
-    r99 = ours_best.p99 / exit_best.p99
+    r50 = statistics.median(ratios50)
+    r99 = statistics.median(ratios99)
     print_table(
         ["", "p50", "p99"],
         [
