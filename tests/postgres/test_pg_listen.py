@@ -1,20 +1,26 @@
 """The PostgreSQL store's signals: a commit by another store wakes `wait_for_change` at
 once (LISTEN/NOTIFY), the store's own commits do not, a quiet wait times out, and a
 listener whose pings are no longer heard back is connected again (the wait then answers
-True and the version moves, so the runtime reads everything it owns again). Real time,
-bounded by ``trio.fail_after``."""
+True and the version moves, so the runtime reads everything it owns again). A commit that
+ends a run whose attempt is live elsewhere names it in its notice (its end, the attempt's
+claim epoch and the seq the end follows), which the listener keeps for the relay; a notice
+it cannot read names nothing. Real time, bounded by ``trio.fail_after``."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from functools import partial
 
+import psycopg
 import pytest
 import trio
 
 from awaken_trio import EndCause, RunState
+from awaken_trio._core import HeardEnd
 from awaken_trio.store import Accepted, Claim, Commit, Expect, Fence, NewRun
 from awaken_trio.store import _postgres_listen as listen_module
+from awaken_trio.store import _postgres_tx as tx_module
 from awaken_trio.store._postgres import PostgresStore
 
 
@@ -165,15 +171,7 @@ async def test_an_end_committed_while_the_attempt_runs_elsewhere_ends_a_wait_for
         [own] = await there.apply([_claimed("r3")])
         assert isinstance(own, Accepted)
         assert own.epoch is not None
-        ended = Commit(
-            run_id="r3",
-            state=cancelled,
-            generation=1,
-            expect=Expect(),
-            at=2.0,
-            fence=Fence("r3", "owner", own.epoch),
-        )
-        await there.apply([ended])
+        await there.apply([_own_end("r3", own.epoch)])
         assert await here.wait_for_control(0.5) is False
         cancel = Commit(run_id="r1", state=cancelled, generation=1, expect=Expect(), at=2.0)
         assert await _control_wakes(here, partial(there.apply, [cancel]))
@@ -191,6 +189,18 @@ async def _control_wakes(store: PostgresStore, commit: Callable[[], Awaitable[ob
         await trio.sleep(0.05)  # (the wait is under way; the commit may come any time)
         await commit()
     return woke == [True]
+
+
+def _own_end(run_id: str, epoch: int) -> Commit:
+    """The attempt's own end (cancelled), fenced by the claim ``_claimed`` took."""
+    return Commit(
+        run_id=run_id,
+        state=RunState.Ended(EndCause.Cancelled()),
+        generation=1,
+        expect=Expect(),
+        at=2.0,
+        fence=Fence(run_id, "owner", epoch),
+    )
 
 
 def _claimed(run_id: str) -> Commit:
@@ -282,3 +292,128 @@ async def test_a_command_stored_just_before_an_own_commit_is_read_by_the_next_lo
         await here.apply([_new("own")])  # a write of this store, after the command
         look = await here.look_at_control(["r1"], 0, ["r1"], anyway=False)
         assert [c.id for c in look.commands] == [posted]
+
+
+# ---------------------------------------------------------------- announced ends
+
+CANCELLED = RunState.Ended(EndCause.Cancelled())
+
+
+async def _claim(store: PostgresStore, run_id: str) -> Accepted:
+    [taken] = await store.apply([_claimed(run_id)])
+    assert isinstance(taken, Accepted)
+    assert taken.epoch is not None
+    return taken
+
+
+async def test_an_end_committed_against_a_live_attempt_is_announced_with_that_attempt(
+    stores: tuple[PostgresStore, PostgresStore],
+) -> None:
+    here, there = stores
+    first = await _claim(there, "r1")
+    await _listening(here)
+    stopped = RunState.Ended(EndCause.Stopped("budget: ünïcode"))
+    with trio.fail_after(20):
+        await there.apply(
+            [Commit(run_id="r1", state=stopped, generation=1, expect=Expect(), at=2.0)]
+        )
+        assert await here.wait_for_control(10.0) is True
+        assert here.heard_ends() == [
+            HeardEnd("r1", stopped, epoch=first.epoch or 0, after_seq=first.last_seq)
+        ]
+        assert here.heard_ends() == []  # taken once
+
+
+async def test_commits_that_end_no_live_attempt_announce_no_end(
+    stores: tuple[PostgresStore, PostgresStore],
+) -> None:
+    """The attempt's own end (fenced by its claim: it clears the live mark) and a run's
+    creation announce nothing; neither does the store's own commit to its own listener."""
+    here, there = stores
+    own = await _claim(there, "r1")
+    await _listening(here)
+    with trio.fail_after(20):
+        await there.apply([_own_end("r1", own.epoch or 0)])
+        await _claim(there, "r2")
+        assert await here.wait_for_change(10.0) is True
+        await trio.sleep(0.2)  # (any notice left is in by now)
+        await here.wait_for_change(0.05)
+        assert here.heard_ends() == []
+        mine = await _claim(here, "r3")
+        await there.apply([])
+        await here.apply(
+            [Commit(run_id="r3", state=CANCELLED, generation=1, expect=Expect(), at=3.0)]
+        )
+        assert mine.epoch is not None
+        await here.wait_for_change(0.3)
+        assert here.heard_ends() == []
+
+
+async def test_an_end_too_large_for_a_notice_commits_and_is_found_by_reading(
+    stores: tuple[PostgresStore, PostgresStore],
+) -> None:
+    """PostgreSQL refuses a NOTIFY payload of 8,000 bytes or more: an end whose text would
+    not fit is left out of the notice (the commit lands, and still says it controls a run),
+    and the owner's look reads it."""
+    here, there = stores
+    await _claim(there, "r1")
+    await _listening(here)
+    long = RunState.Ended(EndCause.Stopped("x" * (tx_module.ENDS_MAX_BYTES + 100)))
+    with trio.fail_after(20):
+        [ended] = await there.apply(
+            [Commit(run_id="r1", state=long, generation=1, expect=Expect(), at=2.0)]
+        )
+        assert isinstance(ended, Accepted)
+        assert await here.wait_for_control(10.0) is True
+        assert here.heard_ends() == []
+        look = await here.look_at_control(["r1"], 0, ["r1"], anyway=True)
+        assert look.ended == {"r1": long}
+
+
+async def test_a_notice_the_listener_cannot_read_is_passed_over(
+    stores: tuple[PostgresStore, PostgresStore], pg_url: str
+) -> None:
+    """Anyone may NOTIFY on the store's channel: a payload that is not an announced end is
+    a hint like any other, and names no end."""
+    here, there = stores
+    await _listening(here)
+    channel = here._channel
+    junk = [
+        "someone else control\nnot a seq\n[]",
+        "someone else control\n7\nnot json",
+        'someone else control\n7\n[["r1", 1, {"kind": "running", "generation": 1}]]',
+        'someone else control\n7\n[["r1", "one", {"kind": "ended"}]]',
+        "someone else control\n7\n" + json.dumps([[1, 2]]),
+    ]
+    with trio.fail_after(20):
+        for payload in junk:
+
+            def notify(payload: str = payload) -> None:
+                with psycopg.connect(pg_url, autocommit=True) as conn:
+                    conn.execute("SELECT pg_notify(%s, %s)", (channel, payload))
+
+            await trio.to_thread.run_sync(notify)
+            assert await here.wait_for_control(10.0) is True
+        assert here.heard_ends() == []
+        # The listener still hears and reads a real one.
+        first = await _claim(there, "r1")
+        await there.apply(
+            [Commit(run_id="r1", state=CANCELLED, generation=1, expect=Expect(), at=2.0)]
+        )
+        assert await here.wait_for_control(10.0) is True
+        assert here.heard_ends() == [HeardEnd("r1", CANCELLED, first.epoch or 0, first.last_seq)]
+
+
+def test_the_listener_keeps_the_latest_heard_ends_only() -> None:
+    """Ends nobody takes (a relay that is not running) do not pile up: the oldest go, and
+    the store's reads find them anyway."""
+    listener = listen_module.Listener("host=127.0.0.1 port=1", "channel", "me", "shown")
+    most = listen_module.HEARD_AT_MOST
+    for i in range(most + 5):
+        state = '{"kind":"ended","cause":{"kind":"cancelled"}}'
+        listener._hear(f'{i}\n[["r{i}", 1, {state}]]')
+    heard = listener.take_heard()
+    assert len(heard) == most
+    assert heard[0] == HeardEnd("r5", CANCELLED, 1, 5)
+    assert heard[-1].after_seq == most + 4
+    assert listener.take_heard() == []
