@@ -116,7 +116,8 @@ _RUNNING = tuple(Running(generation) for generation in range(17))  # shared, fro
 # into a dict and unpacks it again for ``__init__`` (``type.__call__`` has no vectorcall),
 # which costs as much as the ``__init__`` of a dozen fields itself; calling ``__init__``
 # passes them as they are. The instance is the same (none of these classes has a
-# ``__new__``); 7% fewer instructions per trivial run (benchmarks/bench_runtime.py).
+# ``__new__``); with the same done for its spec and its memory-store row, a trivial run
+# executes 5% fewer instructions (benchmarks/bench_instructions.py).
 
 
 # Fenced commits: an attempt that lost its claim (logger "awaken_trio"; the run id in extra).

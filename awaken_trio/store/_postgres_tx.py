@@ -431,7 +431,7 @@ class PgTx:
 
     def _live_ends(self) -> str:
         """The runs this transaction ended while their attempt is marked live elsewhere, for
-        the NOTIFY (`announced_ends`): a JSON array of ``[run_id, epoch, state]``, or ''
+        the NOTIFY (``Listener._hear`` reads it): a JSON array of ``[run_id, epoch, state]``, or ''
         when there are none, or when they would not fit in a notification (the owner then
         finds them by reading the store, as it would anyway)."""
         live = [row for row in self._ended if row.attempt_epoch is not None]
