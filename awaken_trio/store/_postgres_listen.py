@@ -166,7 +166,7 @@ class Listener:
 
     def _hear(self, text: str) -> None:
         """Keep the ends a notice announced (``<seq>\\n<JSON array>``: see
-        ``PgTx._live_ends``) for `take_heard`."""
+        ``_postgres_tx._announced``) for `take_heard`."""
         try:
             seq, _, rows = text.partition("\n")
             after_seq = int(seq)

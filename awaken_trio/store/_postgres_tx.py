@@ -402,12 +402,6 @@ class PgTx:
             with contextlib.suppress(psycopg.Error):
                 conn.execute("ROLLBACK")
 
-    def _controlling(self) -> bool:
-        """Whether the transaction stored a command, or ended a run whose attempt is still
-        marked live (an end committed by a runtime that is not the attempt's: the attempt
-        clears the mark when it commits its own)."""
-        return self.controls or any(row.attempt_epoch is not None for row in self._ended)
-
     def _sealing(self) -> dict[str, object]:
         """The parameters of the ``seal`` statement: the events and the kept checkpoints,
         each as one JSON array of rows."""
@@ -415,6 +409,9 @@ class PgTx:
         # A run's checkpoint kept twice at one number (two commits of a batch with no
         # event between them): the last is the one kept.
         history = {(run_id, number): text for run_id, number, text in self._history}
+        # Runs it ended while their attempt is still marked live: an end committed by a
+        # runtime that is not the attempt's (the attempt clears the mark with its own end).
+        live = [row for row in self._ended if row.attempt_epoch is not None]
         return {
             "n": len(events),
             "events": _rows_json(
@@ -425,26 +422,10 @@ class PgTx:
             ),
             "token": self.token,
             "channel": self._channel,
-            "sender": f"{self._sender}{CONTROL}" if self._controlling() else self._sender,
-            "ends": self._live_ends(),
+            # A transaction that stored a command or ended a live attempt controls a run.
+            "sender": f"{self._sender}{CONTROL}" if self.controls or live else self._sender,
+            "ends": _announced(live),
         }
-
-    def _live_ends(self) -> str:
-        """The runs this transaction ended while their attempt is marked live elsewhere, for
-        the NOTIFY (``Listener._hear`` reads it): a JSON array of ``[run_id, epoch, state]``, or ''
-        when there are none, or when they would not fit in a notification (the owner then
-        finds them by reading the store, as it would anyway)."""
-        live = [row for row in self._ended if row.attempt_epoch is not None]
-        if not live:
-            return ""
-        text = (
-            "["
-            + ",".join(
-                f"[{json.dumps(row.run_id)},{row.attempt_epoch},{row.state_text}]" for row in live
-            )
-            + "]"
-        )
-        return text if len(text.encode()) <= ENDS_MAX_BYTES else ""
 
     def seq(self, number: int) -> int:
         """The store's seq of this transaction's event ``number`` (0: the seq before its
@@ -983,3 +964,14 @@ def thread_key(thread_id: str) -> int:
 def _hash32(text: str) -> int:
     digest = hashlib.blake2b(text.encode(), digest_size=4).digest()
     return int.from_bytes(digest, "big", signed=True)
+
+
+def _announced(live: list[PgRow]) -> str:
+    """The ended runs ``live`` for the NOTIFY (``Listener._hear`` reads it): a JSON array of
+    ``[run_id, epoch, state]``, or '' when there are none, or when they would not fit in a
+    notification (the owner then finds them by reading the store, as it would anyway)."""
+    if not live:
+        return ""
+    rows = ",".join(f"[{json.dumps(r.run_id)},{r.attempt_epoch},{r.state_text}]" for r in live)
+    text = f"[{rows}]"
+    return text if len(text.encode()) <= ENDS_MAX_BYTES else ""
