@@ -266,8 +266,10 @@ class ServingHost(Protocol):
         """Another runtime changed the store: wake everything that waits on it."""
         ...
 
-    def lose(self, run_id: str, why: str) -> None:
-        """This runtime's claim on the root run is lost: its attempt stops at once."""
+    def lose(self, run_id: str, why: str) -> bool:
+        """This runtime's claim on the root run is lost: its attempt stops at once. False
+        when no attempt of it was left to stop here (its end is committed or being
+        committed: a claim its own end dropped reads as lost to a renewal in flight)."""
         ...
 
 

@@ -427,13 +427,15 @@ class Supervisor:
 
     # ------------------------------------------------------------------ other runtimes
 
-    def lose(self, run_id: str, why: str) -> None:
+    def lose(self, run_id: str, why: str) -> bool:
         """This runtime's claim on the root run is lost: its attempt (and every child of
-        it) stops at once and commits nothing."""
+        it) stops at once and commits nothing. False when there was no attempt to stop."""
         self.claim_book.forget(run_id)
         attempt = self.registry.get(run_id) or self.queued.get(run_id)
-        if attempt is not None and attempt.phase != "sealed":
-            attempt.request_end(lost(why, claim_lost=True))
+        if attempt is None or attempt.phase == "sealed":
+            return False
+        attempt.request_end(lost(why, claim_lost=True))
+        return True
 
     def lose_attempt(self, attempt: Attempt, why: str) -> None:
         """A commit of ``attempt`` was fenced: its whole tree has lost the root's claim."""

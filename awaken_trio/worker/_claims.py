@@ -119,10 +119,14 @@ class ClaimKeeper:
                 self._failing = False
             self._good_since = now
         for run_id in lost:
-            logger.warning(
-                "claims: the claim on run %r was lost (lease expired or superseded):"
-                " its attempt stops here and commits nothing more",
-                run_id,
-                extra={"run_id": run_id},
-            )
-            self._host.lose(run_id, "its claim was lost (lease expired or superseded)")
+            if self._host.lose(run_id, "its claim was lost (lease expired or superseded)"):
+                logger.warning(
+                    "claims: the claim on run %r was lost (lease expired or superseded):"
+                    " its attempt stops here and commits nothing more",
+                    run_id,
+                    extra={"run_id": run_id},
+                )
+            else:
+                # Its attempt ended while the renewal was in flight, and its end commit
+                # dropped the claim: nothing was lost.
+                logger.debug("claims: run %r ended during a renewal", run_id)

@@ -4,19 +4,20 @@ under an ``awaken_trio`` logger with the run id in the record's ``extra``."""
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 
 import pytest
 import trio
 import trio.testing
-from wrapped_stores import FailingEnds
+from wrapped_stores import FailingEnds, ParkingStore
 
 from awaken_trio import RunContext, RunState, Runtime, StoreError
 from awaken_trio.store import MemoryStore
 
 from .worker_helpers import (
     LEASE,
+    NATURAL,
     POLL,
     Body,
     Stall,
@@ -102,6 +103,45 @@ async def test_a_lost_claim_is_logged_as_a_warning_with_its_run_id(
         finish.set()
     (record,) = logged(caplog, "awaken_trio.worker", logging.WARNING, "claim on run 'r'")
     assert record.__dict__["run_id"] == "r"
+
+
+class RenewalsSeen(ParkingStore):
+    """Keeps what every renewal was answered."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.answered: list[list[str]] = []
+
+    async def renew(self, owner: str, held: Mapping[str, int], lease: float) -> list[str]:
+        lost = await super().renew(owner, held, lease)
+        self.answered.append(lost)
+        return lost
+
+
+async def test_a_claim_its_own_end_dropped_during_a_renewal_is_not_called_lost(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The renewal took the claims held, then the run ended (its end commit drops its
+    # claim), then the renewal reached the store: the store finds no claim for the run.
+    caplog.set_level(logging.DEBUG, logger="awaken_trio")
+    store = RenewalsSeen()
+    finish = trio.Event()
+
+    async def body(ctx: RunContext) -> object:
+        await finish.wait()
+        return "done"
+
+    async with shared_runtime(store) as runtime:
+        handle = await runtime.start(body, run_id="r")
+        renewal = store.park("renew")
+        await reach(renewal.arrived)
+        finish.set()
+        assert await handle.wait() == NATURAL
+        renewal.release.set()
+        await trio.sleep(LEASE / 3)
+    assert ["r"] in store.answered  # the store did answer the renewal "lost"
+    assert logged(caplog, "awaken_trio.worker", logging.WARNING, "claim") == []
+    assert logged(caplog, "awaken_trio.worker", logging.DEBUG, "run 'r' ended during a renewal")
 
 
 async def test_a_fenced_commit_is_logged_as_a_warning_with_its_run_id(
