@@ -150,7 +150,11 @@ class Reads:
                 " AND r.parent_run_id IS NULL AND r.name = ANY(%(names)b)"
                 " ORDER BY t.wake_at, t.put_order LIMIT %(limit)s FOR UPDATE OF r SKIP LOCKED"
             ),
-            states=q("SELECT run_id, state FROM {s}.runs WHERE run_id = ANY(%b)"),
+            # By key, one index probe per key (as `_postgres_tx.Statements` reads rows: why there).
+            states=q(
+                "SELECT x.* FROM unnest(%b::text[]) AS k(id) CROSS JOIN LATERAL"
+                " (SELECT run_id, state FROM {s}.runs WHERE run_id = k.id OFFSET 0) x"
+            ),
             commands=q(
                 "SELECT id, run_id, kind, payload, reason, at FROM {s}.inbox"
                 " WHERE id > %s AND run_id = ANY(%b) ORDER BY id"
@@ -171,9 +175,11 @@ class Reads:
                 " <> %(known)s) AND id > %(after)s AND run_id = ANY(%(ids)b) ORDER BY id"
             ),
             look_ended=q(
-                "SELECT run_id, state FROM {s}.runs"
-                " WHERE (%(anyway)s OR (SELECT writes FROM {s}.counters WHERE id = 1)"
-                " <> %(known)s) AND run_id = ANY(%(running)b) AND kind = 'ended'"
+                "SELECT x.* FROM unnest(%(running)b::text[]) AS k(id) CROSS JOIN LATERAL"
+                " (SELECT run_id, state FROM {s}.runs WHERE run_id = k.id"
+                " AND kind = 'ended' OFFSET 0) x"
+                " WHERE %(anyway)s OR (SELECT writes FROM {s}.counters WHERE id = 1)"
+                " <> %(known)s"
             ),
             expired=q("SELECT EXISTS (SELECT 1 FROM {s}.claims WHERE lease_until < %s)"),
             schema=s,
