@@ -2,7 +2,10 @@
 another runtime executes), with one store read per change for every waiter of a runtime.
 
 A waiter whose ``since`` is behind the shared cursor reads its own run's events once, when
-it starts waiting; one from the cursor on (a handle on a run just submitted) needs not.
+it starts waiting, unless the ends the shared reads found reach back that far (they keep
+the latest `REMEMBERED`, for every run, waited on or not): a submitter that waits on each
+run it submits registers most of its waiters a little behind the cursor, which shared
+reads for earlier waiters moved on meanwhile. One from the cursor on needs neither.
 After that only one waiter, the leader, waits for changes (a commit here, or another
 runtime's, as the store signals it); on each it reads the store's events after the shared
 cursor (`Store.events_after`, every run) and hands each waiter the first ``Awaiting`` or
@@ -22,12 +25,22 @@ visible. A waiter is registered before its own read, and:
   made after registration, which hands it over because the waiter is registered; a
   waiter whose ``since`` is not behind the cursor has no event up to it to miss.
 
-A waiter takes the first end after its ``since`` in seq order: its own read's first, or else
-the first a shared read handed it (shared reads go through the log in order).
+A waiter registered behind the cursor, but not behind ``_remembered_from``, needs no read of
+its own: every end with a seq in (``_remembered_from``, cursor] was returned by a shared
+read and is remembered (a shared read remembers each end it returns before the cursor
+moves past it; one forgotten to keep the count bounded moves ``_remembered_from`` up to
+its seq), so its first end up to the cursor is found there, and every end after the cursor
+comes from a shared read, as above. The cursor moves otherwise only when nobody waits, to
+a seq no shared read reached: what was remembered is forgotten then.
+
+A waiter takes the first end after its ``since`` in seq order: its own read's first, or
+the first remembered, or else the first a shared read handed it (shared reads go through
+the log in order).
 """
 
 from __future__ import annotations
 
+from collections import deque
 from typing import Final, final
 
 import attrs
@@ -39,6 +52,10 @@ from ._supervisor import Supervisor
 
 PAGE: Final = 1000
 """Events a read asks for at once; a full page is followed by another read."""
+
+REMEMBERED: Final = 4096
+"""The most ends (``Awaiting`` and ``Ended`` events) that shared reads found that a runtime
+keeps for waiters yet to come, the latest ones."""
 
 
 @final
@@ -78,6 +95,12 @@ class EndFollowers:
         # leader that takes over misses no change made since).
         self._leader: _Waiter | None = None
         self._local = trio.Event()
+        # The ends shared reads found, by run and in seq order, and all of them in seq
+        # order. Invariant: every end with a seq in (``_remembered_from``, ``_cursor``]
+        # is in ``_ends``.
+        self._ends: dict[str, list[tuple[int, RunState]]] = {}
+        self._ends_in_order: deque[tuple[int, str]] = deque()
+        self._remembered_from = 0
 
     async def follow_end(self, run_id: str, since: int) -> RunState:
         """The first ``Awaiting`` or ``Ended`` the store commits for ``run_id`` after event
@@ -86,14 +109,24 @@ class EndFollowers:
         waiter = _Waiter(since)
         self._seen = max(self._seen, since)
         if not self._waiters:
+            if self._seen != self._cursor:
+                # Past what shared reads read: the ends remembered no longer reach it.
+                self._ends.clear()
+                self._ends_in_order.clear()
+                self._remembered_from = self._seen
             self._cursor = self._seen
             # Taken before this waiter reads, so a commit in between is not missed.
             self._local = supervisor.changed_event()
         self._waiters.setdefault(run_id, []).append(waiter)
         try:
-            if since >= self._cursor:
-                # From the shared cursor on (a handle on a run just submitted): no event
-                # of its run can be behind the cursor, so a shared read is all it needs.
+            if since >= self._remembered_from:
+                # Every end of its run up to the cursor is remembered (none, from the
+                # cursor on: a handle on a run just submitted); after it, a shared read
+                # is all it needs.
+                for seq, state in self._ends.get(run_id, ()):
+                    if seq > since:
+                        await trio.lowlevel.checkpoint()
+                        return state
                 await self._refresh()
             else:
                 found = await self._read_own(run_id, waiter)
@@ -174,6 +207,7 @@ class EndFollowers:
                 found = _end_of(event)
                 if found is None:
                     continue
+                self._remember(event.run_id, event.seq, found)
                 for waiter in self._waiters.get(event.run_id, ()):
                     if waiter.found is None and event.seq > waiter.since:
                         waiter.found = found
@@ -183,3 +217,17 @@ class EndFollowers:
                 self._seen = max(self._seen, self._cursor)
             if len(events) < PAGE:
                 break
+
+    def _remember(self, run_id: str, seq: int, end: RunState) -> None:
+        """Keep an end a shared read found (before the cursor moves past it), forgetting
+        the oldest beyond `REMEMBERED`."""
+        self._ends.setdefault(run_id, []).append((seq, end))
+        order = self._ends_in_order
+        order.append((seq, run_id))
+        if len(order) > REMEMBERED:
+            oldest, oldest_run = order.popleft()
+            kept = self._ends[oldest_run]
+            del kept[0]  # its oldest: each run's ends are kept in seq order
+            if not kept:
+                del self._ends[oldest_run]
+            self._remembered_from = oldest

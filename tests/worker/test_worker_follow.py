@@ -5,10 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 import trio
 import trio.testing
 
 from awaken_trio import EventKind, LiveCommand, RunContext, RunEvent, RunState
+from awaken_trio._core import _follow
 from awaken_trio.store import MemoryStore
 
 from .worker_helpers import (
@@ -378,3 +380,63 @@ async def test_waiters_on_runs_that_end_one_by_one_each_get_their_end(
                 with trio.fail_after(POLL_BOUND):
                     await seen[f"r{i}"].wait()
     assert ended == [f"r{i}" for i in range(5)]
+
+
+async def _ended_while_another_is_waited_on(
+    counting: CountingStore, shared_store: MemoryStore
+) -> tuple[RunState, list[str | None]]:
+    """Runs ``early``, ``next`` and ``late`` are submitted; a waiter on ``late`` follows
+    the log while ``early`` ends, then ``next``; then ``early``'s handle is waited on,
+    behind the shared cursor (the waiter on ``late`` moved it past both ends). Answers
+    ``early``'s end and the reads made from the moment its handle began waiting."""
+    releases = {name: trio.Event() for name in ("early", "next", "late")}
+
+    async def body(ctx: RunContext) -> object:
+        await releases[ctx.run_id].wait()
+        return ctx.run_id
+
+    async with (
+        shared_runtime(counting) as a,
+        shared_runtime(shared_store, bodies={"job": body}) as b,
+        serving(b),
+    ):
+        early = await a.submit("job", run_id="early")
+        await a.submit("job", run_id="next")
+        late = await a.submit("job", run_id="late")
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(settle, late)
+            for name in ("early", "next"):
+                await until_state(b, name, is_running)
+                releases[name].set()
+                await until_state(b, name, lambda state: state == NATURAL)
+                await trio.sleep(10 * POLL)  # the waiter on late reads the log meanwhile
+            counting.reads.clear()
+            state = await settle(early)
+            reads = list(counting.reads)
+            releases["late"].set()
+    return state, reads
+
+
+async def test_a_handle_behind_the_shared_reads_takes_the_end_they_found(
+    shared_store: MemoryStore, autojump_clock: trio.testing.MockClock
+) -> None:
+    """A submitter waits on each run it submits: a handle that begins waiting after the
+    shared reads passed its run's end takes that end without a read of its own."""
+    counting = CountingStore(shared_store)
+    state, reads = await _ended_while_another_is_waited_on(counting, shared_store)
+    assert state == NATURAL
+    assert "early" not in reads, reads
+
+
+async def test_a_handle_behind_the_ends_remembered_reads_its_own_run(
+    shared_store: MemoryStore,
+    autojump_clock: trio.testing.MockClock,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Only the latest ends are kept: a handle whose run's end was forgotten (here one end
+    is kept, so next's forgets early's) reads its own run, and still gets its end."""
+    monkeypatch.setattr(_follow, "REMEMBERED", 1)
+    counting = CountingStore(shared_store)
+    state, reads = await _ended_while_another_is_waited_on(counting, shared_store)
+    assert state == NATURAL
+    assert reads.count("early") == 1, reads
