@@ -136,11 +136,13 @@ class Reads:
                 " WHERE r.queued_order IS NOT NULL AND r.name = ANY(%(names)b)"
                 " AND NOT EXISTS (SELECT 1 FROM {s}.claims c WHERE c.run_id = r.run_id"
                 "   AND c.lease_until >= %(lease_now)s)"
+                # (OFFSET 0: asked of each candidate, through the index of live attempts
+                # by thread, not made into a join that reads every run to find them.)
                 " AND NOT EXISTS (SELECT 1 FROM {s}.runs o JOIN {s}.claims c"
                 "   ON c.run_id = o.root_run_id"
                 "   WHERE o.thread_id = r.thread_id AND o.attempt_epoch IS NOT NULL"
                 "   AND o.run_id <> r.run_id AND c.epoch = o.attempt_epoch"
-                "   AND c.lease_until >= %(lease_now)s)"
+                "   AND c.lease_until >= %(lease_now)s OFFSET 0)"
                 " ORDER BY r.created LIMIT %(limit)s FOR UPDATE OF r SKIP LOCKED"
             ),
             due=q(

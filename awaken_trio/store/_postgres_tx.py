@@ -249,7 +249,13 @@ class Statements:
                 " (j->>8)::bigint AS attempt_epoch, (j->>9)::bigint AS recoveries,"
                 " CASE WHEN (j->>10)::boolean THEN nextval('{s}.queue_places') END AS place,"
                 " j->>11 AS checkpoint, (j->>12)::bigint AS steps, j->>13 AS result"
-                " FROM jsonb_array_elements(%s::jsonb) WITH ORDINALITY AS t(j, n) ORDER BY n)"
+                " FROM jsonb_array_elements(%s::jsonb) WITH ORDINALITY AS t(j, n) ORDER BY n"
+                # (All of them: the limit is their count. It is there for the planner,
+                # which takes a parameter's limit for a tenth of the 100 rows it expects
+                # of the function, and so probes the primary key once a row: its estimate
+                # of the table's size, which may be a fraction of it in a store that grew
+                # since the statement was planned, no longer makes it scan every run.)
+                " LIMIT %s)"
                 " UPDATE {s}.runs AS r SET kind = v.kind, state = v.state,"
                 " generation = v.generation, carried = v.carried,"
                 " carried_pause = v.carried_pause, resume_value = v.resume_value,"
@@ -887,7 +893,7 @@ class PgTx:
                         run_id,
                     )
                 )
-            conn.execute(q.update_runs, (_rows_json(updates),))
+            conn.execute(q.update_runs, (_rows_json(updates), len(updates)))
             self._changed.clear()
         checkpoints.clear()
         steps.clear()
