@@ -18,6 +18,9 @@ measurement. Parts:
   name: one step with progress, then a result), on PostgreSQL and on SQLite. This process
   submits N runs concurrently and waits for every end. Runs per second, and on
   PostgreSQL the most connections the database had at once (sampled every 20 ms).
+- ``backlog``: 20,000 runs (5,000 with ``--quick``) submitted at once to 4 worker
+  processes, on PostgreSQL and on SQLite: runs per second while the store grows many
+  times over within one load (faster than autovacuum gathers statistics).
 - ``lease``: the same with 4 workers and a lease of 1, 5 and 30 s (the default): runs per
   second, and how many claims the workers lost (a lease that ran out before its renewal
   came through, on a machine too busy to renew in time; each loss is a recovery later).
@@ -270,6 +273,30 @@ def bench_workers(stores: Stores, n: int, rounds: int, out: Figures) -> None:
             table[kind]["connections at most"] = peaks
             shown = "   ".join(f"{c} worker(s) {peak}" for c, peak in peaks.items())
             print(f"  {'':10s} connections at most (workers + submitter): {shown}")
+
+
+def bench_backlog(stores: Stores, n: int, out: Figures) -> None:
+    """A backlog submitted at once: the store grows by ``n`` runs within one load, faster
+    than PostgreSQL's autovacuum gathers statistics, so a statement planned while the
+    table was small runs against a table many times larger."""
+    print(f"\n== backlog: {n:,} runs submitted at once, 4 worker processes (runs/s) ==")
+    table: Figures = out.setdefault("backlog", {"runs": n, "workers": 4})
+    for kind in STORES:
+        missing = stores.usable(kind)
+        if missing is not None:
+            print(f"  {kind:10s} not measured: {missing}")
+            table[kind] = {"unavailable": missing}
+            continue
+        url = stores.fresh(kind)
+        trio.run(_touch, url)
+        with (
+            workers(url, 4, "--concurrency", "64", "--lease", "30", "--poll", "0.05"),
+            cpu_busy() as load,
+        ):
+            rate = trio.run(_submit_and_wait, url, n)
+        table[kind] = {"runs/s": rate, "machine CPU busy": load[0] if load else None}
+        busy = f"   machine CPU busy {load[0]:.0%}" if load else ""
+        print(f"  {kind:10s} {rate:7,.0f}{busy}")
 
 
 LEASES = (1.0, 5.0, 30.0)
@@ -642,7 +669,7 @@ def bench_latency(stores: Stores, n: int, rounds: int, out: Figures) -> None:
 
 # ---------------------------------------------------------------------------- main
 
-PARTS = ("workers", "lease", "peers", "cancel", "latency")
+PARTS = ("workers", "backlog", "lease", "peers", "cancel", "latency")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -677,6 +704,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             stores = Stores(server, Path(tmp))
             if "workers" in chosen:
                 bench_workers(stores, 500 if args.quick else 2_000, rounds, out)
+            if "backlog" in chosen:
+                bench_backlog(stores, 5_000 if args.quick else 20_000, out)
             if "lease" in chosen:
                 bench_lease(stores, 300 if args.quick else 500, out)
             if "peers" in chosen:
