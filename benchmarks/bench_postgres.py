@@ -110,6 +110,17 @@ class Stores:
         url: str = self.server.create_database(f"bench{self._count}")
         return url
 
+    def measured(self, table: Figures) -> Iterator[str]:
+        """The kinds of store to measure; one that cannot be opened here is shown, and put
+        in ``table`` as unavailable, instead."""
+        for kind in STORES:
+            missing = self.usable(kind)
+            if missing is None:
+                yield kind
+            else:
+                print(f"  {kind:10s} not measured: {missing}")
+                table[kind] = {"unavailable": missing}
+
     def usable(self, kind: str) -> str | None:
         """Why ``kind``'s store cannot be opened here (None: it can)."""
         if kind == "sqlite":
@@ -235,12 +246,7 @@ def cpu_busy() -> Iterator[list[float]]:
 def bench_workers(stores: Stores, n: int, rounds: int, out: Figures) -> None:
     print(f"\n== submit -> claimed -> Ended, {n} runs, worker processes (runs/s) ==")
     table: Figures = out.setdefault("workers", {"runs": n, "rounds": rounds})
-    for kind in STORES:
-        missing = stores.usable(kind)
-        if missing is not None:
-            print(f"  {kind:10s} not measured: {missing}")
-            table[kind] = {"unavailable": missing}
-            continue
+    for kind in stores.measured(table):
         rates: dict[str, float] = {}
         peaks: dict[str, int] = {}
         busy: dict[str, float] = {}
@@ -281,12 +287,7 @@ def bench_backlog(stores: Stores, n: int, out: Figures) -> None:
     table was small runs against a table many times larger."""
     print(f"\n== backlog: {n:,} runs submitted at once, 4 worker processes (runs/s) ==")
     table: Figures = out.setdefault("backlog", {"runs": n, "workers": 4})
-    for kind in STORES:
-        missing = stores.usable(kind)
-        if missing is not None:
-            print(f"  {kind:10s} not measured: {missing}")
-            table[kind] = {"unavailable": missing}
-            continue
+    for kind in stores.measured(table):
         url = stores.fresh(kind)
         trio.run(_touch, url)
         with (
@@ -305,12 +306,7 @@ LEASES = (1.0, 5.0, 30.0)
 def bench_lease(stores: Stores, n: int, out: Figures) -> None:
     print(f"\n== lease: {n} runs, 4 worker processes, lease 1 / 5 / 30 s ==")
     table: Figures = out.setdefault("lease", {"runs": n, "workers": 4})
-    for kind in STORES:
-        missing = stores.usable(kind)
-        if missing is not None:
-            print(f"  {kind:10s} not measured: {missing}")
-            table[kind] = {"unavailable": missing}
-            continue
+    for kind in stores.measured(table):
         rows: dict[str, Figures] = {}
         for lease in LEASES:
             url = stores.fresh(kind)
@@ -530,12 +526,7 @@ async def _cancel_latencies(url: str, worker: subprocess.Popen[str], samples: in
 def bench_cancel(stores: Stores, samples: int, out: Figures) -> None:
     print(f"\n== cross-process cancel_run -> the owner's body sees it ({samples} runs) ==")
     table: Figures = out.setdefault("cancel", {"samples": samples, "poll": 0.05})
-    for kind in STORES:
-        missing = stores.usable(kind)
-        if missing is not None:
-            print(f"  {kind:10s} not measured: {missing}")
-            table[kind] = {"unavailable": missing}
-            continue
+    for kind in stores.measured(table):
         url = stores.fresh(kind)
         trio.run(_touch, url)
         with workers(url, 1, "--poll", "0.05", "--lease", "5") as (worker,):
