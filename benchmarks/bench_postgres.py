@@ -8,6 +8,7 @@ the ``bench`` and ``postgres`` extras: ``pip install -e '.[bench,postgres]'``)::
     python benchmarks/bench_postgres.py --quick            # smaller sizes, one round (5)
     python benchmarks/bench_postgres.py --json out.json    # also write the figures
     python benchmarks/bench_postgres.py --only peers       # one part (repeatable)
+    python benchmarks/bench_postgres.py --only backlog --statements  # server time per run
 
 One server for the whole run (``tests/pg_server.py``: the system's PostgreSQL with its
 defaults, fsync on, but ``max_connections=200``, on 127.0.0.1), a fresh database for each
@@ -281,23 +282,74 @@ def bench_workers(stores: Stores, n: int, rounds: int, out: Figures) -> None:
             print(f"  {'':10s} connections at most (workers + submitter): {shown}")
 
 
-def bench_backlog(stores: Stores, n: int, out: Figures) -> None:
+def bench_backlog(stores: Stores, n: int, out: Figures, *, statements: bool) -> None:
     """A backlog submitted at once: the store grows by ``n`` runs within one load, faster
     than PostgreSQL's autovacuum gathers statistics, so a statement planned while the
-    table was small runs against a table many times larger."""
+    table was small runs against a table many times larger. With ``statements`` (the
+    server runs pg_stat_statements), the server's time and CPU per run are shown too, and
+    the statements that took most of it."""
     print(f"\n== backlog: {n:,} runs submitted at once, 4 worker processes (runs/s) ==")
     table: Figures = out.setdefault("backlog", {"runs": n, "workers": 4})
     for kind in stores.measured(table):
         url = stores.fresh(kind)
         trio.run(_touch, url)
+        watched = statements and kind == "postgresql"
         with (
             workers(url, 4, "--concurrency", "64", "--lease", "30", "--poll", "0.05"),
             cpu_busy() as load,
         ):
+            if watched:
+                _admin(url, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+                _admin(url, "SELECT pg_stat_statements_reset()")
+                cpu_before = _server_cpu(stores.server)
             rate = trio.run(_submit_and_wait, url, n)
-        table[kind] = {"runs/s": rate, "machine CPU busy": load[0] if load else None}
+            if watched:
+                cpu = (_server_cpu(stores.server) - cpu_before) / n
+                top = _admin(url, _TOP_STATEMENTS)
+        row: Figures = {"runs/s": rate, "machine CPU busy": load[0] if load else None}
         busy = f"   machine CPU busy {load[0]:.0%}" if load else ""
         print(f"  {kind:10s} {rate:7,.0f}{busy}")
+        if watched:
+            spent = sum(float(str(ms)) for _, ms, _ in top) / n
+            row |= {"server ms/run": spent, "server CPU ms/run": cpu * 1000}
+            print(f"  {'':10s} server time {spent:.3f} ms a run, server CPU {cpu * 1000:.3f} ms")
+            for calls, ms, query in top[:8]:
+                share = float(str(ms)) / n * 1000
+                print(f"  {'':10s} {share:7.1f} us/run {int(str(calls)) / n:5.2f}/run  {query}")
+        table[kind] = row
+
+
+_TOP_STATEMENTS = (
+    "SELECT calls, total_exec_time, left(regexp_replace(query, '\\s+', ' ', 'g'), 70)"
+    " FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database"
+    " WHERE datname = current_database()) ORDER BY total_exec_time DESC"
+)
+
+
+def _admin(url: str, statement: str) -> list[tuple[object, ...]]:
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        cur = conn.execute(statement.encode())
+        return cur.fetchall() if cur.description else []
+
+
+def _server_cpu(server: Any) -> float:
+    """Seconds of CPU the server's processes used so far (the postmaster's children, from
+    ``/proc``; a backend that exited meanwhile is not counted)."""
+    postmaster = int((server.data_dir / "postmaster.pid").read_text().split()[0])
+    ticks = 0
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(pid) == postmaster or int(fields[1]) == postmaster:
+            ticks += int(fields[11]) + int(fields[12])
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 LEASES = (1.0, 5.0, 30.0)
@@ -668,6 +720,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--json", type=Path, metavar="PATH", help="write the figures here")
     parser.add_argument("--only", action="append", choices=PARTS)
+    parser.add_argument(
+        "--statements",
+        action="store_true",
+        help="run the server with pg_stat_statements: the backlog shows where its time goes",
+    )
     parser.add_argument("--peer", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.peer:
@@ -683,7 +740,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "quick": args.quick,
     }
     try:
-        server = start_server()
+        server = start_server(preload="pg_stat_statements" if args.statements else "")
     except ServerUnavailable as exc:
         print(f"no PostgreSQL server: {exc}")
         return 1
@@ -696,7 +753,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             if "workers" in chosen:
                 bench_workers(stores, 500 if args.quick else 2_000, rounds, out)
             if "backlog" in chosen:
-                bench_backlog(stores, 5_000 if args.quick else 20_000, out)
+                bench_backlog(
+                    stores, 5_000 if args.quick else 20_000, out, statements=args.statements
+                )
             if "lease" in chosen:
                 bench_lease(stores, 300 if args.quick else 500, out)
             if "peers" in chosen:

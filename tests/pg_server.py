@@ -104,8 +104,11 @@ def _free_port() -> int:
 class PgServer:
     """One running throwaway server. `url()` names a database on it (with the password)."""
 
-    def __init__(self, *, bindir: Path, root: Path, port: int, password: str) -> None:
+    def __init__(
+        self, *, bindir: Path, root: Path, port: int, password: str, preload: str = ""
+    ) -> None:
         self.bindir = bindir
+        self.preload = preload  # shared_preload_libraries (a benchmark's pg_stat_statements)
         self.root = root
         self.data_dir = root / "data"
         self.socket_dir = root / "sock"
@@ -145,6 +148,7 @@ class PgServer:
             f"-c unix_socket_directories={self.socket_dir} "
             # Many runtimes per test (workers, a control process, the listener of each).
             "-c max_connections=200"
+            + (f" -c shared_preload_libraries={self.preload}" if self.preload else "")
         )
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -254,8 +258,9 @@ class PgServer:
         return int(str(rows[0][0]))
 
 
-def start_server() -> PgServer:
-    """A new running server; raises `ServerUnavailable` when the binaries are missing."""
+def start_server(*, preload: str = "") -> PgServer:
+    """A new running server (``preload``: its ``shared_preload_libraries``); raises
+    `ServerUnavailable` when the binaries are missing."""
     bindir = find_bindir()
     if bindir is None:
         raise ServerUnavailable(INSTALL_HINT)
@@ -264,7 +269,11 @@ def start_server() -> PgServer:
     for _ in range(3):
         root = Path(tempfile.mkdtemp(prefix="awaken-pg-"))
         server = PgServer(
-            bindir=bindir, root=root, port=_free_port(), password=secrets.token_urlsafe(12)
+            bindir=bindir,
+            root=root,
+            port=_free_port(),
+            password=secrets.token_urlsafe(12),
+            preload=preload,
         )
         try:
             server.init()
