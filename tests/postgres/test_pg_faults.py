@@ -12,6 +12,7 @@ from typing import TypeVar
 import psycopg
 import pytest
 import trio
+from commits import new_queued
 from pg_server import PgServer, lock_waiters
 
 from awaken_trio import (
@@ -22,7 +23,7 @@ from awaken_trio import (
     RunState,
     open_runtime,
 )
-from awaken_trio.store import Accepted, Commit, Expect, NewRun
+from awaken_trio.store import Accepted
 from awaken_trio.store import _postgres_tx as tx_module
 from awaken_trio.store._postgres import PostgresStore
 from awaken_trio.store._postgres_listen import APPLICATION_NAME
@@ -153,17 +154,6 @@ async def test_terminated_backends_in_the_middle_of_a_load_lose_nothing(
 # ---------------------------------------------------------------------------- commits
 
 
-def _new(run_id: str) -> Commit:
-    return Commit(
-        run_id=run_id,
-        state=RunState.Queued(),
-        generation=0,
-        expect=Expect(new=True),
-        at=1.0,
-        new_run=NewRun(thread_id=f"t-{run_id}", parent_run_id=None, name="job"),
-    )
-
-
 @pytest.fixture
 async def store(pg_url: str) -> AsyncIterator[PostgresStore]:
     async with PostgresStore(pg_url) as store:
@@ -189,7 +179,7 @@ async def test_a_commit_whose_answer_was_lost_is_looked_up_not_applied_again(
 
     monkeypatch.setattr(tx_module.PgTx, "commit", commit_then_break)
     with trio.fail_after(30):
-        [result] = await store.apply([_new("r1")])
+        [result] = await store.apply([new_queued("r1")])
     assert broken == ["once"]
     assert isinstance(result, Accepted)
     assert result.state == RunState.Queued()
@@ -212,7 +202,7 @@ async def test_a_commit_whose_connection_broke_before_commit_is_applied_once(
 
     monkeypatch.setattr(tx_module.PgTx, "commit", break_first)
     with trio.fail_after(30):
-        [result] = await store.apply([_new("r1")])
+        [result] = await store.apply([new_queued("r1")])
     assert isinstance(result, Accepted)
     assert len(await store.events_after(0)) == 1
 
@@ -235,7 +225,7 @@ async def test_a_hanging_query_is_cancelled_on_the_server_with_its_caller(
 
         with trio.move_on_after(30) as gave_up:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(store.apply, [_new("r1")])
+                nursery.start_soon(store.apply, [new_queued("r1")])
                 await _until(lambda: trio.to_thread.run_sync(waiting), "the write to wait", 20)
                 nursery.cancel_scope.cancel()
         assert not gave_up.cancelled_caught
@@ -247,7 +237,7 @@ async def test_a_hanging_query_is_cancelled_on_the_server_with_its_caller(
     finally:
         await trio.to_thread.run_sync(holder.close)
     assert await store.load("r1") is None  # the cancelled write never landed
-    [result] = await store.apply([_new("r1")])  # and the store goes on
+    [result] = await store.apply([new_queued("r1")])  # and the store goes on
     assert isinstance(result, Accepted)
 
 

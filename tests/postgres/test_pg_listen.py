@@ -15,6 +15,7 @@ from functools import partial
 import psycopg
 import pytest
 import trio
+from commits import new_queued
 
 from awaken_trio import EndCause, RunState
 from awaken_trio._core import HeardEnd
@@ -22,17 +23,6 @@ from awaken_trio.store import Accepted, Claim, Commit, Expect, Fence, NewRun
 from awaken_trio.store import _postgres_listen as listen_module
 from awaken_trio.store import _postgres_tx as tx_module
 from awaken_trio.store._postgres import PostgresStore
-
-
-def _new(run_id: str) -> Commit:
-    return Commit(
-        run_id=run_id,
-        state=RunState.Queued(),
-        generation=0,
-        expect=Expect(new=True),
-        at=1.0,
-        new_run=NewRun(thread_id=f"t-{run_id}", parent_run_id=None, name="job"),
-    )
 
 
 @pytest.fixture
@@ -61,7 +51,7 @@ async def test_another_stores_commit_wakes_the_wait(
         async with trio.open_nursery() as nursery:
             nursery.start_soon(wait)
             await trio.sleep(0.05)  # (the wait is under way; the commit may come any time)
-            await there.apply([_new("r1")])
+            await there.apply([new_queued("r1")])
     assert woke == [True]
 
 
@@ -70,7 +60,7 @@ async def test_the_stores_own_commits_and_silence_do_not_wake_it(
 ) -> None:
     here, _ = stores
     await _listening(here)
-    await here.apply([_new("r1")])
+    await here.apply([new_queued("r1")])
     with trio.fail_after(10):
         assert await here.wait_for_change(0.3) is False
 
@@ -103,7 +93,7 @@ async def test_a_listener_whose_pings_go_unheard_connects_again(
         async with trio.open_nursery() as nursery:
             nursery.start_soon(wait)
             await trio.sleep(0.05)
-            await there.apply([_new("r2")])
+            await there.apply([new_queued("r2")])
     assert woke == [True]
 
 
@@ -123,7 +113,7 @@ async def test_a_cancelled_wait_leaves_the_listener_usable(
         async with trio.open_nursery() as nursery:
             nursery.start_soon(wait)
             await trio.sleep(0.05)
-            await there.apply([_new("r1")])
+            await there.apply([new_queued("r1")])
     assert woke == [True]
 
 
@@ -136,7 +126,7 @@ async def test_a_wait_for_controls_passes_over_other_commits_and_keeps_them(
     here, there = stores
     await _listening(here)
     with trio.fail_after(20):
-        await there.apply([_new("r1")])
+        await there.apply([new_queued("r1")])
         assert await here.wait_for_control(0.5) is False
         assert await here.wait_for_change(10.0) is True  # the kept commit, at once
         await here.post_command("r1", "wake", None, None, 1.0)  # our own
@@ -289,7 +279,7 @@ async def test_a_command_stored_just_before_an_own_commit_is_read_by_the_next_lo
         first = await here.look_at_control(["r1"], 0, ["r1"], anyway=True)
         assert first.commands == ()
         posted = await there.post_command("r1", "wake", None, None, 1.0)
-        await here.apply([_new("own")])  # a write of this store, after the command
+        await here.apply([new_queued("own")])  # a write of this store, after the command
         look = await here.look_at_control(["r1"], 0, ["r1"], anyway=False)
         assert [c.id for c in look.commands] == [posted]
 

@@ -17,11 +17,10 @@ from typing import Any
 
 import psycopg
 import trio
+from commits import new_queued
 from psycopg._queries import PostgresQuery
 from psycopg.adapt import Transformer
 
-from awaken_trio import RunState
-from awaken_trio.store import Commit, Expect, NewRun
 from awaken_trio.store._postgres import PostgresStore
 from awaken_trio.store._postgres_reads import Reads
 from awaken_trio.store._postgres_tx import Statements
@@ -36,17 +35,7 @@ async def _store_of(url: str) -> None:
         with trio.fail_after(120):
             for first in range(0, RUNS, 500):
                 await store.apply(
-                    [
-                        Commit(
-                            run_id=f"r{i:05}",
-                            state=RunState.Queued(),
-                            generation=0,
-                            expect=Expect(new=True),
-                            at=1.0,
-                            new_run=NewRun(thread_id=f"t{i}", parent_run_id=None, name="job"),
-                        )
-                        for i in range(first, first + 500)
-                    ]
+                    [new_queued(f"r{i:05}", thread_id=f"t{i}") for i in range(first, first + 500)]
                 )
 
     def analyze() -> None:

@@ -9,10 +9,11 @@ import logging
 import psycopg
 import pytest
 import trio
+from commits import new_queued
 from pg_server import PgServer
 
 from awaken_trio import EndCause, JsonValue, RunContext, RunState, StoreError, open_runtime
-from awaken_trio.store import Commit, Expect, NewRun, open_store
+from awaken_trio.store import open_store
 from awaken_trio.store._postgres import PostgresStore
 from awaken_trio.store._postgres_reads import _SPARE_CURSORS, Reads, StoreConnection
 from awaken_trio.store._postgres_schema import LATEST
@@ -209,19 +210,7 @@ async def test_the_queue_is_read_oldest_first_from_its_index(pg_url: str) -> Non
     # runs out and stops at its limit: no sort of the queue, no walk past ended runs.
     async with PostgresStore(pg_url) as store:
         with trio.fail_after(60):
-            await store.apply(
-                [
-                    Commit(
-                        run_id=f"q{i:04}",
-                        state=RunState.Queued(),
-                        generation=0,
-                        expect=Expect(new=True),
-                        at=1.0,
-                        new_run=NewRun(thread_id=f"t{i}", parent_run_id=None, name="job"),
-                    )
-                    for i in range(400)
-                ]
-            )
+            await store.apply([new_queued(f"q{i:04}", thread_id=f"t{i}") for i in range(400)])
             handed = await store.runnable({"job"}, 0.0, 8)
     assert [record.run_id for record in handed] == [f"q{i:04}" for i in range(8)]
 
