@@ -190,12 +190,12 @@ class Statements:
             # One statement for every lock, taken in the keys' order (the array's: unnest
             # yields it in order, and each row's lock is taken as the row is produced).
             lock_threads=q("SELECT pg_advisory_xact_lock(%s, k) FROM unnest(%b::int[]) AS k"),
-            # Reads by key probe the index once per key, in the keys' order: a run
-            # in a LATERAL subquery that locks (or has an OFFSET) is not merged into a
-            # join, so the planner cannot choose to scan the whole table instead. It
-            # would while its statistics say the table is small, as they do in a young
-            # store that grows fast; with ``= ANY(...)`` such a scan read every run
-            # for a batch of a few dozen (2 ms at 3,000 runs, measured).
+            # Reads by key probe the index once per key, in the keys' order: a LATERAL
+            # subquery that locks (or has an OFFSET) is not merged into a join, so the
+            # planner cannot choose to scan the whole table instead. It would whenever
+            # its statistics say the table is small, as they do in a young store that
+            # grows fast; with ``= ANY(...)`` such a scan read every run for a batch of
+            # a few dozen (2 ms at 3,000 runs, measured).
             rows=q(
                 f"SELECT r.* FROM unnest(%b::text[]) AS k(id) CROSS JOIN LATERAL"
                 f" (SELECT {_ROW_COLUMNS} FROM {{s}}.runs WHERE run_id = k.id FOR UPDATE) r"
@@ -250,11 +250,11 @@ class Statements:
                 " CASE WHEN (j->>10)::boolean THEN nextval('{s}.queue_places') END AS place,"
                 " j->>11 AS checkpoint, (j->>12)::bigint AS steps, j->>13 AS result"
                 " FROM jsonb_array_elements(%s::jsonb) WITH ORDINALITY AS t(j, n) ORDER BY n"
-                # (All of them: the limit is their count. It is there for the planner,
-                # which takes a parameter's limit for a tenth of the 100 rows it expects
-                # of the function, and so probes the primary key once a row: its estimate
-                # of the table's size, which may be a fraction of it in a store that grew
-                # since the statement was planned, no longer makes it scan every run.)
+                # (The limit is the rows' count, so it keeps them all. It is there for
+                # the planner: it takes a parameter's limit for a tenth of the 100 rows
+                # it expects of the function, so it probes the primary key once a row
+                # rather than scan every run, even when it believes the table small, as
+                # it does in a store that grew since the statement was planned.)
                 " LIMIT %s)"
                 " UPDATE {s}.runs AS r SET kind = v.kind, state = v.state,"
                 " generation = v.generation, carried = v.carried,"
