@@ -66,18 +66,22 @@ def _generic_plan(url: str, statement: bytes, params: Sequence[Any] | Mapping[st
         return "\n".join(str(line) for (line,) in found)
 
 
+async def _assert_reached_by(
+    url: str, statement: bytes, params: Sequence[Any] | Mapping[str, Any], index: str
+) -> None:
+    """The statement's generic plan reaches runs through ``index``, never by a scan."""
+    plan = await trio.to_thread.run_sync(_generic_plan, url, statement, params)
+    assert "Seq Scan on runs" not in plan, plan
+    assert index in plan, plan
+
+
 async def test_a_transactions_reads_and_its_update_reach_runs_by_key(pg_url: str) -> None:
     await _store_of(pg_url)
     q = Statements.of("awaken")
     keys = ["r00001", "r00002"]
-    for statement, params in (
-        (q.rows, (keys,)),
-        (q.live, (keys,)),
-        (q.update_runs, ("[]", 2)),
-    ):
-        plan = await trio.to_thread.run_sync(_generic_plan, pg_url, statement, params)
-        assert "Seq Scan on runs" not in plan, plan
-        assert "Index Scan using runs_pkey" in plan or "runs_live_on_thread" in plan, plan
+    await _assert_reached_by(pg_url, q.rows, (keys,), "Index Scan using runs_pkey")
+    await _assert_reached_by(pg_url, q.live, (keys,), "runs_live_on_thread")
+    await _assert_reached_by(pg_url, q.update_runs, ("[]", 2), "Index Scan using runs_pkey")
 
 
 async def test_a_look_for_work_asks_each_candidate_for_its_threads_live_attempts(
@@ -85,27 +89,17 @@ async def test_a_look_for_work_asks_each_candidate_for_its_threads_live_attempts
 ) -> None:
     # Not one join that reads every run to find the live attempts.
     await _store_of(pg_url)
-    plan = await trio.to_thread.run_sync(
-        _generic_plan,
-        pg_url,
-        Reads.of("awaken").queued,
-        {"names": ["job"], "lease_now": 0.0, "limit": 8},
-    )
-    assert "Seq Scan on runs" not in plan, plan
-    assert "runs_live_on_thread" in plan, plan
+    params = {"names": ["job"], "lease_now": 0.0, "limit": 8}
+    await _assert_reached_by(pg_url, Reads.of("awaken").queued, params, "runs_live_on_thread")
 
 
 async def test_a_look_at_ended_runs_and_a_read_of_states_reach_runs_by_key(pg_url: str) -> None:
     await _store_of(pg_url)
     r = Reads.of("awaken")
     keys = ["r00001", "r00002"]
-    for statement, params in (
-        (r.states, (keys,)),
-        (r.look_ended, {"anyway": True, "known": 0, "running": keys}),
-    ):
-        plan = await trio.to_thread.run_sync(_generic_plan, pg_url, statement, params)
-        assert "Seq Scan on runs" not in plan, plan
-        assert "Index Scan using runs_pkey" in plan, plan
+    ended = {"anyway": True, "known": 0, "running": keys}
+    await _assert_reached_by(pg_url, r.states, (keys,), "Index Scan using runs_pkey")
+    await _assert_reached_by(pg_url, r.look_ended, ended, "Index Scan using runs_pkey")
 
 
 async def test_the_stores_connections_compile_no_jit(pg_url: str) -> None:

@@ -17,6 +17,7 @@ from .worker_helpers import (
     NATURAL,
     POLL,
     POLL_BOUND,
+    Body,
     Follower,
     history,
     is_running,
@@ -344,16 +345,24 @@ async def test_a_handle_takes_the_first_end_even_when_a_shared_read_found_a_late
     assert isinstance(state, RunState.Awaiting)
 
 
+def _each_released(run_ids: list[str]) -> tuple[dict[str, trio.Event], Body]:
+    """A body that returns its run's id once that run's event (of those handed back) is
+    set."""
+    releases = {run_id: trio.Event() for run_id in run_ids}
+
+    async def body(ctx: RunContext) -> object:
+        await releases[ctx.run_id].wait()
+        return ctx.run_id
+
+    return releases, body
+
+
 async def test_waiters_on_runs_that_end_one_by_one_each_get_their_end(
     shared_store: MemoryStore, autojump_clock: trio.testing.MockClock
 ) -> None:
     """Runs end one at a time, the first waiter's first: the waiter that watched for
     changes leaves with its end and another takes over, until the last has its own."""
-    releases = {f"r{i}": trio.Event() for i in range(5)}
-
-    async def body(ctx: RunContext) -> object:
-        await releases[ctx.run_id].wait()
-        return ctx.run_id
+    releases, body = _each_released([f"r{i}" for i in range(5)])
 
     async with (
         shared_runtime(shared_store) as a,
@@ -389,11 +398,7 @@ async def _ended_while_another_is_waited_on(
     the log while ``early`` ends, then ``next``; then ``early``'s handle is waited on,
     behind the shared cursor (the waiter on ``late`` moved it past both ends). Answers
     ``early``'s end and the reads made from the moment its handle began waiting."""
-    releases = {name: trio.Event() for name in ("early", "next", "late")}
-
-    async def body(ctx: RunContext) -> object:
-        await releases[ctx.run_id].wait()
-        return ctx.run_id
+    releases, body = _each_released(["early", "next", "late"])
 
     async with (
         shared_runtime(counting) as a,
