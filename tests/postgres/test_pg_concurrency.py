@@ -452,3 +452,87 @@ async def test_runs_queued_in_one_batch_take_their_places_in_its_order(
         assert all(isinstance(result, Accepted) for result in results), results
         handed = await store.runnable({"job"}, 1.0, 100)
     assert [record.run_id for record in handed] == run_ids
+
+
+def _reads_of(monkeypatch: pytest.MonkeyPatch, store: PostgresStore) -> list[list[bytes]]:
+    """The row and claim reads of each write transaction ``store`` runs from now on."""
+    from awaken_trio.store._postgres_reads import StoreConnection
+    from awaken_trio.store._postgres_tx import PgTx
+
+    statements = store._statements
+    watched = {statements.rows: b"rows", statements.claims: b"claims"}
+    transactions: list[list[bytes]] = []
+    execute = StoreConnection.execute
+    begin = PgTx.begin
+
+    def counted_begin(self: PgTx, batch: Sequence[Commit] = ()) -> float:
+        transactions.append([])
+        return begin(self, batch)
+
+    def counted(self: StoreConnection, query: object, *args: object, **kwargs: object) -> object:
+        if transactions and isinstance(query, bytes) and query in watched:
+            transactions[-1].append(watched[query])
+        return execute(self, query, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(PgTx, "begin", counted_begin)
+    monkeypatch.setattr(StoreConnection, "execute", counted)
+    return transactions
+
+
+async def test_a_run_created_reads_neither_its_row_nor_its_claim(
+    stores: list[PostgresStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A commit that creates a run (claimed, as a start is) goes without reading the run's
+    row or claim: its id is fresh, and the rules look at neither of a run they create. A
+    commit on an existing run still reads both (and locks them)."""
+    store = stores[0]
+    reads = _reads_of(monkeypatch, store)
+    with trio.fail_after(30):
+        [created] = await store.apply(
+            [_new("fresh", state=RunState.Running(1), claim=Claim("me", LIVE))]
+        )
+        assert isinstance(created, Accepted)
+        assert reads == [[]]
+        [ended] = await store.apply(
+            [
+                Commit(
+                    run_id="fresh",
+                    state=RunState.Ended(EndCause.NaturalEnd()),
+                    generation=1,
+                    expect=Expect(generation=1),
+                    at=2.0,
+                    fence=Fence("fresh", "me", 1),
+                    release=True,
+                )
+            ]
+        )
+        assert isinstance(ended, Accepted), ended
+        assert reads[1] == [b"claims", b"rows"]
+
+
+async def test_a_run_id_given_twice_is_refused_exists_after_one_rollback(
+    stores: list[PostgresStore], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The second creation of one id, from one store, one after the other: taken to be
+    new, its insert fails on the key and the transaction is rolled back; run again, it
+    reads the row, finds the run and is refused EXISTS. Nothing of it was written, and the
+    batch's other commits landed once."""
+    store = stores[0]
+    with trio.fail_after(30):
+        [first] = await store.apply([_new("twice")])
+        assert isinstance(first, Accepted)
+        reads = _reads_of(monkeypatch, store)
+        with caplog.at_level(logging.DEBUG, logger="awaken_trio.store"):
+            second, other = await store.apply(
+                [_new("twice", state=RunState.Running(1)), _new("other")]
+            )
+        assert second == Rejected(RejectReason.EXISTS, RunState.Queued())
+        assert isinstance(other, Accepted)
+        # The first try read no row; the one after its rollback read them all.
+        assert reads == [[], [b"rows"]]
+        assert any("rolled back, running it again" in r.getMessage() for r in caplog.records)
+        record = await store.load("twice")
+        assert record is not None
+        assert record.state == RunState.Queued()
+        events = await store.events_after(0, "other")
+        assert len(events) == 1
