@@ -56,6 +56,18 @@ def _new(
     )
 
 
+def _natural_end(run_id: str, owner: str, *, generation: int) -> Commit:
+    """The natural end of ``run_id``'s first attempt (claim epoch 1), by ``owner``."""
+    return Commit(
+        run_id=run_id,
+        state=RunState.Ended(EndCause.NaturalEnd()),
+        generation=generation,
+        expect=Expect(generation=1),
+        at=2.0,
+        fence=Fence(run_id, owner, 1),
+    )
+
+
 @pytest.fixture
 async def stores(pg_url: str) -> AsyncIterator[list[PostgresStore]]:
     async with AsyncExitStack() as stack:
@@ -380,18 +392,7 @@ async def test_a_write_transaction_is_one_pipeline_with_one_sync(
         assert (len(syncs), len(flushes)) == (1, 1)
         syncs.clear()
         flushes.clear()
-        [ended] = await store.apply(
-            [
-                Commit(
-                    run_id="one",
-                    state=RunState.Ended(EndCause.NaturalEnd()),
-                    generation=2,
-                    expect=Expect(generation=1),
-                    at=2.0,
-                    fence=Fence("one", "owner", 1),
-                )
-            ]
-        )
+        [ended] = await store.apply([_natural_end("one", "owner", generation=2)])
         assert isinstance(ended, Accepted), ended
         assert (len(syncs), len(flushes)) == (1, 1)
         # A committed cancel from elsewhere, which ends the run's descendants first: the
@@ -493,19 +494,7 @@ async def test_a_run_created_reads_neither_its_row_nor_its_claim(
         )
         assert isinstance(created, Accepted)
         assert reads == [[]]
-        [ended] = await store.apply(
-            [
-                Commit(
-                    run_id="fresh",
-                    state=RunState.Ended(EndCause.NaturalEnd()),
-                    generation=1,
-                    expect=Expect(generation=1),
-                    at=2.0,
-                    fence=Fence("fresh", "me", 1),
-                    release=True,
-                )
-            ]
-        )
+        [ended] = await store.apply([_natural_end("fresh", "me", generation=1)])
         assert isinstance(ended, Accepted), ended
         assert reads[1] == [b"claims", b"rows"]
 
