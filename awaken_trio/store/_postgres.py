@@ -370,9 +370,6 @@ class PostgresStore:
         statements = self._statements
         locks, channel, sender = self._thread_locks, self._channel, self._sender
         outcome: list[tuple[int, bool]] = []  # (writes before, whether it wrote)
-        # After a rollback the transaction runs again reading every row it touches: one
-        # rolled back on a key (a run id given twice) must find the run there.
-        careful: list[bool] = []
 
         def attempt(conn: Conn) -> T:
             tx = PgTx(
@@ -383,7 +380,6 @@ class PostgresStore:
                 sender=sender,
                 offset=offset,
                 clock=fixed,
-                assume_new=not careful,
             )
             committing = False
             try:
@@ -429,7 +425,6 @@ class PostgresStore:
                 # transaction: the whole transaction was rolled back, so running it again
                 # is safe.
                 rolled_back += 1
-                careful.append(True)
                 if rolled_back > ROLLED_BACK_RETRIES:
                     logger.error("store: writing %s failed: %s", what, self._scrub(exc))
                     raise StoreError(

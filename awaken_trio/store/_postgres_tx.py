@@ -326,13 +326,9 @@ class PgTx:
         sender: str,
         offset: float,
         clock: Callable[[], float] | None = None,
-        assume_new: bool = True,
     ) -> None:
         self.conn = conn
         self.q = statements
-        # Whether `prefetch` takes the runs a batch creates to be absent without reading
-        # them (see there); false when the transaction runs again after a rollback.
-        self._assume_new = assume_new
         self.token = uuid.uuid4()
         self._thread_locks = thread_locks
         self._channel = channel
@@ -457,38 +453,22 @@ class PgTx:
     # ------------------------------------------------------------------ reading
 
     def prefetch(self, batch: Sequence[Commit]) -> None:
-        """Read what ``batch`` touches (`_read`), but for two things no rule needs read:
-
-        * the claim of a run a commit creates: the rules refuse a creating commit whose run
-          exists (``EXISTS``) before they look at any claim of it, and a run they create
-          takes its claim with an upsert;
-        * (``assume_new``) the row of a run a commit creates, when no other commit of the
-          batch names it: taken to be absent. Its ids are fresh, so it is, but for a
-          caller's own ``run_id`` given twice: then the ``INSERT`` fails on the primary key,
-          the transaction is rolled back, and it runs again reading every row
-          (``assume_new=False``), to answer ``EXISTS``. Reading the row would lock nothing
-          either (a ``FOR UPDATE`` of a missing row takes no lock), so two transactions
-          creating one id race on the key the same way both ways.
-        """
+        """Read what ``batch`` touches (`_read`), but for the claim of a run a commit
+        creates, which no rule reads: one whose run exists is refused ``EXISTS`` before
+        any claim of it is looked at, and a run created takes its claim with an upsert."""
         run_ids: set[str] = set()
-        created: set[str] = set()
         claim_ids: set[str] = set()
         new_threads: set[str] = set()
         guarded: set[str] = set()
         ending: list[str] = []
         parents: list[str] = []
-        assume_new = self._assume_new
         for commit in batch:
-            creates = commit.expect.new
-            if creates and assume_new and commit.new_run is not None:
-                created.add(commit.run_id)
-            else:
-                run_ids.add(commit.run_id)
+            run_ids.add(commit.run_id)
             if commit.end_descendants and commit.run_id not in self._children:
                 parents.append(commit.run_id)
             if commit.fence is not None:
                 claim_ids.add(commit.fence.root_run_id)
-            if commit.claim is not None and not creates:
+            if commit.claim is not None and not commit.expect.new:
                 claim_ids.add(commit.run_id)
             if commit.thread_guard:
                 if commit.new_run is not None:
@@ -497,10 +477,7 @@ class PgTx:
                     guarded.add(commit.run_id)
             if isinstance(commit.state, Ended):
                 ending.append(commit.run_id)
-        rows = self._rows
-        for run_id in created - run_ids:
-            rows.setdefault(run_id, None)
-        run_ids -= rows.keys()
+        run_ids -= self._rows.keys()
         claim_ids -= self._claims.keys()
         self._read(
             list(run_ids),

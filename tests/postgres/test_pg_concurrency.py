@@ -480,12 +480,12 @@ def _reads_of(monkeypatch: pytest.MonkeyPatch, store: PostgresStore) -> list[lis
     return transactions
 
 
-async def test_a_run_created_reads_neither_its_row_nor_its_claim(
+async def test_a_run_created_does_not_read_its_claim(
     stores: list[PostgresStore], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A commit that creates a run (claimed, as a start is) goes without reading the run's
-    row or claim: its id is fresh, and the rules look at neither of a run they create. A
-    commit on an existing run still reads both (and locks them)."""
+    """A commit that creates a run (claimed, as a start is) does not read the run's claim:
+    the rules never look at the claim of a run they create (one that exists is refused
+    EXISTS first). A commit on an existing run still reads (and locks) its claim."""
     store = stores[0]
     reads = _reads_of(monkeypatch, store)
     with trio.fail_after(30):
@@ -493,35 +493,7 @@ async def test_a_run_created_reads_neither_its_row_nor_its_claim(
             [_new("fresh", state=RunState.Running(1), claim=Claim("me", LIVE))]
         )
         assert isinstance(created, Accepted)
-        assert reads == [[]]
+        assert reads == [[b"rows"]]
         [ended] = await store.apply([_natural_end("fresh", "me", generation=1)])
         assert isinstance(ended, Accepted), ended
         assert reads[1] == [b"claims", b"rows"]
-
-
-async def test_a_run_id_given_twice_is_refused_exists_after_one_rollback(
-    stores: list[PostgresStore], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
-    """The second creation of one id, from one store, one after the other: taken to be
-    new, its insert fails on the key and the transaction is rolled back; run again, it
-    reads the row, finds the run and is refused EXISTS. Nothing of it was written, and the
-    batch's other commits landed once."""
-    store = stores[0]
-    with trio.fail_after(30):
-        [first] = await store.apply([_new("twice")])
-        assert isinstance(first, Accepted)
-        reads = _reads_of(monkeypatch, store)
-        with caplog.at_level(logging.DEBUG, logger="awaken_trio.store"):
-            second, other = await store.apply(
-                [_new("twice", state=RunState.Running(1)), _new("other")]
-            )
-        assert second == Rejected(RejectReason.EXISTS, RunState.Queued())
-        assert isinstance(other, Accepted)
-        # The first try read no row; the one after its rollback read them all.
-        assert reads == [[], [b"rows"]]
-        assert any("rolled back, running it again" in r.getMessage() for r in caplog.records)
-        record = await store.load("twice")
-        assert record is not None
-        assert record.state == RunState.Queued()
-        events = await store.events_after(0, "other")
-        assert len(events) == 1
