@@ -26,8 +26,12 @@ stays enabled, as it is in a real process.
    the body in a nursery of its own (the attempt's scope, where children live) with
    ``outcome.acapture`` and storing the outcome, spawned with one checkpoint each (an
    awaited ``start``), and one more scheduler pass per task (the ``wait()`` that reads its
-   end). The "gc" columns give the share of the timed wall time spent in the cyclic garbage
-   collector (measured with ``gc.callbacks``).
+   end). "Floor, no nursery" (no target) is the floor with a cancel scope in place of each
+   task's nursery: the awaited spawn and the reading pass alone. "Start()" (no target) is
+   Trio's own awaited spawn: N ``await nursery.start(...)``, each task in its own cancel
+   scope, capturing its outcome; ours/start() compares two ways of spawning that each return
+   once the task is under way. The "gc" columns give the share of the timed wall time
+   spent in the cyclic garbage collector (measured with ``gc.callbacks``).
 2. Cancel latency with 10k parked runs (bodies in ``trio.sleep_forever()``): 1000 runs
    (500 with ``--quick``), one at a time, ``rt.deliver(LiveCommand.Cancel(run_id))`` then
    ``await handle.wait()``; the latency runs from just before ``deliver`` to the return of
@@ -341,6 +345,52 @@ async def floor_throughput(n: int) -> Timing:
     return watch.timing
 
 
+async def scope_floor_throughput(n: int) -> Timing:
+    """The floor (`floor_throughput`) with a cancel scope in place of each task's nursery:
+    what the awaited spawn and the reading pass cost alone, as if an attempt had no
+    nursery for its children."""
+    outcomes: list[outcome.Outcome[int] | None] = [None] * n
+
+    async def one(i: int) -> None:
+        with trio.CancelScope():
+            result = await outcome.acapture(bare_trivial)
+        outcomes[i] = result
+
+    with Stopwatch() as watch:
+        async with trio.open_nursery() as nursery:
+            for i in range(n):
+                nursery.start_soon(one, i)
+                await trio.lowlevel.checkpoint()
+            for _ in range(n):
+                await trio.lowlevel.checkpoint()
+    last = outcomes[-1]
+    assert last is not None
+    assert last.unwrap() == 1
+    return watch.timing
+
+
+async def started_throughput(n: int) -> Timing:
+    """N tasks spawned with Trio's own awaited spawn, ``await nursery.start(...)``, each in
+    its own cancel scope (handed back as its ``started()`` value), capturing and storing an
+    outcome: as ``await rt.start(body)`` returns once the run is under way."""
+    outcomes: list[outcome.Outcome[int] | None] = [None] * n
+
+    async def one(i: int, *, task_status: trio.TaskStatus[trio.CancelScope]) -> None:
+        with trio.CancelScope() as scope:
+            task_status.started(scope)
+            result = await outcome.acapture(bare_trivial)
+        outcomes[i] = result
+
+    with Stopwatch() as watch:
+        async with trio.open_nursery() as nursery:
+            for i in range(n):
+                await nursery.start(one, i)
+    last = outcomes[-1]
+    assert last is not None
+    assert last.unwrap() == 1
+    return watch.timing
+
+
 def timings_in_turns(
     fns: Sequence[Callable[[int], Awaitable[Timing]]], n: int, turns: int
 ) -> list[list[Timing]]:
@@ -373,12 +423,22 @@ def bench_throughput(cfg: Config, report: Report) -> None:
     print("   bare: a task in a cancel scope, capturing its outcome; target >= 0.50x of it")
     print("   floor: bare tasks in a nursery each, spawned with a checkpoint each and read with")
     print("   one scheduler pass each, as start and wait are: what any runtime with this design")
-    print("   pays before doing any work (no target)")
+    print('   pays before doing any work (no target); "no nursery": the same with a cancel')
+    print("   scope in place of each nursery (the awaited spawn and the reading pass alone)")
+    print("   start(): Trio's own awaited spawn, await nursery.start(), a task in a cancel")
+    print("   scope each (no target)")
     print("   gc = share of the timed wall time spent in the cyclic garbage collector")
     table: list[list[str]] = []
     for n, turns in zip(cfg.throughput_sizes, cfg.throughput_repeats, strict=True):
-        bares, floors, starts, executes = timings_in_turns(
-            (bare_throughput, floor_throughput, ours_start_throughput, ours_execute_throughput),
+        bares, floors, scope_floors, starteds, starts, executes = timings_in_turns(
+            (
+                bare_throughput,
+                floor_throughput,
+                scope_floor_throughput,
+                started_throughput,
+                ours_start_throughput,
+                ours_execute_throughput,
+            ),
             n,
             turns,
         )
@@ -386,6 +446,8 @@ def bench_throughput(cfg: Config, report: Report) -> None:
         for label, timings in (
             ("bare task in a cancel scope", bares),
             ("floor task", floors),
+            ("floor task, no nursery", scope_floors),
+            ("task by await nursery.start", starteds),
         ):
             one = best(timings)
             table.append(
@@ -396,6 +458,7 @@ def bench_throughput(cfg: Config, report: Report) -> None:
                     "-" if timings is bares else f"{median_ratio(timings, bares):.2f}x",
                     "-",
                     "-",
+                    "-",
                 ]
             )
         for label, timings in (("start", starts), ("execute", executes)):
@@ -403,6 +466,7 @@ def bench_throughput(cfg: Config, report: Report) -> None:
             rate = n / ours.seconds
             to_bare = median_ratio(timings, bares)
             to_floor = median_ratio(timings, floors)
+            to_started = median_ratio(timings, starteds)
             passed = to_bare >= 0.5
             table.append(
                 [
@@ -411,6 +475,7 @@ def bench_throughput(cfg: Config, report: Report) -> None:
                     ours.gc_share,
                     f"{to_bare:.2f}x",
                     f"{to_floor:.2f}x",
+                    f"{to_started:.2f}x",
                     verdict(passed),
                 ]
             )
@@ -431,7 +496,7 @@ def bench_throughput(cfg: Config, report: Report) -> None:
                 None,
             )
     print_table(
-        ["", "runs or tasks/s", "gc", "vs bare", "vs floor", "result"],
+        ["", "runs or tasks/s", "gc", "vs bare", "vs floor", "vs start()", "result"],
         table,
     )
 
