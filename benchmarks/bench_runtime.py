@@ -320,42 +320,23 @@ async def bare_throughput(n: int) -> Timing:
     return watch.timing
 
 
-async def floor_throughput(n: int) -> Timing:
-    """The structural floor of a run, with none of the runtime's own work: N awaited
-    spawns (one checkpoint each, as ``start`` is), each task in a nursery of its own (the
-    attempt's scope, where children would live), capturing and storing an outcome, and one
-    scheduler pass per task to read it (as ``wait()`` does)."""
+async def _floor(n: int, *, nursery_each: bool) -> Timing:
+    """N awaited spawns (one checkpoint each, as ``start`` is), each task capturing and
+    storing an outcome inside a nursery of its own (``nursery_each``) or a cancel scope,
+    and one scheduler pass per task to read it (as ``wait()`` does)."""
     outcomes: list[outcome.Outcome[int] | None] = [None] * n
 
-    async def one(i: int) -> None:
+    async def in_nursery(i: int) -> None:
         async with trio.open_nursery():
             result = await outcome.acapture(bare_trivial)
         outcomes[i] = result
 
-    with Stopwatch() as watch:
-        async with trio.open_nursery() as nursery:
-            for i in range(n):
-                nursery.start_soon(one, i)
-                await trio.lowlevel.checkpoint()
-            for _ in range(n):
-                await trio.lowlevel.checkpoint()
-    last = outcomes[-1]
-    assert last is not None
-    assert last.unwrap() == 1
-    return watch.timing
-
-
-async def scope_floor_throughput(n: int) -> Timing:
-    """The floor (`floor_throughput`) with a cancel scope in place of each task's nursery:
-    what the awaited spawn and the reading pass cost alone, as if an attempt had no
-    nursery for its children."""
-    outcomes: list[outcome.Outcome[int] | None] = [None] * n
-
-    async def one(i: int) -> None:
+    async def in_scope(i: int) -> None:
         with trio.CancelScope():
             result = await outcome.acapture(bare_trivial)
         outcomes[i] = result
 
+    one = in_nursery if nursery_each else in_scope
     with Stopwatch() as watch:
         async with trio.open_nursery() as nursery:
             for i in range(n):
@@ -367,6 +348,20 @@ async def scope_floor_throughput(n: int) -> Timing:
     assert last is not None
     assert last.unwrap() == 1
     return watch.timing
+
+
+async def floor_throughput(n: int) -> Timing:
+    """The structural floor of a run, with none of the runtime's own work: awaited spawns,
+    each task in a nursery of its own (the attempt's scope, where children would live),
+    and a reading pass each (`_floor`)."""
+    return await _floor(n, nursery_each=True)
+
+
+async def scope_floor_throughput(n: int) -> Timing:
+    """The floor with a cancel scope in place of each task's nursery: what the awaited
+    spawn and the reading pass cost alone, as if an attempt had no nursery for its
+    children."""
+    return await _floor(n, nursery_each=False)
 
 
 async def started_throughput(n: int) -> Timing:
