@@ -407,3 +407,57 @@ def test_the_listener_keeps_the_latest_heard_ends_only() -> None:
     assert heard[0] == HeardEnd("r5", CANCELLED, 1, 5)
     assert heard[-1].after_seq == most + 4
     assert listener.take_heard() == []
+
+
+def _notify_together(pg_url: str, channel: str, payloads: list[str]) -> None:
+    """NOTIFY every payload in one transaction: the server delivers them at its commit,
+    together (one packet, as a listener reads them)."""
+    with psycopg.connect(pg_url) as conn:
+        for payload in payloads:
+            conn.execute("SELECT pg_notify(%s, %s)", (channel, payload))
+        conn.commit()
+
+
+async def test_every_notice_of_a_packet_is_read(
+    stores: tuple[PostgresStore, PostgresStore], pg_url: str
+) -> None:
+    """A wait woken by the first notice still reads those that came with it: the second
+    names an end, which is kept for the relay (a wait that answered on the first notice
+    and closed the generator lost the rest of its packet)."""
+    here, _ = stores
+    await _listening(here)
+    end = '{"kind":"ended","cause":{"kind":"cancelled"}}'
+    payloads = ["someone else", f'someone else control\n7\n[["r1", 3, {end}]]']
+    with trio.fail_after(20):
+        await trio.to_thread.run_sync(_notify_together, pg_url, here._channel, payloads)
+        assert await here.wait_for_change(10.0) is True
+    assert here.heard_ends() == [HeardEnd("r1", CANCELLED, 3, 7)]
+
+
+async def test_a_notice_from_elsewhere_after_the_stores_own_wakes_the_wait(
+    stores: tuple[PostgresStore, PostgresStore], pg_url: str
+) -> None:
+    """Own notices put the listener to rest (`OWN_PAUSE`) rather than wake it, but another
+    store's notice, in the same packet or after the rest, still ends the wait; own ones
+    alone never do."""
+    here, _ = stores
+    await _listening(here)
+    own = here._sender
+    with trio.fail_after(20):
+        await trio.to_thread.run_sync(_notify_together, pg_url, here._channel, [own, own])
+        assert await here.wait_for_change(0.2) is False
+        await trio.to_thread.run_sync(
+            _notify_together, pg_url, here._channel, [own, "someone else", own]
+        )
+        assert await here.wait_for_change(10.0) is True
+        woke: list[bool] = []
+
+        async def wait() -> None:
+            woke.append(await here.wait_for_change(10.0))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(wait)
+            await trio.to_thread.run_sync(_notify_together, pg_url, here._channel, [own])
+            await trio.sleep(listen_module.OWN_PAUSE / 2)  # (during the rest, or after it)
+            await trio.to_thread.run_sync(_notify_together, pg_url, here._channel, ["someone else"])
+    assert woke == [True]
