@@ -174,14 +174,24 @@ def connection_peak(server: Any, url: str) -> Iterator[list[int]]:
 
 @contextlib.contextmanager
 def workers(
-    url: str, count: int, *extra: str, stderr: Any = None
+    url: str, count: int, *extra: str, stderr: Any = None, gate: bool = False
 ) -> Iterator[list[subprocess.Popen[str]]]:
-    """``count`` worker processes serving ``url``, each ready; killed on leaving."""
+    """``count`` worker processes serving ``url``, each ready; killed on leaving. With
+    ``gate``, each has its runtime open but serves only once `open_gates` is called."""
     processes: list[subprocess.Popen[str]] = []
     try:
         for i in range(count):
             process = subprocess.Popen(
-                [sys.executable, str(WORKER), url, "--name", f"w{i}", *extra],
+                [
+                    sys.executable,
+                    str(WORKER),
+                    url,
+                    "--name",
+                    f"w{i}",
+                    *extra,
+                    *(("--gate",) if gate else ()),
+                ],
+                stdin=subprocess.PIPE if gate else None,
                 stdout=subprocess.PIPE,
                 stderr=stderr,
                 text=True,
@@ -196,6 +206,41 @@ def workers(
         for process in processes:
             process.kill()
             process.wait()
+
+
+def open_gates(processes: Sequence[subprocess.Popen[str]]) -> None:
+    """Let gated workers (`workers` with ``gate``) serve, all at one moment."""
+    for process in processes:
+        assert process.stdin is not None
+        process.stdin.write("go\n")
+        process.stdin.flush()
+
+
+async def _drain(url: str, n: int, processes: Sequence[subprocess.Popen[str]]) -> float:
+    """Runs per second of a queue drained: ``n`` runs submitted (not timed) while the gated
+    ``processes`` do not serve yet, then timed from their gates' opening to the last end."""
+    async with open_runtime(url) as runtime:
+        handles = []
+
+        async def submit() -> None:
+            handles.append(await runtime.submit("stepper", input={"steps": 1, "delay": 0}))
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(n):
+                nursery.start_soon(submit)
+        states: list[RunState] = []
+
+        async def wait(handle: Any) -> None:
+            states.append(await handle.wait())
+
+        started = time.perf_counter()
+        open_gates(processes)
+        async with trio.open_nursery() as nursery:
+            for handle in handles:
+                nursery.start_soon(wait, handle)
+        elapsed = time.perf_counter() - started
+    assert states.count(DONE) == n, [state for state in states if state != DONE][:3]
+    return n / elapsed
 
 
 async def _submit_and_wait(url: str, n: int, ended: list[RunState] | None = None) -> float:
@@ -280,6 +325,28 @@ def bench_workers(stores: Stores, n: int, rounds: int, out: Figures) -> None:
             table[kind]["connections at most"] = peaks
             shown = "   ".join(f"{c} worker(s) {peak}" for c, peak in peaks.items())
             print(f"  {'':10s} connections at most (workers + submitter): {shown}")
+
+
+def bench_drain(stores: Stores, n: int, rounds: int, out: Figures) -> None:
+    """A queue drained, as pgqueuer's rows measure it: ``n`` runs stored first, then 1, 2
+    and 4 worker processes started on them at one moment, timed to the last end."""
+    print(f"\n== drain: {n} runs queued first, then worker processes (runs/s) ==")
+    table: Figures = out.setdefault("drain", {"runs": n, "rounds": rounds})
+    for kind in stores.measured(table):
+        rates: dict[str, float] = {}
+        for count in WORKER_COUNTS:
+            found: list[float] = []
+            for _ in range(rounds):
+                url = stores.fresh(kind)
+                trio.run(_touch, url)
+                with workers(
+                    url, count, "--concurrency", "64", "--lease", "30", "--poll", "0.05", gate=True
+                ) as processes:
+                    found.append(trio.run(_drain, url, n, processes))
+            rates[str(count)] = statistics.median(found)
+        table[kind] = {"runs/s": rates}
+        shown = "   ".join(f"{c} worker(s) {rate:7,.0f}" for c, rate in rates.items())
+        print(f"  {kind:10s} {shown}")
 
 
 def bench_backlog(stores: Stores, n: int, out: Figures, *, statements: bool) -> None:
@@ -422,18 +489,19 @@ def _dbos_run(url: str, n: int, threads: int) -> float:
     return n / elapsed
 
 
-def _pgqueuer_run(url: str, n: int, consumers: int, batch: int) -> float:
+def _pgqueuer_run(url: str, n: int, consumers: int, batch: int) -> tuple[float, float]:
     """pgqueuer jobs per second: ``n`` jobs enqueued, then dequeued and acknowledged by
     ``consumers`` queue managers (a connection each); timed from the consumers' start to
-    the last job done."""
+    the last job done (the drain), and from the first enqueue to the last job done."""
     psycopg: Any = importlib.import_module("psycopg")
     pgqueuer: Any = importlib.import_module("pgqueuer")
     logging.disable(logging.WARNING)
 
-    async def main() -> float:
+    async def main() -> tuple[float, float]:
         conn = await psycopg.AsyncConnection.connect(url, autocommit=True)
         queries = pgqueuer.Queries(pgqueuer.PsycopgDriver(conn))
         await queries.install()
+        enqueued = time.perf_counter()
         for i in range(0, n, 500):
             size = min(500, n - i)
             await queries.enqueue(["job"] * size, [b"x"] * size, [0] * size)
@@ -465,7 +533,7 @@ def _pgqueuer_run(url: str, n: int, consumers: int, batch: int) -> float:
         assert left[0] == 0, f"{left[0]} jobs left unacknowledged"
         for connection in [conn, *connections]:
             await connection.close()
-        return n / (ended - started)
+        return n / (ended - started), n / (ended - enqueued)
 
     return asyncio.run(main())
 
@@ -474,14 +542,20 @@ def _peer(args: Sequence[str]) -> None:
     """One peer measurement in a process of its own; prints its rate on the last line."""
     which, url, n, *rest = args
     if which == "dbos":
-        rate = _dbos_run(url, int(n), int(rest[0]))
+        print(_dbos_run(url, int(n), int(rest[0])))
     else:
-        rate = _pgqueuer_run(url, int(n), int(rest[0]), int(rest[1]))
-    print(rate)
+        print(*_pgqueuer_run(url, int(n), int(rest[0]), int(rest[1])))
 
 
 def _peer_rate(server: Any, *args: str) -> tuple[float, int]:
-    """The peer's rate, and the most connections it held at once."""
+    """The peer's rate, and the most connections it held at once (`_peer_rates`'s first)."""
+    rates, peak = _peer_rates(server, *args)
+    return rates[0], peak
+
+
+def _peer_rates(server: Any, *args: str) -> tuple[list[float], int]:
+    """The peer's rates (the numbers its process printed last), and the most connections
+    it held at once."""
     with connection_peak(server, args[1]) as peak:
         done = subprocess.run(
             [sys.executable, __file__, "--peer", *args],
@@ -492,7 +566,7 @@ def _peer_rate(server: Any, *args: str) -> tuple[float, int]:
         )
     if done.returncode != 0:
         raise RuntimeError(hidden(done.stderr.strip().splitlines()[-1] if done.stderr else "?"))
-    return float(done.stdout.split()[-1]), peak[0]
+    return [float(x) for x in done.stdout.strip().splitlines()[-1].split()], peak[0]
 
 
 def bench_peers(stores: Stores, dbos_n: int, jobs: int, rounds: int, out: Figures) -> None:
@@ -529,12 +603,13 @@ def bench_peers(stores: Stores, dbos_n: int, jobs: int, rounds: int, out: Figure
             )
     if "pgqueuer" not in table:
         pgq: dict[str, float] = {}
+        pgq_whole: dict[str, float] = {}
         pgq_peaks: dict[str, int] = {}
         for consumers in (1, 5):
             for batch in (10, 100):
                 label = f"{consumers} consumer(s), batch {batch}"
-                found = [
-                    _peer_rate(
+                rated = [
+                    _peer_rates(
                         stores.server,
                         "pgqueuer",
                         stores.fresh("postgresql"),
@@ -542,12 +617,19 @@ def bench_peers(stores: Stores, dbos_n: int, jobs: int, rounds: int, out: Figure
                     )
                     for _ in range(rounds)
                 ]
-                pgq[label] = statistics.median(rate for rate, _ in found)
-                pgq_peaks[label] = max(peak for _, peak in found)
-        table["pgqueuer"] = {"jobs": jobs, "jobs/s": pgq, "connections at most": pgq_peaks}
+                pgq[label] = statistics.median(rates[0] for rates, _ in rated)
+                pgq_whole[label] = statistics.median(rates[1] for rates, _ in rated)
+                pgq_peaks[label] = max(peak for _, peak in rated)
+        table["pgqueuer"] = {
+            "jobs": jobs,
+            "jobs/s": pgq,
+            "jobs/s from the first enqueue": pgq_whole,
+            "connections at most": pgq_peaks,
+        }
         for label, rate in pgq.items():
             print(
-                f"  pgqueuer, {jobs} jobs, {label:26s} {rate:7,.0f} jobs/s"
+                f"  pgqueuer, {jobs} jobs, {label:26s} {rate:7,.0f} jobs/s drained,"
+                f" {pgq_whole[label]:7,.0f} from the first enqueue"
                 f"  ({pgq_peaks[label]} connections at most)"
             )
 
@@ -712,7 +794,7 @@ def bench_latency(stores: Stores, n: int, rounds: int, out: Figures) -> None:
 
 # ---------------------------------------------------------------------------- main
 
-PARTS = ("workers", "backlog", "lease", "peers", "cancel", "latency")
+PARTS = ("workers", "drain", "backlog", "lease", "peers", "cancel", "latency")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -752,6 +834,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             stores = Stores(server, Path(tmp))
             if "workers" in chosen:
                 bench_workers(stores, 500 if args.quick else 2_000, rounds, out)
+            if "drain" in chosen:
+                bench_drain(stores, 2_000 if args.quick else 10_000, rounds, out)
             if "backlog" in chosen:
                 bench_backlog(
                     stores, 5_000 if args.quick else 20_000, out, statements=args.statements

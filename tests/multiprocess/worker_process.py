@@ -3,9 +3,12 @@ test bodies registered, serves, and prints ``ready`` once it is claiming.
 
     python worker_process.py <store-url> [--lease S] [--poll S] [--concurrency N]
                              [--max-recoveries N] [--name NAME] [--clock-offset S]
+                             [--gate]
 
 ``--clock-offset`` sets the runtime's ``clock=`` that many seconds off the machine's wall
-clock (a host whose clock is wrong).
+clock (a host whose clock is wrong). ``--gate`` makes it print ``ready`` with its runtime
+open and serve only once a line comes on its stdin (a benchmark starts several workers on
+one backlog at one moment).
 
 Every line it prints is flushed, so a test reads them as they come. It exits by itself
 (releasing its claims) when the process that started it is gone, so a test process that
@@ -43,10 +46,15 @@ async def main(args: argparse.Namespace) -> None:
         ) as runtime,
         trio.open_nursery() as nursery,
     ):
+        if args.gate:
+            print(f"ready {args.name}", flush=True)
+            if not await trio.wrap_file(sys.stdin).readline():
+                return  # the starting process is gone before opening the gate
         await nursery.start(
             lambda task_status: runtime.serve(concurrency=args.concurrency, task_status=task_status)
         )
-        print(f"ready {args.name}", flush=True)
+        if not args.gate:
+            print(f"ready {args.name}", flush=True)
         parent = os.getppid()
         while True:  # a pipe would do too, but a killed test may leave its pipes open
             await trio.sleep(0.5)
@@ -64,5 +72,6 @@ if __name__ == "__main__":
     parser.add_argument("--max-recoveries", type=int, default=3)
     parser.add_argument("--name", default="worker")
     parser.add_argument("--clock-offset", type=float, default=0.0)
+    parser.add_argument("--gate", action="store_true")
     with contextlib.suppress(KeyboardInterrupt):
         trio.run(main, parser.parse_args())
