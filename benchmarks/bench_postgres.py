@@ -19,6 +19,10 @@ measurement. Parts:
   name: one step with progress, then a result), on PostgreSQL and on SQLite. This process
   submits N runs concurrently and waits for every end. Runs per second, and on
   PostgreSQL the most connections the database had at once (sampled every 20 ms).
+- ``drain``: 10,000 runs (2,000 with ``--quick``) submitted first (not timed), then 1, 2
+  and 4 worker processes, their runtimes open but gated (``worker_process.py --gate``),
+  let serve at one moment: runs per second from then to the last end, as pgqueuer's
+  rows measure a drain, at ``concurrency=`` 64 and 256 a worker.
 - ``backlog``: 20,000 runs (5,000 with ``--quick``) submitted at once to 4 worker
   processes, on PostgreSQL and on SQLite: runs per second while the store grows many
   times over within one load (faster than autovacuum gathers statistics).
@@ -31,7 +35,8 @@ measurement. Parts:
   pgqueuer: N jobs enqueued (500 a statement), then dequeued and acknowledged by 1 and by 5
   consumers (``QueueManager``s, each with its own connection, in one process) at batch
   size 10 (its default) and 100; jobs per second from the first dequeue to the last job
-  done. Each peer runs in a fresh process; the most connections it held is shown too.
+  done (the drain), and from the first enqueue. Each peer runs in a fresh process; the
+  most connections it held is shown too.
 - ``cancel``: ``cancel_run`` from this process -> the owner's body (in a worker process)
   observes it: p50 and p99, on PostgreSQL and on SQLite (``poll=0.05``).
 - ``latency``: one awaited ``start`` at a time against the store's floor: on PostgreSQL a raw
@@ -327,26 +332,39 @@ def bench_workers(stores: Stores, n: int, rounds: int, out: Figures) -> None:
             print(f"  {'':10s} connections at most (workers + submitter): {shown}")
 
 
+DRAIN_CONCURRENCY = (64, 256)
+"""The runs each worker holds at once (``serve(concurrency=)``) in the drain: the workers
+part's, and four times it."""
+
+
 def bench_drain(stores: Stores, n: int, rounds: int, out: Figures) -> None:
     """A queue drained, as pgqueuer's rows measure it: ``n`` runs stored first, then 1, 2
-    and 4 worker processes started on them at one moment, timed to the last end."""
+    and 4 worker processes started on them at one moment, timed to the last end; at each
+    of `DRAIN_CONCURRENCY`."""
     print(f"\n== drain: {n} runs queued first, then worker processes (runs/s) ==")
     table: Figures = out.setdefault("drain", {"runs": n, "rounds": rounds})
     for kind in stores.measured(table):
-        rates: dict[str, float] = {}
-        for count in WORKER_COUNTS:
-            found: list[float] = []
-            for _ in range(rounds):
-                url = stores.fresh(kind)
-                trio.run(_touch, url)
-                with workers(
-                    url, count, "--concurrency", "64", "--lease", "30", "--poll", "0.05", gate=True
-                ) as processes:
-                    found.append(trio.run(_drain, url, n, processes))
-            rates[str(count)] = statistics.median(found)
-        table[kind] = {"runs/s": rates}
-        shown = "   ".join(f"{c} worker(s) {rate:7,.0f}" for c, rate in rates.items())
-        print(f"  {kind:10s} {shown}")
+        by_concurrency: dict[str, dict[str, float]] = {}
+        for concurrency in DRAIN_CONCURRENCY:
+            rates: dict[str, float] = {}
+            for count in WORKER_COUNTS:
+                found: list[float] = []
+                for _ in range(rounds):
+                    url = stores.fresh(kind)
+                    trio.run(_touch, url)
+                    with workers(
+                        url,
+                        count,
+                        *("--concurrency", str(concurrency), "--lease", "30", "--poll", "0.05"),
+                        gate=True,
+                    ) as processes:
+                        found.append(trio.run(_drain, url, n, processes))
+                rates[str(count)] = statistics.median(found)
+            by_concurrency[str(concurrency)] = rates
+            shown = "   ".join(f"{c} worker(s) {rate:7,.0f}" for c, rate in rates.items())
+            label = kind if concurrency == DRAIN_CONCURRENCY[0] else ""
+            print(f"  {label:10s} concurrency {concurrency:4d}:  {shown}")
+        table[kind] = {"runs/s by concurrency": by_concurrency}
 
 
 def bench_backlog(stores: Stores, n: int, out: Figures, *, statements: bool) -> None:
