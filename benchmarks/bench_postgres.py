@@ -211,6 +211,8 @@ def workers(
         for process in processes:
             process.kill()
             process.wait()
+            if process.stdin is not None:
+                process.stdin.close()
 
 
 def open_gates(processes: Sequence[subprocess.Popen[str]]) -> None:
@@ -557,7 +559,7 @@ def _pgqueuer_run(url: str, n: int, consumers: int, batch: int) -> tuple[float, 
 
 
 def _peer(args: Sequence[str]) -> None:
-    """One peer measurement in a process of its own; prints its rate on the last line."""
+    """One peer measurement in a process of its own; prints its rates on the last line."""
     which, url, n, *rest = args
     if which == "dbos":
         print(_dbos_run(url, int(n), int(rest[0])))
