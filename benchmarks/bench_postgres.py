@@ -43,7 +43,10 @@ measurement. Parts:
   one-row ``INSERT`` + ``COMMIT`` round trip on one psycopg connection to the same server, on
   SQLite the same on the same file with the store's pragmas (see bench_start_latency.py),
   measured in turns of 25 calls of each, so that both see the machine alike. Ratio =
-  floor/start.
+  floor/start. Beside them, the floor from Trio: the same commit awaited from a Trio task,
+  run on a worker thread as the store runs its calls (a blocking commit must not stall the
+  event loop): about the best ratio an awaited commit of any store can reach in a Trio
+  program (on SQLite the store's own thread hops a little faster: bench_start_latency.py).
 
 Figures are medians of three rounds (one with ``--quick``). Where the PostgreSQL store
 cannot be opened (this version does not have it), its rows say why and the rest still runs.
@@ -69,10 +72,11 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
+import attrs
 import trio
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -223,14 +227,25 @@ def open_gates(processes: Sequence[subprocess.Popen[str]]) -> None:
         process.stdin.flush()
 
 
-async def _drain(url: str, n: int, processes: Sequence[subprocess.Popen[str]]) -> float:
-    """Runs per second of a queue drained: ``n`` runs submitted (not timed) while the gated
-    ``processes`` do not serve yet, then timed from their gates' opening to the last end."""
+STEP: Final = {"steps": 1, "delay": 0}
+"""The input of the body every part runs but ``drain``'s no-op row and ``waiting``: one step
+committed as progress, then a result."""
+
+
+async def _drain(
+    url: str,
+    n: int,
+    processes: Sequence[subprocess.Popen[str]],
+    body_input: Mapping[str, object] = STEP,
+) -> float:
+    """Runs per second of a queue drained: ``n`` runs of ``stepper`` with ``body_input``
+    submitted (not timed) while the gated ``processes`` do not serve yet, then timed from
+    their gates' opening to the last end."""
     async with open_runtime(url) as runtime:
         handles = []
 
         async def submit() -> None:
-            handles.append(await runtime.submit("stepper", input={"steps": 1, "delay": 0}))
+            handles.append(await runtime.submit("stepper", input=dict(body_input)))
 
         async with trio.open_nursery() as nursery:
             for _ in range(n):
@@ -257,7 +272,7 @@ async def _submit_and_wait(url: str, n: int, ended: list[RunState] | None = None
         states: list[RunState] = []
 
         async def one() -> None:
-            handle = await runtime.submit("stepper", input={"steps": 1, "delay": 0})
+            handle = await runtime.submit("stepper", input=dict(STEP))
             states.append(await handle.wait())
 
         started = time.perf_counter()
@@ -334,39 +349,103 @@ def bench_workers(stores: Stores, n: int, rounds: int, out: Figures) -> None:
             print(f"  {'':10s} connections at most (workers + submitter): {shown}")
 
 
-DRAIN_CONCURRENCY = (64, 256)
-"""The runs each worker holds at once (``serve(concurrency=)``) in the drain: the workers
-part's, and four times it."""
+@attrs.frozen
+class DrainLoad:
+    """One row of the drain: the runs each worker holds at once (``serve(concurrency=)``)
+    and what each run's body does."""
+
+    label: str
+    concurrency: int
+    body_input: Mapping[str, object]
+
+
+DRAIN_LOADS: Final = (
+    DrainLoad("concurrency 64, one step", 64, STEP),
+    DrainLoad("concurrency 256, one step", 256, STEP),
+    # A body that returns at once, as a pgqueuer job does: claimed, started, ended (three
+    # fenced commits and three events a run, in the workers' shared transactions).
+    DrainLoad("concurrency 256, no step", 256, {"steps": 0}),
+)
+"""The drain's rows: the workers part's load, the same with four times the runs held,
+and a body with no step."""
+
+
+def _drained(
+    stores: Stores, kind: str, n: int, rounds: int, concurrency: int, body_input: Any
+) -> dict[str, float]:
+    """Runs per second of `_drain` by 1, 2 and 4 gated workers (medians of ``rounds``)."""
+    rates: dict[str, float] = {}
+    for count in WORKER_COUNTS:
+        found: list[float] = []
+        for _ in range(rounds):
+            url = stores.fresh(kind)
+            trio.run(_touch, url)
+            with workers(
+                url,
+                count,
+                *("--concurrency", str(concurrency), "--lease", "30", "--poll", "0.05"),
+                gate=True,
+            ) as processes:
+                found.append(trio.run(_drain, url, n, processes, body_input))
+        rates[str(count)] = statistics.median(found)
+    return rates
 
 
 def bench_drain(stores: Stores, n: int, rounds: int, out: Figures) -> None:
     """A queue drained, as pgqueuer's rows measure it: ``n`` runs stored first, then 1, 2
-    and 4 worker processes started on them at one moment, timed to the last end; at each
-    of `DRAIN_CONCURRENCY`."""
+    and 4 worker processes started on them at one moment, timed to the last end; for each
+    of `DRAIN_LOADS`."""
     print(f"\n== drain: {n} runs queued first, then worker processes (runs/s) ==")
     table: Figures = out.setdefault("drain", {"runs": n, "rounds": rounds})
     for kind in stores.measured(table):
-        by_concurrency: dict[str, dict[str, float]] = {}
-        for concurrency in DRAIN_CONCURRENCY:
-            rates: dict[str, float] = {}
-            for count in WORKER_COUNTS:
-                found: list[float] = []
-                for _ in range(rounds):
-                    url = stores.fresh(kind)
-                    trio.run(_touch, url)
-                    with workers(
-                        url,
-                        count,
-                        *("--concurrency", str(concurrency), "--lease", "30", "--poll", "0.05"),
-                        gate=True,
-                    ) as processes:
-                        found.append(trio.run(_drain, url, n, processes))
-                rates[str(count)] = statistics.median(found)
-            by_concurrency[str(concurrency)] = rates
+        by_load: dict[str, dict[str, float]] = {}
+        for load in DRAIN_LOADS:
+            rates = _drained(stores, kind, n, rounds, load.concurrency, load.body_input)
+            by_load[load.label] = rates
             shown = "   ".join(f"{c} worker(s) {rate:7,.0f}" for c, rate in rates.items())
-            label = kind if concurrency == DRAIN_CONCURRENCY[0] else ""
-            print(f"  {label:10s} concurrency {concurrency:4d}:  {shown}")
-        table[kind] = {"runs/s by concurrency": by_concurrency}
+            label = kind if load == DRAIN_LOADS[0] else ""
+            print(f"  {label:10s} {load.label:26s}  {shown}")
+        table[kind] = {"runs/s by load": by_load}
+
+
+WAITING_CONCURRENCY: Final = 32
+WAITING_DELAY: Final = 0.25
+
+
+def bench_waiting(stores: Stores, n: int, out: Figures) -> None:
+    """Runs whose bodies wait (for a model's or a tool's answer, `WAITING_DELAY` seconds)
+    before their one step, each worker holding `WAITING_CONCURRENCY` at once: the load
+    more workers are for. A worker's held runs bound its rate (at most
+    ``WAITING_CONCURRENCY / WAITING_DELAY`` runs a second), so 1, 2 and 4 workers should
+    give about 1, 2 and 4 times the runs while the machine's cores are not all busy. One
+    round: a point takes seconds, and its figure is bounded by the wait, not the machine."""
+    print(
+        f"\n== waiting bodies: {n} runs queued first, each waiting {WAITING_DELAY} s, a worker"
+        f" holding {WAITING_CONCURRENCY} (runs/s) =="
+    )
+    table: Figures = out.setdefault(
+        "waiting", {"runs": n, "delay": WAITING_DELAY, "concurrency": WAITING_CONCURRENCY}
+    )
+    bound = WAITING_CONCURRENCY / WAITING_DELAY
+    for kind in stores.measured(table):
+        with cpu_busy() as load:
+            rates = _drained(
+                stores,
+                kind,
+                n,
+                1,
+                WAITING_CONCURRENCY,
+                {"steps": 1, "delay": WAITING_DELAY},
+            )
+        shown = "   ".join(
+            f"{c} worker(s) {rate:7,.0f} ({rate / (bound * int(c)):.0%} of its bound)"
+            for c, rate in rates.items()
+        )
+        print(f"  {kind:10s} {shown}")
+        table[kind] = {"runs/s": rates, "bound per worker": bound}
+        if load:
+            table[kind]["machine CPU busy"] = load[0]
+            print(f"  {'':10s} machine CPU busy over the three: {load[0]:.0%}")
 
 
 def bench_backlog(stores: Stores, n: int, out: Figures, *, statements: bool) -> None:
@@ -751,20 +830,29 @@ async def parked(ctx: RunContext) -> object:
     return None  # pragma: no cover
 
 
-async def _side_by_side(kind: str, url: str, n: int, *, starts: bool) -> tuple[float, float]:
-    """Median seconds of the floor and of one awaited ``start`` (0.0 when ``starts`` is
-    False), measured in turns of `CHUNK` calls each, so both see the machine alike (on a
+async def _side_by_side(kind: str, url: str, n: int, *, starts: bool) -> tuple[float, float, float]:
+    """Median seconds of the floor, of the floor awaited from Trio (its commit on a worker
+    thread, timed by the awaiting task) and of one awaited ``start`` (0.0 when ``starts``
+    is False), measured in turns of `CHUNK` calls each, so all see the machine alike (on a
     shared machine the floor alone moves by a factor of two from one minute to the next).
     The floor runs in a worker thread while the runtime waits: its timing is the thread's
     own."""
     floor = await trio.to_thread.run_sync(_Floor, kind, url)
     floor_times: list[float] = []
+    hopped_times: list[float] = []
     start_times: list[float] = []
     try:
         async with contextlib.AsyncExitStack() as stack:
             runtime = await stack.enter_async_context(open_runtime(url)) if starts else None
             for _ in range(max(1, n // CHUNK)):
                 floor_times += await trio.to_thread.run_sync(floor.times, CHUNK)
+                # The same commit awaited from Trio, one worker-thread hop each, as the
+                # PostgreSQL store runs its calls (psycopg's async connection does not run
+                # under Trio; SQLite's store has a thread of its own, whose hop costs alike).
+                for _ in range(CHUNK):
+                    started = time.perf_counter()
+                    await trio.to_thread.run_sync(floor.times, 1)
+                    hopped_times.append(time.perf_counter() - started)
                 if runtime is not None:
                     for _ in range(CHUNK):
                         started = time.perf_counter()
@@ -773,7 +861,7 @@ async def _side_by_side(kind: str, url: str, n: int, *, starts: bool) -> tuple[f
     finally:
         floor.close()
     median_start = statistics.median(start_times) if start_times else 0.0
-    return statistics.median(floor_times), median_start
+    return statistics.median(floor_times), statistics.median(hopped_times), median_start
 
 
 def bench_latency(stores: Stores, n: int, rounds: int, out: Figures) -> None:
@@ -783,21 +871,34 @@ def bench_latency(stores: Stores, n: int, rounds: int, out: Figures) -> None:
     for kind in STORES:
         missing = stores.usable(kind)
         floors: list[float] = []
+        hops: list[float] = []
+        hop_ratios: list[float] = []
         starts: list[float] = []
         ratios: list[float] = []
         for _ in range(rounds):
             url = stores.fresh(kind)
             if missing is None:
                 trio.run(_touch, url)
-            floor, start = trio.run(
+            floor, hopped, start = trio.run(
                 functools.partial(_side_by_side, kind, url, n, starts=missing is None)
             )
             floors.append(floor)
+            hops.append(hopped)
+            hop_ratios.append(floor / hopped)
             if missing is None:
                 starts.append(start)
                 ratios.append(floor / start)
         floor = statistics.median(floors)
-        row: Figures = {"floor_ms": floor * 1e3}
+        hopped = statistics.median(hops)
+        row: Figures = {
+            "floor_ms": floor * 1e3,
+            "floor_from_trio_ms": hopped * 1e3,
+            "floor_over_floor_from_trio": statistics.median(hop_ratios),
+        }
+        print(
+            f"  {kind:10s} floor from Trio {hopped * 1e3:6.3f} ms   floor/it"
+            f" {statistics.median(hop_ratios):.2f} (its commit awaited on a worker thread)"
+        )
         if missing is not None:
             row["start"] = {"unavailable": missing}
             print(f"  {kind:10s} floor {floor * 1e3:6.3f} ms   start not measured: {missing}")
@@ -814,7 +915,7 @@ def bench_latency(stores: Stores, n: int, rounds: int, out: Figures) -> None:
 
 # ---------------------------------------------------------------------------- main
 
-PARTS = ("workers", "drain", "backlog", "lease", "peers", "cancel", "latency")
+PARTS = ("workers", "drain", "waiting", "backlog", "lease", "peers", "cancel", "latency")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -856,6 +957,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 bench_workers(stores, 500 if args.quick else 2_000, rounds, out)
             if "drain" in chosen:
                 bench_drain(stores, 2_000 if args.quick else 10_000, rounds, out)
+            if "waiting" in chosen:
+                bench_waiting(stores, 600 if args.quick else 2_000, out)
             if "backlog" in chosen:
                 bench_backlog(
                     stores, 5_000 if args.quick else 20_000, out, statements=args.statements
