@@ -9,6 +9,7 @@ the ``bench`` and ``postgres`` extras: ``pip install -e '.[bench,postgres]'``)::
     python benchmarks/bench_postgres.py --json out.json    # also write the figures
     python benchmarks/bench_postgres.py --only peers       # one part (repeatable)
     python benchmarks/bench_postgres.py --only backlog --statements  # server time per run
+    python benchmarks/bench_postgres.py --only latency --breakdown    # where a start's time goes
 
 One server for the whole run (``tests/pg_server.py``: the system's PostgreSQL with its
 defaults, fsync on, but ``max_connections=200``, on 127.0.0.1), a fresh database for each
@@ -864,7 +865,62 @@ async def _side_by_side(kind: str, url: str, n: int, *, starts: bool) -> tuple[f
     return statistics.median(floor_times), statistics.median(hopped_times), median_start
 
 
-def bench_latency(stores: Stores, n: int, rounds: int, out: Figures) -> None:
+async def _pg_start_parts(url: str, n: int) -> dict[str, float]:
+    """Median milliseconds of the parts of one awaited ``start`` on PostgreSQL: its first
+    round trip (``BEGIN``, the server's clock and the reads, `PgTx.begin`), the rules
+    (from then to the writes), its second round trip (the writes, the event numbering and
+    ``COMMIT``, `PgTx.commit`), and the rest (the hop to the store's worker thread and
+    back, the pool, the runtime's admission and the task it starts), timed inside ``n``
+    calls."""
+    from awaken_trio.store import _postgres_tx as tx_module
+
+    begin, commit = tx_module.PgTx.begin, tx_module.PgTx.commit
+    parts: dict[str, list[float]] = {"first round trip": [], "rules": [], "second": []}
+    began: list[float] = []
+
+    def timed_begin(self: Any, batch: Any = ()) -> float:
+        started = time.perf_counter()
+        try:
+            return begin(self, batch)
+        finally:
+            began.append(time.perf_counter())
+            parts["first round trip"].append(began[-1] - started)
+
+    def timed_commit(self: Any) -> None:
+        started = time.perf_counter()
+        if began:
+            parts["rules"].append(started - began[-1])
+        try:
+            commit(self)
+        finally:
+            parts["second"].append(time.perf_counter() - started)
+
+    totals: list[float] = []
+    tx_module.PgTx.begin = timed_begin  # type: ignore[method-assign]
+    tx_module.PgTx.commit = timed_commit  # type: ignore[method-assign]
+    try:
+        async with open_runtime(url) as runtime:
+            for _ in range(CHUNK):  # (warm: the pool's connections, prepared statements)
+                await runtime.start(parked)
+            for times in parts.values():
+                times.clear()
+            for _ in range(n):
+                started = time.perf_counter()
+                await runtime.start(parked)
+                totals.append(time.perf_counter() - started)
+    finally:
+        tx_module.PgTx.begin = begin  # type: ignore[method-assign]
+        tx_module.PgTx.commit = commit  # type: ignore[method-assign]
+    medians = {part: statistics.median(times) * 1e3 for part, times in parts.items()}
+    total = statistics.median(totals) * 1e3
+    medians["the rest"] = total - sum(medians.values())
+    medians["start"] = total
+    return medians
+
+
+def bench_latency(
+    stores: Stores, n: int, rounds: int, out: Figures, *, breakdown: bool = False
+) -> None:
     print(f"\n== one awaited start at a time against the store's floor ({n} calls) ==")
     print(f"   in turns of {CHUNK} calls each, on one machine at one time")
     table: Figures = out.setdefault("latency", {"calls": n, "rounds": rounds})
@@ -911,6 +967,13 @@ def bench_latency(stores: Stores, n: int, rounds: int, out: Figures) -> None:
                 f"   floor/start {ratio:.2f}"
             )
         table[kind] = row
+        if breakdown and kind == "postgresql" and missing is None:
+            url = stores.fresh(kind)
+            trio.run(_touch, url)
+            parts = trio.run(_pg_start_parts, url, n)
+            row["start parts ms"] = parts
+            shown = "   ".join(f"{part} {value:.3f}" for part, value in parts.items())
+            print(f"  {kind:10s} where a start's time goes (ms): {shown}")
 
 
 # ---------------------------------------------------------------------------- main
@@ -927,6 +990,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--statements",
         action="store_true",
         help="run the server with pg_stat_statements: the backlog shows where its time goes",
+    )
+    parser.add_argument(
+        "--breakdown",
+        action="store_true",
+        help="latency: where one awaited start's time goes on PostgreSQL",
     )
     parser.add_argument("--peer", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -976,7 +1044,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             if "cancel" in chosen:
                 bench_cancel(stores, 50 if args.quick else 200, out)
             if "latency" in chosen:
-                bench_latency(stores, 300 if args.quick else 2_000, rounds, out)
+                bench_latency(
+                    stores, 300 if args.quick else 2_000, rounds, out, breakdown=args.breakdown
+                )
     finally:
         server.stop()
     if args.json is not None:
