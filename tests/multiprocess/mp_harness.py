@@ -318,6 +318,34 @@ def claims(db: StoreAt) -> dict[str, tuple[int, int, float]]:
     }
 
 
+def held_by(db: StoreAt, pid: int) -> dict[str, int]:
+    """The runs whose claim the process ``pid`` holds, with each run's committed
+    generation, read from outside the runtime in one snapshot: ``run_id -> generation``.
+    (Read apart, a generation could already be the next attempt's, once a lease lapsed and
+    another process recovered the run in between.)"""
+    query = (
+        "SELECT c.run_id, c.owner, r.generation FROM {s}claims c"
+        " JOIN {s}runs r ON r.run_id = c.run_id"
+    )
+    if isinstance(db, Path):
+        uri = db.resolve().as_uri() + "?mode=ro"
+        conn = sqlite3.connect(uri, uri=True, timeout=5.0)
+        try:
+            found = conn.execute(query.format(s="")).fetchall()
+        finally:
+            conn.close()
+    else:
+        import psycopg
+
+        with psycopg.connect(db, autocommit=True) as pg:
+            found = pg.execute(query.format(s="awaken.").encode()).fetchall()
+    return {
+        run_id: generation
+        for run_id, owner, generation in found
+        if int(owner.rsplit(":", 2)[1]) == pid
+    }
+
+
 def writable_now(db: StoreAt) -> bool:
     """Whether another connection can take the store's write lock at once (the file's, or
     PostgreSQL's counters row every write transaction holds): a worker stopped while it
