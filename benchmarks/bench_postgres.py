@@ -23,7 +23,8 @@ measurement. Parts:
 - ``drain``: 10,000 runs (2,000 with ``--quick``) submitted first (not timed), then 1, 2
   and 4 worker processes, their runtimes open but gated (``worker_process.py --gate``),
   let serve at one moment: runs per second from then to the last end, as pgqueuer's
-  rows measure a drain, at ``concurrency=`` 64 and 256 a worker.
+  rows measure a drain, at ``concurrency=`` 64 and 256 a worker, and with a body that
+  returns at once; and the CPU a run the workers (and the server) spent meanwhile.
 - ``backlog``: 20,000 runs (5,000 with ``--quick``) submitted at once to 4 worker
   processes, on PostgreSQL and on SQLite: runs per second while the store grows many
   times over within one load (faster than autovacuum gathers statistics).
@@ -233,15 +234,42 @@ STEP: Final = {"steps": 1, "delay": 0}
 committed as progress, then a result."""
 
 
+@attrs.define
+class DrainCpu:
+    """CPU seconds spent from a drain's gates' opening to its last end: by the worker
+    processes, and by the server's (PostgreSQL only; 0.0 on SQLite)."""
+
+    workers: float = 0.0
+    server: float = 0.0
+
+
+def _processes_cpu(pids: Sequence[int]) -> float:
+    """Seconds of CPU the processes ``pids`` used so far (``/proc``)."""
+    ticks = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        ticks += int(fields[11]) + int(fields[12])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
 async def _drain(
     url: str,
     n: int,
     processes: Sequence[subprocess.Popen[str]],
     body_input: Mapping[str, object] = STEP,
+    *,
+    cpu: DrainCpu | None = None,
+    server: Any = None,
 ) -> float:
     """Runs per second of a queue drained: ``n`` runs of ``stepper`` with ``body_input``
     submitted (not timed) while the gated ``processes`` do not serve yet, then timed from
-    their gates' opening to the last end."""
+    their gates' opening to the last end. With ``cpu``, the CPU the workers (and the
+    ``server``'s processes, when given) spent meanwhile is added to it."""
+    pids = [process.pid for process in processes]
     async with open_runtime(url) as runtime:
         handles = []
 
@@ -256,12 +284,18 @@ async def _drain(
         async def wait(handle: Any) -> None:
             states.append(await handle.wait())
 
+        workers_before = _processes_cpu(pids)
+        server_before = 0.0 if server is None else _server_cpu(server)
         started = time.perf_counter()
         open_gates(processes)
         async with trio.open_nursery() as nursery:
             for handle in handles:
                 nursery.start_soon(wait, handle)
         elapsed = time.perf_counter() - started
+        if cpu is not None:
+            cpu.workers += _processes_cpu(pids) - workers_before
+            if server is not None:
+                cpu.server += _server_cpu(server) - server_before
     assert states.count(DONE) == n, [state for state in states if state != DONE][:3]
     return n / elapsed
 
@@ -372,12 +406,20 @@ and a body with no step."""
 
 
 def _drained(
-    stores: Stores, kind: str, n: int, rounds: int, concurrency: int, body_input: Any
+    stores: Stores,
+    kind: str,
+    n: int,
+    rounds: int,
+    concurrency: int,
+    body_input: Any,
+    cpu: dict[str, DrainCpu] | None = None,
 ) -> dict[str, float]:
-    """Runs per second of `_drain` by 1, 2 and 4 gated workers (medians of ``rounds``)."""
+    """Runs per second of `_drain` by 1, 2 and 4 gated workers (medians of ``rounds``);
+    with ``cpu``, the CPU each worker count spent in all its rounds, by its count."""
     rates: dict[str, float] = {}
     for count in WORKER_COUNTS:
         found: list[float] = []
+        spent = DrainCpu()
         for _ in range(rounds):
             url = stores.fresh(kind)
             trio.run(_touch, url)
@@ -387,8 +429,22 @@ def _drained(
                 *("--concurrency", str(concurrency), "--lease", "30", "--poll", "0.05"),
                 gate=True,
             ) as processes:
-                found.append(trio.run(_drain, url, n, processes, body_input))
+                found.append(
+                    trio.run(
+                        functools.partial(
+                            _drain,
+                            url,
+                            n,
+                            processes,
+                            body_input,
+                            cpu=spent,
+                            server=stores.server if kind == "postgresql" else None,
+                        )
+                    )
+                )
         rates[str(count)] = statistics.median(found)
+        if cpu is not None:
+            cpu[str(count)] = spent
     return rates
 
 
@@ -400,13 +456,27 @@ def bench_drain(stores: Stores, n: int, rounds: int, out: Figures) -> None:
     table: Figures = out.setdefault("drain", {"runs": n, "rounds": rounds})
     for kind in stores.measured(table):
         by_load: dict[str, dict[str, float]] = {}
+        cpu_by_load: dict[str, dict[str, dict[str, float]]] = {}
         for load in DRAIN_LOADS:
-            rates = _drained(stores, kind, n, rounds, load.concurrency, load.body_input)
+            cpu: dict[str, DrainCpu] = {}
+            rates = _drained(stores, kind, n, rounds, load.concurrency, load.body_input, cpu)
             by_load[load.label] = rates
             shown = "   ".join(f"{c} worker(s) {rate:7,.0f}" for c, rate in rates.items())
             label = kind if load == DRAIN_LOADS[0] else ""
             print(f"  {label:10s} {load.label:26s}  {shown}")
-        table[kind] = {"runs/s by load": by_load}
+            # CPU a run, over all rounds: where a drain bound by the machine's cores spends.
+            per_run = {
+                c: {"workers": spent.workers / (n * rounds) * 1e3}
+                | ({"server": spent.server / (n * rounds) * 1e3} if kind == "postgresql" else {})
+                for c, spent in cpu.items()
+            }
+            cpu_by_load[load.label] = per_run
+            shown = "   ".join(
+                f"{c}: " + ", ".join(f"{who} {ms:.3f}" for who, ms in parts.items())
+                for c, parts in per_run.items()
+            )
+            print(f"  {'':10s} {'  CPU ms a run':26s}  {shown}")
+        table[kind] = {"runs/s by load": by_load, "CPU ms a run by load": cpu_by_load}
 
 
 WAITING_CONCURRENCY: Final = 32
