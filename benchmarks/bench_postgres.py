@@ -243,16 +243,22 @@ class DrainCpu:
     server: float = 0.0
 
 
+def _stat(pid: int | str) -> list[str] | None:
+    """The fields of ``/proc/PID/stat`` after the command's name (the parent's pid first,
+    then user and system ticks at 11 and 12); None for a process that is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+
+
 def _processes_cpu(pids: Sequence[int]) -> float:
     """Seconds of CPU the processes ``pids`` used so far (``/proc``)."""
     ticks = 0
     for pid in pids:
-        try:
-            with open(f"/proc/{pid}/stat") as stat:
-                fields = stat.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        ticks += int(fields[11]) + int(fields[12])
+        if (fields := _stat(pid)) is not None:
+            ticks += int(fields[11]) + int(fields[12])
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
@@ -575,18 +581,14 @@ def _server_cpu(server: Any) -> float:
     """Seconds of CPU the server's processes used so far (the postmaster's children, from
     ``/proc``; a backend that exited meanwhile is not counted)."""
     postmaster = int((server.data_dir / "postmaster.pid").read_text().split()[0])
-    ticks = 0
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/stat") as stat:
-                fields = stat.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(pid) == postmaster or int(fields[1]) == postmaster:
-            ticks += int(fields[11]) + int(fields[12])
-    return ticks / os.sysconf("SC_CLK_TCK")
+
+    def ours(pid: str) -> bool:
+        if int(pid) == postmaster:
+            return True
+        fields = _stat(pid)
+        return fields is not None and int(fields[1]) == postmaster
+
+    return _processes_cpu([int(pid) for pid in os.listdir("/proc") if pid.isdigit() and ours(pid)])
 
 
 LEASES = (1.0, 5.0, 30.0)

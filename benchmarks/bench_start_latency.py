@@ -39,13 +39,14 @@ work may add to reach the target is what is left of twice the floor).
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import sqlite3
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -92,24 +93,33 @@ def floor(path: Path, n: int) -> float:
     return statistics.median(times)
 
 
-async def floor_from_trio(path: Path, n: int) -> float:
-    """Median seconds of the floor's commit awaited from Trio: run as a job on a thread of
-    its own, as the store runs its writes (`_sqlite_thread.ResourceThread`; a blocking
-    commit must not stall the event loop). What any store of a Trio program pays for one
-    awaited commit on this file, before it does any work of its own."""
+async def timed_on_thread(
+    path: Path, jobs: Sequence[Callable[[sqlite3.Connection], object]]
+) -> list[float]:
+    """Seconds of each of ``jobs`` awaited from Trio, one after another, each run on a
+    thread of its own with a connection to ``path`` (`floor_connection`), as the store runs
+    its writes (`_sqlite_thread.ResourceThread`; a blocking commit must not stall the event
+    loop)."""
     from awaken_trio.store._sqlite_thread import ResourceThread
 
-    thread = ResourceThread("floor", lambda: floor_connection(path))
+    thread = ResourceThread("timed", lambda: floor_connection(path))
     await thread.start()
     times: list[float] = []
     try:
-        for _ in range(n):
+        for job in jobs:
             started = time.perf_counter()
-            await thread.run(floor_commit)
+            await thread.run(job)
             times.append(time.perf_counter() - started)
     finally:
         await thread.aclose()
-    return statistics.median(times)
+    return times
+
+
+async def floor_from_trio(path: Path, n: int) -> float:
+    """Median seconds of the floor's commit awaited from Trio (`timed_on_thread`): what any
+    store of a Trio program pays for one awaited commit on this file, before it does any
+    work of its own."""
+    return statistics.median(await timed_on_thread(path, [floor_commit] * n))
 
 
 async def calls(url: str, n: int, kind: str) -> float:
@@ -267,21 +277,8 @@ def replay(path: Path, transactions: list[list[Statement]]) -> dict[str, float]:
     call's transaction, without Python deciding it or the hops around it. Every other chunk
     is awaited from Trio, each transaction a job on a thread of its own as the store runs
     it: the best a call with these writes can do. Median seconds of each."""
-    from awaken_trio.store._sqlite_thread import ResourceThread
-
     conn = floor_connection(path)
     times: dict[str, list[float]] = {"floor": [], "alone": [], "from trio": []}
-
-    async def from_trio(chunk: list[list[Statement]]) -> None:
-        thread = ResourceThread("replay", lambda: floor_connection(path))
-        await thread.start()
-        try:
-            for statements in chunk:
-                started = time.perf_counter()
-                await thread.run(lambda c, s=statements: _replay_one(c, s))  # type: ignore[misc]
-                times["from trio"].append(time.perf_counter() - started)
-        finally:
-            await thread.aclose()
 
     try:
         for i in range(0, len(transactions), CHUNK):
@@ -291,7 +288,8 @@ def replay(path: Path, transactions: list[list[Statement]]) -> dict[str, float]:
                 times["floor"].append(time.perf_counter() - started)
             chunk = transactions[i : i + CHUNK]
             if (i // CHUNK) % 2:
-                trio.run(from_trio, chunk)
+                jobs = [functools.partial(_replay_one, statements=t) for t in chunk]
+                times["from trio"] += trio.run(timed_on_thread, path, jobs)
                 continue
             for statements in chunk:
                 started = time.perf_counter()
