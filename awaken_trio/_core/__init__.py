@@ -19,6 +19,7 @@ The names fall into four groups:
 """
 
 from ._actor import run_attempt as run_attempt
+from ._attempt import NOT_RESUMED as NOT_RESUMED
 from ._attempt import Attempt as Attempt
 from ._attempt import Body as Body
 from ._attempt import EndRequest as EndRequest
@@ -103,6 +104,7 @@ from ._storage import CommandKind as CommandKind
 from ._storage import Commit as Commit
 from ._storage import CommitResult as CommitResult
 from ._storage import ControlLook as ControlLook
+from ._storage import DescendantsEnd as DescendantsEnd
 from ._storage import DurableStore as DurableStore
 from ._storage import EventDraft as EventDraft
 from ._storage import Expect as Expect

@@ -46,9 +46,10 @@ scope nobody named, or the attempt losing its run (its claim, or an end made els
 
 Disposition = Literal["end", "hand_back", "lost"]
 """What the attempt commits when it stops: its end (``Ended(cause)``), a hand-back (a named
-root run of a durable store goes back to ``Queued`` for another runtime, at shutdown), or
-nothing at all (the attempt has lost its run: its claim was superseded or expired, or the run
-was ended elsewhere; the store already holds the truth)."""
+root run of a durable store goes back to ``Queued`` for another runtime, at shutdown, and
+its unended descendants with it: DESIGN rule 22), or nothing at all (the attempt has lost
+its run: its claim was superseded or expired, or the run was ended elsewhere; the store
+already holds the truth)."""
 
 
 class OwnershipVerifier(Protocol):
@@ -93,11 +94,12 @@ class EndRequest:
         return cls(CANCELLED_CAUSE, "parent", reason if why is None else f"{reason}: {why}")
 
     def for_child(self, parent_run_id: str) -> EndRequest:
-        """What this request means for a child of the attempt it ends: shutdown (or a
-        hand-back at shutdown) stops the child, a lost run loses its children too, anything
-        else cancels the child, its source being the parent."""
+        """What this request means for a child of the attempt it ends: a hand-back hands
+        the child back with its parent (rule 22: the parent's next attempt takes it back),
+        shutdown stops the child, a lost run loses its children too, anything else cancels
+        the child, its source being the parent."""
         if self.disposition == "hand_back":
-            return SHUTDOWN
+            return HANDED_BACK_WITH_PARENT
         if self.source == "shutdown" or self.disposition == "lost":
             return self
         why = self.reason or f"{self.source} of its parent"
@@ -108,10 +110,21 @@ SHUTDOWN = EndRequest(Stopped("runtime shutdown"), "shutdown", "runtime shutdown
 """Why every attempt ends when its runtime closes."""
 
 HAND_BACK = EndRequest(
-    Stopped("runtime shutdown"), "shutdown", "runtime shutdown", disposition="hand_back"
+    Stopped("runtime shutdown"), "shutdown", "released for another runtime", disposition="hand_back"
 )
 """Why a named root run of a durable store leaves its runtime at shutdown: back to
 ``Queued``, for another runtime to run from its checkpoint."""
+
+HANDED_BACK_WITH_PARENT = EndRequest(
+    Stopped("runtime shutdown"), "shutdown", "handed back with its parent", disposition="hand_back"
+)
+"""Why a descendant of a run handed back at shutdown leaves with it: a running one goes
+back to ``Queued`` with its checkpoint, a queued or awaiting one stays as the store holds it,
+and the parent's next attempt takes it back by starting it again under its run id."""
+
+NOT_RESUMED = EndRequest(Stopped("not resumed by parent"), "parent", "not resumed by parent")
+"""How a child an earlier attempt of its parent handed back ends when the parent's later
+attempt ends without having taken it back (rule 22)."""
 
 
 def lost(why: str, *, claim_lost: bool) -> EndRequest:

@@ -11,6 +11,7 @@ task's own step, with the same effects.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from typing import NamedTuple, final
 
@@ -21,6 +22,9 @@ import trio
 from ._errors import RuntimeClosed, StoreError
 from ._storage import Commit, CommitResult, InlineStore, Store
 from ._util import safe_repr
+
+# Store errors (DESIGN §3.6): one record per commit a store failed to apply.
+logger = logging.getLogger("awaken_trio.store")
 
 OnCommit = Callable[[CommitResult], None]
 OnInterrupt = Callable[[BaseException], None]
@@ -227,6 +231,8 @@ class CommitMailbox:
 
 
 def _store_error(commit: Commit, exc: BaseException, size: int = 1) -> StoreError:
+    """The error a committer gets for a commit the store failed to apply; logged once here
+    (store errors at ERROR, with the run id: DESIGN §3.6), whoever receives it."""
     known = isinstance(exc, StoreError) and not exc.outcome_unknown
     if known:
         outcome = "nothing was committed"
@@ -242,4 +248,6 @@ def _store_error(commit: Commit, exc: BaseException, size: int = 1) -> StoreErro
         outcome_unknown=not known,
     )
     error.__cause__ = exc
+    if not isinstance(exc, KeyboardInterrupt | SystemExit):
+        logger.error("%s", error, extra={"run_id": commit.run_id})
     return error

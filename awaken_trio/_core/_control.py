@@ -13,7 +13,7 @@ from typing import Any, final
 
 import trio
 
-from ._attempt import Attempt, Body, EndRequest
+from ._attempt import Attempt, Body, Completion, EndRequest
 from ._commands import Cancel, LiveCommand, Message, Pause, Wake
 from ._errors import (
     InvalidArgument,
@@ -76,6 +76,7 @@ class Control:
         self._followers = EndFollowers(supervisor)
         self._follow = self.follow_end
         supervisor.make_handle = self.handle
+        supervisor.make_settled_handle = self.settled_handle
 
     # ------------------------------------------------------------------ handles and reads
 
@@ -88,6 +89,19 @@ class Control:
             self._read_record,
             self._follow,
             attempt.start_seq,
+        )
+
+    def settled_handle(self, record: RunRecord) -> RunHandle:
+        """A handle on a run that has no attempt here, whose ``wait()`` answers the state
+        ``record`` holds (an ``Awaiting`` or ``Ended`` child taken back by its parent)."""
+        return RunHandle._create(
+            record.run_id,
+            record.thread_id,
+            record.generation,
+            Completion(state=record.state, done=True),
+            self._read_record,
+            self._follow,
+            0,
         )
 
     def remote_handle(self, run_id: str, thread_id: str, generation: int, since: int) -> RunHandle:
@@ -359,14 +373,15 @@ class Control:
                 continue  # an attempt appeared while we read
             # A run Running with no attempt here runs elsewhere (or its owner is gone): its
             # end is committed at once, its descendants' first, which fences its owner; the
-            # owner sees it and stops.
+            # owner sees it and stops. A queued run may have descendants too (handed back
+            # with it, rule 22): they end with it.
             result = await supervisor.commit_end(
                 run_id,
                 record.generation,
                 type(record.state),
                 request,
                 parent_run_id=record.parent_run_id,
-                end_descendants=isinstance(record.state, RunState.Running),
+                end_descendants="parent_ended",
             )
             if isinstance(result, Accepted):
                 return result.state

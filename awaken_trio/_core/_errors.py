@@ -39,10 +39,11 @@ class UnknownRun(AwakenError):
 class RunExists(AwakenError):
     """A run was started with an id that is already taken."""
 
-    def __init__(self, run_id: str) -> None:
+    def __init__(self, run_id: str, why: str = "") -> None:
         self.run_id = run_id
         super().__init__(
-            f"run {run_id!r} already exists; pass a new run_id, or omit it to get a fresh one"
+            f"{why or f'run {run_id!r} already exists'}; pass a new run_id, or omit it to"
+            " get a fresh one"
         )
 
 

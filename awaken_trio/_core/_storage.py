@@ -212,9 +212,14 @@ class Commit:
             is from before they were read); an end of the run no longer lists them as
             discarded: they were received.
         end_descendants: before the commit's own change, end every descendant of the run
-            that has not ended ``Ended(Cancelled())`` (detail ``source: "parent"``), each
-            with its events, in the same transaction: a run ended while its attempt runs
-            elsewhere takes its tree with it, children first.
+            that has not ended, each with its events, in the same transaction, children
+            first: ``"parent_ended"`` ends them ``Ended(Cancelled())`` (detail ``source:
+            "parent"``; a run ended while its attempt runs elsewhere, or while it has no
+            attempt, takes its tree with it); ``"not_resumed"`` ends them
+            ``Ended(Stopped("not resumed by parent"))`` (the end of a later attempt of a
+            run whose earlier attempt handed children back that this one did not take
+            back, DESIGN rule 22: every child this attempt had has ended by then). None
+            leaves them to their attempts.
     """
 
     run_id: str
@@ -241,7 +246,11 @@ class Commit:
     thread_guard: bool = False
     consumed: tuple[int, ...] = ()
     delivered: tuple[int, ...] = ()
-    end_descendants: bool = False
+    end_descendants: DescendantsEnd | None = None
+
+
+DescendantsEnd = Literal["parent_ended", "not_resumed"]
+"""How a commit ends the run's unended descendants (`Commit.end_descendants`)."""
 
 
 @final
@@ -407,15 +416,18 @@ class DurableStore(Store, Protocol):
         longest ago first, at most ``limit`` of them (a run left for a runtime with its
         body does not count toward it).
 
-        Each in one transaction: the run's unended descendants are ended
-        ``Indeterminate("owner lost")``; then a root still ``Running`` that has no name is
-        ended ``Indeterminate("owner lost")``, one that has been lost more than
-        ``max_recoveries`` times ``Indeterminate("owner lost <n> times")``, and one whose
+        Each in one transaction: a root still ``Running`` that has no name is ended
+        ``Indeterminate("owner lost")``, one that has been lost more than
+        ``max_recoveries`` times ``Indeterminate("owner lost <n> times")`` (either way its
+        unended descendants are ended ``Indeterminate("owner lost")`` first), and one whose
         name is in ``names`` is claimed by ``owner`` at the next epoch for ``lease``
-        seconds, its loss counted, and returned for a new attempt. A root that is not
-        running just loses the stale claim. A recoverable root whose name is not in
-        ``names`` is left for a runtime that has its body. The events written are dated
-        ``at`` (the runtime's clock, as every event is).
+        seconds, its loss counted, its unended descendants handed back with it (rule 22:
+        a running one back to ``Queued``, at its generation, with its checkpoint; a queued
+        or awaiting one as it is), and returned for a new attempt. A root that is not
+        running just loses the stale claim (a queued one hands its running descendants
+        back, any other ends them ``Indeterminate("owner lost")``). A recoverable root
+        whose name is not in ``names`` is left for a runtime that has its body. The events
+        written are dated ``at`` (the runtime's clock, as every event is).
         """
         ...
 

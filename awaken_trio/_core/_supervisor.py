@@ -30,6 +30,7 @@ from ._actor import run_attempt
 from ._admission import Admission
 from ._attempt import (
     HAND_BACK,
+    HANDED_BACK_WITH_PARENT,
     SHUTDOWN,
     Attempt,
     Body,
@@ -68,6 +69,7 @@ from ._storage import (
     Claim,
     Commit,
     CommitResult,
+    DescendantsEnd,
     DurableStore,
     EventDraft,
     Expect,
@@ -77,6 +79,7 @@ from ._storage import (
     RejectReason,
     Store,
     StoredCommand,
+    read_store,
 )
 from ._stored import StoredCommandLoads
 from ._util import safe_repr
@@ -108,6 +111,8 @@ _DETAIL_FORK = freeze_detail({"source": "fork"}, "detail")
 _DETAIL_SERVED = freeze_detail({"source": "serve"}, "detail")
 _DETAIL_SCHEDULED = freeze_detail({"source": "scheduled"}, "detail")
 _DETAIL_RECOVERED = freeze_detail({"source": "recovery"}, "detail")
+_DETAIL_TAKEN_BACK = freeze_detail({"source": "taken_back"}, "detail")
+_TAKEN_IF_A_CHILD = (RejectReason.EXISTS, RejectReason.ENDED)
 _RUNNING = tuple(Running(generation) for generation in range(17))  # shared, frozen
 
 # Built by their own __init__: the objects made on every run's path (its attempt, its
@@ -184,6 +189,9 @@ class Supervisor:
         self.shutdown_request: EndRequest | None = None
         self.interrupt: BaseException | None = None
         self.make_handle: HandleFactory | None = None
+        # A handle on a run that has no attempt here and holds its state (a child taken
+        # back ended or awaiting).
+        self.make_settled_handle: Callable[[RunRecord], RunHandle] | None = None
         # Told of every attempt that starts here (tracing); None costs one test per attempt.
         self.observer: AttemptObserver | None = None
         self._actors: trio.Nursery | None = None
@@ -239,8 +247,14 @@ class Supervisor:
     # ------------------------------------------------------------------ admissions
 
     async def start_run(self, spec: RunSpec) -> RunHandle:
-        """Commit a new run and start (or queue) its first attempt."""
-        attempt = await self.begin_run(spec)
+        """Commit a new run and start (or queue) its first attempt; for a child whose run
+        id its parent's run already has (rule 22), take that child back instead."""
+        attempt = await self._begin(spec)
+        if isinstance(attempt, Rejected):
+            # (A run that exists is refused ENDED if it has ended, EXISTS otherwise.)
+            if spec.parent is None or attempt.reason not in _TAKEN_IF_A_CHILD:
+                raise RunExists(spec.run_id)
+            return await self._take_back(spec, spec.parent)
         assert self.make_handle is not None
         return self.make_handle(attempt)
 
@@ -254,7 +268,26 @@ class Supervisor:
     ) -> Attempt:
         """`start_run`, returning the first attempt itself rather than a handle to it.
 
-        A fork (``forked_from``) starts from ``checkpoint``, its source's."""
+        A fork (``forked_from``) starts from ``checkpoint``, its source's.
+
+        Raises:
+            RunExists: the store holds a run of that id.
+        """
+        attempt = await self._begin(
+            spec, checkpoint=checkpoint, forked_from=forked_from, detail=detail
+        )
+        if isinstance(attempt, Rejected):
+            raise RunExists(spec.run_id)
+        return attempt
+
+    async def _begin(
+        self,
+        spec: RunSpec,
+        *,
+        checkpoint: JsonValue = None,
+        forked_from: JsonValue = None,
+        detail: FrozenDict = _DETAIL_START,
+    ) -> Attempt | Rejected:
         await self.checkpoint_before_commit()
         parent = spec.parent
         if spec.name is None and parent is None and self.named:
@@ -279,9 +312,80 @@ class Supervisor:
             admission, attempt=attempt, expect=_EXPECT_NEW, detail=detail, new_run=new_run
         )
         result = await self.admit(admission)
-        if isinstance(result, Rejected):
-            raise RunExists(spec.run_id)
-        return attempt
+        return result if isinstance(result, Rejected) else attempt
+
+    async def _take_back(self, spec: RunSpec, parent: Attempt) -> RunHandle:
+        """Rule 22: ``parent``'s run already has a child of ``spec.run_id`` (an earlier
+        attempt of the parent started it, and it was handed back with that attempt, or it
+        ended): a child of this run with the same input is taken back rather than refused.
+        An ended one answers its end, an awaiting one keeps its ticket (and is ended with
+        this attempt, as its own parked children are), a queued one starts its next
+        attempt here, under ``parent``; one this attempt already runs is that attempt.
+
+        Raises:
+            RunExists: the id is not a child of this run, or it was started with another
+                input, or another attempt of it runs.
+            NotActive: ``parent``'s attempt has begun to end.
+        """
+        assert self.make_handle is not None
+        assert self.make_settled_handle is not None
+        run_id = spec.run_id
+        # A run moves on only a few times (queued, then running or ended), so a look that
+        # keeps finding it moved means something else is wrong: it is refused then.
+        for _ in range(4):
+            here = self._attempt_here(run_id)
+            if here is not None:
+                if here.parent is parent:
+                    return self.make_handle(here)
+                raise RunExists(run_id, f"another attempt of run {run_id!r} runs here")
+            record = await read_store(self.store.load(run_id), f"run {run_id!r}")
+            if record is None or record.parent_run_id != parent.run_id:
+                raise RunExists(
+                    run_id,
+                    f"run {run_id!r} exists and is not a child of run {parent.run_id!r}:"
+                    " give the child a run id of its own",
+                )
+            if record.input != spec.input:
+                raise RunExists(
+                    run_id,
+                    f"run {run_id!r} is a child of run {parent.run_id!r} started with another"
+                    " input; a child is taken back only with the input it was started with",
+                )
+            state = record.state
+            if isinstance(state, Ended):
+                return self.make_settled_handle(record)
+            if isinstance(state, Awaiting):
+                if parent.phase != "running":
+                    raise self._refusal_of_child(parent, run_id)
+                # This attempt's now: resumed through it, ended with it.
+                parent.add_child(run_id, ParkedChild(record.generation))
+                self.bodies[run_id] = spec.body
+                wake = wake_at(state.ticket)
+                if wake is not None and self.on_scheduled is not None:
+                    self.on_scheduled(wake, run_id, state.ticket.correlation_id)
+                return self.make_settled_handle(record)
+            if isinstance(state, Queued):
+                attempt = self.stored_attempt(record, spec.body, parent=parent)
+                result = await self.admit(
+                    Admission(
+                        attempt=attempt,
+                        expect=Expect(generation=record.generation, state=Queued),
+                        detail=_DETAIL_TAKEN_BACK,
+                        # The answer a resume left for it, if it had one.
+                        take_handover=True,
+                    )
+                )
+                if isinstance(result, Accepted):
+                    return self.make_handle(attempt)
+                if result.reason is RejectReason.FENCED:
+                    await self._refused(parent, result, "taking back a child")
+                continue  # it moved on meanwhile (ended elsewhere): look again
+            break
+        raise RunExists(
+            run_id,
+            f"run {run_id!r} is a child of run {parent.run_id!r} that another attempt runs;"
+            " it can be taken back once that attempt has stopped",
+        )
 
     def new_attempt(
         self,
@@ -799,9 +903,13 @@ class Supervisor:
                 "the runtime is shutting down and starts no new attempts;"
                 " start runs inside the 'async with open_runtime()' block"
             )
+        return self._refusal_of_child(parent, attempt.run_id)
+
+    @staticmethod
+    def _refusal_of_child(parent: Attempt, run_id: str) -> NotActive:
         return NotActive(
             parent.run_id,
-            f"its attempt {parent.generation} has begun to end, so run {attempt.run_id!r}"
+            f"its attempt {parent.generation} has begun to end, so run {run_id!r}"
             " cannot be started or resumed as its child",
         )
 
@@ -1035,6 +1143,16 @@ class Supervisor:
             detail=verdict.detail
             if clock_error is None
             else _with_clock_error(verdict.detail, clock_error),
+            # Children an earlier attempt handed back (rule 22) that this one did not take
+            # back end with it, first; its own have all ended by now. Only a later attempt
+            # of a durable run can have any.
+            end_descendants=(
+                "not_resumed"
+                if attempt.generation > 1
+                and self.claims is not None
+                and not isinstance(verdict.state, Queued)
+                else None
+            ),
         )
         if self.claims is not None:
             commit.fence = attempt.fence
@@ -1059,6 +1177,8 @@ class Supervisor:
             error = StoreError(f"ending run {attempt.run_id!r} failed: {exc!r}")
             self.settle(attempt, CommitFailed.of(error))
             return
+        if verdict.error is not None and isinstance(result, Accepted):
+            _log_failure(attempt, verdict.error)
         if isinstance(result, Rejected) and result.reason is RejectReason.FENCED:
             _fenced(attempt, "its end")
             self.claim_book.forget(attempt.run_id)  # another runtime's claim now: hands off
@@ -1092,6 +1212,11 @@ class Supervisor:
 
     async def _end_parked_children(self, attempt: Attempt) -> None:
         assert attempt.children is not None
+        if attempt.request is not None and attempt.request.disposition != "end":
+            # Handed back or lost: the awaiting children stay as the store holds them,
+            # for the parent's next attempt to take back (rule 22); a run ended elsewhere
+            # has had its tree ended with it.
+            return
         parked = [
             (child_id, child.generation)
             for child_id, child in attempt.children.entries.items()
@@ -1182,7 +1307,7 @@ class Supervisor:
         request: EndRequest,
         *,
         parent_run_id: str | None = None,
-        end_descendants: bool = False,
+        end_descendants: DescendantsEnd | None = None,
     ) -> CommitResult:
         """End a run that has no attempt here (awaiting, or queued or orphaned elsewhere).
 
@@ -1242,13 +1367,21 @@ class Supervisor:
         self.closing = True
         self.shutdown_request = SHUTDOWN
         for attempt in (*self.registry.all(), *self.queued.values()):
-            # On a durable store a named root run goes back to Queued for another runtime
-            # (its children end Stopped first); anything else ends Stopped.
-            hand_back = self.claims is not None and attempt.parent is None and attempt.name
-            attempt.request_end(HAND_BACK if hand_back else SHUTDOWN)
+            attempt.request_end(self._leaving(attempt))
         if self._actors is not None:
             self._actors.cancel_scope.cancel(reason="runtime shutdown")
         self._maybe_close_admissions()
+
+    def _leaving(self, attempt: Attempt) -> EndRequest:
+        """Why ``attempt`` ends at shutdown. On a durable store a named root run goes back
+        to Queued for another runtime, and its descendants with it (rule 22: its next
+        attempt takes them back); anything else ends Stopped, children first."""
+        root = attempt
+        while root.parent is not None:
+            root = root.parent
+        if self.claims is None or not root.name:
+            return SHUTDOWN
+        return HAND_BACK if attempt.parent is None else HANDED_BACK_WITH_PARENT
 
     def interrupted(self, exc: BaseException) -> None:
         """A KeyboardInterrupt or SystemExit reached runtime code or a run's task: shut
@@ -1287,6 +1420,18 @@ def _fenced(attempt: Attempt, what: str) -> None:
         attempt.run_id,
         attempt.generation,
         what,
+        extra={"run_id": attempt.run_id},
+    )
+
+
+def _log_failure(attempt: Attempt, error: BaseException) -> None:
+    """A body's error, once its run's ``Failed`` end is committed: never silent (DESIGN §3)."""
+    logger.error(
+        "run %r attempt %d failed: %s",
+        attempt.run_id,
+        attempt.generation,
+        safe_repr(error),
+        exc_info=error,
         extra={"run_id": attempt.run_id},
     )
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import enum
 import re
+import traceback
 from typing import Any, final
 
 import attrs
@@ -30,7 +31,6 @@ from ._json import (
     JsonValue,
     check_payload,
     freeze_detail,
-    scalar_dict,
 )
 from ._state import (
     Awaiting,
@@ -53,7 +53,6 @@ _MAX_MESSAGE = 4000
 
 NATURAL_END: RunState = Ended(NaturalEnd())  # frozen, so one instance serves every run
 QUEUED: RunState = Queued()
-_HANDED_BACK = scalar_dict({"source": "shutdown", "reason": "released for another runtime"})
 
 
 class Ending(enum.Enum):
@@ -88,6 +87,8 @@ class Verdict:
     detail: FrozenDict = EMPTY_DICT
     # A KeyboardInterrupt or SystemExit from the body: the runtime shuts down and raises it.
     interrupt: BaseException | None = None
+    # The body's error a ``Failed`` end comes from: logged once its end is committed.
+    error: BaseException | None = None
 
 
 def error_code(exc: BaseException) -> str:
@@ -215,8 +216,9 @@ def decide(
         if ending is Ending.FAILURE or (ending is Ending.CANCELLED and cancelled is None):
             return failure(classified.error, cancelled or pending)
     if cancelled is not None and cancelled.disposition == "hand_back":
-        # Shutdown of a durable store: the run goes back to Queued for another runtime.
-        return Verdict(QUEUED, detail=_HANDED_BACK)
+        # Shutdown of a durable store: the run goes back to Queued for another runtime (a
+        # descendant with its root, for the root's next attempt to take back).
+        return Verdict(QUEUED, detail=cancelled.detail)
     if cancelled is not None:
         events: tuple[EventDraft, ...] = ()
         if isinstance(result, outcome.Value):
@@ -253,13 +255,37 @@ def natural_end(value: object, run_id: str, max_payload_bytes: int) -> Verdict:
 def failure(error: BaseException, pending: EndRequest | None) -> Verdict:
     """``Failed`` for ``error``. A cancel or stop that was already requested is kept in the
     detail, so a host can tell an error that won over a request from one nobody asked for."""
-    detail: dict[str, JsonValue] = {"error": f"{type(error).__qualname__}: {error_message(error)}"}
+    message = error_message(error)
+    detail: dict[str, JsonValue] = {
+        "error": f"{type(error).__qualname__}: {message}",
+        "traceback": format_traceback(error),
+    }
     if pending is not None:
         detail["pending"] = dict(pending.detail)
     return Verdict(
-        Ended(Failed(error_code(error), error_message(error))),
+        Ended(Failed(error_code(error), message)),
         detail=freeze_detail(detail, "a failure detail"),
+        error=error,
     )
+
+
+TRACEBACK_LIMIT = 16 * 1024
+"""The most characters of a failure's traceback its terminal event keeps: the innermost
+ones (the end of the text, where the frame that raised is)."""
+
+
+def format_traceback(error: BaseException) -> str:
+    """``error``'s formatted traceback, its innermost `TRACEBACK_LIMIT` characters; never
+    raises (an exception whose ``__str__`` raises, or a traceback that cannot be walked, is
+    still described)."""
+    try:
+        text = "".join(traceback.format_exception(error))
+    except Exception as exc:  # formatting user objects: anything may fail
+        return f"(the traceback could not be formatted: {safe_repr(exc)})"
+    if len(text) > TRACEBACK_LIMIT:
+        cut = len(text) - TRACEBACK_LIMIT
+        text = f"... ({cut} characters before)\n" + text[cut:]
+    return text
 
 
 def internal_failure(run_id: str, what: str) -> Verdict:

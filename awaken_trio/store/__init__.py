@@ -19,6 +19,7 @@ from .._core import CommandKind as CommandKind
 from .._core import Commit as Commit
 from .._core import CommitResult as CommitResult
 from .._core import ControlLook as ControlLook
+from .._core import DescendantsEnd as DescendantsEnd
 from .._core import DurableStore as DurableStore
 from .._core import EventDraft as EventDraft
 from .._core import Expect as Expect
@@ -50,6 +51,7 @@ __all__ = [
     "Commit",
     "CommitResult",
     "ControlLook",
+    "DescendantsEnd",
     "DurableStore",
     "EventDraft",
     "Expect",

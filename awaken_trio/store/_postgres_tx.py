@@ -464,7 +464,7 @@ class PgTx:
         parents: list[str] = []
         for commit in batch:
             run_ids.add(commit.run_id)
-            if commit.end_descendants and commit.run_id not in self._children:
+            if commit.end_descendants is not None and commit.run_id not in self._children:
                 parents.append(commit.run_id)
             if commit.fence is not None:
                 claim_ids.add(commit.fence.root_run_id)

@@ -45,12 +45,14 @@ import attrs
 
 from .._core import (
     CANCELLED_CAUSE,
+    NOT_RESUMED,
     UNSET,
     Accepted,
     Awaiting,
     CommandKind,
     Commit,
     CommitResult,
+    DescendantsEnd,
     Ended,
     EndRequest,
     EventKind,
@@ -383,6 +385,8 @@ def kind_of_variant(variant: type[RunState]) -> StateKind | None:
     return KIND_OF.get(variant)
 
 
+QUEUED: Final[RunState] = Queued()
+
 LAPSED: Final = -math.inf
 """The lease of a claim given up while its run is still ``Running``: lapsed at every
 reading, so recovery finds the run."""
@@ -394,10 +398,27 @@ OWNER_LOST: Final = "owner lost"
 PARENT_ENDED: Final[RunState] = Ended(CANCELLED_CAUSE)
 """How a descendant of a run ended elsewhere ends (``Commit.end_descendants``)."""
 
+NOT_RESUMED_END: Final[RunState] = Ended(NOT_RESUMED.cause)
+"""How a handed-back descendant ends when its parent's later attempt ends without having
+taken it back (rule 22)."""
+
+HANDED_BACK_DETAIL: Final = scalar_dict(
+    {"source": "recovery", "reason": "handed back with its parent"}
+)
+"""The detail of a running descendant's return to ``Queued`` when its root's owner was lost
+(rule 22)."""
+
 
 def parent_detail(run_id: str) -> Mapping[str, JsonValue]:
     """The detail of a descendant's end when its ancestor ``run_id`` ended elsewhere."""
     return EndRequest.parent_ended(run_id).detail
+
+
+def descendants_end(how: DescendantsEnd, run_id: str) -> tuple[RunState, Mapping[str, JsonValue]]:
+    """The state and detail ``Commit.end_descendants`` ends ``run_id``'s descendants with."""
+    if how == "not_resumed":
+        return NOT_RESUMED_END, NOT_RESUMED.detail
+    return PARENT_ENDED, parent_detail(run_id)
 
 
 def owner_lost(why: str) -> RunState:
@@ -533,8 +554,8 @@ def update(tx: RunTx[RowT], row: RowT, commit: Commit, now: float) -> Accepted:
     run_id = commit.run_id
     state = commit.state
     kind = KIND_OF[type(state)]
-    if commit.end_descendants:
-        end_descendants(tx, run_id, commit.at, PARENT_ENDED, parent_detail(run_id))
+    if commit.end_descendants is not None:
+        end_descendants(tx, run_id, commit.at, *descendants_end(commit.end_descendants, run_id))
     # Carried messages (and a carried pause) move to whoever takes them (an attempt start)
     # or are dropped by a terminal commit; a Queued commit keeps them for the queued
     # attempt.
@@ -691,6 +712,21 @@ def end_descendants(
             end_row(tx, row, state, detail, at)
 
 
+def hand_back_descendants(tx: RunTx[RowT], ancestor: str, at: float) -> None:
+    """Hand ``ancestor``'s unended descendants back with it (rule 22), deepest first: a
+    running one goes back to ``Queued`` with its checkpoint (the attempt it had was lost
+    with its root's), a queued or awaiting one stays as it is. None of them is claimed on
+    its own: they wait for the root's next attempt to start them again by their ids."""
+    for run_id in reversed(_descendants(tx, ancestor)):
+        row = tx.row(run_id)
+        assert row is not None  # a run is forgotten only with its whole tree
+        if row.kind == "running":
+            generation = row.generation
+            tx.put_state(row, QUEUED, generation)
+            tx.set_attempt(row, None)
+            tx.event(row, generation, EventKind.COMMITTED, HANDED_BACK_DETAIL, at)
+
+
 def _descendants(tx: RunTx[RowT], ancestor: str) -> list[str]:
     out: list[str] = []
     seen = {ancestor}  # parents are named at creation, so a cycle takes bogus commits
@@ -769,16 +805,26 @@ def recover(
         if recoverable and root.name not in names:
             continue  # left for a runtime that has the body
         dealt += 1
-        end_descendants(tx, run_id, at, owner_lost(OWNER_LOST), lost_detail(OWNER_LOST))
         if not running:
-            tx.set_claim(run_id, None)  # a stale claim: nothing to recover
+            # A stale claim: nothing to recover. A queued root keeps its tree for its next
+            # attempt (rule 22); a descendant still running under a root that awaits or
+            # ended has lost its owner with the claim, and ends.
+            if root.kind == "queued":
+                hand_back_descendants(tx, run_id, at)
+            else:
+                end_descendants(tx, run_id, at, owner_lost(OWNER_LOST), lost_detail(OWNER_LOST))
+            tx.set_claim(run_id, None)
             continue
         tx.set_recoveries(root, losses)
         if not recoverable:
             why = OWNER_LOST if root.name is None else f"owner lost {losses} times"
             tx.set_claim(run_id, None)
+            end_descendants(tx, run_id, at, owner_lost(OWNER_LOST), lost_detail(OWNER_LOST))
             end_row(tx, root, owner_lost(why), lost_detail(why), at)
             continue
+        # The tree goes to the root's next attempt (rule 22): its running descendants back
+        # to Queued with their checkpoints, for that attempt to take back.
+        hand_back_descendants(tx, run_id, at)
         epoch = root.epoch + 1
         tx.set_epoch(root, epoch)
         tx.set_claim(run_id, ClaimRow(owner, epoch, lease_until))

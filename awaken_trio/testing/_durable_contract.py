@@ -534,9 +534,12 @@ class DurableStoreContract(StoreContract):
         again = await store.recover("c", NAMES, 0.0, LIVE, 3, 10)
         assert [(r.record.run_id, r.epoch) for r in again] == [("r1", 3)]
 
-    async def test_recover_ends_the_lost_attempts_children_first(
+    async def test_recover_hands_the_lost_attempts_children_back_with_it(
         self, store: DurableStore, elapse: Elapse
     ) -> None:
+        # Rule 22: a recoverable root takes its tree to its next attempt. A running
+        # descendant goes back to Queued at its generation (deepest first, each with an
+        # event), its attempt no longer live; a queued or ended one is left as it is.
         epoch = await _claimed(store, "r1", "a", BRIEF)
         fence = Fence("r1", "a", epoch)
         await _accepted(store, _child("c1", "r1", "r1", fence))
@@ -545,19 +548,34 @@ class DurableStoreContract(StoreContract):
         await _accepted(store, _child("done", "r1", "r1", fence))
         await _accepted(store, _commit("done", DONE, fence=fence))
         done_events = await store.events_after(0, "done")
+        c2_events = await store.events_after(0, "c2")
 
         await elapse(2 * BRIEF)
         recovered = await store.recover("b", NAMES, 11.0, LIVE, 3, 10)
         assert [r.record.run_id for r in recovered] == ["r1"]
-        for run_id in ("c1", "g1", "c2"):
-            assert await _state(store, run_id) == LOST
-            event = await _terminal_event(store, run_id)
-            assert event.detail == {"source": "recovery", "reason": "owner lost"}
-            assert event.at == 11.0  # dated by the recovering runtime's clock
-            assert event.kind == "committed"
-        assert (await _terminal_event(store, "g1")).seq < (await _terminal_event(store, "c1")).seq
+        handed: dict[str, RunEvent] = {}
+        for run_id in ("c1", "g1"):
+            record = await _loaded(store, run_id)
+            assert (record.state, record.generation) == (Queued(), 1)
+            event = (await store.events_after(0, run_id))[-1]
+            assert event.detail == {"source": "recovery", "reason": "handed back with its parent"}
+            assert (event.kind, event.state, event.at) == ("committed", Queued(), 11.0)
+            handed[run_id] = event
+        assert handed["g1"].seq < handed["c1"].seq
+        assert await store.events_after(0, "c2") == c2_events
         assert await store.events_after(0, "done") == done_events
         assert await _state(store, "r1") == Running(1)
+        # Its attempt is not live any more: its thread is free for another run.
+        other = Commit(
+            run_id="other",
+            state=Running(1),
+            generation=1,
+            expect=Expect(new=True),
+            at=12.0,
+            new_run=NewRun("thread-c1", None, None, None, None, "other"),
+            thread_guard=True,
+        )
+        await _accepted(store, other)
 
     async def test_recover_ends_an_unnamed_run_as_owner_lost(
         self, store: DurableStore, elapse: Elapse
@@ -630,6 +648,21 @@ class DurableStoreContract(StoreContract):
         c1_events = await store.events_after(0, "c1")
         assert await store.recover("b", NAMES, 12.0, LIVE, 3, 10) == []
         assert await store.events_after(0, "c1") == c1_events
+
+    async def test_recover_hands_back_the_tree_of_a_queued_run_with_a_stale_claim(
+        self, store: DurableStore, elapse: Elapse
+    ) -> None:
+        # The run went back to Queued without giving its claim back; its child still runs.
+        epoch = await _claimed(store, "r1", "a", BRIEF)
+        fence = Fence("r1", "a", epoch)
+        await _accepted(store, _child("c1", "r1", "r1", fence))
+        await _accepted(store, _commit("r1", Queued(), fence=fence))
+        await elapse(2 * BRIEF)
+        assert await store.recover("b", NAMES, 11.0, LIVE, 3, 10) == []
+        assert await _state(store, "r1") == Queued()
+        assert await _state(store, "c1") == Queued()
+        event = (await store.events_after(0, "c1"))[-1]
+        assert event.detail == {"source": "recovery", "reason": "handed back with its parent"}
 
     async def test_recover_leaves_live_claims_and_deals_with_at_most_limit_runs(
         self, store: DurableStore, elapse: Elapse
@@ -944,7 +977,9 @@ class DurableStoreContract(StoreContract):
         stop = Ended(EndCause.Stopped("budget"))
         ended = await _accepted(
             store,
-            _commit("p", stop, at=5.0, end_descendants=True, detail={"source": "stop_run"}),
+            _commit(
+                "p", stop, at=5.0, end_descendants="parent_ended", detail={"source": "stop_run"}
+            ),
         )
         assert [e.detail for e in ended.events] == [{"source": "stop_run"}]
         detail = {"source": "parent", "reason": "parent run 'p' ended"}

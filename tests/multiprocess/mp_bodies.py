@@ -8,7 +8,7 @@ from typing import Any
 
 import trio
 
-from awaken_trio import JsonValue, RunContext
+from awaken_trio import JsonValue, RunContext, RunState
 from awaken_trio._core import Body
 from awaken_trio.agent import Agent, ModelReply, Tool, ToolCall
 
@@ -172,7 +172,51 @@ async def _work(arguments: dict[str, Any], ctx: RunContext) -> JsonValue:
 agent = Agent(_TranscriptModel(), [Tool("work", _work, description="does work")])
 
 
+async def tree_node(ctx: RunContext) -> JsonValue:
+    """A child of `tree`, ``input = {"depth": n}``: with a depth above 1 it starts a child of
+    its own under a fixed id; it commits the generations it ran in, then its first attempt
+    parks (a test stops its worker there) and any later one ends with its child."""
+    generations = [*(ctx.checkpoint or {"generations": []})["generations"], ctx.generation]
+    below = None
+    if ctx.input["depth"] > 1:
+        below = await ctx.start_child(
+            tree_node, run_id=f"{ctx.run_id}.g", input={"depth": ctx.input["depth"] - 1}
+        )
+    await ctx.boundary({"generations": generations})
+    if ctx.generation == 1:
+        await trio.sleep_forever()
+    if below is not None:
+        await below.wait()
+    return {"generations": generations}
+
+
+async def tree_asker(ctx: RunContext) -> JsonValue:
+    """A child of `tree` that awaits an answer (ticket ``tree-ask``)."""
+    await ctx.await_input("user_input", correlation_id="tree-ask")
+    raise AssertionError("await_input ends the attempt")
+
+
+async def tree(ctx: RunContext) -> JsonValue:
+    """A parent with a child two levels deep and a child that awaits, all under fixed ids
+    (the pattern DESIGN rule 22 recommends): every attempt starts them again, and takes
+    back what an earlier attempt handed back. Its first attempt parks once the tree
+    stands; a later one returns once its running child has ended."""
+    me = ctx.run_id
+    node = await ctx.start_child(tree_node, run_id=f"{me}.node", input={"depth": 2})
+    asked = await ctx.run_child(tree_asker, run_id=f"{me}.ask")
+    await ctx.boundary({"generation": ctx.generation})
+    if ctx.generation == 1:
+        await trio.sleep_forever()
+    ended = await node.wait()
+    return {
+        "generation": ctx.generation,
+        "node": type(ended.cause).__name__ if isinstance(ended, RunState.Ended) else None,
+        "asked": type(asked).__name__,
+    }
+
+
 BODIES: dict[str, Body] = {
+    "tree": tree,
     "stepper": stepper,
     "parker": parker,
     "child_parker": child_parker,

@@ -90,6 +90,15 @@ class Worker:
         with trio.CancelScope(shield=True):
             await self.process.wait()
 
+    async def terminate(self, *, seconds: float = WAIT) -> None:
+        """SIGTERM, as a deploy sends it, and wait until the worker has released its claims
+        and exited (0)."""
+        self.process.send_signal(signal.SIGTERM)
+        with trio.fail_after(seconds):
+            await self.process.wait()
+        assert self.process.returncode == 0, self.process.returncode
+        assert self.said("released"), self.lines[-5:]
+
     def stop(self) -> None:
         """SIGSTOP: the process stalls (its leases are no longer renewed)."""
         self.process.send_signal(signal.SIGSTOP)

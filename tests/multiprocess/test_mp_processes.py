@@ -20,7 +20,6 @@ from mp_harness import (
     CANCELLED,
     LEASE,
     NATURAL,
-    OWNER_LOST,
     POLL,
     ROOT,
     TICK,
@@ -53,6 +52,7 @@ from awaken_trio import (
     RunEvent,
     RunState,
     Runtime,
+    UnknownRun,
 )
 
 CONTROL = Path(__file__).resolve().parent / "control_process.py"
@@ -60,6 +60,8 @@ CONTROL = Path(__file__).resolve().parent / "control_process.py"
 # "Within a few poll intervals": what a signal from another process may take to reach a
 # body (the owner polls every POLL; a loaded machine gets some slack).
 SIGNAL_BOUND = 15 * POLL
+
+NOT_RESUMED = RunState.Ended(EndCause.Stopped("not resumed by parent"))
 
 
 @pytest.fixture
@@ -444,9 +446,12 @@ async def test_a_persons_answer_survives_the_kill_of_the_owner_running_it(
 # ---------------------------------------------------------------------------- 6. children
 
 
-async def test_a_killed_parent_is_recovered_after_its_lost_children_end(
+async def test_children_a_recovered_parent_does_not_take_back_end_before_it(
     control: Runtime, cluster: Cluster
 ) -> None:
+    # parent_of_two starts its children only in its first attempt: the recovered attempt
+    # finds them handed back (rule 22) and never takes them back, so they end
+    # Stopped("not resumed by parent") before it does.
     w1 = await cluster.start("w1")
     await control.submit("parent_of_two", input={"finish_on_recovery": True}, run_id="p")
 
@@ -467,12 +472,96 @@ async def test_a_killed_parent_is_recovered_after_its_lost_children_end(
 
     events = await history(control)
     recovery = recovery_of([e for e in events if e.run_id == "p"], 2)
+    [parent_end] = terminal([e for e in events if e.run_id == "p"])
     for child in ("p-child-0", "p-child-1"):
-        assert await control.state(child) == OWNER_LOST
+        assert await control.state(child) == NOT_RESUMED
         mine = [e for e in events if e.run_id == child]
         end = check_story(mine)
-        assert end.seq < recovery.seq, "a lost child ends before its parent's new attempt"
+        handed = [e for e in mine if e.state == RunState.Queued()]
+        assert len(handed) == 1
+        assert handed[0].seq < recovery.seq, "handed back in the recovery's transaction"
+        assert recovery.seq < end.seq < parent_end.seq
     check_story([e for e in events if e.run_id == "p"])
+
+
+TREE = ("t.node", "t.node.g", "t.ask")
+HANDED_BACK_IN_RECOVERY = {"source": "recovery", "reason": "handed back with its parent"}
+
+
+async def _tree_standing(control: Runtime) -> None:
+    async def standing() -> bool:
+        if (await control.record("t")).checkpoint != {"generation": 1}:
+            return False
+        try:
+            grandchild = await control.record("t.node.g")
+        except UnknownRun:  # its parent has not started it yet
+            return False
+        return bool(grandchild.checkpoint == {"generations": [1]})
+
+    await wait_for(standing, "the tree to stand (the parent's and the grandchild's progress)")
+
+
+async def _check_taken_back(control: Runtime, ticket: Any) -> None:
+    """The tree finished in its parent's second attempt, every child taken back."""
+    assert await until_state(control, "t", is_ended, seconds=10 * LEASE) == NATURAL
+    record = await control.record("t")
+    assert record.generation == 2
+    assert record.result == {"generation": 2, "node": "NaturalEnd", "asked": "Awaiting"}
+    for run_id in ("t.node", "t.node.g"):
+        node = await control.record(run_id)
+        assert node.state == NATURAL
+        assert (node.generation, node.result) == (2, {"generations": [1, 2]})
+    events = await history(control)
+    [parent_end] = terminal([e for e in events if e.run_id == "t"])
+    # The awaiting child kept its ticket across the parent's attempts (one Awaiting commit,
+    # generation 1), and ended with the attempt that took it back.
+    asked = [e for e in events if e.run_id == "t.ask"]
+    assert [e.state for e in asked if isinstance(e.state, RunState.Awaiting)] == [ticket]
+    assert check_story(asked).state == CANCELLED
+    for run_id in TREE:
+        end = check_story([e for e in events if e.run_id == run_id])
+        assert end.seq < parent_end.seq
+    check_story([e for e in events if e.run_id == "t"])
+
+
+async def test_a_tree_with_fixed_child_ids_survives_a_deploy_by_sigterm(
+    control: Runtime, cluster: Cluster
+) -> None:
+    w1 = await cluster.start("w1")
+    await control.submit("tree", run_id="t")
+    await _tree_standing(control)
+    ticket = await control.state("t.ask")
+    assert is_awaiting(ticket)
+    await w1.terminate()
+    # Released: the root and its running descendants back to Queued, nothing ended.
+    assert await control.state("t") == RunState.Queued()
+    assert await control.state("t.node") == RunState.Queued()
+    assert await control.state("t.node.g") == RunState.Queued()
+    assert await control.state("t.ask") == ticket
+    await cluster.start("w2")
+    await _check_taken_back(control, ticket)
+
+
+async def test_a_tree_with_fixed_child_ids_survives_a_kill_of_its_worker(
+    control: Runtime, cluster: Cluster
+) -> None:
+    w1 = await cluster.start("w1")
+    await control.submit("tree", run_id="t")
+    await _tree_standing(control)
+    ticket = await control.state("t.ask")
+    await cluster.start("w2")
+    await w1.kill()
+    await _check_taken_back(control, ticket)
+    # Recovered, not released: the descendants went back to Queued in the recovery.
+    events = await history(control)
+    recovery = recovery_of([e for e in events if e.run_id == "t"], 2)
+    for run_id in ("t.node", "t.node.g"):
+        [handed] = [e for e in events if e.run_id == run_id and e.state == RunState.Queued()]
+        assert dict(handed.detail) == {
+            "source": "recovery",
+            "reason": "handed back with its parent",
+        }
+        assert handed.seq < recovery.seq
 
 
 # ---------------------------------------------------------------------------- 7. ctx.sleep

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -55,12 +56,24 @@ async def main(args: argparse.Namespace) -> None:
         )
         if not args.gate:
             print(f"ready {args.name}", flush=True)
+        nursery.start_soon(_stop_on_sigterm, nursery.cancel_scope)
         parent = os.getppid()
         while True:  # a pipe would do too, but a killed test may leave its pipes open
             await trio.sleep(0.5)
             if os.getppid() != parent:
                 nursery.cancel_scope.cancel()
                 return
+    # The runtime has closed: its claims are released (a deploy's SIGTERM ends here).
+    print(f"released {args.name}", flush=True)
+
+
+async def _stop_on_sigterm(scope: trio.CancelScope) -> None:
+    """SIGTERM, as a deploy sends it: stop serving and leave the runtime, which releases
+    this worker's claims (its runs go back to Queued for another worker)."""
+    with trio.open_signal_receiver(signal.SIGTERM) as signals:
+        async for _ in signals:
+            scope.cancel()
+            return
 
 
 if __name__ == "__main__":

@@ -414,7 +414,7 @@ def _cancel(run_id: str) -> Commit:
         generation=1,
         expect=Expect(generation=1, state=RunState.Running),
         at=2.0,
-        end_descendants=True,
+        end_descendants="parent_ended",
     )
 
 

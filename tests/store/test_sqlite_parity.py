@@ -29,6 +29,7 @@ from awaken_trio.store import (
     Claim,
     CommandKind,
     Commit,
+    DescendantsEnd,
     DurableStore,
     EventDraft,
     Expect,
@@ -56,6 +57,14 @@ CAUSES = [
     EndCause.Failed("value_error", "bad"),
     EndCause.MaxSteps(),
 ]
+
+
+# Most commits end no descendants; one in ten ends them, either way.
+_DESCENDANTS_ENDS: tuple[DescendantsEnd | None, ...] = (
+    *(None,) * 18,
+    "parent_ended",
+    "not_resumed",
+)
 
 
 def _root_of(run_id: str) -> str:
@@ -195,7 +204,7 @@ class _Calls:
             release=rng.random() < 0.1,
             thread_guard=rng.random() < 0.5,
             consumed=consumed if rng.random() < 0.3 else (),
-            end_descendants=rng.random() < 0.1,
+            end_descendants=rng.choice(_DESCENDANTS_ENDS),
         )
 
 

@@ -51,6 +51,9 @@ def got(seen: list[Any], n: int) -> Callable[[], Awaitable[bool]]:
     return check
 
 
+NOT_RESUMED = RunState.Ended(EndCause.Stopped("not resumed by parent"))
+
+
 def lost_times(n: int) -> RunState:
     return RunState.Ended(EndCause.Indeterminate(f"owner lost {n} times"))
 
@@ -207,9 +210,12 @@ async def test_a_stalled_owner_that_wakes_stops_its_attempt_at_its_next_renewal(
         assert len(terminal(await history(b, "r"))) == 1
 
 
-async def test_unended_children_of_the_lost_attempt_end_owner_lost_first(
+async def test_unended_children_of_the_lost_attempt_are_handed_back_with_it(
     shared_store: MemoryStore, autojump_clock: trio.testing.MockClock
 ) -> None:
+    # Rule 22: a loss hands the tree back (a running child back to Queued, a queued or
+    # awaiting one as it is); the recovered attempt does not take them back here, so each
+    # ends Stopped("not resumed by parent") before the parent's own end.
     kids = ("kid-running", "kid-awaiting", "kid-queued")
     seen_by_b: dict[str, RunState] = {}
     b_runtime: list[Runtime] = []
@@ -242,32 +248,45 @@ async def test_unended_children_of_the_lost_attempt_end_owner_lost_first(
         handle = await a.start(in_a, run_id="p")
         await trio.testing.wait_all_tasks_blocked()
         assert await a.state("kid-running") == RunState.Running(1)
-        assert isinstance(await a.state("kid-awaiting"), RunState.Awaiting)
+        awaiting = await a.state("kid-awaiting")
+        assert isinstance(awaiting, RunState.Awaiting)
         assert await a.state("kid-queued") == RunState.Queued()
         with Stall(a):
             async with serving(b):
                 await past_lease()
                 assert await b.state("p") == RunState.Running(2)
-                # The new attempt saw every child already ended.
-                assert seen_by_b == dict.fromkeys(kids, OWNER_LOST)
+                # The new attempt found the tree handed back to it, not ended.
+                assert seen_by_b == {
+                    "kid-running": RunState.Queued(),
+                    "kid-awaiting": awaiting,
+                    "kid-queued": RunState.Queued(),
+                }
                 events = await history(b)
                 recovery = next(
                     e
                     for e in events
                     if e.run_id == "p" and dict(e.detail).get("source") == "recovery"
                 )
-                for kid in kids:
-                    [end] = terminal([e for e in events if e.run_id == kid])
-                    assert end.state == OWNER_LOST
-                    assert dict(end.detail) == {"source": "recovery", "reason": "owner lost"}
-                    assert end.seq < recovery.seq
+                handed = [
+                    e for e in events if e.run_id == "kid-running" and e.state == RunState.Queued()
+                ]
+                assert [dict(e.detail) for e in handed] == [
+                    {"source": "recovery", "reason": "handed back with its parent"}
+                ]
+                assert handed[0].seq < recovery.seq
+                assert (await b.record("kid-running")).generation == 1
                 finish.set()
-                await settle(handle)
-        # The old attempt's children stopped with it, committing nothing more.
+                assert await settle(handle) == NATURAL
         events = await history(b)
+        [parent_end] = terminal([e for e in events if e.run_id == "p"])
         for kid in kids:
-            assert await b.state(kid) == OWNER_LOST
-            assert len(terminal([e for e in events if e.run_id == kid])) == 1
+            [end] = terminal([e for e in events if e.run_id == kid])
+            assert end.state == NOT_RESUMED
+            assert dict(end.detail) == {"source": "parent", "reason": "not resumed by parent"}
+            assert end.seq < parent_end.seq
+        # The old attempt's children stopped with it, committing nothing more.
+        for kid in kids:
+            assert await b.state(kid) == NOT_RESUMED
 
 
 async def test_a_lost_run_with_no_name_ends_owner_lost(

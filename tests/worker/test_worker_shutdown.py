@@ -71,9 +71,11 @@ def committed_last(events: list[Any]) -> Any:
     return [e for e in events if e.kind == "committed"][-1]
 
 
-async def test_shutdown_stops_the_children_of_a_released_run_first(
+async def test_shutdown_hands_the_children_of_a_released_run_back_with_it(
     shared_store: MemoryStore, autojump_clock: trio.testing.MockClock
 ) -> None:
+    # Rule 22: a running child goes back to Queued (before its parent's release), a queued
+    # or awaiting one stays as it is; none of them ends.
     kids = ("kid-running", "kid-awaiting", "kid-queued")
 
     async def parked(ctx: RunContext) -> object:
@@ -92,13 +94,21 @@ async def test_shutdown_stops_the_children_of_a_released_run_first(
         async with shared_runtime(shared_store, bodies={"p": parent}) as a:
             await a.start(parent, run_id="p")
             await trio.testing.wait_all_tasks_blocked()
+            awaiting = await a.state("kid-awaiting")
         assert await observer.state("p") == RunState.Queued()
+        assert await observer.state("kid-running") == RunState.Queued()
+        assert await observer.state("kid-awaiting") == awaiting
+        assert await observer.state("kid-queued") == RunState.Queued()
         events = await history(observer)
         release = next(e for e in events if e.run_id == "p" and dict(e.detail) == RELEASED)
         for kid in kids:
-            [end] = terminal([e for e in events if e.run_id == kid])
-            assert end.state == SHUTDOWN
-            assert end.seq < release.seq
+            assert terminal([e for e in events if e.run_id == kid]) == []
+        [handed] = [e for e in events if e.run_id == "kid-running" and e.state == RunState.Queued()]
+        assert dict(handed.detail) == {
+            "source": "shutdown",
+            "reason": "handed back with its parent",
+        }
+        assert handed.seq < release.seq
 
 
 async def test_shutdown_ends_a_run_with_no_name_stopped(
