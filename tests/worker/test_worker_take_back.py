@@ -10,13 +10,16 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
+from wrapped_stores import DurableWrapper
 
 from awaken_trio import (
     EndCause,
     RunContext,
     RunExists,
     RunHandle,
+    RunRecord,
     RunState,
+    StoreError,
     open_runtime,
 )
 from awaken_trio.store import MemoryStore
@@ -352,3 +355,105 @@ async def test_after_a_resume_a_child_that_ended_answers_its_end(
         assert await handle.wait() == NATURAL
         assert calls == [1]
         assert (await runtime.record("p")).result == {"kid": repr(NATURAL)}
+
+
+class HeldLoad(DurableWrapper):
+    """The first `load` of ``run_id`` waits for ``go`` (``holding`` is set while it
+    waits); with ``failing`` set it raises instead, as a store that went away would."""
+
+    def __init__(self, inner: MemoryStore, run_id: str) -> None:
+        super().__init__(inner)
+        self.run_id = run_id
+        self.holding = trio.Event()
+        self.go = trio.Event()
+        self.failing = False
+
+    async def load(self, run_id: str) -> RunRecord | None:
+        if run_id == self.run_id and not self.go.is_set():
+            if self.failing:
+                await trio.lowlevel.checkpoint()
+                raise OSError("connection reset")
+            self.holding.set()
+            await self.go.wait()
+        return await super().load(run_id)
+
+
+async def _handed_back_kid(store: Any, parent: Any) -> None:
+    """Run ``parent`` once on ``store`` until it has started its child, then leave (the
+    child is handed back)."""
+    async with shared_runtime(store, bodies={"p": parent}) as a:
+        await a.start(parent, run_id="p")
+        await trio.testing.wait_all_tasks_blocked()
+    assert await shared_runtime_state(store, "kid") == RunState.Queued()
+
+
+async def shared_runtime_state(store: Any, run_id: str) -> RunState:
+    async with shared_runtime(store) as observer:
+        state: RunState = await observer.state(run_id)
+        return state
+
+
+async def test_a_child_ended_while_it_is_being_taken_back_answers_that_end(
+    shared_store: MemoryStore, autojump_clock: trio.testing.MockClock
+) -> None:
+    answers: list[RunState] = []
+
+    async def parked(ctx: RunContext) -> object:
+        await trio.sleep_forever()
+
+    async def parent(ctx: RunContext) -> object:
+        handle = await ctx.start_child(parked, run_id="kid")
+        if ctx.generation == 1:
+            await trio.sleep_forever()
+        answers.append(await handle.wait())
+        return None
+
+    await _handed_back_kid(shared_store, parent)
+    held = HeldLoad(shared_store, "kid")
+    async with (
+        shared_runtime(shared_store) as other,
+        shared_runtime(held, bodies={"p": parent}) as b,
+        serving(b),
+    ):
+        with trio.fail_after(60):
+            await held.holding.wait()
+        # The take-back has read nothing yet; another runtime ends the child meanwhile.
+        assert await other.cancel_run("kid") == CANCELLED
+        held.go.set()
+        assert await until_state(b, "p", lambda s: s == NATURAL) == NATURAL
+    assert answers == [CANCELLED]
+    assert len(terminal(await history(other, "kid"))) == 1
+
+
+async def test_a_store_failing_a_take_back_raises_into_the_body_and_commits_nothing(
+    shared_store: MemoryStore, autojump_clock: trio.testing.MockClock
+) -> None:
+    errors: list[BaseException] = []
+
+    async def parked(ctx: RunContext) -> object:
+        await trio.sleep_forever()
+
+    async def parent(ctx: RunContext) -> object:
+        if ctx.generation == 1:
+            await ctx.start_child(parked, run_id="kid")
+            await trio.sleep_forever()
+        try:
+            await ctx.start_child(parked, run_id="kid")
+        except StoreError as exc:
+            errors.append(exc)
+        return None
+
+    await _handed_back_kid(shared_store, parent)
+    async with shared_runtime(shared_store) as observer:
+        kid_events = await history(observer, "kid")
+    held = HeldLoad(shared_store, "kid")
+    held.failing = True
+    async with shared_runtime(held, bodies={"p": parent}) as b, serving(b):
+        assert await until_state(b, "p", lambda s: s == NATURAL) == NATURAL
+    assert len(errors) == 1
+    assert "connection reset" in str(errors[0])
+    async with shared_runtime(shared_store) as observer:
+        events = await history(observer, "kid")
+    # Nothing committed for the child but the end of the attempt that did not take it.
+    assert events[: len(kid_events)] == kid_events
+    assert [e.state for e in events[len(kid_events) :]] == [NOT_RESUMED]
