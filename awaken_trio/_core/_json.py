@@ -30,6 +30,9 @@ JsonValue: TypeAlias = Any
 """A JSON value: None, bool, int, finite float, str, list, or dict with str keys."""
 
 _MAX_DEPTH = 200
+# A path of more levels than this is named by its first and last few, and its depth.
+_PATH_LEVELS = 10
+_PATH_ENDS = 4
 # `open_runtime(max_payload_bytes=...)` by default: 4 MiB of JSON text per payload.
 DEFAULT_MAX_PAYLOAD_BYTES = 4 * 2**20
 # CPython refuses to turn an int of more than 4300 digits into text by default, so a larger
@@ -56,6 +59,28 @@ _UNMEASURED = 1 << 62
 _compact = json.JSONEncoder(
     ensure_ascii=True, allow_nan=False, separators=(",", ":"), check_circular=False
 ).encode
+
+
+# Where a value sits in the payload being checked: its container's path and its key (a
+# str, in an object) or index (an int, in an array); None for the payload itself. Built as
+# the walk goes down (one tuple a nested container), spelled out only for an error.
+_Path: TypeAlias = "tuple[_Path, str | int] | None"
+
+
+def _at(path: _Path) -> str:
+    """The path spelled out, ``$.a[1].b``; past `_PATH_LEVELS` levels, its first and last
+    levels and its depth, ``$.items[0].items[0] ... [0].items[0].x (depth 199)``, so an
+    error about a deep payload stays a line."""
+    levels: list[str] = []
+    while path is not None:
+        path, step = path
+        levels.append(f"[{step}]" if type(step) is int else f".{step}")
+    levels.reverse()
+    if len(levels) <= _PATH_LEVELS:
+        return "$" + "".join(levels)
+    head = "".join(levels[:_PATH_ENDS])
+    tail = "".join(levels[-_PATH_ENDS:])
+    return f"${head} ... {tail} (depth {len(levels)})"
 
 
 def _read_only(self: object, *args: object, **kwargs: object) -> NoReturn:
@@ -154,7 +179,7 @@ def check_json(value: object, what: str) -> JsonValue:
         flat = _flat_dict(value)  # type: ignore[arg-type]
         if flat is not None:
             return flat[0]
-    return _freeze(value, _Walk(what, _NO_LIMIT), "$", 0)[0]
+    return _freeze(value, _Walk(what, _NO_LIMIT), None, 0)[0]
 
 
 def check_payload(value: object, what: str, max_bytes: int) -> JsonValue:
@@ -189,7 +214,7 @@ def check_payload(value: object, what: str, max_bytes: int) -> JsonValue:
             _fit(value, 2, what, max_bytes)
         return value
     walk = _Walk(what, max_bytes)
-    frozen, high = _freeze(value, walk, "$", 0)
+    frozen, high = _freeze(value, walk, None, 0)
     if high > max_bytes:
         _fit(frozen, walk.low, what, max_bytes)
     return frozen
@@ -251,11 +276,13 @@ def _too_large(what: str, size: int, limit: int, *, exact: bool) -> str:
     )
 
 
-def _freeze(value: object, walk: _Walk, path: str, depth: int) -> tuple[JsonValue, int]:
+def _freeze(value: object, walk: _Walk, path: _Path, depth: int) -> tuple[JsonValue, int]:
     """``value`` frozen, with an upper bound of the length of its JSON text; its lower
     bound is added to ``walk.low``."""
     if depth > _MAX_DEPTH:
-        raise InvalidPayload(f"{walk.what} is nested deeper than {_MAX_DEPTH} levels at {path}")
+        raise InvalidPayload(
+            f"{walk.what} is nested deeper than {_MAX_DEPTH} levels at {_at(path)}"
+        )
     cls = type(value)
     if cls is list:
         assert isinstance(value, list)
@@ -286,7 +313,7 @@ def _freeze(value: object, walk: _Walk, path: str, depth: int) -> tuple[JsonValu
         bits = value.bit_length()
         if bits > _SAFE_INT_BITS and not _few_digits(value):
             raise InvalidPayload(
-                f"{walk.what} holds an int of more than {_MAX_INT_DIGITS} digits at {path},"
+                f"{walk.what} holds an int of more than {_MAX_INT_DIGITS} digits at {_at(path)},"
                 " which does not survive a JSON round trip; send it as a string"
             )
         walk.low += 1
@@ -296,7 +323,7 @@ def _freeze(value: object, walk: _Walk, path: str, depth: int) -> tuple[JsonValu
         assert isinstance(value, float)
         if not math.isfinite(value):
             raise InvalidPayload(
-                f"{walk.what} holds {value!r} at {path}; JSON has no NaN or infinities"
+                f"{walk.what} holds {value!r} at {_at(path)}; JSON has no NaN or infinities"
                 " (send None or a string instead)"
             )
         walk.low += 3
@@ -307,7 +334,7 @@ def _freeze(value: object, walk: _Walk, path: str, depth: int) -> tuple[JsonValu
     elif isinstance(value, bytes | bytearray):
         hint = " (decode it to str, or encode it as base64 text)"
     raise InvalidPayload(
-        f"{walk.what} holds a {cls.__name__} at {path}, which is not a JSON value{hint};"
+        f"{walk.what} holds a {cls.__name__} at {_at(path)}, which is not a JSON value{hint};"
         " payloads must be None, bool, int, finite float, str, list or dict with str keys"
     )
 
@@ -348,7 +375,7 @@ def _flat_dict(value: dict[Any, Any]) -> tuple[FrozenDict, int] | None:
     return out, low
 
 
-def _freeze_list(value: list[Any], walk: _Walk, path: str, depth: int) -> tuple[FrozenList, int]:
+def _freeze_list(value: list[Any], walk: _Walk, path: _Path, depth: int) -> tuple[FrozenList, int]:
     n = len(value)
     # Brackets and commas; every item takes at least one character more.
     low = n + 1 if n else 2
@@ -373,7 +400,7 @@ def _freeze_list(value: list[Any], walk: _Walk, path: str, depth: int) -> tuple[
             low += 3
             high += _FLOAT_HIGH
         else:
-            frozen, item_high = _freeze(item, walk, f"{path}[{i}]", depth + 1)
+            frozen, item_high = _freeze(item, walk, (path, i), depth + 1)
             high += item_high
             if frozen is not item:
                 if replaced is None:
@@ -392,7 +419,7 @@ def _freeze_list(value: list[Any], walk: _Walk, path: str, depth: int) -> tuple[
 
 
 def _freeze_dict(
-    value: dict[Any, Any], walk: _Walk, path: str, depth: int
+    value: dict[Any, Any], walk: _Walk, path: _Path, depth: int
 ) -> tuple[FrozenDict, int]:
     n = len(value)
     # Braces, colons and commas; every key takes at least two characters more (its
@@ -405,7 +432,7 @@ def _freeze_dict(
     for key, item in value.items():
         if type(key) is not str:
             raise InvalidPayload(
-                f"{walk.what} has the non-string key {_safe_repr(key)} at {path};"
+                f"{walk.what} has the non-string key {_safe_repr(key)} at {_at(path)};"
                 " JSON object keys must be str"
             )
         size = len(key)
@@ -426,7 +453,7 @@ def _freeze_dict(
             low += 3
             high += _FLOAT_HIGH
         else:
-            frozen, item_high = _freeze(item, walk, f"{path}.{key}", depth + 1)
+            frozen, item_high = _freeze(item, walk, (path, key), depth + 1)
             high += item_high
             if frozen is not item:
                 if replaced is None:

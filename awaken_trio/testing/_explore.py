@@ -11,7 +11,10 @@ order, so a failure replays.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
+import math
+import threading
 from collections.abc import Callable, Iterable
 from typing import Protocol, final
 
@@ -42,6 +45,8 @@ from ._explore_run import (
     STOP_REASON,
     Check,
     Command,
+    Limits,
+    Overrun,
     Plan,
     RunReport,
     StepSite,
@@ -52,6 +57,8 @@ from ._scheduling import PerThreadRandom, deterministic_scheduling
 
 _COMMANDS: tuple[Command, ...] = ("cancel", "stop", "pause")
 _SEED = 0
+STEP_LIMIT = 10_000
+TIME_LIMIT = 60.0
 
 
 @final
@@ -147,6 +154,8 @@ async def explore_cancellation(
     commands: Iterable[Command] = ("cancel",),
     check: Check | None = None,
     max_points: int = 500,
+    step_limit: int = STEP_LIMIT,
+    time_limit: float = TIME_LIMIT,
 ) -> ExplorationReport:
     """Run ``body`` once uninterrupted, then once per schedule point and command with the
     command delivered just before that point, and check every run.
@@ -161,23 +170,44 @@ async def explore_cancellation(
     explored run's record and all events of the run and its children) runs; raising fails
     the point.
 
+    A run that does not end is found by watchdogs, each counting from the run's start and
+    again from the command's delivery. A run still going after ten million virtual seconds,
+    or after ``step_limit`` schedule points, does not end on its own: the runtime shuts it
+    down, as a worker's would (a body that loops until it is cancelled ends
+    ``Stopped("runtime shutdown")`` in the uninterrupted run and is explored like any other).
+    A run that takes ``step_limit`` schedule points in which the virtual clock does not
+    move, or ``time_limit`` seconds of real time, spins: a body that catches
+    ``trio.Cancelled`` in a loop (every checkpoint then raises at once), or a loop of
+    checkpoints that never waits. So does one that takes ``step_limit`` points after a
+    cancel, a stop or that shutdown. The explorer ends such a run, raising in its body's
+    task, in place of the ``trio.Cancelled``, an error the body does not catch as one, and
+    reports it: after a command, a body that kept running; in the uninterrupted run, a body
+    that did not end. A run that goes on even then (its body catches every exception) is
+    reported all the same, and its thread is left behind, blocked. The caller's own
+    cancellation ends the exploration at once: the run under way is ended in its thread,
+    and nothing waits for it.
+
     Args:
         body: the run body, or `fresh(factory)` for one made anew for every run.
         input: the run's input.
         commands: any of ``"cancel"``, ``"stop"`` and ``"pause"``.
         check: the caller's own invariant (a file closed, a lock released).
         max_points: the most points (point and command pairs) to explore.
+        step_limit: schedule points (a positive int, 10,000 by default): a run may take this
+            many without the virtual clock moving, and this many in all before it counts
+            as one that does not end on its own.
+        time_limit: seconds of real time (a positive number, 60 by default) a run may take.
 
     Raises:
         CancellationViolation: the first run that broke a rule.
         InvalidArgument: a bad argument.
     """
-    plan = _plan(body, input, commands, check, max_points)
+    plan = _plan(body, input, commands, check, max_points, step_limit, time_limit)
     chosen = plan.commands
     with deterministic_scheduling() as scheduler:
         baseline = await _run(plan.base, scheduler)
         empty = ExplorationReport((), False, len(baseline.sites), baseline.final, chosen)
-        problems = _check_run(baseline, None, None)
+        problems = _check_run(baseline, None, None, plan.base.limits)
         if problems:
             raise _violation(baseline, None, None, problems, empty)
         points: list[ExploredPoint] = []
@@ -192,7 +222,7 @@ async def explore_cancellation(
                 so_far = ExplorationReport(
                     tuple(points), False, len(baseline.sites), baseline.final, chosen
                 )
-                problems = _check_run(report, baseline, command)
+                problems = _check_run(report, baseline, command, plan.base.limits)
                 if problems:
                     raise _violation(report, index, command, problems, so_far)
                 points.append(
@@ -216,6 +246,8 @@ class Explore(Protocol):
         commands: Iterable[Command] = ("cancel",),
         check: Check | None = None,
         max_points: int = 500,
+        step_limit: int = STEP_LIMIT,
+        time_limit: float = TIME_LIMIT,
     ) -> ExplorationReport: ...
 
 
@@ -232,6 +264,8 @@ def _plan(
     commands: Iterable[Command],
     check: Check | None,
     max_points: int,
+    step_limit: int,
+    time_limit: float,
 ) -> _Exploration:
     if isinstance(body, FreshBody):
         made: Body | Callable[[], Body] = body.factory
@@ -256,49 +290,72 @@ def _plan(
         )
     if type(max_points) is not int or max_points < 1:
         raise InvalidArgument(f"max_points must be a positive int, not {safe_repr(max_points)}")
+    if type(step_limit) is not int or step_limit < 1:
+        raise InvalidArgument(
+            f"step_limit must be a positive int (schedule points), not {safe_repr(step_limit)}"
+        )
+    if type(time_limit) not in (int, float) or not math.isfinite(time_limit) or time_limit <= 0:
+        raise InvalidArgument(
+            "time_limit must be a positive number of seconds (an int or a finite float),"
+            f" not {safe_repr(time_limit)}"
+        )
     input = check_json(input, "input of the explored body")
-    return _Exploration(Plan(made, is_fresh, input, check), chosen)
+    limits = Limits(step_limit, float(time_limit))
+    return _Exploration(Plan(made, is_fresh, input, check, limits), chosen)
 
 
 async def _run(plan: Plan, scheduler: PerThreadRandom) -> RunReport:
     """One exploration run in a worker thread.
 
-    The caller's cancellation waits for the run under way (milliseconds: its clock is
-    virtual), then stops the exploration. A run stuck for good (its body shields itself
-    from cancellation forever) hands its report over from the thread, which is left
-    behind, blocked and idle.
+    The caller's cancellation leaves at once and tells the thread to end its run (it does,
+    at the run's next step: `_Probe._overrun`); nothing waits for it. A run stuck for good
+    (its body shields itself from cancellation forever, or catches every exception in a
+    loop) hands its report over from the thread, which is left behind, blocked and idle.
     """
     token = trio.lowlevel.current_trio_token()
     stuck: list[RunReport] = []
-    with trio.CancelScope(shield=True) as scope:
+    stop = threading.Event()
+    with trio.CancelScope() as scope:
 
         def give_up(report: RunReport) -> None:  # in this thread, through the token
             stuck.append(report)
-            scope.shield = False
             scope.cancel(reason="the exploration run is stuck")
 
         def hand_over(report: RunReport) -> None:  # in the exploration's thread
-            token.run_sync_soon(give_up, report)
+            # The caller may be gone already (its trio.run over): nobody to hand it to.
+            with contextlib.suppress(trio.RunFinishedError):
+                token.run_sync_soon(give_up, report)
 
-        return await trio.to_thread.run_sync(
-            _in_thread, plan, scheduler, hand_over, abandon_on_cancel=True
-        )
+        try:
+            return await trio.to_thread.run_sync(
+                _in_thread, plan, scheduler, hand_over, stop, abandon_on_cancel=True
+            )
+        finally:
+            # Left by a cancellation (the caller's, or give_up's): the thread goes on alone,
+            # so it ends its run rather than finish it for nobody. (After a return the
+            # thread is done and this is a no-op.)
+            stop.set()
     return stuck[0]
 
 
 def _in_thread(
-    plan: Plan, scheduler: PerThreadRandom, on_stuck: Callable[[RunReport], None]
+    plan: Plan,
+    scheduler: PerThreadRandom,
+    on_stuck: Callable[[RunReport], None],
+    stop: threading.Event,
 ) -> RunReport:
     with scheduler.seeded(_SEED):
         # A context of its own: nothing of the caller's (such as the attempt it runs in)
         # leaks into the exploration's trio.run.
-        return contextvars.Context().run(run_in_fresh_trio, plan, on_stuck)
+        return contextvars.Context().run(run_in_fresh_trio, plan, on_stuck, stop)
 
 
 # --------------------------------------------------------------------------- checks
 
 
-def _check_run(report: RunReport, baseline: RunReport | None, command: Command | None) -> list[str]:
+def _check_run(
+    report: RunReport, baseline: RunReport | None, command: Command | None, limits: Limits
+) -> list[str]:
     """What the run did wrong, by the runtime's rules and the caller's check."""
     problems = list(report.problems)
     if report.mismatch is not None:
@@ -310,12 +367,70 @@ def _check_run(report: RunReport, baseline: RunReport | None, command: Command |
             " schedule must depend on nothing but Trio (no real time, threads, or randomness)"
         )
         return problems
+    if report.overrun is not None:
+        # The explorer ended the run itself: how it ended says nothing about the body.
+        problems.append(_overrun_problem(report.overrun, command, limits))
+        return problems
     problems.extend(_terminal_problems(report))
     problems.extend(report.leaks)
     problems.extend(_cause_problems(report, baseline, command))
     if report.check_error is not None:
         problems.append(f"check(record, events) raised {safe_repr(report.check_error)}")
     return problems
+
+
+def _overrun_problem(overrun: Overrun, command: Command | None, limits: Limits) -> str:
+    """What a run that went past its limits did, and what to do about it."""
+    if overrun.limit == "steps":
+        span = (
+            f"{overrun.steps} schedule points ({overrun.seconds:.1f} s), none of which let the"
+            f" virtual clock move (step_limit={limits.steps})"
+        )
+        knob = "step_limit"
+    else:
+        span = (
+            f"{overrun.seconds:.1f} seconds of real time ({overrun.steps} schedule points;"
+            f" time_limit={limits.seconds:g})"
+        )
+        knob = "time_limit"
+    if overrun.after == "start":
+        return (
+            f"the run did not end: after {span} it was still running, at {overrun.at}: its"
+            " body loops without ever waiting for the clock (a loop of checkpoints that"
+            f" never ends?); explore a body that ends, or raise {knob} if it is meant to"
+            " take longer"
+        )
+    if overrun.after == "command":
+        text = f"the body kept running after the {command} was delivered"
+    else:
+        text = (
+            "the run did not end on its own within the explorer's limits, so the runtime"
+            " shut it down, and the body kept running"
+        )
+    text += f": {span} later it had not ended"
+    if overrun.caught:
+        where = (
+            f"raised at {overrun.at}"
+            if overrun.resumed_cancelled
+            else f"that reached it (it was last running at {overrun.at})"
+        )
+        text += (
+            f"; it caught the trio.Cancelled {where} and went on ({overrun.caught} times),"
+            " so the cancellation never ended it: a body must let trio.Cancelled"
+            " propagate (re-raise it after cleanup)"
+        )
+    else:
+        text += (
+            f"; it was running at {overrun.at} and no trio.Cancelled reached it: does it"
+            " loop under a shielded scope?"
+        )
+    if overrun.unstoppable:
+        text += (
+            "; it went on even when the explorer raised an error in place of the"
+            " cancellation: it catches every exception (`except BaseException`, a bare"
+            " `except:`), so its thread is left behind, blocked"
+        )
+    return text
 
 
 def _terminal_problems(report: RunReport) -> list[str]:

@@ -6,6 +6,15 @@ the actor of one of its attempts (`run_attempt`, the body's own task) or a task 
 holds an attempt (`current_attempt`: Trio copies a task's context into the tasks it
 spawns, so the tasks a body starts, and its child runs' tasks, carry it). Only this run's
 tasks exist in the ``trio.run``, so every such step is one of the explored tree's.
+
+The watcher is also the run's watchdog on what the virtual clock cannot see. A body that
+catches ``trio.Cancelled`` in a loop spins on checkpoints that raise at once: the run never
+idles, so virtual time never moves and neither the hang limit nor the runtime's shutdown
+ever comes. The watcher counts the run's steps and reads both clocks at each of them (see
+`_Probe._count`): ``step_limit`` steps in which the virtual clock did not move, or
+``time_limit`` seconds of real time, and the run is ended and reported; ``step_limit``
+steps of a run whose clock does move (a body that loops until it is cancelled) count as the
+hang limit, deterministically: the runtime shuts the run down, and that is no violation.
 """
 
 from __future__ import annotations
@@ -13,6 +22,8 @@ from __future__ import annotations
 import contextlib
 import inspect
 import os
+import threading
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Literal, final
 
@@ -65,9 +76,6 @@ _PACKAGE_DIR = os.path.dirname(os.path.dirname(__file__)) + os.sep
 _HEX = frozenset("0123456789abcdef")
 
 
-_Where = tuple[Literal["before", "after"], str, str]
-
-
 def _virtual_wall_clock() -> float:
     return _EPOCH + trio.current_time()
 
@@ -87,6 +95,17 @@ class StepSite:
 
 @final
 @attrs.frozen
+class Limits:
+    """How long one exploration run may go on without ending, in schedule points of the
+    explored run and in seconds of real time: from the run's start, and again from the
+    command's delivery."""
+
+    steps: int
+    seconds: float
+
+
+@final
+@attrs.frozen
 class Plan:
     """What one exploration run does. ``target`` is None for the uninterrupted run."""
 
@@ -94,8 +113,42 @@ class Plan:
     fresh: bool
     input: JsonValue
     check: Check | None
+    limits: Limits
     command: Command | None = None
     target: StepSite | None = None
+
+
+@final
+@attrs.frozen
+class Overrun:
+    """A run that went past its `Limits` without ending.
+
+    ``limit`` says which limit: ``"steps"`` (schedule points in which the virtual clock did
+    not move) or ``"seconds"`` (of real time); ``steps`` and ``seconds`` are the span that
+    went past it. ``after`` says where the span began: the run's ``"start"``, the
+    ``"command"``'s delivery, or the runtime's ``"shutdown"`` of a run that had not ended
+    on its own. ``caught`` counts the times a body's task resumed with a
+    ``trio.Cancelled`` since then, ``at`` is where the task that went past the limit was
+    about to resume (with a ``trio.Cancelled`` there, if ``resumed_cancelled``);
+    ``unstoppable`` says the run went on even once the explorer raised
+    `ExplorationAborted` in place of its cancellations (its thread is left behind).
+    """
+
+    limit: Literal["steps", "seconds"]
+    steps: int
+    seconds: float
+    after: Literal["start", "command", "shutdown"]
+    caught: int
+    at: str
+    resumed_cancelled: bool
+    unstoppable: bool = False
+
+
+class ExplorationAborted(BaseException):
+    """Raised by the explorer in a body's task in place of a ``trio.Cancelled``, once the run
+    went past its limits: a body that catches ``trio.Cancelled`` and goes on does not catch
+    this (a BaseException, like ``trio.Cancelled``, so ``except Exception`` does not either),
+    and the run ends."""
 
 
 @final
@@ -118,13 +171,35 @@ class RunReport:
     problems: tuple[str, ...]
     check_error: BaseException | None
     mismatch: StepSite | None  # the step found where the target was expected
+    overrun: Overrun | None
+
+
+# How far a run that went past its limits is along being ended (see `_Probe._overrun`).
+_Stage = Literal["running", "ending", "abandoned"]
 
 
 class _Probe(trio.abc.Instrument):
-    """Counts the explored run's steps and delivers the command before the target step."""
+    """Counts the explored run's steps, delivers the command before the target step, and
+    ends a run that goes past its limits."""
 
-    def __init__(self, plan: Plan) -> None:
+    def __init__(self, plan: Plan, stop: threading.Event) -> None:
         self.plan = plan
+        self.stop = stop  # set when the caller gave up on the exploration
+        self.stage: _Stage = "running"
+        # The span the limits count: from the run's start, the command's delivery, or the
+        # shutdown at the step limit (`_count`).
+        self.span: Literal["start", "command", "shutdown"] = "start"
+        self.steps = 0  # the explored run's steps in the span
+        self.still = 0  # ... since the virtual clock last moved
+        self.clock = 0.0  # the virtual time it last read
+        self.since = time.monotonic()  # when the span began
+        self.caught = 0  # a body's task resumed with trio.Cancelled, in the span
+        self.overrun: Overrun | None = None
+        # Cancelled by `_overrun`: the hang limit (the runtime then shuts the run down), and
+        # the watchdog's wait (it then hands the report over).
+        self.hang_scope: trio.CancelScope | None = None
+        self.watchdog_scope: trio.CancelScope | None = None
+        self.handed_over = False
         self.record_sites = plan.target is None
         self.started = False
         self.overdue = False
@@ -164,12 +239,13 @@ class _Probe(trio.abc.Instrument):
             return
         self.stepping = None
         try:
-            self._point(("after", stepping[1], location(task)))
+            self._point("after", stepping[1], task)
         except Exception as exc:  # pragma: no cover - a bug of the explorer itself
             if self.error is None:
                 self.error = exc
 
     def _before(self, task: trio.lowlevel.Task, attempt: Attempt | None, actor: bool) -> None:
+        self._count(task)
         own = self._actor_attempt(task) if actor else attempt
         # Every run is named on every step, so its alias is the same in every run.
         run = "?" if own is None else self.alias(own.run_id)
@@ -177,10 +253,22 @@ class _Probe(trio.abc.Instrument):
         if not self.started:
             # The one point before a step: ahead of the run's first (a pre-start command).
             self.started = True
-            self._point(("before", label, location(task)))
+            self._point("before", label, task)
         self.stepping = (task, label)
         if attempt is None or (actor and attempt is not own):
             return  # an actor before or after its body: the runtime's own steps
+        sent = getattr(task, "_next_send", None)
+        if type(sent) is outcome.Error and isinstance(sent.error, trio.Cancelled):
+            self.caught += 1
+            if self.stage != "running":
+                # The run went past its limits: the body's task gets, where a Cancelled
+                # would raise (a point where the runtime's code already unwinds), one it
+                # does not catch as a Cancelled, and the run ends.
+                aborted = ExplorationAborted(
+                    "the explorer ended the run: it went on running past its limits"
+                )
+                aborted.__context__ = sent.error
+                task._next_send = outcome.Error(aborted)
         if not actor and attempt.completion.done and task not in self.leaked:
             self.leaked.add(task)
             self.leaks.append(
@@ -198,23 +286,106 @@ class _Probe(trio.abc.Instrument):
             ):
                 self.cancel_reached[attempt.run_id] = location(task)
 
-    def _point(self, where: _Where) -> None:
+    def _count(self, task: trio.lowlevel.Task) -> None:
+        """One step of the explored run, counted against the run's limits.
+
+        ``step_limit`` steps in which the virtual clock did not move, or ``time_limit``
+        seconds, and the run is ended and reported (`_overrun`), as it is once the caller
+        gave up. ``step_limit`` steps of a run whose clock moves are a run that never ends
+        on its own, like one at the hang limit: the runtime shuts it down, once (no
+        violation: a body may loop until it is cancelled); after a cancel or a stop (or
+        that shutdown) they are a body that goes on running, reported."""
+        if self.stage == "abandoned" and self.handed_over:
+            # Even an uncatchable error did not end the run, and its report is handed
+            # over: the thread is left behind, blocked and idle, rather than spinning.
+            threading.Event().wait()
+        self.steps += 1
+        now = trio.current_time()
+        if now != self.clock:
+            self.clock = now
+            self.still = 0
+        self.still += 1
+        limits = self.plan.limits
+        if self.still > limits.steps:
+            self._overrun(task, "steps", self.still)
+        elif time.monotonic() - self.since > limits.seconds:
+            self._overrun(task, "seconds", self.steps)
+        elif self.steps > limits.steps:
+            must_end = self.span == "shutdown" or (
+                self.span == "command" and self.plan.command != "pause"
+            )
+            if must_end or self.overdue:
+                self._overrun(task, "steps", self.steps)
+            else:
+                self.overdue = True  # commands from now on land in the shutdown
+                if self.hang_scope is not None:
+                    self.hang_scope.cancel(reason="the run did not end within the step limit")
+                self._new_span("shutdown")
+        elif self.stop.is_set() and self.stage == "running":
+            self._overrun(task, "steps", self.steps)  # nobody reads this run's report
+
+    def _new_span(self, span: Literal["start", "command", "shutdown"]) -> None:
+        self.span = span
+        self.steps = self.still = self.caught = 0
+        self.since = time.monotonic()
+
+    def _overrun(
+        self, task: trio.lowlevel.Task, limit: Literal["steps", "seconds"], steps: int
+    ) -> None:
+        """The run went past its limits without ending: end it, in stages.
+
+        First as the hang limit would (the runtime shuts the run down, cancelling it), and,
+        from now on, with `ExplorationAborted` raised in a body's task wherever a
+        ``trio.Cancelled`` would be (`_before`). If the run goes on for as long again (its
+        body catches every exception), the watchdog hands its report over and the thread
+        is abandoned (`_count`)."""
+        if self.stage == "running":
+            sent = getattr(task, "_next_send", None)
+            self.overrun = Overrun(
+                limit=limit,
+                steps=steps,
+                seconds=time.monotonic() - self.since,
+                after="shutdown" if self.span == "start" and self.overdue else self.span,
+                caught=self.caught,
+                at=location(task),
+                resumed_cancelled=type(sent) is outcome.Error
+                and isinstance(sent.error, trio.Cancelled),
+            )
+            self.stage = "ending"
+            self.overdue = True
+            if self.hang_scope is not None:
+                self.hang_scope.cancel(reason="the run went past its limits")
+        elif self.stage == "ending":
+            assert self.overrun is not None
+            self.overrun = attrs.evolve(self.overrun, unstoppable=True)
+            self.stage = "abandoned"
+            if self.watchdog_scope is not None:
+                self.watchdog_scope.cancel(reason="the run cannot be ended")
+        self._new_span(self.span)
+
+    def _point(
+        self, when: Literal["before", "after"], label: str, task: trio.lowlevel.Task
+    ) -> None:
         """One schedule point: recorded (the uninterrupted run), or the target's turn."""
-        site = StepSite(self.points, *where)
+        index = self.points
         self.points += 1
+        target = self.plan.target
+        if target is not None and index != target.index:
+            return  # not the target: where the task is suspended is not worth reading
+        site = StepSite(index, when, label, location(task))
         if self.record_sites:
             self.sites.append(site)
             return
-        target = self.plan.target
         assert target is not None
-        if site.index != target.index:
-            return
         if site != target:
             self.mismatch = site
             return
         self.landed = site
         self.delivered = not self.overdue and self._deliver()
         self.watching = self.delivered and self.plan.command != "pause"
+        if self.delivered and self.stage == "running":
+            # The limits count again from here: what the body does once commanded.
+            self._new_span("command")
 
     def _actor_attempt(self, task: trio.lowlevel.Task) -> Attempt | None:
         """The attempt an actor task runs (its own, whatever its context holds)."""
@@ -278,15 +449,19 @@ def location(task: trio.lowlevel.Task) -> str:
     return f"{path}:{lineno} in {name}"
 
 
-def run_in_fresh_trio(plan: Plan, on_stuck: Callable[[RunReport], None]) -> RunReport:
+def run_in_fresh_trio(
+    plan: Plan, on_stuck: Callable[[RunReport], None], stop: threading.Event
+) -> RunReport:
     """One exploration run, in a new ``trio.run`` on the virtual clock (called in a worker
     thread: the caller's run and its clock are left alone).
 
-    A run that cannot be shut down (a body that shields itself from cancellation forever)
-    never lets this ``trio.run`` return: its report is handed to ``on_stuck`` instead, and
-    the thread stays blocked, idle, for the rest of the process.
+    A run that cannot be shut down (a body that shields itself from cancellation forever,
+    or catches every exception in a loop) never lets this ``trio.run`` return: its report
+    is handed to ``on_stuck`` instead, and the thread stays blocked, idle, for the rest of
+    the process. ``stop`` set (the caller gave up) ends the run as going past its limits
+    would, so the thread winds down on its own.
     """
-    probe = _Probe(plan)
+    probe = _Probe(plan, stop)
     report: RunReport = trio.run(
         _explore_once,
         plan,
@@ -312,12 +487,13 @@ async def _explore_once(
         async with open_runtime(store, clock=_virtual_wall_clock) as runtime:
             probe.runtime = runtime
             with trio.move_on_after(HANG_LIMIT) as waited:
+                probe.hang_scope = waited
                 await runtime.start(body, input=plan.input, run_id=ROOT)
                 await _follow(runtime, plan.command == "pause", problems)
             ended = not waited.cancelled_caught
             # Past the hang limit the runtime shuts the run down: a command from now on
             # lands in that shutdown, not in the body's work.
-            probe.overdue = not ended
+            probe.overdue = probe.overdue or not ended
         nursery.cancel_scope.cancel(reason="the run is over")
     return await _report(plan, probe, store, problems, ended=ended)
 
@@ -330,13 +506,17 @@ async def _watchdog(
     on_stuck: Callable[[RunReport], None],
 ) -> None:
     # Virtual time only gets this far once the run has outlived the hang limit and its
-    # runtime could not shut it down either (it shields itself from every cancellation).
-    await trio.sleep(2 * HANG_LIMIT)
-    problems.append(
-        "the runtime could not shut the run down: a task of its body shields itself from"
-        " cancellation and never returns"
-    )
+    # runtime could not shut it down either (it shields itself from every cancellation);
+    # the probe cuts the wait short for a run that cannot be ended (`_Probe._overrun`).
+    with trio.CancelScope() as probe.watchdog_scope:
+        await trio.sleep(2 * HANG_LIMIT)
+    if probe.overrun is None:
+        problems.append(
+            "the runtime could not shut the run down: a task of its body shields itself"
+            " from cancellation and never returns"
+        )
     on_stuck(await _report(plan, probe, store, problems, ended=False))
+    probe.handed_over = True
 
 
 async def _report(
@@ -374,6 +554,7 @@ async def _report(
         problems=tuple(problems),
         check_error=check_error,
         mismatch=probe.mismatch,
+        overrun=probe.overrun,
     )
 
 

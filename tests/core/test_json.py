@@ -176,6 +176,41 @@ def test_rejects_too_deep_dict_nesting() -> None:
     assert re.search(r"at \$(\.k)+", str(info.value))
 
 
+def _items(levels: int, leaf: object) -> object:
+    """``leaf`` under ``{"items": [...]}`` wrappers, two levels each."""
+    value = leaf
+    for _ in range(levels // 2):
+        value = {"items": [value]}
+    return value
+
+
+@pytest.mark.parametrize(
+    ("value", "depth", "last", "fragment"),
+    [
+        # Past the depth limit: the path of the first value too deep.
+        (_items(202, "leaf"), 201, "[0].items[0].items", "deeper than 200 levels"),
+        # A bad value just inside it.
+        (_items(198, {"x": float("nan")}), 199, "[0].items[0].x", "nan"),
+    ],
+)
+def test_a_deep_path_is_named_by_its_first_and_last_levels_and_its_depth(
+    value: object, depth: int, last: str, fragment: str
+) -> None:
+    with pytest.raises(InvalidPayload) as info:
+        check_json(value, WHAT)
+    message = str(info.value)
+    assert len(message) < 300, message
+    assert fragment in message
+    assert f"at $.items[0].items[0] ... {last} (depth {depth})" in message
+    assert message.count(".items") < 10
+
+
+def test_a_path_of_ten_levels_is_named_in_full() -> None:
+    with pytest.raises(InvalidPayload) as info:
+        check_json(_items(10, b"raw"), WHAT)
+    assert f"at ${'.items[0]' * 5}, which" in str(info.value)
+
+
 def test_what_phrase_is_used_verbatim() -> None:
     with pytest.raises(InvalidPayload) as info:
         check_json({"x": {1, 2}}, "message for run 'abc'")

@@ -3,6 +3,8 @@ the bugs it must find."""
 
 from __future__ import annotations
 
+import threading
+import time
 from typing import Any
 
 import pytest
@@ -296,6 +298,162 @@ async def test_a_body_that_waits_forever_is_explored_until_cancelled() -> None:
     assert {p.outcome for p in cancels if not p.delivered} == {report.baseline}
 
 
+# --------------------------------------------------------------------------- bodies that spin
+
+# Each test below is bounded twice: by the explorer's own watchdogs (set low where the test
+# is not about their defaults), and by a guard of real time around it (the caller's clock
+# here is Trio's real one), so a regression fails in seconds rather than hanging.
+GUARD = 30.0
+
+
+async def retries_on_anything(ctx: RunContext) -> object:
+    """Three steps, each retried until it succeeds: a cancel is "retried" for ever."""
+    done = 0
+    while done < 3:
+        try:
+            await trio.sleep(1)  # once cancelled, raises at once, again and again
+            done += 1
+        except trio.Cancelled:
+            pass
+    return done
+
+
+async def loops_until_cancelled(ctx: RunContext) -> object:
+    while True:
+        try:  # noqa: SIM105 - the bug, as it is usually written
+            await trio.sleep(1)
+        except trio.Cancelled:
+            pass
+
+
+async def test_it_finds_a_body_that_catches_cancelled_in_a_loop() -> None:
+    began = time.monotonic()
+    with trio.fail_after(GUARD), pytest.raises(CancellationViolation) as caught:
+        await explore_cancellation(retries_on_anything)  # the default watchdogs
+    violation = caught.value
+    assert violation.point is not None
+    assert violation.command == "cancel"
+    message = str(violation)
+    assert message.startswith(f"cancel delivered before schedule point {violation.point} (")
+    (problem,) = violation.problems
+    assert problem.startswith("the body kept running after the cancel was delivered: 10001")
+    assert "none of which let the virtual clock move (step_limit=10000) later" in problem
+    assert "it caught the trio.Cancelled raised at" in problem
+    assert "test_explore.py" in problem
+    assert "in retries_on_anything" in problem
+    assert time.monotonic() - began < GUARD
+
+
+async def test_a_stop_landing_in_a_swallowing_loop_is_reported_too() -> None:
+    with trio.fail_after(GUARD), pytest.raises(CancellationViolation) as caught:
+        await explore_cancellation(retries_on_anything, commands=("stop",), step_limit=2_000)
+    assert caught.value.command == "stop"
+    assert "kept running after the stop was delivered" in str(caught.value)
+    assert "2001 schedule points" in str(caught.value)
+    assert "(step_limit=2000)" in str(caught.value)
+
+
+async def test_the_wall_clock_watchdog_ends_a_spin_the_step_budget_does_not() -> None:
+    began = time.monotonic()
+    with trio.fail_after(GUARD), pytest.raises(CancellationViolation) as caught:
+        await explore_cancellation(retries_on_anything, step_limit=10**12, time_limit=0.5)
+    (problem,) = caught.value.problems
+    assert problem.startswith("the body kept running after the cancel was delivered")
+    assert "seconds of real time (" in problem
+    assert "time_limit=0.5) later it had not ended" in problem
+    assert caught.value.point is not None
+    assert time.monotonic() - began < 10
+
+
+async def test_a_body_that_loops_until_cancelled_and_swallows_the_cancel_is_reported() -> None:
+    # It never ends on its own: at the step limit the runtime shuts it down, as at the hang
+    # limit, and then it spins in the uninterrupted run already.
+    with trio.fail_after(GUARD), pytest.raises(CancellationViolation) as caught:
+        await explore_cancellation(loops_until_cancelled, step_limit=2_000)
+    violation = caught.value
+    assert violation.point is None
+    (problem,) = violation.problems
+    assert problem.startswith(
+        "the run did not end on its own within the explorer's limits, so the runtime shut it"
+        " down, and the body kept running: 2001 schedule points"
+    )
+    assert "it caught the trio.Cancelled raised at" in problem
+    assert "in loops_until_cancelled" in problem
+
+
+async def test_a_body_that_loops_until_cancelled_is_explored_within_the_step_limit() -> None:
+    async def body(ctx: RunContext) -> object:
+        polls = 0
+        while True:
+            await trio.sleep(1)  # a poll every second, until cancelled
+            polls += 1
+            await ctx.boundary({"polls": polls})
+
+    with trio.fail_after(GUARD):
+        report = await explore_cancellation(body, step_limit=1_000, max_points=20)
+    # The step limit ends the uninterrupted run as the hang limit would, deterministically.
+    assert report.baseline == RunState.Ended(EndCause.Stopped("runtime shutdown"))
+    assert report.schedule_points > 1_000
+    assert {p.outcome for p in report.points[1:]} == {CANCELLED}
+
+
+async def test_a_callers_cancel_ends_the_exploration_of_a_spinning_body() -> None:
+    wound_down = threading.Event()
+
+    async def body(ctx: RunContext) -> object:
+        try:
+            await loops_until_cancelled(ctx)
+        finally:
+            wound_down.set()
+        return None
+
+    began = time.monotonic()
+    with trio.fail_after(GUARD):
+        with trio.move_on_after(1) as waited:
+            await explore_cancellation(body)  # the default watchdogs: seconds away
+        assert waited.cancelled_caught
+        assert time.monotonic() - began < 3
+        # The run left in its thread is wound down, not left spinning.
+        assert await trio.to_thread.run_sync(wound_down.wait, GUARD / 2)
+
+
+async def test_an_uninterrupted_run_that_never_waits_is_reported() -> None:
+    async def body(ctx: RunContext) -> object:
+        while True:
+            await trio.lowlevel.checkpoint()  # never waits on the clock, never ends
+
+    with trio.fail_after(GUARD), pytest.raises(CancellationViolation) as caught:
+        await explore_cancellation(body, step_limit=2_000)
+    violation = caught.value
+    assert violation.point is None
+    assert violation.command is None
+    message = str(violation)
+    assert message.startswith("the uninterrupted run broke the contract")
+    (problem,) = violation.problems
+    assert problem.startswith("the run did not end: after 2001 schedule points (")
+    assert "none of which let the virtual clock move (step_limit=2000)" in problem
+    assert "raise step_limit" in problem
+
+
+async def test_a_body_that_catches_everything_in_a_loop_is_reported_and_left_behind() -> None:
+    async def body(ctx: RunContext) -> object:
+        done = False
+        while not done:
+            try:
+                await trio.sleep(1)
+                done = True
+            except BaseException:
+                pass
+        return None
+
+    with trio.fail_after(GUARD), pytest.raises(CancellationViolation) as caught:
+        await explore_cancellation(body, step_limit=2_000)
+    (problem,) = caught.value.problems
+    assert problem.startswith("the body kept running after the cancel was delivered")
+    assert "it catches every exception" in problem
+    assert "its thread is left behind" in problem
+
+
 async def test_it_finds_a_pause_that_does_not_resume_to_the_same_end() -> None:
     async def body(ctx: RunContext) -> object:
         await trio.sleep(1)
@@ -331,6 +489,15 @@ async def test_a_broken_uninterrupted_run_is_reported_without_a_point() -> None:
         ({"max_points": 0}, "max_points"),
         ({"check": 3}, "check must be a callable"),
         ({"input": {1, 2}}, "input"),
+        ({"step_limit": 0}, "step_limit must be a positive int"),
+        ({"step_limit": True}, "step_limit must be a positive int"),
+        ({"step_limit": 1.5}, "step_limit must be a positive int"),
+        ({"time_limit": 0}, "time_limit must be a positive number of seconds"),
+        ({"time_limit": -1.0}, "time_limit must be a positive number of seconds"),
+        ({"time_limit": float("nan")}, "time_limit must be a positive number of seconds"),
+        ({"time_limit": float("inf")}, "time_limit must be a positive number of seconds"),
+        ({"time_limit": "60"}, "time_limit must be a positive number of seconds"),
+        ({"time_limit": False}, "time_limit must be a positive number of seconds"),
     ],
 )
 async def test_bad_arguments_are_refused_with_what_to_do(
