@@ -1,11 +1,11 @@
 """`open_runtime`: the composition of the kernel, a store and the worker.
 
 The kernel (``_core``) knows neither stores nor serving: this module, above the three,
-chooses the store a URL or a path names, builds the supervisor with the claim book the store
-calls for (`ClaimBook` on a durable store, `NoClaims` otherwise), gives the runtime the
-worker's serving loop, and starts the background services: the kernel's scheduled resumes
-on every store, and on a durable store the claim keeper and the relay of what other
-runtimes do.
+chooses the store a URL or a path names, builds the supervisor with the claim policy the
+store calls for (the worker's `ClaimBook` on a durable store, the kernel's `NoClaims`
+otherwise), gives the runtime the worker's serving loop, and starts the background
+services: the kernel's scheduled resumes on every store, and on a durable store the claim
+keeper and the relay of what other runtimes do.
 """
 
 from __future__ import annotations
@@ -25,12 +25,12 @@ from ._core import (
     STORE_METHODS,
     AttemptObserver,
     Body,
-    Claims,
+    ClaimPolicy,
     ClaimSettings,
     Clock,
-    CommitMailbox,
     DurableStore,
     InvalidArgument,
+    NoClaims,
     Runtime,
     Store,
     Supervisor,
@@ -40,7 +40,7 @@ from ._core import (
     safe_repr,
     start_kernel_services,
 )
-from .worker._claims import ClaimBook, ClaimKeeper, NoClaims
+from .worker._claims import ClaimBook, ClaimKeeper
 from .worker._relay import StoreRelay
 from .worker._serve import serve
 
@@ -75,7 +75,7 @@ async def open_runtime(
     Leaving the block ends every active or queued run of a non-durable store with
     ``Ended(Stopped("runtime shutdown"))`` (each commit shielded) and returns once they are
     committed; on a durable store it releases this runtime's claims instead: a named run
-    goes back to ``Queued`` for another runtime (its children end ``Stopped`` first), a run
+    goes back to ``Queued`` for another runtime (its descendants handed back with it), a run
     with no name ends ``Stopped``. An exception from the block comes out unwrapped;
     KeyboardInterrupt and SystemExit, from the block, from a body or from anything the
     runtime calls (the clock, the store), shut down the same way and are re-raised.
@@ -138,16 +138,20 @@ async def open_runtime(
             )
         settings = ClaimSettings(_new_owner(), float(lease), float(poll), max_recoveries)
         book = ClaimBook(settings, store_obj)
-    claims: Claims = NoClaims() if book is None else book
+    claims: ClaimPolicy = NoClaims() if book is None else book
     observer = None if tracer_provider is None else _observer_for(tracer_provider)
-    mailbox = CommitMailbox(store_obj, max_batch=max_batch)
     supervisor = Supervisor(
-        store_obj, mailbox, clock, ownership_verifier, claims, max_payload_bytes=max_payload_bytes
+        store_obj,
+        clock,
+        claims,
+        max_batch=max_batch,
+        max_payload_bytes=max_payload_bytes,
+        verifier_factory=ownership_verifier,
+        observer=observer,
     )
-    supervisor.observer = observer
     runtime = Runtime._create(supervisor, serve)
     for name, body in (bodies or {}).items():
-        supervisor.register(name, body)
+        runtime.register(name, body)
     caller_error: BaseException | None = None
     internal_error: BaseException | None = None
     try:
@@ -158,7 +162,7 @@ async def open_runtime(
         if opener is not None:
             await opener()
         async with trio.open_nursery() as system:
-            await system.start(run_mailbox, mailbox)
+            await system.start(run_mailbox, supervisor.mailbox)
             await system.start(supervisor.host_actors, system.cancel_scope)
             services = await system.start(_host_services, supervisor, runtime, book)
             try:
@@ -198,8 +202,9 @@ async def _host_services(
             await start_kernel_services(services, runtime)
             if book is not None:
                 # A durable store: claim renewals, and the relay of what other runtimes do.
-                await services.start(ClaimKeeper(supervisor, book).run)
-                await services.start(StoreRelay(supervisor, book.store, book.settings).run)
+                serving = supervisor.serving
+                await services.start(ClaimKeeper(serving, book).run)
+                await services.start(StoreRelay(serving, book.store, book.settings).run)
             task_status.started(scope)
             await trio.sleep_forever()
 

@@ -11,7 +11,10 @@ import ast
 import pathlib
 import re
 
+import attrs
+
 import awaken_trio
+from awaken_trio.store import Commit
 
 PACKAGE = pathlib.Path(awaken_trio.__file__).parent
 PRIVATE_KERNEL = re.compile(r"(?:awaken_trio\.)?_core\._\w+")
@@ -141,7 +144,7 @@ def test_the_kernel_imports_nothing_from_the_package_above_it() -> None:
 
 # ---------------------------------------------------------------- the single writer
 
-WRITER = PACKAGE / "_core" / "_supervisor.py"
+WRITER = PACKAGE / "_core" / "_commit_of.py"
 # The store contract suites play the supervisor's part against a store under test: they
 # build commits to hand it, and no runtime runs them.
 STORE_TESTS = PACKAGE / "testing"
@@ -182,10 +185,11 @@ def test_the_commit_scan_finds_a_commit_built(tmp_path: pathlib.Path) -> None:
     ]
 
 
-def test_only_the_supervisor_builds_commits() -> None:
-    """The supervisor is the single writer: no other module of the runtime (the facade,
-    committed control, the worker, the stores) makes a commit to hand the store."""
-    assert _commits_built(WRITER), "the scan must see the supervisor's own commits"
+def test_only_the_commit_builders_build_commits() -> None:
+    """Commits are made by intent, in one module of builders: no other module of the
+    runtime (the supervisor's parts, committed control, the worker, the stores) makes a
+    commit to hand the store."""
+    assert _commits_built(WRITER), "the scan must see the builders' own commits"
     others = [
         hit
         for path in sorted(PACKAGE.rglob("*.py"))
@@ -193,9 +197,56 @@ def test_only_the_supervisor_builds_commits() -> None:
         for hit in _commits_built(path)
     ]
     assert others == [], (
-        "only awaken_trio/_core/_supervisor.py builds a Commit; add a Supervisor method"
-        f" that makes this commit and call it instead: {others}"
+        "only awaken_trio/_core/_commit_of.py builds a Commit; add a builder for this"
+        f" commit's intent there and call it instead: {others}"
     )
+
+
+# Attributes of a Commit: a store reads them, and nothing may change one once it is built.
+COMMIT_FIELDS = frozenset(attrs.fields_dict(Commit))
+
+
+def _commit_attributes_assigned(path: pathlib.Path) -> list[str]:
+    """Every assignment to an attribute named like a `Commit` field on a name called
+    ``commit`` (or ``*_commit``), outside the builders: ``commit.fence = ...``."""
+    found: list[str] = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Assign):
+            targets = list(node.targets)
+        elif isinstance(node, ast.AugAssign | ast.AnnAssign):
+            targets = [node.target]
+        else:
+            continue
+        found.extend(
+            f"{path.relative_to(path.parents[1])}:{node.lineno}"
+            for target in targets
+            if isinstance(target, ast.Attribute)
+            and target.attr in COMMIT_FIELDS
+            and isinstance(target.value, ast.Name)
+            and (target.value.id == "commit" or target.value.id.endswith("_commit"))
+        )
+    return found
+
+
+def test_the_commit_attribute_scan_finds_an_assignment(tmp_path: pathlib.Path) -> None:
+    package = tmp_path / "pkg" / "sub"
+    package.mkdir(parents=True)
+    sample = package / "sample.py"
+    sample.write_text(
+        "commit.fence = None\nend_commit.release = True\ncommit.other = 1\nrecord.fence = None\n"
+    )
+    assert _commit_attributes_assigned(sample) == ["sub/sample.py:1", "sub/sample.py:2"]
+
+
+def test_nothing_assigns_an_attribute_of_a_commit() -> None:
+    """A commit is built whole by its builder and never patched afterwards."""
+    found = [
+        hit
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if not path.is_relative_to(STORE_TESTS)
+        for hit in _commit_attributes_assigned(path)
+    ]
+    assert found == [], f"a Commit's attribute is assigned after it was built: {found}"
 
 
 # ---------------------------------------------------------------- the worker's seam
@@ -212,8 +263,8 @@ def _kernel_names_imported(path: pathlib.Path) -> set[str]:
 
 
 def test_the_worker_is_built_on_the_serving_protocol_only() -> None:
-    """Durable serving sees the supervisor as a `ServingHost` (and its claims through the
-    `Claims` port): it imports none of the kernel's internals, and builds no commit."""
+    """Durable serving sees the kernel as a `ServingHost` (and fills its `ClaimPolicy` for
+    a durable store): it imports none of the kernel's internals, and builds no commit."""
     modules = sorted((PACKAGE / "worker").glob("*.py"))
     assert any("ServingHost" in _kernel_names_imported(path) for path in modules)
     used = {path.name: _kernel_names_imported(path) & KERNEL_INTERNALS for path in modules}

@@ -26,7 +26,11 @@ from ._attempt import EndRequest as EndRequest
 from ._attempt import OwnershipVerifier as OwnershipVerifier
 from ._attempt import current_attempt as current_attempt
 from ._attempt import lost as lost
+from ._claims import ClaimedAttempt as ClaimedAttempt
+from ._claims import ClaimPolicy as ClaimPolicy
+from ._claims import NoClaims as NoClaims
 from ._commands import LiveCommand as LiveCommand
+from ._commands import stored_form as stored_form
 from ._commits import CommitMailbox as CommitMailbox
 from ._commits import CommitStatistics as CommitStatistics
 from ._context import RunContext as RunContext
@@ -49,7 +53,6 @@ from ._errors import UnknownRun as UnknownRun
 from ._events import EventStream as EventStream
 from ._handle import RunHandle as RunHandle
 from ._host import AttemptHost as AttemptHost
-from ._host import Claims as Claims
 from ._host import ClaimSettings as ClaimSettings
 from ._host import HeardEnd as HeardEnd
 from ._host import Serve as Serve
@@ -72,9 +75,9 @@ from ._registry import ThreadGate as ThreadGate
 from ._runtime import Runtime as Runtime
 from ._runtime import RuntimeStatistics as RuntimeStatistics
 from ._runtime import raise_block_exit as raise_block_exit
+from ._runtime import request_end_here as request_end_here
 from ._runtime import run_mailbox as run_mailbox
 from ._runtime import start_kernel_services as start_kernel_services
-from ._schedule import Scheduler as Scheduler
 from ._state import CANCELLED_CAUSE as CANCELLED_CAUSE
 from ._state import Awaiting as Awaiting
 from ._state import Cancelled as Cancelled
@@ -121,6 +124,7 @@ from ._storage import StateKind as StateKind
 from ._storage import Store as Store
 from ._storage import StoredCommand as StoredCommand
 from ._storage import read_store as read_store
+from ._stored import StoredCommandLoads as StoredCommandLoads
 from ._supervisor import Clock as Clock
 from ._supervisor import Supervisor as Supervisor
 from ._supervisor import VerifierFactory as VerifierFactory

@@ -6,13 +6,16 @@ reason or a payload that is not JSON is refused where it was written, not where 
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, final
+from typing import TYPE_CHECKING, Any, ClassVar, final
 
 import attrs
 
 from ._errors import InvalidArgument
 from ._json import JsonValue, check_json
 from ._validate import check_id
+
+if TYPE_CHECKING:
+    from ._storage import CommandKind
 
 
 def _run_id(_: object, attribute: attrs.Attribute[Any], value: Any) -> None:
@@ -84,3 +87,15 @@ class Message(LiveCommand):
 for _cls in (Cancel, Pause, Wake, Message):
     _cls.__qualname__ = f"LiveCommand.{_cls.__name__}"
     setattr(LiveCommand, _cls.__name__, _cls)
+
+
+def stored_form(command: LiveCommand) -> tuple[CommandKind, JsonValue, str | None]:
+    """How a durable store keeps ``command``: its kind, payload and reason."""
+    if isinstance(command, Cancel):
+        return "cancel", None, command.reason
+    if isinstance(command, Pause):
+        return "pause", None, None
+    if isinstance(command, Wake):
+        return "wake", None, command.reason
+    assert isinstance(command, Message)
+    return "message", command.payload, None

@@ -1,9 +1,10 @@
 """Committed control: where a run is, and what to do about it.
 
-`Runtime`'s public methods check their arguments and make one call here; this module decides
-where the run is (an attempt here, queued here, awaiting, elsewhere), validates tickets,
-finds bodies and parents, and asks the supervisor to commit. It builds no `Commit`: the
-supervisor is the only writer, and every commit is made by one of its methods.
+`Runtime`'s public methods check their arguments and make one call here; this module asks
+where the run is once per decision (`Admissions.locate`: an attempt here, or only the
+store's record) and acts on the answer, validates tickets, finds bodies and parents, and
+asks the supervisor's parts to commit. It builds no `Commit` and writes nothing to the store
+itself: every commit, and every stored command, goes through the supervisor's parts.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from typing import Any, final
 
 import trio
 
-from ._attempt import Attempt, Body, Completion, EndRequest
+from ._admit import DETAIL_FORK, Here, Stored
+from ._attempt import Attempt, Body, EndRequest
 from ._commands import Cancel, LiveCommand, Message, Pause, Wake
 from ._errors import (
     InvalidArgument,
@@ -25,9 +27,8 @@ from ._errors import (
     TicketMismatch,
     UnknownRun,
 )
-from ._follow import EndFollowers
 from ._handle import RunHandle
-from ._json import FrozenDict, JsonValue, freeze_detail
+from ._json import FrozenDict, JsonValue
 from ._schema import check_value
 from ._spec import RunSpec
 from ._state import (
@@ -43,14 +44,12 @@ from ._state import (
 )
 from ._storage import (
     Accepted,
-    CommandKind,
     ForkingStore,
     ListingStore,
     NewRun,
     PruningStore,
     Rejected,
     StateKind,
-    StoredCommand,
     read_store,
 )
 from ._supervisor import Supervisor
@@ -60,72 +59,27 @@ from ._validate import new_run_id as fresh_run_id
 
 ReadRecord = Callable[[str], Coroutine[Any, Any, RunRecord]]
 
-_DETAIL_FORK = freeze_detail({"source": "fork"}, "detail")
-
 
 @final
 class Control:
     """The decisions behind `Runtime`'s methods, over one supervisor."""
 
-    def __init__(self, supervisor: Supervisor, read_record: ReadRecord) -> None:
-        self.supervisor = supervisor
-        self._store = supervisor.store
-        self._registry = supervisor.registry
-        # Bound once: every handle shares them instead of holding two method objects.
-        self._read_record = read_record
-        self._followers = EndFollowers(supervisor)
-        self._follow = self.follow_end
-        supervisor.make_handle = self.handle
-        supervisor.make_settled_handle = self.settled_handle
+    def __init__(self, supervisor: Supervisor) -> None:
+        self._kernel = kernel = supervisor.kernel
+        self._admissions = supervisor.admissions
+        self._finish = supervisor.finish_boundary
+        self._handles = supervisor.handles
+        self._store = kernel.store
+        self._registry = kernel.registry
+        self.handle = self._handles.handle
+        self.load = kernel.load
 
     # ------------------------------------------------------------------ handles and reads
-
-    def handle(self, attempt: Attempt) -> RunHandle:
-        return RunHandle._create(
-            attempt.run_id,
-            attempt.thread_id,
-            attempt.generation,
-            attempt.completion,
-            self._read_record,
-            self._follow,
-            attempt.start_seq,
-        )
-
-    def settled_handle(self, record: RunRecord) -> RunHandle:
-        """A handle on a run that has no attempt here, whose ``wait()`` answers the state
-        ``record`` holds (an ``Awaiting`` or ``Ended`` child taken back by its parent)."""
-        return RunHandle._create(
-            record.run_id,
-            record.thread_id,
-            record.generation,
-            Completion(state=record.state, done=True),
-            self._read_record,
-            self._follow,
-            0,
-        )
-
-    def remote_handle(self, run_id: str, thread_id: str, generation: int, since: int) -> RunHandle:
-        """A handle on a run whose attempt runs wherever a runtime picks it up."""
-        return RunHandle._create(
-            run_id, thread_id, generation, None, self._read_record, self._follow, since
-        )
-
-    async def follow_end(self, run_id: str, since: int) -> RunState:
-        """The first ``Awaiting`` or ``Ended`` the store commits for the run after event
-        ``since``, whichever runtime commits it (`EndFollowers`: one read per change for
-        every waiter)."""
-        return await self._followers.follow_end(run_id, since)
 
     async def _read_events(self, since: int, run_id: str) -> list[RunEvent]:
         return await read_store(
             self._store.events_after(since, run_id), f"the events of run {run_id!r}"
         )
-
-    async def load(self, run_id: str) -> RunRecord:
-        record = await read_store(self._store.load(run_id), f"run {run_id!r}")
-        if record is None:
-            raise UnknownRun(run_id)
-        return record
 
     async def handle_from_now(self, run_id: str, thread_id: str) -> RunHandle:
         """A handle on an existing run whose ``wait()`` returns the first ``Awaiting`` or
@@ -140,13 +94,14 @@ class Control:
                     last = event
         if last is None:  # pragma: no cover - every commit writes one; forgotten meanwhile
             raise UnknownRun(run_id)
+        remote = self._handles.remote
         if isinstance(last.state, Ended):
             # Followed from just before its terminal event, the handle returns it at once.
-            return self.remote_handle(run_id, thread_id, last.generation, last.seq - 1)
+            return remote(run_id, thread_id, last.generation, last.seq - 1)
         # Running is its attempt's generation; Queued and Awaiting keep the generation of
         # the attempt before the one they wait for.
         generation = last.generation + (not isinstance(last.state, Running))
-        return self.remote_handle(run_id, thread_id, generation, since)
+        return remote(run_id, thread_id, generation, since)
 
     async def list_runs(
         self,
@@ -182,26 +137,26 @@ class Control:
     async def execute(self, spec: RunSpec) -> RunState:
         """Start the run, then wait: the committed state (``Awaiting`` or ``Ended``) of its
         first attempt."""
-        attempt = await self.supervisor.begin_run(spec)
+        attempt = await self._admissions.begin_run(spec)
         # What `RunHandle.wait` does, without a handle nobody would see.
         state = await attempt.completion.wait()
         if state is not None:
             return state
-        return await self.follow_end(attempt.run_id, attempt.start_seq)
+        return await self._handles.follow_end(attempt.run_id, attempt.start_seq)
 
     # ------------------------------------------------------------------ durable runs
 
     async def submit(
         self, name: str, *, input: JsonValue, run_id: str | None, thread_id: str | None
     ) -> RunHandle:
-        supervisor = self.supervisor
-        supervisor.actors_nursery()  # refuses once shutdown has begun
+        admissions = self._admissions
+        admissions.actors_nursery()  # refuses once shutdown has begun
         run_id = run_id or new_run_id()
-        input = supervisor.checked_input(input, run_id)
+        input = admissions.checked_input(input, run_id)
         thread_id = thread_id or run_id
         await trio.lowlevel.checkpoint()
         new_run = NewRun(thread_id, None, name, input, None, run_id)
-        result = await supervisor.commit_queued_run(run_id, new_run, "submit")
+        result = await admissions.commit_queued_run(run_id, new_run, "submit")
         if isinstance(result, Rejected):
             record = await self.load(run_id)
             if (record.name, record.input, record.thread_id, record.parent_run_id) != (
@@ -212,14 +167,14 @@ class Control:
             ):
                 raise RunExists(run_id)
             return await self.handle_from_now(run_id, thread_id)
-        supervisor.wake_servers()
-        return self.remote_handle(run_id, thread_id, 1, 0)
+        self._kernel.store_changed_elsewhere()  # serving loops look again
+        return self._handles.remote(run_id, thread_id, 1, 0)
 
     async def fork(
         self, run_id: str, *, at: int | None, new_run_id: str | None, thread_id: str | None
     ) -> RunHandle:
-        supervisor = self.supervisor
-        supervisor.actors_nursery()  # refuses once shutdown has begun
+        admissions = self._admissions
+        admissions.actors_nursery()  # refuses once shutdown has begun
         store = self._store
         if not isinstance(store, ForkingStore):
             raise InvalidArgument(
@@ -245,7 +200,7 @@ class Control:
         forked_from = FrozenDict({"run_id": run_id, "seq": found.seq})
         new_id = new_run_id or fresh_run_id()
         thread = thread_id or new_id
-        body = supervisor.body_for(new_id, source.name)
+        body = self._kernel.body_for(new_id, source.name)
         if body is not None:
             spec = RunSpec.checked(
                 body,
@@ -255,10 +210,10 @@ class Control:
                 name=source.name,
                 max_steps=source.max_steps,
                 parent=None,
-                max_payload_bytes=supervisor.max_payload_bytes,
+                max_payload_bytes=self._kernel.max_payload_bytes,
             )
-            attempt = await supervisor.begin_run(
-                spec, checkpoint=found.checkpoint, forked_from=forked_from, detail=_DETAIL_FORK
+            attempt = await admissions.begin_run(
+                spec, checkpoint=found.checkpoint, forked_from=forked_from, detail=DETAIL_FORK
             )
             return self.handle(attempt)
         new_run = NewRun(
@@ -271,11 +226,11 @@ class Control:
             found.checkpoint,
             forked_from,
         )
-        result = await supervisor.commit_queued_run(new_id, new_run, "fork")
+        result = await admissions.commit_queued_run(new_id, new_run, "fork")
         if isinstance(result, Rejected):
             raise RunExists(new_id)
-        supervisor.wake_servers()
-        return self.remote_handle(new_id, thread, 1, 0)
+        self._kernel.store_changed_elsewhere()  # serving loops look again
+        return self._handles.remote(new_id, thread, 1, 0)
 
     async def prune(self, ended_before: float, *, dry_run: bool) -> int:
         store = self._store
@@ -284,29 +239,21 @@ class Control:
                 f"the store {type(store).__name__} cannot delete runs: use the memory or"
                 " SQLite store"
             )
-        cutoff = self.supervisor.now() - ended_before
+        cutoff = self._kernel.now() - ended_before
         what = "the ended runs to delete"
         return await read_store(store.prune(cutoff, dry_run=dry_run), what)
 
     # ------------------------------------------------------------------ live commands
 
     async def send(self, command: LiveCommand) -> None:
-        supervisor = self.supervisor
-        store = supervisor.durable_store
-        if store is None:
-            await trio.lowlevel.checkpoint()
+        stored = await self._admissions.post(command)
+        if stored is None:
+            # The store keeps no commands: a live command reaches an attempt here, or none.
             self.deliver(command)
-            return
-        kind, payload, reason = _stored_form(command)
-        run_id = command.run_id
-        at = supervisor.now()
-        result = await store.post_command(run_id, kind, payload, reason, at)
-        if isinstance(result, Rejected):
-            why = "it is unknown" if result.state is None else f"it is {result.state!r}"
+        elif isinstance(stored, Rejected):
+            run_id = command.run_id
+            why = "it is unknown" if stored.state is None else f"it is {stored.state!r}"
             raise NotActive(run_id, why)
-        # Here: no need to wait for the relay. An attempt still waiting for its thread takes
-        # a cancel at once, and the rest when it starts.
-        supervisor.apply_stored(StoredCommand(result, run_id, kind, payload, reason, at))
 
     def deliver(self, command: LiveCommand) -> None:
         attempt = self._registry.get(command.run_id)
@@ -341,19 +288,21 @@ class Control:
 
     async def end_run(self, run_id: str, request: EndRequest, thread_id: str | None) -> RunState:
         """End the run as ``request`` says wherever it is: its attempt here (running or
-        queued) is asked to end; a run with no attempt here is ended by one commit."""
-        supervisor = self.supervisor
-        # An attempt here when the call is made answers it, even one whose end is committed
-        # during the checkpoint (it may have been asked to end just before this call).
-        live = self._registry.get(run_id) or supervisor.queued.get(run_id)
-        await trio.lowlevel.checkpoint()
+        queued) is asked to end and its end awaited; a run with no attempt here is ended by
+        one commit (its descendants' ends first, which fences an owner elsewhere: it sees
+        them and stops). A run that paused or awaited first, or moved on between the look
+        and the commit, is looked at again."""
         wanted = Ended(request.cause)
+        # An attempt here when the call is made answers it, even one whose end is committed
+        # during the look (it may have been asked to end just before this call).
+        live = self._registry.get(run_id) or self._kernel.queued.get(run_id)
         while True:
-            attempt = self._registry.get(run_id) or supervisor.queued.get(run_id)
-            if attempt is None and live is not None and live.completion.done:
-                attempt = live
+            where = await self._admissions.locate(run_id)
+            if isinstance(where, Stored) and live is not None and live.completion.done:
+                where = Here(live)
             live = None
-            if attempt is not None:
+            if isinstance(where, Here):
+                attempt = where.attempt
                 if thread_id is not None and attempt.thread_id != thread_id:
                     raise UnknownRun(run_id, f"run {run_id!r} is not on thread {thread_id!r}")
                 if attempt.phase != "sealed":
@@ -364,41 +313,37 @@ class Control:
                 if isinstance(state, Ended):
                     raise RunAlreadyEnded(run_id, state)
                 continue  # it paused or awaited first: end it through the committed path
-            record = await self.load(run_id)
+            record = where.record
             if thread_id is not None and record.thread_id != thread_id:
                 raise UnknownRun(run_id, f"run {run_id!r} is not on thread {thread_id!r}")
             if isinstance(record.state, Ended):
                 raise RunAlreadyEnded(run_id, record.state)
-            if self._registry.get(run_id) or supervisor.queued.get(run_id):
-                continue  # an attempt appeared while we read
-            # A run Running with no attempt here runs elsewhere (or its owner is gone): its
-            # end is committed at once, its descendants' first, which fences its owner; the
-            # owner sees it and stops. A queued run may have descendants too (handed back
-            # with it, rule 22): they end with it.
-            result = await supervisor.commit_end(
+            # A queued run may have descendants too (handed back with it, rule 22): they
+            # end with it.
+            result = await self._finish.commit_end(
                 run_id,
                 record.generation,
                 type(record.state),
                 request,
                 parent_run_id=record.parent_run_id,
-                end_descendants="parent_ended",
+                descendants="parent_ended",
             )
             if isinstance(result, Accepted):
                 return result.state
-            # The run moved on between the read and the commit: look again.
+            # The run moved on between the look and the commit: look again.
 
     async def resume(
         self, run_id: str, value: JsonValue, *, correlation_id: str | None, body: Body | None
     ) -> RunHandle:
-        supervisor = self.supervisor
-        supervisor.actors_nursery()  # refuses once shutdown has begun
+        admissions = self._admissions
+        admissions.actors_nursery()  # refuses once shutdown has begun
         await trio.lowlevel.checkpoint()
         record = await self.load(run_id)
         ticket = self._check_ticket(record, correlation_id)
         if ticket.accepts is not None:
             check_value(ticket.accepts, value, f"the resume value for run {run_id!r}")
         if body is None:
-            body = supervisor.body_for(run_id, record.name)
+            body = self._kernel.body_for(run_id, record.name)
             if body is None:
                 if record.name is None:
                     # No runtime can ever find its body by name: queued, it would wait forever.
@@ -407,7 +352,7 @@ class Control:
                         " run it: resume it from the runtime that started it, or pass body="
                         " to resume(); its ticket is still live"
                     )
-                if supervisor.claims is not None and record.parent_run_id is None:
+                if self._kernel.claims.others_may_run(record):
                     return await self._queue_resume(record, ticket, value)
                 raise InvalidArgument(
                     f"no body is known for run {run_id!r} in this runtime; pass body= to"
@@ -424,7 +369,7 @@ class Control:
                     " and a child never outlives its parent's attempt",
                 )
         try:
-            started = await supervisor.resume_here(record, ticket, value, body, parent)
+            started = await admissions.resume_here(record, ticket, value, body, parent)
         except NotActive:
             raise NotAwaiting(
                 run_id, record.state, "its parent's attempt began to end meanwhile"
@@ -434,21 +379,20 @@ class Control:
             latest = await self.load(run_id)
             self._check_ticket(latest, ticket.correlation_id)
             raise NotAwaiting(run_id, latest.state)
-        return self.handle(started)
+        return self._handles.handle(started)
 
     async def _queue_resume(
         self, record: RunRecord, ticket: ResumeTicket, value: JsonValue
     ) -> RunHandle:
         """Durable stores: the body is not here, so the resume is committed ``Queued`` (with
         its value and ticket) for a serving runtime that has the body."""
-        supervisor = self.supervisor
-        result = await supervisor.commit_queued_resume(record, ticket, value)
+        result = await self._admissions.commit_queued_resume(record, ticket, value)
         if isinstance(result, Rejected):
             latest = await self.load(record.run_id)
             self._check_ticket(latest, ticket.correlation_id)
             raise NotAwaiting(record.run_id, latest.state)
-        supervisor.wake_servers()
-        return self.remote_handle(
+        self._kernel.store_changed_elsewhere()  # serving loops look again
+        return self._handles.remote(
             record.run_id, record.thread_id, record.generation + 1, result.last_seq
         )
 
@@ -460,7 +404,7 @@ class Control:
         if correlation_id is not None and correlation_id != ticket.correlation_id:
             raise TicketMismatch(record.run_id, ticket.correlation_id, correlation_id)
         if ticket.deadline is not None:
-            now = self.supervisor.now()
+            now = self._kernel.now()
             if now > ticket.deadline:
                 raise TicketExpired(record.run_id, ticket.correlation_id, ticket.deadline, now)
         return ticket
@@ -481,14 +425,3 @@ def _apply(attempt: Attempt, command: LiveCommand) -> None:
         assert isinstance(command, Message)
         attempt.add_message(command.payload)
     attempt.notify()
-
-
-def _stored_form(command: LiveCommand) -> tuple[CommandKind, JsonValue, str | None]:
-    if isinstance(command, Cancel):
-        return "cancel", None, command.reason
-    if isinstance(command, Pause):
-        return "pause", None, None
-    if isinstance(command, Wake):
-        return "wake", None, command.reason
-    assert isinstance(command, Message)
-    return "message", command.payload, None

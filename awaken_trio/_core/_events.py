@@ -13,8 +13,8 @@ from ._storage import read_store
 from ._util import NoPublicConstructor
 
 if TYPE_CHECKING:
+    from ._kernel import Kernel
     from ._storage import Store
-    from ._supervisor import Supervisor
 
 
 @final
@@ -28,15 +28,14 @@ class EventStream(metaclass=NoPublicConstructor):
 
     _obtained_from = "runtime.events() returns one"
 
-    def __init__(
-        self, store: Store, supervisor: Supervisor, run_id: str | None, follow: bool
-    ) -> None:
-        self._store = store
-        self._supervisor = supervisor
-        self._mailbox = supervisor.mailbox
+    def __init__(self, kernel: Kernel, run_id: str | None, *, after: int, follow: bool) -> None:
+        self._store: Store = kernel.store
+        self._kernel = kernel
+        self._mailbox = kernel.mailbox
         self._run_id = run_id
         self._follow = follow
-        self._seq = 0
+        # The seq of the last event handed out: the history starts after it.
+        self._seq = after
         self._buffer: deque[RunEvent] = deque()
         self._checked = run_id is None
         self._finished = False
@@ -78,4 +77,4 @@ class EventStream(metaclass=NoPublicConstructor):
             if not self._follow or stopped:
                 self._finished = True
                 raise StopAsyncIteration
-            await self._supervisor.changed(changed)
+            await self._kernel.changed(changed)

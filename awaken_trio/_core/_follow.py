@@ -46,9 +46,9 @@ from typing import Final, final
 import attrs
 import trio
 
+from ._kernel import Kernel
 from ._state import Awaiting, Ended, EventKind, RunEvent, RunState
 from ._storage import Store, read_store
-from ._supervisor import Supervisor
 
 PAGE: Final = 1000
 """Events a read asks for at once; a full page is followed by another read."""
@@ -77,9 +77,9 @@ def _end_of(event: RunEvent) -> RunState | None:
 class EndFollowers:
     """The waiters of one runtime on runs that run elsewhere, and the shared read."""
 
-    def __init__(self, supervisor: Supervisor) -> None:
-        self._supervisor = supervisor
-        self._store: Store = supervisor.store
+    def __init__(self, kernel: Kernel) -> None:
+        self._kernel = kernel
+        self._store: Store = kernel.store
         self._waiters: dict[str, list[_Waiter]] = {}
         # Invariant: ``_cursor`` is a seq that was visible when every current waiter
         # registered, or later read by a shared read (the module's docstring).
@@ -105,7 +105,7 @@ class EndFollowers:
     async def follow_end(self, run_id: str, since: int) -> RunState:
         """The first ``Awaiting`` or ``Ended`` the store commits for ``run_id`` after event
         ``since``, whichever runtime commits it."""
-        supervisor = self._supervisor
+        kernel = self._kernel
         waiter = _Waiter(since)
         self._seen = max(self._seen, since)
         if not self._waiters:
@@ -116,7 +116,7 @@ class EndFollowers:
                 self._remembered_from = self._seen
             self._cursor = self._seen
             # Taken before this waiter reads, so a commit in between is not missed.
-            self._local = supervisor.changed_event()
+            self._local = kernel.changed_event()
         self._waiters.setdefault(run_id, []).append(waiter)
         try:
             if since >= self._remembered_from:
@@ -136,8 +136,8 @@ class EndFollowers:
                 if self._leader is None:
                     self._leader = waiter
                 if self._leader is waiter:
-                    await supervisor.changed(self._local)
-                    self._local = supervisor.changed_event()
+                    await kernel.changed(self._local)
+                    self._local = kernel.changed_event()
                     await self._refresh()
                 else:
                     await waiter.wake.wait()

@@ -5,10 +5,10 @@
   attempt's progress, events and end, starting children, the runtime's shutdown state.
 - `ServingHost`: what durable serving (``awaken_trio.worker``) needs: claiming and starting
   runs found in the store, applying commands stored for them, learning of ends committed
-  elsewhere, losing a claim. The worker is typed against it alone.
-- `Claims`: the claim book the supervisor keeps its claims in (held claims and their
-  epochs, letting one go). The worker provides it, and a no-op twin for stores without
-  claims; the supervisor only calls it.
+  elsewhere, losing a claim. The worker is typed against it alone, and handed the
+  supervisor's `Serving` part, never the supervisor.
+- `ClaimSettings`: how a runtime claims runs on a durable store (the claim policy itself,
+  `ClaimPolicy`, is in ``_claims``).
 """
 
 from __future__ import annotations
@@ -113,34 +113,6 @@ class ClaimSettings:
     lease: float
     poll: float
     max_recoveries: int
-
-
-class Claims(Protocol):
-    """The claims a runtime holds on root runs, kept for the supervisor.
-
-    Invariant: a run id is held (with its epoch) from the commit that took or recovered
-    its claim until its attempt is over here; `forget` and `release` are the only ways
-    out, and both are idempotent.
-    """
-
-    @property
-    def settings(self) -> ClaimSettings | None:
-        """How claims are taken; None for a store without claims (nothing is held)."""
-        ...
-
-    def hold(self, run_id: str, epoch: int) -> None:
-        """The root run's claim is this runtime's, at ``epoch`` (renewed from now on)."""
-        ...
-
-    def forget(self, run_id: str) -> None:
-        """Stop renewing the claim without telling the store: it lapsed, another runtime
-        holds it, or the commit that ended the run released it."""
-        ...
-
-    async def release(self, run_id: str) -> None:
-        """Hand the claim back to the store (shielded, best effort: if the store cannot be
-        reached the lease lapses on its own), and stop renewing it."""
-        ...
 
 
 class ServedRun(Protocol):

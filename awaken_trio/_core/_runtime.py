@@ -19,7 +19,6 @@ from ._events import EventStream
 from ._handle import RunHandle
 from ._host import Serve
 from ._json import JsonValue, check_payload
-from ._schedule import Scheduler
 from ._spec import RunSpec
 from ._state import (
     CANCELLED_CAUSE,
@@ -58,11 +57,11 @@ class Runtime(metaclass=NoPublicConstructor):
 
     def __init__(self, supervisor: Supervisor, serve: Serve) -> None:
         self._supervisor = supervisor
-        self._store = supervisor.store
-        self._registry = supervisor.registry
+        self._kernel = supervisor.kernel
+        self._admissions = supervisor.admissions
         # The decisions behind the methods: each method checks its arguments and makes one
-        # call there (or to the supervisor).
-        self._control = Control(supervisor, self.record)
+        # call there (or to the supervisor's admissions).
+        self._control = Control(supervisor)
         self._handle = self._control.handle
         # The serving loop (the worker's), given by whoever composed the runtime.
         self._serve = serve
@@ -119,7 +118,7 @@ class Runtime(metaclass=NoPublicConstructor):
         spec = self._root_spec(
             body, input=input, run_id=run_id, thread_id=thread_id, name=name, max_steps=max_steps
         )
-        return self._handle(await self._supervisor.begin_run(spec))
+        return self._handle(await self._admissions.begin_run(spec))
 
     def _root_spec(
         self,
@@ -142,7 +141,7 @@ class Runtime(metaclass=NoPublicConstructor):
             name=name,
             max_steps=max_steps,
             parent=None,
-            max_payload_bytes=self._supervisor.max_payload_bytes,
+            max_payload_bytes=self._kernel.max_payload_bytes,
         )
 
     async def execute(
@@ -176,7 +175,7 @@ class Runtime(metaclass=NoPublicConstructor):
             InvalidArgument: the name is registered for another body, or is not a valid id.
             InvalidBody: ``body`` is not an async callable.
         """
-        self._supervisor.register(name, body)
+        self._kernel.register(name, body)
 
     @trio.lowlevel.enable_ki_protection
     async def submit(
@@ -277,13 +276,13 @@ class Runtime(metaclass=NoPublicConstructor):
             raise InvalidArgument(
                 f"concurrency must be a positive int, not {safe_repr(concurrency)}"
             )
-        if not self._supervisor.named:
+        if not self._kernel.named:
             raise InvalidArgument(
                 "serve() has nothing to run: register bodies by name first"
                 " (open_runtime(bodies=...) or runtime.register(name, body))"
             )
-        self._supervisor.actors_nursery()  # refuses once shutdown has begun
-        await self._serve(self._supervisor, concurrency, task_status=task_status)
+        self._admissions.actors_nursery()  # refuses once shutdown has begun
+        await self._serve(self._supervisor.serving, concurrency, task_status=task_status)
 
     async def _scheduled_resume(self, run_id: str, correlation_id: str) -> None:
         await self.resume(run_id, None, correlation_id=correlation_id)
@@ -344,7 +343,7 @@ class Runtime(metaclass=NoPublicConstructor):
             check_payload(
                 command.payload,
                 f"message payload for run {command.run_id!r}",
-                self._supervisor.max_payload_bytes,
+                self._kernel.max_payload_bytes,
             )
 
     # ------------------------------------------------------------------ committed control
@@ -423,7 +422,7 @@ class Runtime(metaclass=NoPublicConstructor):
         if correlation_id is not None:
             check_id(correlation_id, "correlation_id")
         value = check_payload(
-            value, f"resume value for run {run_id!r}", self._supervisor.max_payload_bytes
+            value, f"resume value for run {run_id!r}", self._kernel.max_payload_bytes
         )
         if body is not None:
             check_body(body)
@@ -487,37 +486,57 @@ class Runtime(metaclass=NoPublicConstructor):
         """The run whose attempt is active on ``thread_id`` in this runtime, or None."""
         return self._control.active_attempt_run_id(thread_id)
 
-    def events(self, run_id: str | None = None, *, follow: bool = True) -> EventStream:
-        """Committed events, oldest first, then (``follow``) new ones as they commit.
+    def events(
+        self, run_id: str | None = None, *, after: int = 0, follow: bool = True
+    ) -> EventStream:
+        """Committed events, oldest first, from the first whose ``seq`` is greater than
+        ``after``, then (``follow``) new ones as they commit.
 
         For one run, following ends after its terminal event; for all runs, when the
         runtime closes. An unknown ``run_id`` raises `UnknownRun` from the first step.
+
+        Raises:
+            InvalidArgument: ``after`` is not an int >= 0.
         """
         self._in_own_run()
         if run_id is not None:
             check_id(run_id, "run_id")
-        return EventStream._create(self._store, self._supervisor, run_id, follow)
+        if type(after) is not int or after < 0:
+            raise InvalidArgument(
+                f"after must be the seq of an event, an int >= 0 (0: from the first), not"
+                f" {safe_repr(after)}"
+            )
+        return EventStream._create(self._kernel, run_id, after=after, follow=follow)
 
     def statistics(self) -> RuntimeStatistics:
         """Counts of what this runtime holds right now (attempts, queued runs, busy threads, the
         supervisor's mailbox); sync, for monitoring.
         """
-        supervisor = self._supervisor
+        kernel = self._kernel
         return RuntimeStatistics(
-            active_attempts=len(supervisor.registry),
-            queued_runs=len(supervisor.queued),
-            busy_threads=len(supervisor.gate),
-            awaiting_bodies=len(supervisor.bodies),
-            supervisor=supervisor.mailbox.statistics(),
+            active_attempts=len(kernel.registry),
+            queued_runs=len(kernel.queued),
+            busy_threads=len(kernel.gate),
+            awaiting_bodies=len(kernel.awaiting_bodies),
+            supervisor=kernel.mailbox.statistics(),
         )
+
+
+def request_end_here(runtime: Runtime, run_id: str, request: EndRequest) -> bool:
+    """Ask the run's attempt here to end as ``request`` says, in this very step (what
+    `Runtime.cancel_run` and `Runtime.stop_run` ask once they have yielded), for tools that
+    place a request at an exact schedule point (``awaken_trio.testing``). False when no
+    attempt of the run is here to ask."""
+    attempt = runtime._kernel.attempt_here(run_id)
+    if attempt is None:
+        return False
+    attempt.request_end(request)
+    return True
 
 
 async def start_kernel_services(services: trio.Nursery, runtime: Runtime) -> None:
     """The kernel's own background task, on every store: scheduled resumes (``ctx.sleep``)."""
-    supervisor = runtime._supervisor
-    scheduler = Scheduler(supervisor.now, runtime._scheduled_resume)
-    supervisor.on_scheduled = scheduler.schedule
-    await services.start(scheduler.run)
+    await services.start(runtime._supervisor.scheduler.run, runtime._scheduled_resume)
 
 
 @trio.lowlevel.enable_ki_protection

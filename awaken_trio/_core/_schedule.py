@@ -20,9 +20,11 @@ Clock = Callable[[], float]
 
 @final
 class Scheduler:
-    def __init__(self, clock: Clock, resume: Resume) -> None:
+    """The due times of the scheduled resumes committed here, and the task that resumes
+    each run when its time comes (`run`, a kernel service)."""
+
+    def __init__(self, clock: Clock) -> None:
         self._clock = clock
-        self._resume = resume
         self._due: list[tuple[float, str, str]] = []
         self._changed = trio.Event()
 
@@ -33,7 +35,10 @@ class Scheduler:
     def __len__(self) -> int:
         return len(self._due)
 
-    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    async def run(
+        self, resume: Resume, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Resume each run with ``resume(run_id, correlation_id)`` once it is due."""
         task_status.started()
         while True:
             self._changed = trio.Event()
@@ -52,4 +57,4 @@ class Scheduler:
             heapq.heappop(self._due)
             # Resumed, cancelled or stopped meanwhile: the ticket decided, nothing to do.
             with contextlib.suppress(AwakenError):
-                await self._resume(run_id, correlation_id)
+                await resume(run_id, correlation_id)

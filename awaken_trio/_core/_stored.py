@@ -17,14 +17,14 @@ from typing import final
 import attrs
 import trio
 
-from ._attempt import Attempt
+from ._claims import ClaimedAttempt
 from ._storage import DurableStore
 
 
 @final
 @attrs.define(eq=False)
 class _Load:
-    attempts: list[Attempt] = attrs.field(factory=list)
+    attempts: list[ClaimedAttempt] = attrs.field(factory=list)
     done: trio.Event = attrs.field(factory=trio.Event)
     read: bool = False  # the read was made (its commands handed over, or it failed)
 
@@ -38,7 +38,7 @@ class StoredCommandLoads:
         self._gathering: _Load | None = None  # the next load, taking attempts
         self._reading: trio.Event | None = None  # set when the load being read is done
 
-    async def load(self, attempt: Attempt) -> None:
+    async def load(self, attempt: ClaimedAttempt) -> None:
         """Hand ``attempt`` the commands stored for its run. A store error is dropped: the
         relay delivers stored commands to a running attempt anyway."""
         while True:

@@ -25,7 +25,6 @@ from .._core import (
     RunState,
     Runtime,
     RuntimeClosed,
-    read_store,
     safe_repr,
 )
 
@@ -113,18 +112,7 @@ async def record(runtime: Runtime, run_id: str) -> RunRecord:
 async def events(runtime: Runtime, run_id: str | None, after: int) -> list[RunEvent]:
     """Committed events with ``seq > after`` (of one run, or of all), oldest first, as the
     store holds them when the call reads its last page."""
-    if run_id is not None:
-        await runtime.record(run_id)  # UnknownRun (or InvalidArgument) before any read
-    # Straight from the store, page by page from ``after``: `Runtime.events` starts at the
-    # beginning of history, which a caller polling for new events would pay for each time.
-    store = runtime._store
-    found: list[RunEvent] = []
-    while True:
-        page = await read_store(store.events_after(after, run_id, _PAGE), "events")
-        found.extend(page)
-        if len(page) < _PAGE:
-            return found
-        after = page[-1].seq
+    return [event async for event in runtime.events(run_id, after=after, follow=False)]
 
 
 async def wait(runtime: Runtime, run_id: str, seconds: float) -> RunState:

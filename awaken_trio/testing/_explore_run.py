@@ -49,6 +49,7 @@ from .._core import (
     Runtime,
     Stopped,
     current_attempt,
+    request_end_here,
     run_attempt,
 )
 from .._open import open_runtime
@@ -409,10 +410,9 @@ class _Probe(trio.abc.Instrument):
             else:
                 # stop_run's own request, made synchronously at this step (stop_run itself
                 # yields before it asks).
-                attempt = runtime._registry.get(ROOT)
-                if attempt is None or attempt.phase == "sealed":
+                request = EndRequest(Stopped(STOP_REASON), "stop_run", STOP_REASON)
+                if not request_end_here(runtime, ROOT, request):
                     return False
-                attempt.request_end(EndRequest(Stopped(STOP_REASON), "stop_run", STOP_REASON))
         except NotActive:
             return False
         return True

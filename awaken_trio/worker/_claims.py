@@ -1,6 +1,6 @@
-"""Keeping claims: the claim book (the claims this runtime holds, kept for the supervisor
-through the kernel's `Claims` port, with `NoClaims` for a store without claims), and its
-keeper. The lease of every root run this runtime executes is renewed every third of the
+"""Keeping claims: the claim book (the claims this runtime holds, and the kernel's
+`ClaimPolicy` on a durable store; the kernel's own `NoClaims` serves a store without claims),
+and its keeper. The lease of every root run this runtime executes is renewed every third of the
 lease; a claim the store says is lost (superseded, released, expired) stops its
 attempt at once, and so does every claim if the store cannot be reached for a whole lease.
 
@@ -16,14 +16,32 @@ from typing import final
 import trio
 from trio_util import periodic
 
-from .._core import ClaimSettings, DurableStore, ServingHost
+from .._core import (
+    Accepted,
+    Claim,
+    ClaimedAttempt,
+    ClaimSettings,
+    CommitResult,
+    DescendantsEnd,
+    DurableStore,
+    Fence,
+    LiveCommand,
+    Rejected,
+    RunRecord,
+    ServingHost,
+    StoredCommand,
+    StoredCommandLoads,
+    stored_form,
+)
 
 logger = logging.getLogger("awaken_trio.worker")
 
 
 @final
 class ClaimBook:
-    """The claims this runtime holds on a durable store: root run id -> epoch.
+    """The claims this runtime holds on a durable store (root run id -> epoch), and the
+    kernel's `ClaimPolicy` for that store: root attempts take claims, every commit of a
+    tree is fenced by its root's, commands are stored.
 
     Invariant: `held` names exactly the claims the keeper renews; a run leaves it when its
     attempt here is over (`forget`, `release`) or its claim is lost.
@@ -33,9 +51,50 @@ class ClaimBook:
         self.settings: ClaimSettings = settings
         self.store = store
         self.held: dict[str, int] = {}
+        self.poll = settings.poll
+        # A lapsed lease changes nothing in the store: waits look again every poll.
+        self.idle_wait = settings.poll
+        self._loads = StoredCommandLoads(store)
 
-    def hold(self, run_id: str, epoch: int) -> None:
-        self.held[run_id] = epoch
+    def hands_back(self, root: ClaimedAttempt) -> bool:
+        # A run with no name can run nowhere else: it ends instead.
+        return root.name is not None
+
+    def start_under(self, attempt: ClaimedAttempt) -> Fence | Claim | None:
+        # A root takes its run's claim, unless it comes with one (a recovery); a child
+        # commits under its root's. Every attempt that starts checks its thread, a recovered
+        # one included: the thread may have been taken while the run's owner was gone. The
+        # claim names a lease duration: the store's clock decides when it ends.
+        if attempt.parent is None and attempt.fence is None:
+            return Claim(self.settings.owner, self.settings.lease)
+        return attempt.fence
+
+    def hold(self, attempt: ClaimedAttempt, epoch: int | None) -> None:
+        if epoch is not None:
+            attempt.fence = Fence(attempt.run_id, self.settings.owner, epoch)
+        if attempt.parent is None and attempt.fence is not None:
+            self.held[attempt.run_id] = attempt.fence.epoch
+
+    def releases_at_end(self, attempt: ClaimedAttempt) -> bool:
+        return attempt.parent is None and attempt.started
+
+    def descendants_at_end(self, attempt: ClaimedAttempt) -> DescendantsEnd | None:
+        # Only a later attempt can have children an earlier one handed back (rule 22).
+        return "not_resumed" if attempt.generation > 1 else None
+
+    async def after_end(
+        self, attempt: ClaimedAttempt, result: CommitResult, released: bool
+    ) -> None:
+        if attempt.parent is not None:
+            return  # a child lives on its root's claim
+        if (released and isinstance(result, Accepted)) or attempt.fence is None:
+            self.held.pop(attempt.run_id, None)  # dropped by the end's own commit, or none
+        else:
+            await self.release(attempt.run_id)
+
+    def commit_failed(self, attempt: ClaimedAttempt) -> None:
+        if attempt.parent is None:
+            self.held.pop(attempt.run_id, None)
 
     def forget(self, run_id: str) -> None:
         self.held.pop(run_id, None)
@@ -45,21 +104,18 @@ class ClaimBook:
         with trio.CancelScope(shield=True), contextlib.suppress(Exception):
             await self.store.release(self.settings.owner, run_id)
 
+    def others_may_run(self, record: RunRecord) -> bool:
+        return record.parent_run_id is None
 
-@final
-class NoClaims:
-    """The claim book of a store without claims: nothing is ever held."""
+    async def post(self, command: LiveCommand, at: float) -> StoredCommand | Rejected | None:
+        kind, payload, reason = stored_form(command)
+        posted = await self.store.post_command(command.run_id, kind, payload, reason, at)
+        if isinstance(posted, Rejected):
+            return posted
+        return StoredCommand(posted, command.run_id, kind, payload, reason, at)
 
-    settings: None = None
-
-    def hold(self, run_id: str, epoch: int) -> None:
-        pass
-
-    def forget(self, run_id: str) -> None:
-        pass
-
-    async def release(self, run_id: str) -> None:
-        await trio.lowlevel.checkpoint()
+    async def load_commands(self, attempt: ClaimedAttempt) -> None:
+        await self._loads.load(attempt)  # with the other attempts beginning now, in one read
 
 
 @final

@@ -493,7 +493,7 @@ async def check_log(store: MemoryStore, model: Model) -> None:
             # An error that won over a cancel or stop requested in the same step keeps
             # that request in the detail.
             assert last.detail["error"] == "ValueError: boom"
-            assert set(last.detail) <= {"error", "pending"}, last.detail
+            assert set(last.detail) <= {"error", "pending", "traceback"}, last.detail
             if "pending" in last.detail:
                 assert last.detail["pending"]["source"] in (
                     "deliver",

@@ -37,7 +37,7 @@ def _blind(store: PostgresStore) -> None:
 
 
 def _store(runtime: Runtime) -> PostgresStore:
-    store = runtime._supervisor.store
+    store = runtime._supervisor.kernel.store
     assert isinstance(store, PostgresStore)
     return store
 
@@ -81,9 +81,9 @@ async def test_an_announced_end_stops_only_the_attempt_it_was_committed_against(
     its own end stops it."""
     with trio.fail_after(30):
         async with open_runtime(pg_url) as owner:
-            supervisor = owner._supervisor
+            supervisor = owner._supervisor.serving
             await owner.start(parked, run_id="r1")
-            attempt = supervisor.registry.get("r1")
+            attempt = owner._supervisor.kernel.registry.get("r1")
             assert attempt is not None
             assert attempt.fence is not None
             epoch, admitted = attempt.fence.epoch, attempt.start_seq

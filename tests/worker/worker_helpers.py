@@ -82,7 +82,7 @@ class Stall:
     restores them, so its next renewal finds them lost."""
 
     def __init__(self, runtime: Runtime) -> None:
-        book = runtime._supervisor.claim_book
+        book = runtime._supervisor.kernel.claims
         assert isinstance(book, ClaimBook), "a stall needs a durable store's claims"
         self._book = book
         self._held: dict[str, int] = {}

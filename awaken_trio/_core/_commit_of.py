@@ -1,0 +1,363 @@
+"""Commits by intent: the one module that builds a `Commit`.
+
+Each function says what a commit is for (an attempt starting, progress, an end, a queued
+resume, ...) and takes the one claim value the claim policy decided for it (``under``:
+a new `Claim`, the tree's `Fence`, or None). A commit is built whole here and never changed
+afterwards: nothing outside this module assigns a `Commit` attribute
+(``tests/test_layering.py`` says so), so what a store reads is what its intent said.
+
+Built by their own ``__init__``: the commits made on every run's path (its start, its
+progress, its end) are made as ``c = object.__new__(Commit); Commit.__init__(c, ...)``
+rather than ``Commit(...)``. In CPython 3.11 a class called with keyword arguments packs
+them into a dict and unpacks it again for ``__init__`` (``type.__call__`` has no
+vectorcall), which costs as much as the ``__init__`` of a dozen fields itself; calling
+``__init__`` passes them as they are. The instance is the same (`Commit` has no
+``__new__``); with the same done for the attempt, its spec and its memory-store row, a
+trivial run executes 5% fewer instructions (``benchmarks/bench_instructions.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from ._json import FrozenDict, JsonValue
+from ._state import Awaiting, Ended, Queued, ResumeTicket, Running, RunState
+from ._storage import (
+    UNSET,
+    Claim,
+    Commit,
+    DescendantsEnd,
+    EventDraft,
+    Expect,
+    Fence,
+    NewRun,
+)
+
+if TYPE_CHECKING:
+    from ._attempt import Attempt, EndRequest
+    from ._verdict import Verdict
+
+Under = Fence | Claim | None
+"""What a commit is made under (`ClaimPolicy.start_under`): a claim it takes, the claim it
+is fenced by, or none (a store without claims)."""
+
+QUEUED: RunState = Queued()
+_RUNNING = tuple(Running(generation) for generation in range(17))  # shared, frozen
+_EXPECT_RUNNING = tuple(Expect(generation=g, state=Running) for g in range(17))
+EXPECT_NEW = Expect(new=True)
+
+
+def running(generation: int) -> RunState:
+    return _RUNNING[generation] if generation < len(_RUNNING) else Running(generation)
+
+
+def expect_running(generation: int) -> Expect:
+    """The fence of a commit by the attempt of ``generation`` (shared for small ones)."""
+    if generation < len(_EXPECT_RUNNING):
+        return _EXPECT_RUNNING[generation]
+    return Expect(generation=generation, state=Running)
+
+
+def expect_awaiting(generation: int, ticket: ResumeTicket) -> Expect:
+    """The fence of a commit that answers ``ticket`` of a run awaiting at ``generation``."""
+    return Expect(generation=generation, state=Awaiting, correlation_id=ticket.correlation_id)
+
+
+def _split(under: Under) -> tuple[Fence | None, Claim | None]:
+    if under is None:
+        return None, None
+    if type(under) is Fence:
+        return under, None
+    assert isinstance(under, Claim)
+    return None, under
+
+
+# ---------------------------------------------------------------- attempts starting
+
+
+def start(
+    attempt: Attempt,
+    *,
+    running_now: bool,
+    expect: Expect,
+    at: float,
+    new_run: NewRun | None,
+    detail: FrozenDict,
+    under: Under,
+) -> Commit:
+    """An admission: the attempt commits ``Running`` (its thread is free here) or its run
+    waits ``Queued`` behind the thread. The answer a resume gave is committed with the
+    attempt it starts (or the Queued state it waits in), so an attempt that replaces this
+    one is handed it too. A start made under a claim guards the thread across runtimes."""
+    fence, claim = _split(under if running_now else None)
+    commit = object.__new__(Commit)  # (see "Built by their own __init__")
+    Commit.__init__(
+        commit,
+        attempt.run_id,
+        running(attempt.generation) if running_now else QUEUED,
+        attempt.generation if running_now else attempt.generation - 1,
+        expect,
+        at,
+        new_run,
+        None,
+        UNSET,
+        None,
+        (),
+        False,
+        running_now,  # take_messages
+        (),
+        (),
+        detail,
+        True,
+        attempt.resume_value,
+        attempt.ticket,
+        fence,
+        claim,
+        False,
+        running_now and under is not None,  # thread_guard
+    )
+    return commit
+
+
+def wait_elsewhere(
+    attempt: Attempt, *, expect: Expect, at: float, new_run: NewRun | None, detail: FrozenDict
+) -> Commit:
+    """The run's thread is busy in another runtime: it waits ``Queued`` here instead (a
+    child under its tree's claim)."""
+    return Commit(
+        run_id=attempt.run_id,
+        state=QUEUED,
+        generation=attempt.generation - 1,
+        expect=expect,
+        at=at,
+        new_run=new_run,
+        resume_value=attempt.resume_value,
+        resume_ticket=attempt.ticket,
+        fence=None if attempt.parent is None else attempt.fence,
+        detail=detail,
+    )
+
+
+def begin_queued(attempt: Attempt, *, at: float, detail: FrozenDict, under: Under) -> Commit:
+    """A queued attempt got its thread: ``Running``, fenced by the generation it waited at."""
+    assert attempt.queued_generation is not None
+    fence, claim = _split(under)
+    return Commit(
+        run_id=attempt.run_id,
+        state=running(attempt.generation),
+        generation=attempt.generation,
+        expect=Expect(generation=attempt.queued_generation, state=Queued),
+        at=at,
+        take_messages=True,
+        detail=detail,
+        fence=fence,
+        claim=claim,
+        thread_guard=under is not None,
+    )
+
+
+def queue_new(run_id: str, new_run: NewRun, *, at: float, detail: FrozenDict) -> Commit:
+    """A new run ``Queued`` for any serving runtime with its body (`submit`, a fork whose
+    body is not here)."""
+    return Commit(
+        run_id=run_id,
+        state=QUEUED,
+        generation=0,
+        expect=EXPECT_NEW,
+        at=at,
+        new_run=new_run,
+        detail=detail,
+    )
+
+
+def queue_resume(
+    record_generation: int,
+    run_id: str,
+    ticket: ResumeTicket,
+    value: JsonValue,
+    *,
+    at: float,
+    detail: FrozenDict,
+) -> Commit:
+    """Answer an awaiting run's ticket by committing it ``Queued`` with ``value``, for a
+    serving runtime that has its body."""
+    return Commit(
+        run_id=run_id,
+        state=QUEUED,
+        generation=record_generation,
+        expect=expect_awaiting(record_generation, ticket),
+        at=at,
+        resume_value=value,
+        resume_ticket=ticket,
+        detail=detail,
+    )
+
+
+def queue_recovered(
+    run_id: str, generation: int, fence: Fence, *, at: float, detail: FrozenDict
+) -> Commit:
+    """A recovered run whose thread another run holds: back to ``Queued``, its claim
+    released, to run when the thread frees."""
+    return Commit(
+        run_id=run_id,
+        state=QUEUED,
+        generation=generation,
+        expect=Expect(generation=generation, state=Running),
+        at=at,
+        detail=detail,
+        fence=fence,
+        release=True,
+    )
+
+
+# ---------------------------------------------------------------- a running attempt
+
+
+def progress(
+    attempt: Attempt, checkpoint: JsonValue, steps: int, *, at: float, detail: FrozenDict
+) -> Commit:
+    """New progress (``boundary``): the run's checkpoint and step count."""
+    generation = attempt.generation
+    commit = object.__new__(Commit)  # (see "Built by their own __init__")
+    Commit.__init__(
+        commit,
+        attempt.run_id,
+        running(generation),
+        generation,
+        expect_running(generation),
+        at,
+        None,
+        None,
+        checkpoint,
+        steps,
+        detail=detail,
+        fence=attempt.fence,
+        consumed=attempt.take_consumed(),
+    )
+    return commit
+
+
+def receive(
+    attempt: Attempt,
+    *,
+    at: float,
+    detail: FrozenDict,
+    consumed: tuple[int, ...],
+    delivered: tuple[int, ...],
+) -> Commit:
+    """The receipt of stored messages a boundary hands to the body."""
+    return Commit(
+        run_id=attempt.run_id,
+        state=running(attempt.generation),
+        generation=attempt.generation,
+        expect=expect_running(attempt.generation),
+        at=at,
+        detail=detail,
+        fence=attempt.fence,
+        consumed=consumed,
+        delivered=delivered,
+    )
+
+
+def emit(attempt: Attempt, kind: str, detail: FrozenDict, *, at: float) -> Commit:
+    """A body's own event; no state changes and nothing is announced."""
+    return Commit(
+        run_id=attempt.run_id,
+        state=running(attempt.generation),
+        generation=attempt.generation,
+        expect=expect_running(attempt.generation),
+        at=at,
+        events=(EventDraft(kind, detail),),
+        announce=False,
+        fence=attempt.fence,
+    )
+
+
+# ---------------------------------------------------------------- ends
+
+
+def end(
+    attempt: Attempt,
+    verdict: Verdict,
+    *,
+    at: float,
+    detail: Mapping[str, JsonValue],
+    messages: tuple[JsonValue, ...],
+    release: bool,
+    descendants: DescendantsEnd | None,
+) -> Commit:
+    """The attempt's end at the finish boundary: ``verdict.state`` (``Awaiting``,
+    ``Ended``, or ``Queued`` for a hand-back). ``messages`` are the ones it held and did not
+    read: carried to the next attempt by a suspension or a hand-back, discarded (with an
+    event) by a terminal end. A pause the attempt could not honour (it ended at an await)
+    waits for the next attempt's first boundary, as its unread messages do."""
+    state = verdict.state
+    assert state is not None
+    ending = type(state) is Ended
+    if attempt.started:
+        expect = expect_running(attempt.generation)
+        generation = attempt.generation
+    else:
+        assert attempt.queued_generation is not None
+        generation = attempt.queued_generation
+        expect = Expect(generation=generation, state=Queued)
+    commit = object.__new__(Commit)  # (see "Built by their own __init__")
+    Commit.__init__(
+        commit,
+        attempt.run_id,
+        state,
+        generation,
+        expect,
+        at,
+        None,
+        verdict.result,
+        attempt.suspension_checkpoint if not ending else UNSET,
+        attempt.steps if attempt.started else None,
+        () if ending else messages,
+        (
+            attempt.pause_requested
+            and isinstance(state, Awaiting)
+            and state.ticket.reason != "manual_pause"
+        ),
+        False,
+        messages if ending else (),
+        verdict.events,
+        detail,
+        True,
+        None,
+        None,
+        attempt.fence,
+        None,
+        release,
+        False,
+        attempt.take_consumed(),
+        (),
+        descendants,
+    )
+    return commit
+
+
+def end_elsewhere(
+    run_id: str,
+    generation: int,
+    state: type[RunState],
+    request: EndRequest,
+    *,
+    at: float,
+    detail: Mapping[str, JsonValue],
+    discarded: tuple[JsonValue, ...],
+    descendants: DescendantsEnd | None,
+) -> Commit:
+    """End a run that has no attempt here (awaiting, queued, or running elsewhere), fenced
+    by the generation and state kind that were read."""
+    return Commit(
+        run_id=run_id,
+        state=Ended(request.cause),
+        generation=generation,
+        expect=Expect(generation=generation, state=state),
+        at=at,
+        discarded_messages=discarded,
+        detail=detail,
+        end_descendants=descendants,
+    )

@@ -1,0 +1,300 @@
+"""The finish boundary: the one place an attempt's end is committed and the attempt let go.
+
+Every way an attempt ends (its body returns or raises, a pause or an await, a cancel, a
+stop, its parent's end, shutdown, a lost claim) comes here once. The end's commit
+deregisters the attempt, frees its thread, updates its parent's children and answers every
+waiter, all in the commit's own step, before any ``wait()`` for the attempt returns.
+
+It never raises: whatever fails on the way (the clock, the store, a child's commit), the
+attempt is let go and every waiter is answered.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+from typing import TYPE_CHECKING, final
+
+import trio
+
+from . import _commit_of as commit_of
+from ._admit import with_clock_error
+from ._attempt import Attempt, EndRequest, ParkedChild
+from ._errors import RuntimeClosed, StoreError
+from ._progress import fenced
+from ._state import Awaiting, EventKind, Queued, RunState, wake_at
+from ._storage import Accepted, CommitResult, DescendantsEnd, Rejected, RejectReason
+from ._util import safe_repr
+from ._verdict import HANDED_BACK, CommitFailed, Committed, Lost, Settlement, Verdict
+
+if TYPE_CHECKING:
+    from ._kernel import Kernel
+
+logger = logging.getLogger("awaken_trio")
+
+_LOST_CLAIM = Lost(claim_kept=False)
+
+
+@final
+class FinishBoundary:
+    """Commits attempts' ends over the kernel's state (see the module docstring)."""
+
+    def __init__(self, kernel: Kernel) -> None:
+        self._kernel = kernel
+        # The commit effect, bound once: each commit's partial holds no method of its own.
+        self._ended_effect = self._ended
+
+    async def finish(self, attempt: Attempt, verdict: Verdict) -> None:
+        """Commit the attempt's end, after ending its parked children. Never raises.
+
+        The attempt's span (tracing) ends with it, whatever the commit did.
+        """
+        span = attempt.span
+        if span is None:
+            await self._finish(attempt, verdict)
+            return
+        try:
+            for event in verdict.events:
+                if event.kind == EventKind.LATE_RESULT_DISCARDED:
+                    span.event("awaken.late_result", {})
+            await self._finish(attempt, verdict)
+        finally:
+            span.ended(attempt.completion.state, verdict.detail)
+
+    async def _finish(self, attempt: Attempt, verdict: Verdict) -> None:
+        """`finish` itself.
+
+        Nothing here can be interrupted: the children's commits run shielded and
+        `CommitMailbox.commit` cannot be cancelled once called. If the store fails, the
+        attempt is let go with its messages kept for whoever ends the run later. An attempt
+        that lost its run (``verdict.state`` is None) commits nothing; on a durable store a
+        root attempt's end drops its claim.
+        """
+        kernel = self._kernel
+        claims = kernel.claims
+        if attempt.children:
+            await self._end_parked_children(attempt)
+        attempt.phase = "sealed"
+        state = verdict.state
+        if state is None:
+            request = attempt.request
+            gone = Lost(claim_kept=request is None or not request.claim_lost)
+            self.settle(attempt, gone)
+            if gone.claim_kept:
+                await claims.after_end(attempt, _NOTHING_COMMITTED, False)
+            else:
+                claims.forget(attempt.run_id)  # lapsed or taken: left for recovery
+            return
+        if type(state) is Queued and not attempt.started:
+            # Handed back at shutdown while it waited for its thread: the store holds it
+            # Queued already, in its place in the queue.
+            self.settle(attempt, HANDED_BACK)
+            return
+        # Messages the store holds (sent from anywhere) stay there: for the run's next
+        # attempt, or for the messages_discarded event of its end.
+        messages = tuple(attempt.unread_local()) if attempt.has_messages() else ()
+        stranded = kernel.stranded.pop(attempt.run_id, ()) if kernel.stranded else ()
+        if stranded:
+            messages = (*stranded, *messages)
+        at, clock_error = kernel.now_for_end()
+        release = claims.releases_at_end(attempt)
+        commit = commit_of.end(
+            attempt,
+            verdict,
+            at=at,
+            detail=with_clock_error(verdict.detail, clock_error),
+            messages=messages,
+            release=release,
+            descendants=None if type(state) is Queued else claims.descendants_at_end(attempt),
+        )
+        # The span counts the messages this end discards that the runtime held; those only
+        # the store holds (sent from another runtime, not yet relayed here) are added to
+        # the terminal event by the store itself, and are not in this count.
+        if attempt.span is not None and commit.discarded_messages:
+            attempt.span.event(
+                "awaken.messages_discarded", {"awaken.count": len(commit.discarded_messages)}
+            )
+        mailbox = kernel.mailbox
+        try:
+            effect = functools.partial(self._ended_effect, attempt, state)
+            result = mailbox.commit_now(commit, effect)  # as in `Admissions.admit`
+            if result is None:
+                result = await mailbox.commit(commit, effect)
+        except (StoreError, RuntimeClosed) as exc:
+            self.settle(attempt, CommitFailed.of(exc, messages))
+            return
+        except Exception as exc:  # an effect of the commit failed: still answer everyone
+            error = StoreError(f"ending run {attempt.run_id!r} failed: {exc!r}")
+            self.settle(attempt, CommitFailed.of(error))
+            return
+        if verdict.error is not None and isinstance(result, Accepted):
+            _log_failure(attempt, verdict.error)
+        if isinstance(result, Rejected) and result.reason is RejectReason.FENCED:
+            fenced(attempt, "its end")
+            claims.forget(attempt.run_id)  # another runtime's claim now: hands off
+        else:
+            await claims.after_end(attempt, result, release)
+
+    def _ended(self, attempt: Attempt, state: RunState, result: CommitResult) -> None:
+        """The effect of an attempt's end commit (``state``): it is let go, and its waiters
+        are answered."""
+        if isinstance(result, Rejected) and result.reason is RejectReason.FENCED:
+            # The claim is no longer ours: another runtime holds the truth now.
+            self.settle(attempt, _LOST_CLAIM)
+        elif type(state) is Queued and isinstance(result, Accepted):
+            # Handed back for another runtime at shutdown.
+            self.settle(attempt, HANDED_BACK)
+        else:
+            assert result.state is not None
+            self.settle(attempt, Committed(result.state))
+
+    async def _end_parked_children(self, attempt: Attempt) -> None:
+        assert attempt.children is not None
+        request = attempt.request
+        if request is not None and request.disposition != "end":
+            # Handed back or lost: the awaiting children stay as the store holds them,
+            # for the parent's next attempt to take back (rule 22); a run ended elsewhere
+            # has had its tree ended with it.
+            return
+        parked = [
+            (child_id, child.generation)
+            for child_id, child in attempt.children.entries.items()
+            if isinstance(child, ParkedChild)
+        ]
+        if not parked:
+            return
+        if request is not None:
+            child_request = request.for_child(attempt.run_id)
+        else:
+            kernel = self._kernel
+            child_request = kernel.shutdown_request or EndRequest.parent_ended(attempt.run_id)
+        with trio.CancelScope(shield=True):
+            for child_id, generation in parked:
+                # A store failure leaves the child Awaiting; it can never be resumed without
+                # its parent's attempt, and cancel_run/stop_run still end it.
+                with contextlib.suppress(StoreError, RuntimeClosed):
+                    await self.commit_end(child_id, generation, Awaiting, child_request)
+                attempt.children.entries.pop(child_id, None)
+
+    def settle(self, attempt: Attempt, how: Settlement) -> None:
+        """Let the attempt go as ``how`` says, in one step: it is deregistered, its thread
+        freed, its parent's child map updated, and every waiter answered (with its
+        committed state, the store's truth to follow, or the store's error).
+
+        A failed commit (`CommitFailed`) leaves the run its last committed state (an
+        orphaned ``Running`` or ``Queued`` that ``cancel_run``/``stop_run`` can end later,
+        discarding the kept messages with an event). On a durable store a root attempt's
+        claim is then no longer renewed: nothing runs the run here any more, so its lease
+        lapses and recovery takes the run up again, as for any lost owner.
+        """
+        kernel = self._kernel
+        if type(how) is Committed:
+            state = how.state
+            self._let_go(attempt, state)
+            if isinstance(state, Awaiting):
+                kernel.awaiting_bodies[attempt.run_id] = attempt.body
+                wake = wake_at(state.ticket)
+                if wake is not None:
+                    kernel.on_scheduled(wake, attempt.run_id, state.ticket.correlation_id)
+            attempt.completion.set(state)
+            return
+        if type(how) is CommitFailed:
+            kernel.claims.commit_failed(attempt)
+            if how.messages:
+                kernel.stranded[attempt.run_id] = how.messages
+            self._let_go(attempt, None)
+            logger.error(
+                "run %r attempt %d could not be committed: %s"
+                " (the run keeps its last committed state)",
+                attempt.run_id,
+                attempt.generation,
+                how.error,
+                extra={"run_id": attempt.run_id},
+            )
+            attempt.completion.fail(how.error)
+            return
+        # Lost or handed back: no state of its own.
+        self._let_go(attempt, None)
+        attempt.completion.defer_to_store()
+
+    def _let_go(self, attempt: Attempt, state: RunState | None) -> None:
+        kernel = self._kernel
+        attempt.phase = "sealed"
+        kernel.registry.deregister(attempt)
+        kernel.free_thread(attempt)
+        run_id = attempt.run_id
+        if kernel.queued.get(run_id) is attempt:
+            del kernel.queued[run_id]
+        parent = attempt.parent
+        siblings = None if parent is None or parent.children is None else parent.children.entries
+        if siblings is not None and siblings.get(run_id) is attempt:
+            if isinstance(state, Awaiting):
+                # Still the parent's, to be ended with it.
+                siblings[run_id] = ParkedChild(attempt.generation)
+            else:
+                del siblings[run_id]
+
+    async def commit_end(
+        self,
+        run_id: str,
+        generation: int,
+        state: type[RunState],
+        request: EndRequest,
+        *,
+        parent_run_id: str | None = None,
+        descendants: DescendantsEnd | None = None,
+    ) -> CommitResult:
+        """End a run that has no attempt here (awaiting, or queued or orphaned elsewhere).
+
+        Fenced by the generation and state kind that were read, so a run that moved on
+        in the meantime is left alone (the result is then `Rejected`).
+        """
+        kernel = self._kernel
+        stranded = kernel.stranded.pop(run_id, ()) if kernel.stranded else ()
+
+        def on_commit(result: CommitResult) -> None:
+            if isinstance(result, Accepted):
+                kernel.awaiting_bodies.pop(run_id, None)
+                parent = None if parent_run_id is None else kernel.registry.get(parent_run_id)
+                children = None if parent is None else parent.children
+                siblings = None if children is None else children.entries
+                if siblings is not None and isinstance(siblings.get(run_id), ParkedChild):
+                    del siblings[run_id]
+            elif stranded:
+                kernel.stranded[run_id] = stranded
+
+        at, clock_error = kernel.now_for_end()
+        commit = commit_of.end_elsewhere(
+            run_id,
+            generation,
+            state,
+            request,
+            at=at,
+            detail=with_clock_error(request.detail, clock_error),
+            discarded=stranded,
+            descendants=descendants,
+        )
+        try:
+            return await kernel.mailbox.commit(commit, on_commit)
+        except BaseException:
+            if stranded:
+                kernel.stranded[run_id] = stranded
+            raise
+
+
+_NOTHING_COMMITTED = Rejected(RejectReason.STALE, None)
+"""What `ClaimPolicy.after_end` is told for an attempt that committed nothing (it lost its
+run, with its claim still its own): the claim is released."""
+
+
+def _log_failure(attempt: Attempt, error: BaseException) -> None:
+    """A body's error, once its run's ``Failed`` end is committed: never silent (DESIGN §3)."""
+    logger.error(
+        "run %r attempt %d failed: %s",
+        attempt.run_id,
+        attempt.generation,
+        safe_repr(error),
+        exc_info=error,
+        extra={"run_id": attempt.run_id},
+    )
