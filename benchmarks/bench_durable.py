@@ -59,7 +59,6 @@ import trio
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests" / "multiprocess"))
 
 from awaken_trio import EndCause, RunContext, RunState, open_runtime  # noqa: E402
 

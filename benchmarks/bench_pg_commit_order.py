@@ -40,9 +40,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT))
 
-from pg_server import ServerUnavailable, start_server  # noqa: E402
+from tests.pg_server import ServerUnavailable, start_server  # noqa: E402
 
 CONNECTIONS = (1, 2, 4, 8)
 

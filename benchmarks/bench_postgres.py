@@ -83,8 +83,6 @@ import trio
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
-sys.path.insert(0, str(ROOT / "tests" / "multiprocess"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from awaken_trio import EndCause, RunContext, RunState, open_runtime  # noqa: E402
@@ -944,7 +942,7 @@ async def _pg_start_parts(url: str, n: int) -> dict[str, float]:
     ``COMMIT``, `PgTx.commit`), and the rest (the hop to the store's worker thread and
     back, the pool, the runtime's admission and the task it starts), timed inside ``n``
     calls."""
-    from awaken_trio.store import _postgres_tx as tx_module
+    from awaken_trio.store.postgres import _tx as tx_module
 
     begin, commit = tx_module.PgTx.begin, tx_module.PgTx.commit
     parts: dict[str, list[float]] = {"first round trip": [], "rules": [], "second": []}
@@ -1073,7 +1071,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.peer:
         _peer(args.peer)
         return 0
-    from pg_server import ServerUnavailable, start_server
+    from tests.pg_server import ServerUnavailable, start_server
 
     chosen = args.only or list(PARTS)
     rounds = 1 if args.quick else 3

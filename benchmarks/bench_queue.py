@@ -37,7 +37,6 @@ import trio
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
 
 from awaken_trio import EndCause, RunState  # noqa: E402
 from awaken_trio.store import Commit, Expect, NewRun, open_store  # noqa: E402
@@ -110,7 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         rows.append(("sqlite", costs))
     server = None
     try:
-        from pg_server import start_server
+        from tests.pg_server import start_server
 
         server = start_server()
         urls = [server.create_database(f"queue{i}") for i in range(len(shapes))]

@@ -30,8 +30,8 @@ sys.path.insert(0, str(ROOT))
 
 from awaken_trio import EndCause, FrozenDict, RunState  # noqa: E402
 from awaken_trio.store import Accepted, Claim, Commit, Expect, Fence, NewRun  # noqa: E402
-from awaken_trio.store._sqlite import SQLiteStore  # noqa: E402
-from awaken_trio.store._sqlite_session import Synchronous  # noqa: E402
+from awaken_trio.store.sqlite._session import Synchronous  # noqa: E402
+from awaken_trio.store.sqlite._store import SQLiteStore  # noqa: E402
 
 OWNER = "bench-owner"
 BATCH = 1024

@@ -100,7 +100,7 @@ async def timed_on_thread(
     thread of its own with a connection to ``path`` (`floor_connection`), as the store runs
     its writes (`_sqlite_thread.ResourceThread`; a blocking commit must not stall the event
     loop)."""
-    from awaken_trio.store._sqlite_thread import ResourceThread
+    from awaken_trio.store.sqlite._thread import ResourceThread
 
     thread = ResourceThread("timed", lambda: floor_connection(path))
     await thread.start()
@@ -194,7 +194,7 @@ class _Recording:
 def breakdown(n: int, kind: str) -> dict[str, float]:
     """Median microseconds of each part of one call, and statements per call; then the
     same calls' write transactions replayed (`replay`)."""
-    from awaken_trio.store import _sqlite_session as session_module
+    from awaken_trio.store.sqlite import _session as session_module
 
     marks: list[tuple[float, str]] = []
     transactions: list[list[Statement]] = []  # each write, as the store ran it

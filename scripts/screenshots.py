@@ -19,9 +19,7 @@ from pathlib import Path
 import trio
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
-
-from ui.browser_helpers import CHROMIUM, browser_page  # noqa: E402
+sys.path.insert(0, str(ROOT))
 
 from awaken_trio import (  # noqa: E402
     JsonValue,
@@ -33,6 +31,7 @@ from awaken_trio import (  # noqa: E402
 )
 from awaken_trio._ui import serve_dashboard  # noqa: E402
 from awaken_trio.agent import Agent, ModelReply, ScriptedModel, Tool, ToolCall  # noqa: E402
+from tests.ui.browser_helpers import CHROMIUM, browser_page  # noqa: E402
 
 IMAGES = ROOT / "docs" / "images"
 

@@ -8,11 +8,11 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
-from cancelled_guard import pytest_runtest_call as pytest_runtest_call
-from pg_server import INSTALL_HINT, PgServer, find_bindir, start_server
 
 from awaken_trio import Runtime, open_runtime
 from awaken_trio.store import MemoryStore
+from tests.cancelled_guard import pytest_runtest_call as pytest_runtest_call
+from tests.pg_server import INSTALL_HINT, PgServer, find_bindir, start_server
 
 # `pytester` runs the store contract in a project of its own (test_contract_suite.py).
 pytest_plugins = ["pytester"]

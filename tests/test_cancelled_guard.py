@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-GUARDED_CONFTEST = "from cancelled_guard import pytest_runtest_call as pytest_runtest_call\n"
+GUARDED_CONFTEST = "from tests.cancelled_guard import pytest_runtest_call as pytest_runtest_call\n"
 
 STRAYS = """
 import trio

@@ -39,8 +39,8 @@ from .._core import fixup_module_metadata as _fixup_module_metadata
 from ._codec import cause_to_json as cause_to_json
 from ._codec import state_to_json as state_to_json
 from ._codec import ticket_to_json as ticket_to_json
-from ._memory import MemoryStore as MemoryStore
 from ._url import open_store as open_store
+from .memory import MemoryStore as MemoryStore
 
 __all__ = [
     "UNSET",

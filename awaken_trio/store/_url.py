@@ -9,7 +9,7 @@ from typing import Literal
 from urllib.parse import parse_qsl, unquote
 
 from .._core import InvalidArgument, Store, safe_repr
-from ._memory import MemoryStore
+from .memory import MemoryStore
 
 _SQLITE = "sqlite:///"
 _SQLITE_FORMS = (
@@ -65,7 +65,7 @@ def open_store(url: str | os.PathLike[str]) -> Store:
         InvalidArgument: the URL names no store this version knows, or is malformed.
     """
     if isinstance(url, os.PathLike):
-        from ._sqlite import SQLiteStore
+        from .sqlite import SQLiteStore
 
         return SQLiteStore(url)
     if not isinstance(url, str):
@@ -74,12 +74,12 @@ def open_store(url: str | os.PathLike[str]) -> Store:
         return MemoryStore()
     if url.startswith("sqlite:"):
         path, synchronous = _sqlite_url(url)
-        from ._sqlite import SQLiteStore  # the first sqlite:// URL imports the backend
+        from .sqlite import SQLiteStore  # the first sqlite:// URL imports the backend
 
         return SQLiteStore(path, synchronous=synchronous)
     if url.startswith(("postgresql://", "postgres://")):
         try:
-            from ._postgres import PostgresStore  # the first postgresql:// URL imports it
+            from .postgres import PostgresStore  # the first postgresql:// URL imports it
         except ImportError as exc:
             raise InvalidArgument(
                 f"the PostgreSQL store {_shown(url)} needs psycopg 3 and psycopg_pool"

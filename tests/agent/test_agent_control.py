@@ -8,7 +8,11 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
-from agent_helpers import (
+
+from awaken_trio import EndCause, LiveCommand, RunContext, RunState, Runtime, open_runtime
+from awaken_trio.agent import Agent, ModelError, ModelReply, ScriptedModel, Tool
+from awaken_trio.store import MemoryStore
+from tests.agent.agent_helpers import (
     Messages,
     agent_events,
     all_events,
@@ -22,11 +26,7 @@ from agent_helpers import (
     tool_contents,
     transcript,
 )
-from run_helpers import reach, settle
-
-from awaken_trio import EndCause, LiveCommand, RunContext, RunState, Runtime, open_runtime
-from awaken_trio.agent import Agent, ModelError, ModelReply, ScriptedModel, Tool
-from awaken_trio.store import MemoryStore
+from tests.run_helpers import reach, settle
 
 CANCELLED = RunState.Ended(EndCause.Cancelled())
 NATURAL_END = RunState.Ended(EndCause.NaturalEnd())

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import trio
 import trio.testing
-from agent_helpers import (
+
+from awaken_trio import EndCause, LiveCommand, RunEvent, RunState, Runtime
+from awaken_trio.agent import Agent, ModelError, ModelReply, ScriptedModel, SubAgentTool
+from tests.agent.agent_helpers import (
     Messages,
     agent_events,
     call,
@@ -14,10 +17,7 @@ from agent_helpers import (
     tool_contents,
     transcript,
 )
-from run_helpers import reach, settle
-
-from awaken_trio import EndCause, LiveCommand, RunEvent, RunState, Runtime
-from awaken_trio.agent import Agent, ModelError, ModelReply, ScriptedModel, SubAgentTool
+from tests.run_helpers import reach, settle
 
 NATURAL_END = RunState.Ended(EndCause.NaturalEnd())
 CANCELLED = RunState.Ended(EndCause.Cancelled())

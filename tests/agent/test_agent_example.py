@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 
 import trio
-from fake_openai import FakeOpenAI, Stream, chunk, text_stream
+
+from tests.agent.fake_openai import FakeOpenAI, Stream, chunk, text_stream
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "agent.py"

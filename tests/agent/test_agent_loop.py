@@ -8,7 +8,17 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
-from agent_helpers import (
+
+from awaken_trio import (
+    EndCause,
+    LiveCommand,
+    RunContext,
+    RunError,
+    RunState,
+    Runtime,
+)
+from awaken_trio.agent import Agent, ModelReply, ScriptedModel, Tool, ToolCall
+from tests.agent.agent_helpers import (
     Messages,
     agent_events,
     all_events,
@@ -21,17 +31,7 @@ from agent_helpers import (
     tool_contents,
     transcript,
 )
-from run_helpers import reach, settle
-
-from awaken_trio import (
-    EndCause,
-    LiveCommand,
-    RunContext,
-    RunError,
-    RunState,
-    Runtime,
-)
-from awaken_trio.agent import Agent, ModelReply, ScriptedModel, Tool, ToolCall
+from tests.run_helpers import reach, settle
 
 NATURAL_END = RunState.Ended(EndCause.NaturalEnd())
 

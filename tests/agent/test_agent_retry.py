@@ -8,11 +8,11 @@ import random
 import pytest
 import trio
 import trio.testing
-from agent_helpers import Messages, agent_events, text
-from run_helpers import settle
 
 from awaken_trio import EndCause, RunState, Runtime
 from awaken_trio.agent import Agent, ModelError, ModelReply, ScriptedModel
+from tests.agent.agent_helpers import Messages, agent_events, text
+from tests.run_helpers import settle
 
 
 def failed(state: RunState) -> tuple[str, str]:

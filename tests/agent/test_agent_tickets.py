@@ -7,17 +7,6 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
-from agent_helpers import (
-    agent_events,
-    blocking_reply,
-    call,
-    calls,
-    parsed,
-    text,
-    tool_contents,
-    transcript,
-)
-from run_helpers import reach, settle, snapshot
 
 from awaken_trio import (
     EndCause,
@@ -30,6 +19,17 @@ from awaken_trio import (
     Runtime,
 )
 from awaken_trio.agent import Agent, ScriptedModel, Tool
+from tests.agent.agent_helpers import (
+    agent_events,
+    blocking_reply,
+    call,
+    calls,
+    parsed,
+    text,
+    tool_contents,
+    transcript,
+)
+from tests.run_helpers import reach, settle, snapshot
 
 NATURAL_END = RunState.Ended(EndCause.NaturalEnd())
 

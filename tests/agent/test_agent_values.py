@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 import trio
-from agent_helpers import Messages, call, echo, text
 
 import awaken_trio.agent
 from awaken_trio import FrozenDict, InvalidArgument, RunContext, RunError
@@ -22,6 +21,7 @@ from awaken_trio.agent import (
     Tool,
     ToolCall,
 )
+from tests.agent.agent_helpers import Messages, call, echo, text
 
 
 def test_public_names_report_the_public_module() -> None:

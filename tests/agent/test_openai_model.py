@@ -14,12 +14,12 @@ import httpx
 import pytest
 import trio
 import trio.testing
-from agent_helpers import call, calls, echo, tool_contents, transcript
-from fake_openai import FakeOpenAI, Raw, Status, Stream, chunk, text_stream, usage_chunk
-from run_helpers import settle
 
 from awaken_trio import EndCause, InvalidArgument, LiveCommand, RunContext, RunState, Runtime
 from awaken_trio.agent import Agent, ModelError, ModelReply, OpenAIChatModel, Tool, ToolCall
+from tests.agent.agent_helpers import call, calls, echo, tool_contents, transcript
+from tests.agent.fake_openai import FakeOpenAI, Raw, Status, Stream, chunk, text_stream, usage_chunk
+from tests.run_helpers import settle
 
 USER = [{"role": "user", "content": "hi"}]
 BOUND = 10  # seconds any single exchange with the local server may take

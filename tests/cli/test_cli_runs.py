@@ -11,8 +11,7 @@ import pytest
 import trio
 
 from awaken_trio import Runtime
-
-from .cli_helpers import cli, environment
+from tests.cli.cli_helpers import cli, environment
 
 ROW_KEYS = {"run_id", "thread_id", "parent_run_id", "name", "state", "generation"}
 EVENT_KEYS = {"seq", "run_id", "thread_id", "generation", "kind", "state", "detail", "at"}

@@ -7,7 +7,7 @@ import signal
 
 import pytest
 
-from .cli_helpers import cli, plain, terminal
+from tests.cli.cli_helpers import cli, plain, terminal
 
 DEMO_RUNS = [
     "count",

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import trio
 
-from .cli_helpers import HERE, Result, background, cli, read_until, wait_exit
+from tests.cli.cli_helpers import HERE, Result, background, cli, read_until, wait_exit
 
 SERVING = "Ctrl-C or SIGTERM to stop"
 

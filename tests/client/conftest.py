@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from .client_helpers import WorkerProcess, sqlite_url
+from tests.client.client_helpers import WorkerProcess, sqlite_url
 
 
 @pytest.fixture(scope="module")

@@ -19,8 +19,7 @@ from awaken_trio import (
     UnknownRun,
 )
 from awaken_trio.client import AsyncClient
-
-from .client_helpers import POLL, TICK, WAIT, sqlite_url, until, until_async
+from tests.client.client_helpers import POLL, TICK, WAIT, sqlite_url, until, until_async
 
 QUEUED = RunState.Queued()
 NATURAL = RunState.Ended(EndCause.NaturalEnd())

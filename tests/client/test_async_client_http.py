@@ -19,8 +19,7 @@ from starlette.routing import Route
 
 from awaken_trio import RunAlreadyEnded, RunState, UnknownRun
 from awaken_trio.client import AsyncClient
-
-from .client_helpers import POLL, TICK, WAIT, until_async
+from tests.client.client_helpers import POLL, TICK, WAIT, until_async
 
 
 def describe(state: RunState) -> dict[str, Any]:

@@ -24,8 +24,7 @@ from awaken_trio import (
     UnknownRun,
 )
 from awaken_trio.client import Client, ClientMisuse
-
-from .client_helpers import POLL, sqlite_url, until
+from tests.client.client_helpers import POLL, sqlite_url, until
 
 QUEUED = RunState.Queued()
 CANCELLED = RunState.Ended(EndCause.Cancelled())

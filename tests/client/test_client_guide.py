@@ -12,8 +12,7 @@ import pytest
 import trio
 
 from awaken_trio import JsonValue, RunContext, open_runtime
-
-from .client_helpers import POLL, ROOT, WAIT
+from tests.client.client_helpers import POLL, ROOT, WAIT
 
 GUIDE = ROOT / "docs" / "guides" / "client.md"
 

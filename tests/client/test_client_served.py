@@ -10,8 +10,7 @@ import pytest
 
 from awaken_trio import EndCause, LiveCommand, RunState, TicketMismatch
 from awaken_trio.client import Client
-
-from .client_helpers import POLL, WAIT, until
+from tests.client.client_helpers import POLL, WAIT, until
 
 NATURAL = RunState.Ended(EndCause.NaturalEnd())
 CANCELLED = RunState.Ended(EndCause.Cancelled())

@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
-from run_helpers import history, reach, settle, snapshot, start_parked, terminal_commits
 
 from awaken_trio import (
     ContextMisuse,
@@ -30,6 +29,7 @@ from awaken_trio import (
     RunState,
     Runtime,
 )
+from tests.run_helpers import history, reach, settle, snapshot, start_parked, terminal_commits
 
 NATURAL_END = RunState.Ended(EndCause.NaturalEnd())
 CANCELLED = RunState.Ended(EndCause.Cancelled())

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 import trio
 import trio.testing
-from run_helpers import history, reach, settle
 
 from awaken_trio import (
     EndCause,
@@ -16,6 +15,7 @@ from awaken_trio import (
     RunState,
     Runtime,
 )
+from tests.run_helpers import history, reach, settle
 
 
 def terminal_event(events: list[RunEvent], run_id: str) -> RunEvent:

@@ -12,7 +12,6 @@ from pathlib import Path
 import httpx
 import pytest
 import trio
-from run_helpers import reach, settle
 
 from awaken_trio import (
     EndCause,
@@ -26,7 +25,8 @@ from awaken_trio import (
     open_runtime,
 )
 from awaken_trio.store import open_store
-from awaken_trio.store._sqlite import SQLiteStore
+from awaken_trio.store.sqlite._store import SQLiteStore
+from tests.run_helpers import reach, settle
 
 NATURAL_END = RunState.Ended(EndCause.NaturalEnd())
 

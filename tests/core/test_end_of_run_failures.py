@@ -7,8 +7,6 @@ from __future__ import annotations
 import pytest
 import trio
 import trio.testing
-from run_helpers import history, reach, settle, snapshot, start_parked, terminal_commits
-from wrapped_stores import FailingStore
 
 from awaken_trio import (
     AwakenError,
@@ -23,6 +21,8 @@ from awaken_trio import (
     open_runtime,
 )
 from awaken_trio.store import MemoryStore
+from tests.run_helpers import history, reach, settle, snapshot, start_parked, terminal_commits
+from tests.wrapped_stores import FailingStore
 
 NATURAL_END = RunState.Ended(EndCause.NaturalEnd())
 CANCELLED = RunState.Ended(EndCause.Cancelled())

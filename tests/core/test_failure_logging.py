@@ -8,11 +8,11 @@ import logging
 import pytest
 import trio
 import trio.testing
-from run_helpers import history
-from wrapped_stores import FailingStore
 
 from awaken_trio import EndCause, RunContext, RunState, StoreError, open_runtime
 from awaken_trio._core._verdict import TRACEBACK_LIMIT
+from tests.run_helpers import history
+from tests.wrapped_stores import FailingStore
 
 
 def deep_down() -> None:

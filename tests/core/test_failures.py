@@ -8,7 +8,6 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
-from run_helpers import history, reach, settle
 
 from awaken_trio import (
     EndCause,
@@ -23,6 +22,7 @@ from awaken_trio import (
     Runtime,
     UnknownRun,
 )
+from tests.run_helpers import history, reach, settle
 
 
 class HTTPError(Exception):

@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 import trio
 import trio.testing
-from run_helpers import history, reach, settle
 
 from awaken_trio import (
     EndCause,
@@ -18,6 +17,7 @@ from awaken_trio import (
     open_runtime,
 )
 from awaken_trio.store import MemoryStore
+from tests.run_helpers import history, reach, settle
 
 SHUTDOWN = RunState.Ended(EndCause.Stopped("runtime shutdown"))
 CANCELLED = RunState.Ended(EndCause.Cancelled())

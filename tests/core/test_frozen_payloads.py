@@ -8,7 +8,6 @@ from typing import Any
 
 import trio
 import trio.testing
-from run_helpers import history, reach, settle, snapshot
 
 from awaken_trio import (
     EndCause,
@@ -18,6 +17,7 @@ from awaken_trio import (
     RunState,
     Runtime,
 )
+from tests.run_helpers import history, reach, settle, snapshot
 
 
 def refused(change: Callable[[], object]) -> bool:

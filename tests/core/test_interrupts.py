@@ -12,10 +12,10 @@ from collections.abc import Awaitable, Callable, Sequence
 import pytest
 import trio
 import trio.testing
-from wrapped_stores import WrappedStore
 
 from awaken_trio import EndCause, RunContext, RunState, Runtime, open_runtime
 from awaken_trio.store import Commit, CommitResult, MemoryStore, Store
+from tests.wrapped_stores import WrappedStore
 
 SHUTDOWN = RunState.Ended(EndCause.Stopped("runtime shutdown"))
 

@@ -10,8 +10,6 @@ from typing import Any, cast
 import pytest
 import trio
 import trio.testing
-from run_helpers import history, snapshot, start_parked, terminal_commits
-from wrapped_stores import HoldingStore, ParkingStore
 
 from awaken_trio import (
     EndCause,
@@ -28,6 +26,8 @@ from awaken_trio import (
     open_runtime,
 )
 from awaken_trio.store import MemoryStore
+from tests.run_helpers import history, snapshot, start_parked, terminal_commits
+from tests.wrapped_stores import HoldingStore, ParkingStore
 
 CANCELLED = RunState.Ended(EndCause.Cancelled())
 NATURAL = RunState.Ended(EndCause.NaturalEnd())

@@ -6,8 +6,6 @@ from __future__ import annotations
 import pytest
 import trio
 import trio.testing
-from run_helpers import history, reach, settle, terminal_commits
-from wrapped_stores import HoldingStore
 
 from awaken_trio import (
     EndCause,
@@ -21,6 +19,8 @@ from awaken_trio import (
     open_runtime,
 )
 from awaken_trio.store import MemoryStore
+from tests.run_helpers import history, reach, settle, terminal_commits
+from tests.wrapped_stores import HoldingStore
 
 CANCELLED = RunState.Ended(EndCause.Cancelled())
 

@@ -8,7 +8,6 @@ from collections.abc import Awaitable, Callable
 import pytest
 import trio
 import trio.testing
-from run_helpers import history, reach, settle
 
 from awaken_trio import (
     AwakenError,
@@ -29,6 +28,7 @@ from awaken_trio import (
     open_runtime,
 )
 from awaken_trio.store import MemoryStore
+from tests.run_helpers import history, reach, settle
 
 
 class FakeClock:

@@ -12,7 +12,6 @@ import pytest
 import trio
 from hypothesis import given
 from hypothesis import strategies as st
-from run_helpers import history, reach, settle, start_parked
 
 from awaken_trio import (
     EndCause,
@@ -32,6 +31,7 @@ from awaken_trio._core import (
     check_payload,
 )
 from awaken_trio.store import MemoryStore
+from tests.run_helpers import history, reach, settle, start_parked
 
 LIMIT = 1000
 

@@ -21,7 +21,7 @@ from awaken_trio import (
     open_runtime,
 )
 from awaken_trio.store import MemoryStore, Store
-from awaken_trio.store._sqlite import SQLiteStore
+from awaken_trio.store.sqlite._store import SQLiteStore
 
 NATURAL = RunState.Ended(EndCause.NaturalEnd())
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import trio
 import trio.testing
-from run_helpers import settle
 
 from awaken_trio import EndCause, LiveCommand, RunContext, RunHandle, RunState, Runtime
+from tests.run_helpers import settle
 
 
 def assert_idle(runtime: Runtime) -> None:

@@ -21,7 +21,6 @@ from opentelemetry.trace import (
     Tracer,
 )
 from opentelemetry.trace import TracerProvider as OtelTracerProvider
-from run_helpers import reach, settle
 
 from awaken_trio import (
     EndCause,
@@ -34,6 +33,7 @@ from awaken_trio import (
     open_runtime,
 )
 from awaken_trio.store import MemoryStore
+from tests.run_helpers import reach, settle
 
 
 @pytest.fixture

@@ -9,8 +9,6 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
-from run_helpers import history, reach, settle, start_parked, terminal_commits
-from wrapped_stores import FailingStore
 
 from awaken_trio import (
     EndCause,
@@ -27,6 +25,8 @@ from awaken_trio import (
     open_runtime,
 )
 from awaken_trio.store import MemoryStore
+from tests.run_helpers import history, reach, settle, start_parked, terminal_commits
+from tests.wrapped_stores import FailingStore
 
 NATURAL_END = RunState.Ended(EndCause.NaturalEnd())
 CANCELLED = RunState.Ended(EndCause.Cancelled())

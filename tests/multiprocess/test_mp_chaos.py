@@ -25,7 +25,19 @@ from typing import Any
 import attrs
 import pytest
 import trio
-from mp_harness import (
+
+from awaken_trio import (
+    EventKind,
+    LiveCommand,
+    NotActive,
+    NotAwaiting,
+    RunAlreadyEnded,
+    RunEvent,
+    RunState,
+    Runtime,
+    TicketMismatch,
+)
+from tests.multiprocess.mp_harness import (
     Cluster,
     StoreAt,
     Worker,
@@ -39,17 +51,8 @@ from mp_harness import (
     terminal,
 )
 
-from awaken_trio import (
-    EventKind,
-    LiveCommand,
-    NotActive,
-    NotAwaiting,
-    RunAlreadyEnded,
-    RunEvent,
-    RunState,
-    Runtime,
-    TicketMismatch,
-)
+# Real worker processes: run by `.ci/run` (pytest -m slow), not by the README's command.
+pytestmark = pytest.mark.slow
 
 RUNS = 1000
 WORKERS = 3
@@ -256,7 +259,6 @@ def messages_kept(record_checkpoint: Any, record_result: Any) -> list[Any]:
     return []
 
 
-@pytest.mark.slow
 async def test_chaos_over_three_worker_processes(durable_at: StoreAt) -> None:
     db, url = durable_at, store_url(durable_at)
     seed = int(os.environ.get("AWAKEN_CHAOS_SEED", random.randrange(2**32)))

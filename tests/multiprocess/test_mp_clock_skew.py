@@ -10,7 +10,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 import trio
-from mp_harness import (
+
+from awaken_trio import LiveCommand, RunState, Runtime
+from tests.multiprocess.mp_harness import (
     LEASE,
     NATURAL,
     Cluster,
@@ -27,7 +29,8 @@ from mp_harness import (
     wait_for,
 )
 
-from awaken_trio import LiveCommand, RunState, Runtime
+# Real worker processes: run by `.ci/run` (pytest -m slow), not by the README's command.
+pytestmark = pytest.mark.slow
 
 HOUR = 3600.0
 

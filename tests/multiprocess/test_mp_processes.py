@@ -16,7 +16,19 @@ from typing import Any
 
 import pytest
 import trio
-from mp_harness import (
+
+from awaken_trio import (
+    EndCause,
+    EventKind,
+    JsonValue,
+    LiveCommand,
+    RunContext,
+    RunEvent,
+    RunState,
+    Runtime,
+    UnknownRun,
+)
+from tests.multiprocess.mp_harness import (
     CANCELLED,
     LEASE,
     NATURAL,
@@ -43,17 +55,8 @@ from mp_harness import (
     writable_now,
 )
 
-from awaken_trio import (
-    EndCause,
-    EventKind,
-    JsonValue,
-    LiveCommand,
-    RunContext,
-    RunEvent,
-    RunState,
-    Runtime,
-    UnknownRun,
-)
+# Real worker processes: run by `.ci/run` (pytest -m slow), not by the README's command.
+pytestmark = pytest.mark.slow
 
 CONTROL = Path(__file__).resolve().parent / "control_process.py"
 

@@ -30,9 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import contextlib
 
-from mp_bodies import BODIES
-
 from awaken_trio import open_runtime
+from tests.multiprocess.mp_bodies import BODIES
 
 
 async def main(args: argparse.Namespace) -> None:

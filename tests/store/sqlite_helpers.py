@@ -14,7 +14,7 @@ import trio
 
 from awaken_trio import RunState
 from awaken_trio.store import Commit, Expect, NewRun
-from awaken_trio.store._sqlite import THREAD_NAME_PREFIX, SQLiteStore
+from awaken_trio.store.sqlite._store import THREAD_NAME_PREFIX, SQLiteStore
 
 ROOT = Path(__file__).resolve().parents[2]
 

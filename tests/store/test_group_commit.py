@@ -8,7 +8,6 @@ from functools import partial
 import pytest
 import trio
 import trio.testing
-from wrapped_stores import FailingStore
 
 from awaken_trio import (
     EndCause,
@@ -20,6 +19,7 @@ from awaken_trio import (
     open_runtime,
 )
 from awaken_trio.store import MemoryStore
+from tests.wrapped_stores import FailingStore
 
 Running = RunState.Running
 Ended = RunState.Ended

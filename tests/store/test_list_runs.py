@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 import trio
-from wrapped_stores import WrappedStore
 
 from awaken_trio import (
     EndCause,
@@ -21,6 +20,7 @@ from awaken_trio import (
     open_runtime,
 )
 from awaken_trio.store import ListingStore, MemoryStore, StateKind, open_store
+from tests.wrapped_stores import WrappedStore
 
 
 async def finish(ctx: RunContext) -> object:

@@ -7,7 +7,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequ
 
 import pytest
 import trio
-from wrapped_stores import LeaseClock
 
 from awaken_trio import (
     EndCause,
@@ -33,6 +32,7 @@ from awaken_trio.store import (
 )
 from awaken_trio.testing import DurableStoreContract, StoreContract
 from awaken_trio.testing._store_contract import _accepted, _Landed
+from tests.wrapped_stores import LeaseClock
 
 Running = RunState.Running
 Ended = RunState.Ended

@@ -38,8 +38,8 @@ def test_the_scan_finds_an_import_from_the_store_package() -> None:
         "from ._codec import dump_json\n"
         "from . import _memory\n"
         "def later():\n"
-        "    from awaken_trio.store._sqlite import SQLiteStore\n"
-        "    import awaken_trio.store._memory\n"
+        "    from awaken_trio.store.sqlite._store import SQLiteStore\n"
+        "    import awaken_trio.store.memory._store\n"
     )
     assert [line.split(":")[0] for line in _store_imports(sample)] == ["2", "3", "5", "6"]
 

@@ -9,7 +9,7 @@ from typing import cast
 
 import pytest
 
-from awaken_trio.store._sqlite_bulk import MAX_ROWS, insert_rows, write_rows
+from awaken_trio.store.sqlite._bulk import MAX_ROWS, insert_rows, write_rows
 
 _PADDED_INSERT = "INSERT INTO t (k, v) SELECT * FROM (VALUES {}) WHERE column1 IS NOT NULL"
 _PLAIN_INSERT = "INSERT INTO t (k, v) VALUES {}"

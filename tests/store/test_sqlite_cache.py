@@ -14,8 +14,6 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from sqlite_helpers import run_python, start
-from wrapped_stores import LeaseClock
 
 from awaken_trio import EndCause, RunState, StoreError
 from awaken_trio._core import (
@@ -23,8 +21,10 @@ from awaken_trio._core import (
     Fence,
 )
 from awaken_trio.store import Accepted, Commit, Expect, NewRun, Rejected, RejectReason, Store
-from awaken_trio.store import _sqlite_cache as cache_module
-from awaken_trio.store._sqlite import SQLiteStore
+from awaken_trio.store.sqlite import _cache as cache_module
+from awaken_trio.store.sqlite._store import SQLiteStore
+from tests.store.sqlite_helpers import run_python, start
+from tests.wrapped_stores import LeaseClock
 
 Running = RunState.Running
 DONE = RunState.Ended(EndCause.NaturalEnd())
@@ -176,7 +176,7 @@ import trio
 from awaken_trio import EndCause, RunState
 from awaken_trio._core._storage import Fence
 from awaken_trio.store import Commit, Expect
-from awaken_trio.store._sqlite import SQLiteStore
+from awaken_trio.store.sqlite._store import SQLiteStore
 
 async def main():
     async with SQLiteStore(sys.argv[1]) as store:

@@ -8,9 +8,9 @@ import sqlite3
 from pathlib import Path
 
 import trio
-from sqlite_helpers import run_python
 
-from awaken_trio.store import _sqlite_schema as schema
+from awaken_trio.store.sqlite import _schema as schema
+from tests.store.sqlite_helpers import run_python
 
 PROCESSES = 4
 FILES = 25
@@ -21,7 +21,7 @@ _OPENER = """
 import os, sys, time
 from pathlib import Path
 import trio
-from awaken_trio.store._sqlite import SQLiteStore
+from awaken_trio.store.sqlite._store import SQLiteStore
 
 directory, me, processes, files, slot = (
     Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5])

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 import trio
-from sqlite_helpers import start
 
 from awaken_trio import EndCause, RunContext, RunState, StoreError, open_runtime
 from awaken_trio.store import Accepted
-from awaken_trio.store._sqlite import SQLiteStore
+from awaken_trio.store.sqlite._store import SQLiteStore
+from tests.store.sqlite_helpers import start
 
 WAIT = 30.0
 DONE = RunState.Ended(EndCause.NaturalEnd())

@@ -21,7 +21,6 @@ from typing import Any
 
 import pytest
 import trio
-from wrapped_stores import LeaseClock
 
 from awaken_trio import EndCause, FrozenDict, ResumeTicket, RunState
 from awaken_trio.store import (
@@ -36,9 +35,10 @@ from awaken_trio.store import (
     Fence,
     MemoryStore,
     NewRun,
-    _sqlite_tx,
 )
-from awaken_trio.store._sqlite import SQLiteStore
+from awaken_trio.store.sqlite import _tx as _sqlite_tx
+from awaken_trio.store.sqlite._store import SQLiteStore
+from tests.wrapped_stores import LeaseClock
 
 ROOTS = [f"r{i}" for i in range(12)]
 CHILDREN = {
@@ -263,7 +263,7 @@ async def test_the_sqlite_store_answers_as_the_memory_store_does(
 async def test_the_postgres_store_answers_as_the_memory_store_does(
     pg_url: str, lease_clock: LeaseClock, seed: int
 ) -> None:
-    from awaken_trio.store._postgres import PostgresStore
+    from awaken_trio.store.postgres._store import PostgresStore
 
     memory = MemoryStore(inline=False, shared=True, lease_clock=lease_clock)
     async with PostgresStore(pg_url, lease_clock=lease_clock) as postgres:

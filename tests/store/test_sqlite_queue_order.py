@@ -11,8 +11,8 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from awaken_trio.store._sqlite import SQLiteStore
-from awaken_trio.store._sqlite_reads import _QUEUED
+from awaken_trio.store.sqlite._reads import _QUEUED
+from awaken_trio.store.sqlite._store import SQLiteStore
 
 
 async def test_runnable_reads_the_queue_in_order_from_its_index(tmp_path: Path) -> None:

@@ -12,7 +12,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
-from sqlite_helpers import (
+
+from awaken_trio import EndCause, InvalidArgument, RunState, StoreError
+from awaken_trio.store import Accepted, Commit, Expect, open_store
+from awaken_trio.store.sqlite import _schema as schema
+from awaken_trio.store.sqlite._store import SQLiteStore
+from tests.store.sqlite_helpers import (
     ROOT,
     any_store_threads,
     digest,
@@ -22,11 +27,6 @@ from sqlite_helpers import (
     start,
     tables,
 )
-
-from awaken_trio import EndCause, InvalidArgument, RunState, StoreError
-from awaken_trio.store import Accepted, Commit, Expect, open_store
-from awaken_trio.store import _sqlite_schema as schema
-from awaken_trio.store._sqlite import SQLiteStore
 
 RELEASED = schema.MIGRATIONS
 LATEST = len(RELEASED)
@@ -380,7 +380,7 @@ if sys.argv[1] == "drop":
 
 import trio
 from awaken_trio import StoreError
-from awaken_trio.store._sqlite import SQLiteStore
+from awaken_trio.store.sqlite._store import SQLiteStore
 
 async def main():
     store = SQLiteStore(sys.argv[2])
@@ -535,9 +535,9 @@ async def test_the_sqlite_backend_is_imported_on_first_use_of_its_scheme() -> No
         "import awaken_trio, awaken_trio.store\n"
         "from awaken_trio.store import open_store\n"
         "open_store('memory://')\n"
-        "print('awaken_trio.store._sqlite' in sys.modules, 'sqlite3' in sys.modules)\n"
+        "print('awaken_trio.store.sqlite._store' in sys.modules, 'sqlite3' in sys.modules)\n"
         "store = open_store('sqlite:///never-opened.db')\n"
-        "print('awaken_trio.store._sqlite' in sys.modules, type(store).__name__)\n"
+        "print('awaken_trio.store.sqlite._store' in sys.modules, type(store).__name__)\n"
     )
     assert out.split("\n")[:2] == ["False False", "True SQLiteStore"]
     assert not (ROOT / "never-opened.db").exists()
@@ -548,7 +548,7 @@ import os, sys
 import trio
 from awaken_trio import RunState
 from awaken_trio.store import Commit, Expect, NewRun
-from awaken_trio.store._sqlite import SQLiteStore
+from awaken_trio.store.sqlite._store import SQLiteStore
 
 async def main():
     store = SQLiteStore(sys.argv[1])

@@ -18,16 +18,6 @@ from typing import TypeVar
 
 import pytest
 import trio
-from sqlite_helpers import (
-    any_store_threads,
-    digest,
-    execute,
-    pragma,
-    run_python,
-    start,
-    store_threads,
-)
-from wrapped_stores import LeaseClock
 
 from awaken_trio import (
     EndCause,
@@ -43,9 +33,19 @@ from awaken_trio._core import (
     Fence,
 )
 from awaken_trio.store import Accepted, Commit, Expect, Rejected, RejectReason, Store
-from awaken_trio.store import _sqlite_session as session_module
-from awaken_trio.store._sqlite import SQLiteStore
+from awaken_trio.store.sqlite import _session as session_module
+from awaken_trio.store.sqlite._store import SQLiteStore
 from awaken_trio.testing import DurableStoreContract, StoreContract
+from tests.store.sqlite_helpers import (
+    any_store_threads,
+    digest,
+    execute,
+    pragma,
+    run_python,
+    start,
+    store_threads,
+)
+from tests.wrapped_stores import LeaseClock
 
 T = TypeVar("T")
 
@@ -427,7 +427,7 @@ import sys
 import trio
 from awaken_trio import RunState
 from awaken_trio.store import Commit, Expect, NewRun
-from awaken_trio.store._sqlite import SQLiteStore
+from awaken_trio.store.sqlite._store import SQLiteStore
 
 async def main():
     async with SQLiteStore(sys.argv[1]) as store:

@@ -10,10 +10,9 @@ import sqlite3
 from pathlib import Path
 
 import trio
-from sqlite_helpers import start
 
-from awaken_trio.store._sqlite import SQLiteStore
-from awaken_trio.store._sqlite_watch import (
+from awaken_trio.store.sqlite._store import SQLiteStore
+from awaken_trio.store.sqlite._watch import (
     FULL_POLL_EVERY,
     SETTLE,
     ChangeWatch,
@@ -21,6 +20,7 @@ from awaken_trio.store._sqlite_watch import (
     Looks,
     Stat,
 )
+from tests.store.sqlite_helpers import start
 
 SECOND = 1_000_000_000
 

@@ -6,13 +6,12 @@ from __future__ import annotations
 import httpx
 import pytest
 import trio
-from wrapped_stores import WrappedStore
 
 from awaken_trio import EndCause, LiveCommand, RunRecord, RunState, StoreError
 from awaken_trio._cli._shapes import event_json, record_json, row_json
 from awaken_trio.store import state_to_json
-
-from .ui_helpers import XSS, api, asks, dashboard, page, settle, steps, waits
+from tests.ui.ui_helpers import XSS, api, asks, dashboard, page, settle, steps, waits
+from tests.wrapped_stores import WrappedStore
 
 pytestmark = pytest.mark.usefixtures("autojump_clock")
 

@@ -14,9 +14,9 @@ from awaken_trio import EndCause, LiveCommand, RunState, open_runtime
 if TYPE_CHECKING:
     from playwright.sync_api import Dialog
 
-from .browser_helpers import browser_page, need_browser
-from .server_helpers import TIMEOUT, environment, ui_server, worker
-from .ui_helpers import TOKEN, XSS
+from tests.ui.browser_helpers import browser_page, need_browser
+from tests.ui.server_helpers import TIMEOUT, environment, ui_server, worker
+from tests.ui.ui_helpers import TOKEN, XSS
 
 # Each starts a server, a worker and a browser: several seconds.
 pytestmark = [pytest.mark.usefixtures("browser"), pytest.mark.slow]

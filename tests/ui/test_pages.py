@@ -8,8 +8,7 @@ import re
 import pytest
 
 from awaken_trio.agent import Agent, ModelReply, ScriptedModel, Tool, ToolCall
-
-from .ui_helpers import asks, caught_up, dashboard, page, parent, settle
+from tests.ui.ui_helpers import asks, caught_up, dashboard, page, parent, settle
 
 pytestmark = pytest.mark.usefixtures("autojump_clock")
 

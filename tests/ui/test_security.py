@@ -7,8 +7,7 @@ import pytest
 
 from awaken_trio import RunState
 from awaken_trio.agent import Agent, ModelReply, ScriptedModel, Tool, ToolCall
-
-from .ui_helpers import BASE, TOKEN, XSS, api, asks, dashboard, page, settle
+from tests.ui.ui_helpers import BASE, TOKEN, XSS, api, asks, dashboard, page, settle
 
 pytestmark = pytest.mark.usefixtures("autojump_clock")
 

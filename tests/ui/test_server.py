@@ -18,8 +18,7 @@ import trio
 
 from awaken_trio import open_runtime
 from awaken_trio._cli import main
-
-from .server_helpers import (
+from tests.ui.server_helpers import (
     COMMAND,
     HERE,
     TIMEOUT,
@@ -28,7 +27,7 @@ from .server_helpers import (
     started,
     ui_server,
 )
-from .ui_helpers import TOKEN
+from tests.ui.ui_helpers import TOKEN
 
 RUN_EVENT = r"event: run_event\r?\ndata: (\{.*\})\r?\n"
 

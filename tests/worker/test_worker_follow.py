@@ -12,8 +12,7 @@ import trio.testing
 from awaken_trio import EventKind, LiveCommand, RunContext, RunEvent, RunState
 from awaken_trio._core import _follow
 from awaken_trio.store import MemoryStore
-
-from .worker_helpers import (
+from tests.worker.worker_helpers import (
     NATURAL,
     POLL,
     POLL_BOUND,

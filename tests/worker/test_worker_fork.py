@@ -8,8 +8,7 @@ import trio.testing
 
 from awaken_trio import JsonValue, RunContext, RunState
 from awaken_trio.store import MemoryStore
-
-from .worker_helpers import NATURAL, history, serving, settle, shared_runtime
+from tests.worker.worker_helpers import NATURAL, history, serving, settle, shared_runtime
 
 
 async def count(ctx: RunContext) -> JsonValue:

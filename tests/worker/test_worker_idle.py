@@ -15,8 +15,7 @@ from awaken_trio import RunContext, RunState
 from awaken_trio.store import MemoryStore
 from awaken_trio.worker import _serve
 from awaken_trio.worker._cadence import IDLE_CEILING, Backoff, serve_backoff
-
-from .worker_helpers import POLL, POLL_BOUND, serving, shared_runtime, until_state
+from tests.worker.worker_helpers import POLL, POLL_BOUND, serving, shared_runtime, until_state
 
 
 def test_the_backoff_doubles_up_to_its_ceiling_and_resets_to_its_base() -> None:

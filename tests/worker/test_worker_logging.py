@@ -10,12 +10,10 @@ from contextlib import asynccontextmanager
 import pytest
 import trio
 import trio.testing
-from wrapped_stores import FailingEnds, ParkingStore
 
 from awaken_trio import RunContext, RunState, Runtime, StoreError
 from awaken_trio.store import MemoryStore
-
-from .worker_helpers import (
+from tests.worker.worker_helpers import (
     LEASE,
     NATURAL,
     POLL,
@@ -27,6 +25,7 @@ from .worker_helpers import (
     settle,
     shared_runtime,
 )
+from tests.wrapped_stores import FailingEnds, ParkingStore
 
 
 def logged(

@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
-from wrapped_stores import FailingEnds, LateRecovery
 
 from awaken_trio import (
     EndCause,
@@ -22,8 +21,7 @@ from awaken_trio import (
     open_runtime,
 )
 from awaken_trio.store import MemoryStore
-
-from .worker_helpers import (
+from tests.worker.worker_helpers import (
     LEASE,
     NATURAL,
     OWNER_LOST,
@@ -41,6 +39,7 @@ from .worker_helpers import (
     until,
     until_state,
 )
+from tests.wrapped_stores import FailingEnds, LateRecovery
 
 
 def got(seen: list[Any], n: int) -> Callable[[], Awaitable[bool]]:

@@ -16,8 +16,14 @@ from awaken_trio import (
     open_runtime,
 )
 from awaken_trio.store import MemoryStore
-
-from .worker_helpers import NATURAL, is_ended, serving, settle, shared_runtime, until_state
+from tests.worker.worker_helpers import (
+    NATURAL,
+    is_ended,
+    serving,
+    settle,
+    shared_runtime,
+    until_state,
+)
 
 
 async def first(ctx: RunContext) -> object:

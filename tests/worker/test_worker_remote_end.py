@@ -7,7 +7,6 @@ from __future__ import annotations
 import pytest
 import trio
 import trio.testing
-from wrapped_stores import ParkingStore
 
 from awaken_trio import (
     EndCause,
@@ -21,8 +20,7 @@ from awaken_trio import (
     UnknownRun,
 )
 from awaken_trio.store import MemoryStore
-
-from .worker_helpers import (
+from tests.worker.worker_helpers import (
     CANCELLED,
     LEASE,
     NATURAL,
@@ -39,6 +37,7 @@ from .worker_helpers import (
     terminal,
     until_state,
 )
+from tests.wrapped_stores import ParkingStore
 
 STOPPED = RunState.Ended(EndCause.Stopped("budget"))
 ENDINGS = {

@@ -19,8 +19,7 @@ from awaken_trio import (
     TicketMismatch,
 )
 from awaken_trio.store import MemoryStore
-
-from .worker_helpers import (
+from tests.worker.worker_helpers import (
     CANCELLED,
     NATURAL,
     POLL,

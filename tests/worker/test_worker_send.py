@@ -8,7 +8,6 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
-from wrapped_stores import ParkingStore
 
 from awaken_trio import (
     InvalidArgument,
@@ -22,8 +21,7 @@ from awaken_trio import (
     open_runtime,
 )
 from awaken_trio.store import MemoryStore
-
-from .worker_helpers import (
+from tests.worker.worker_helpers import (
     CANCELLED,
     LEASE,
     NATURAL,
@@ -41,6 +39,7 @@ from .worker_helpers import (
     terminal_event,
     until_state,
 )
+from tests.wrapped_stores import ParkingStore
 
 
 class Listener:

@@ -10,12 +10,10 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
-from wrapped_stores import FlakyStore
 
 from awaken_trio import InvalidArgument, RunContext, RunState, RuntimeClosed
 from awaken_trio.store import MemoryStore
-
-from .worker_helpers import (
+from tests.worker.worker_helpers import (
     LEASE,
     NATURAL,
     POLL,
@@ -27,6 +25,7 @@ from .worker_helpers import (
     shared_runtime,
     until_state,
 )
+from tests.wrapped_stores import FlakyStore
 
 
 async def noop(ctx: RunContext) -> object:

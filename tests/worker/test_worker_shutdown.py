@@ -10,8 +10,7 @@ import trio.testing
 
 from awaken_trio import RunContext, RunHandle, RunState
 from awaken_trio.store import MemoryStore
-
-from .worker_helpers import (
+from tests.worker.worker_helpers import (
     LEASE,
     NATURAL,
     POLL,

@@ -20,8 +20,7 @@ from awaken_trio import (
 )
 from awaken_trio.store import MemoryStore
 from awaken_trio.worker._cadence import IDLE_CEILING
-
-from .worker_helpers import (
+from tests.worker.worker_helpers import (
     CANCELLED,
     NATURAL,
     POLL,

@@ -20,8 +20,7 @@ from awaken_trio import (
     UnknownRun,
 )
 from awaken_trio.store import MemoryStore
-
-from .worker_helpers import (
+from tests.worker.worker_helpers import (
     NATURAL,
     POLL,
     history,

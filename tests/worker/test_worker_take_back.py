@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
-from wrapped_stores import DurableWrapper
 
 from awaken_trio import (
     EndCause,
@@ -23,8 +22,7 @@ from awaken_trio import (
     open_runtime,
 )
 from awaken_trio.store import MemoryStore
-
-from .worker_helpers import (
+from tests.worker.worker_helpers import (
     CANCELLED,
     NATURAL,
     Stall,
@@ -36,6 +34,7 @@ from .worker_helpers import (
     terminal,
     until_state,
 )
+from tests.wrapped_stores import DurableWrapper
 
 NOT_RESUMED = RunState.Ended(EndCause.Stopped("not resumed by parent"))
 

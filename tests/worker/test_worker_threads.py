@@ -7,8 +7,7 @@ import trio.testing
 
 from awaken_trio import RunContext, RunState
 from awaken_trio.store import MemoryStore
-
-from .worker_helpers import (
+from tests.worker.worker_helpers import (
     CANCELLED,
     NATURAL,
     POLL,

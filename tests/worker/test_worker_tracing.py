@@ -13,8 +13,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from awaken_trio import RunContext, RunState, Runtime, open_runtime
 from awaken_trio.store import MemoryStore
-
-from .worker_helpers import (
+from tests.worker.worker_helpers import (
     LEASE,
     NATURAL,
     POLL,

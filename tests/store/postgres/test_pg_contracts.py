@@ -11,7 +11,7 @@ import pytest
 import trio
 
 from awaken_trio.store import Store
-from awaken_trio.store._postgres import PostgresStore
+from awaken_trio.store.postgres._store import PostgresStore
 from awaken_trio.testing import DurableStoreContract, StoreContract
 
 

@@ -17,13 +17,13 @@ from typing import Any
 
 import psycopg
 import trio
-from commits import new_queued
 from psycopg._queries import PostgresQuery
 from psycopg.adapt import Transformer
 
-from awaken_trio.store._postgres import PostgresStore
-from awaken_trio.store._postgres_reads import Reads
-from awaken_trio.store._postgres_tx import Statements
+from awaken_trio.store.postgres._reads import Reads
+from awaken_trio.store.postgres._store import PostgresStore
+from awaken_trio.store.postgres._tx import Statements
+from tests.commits import new_queued
 
 RUNS = 3000
 

@@ -55,7 +55,7 @@ import attrs
 import psycopg
 from psycopg import sql
 
-from .._core import (
+from ..._core import (
     UNSET,
     CommandKind,
     Commit,
@@ -68,7 +68,7 @@ from .._core import (
     StateKind,
     wake_at,
 )
-from ._codec import (
+from .._codec import (
     NO_MESSAGES,
     RECORD_COLUMNS,
     TextCarried,
@@ -81,9 +81,9 @@ from ._codec import (
     load_ticket,
     record_of,
 )
-from ._postgres_listen import CONTROL
-from ._postgres_reads import StoreConnection
-from ._rules import NO_RESUME, ClaimRow, HeldResume, state_kind
+from .._rules import NO_RESUME, ClaimRow, HeldResume, state_kind
+from ._listen import CONTROL
+from ._reads import StoreConnection
 
 Conn = StoreConnection
 

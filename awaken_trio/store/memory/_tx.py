@@ -16,7 +16,7 @@ from typing import final
 
 import attrs
 
-from .._core import (
+from ..._core import (
     UNSET,
     CommandKind,
     Commit,
@@ -29,7 +29,7 @@ from .._core import (
     StoredCommand,
     wake_at,
 )
-from ._rules import (
+from .._rules import (
     KIND_OF,
     NO_RESUME,
     NOTHING_CARRIED,

@@ -9,14 +9,14 @@ import logging
 import psycopg
 import pytest
 import trio
-from commits import new_queued
-from pg_server import PgServer
 
 from awaken_trio import EndCause, JsonValue, RunContext, RunState, StoreError, open_runtime
 from awaken_trio.store import open_store
-from awaken_trio.store._postgres import PostgresStore
-from awaken_trio.store._postgres_reads import _SPARE_CURSORS, Reads, StoreConnection
-from awaken_trio.store._postgres_schema import LATEST
+from awaken_trio.store.postgres._reads import _SPARE_CURSORS, Reads, StoreConnection
+from awaken_trio.store.postgres._schema import LATEST
+from awaken_trio.store.postgres._store import PostgresStore
+from tests.commits import new_queued
+from tests.pg_server import PgServer
 
 DONE = RunState.Ended(EndCause.NaturalEnd())
 

@@ -38,9 +38,9 @@ import sqlite3
 from collections.abc import Collection
 from typing import Final, NamedTuple, final
 
-from ._codec import dump_json
-from ._rules import ClaimRow
-from ._sqlite_rows import ROW_COLUMNS, Row, row_of
+from .._codec import dump_json
+from .._rules import ClaimRow
+from ._rows import ROW_COLUMNS, Row, row_of
 
 LiveAttempts = dict[str, tuple[str, int]]
 """The runs on one thread whose attempt may be live: run id -> (root run id, attempt

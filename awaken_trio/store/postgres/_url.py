@@ -9,8 +9,8 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import attrs
 
-from .._core import InvalidArgument
-from ._url import redact_url
+from ..._core import InvalidArgument
+from .._url import redact_url
 
 SCHEMES: Final = ("postgresql://", "postgres://")
 DEFAULT_SCHEMA: Final = "awaken"

@@ -25,7 +25,7 @@ import psycopg
 import psycopg_pool
 import trio
 
-from .._core import (
+from ..._core import (
     Accepted,
     CheckpointAt,
     CommandKind,
@@ -43,13 +43,13 @@ from .._core import (
     StoredCommand,
     StoreError,
 )
-from . import _postgres_reads as reads
-from . import _rules as rules
-from ._postgres_listen import Listener, scrub
-from ._postgres_reads import CLIENT_ENCODING, StoreConnection
-from ._postgres_schema import open_schema
-from ._postgres_tx import PgTx, Statements, thread_locks, was_written
-from ._postgres_url import parse
+from .. import _rules as rules
+from . import _reads as reads
+from ._listen import Listener, scrub
+from ._reads import CLIENT_ENCODING, StoreConnection
+from ._schema import open_schema
+from ._tx import PgTx, Statements, thread_locks, was_written
+from ._url import parse
 
 T = TypeVar("T")
 Conn = StoreConnection

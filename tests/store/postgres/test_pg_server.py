@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import psycopg
 import pytest
-from pg_server import PgServer
+
+from tests.pg_server import PgServer
 
 
 def test_each_database_is_fresh_and_reachable_with_its_url(pg_server: PgServer) -> None:

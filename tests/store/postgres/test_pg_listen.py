@@ -15,14 +15,14 @@ from functools import partial
 import psycopg
 import pytest
 import trio
-from commits import new_queued
 
 from awaken_trio import EndCause, RunState
 from awaken_trio._core import HeardEnd
 from awaken_trio.store import Accepted, Claim, Commit, Expect, Fence, NewRun
-from awaken_trio.store import _postgres_listen as listen_module
-from awaken_trio.store import _postgres_tx as tx_module
-from awaken_trio.store._postgres import PostgresStore
+from awaken_trio.store.postgres import _listen as listen_module
+from awaken_trio.store.postgres import _tx as tx_module
+from awaken_trio.store.postgres._store import PostgresStore
+from tests.commits import new_queued
 
 
 @pytest.fixture

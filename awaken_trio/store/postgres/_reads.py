@@ -11,7 +11,7 @@ import attrs
 import psycopg
 from psycopg import sql
 
-from .._core import (
+from ..._core import (
     CheckpointAt,
     Ended,
     InvalidArgument,
@@ -20,8 +20,8 @@ from .._core import (
     RunState,
     StoredCommand,
 )
-from ._codec import RECORD_COLUMNS as RECORD_COLUMNS
-from ._codec import (
+from .._codec import RECORD_COLUMNS as RECORD_COLUMNS
+from .._codec import (
     event_of,
     load_json,
     load_raw,

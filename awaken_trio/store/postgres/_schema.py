@@ -22,7 +22,7 @@ from typing import Final
 import psycopg
 from psycopg import sql
 
-from .._core import StoreError
+from ..._core import StoreError
 
 APPLICATION: Final = "awaken_trio"
 

@@ -13,7 +13,7 @@ import trio
 from awaken_trio import EndCause, RunContext, RunState, Runtime, open_runtime
 from awaken_trio._core import HeardEnd
 from awaken_trio.store import ControlLook
-from awaken_trio.store._postgres import PostgresStore
+from awaken_trio.store.postgres._store import PostgresStore
 
 CANCELLED = RunState.Ended(EndCause.Cancelled())
 

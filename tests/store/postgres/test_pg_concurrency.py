@@ -14,7 +14,6 @@ from functools import partial
 import psycopg
 import pytest
 import trio
-from pg_server import lock_waiters
 
 from awaken_trio import EndCause, RunState
 from awaken_trio.store import (
@@ -28,8 +27,9 @@ from awaken_trio.store import (
     Rejected,
     RejectReason,
 )
-from awaken_trio.store._postgres import PostgresStore
-from awaken_trio.store._postgres_schema import LATEST, MIGRATIONS, open_schema
+from awaken_trio.store.postgres._schema import LATEST, MIGRATIONS, open_schema
+from awaken_trio.store.postgres._store import PostgresStore
+from tests.pg_server import lock_waiters
 
 LIVE = 3600.0
 WRITERS = 6
@@ -457,8 +457,8 @@ async def test_runs_queued_in_one_batch_take_their_places_in_its_order(
 
 def _reads_of(monkeypatch: pytest.MonkeyPatch, store: PostgresStore) -> list[list[bytes]]:
     """The row and claim reads of each write transaction ``store`` runs from now on."""
-    from awaken_trio.store._postgres_reads import StoreConnection
-    from awaken_trio.store._postgres_tx import PgTx
+    from awaken_trio.store.postgres._reads import StoreConnection
+    from awaken_trio.store.postgres._tx import PgTx
 
     statements = store._statements
     watched = {statements.rows: b"rows", statements.claims: b"claims"}

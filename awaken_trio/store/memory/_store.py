@@ -14,7 +14,7 @@ from typing import final
 import attrs
 import trio
 
-from .._core import (
+from ..._core import (
     CheckpointAt,
     CommandKind,
     Commit,
@@ -29,8 +29,8 @@ from .._core import (
     StateKind,
     StoredCommand,
 )
-from . import _rules as rules
-from ._memory_tx import Entry, MemoryTx
+from .. import _rules as rules
+from ._tx import Entry, MemoryTx
 
 
 @final

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from ._sqlite_tx import Transaction
+from ._tx import Transaction
 
 _DOOMED: Final = """
     CREATE TEMP TABLE IF NOT EXISTS awaken_doomed (run_id TEXT PRIMARY KEY) WITHOUT ROWID

@@ -12,12 +12,12 @@ from typing import Any, Final, final
 
 import attrs
 
-from .._core import (
+from ..._core import (
     RunRecord,
     RunState,
     StateKind,
 )
-from ._codec import RECORD_COLUMNS, load_state, record_of
+from .._codec import RECORD_COLUMNS, load_state, record_of
 
 NULL: Final = "null"
 

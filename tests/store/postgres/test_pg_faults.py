@@ -12,8 +12,6 @@ from typing import TypeVar
 import psycopg
 import pytest
 import trio
-from commits import new_queued
-from pg_server import PgServer, lock_waiters
 
 from awaken_trio import (
     EndCause,
@@ -24,9 +22,11 @@ from awaken_trio import (
     open_runtime,
 )
 from awaken_trio.store import Accepted
-from awaken_trio.store import _postgres_tx as tx_module
-from awaken_trio.store._postgres import PostgresStore
-from awaken_trio.store._postgres_listen import APPLICATION_NAME
+from awaken_trio.store.postgres import _tx as tx_module
+from awaken_trio.store.postgres._listen import APPLICATION_NAME
+from awaken_trio.store.postgres._store import PostgresStore
+from tests.commits import new_queued
+from tests.pg_server import PgServer, lock_waiters
 
 T = TypeVar("T")
 

@@ -17,9 +17,9 @@ from typing import Literal, TypeVar, final
 
 import attrs
 
-from .._core import StoreError
-from ._sqlite_cache import RunCache
-from ._sqlite_schema import (
+from ..._core import StoreError
+from ._cache import RunCache
+from ._schema import (
     Migration,
     inspect_before_opening,
     make_parent,
@@ -28,7 +28,7 @@ from ._sqlite_schema import (
     unusable,
     version_to_migrate,
 )
-from ._sqlite_tx import Transaction
+from ._tx import Transaction
 
 T = TypeVar("T")
 

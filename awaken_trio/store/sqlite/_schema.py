@@ -19,7 +19,7 @@ from typing import Final
 
 import attrs
 
-from .._core import StoreError
+from ..._core import StoreError
 
 APPLICATION: Final = "awaken_trio"
 APPLICATION_ID: Final = 0x41574B4E  # "AWKN": the header field SQLite reserves for this

@@ -10,7 +10,7 @@ import sqlite3
 from collections.abc import Collection
 from typing import Final
 
-from .._core import (
+from ..._core import (
     CheckpointAt,
     InvalidArgument,
     RunEvent,
@@ -18,7 +18,7 @@ from .._core import (
     RunState,
     StoredCommand,
 )
-from ._codec import (
+from .._codec import (
     RECORD_COLUMNS,
     dump_json,
     event_of,
@@ -27,7 +27,7 @@ from ._codec import (
     load_state,
     record_of,
 )
-from ._sqlite_rows import load_record
+from ._rows import load_record
 
 _EVENT_COLUMNS: Final = "seq, run_id, thread_id, generation, kind, state, detail, at"
 

@@ -16,7 +16,7 @@ from typing import TypeVar, final
 
 import trio
 
-from .._core import (
+from ..._core import (
     CheckpointAt,
     CommandKind,
     Commit,
@@ -33,14 +33,14 @@ from .._core import (
     StoreError,
     safe_repr,
 )
-from . import _rules as rules
-from . import _sqlite_reads as reads
-from . import _sqlite_schema as schema
-from ._sqlite_prune import prune
-from ._sqlite_session import Session, Synchronous
-from ._sqlite_thread import ResourceThread
-from ._sqlite_tx import Transaction
-from ._sqlite_watch import ChangeWatch, FileNotices, look_at
+from .. import _rules as rules
+from . import _reads as reads
+from . import _schema as schema
+from ._prune import prune
+from ._session import Session, Synchronous
+from ._thread import ResourceThread
+from ._tx import Transaction
+from ._watch import ChangeWatch, FileNotices, look_at
 
 T = TypeVar("T")
 

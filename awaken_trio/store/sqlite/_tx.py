@@ -36,7 +36,7 @@ from typing import Any, Final, final
 
 import attrs
 
-from .._core import (
+from ..._core import (
     UNSET,
     CommandKind,
     Commit,
@@ -48,7 +48,7 @@ from .._core import (
     RunState,
     wake_at,
 )
-from ._codec import (
+from .._codec import (
     ENDED,
     NO_MESSAGES,
     QUEUED,
@@ -60,10 +60,10 @@ from ._codec import (
     load_json,
     load_ticket,
 )
-from ._rules import NO_RESUME, NOTHING_CARRIED, Carried, ClaimRow, HeldResume, state_kind
-from ._sqlite_bulk import insert_rows, write_rows
-from ._sqlite_cache import Command, RunCache
-from ._sqlite_rows import NULL, UPDATABLE, Row, load_record
+from .._rules import NO_RESUME, NOTHING_CARRIED, Carried, ClaimRow, HeldResume, state_kind
+from ._bulk import insert_rows, write_rows
+from ._cache import Command, RunCache
+from ._rows import NULL, UPDATABLE, Row, load_record
 
 # Rows of NULLs pad a statement's rows to a power of two (see ``_sqlite_bulk``): inserts
 # skip them, and a NULL key matches nothing in an update or a delete.

@@ -29,8 +29,8 @@ from typing import Any, Final, final
 import psycopg
 from psycopg import sql
 
-from .._core import Ended, HeardEnd, safe_repr
-from ._codec import CodecError, state_from_json
+from ..._core import Ended, HeardEnd, safe_repr
+from .._codec import CodecError, state_from_json
 
 logger = logging.getLogger("awaken_trio.store")
 
