@@ -129,6 +129,8 @@ def test_variants_report_the_public_module_and_their_family(variant: type, qualn
         pytest.param(awaken_trio.Runtime, ["open_runtime"], id="Runtime"),
         pytest.param(awaken_trio.RunHandle, ["start", "resume"], id="RunHandle"),
         pytest.param(awaken_trio.EventStream, ["events"], id="EventStream"),
+        pytest.param(awaken_trio.StreamReader, ["read_stream"], id="StreamReader"),
+        pytest.param(awaken_trio.StreamWriter, ["ctx.stream"], id="StreamWriter"),
         # A body is handed its context: the message must say so.
         pytest.param(awaken_trio.RunContext, ["body"], id="RunContext"),
     ],

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from ._context import RunContext
     from ._observe import AttemptSpan
     from ._registry import GateWaiter
+    from ._streams import StreamOutbox
 
 Body = Callable[["RunContext"], Awaitable[Any]]
 
@@ -331,6 +332,8 @@ class Attempt:
     relayed: bool = attrs.field(default=False, init=False)
     # What the runtime's observer keeps for this attempt once it started (tracing on).
     span: AttemptSpan | None = attrs.field(default=None, init=False)
+    # The chunks its stream writers sent; made on the first ``ctx.stream()``.
+    streams: StreamOutbox | None = attrs.field(default=None, init=False)
 
     def request_end(self, request: EndRequest) -> None:
         """Cancel the attempt's scope as ``request`` says. The first request wins: a later

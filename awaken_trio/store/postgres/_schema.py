@@ -23,6 +23,7 @@ import psycopg
 from psycopg import sql
 
 from ..._core import StoreError
+from ._streams import to_v4 as streams_v4
 
 APPLICATION: Final = "awaken_trio"
 
@@ -169,7 +170,7 @@ def _to_v3(conn: psycopg.Connection[tuple[object, ...]], schema: sql.Identifier)
         conn.execute(sql.SQL(statement).format(s=schema))
 
 
-MIGRATIONS: Sequence[Migration] = (_create_v1, _to_v2, _to_v3)
+MIGRATIONS: Sequence[Migration] = (_create_v1, _to_v2, _to_v3, streams_v4)
 """The schema's history, oldest first: ``MIGRATIONS[i]`` takes a schema from version ``i``
 to ``i + 1``. Append, never edit."""
 

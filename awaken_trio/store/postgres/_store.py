@@ -42,9 +42,11 @@ from ..._core import (
     StateKind,
     StoredCommand,
     StoreError,
+    StreamPage,
 )
 from .. import _rules as rules
 from . import _reads as reads
+from . import _streams as streams
 from ._listen import Listener, scrub
 from ._reads import CLIENT_ENCODING, StoreConnection
 from ._schema import open_schema
@@ -153,6 +155,7 @@ class PostgresStore:
         self._looked_writes = -1
         self._reported = 0
         self._reconnects_seen = 0
+        self._on_stream: Callable[[], None] | None = None
 
     def __repr__(self) -> str:
         t = self._target
@@ -497,6 +500,16 @@ class PostgresStore:
     async def load(self, run_id: str) -> RunRecord | None:
         return await self._read(lambda c, r: reads.load(c, r, run_id), f"run {run_id!r}")
 
+    async def read_chunks(
+        self, run_id: str, channel: str, after: int, limit: int
+    ) -> StreamPage | None:
+        """A page of ``run_id``'s ``channel`` after offset ``after`` (`StreamingStore`)."""
+        q = self._statements.streams
+        return await self._read(
+            lambda c, r: streams.read_chunks(c, q, run_id, channel, after, limit),
+            f"stream {channel!r} of run {run_id!r}",
+        )
+
     async def checkpoint_at(self, run_id: str, seq: int | None) -> CheckpointAt | None:
         return await self._read(
             lambda c, r: reads.checkpoint_at(c, r, run_id, seq), f"a checkpoint of {run_id!r}"
@@ -655,7 +668,17 @@ class PostgresStore:
         if self._listener is None:
             t = self._target
             self._listener = Listener(t.conninfo, self._channel, self._sender, t.shown)
+            self._listener.on_stream = self._on_stream
         return True
+
+    def notice_streams(self, wake: Callable[[], None] | None) -> None:
+        """Have ``wake`` called (from the listener's thread, so it must be thread-safe)
+        whenever the listener hears that another runtime's commit wrote stream chunks,
+        whatever the relay is waiting for; None stops it. Heard only while a wait
+        (`wait_for_change`, `wait_for_control`) reads the notices."""
+        self._on_stream = wake
+        if self._listener is not None:
+            self._listener.on_stream = wake
 
     def heard_ends(self) -> list[HeardEnd]:
         """The ends other runtimes committed against attempts still marked live, as their
@@ -749,7 +772,8 @@ def _prune(conn: Conn, schema: Any, ended_before: float, dry_run: bool) -> int:
     ).format(s=schema)
     ids = [r for (r,) in conn.execute(doomed, (ended_before,)).fetchall()]
     if ids and not dry_run:
-        for table in ("events", "tickets", "inbox", "claims", "checkpoints", "runs"):
+        tables = ("events", "tickets", "inbox", "claims", "checkpoints", "stream_chunks", "runs")
+        for table in tables:
             conn.execute(
                 sql.SQL("DELETE FROM {s}.{t} WHERE run_id = ANY(%b)").format(
                     s=schema, t=sql.Identifier(table)

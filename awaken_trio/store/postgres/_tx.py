@@ -57,6 +57,7 @@ from psycopg import sql
 
 from ..._core import (
     UNSET,
+    ChunkKind,
     CommandKind,
     Commit,
     Ended,
@@ -81,9 +82,10 @@ from .._codec import (
     load_ticket,
     record_of,
 )
-from .._rules import NO_RESUME, ClaimRow, HeldResume, state_kind
-from ._listen import CONTROL
+from .._rules import NO_RESUME, ClaimRow, HeldResume, StreamHead, state_kind
+from ._listen import CONTROL, STREAM
 from ._reads import StoreConnection
+from ._streams import PgStreamWrites, StreamStatements
 
 Conn = StoreConnection
 
@@ -175,6 +177,7 @@ class Statements:
     seal: bytes
     forget_written: bytes
     was_written: bytes
+    streams: StreamStatements
 
     @classmethod
     def of(cls, schema: str) -> Statements:
@@ -309,6 +312,7 @@ class Statements:
             ),
             forget_written=q("DELETE FROM {s}.written WHERE at < now() - interval '1 day'"),
             was_written=q("SELECT seq_base, writes FROM {s}.written WHERE token = %s"),
+            streams=StreamStatements.of(schema),
         )
 
 
@@ -343,6 +347,9 @@ class PgTx:
         self.wrote = False
         self.controls = False
         """Whether the transaction stored a command (its NOTIFY says so: `CONTROL`)."""
+        self.streamed = False
+        """Whether the transaction wrote stream chunks (its NOTIFY says so: `STREAM`)."""
+        self._streams = PgStreamWrites(statements.streams)
         self._ended: list[PgRow] = []  # rows it wrote Ended
         self._rows: dict[str, PgRow | None] = {}
         self._claims: dict[str, ClaimRow | None] = {}
@@ -441,7 +448,10 @@ class PgTx:
             "token": self.token,
             "channel": self._channel,
             # A transaction that stored a command or ended a live attempt controls a run.
-            "sender": f"{self._sender}{CONTROL}" if self.controls or live else self._sender,
+            "sender": (
+                f"{self._sender}{STREAM if self.streamed else ''}"
+                f"{CONTROL if self.controls or live else ''}"
+            ),
             "ends": _announced(live),
         }
 
@@ -462,6 +472,7 @@ class PgTx:
         guarded: set[str] = set()
         ending: list[str] = []
         parents: list[str] = []
+        streaming: list[str] = []
         for commit in batch:
             run_ids.add(commit.run_id)
             if commit.end_descendants is not None and commit.run_id not in self._children:
@@ -477,6 +488,9 @@ class PgTx:
                     guarded.add(commit.run_id)
             if isinstance(commit.state, Ended):
                 ending.append(commit.run_id)
+                streaming.append(commit.run_id)  # (its "end" chunks)
+            elif commit.chunks:
+                streaming.append(commit.run_id)
         run_ids -= self._rows.keys()
         claim_ids -= self._claims.keys()
         self._read(
@@ -486,6 +500,7 @@ class PgTx:
             guarded,
             [run_id for run_id in ending if run_id not in self._commands],
             parents,
+            self._streams.missing(dict.fromkeys(streaming)),
         )
 
     def _read(
@@ -496,16 +511,18 @@ class PgTx:
         guarded: Collection[str] = (),
         ending: Collection[str] = (),
         parents: Collection[str] = (),
+        streaming: list[str] | None = None,
     ) -> None:
         """Read rows, claims, the live attempts on threads (those named, and those of the
-        runs in ``guarded``) with their roots' claims, the commands of ``ending`` and the
-        children of ``parents``, in as few round trips as the dependencies allow."""
+        runs in ``guarded``) with their roots' claims, the commands of ``ending``, the
+        children of ``parents`` and the stream heads of ``streaming``, in as few round trips
+        as the dependencies allow."""
         conn = self.conn
         rows = self._rows
         # Threads named up front (new runs') are read in the same round trip, after the
         # rows, as a later read of them would be (locks in one order).
         known = [thread_id for thread_id in threads if thread_id not in self._threads]
-        if run_ids or claim_ids or ending or known or parents:
+        if run_ids or claim_ids or ending or known or parents or streaming:
             # Claims before rows, as in every transaction (the module's docstring); the
             # commands after the rows, which a command's post locks first. All are queued
             # before the first fetch, which brings every result back in one round trip.
@@ -517,6 +534,8 @@ class PgTx:
             # After the rows, which lock the parents: a child is read as `children` would
             # read it later in the transaction (this transaction's own are added as made).
             c_children = conn.execute(self.q.children_of, (list(parents),)) if parents else None
+            # After the rows too: a run's heads are read once its row is locked.
+            c_heads = self._streams.read(conn, streaming) if streaming else None
             if c_rows is not None:
                 for run_id in run_ids:
                     rows[run_id] = None
@@ -537,6 +556,9 @@ class PgTx:
                     children[parent].append(child)
             if c_live is not None:
                 self._take_live(c_live)
+            if c_heads is not None:
+                assert streaming is not None
+                self._streams.take(streaming, c_heads)
         wanted: set[str] = set()
         for run_id in guarded:
             row = rows.get(run_id)
@@ -666,6 +688,10 @@ class PgTx:
         found = self.conn.execute(self.q.record, (run_id,)).fetchone()
         assert found is not None
         return record_of(found)
+
+    def stream_heads(self, run_id: str) -> Mapping[str, StreamHead]:
+        # (The run's row is locked: every rule that streams or ends a run reads it first.)
+        return self._streams.heads(self.conn, run_id)
 
     # ------------------------------------------------------------------ writing
 
@@ -829,6 +855,25 @@ class PgTx:
         self.wrote = True
         return number
 
+    def append_chunks(
+        self,
+        run_id: str,
+        channel: str,
+        first: int,
+        generation: int,
+        kind: ChunkKind,
+        values: Sequence[JsonValue],
+        at: float,
+        keep: bool,
+    ) -> None:
+        self._streams.append(run_id, channel, first, generation, kind, values, at, keep)
+        self.wrote = True
+        self.streamed = True
+
+    def drop_chunks(self, run_id: str, channel: str, before: int) -> None:
+        self._streams.drop(run_id, channel, before)
+        self.wrote = True
+
     # ------------------------------------------------------------------ flushing
 
     @staticmethod
@@ -848,6 +893,7 @@ class PgTx:
             or self._delivered
             or self._consumed
             or self._dropped
+            or self._streams.queued
         ):
             return
         q = self.q
@@ -935,6 +981,7 @@ class PgTx:
         if self._dropped:
             conn.execute(q.drop_commands, (self._dropped,))
             self._dropped = []
+        self._streams.flush(conn)
 
 
 def was_written(conn: Conn, statements: Statements, token: uuid.UUID) -> tuple[int, int] | None:

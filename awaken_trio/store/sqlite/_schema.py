@@ -20,6 +20,7 @@ from typing import Final
 import attrs
 
 from ..._core import StoreError
+from ._streams import create_v5 as create_streams_v5
 
 APPLICATION: Final = "awaken_trio"
 APPLICATION_ID: Final = 0x41574B4E  # "AWKN": the header field SQLite reserves for this
@@ -164,6 +165,7 @@ MIGRATIONS: Sequence[Migration] = (
     _inbox_delivered_v2,
     _fork_v3,
     _queue_by_age_v4,
+    create_streams_v5,
 )
 """The schema's history, oldest first: ``MIGRATIONS[i]`` takes a file from version ``i`` to
 ``i + 1``. Append, never edit: a released file may be at any version."""

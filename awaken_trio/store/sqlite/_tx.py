@@ -38,6 +38,7 @@ import attrs
 
 from ..._core import (
     UNSET,
+    ChunkKind,
     CommandKind,
     Commit,
     Ended,
@@ -60,10 +61,19 @@ from .._codec import (
     load_json,
     load_ticket,
 )
-from .._rules import NO_RESUME, NOTHING_CARRIED, Carried, ClaimRow, HeldResume, state_kind
+from .._rules import (
+    NO_RESUME,
+    NOTHING_CARRIED,
+    Carried,
+    ClaimRow,
+    HeldResume,
+    StreamHead,
+    state_kind,
+)
 from ._bulk import insert_rows, write_rows
 from ._cache import Command, RunCache
 from ._rows import NULL, UPDATABLE, Row, load_record
+from ._streams import StreamWrites
 
 # Rows of NULLs pad a statement's rows to a power of two (see ``_sqlite_bulk``): inserts
 # skip them, and a NULL key matches nothing in an update or a delete.
@@ -163,6 +173,7 @@ class Transaction:
         # (JSON texts), written after their insert.
         self._forks: dict[str, list[str]] = {}
         self._history: list[tuple[str, int, str]] = []  # `_INSERT_CHECKPOINTS` rows
+        self._streams = StreamWrites()
 
     # ------------------------------------------------------------------ reading
 
@@ -193,6 +204,11 @@ class Transaction:
         is queued; one read, unless the cache was dropped or a guarded run's thread was
         unknown until its row was read."""
         ending = [commit.run_id for commit in batch if isinstance(commit.state, Ended)]
+        # The streams of runs a commit writes chunks on or ends (its "end" chunks).
+        streaming = [commit.run_id for commit in batch if commit.chunks]
+        if ending or streaming:
+            self.begin()
+            self._streams.prefetch(self.conn, [*ending, *streaming])
         while True:
             run_ids, thread_ids, claim_ids = self._missing(batch)
             if self._begun and not (run_ids or thread_ids or claim_ids or ending):
@@ -332,6 +348,9 @@ class Transaction:
         record = load_record(self.conn, run_id)
         assert record is not None
         return record
+
+    def stream_heads(self, run_id: str) -> Mapping[str, StreamHead]:
+        return self._streams.heads(self.conn, run_id)
 
     # ------------------------------------------------------------------ writing
 
@@ -505,6 +524,22 @@ class Transaction:
         )
         return seq
 
+    def append_chunks(
+        self,
+        run_id: str,
+        channel: str,
+        first: int,
+        generation: int,
+        kind: ChunkKind,
+        values: Sequence[JsonValue],
+        at: float,
+        keep: bool,
+    ) -> None:
+        self._streams.append(run_id, channel, first, generation, kind, values, at, keep)
+
+    def drop_chunks(self, run_id: str, channel: str, before: int) -> None:
+        self._streams.drop(run_id, channel, before)
+
     def end(self) -> None:
         """Flush, and forget what only the runs that ended in this transaction needed: a
         commit for an ended run is rare (it is refused), so the cache keeps the runs that
@@ -562,6 +597,7 @@ class Transaction:
         if self._dropped:
             write_rows(conn, _DROP_COMMANDS_OF_RUNS, 1, self._dropped)
             self._dropped.clear()
+        self._streams.flush(conn)
 
     def _flush_inserts(self) -> None:
         values: list[Any] = []
