@@ -138,6 +138,7 @@ from ._streams import check_channel as check_channel
 from ._supervisor import Clock as Clock
 from ._supervisor import Supervisor as Supervisor
 from ._supervisor import VerifierFactory as VerifierFactory
+from ._util import NoPublicConstructor as NoPublicConstructor
 from ._util import fixup_module_metadata as fixup_module_metadata
 from ._util import safe_repr as safe_repr
 from ._validate import check_body as check_body

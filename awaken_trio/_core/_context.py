@@ -300,7 +300,7 @@ class RunContext(metaclass=NoPublicConstructor):
 
         `StreamWriter.send` never waits for the store: chunks are written with the
         attempt's commits, fenced like them (an attempt that lost its run writes none),
-        within `FLUSH_INTERVAL` seconds, and what the writer holds when the attempt ends
+        within 50 ms of being sent, and what the writer holds when the attempt ends
         is written with its end. Offsets count 1, 2, ... across the run's attempts: the
         first chunk a later attempt writes on the channel comes after a ``"reset"`` chunk,
         and the run's end adds an ``"end"`` chunk.

@@ -14,6 +14,7 @@ from ._control import Control
 from ._errors import (
     InvalidArgument,
     RuntimeClosed,
+    UnknownRun,
 )
 from ._events import EventStream
 from ._handle import RunHandle
@@ -30,6 +31,7 @@ from ._storage import (
     STATE_KINDS,
     StateKind,
     StreamingStore,
+    read_store,
 )
 from ._streams import StreamReader, check_channel
 from ._supervisor import Supervisor
@@ -544,16 +546,35 @@ class Runtime(metaclass=NoPublicConstructor):
             raise InvalidArgument(
                 f"read_stream() of run {run_id!r}: follow must be a bool, not {safe_repr(follow)}"
             )
-        store = self._kernel.store
-        if not isinstance(store, StreamingStore):
-            raise InvalidArgument(
-                f"read_stream() of run {run_id!r}: the store {safe_repr(store)} keeps no"
-                " streams (it has no read_chunks()); the memory, SQLite and PostgreSQL"
-                " stores do"
-            )
+        store = self._streaming_store(f"read_stream() of run {run_id!r}")
         return StreamReader._create(
             self._kernel, store, run_id, channel, after=after, follow=follow
         )
+
+    async def stream_channels(self, run_id: str) -> list[str]:
+        """The channels of ``run_id``'s stream it has written so far, in the order of their
+        first kept chunk (a channel whose chunks were not kept counts from its end chunk).
+
+        Raises:
+            UnknownRun: the store does not hold the run.
+            InvalidArgument: the store keeps no streams.
+        """
+        self._in_own_run()
+        check_id(run_id, "run_id")
+        store = self._streaming_store(f"stream_channels() of run {run_id!r}")
+        found = await read_store(store.stream_channels(run_id), f"the streams of run {run_id!r}")
+        if found is None:
+            raise UnknownRun(run_id)
+        return found
+
+    def _streaming_store(self, what: str) -> StreamingStore:
+        store = self._kernel.store
+        if not isinstance(store, StreamingStore):
+            raise InvalidArgument(
+                f"{what}: the store {safe_repr(store)} keeps no streams (it is not a"
+                " StreamingStore); the memory, SQLite and PostgreSQL stores do"
+            )
+        return store
 
     def statistics(self) -> RuntimeStatistics:
         """Counts of what this runtime holds right now (attempts, queued runs, busy threads, the

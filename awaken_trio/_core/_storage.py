@@ -581,6 +581,11 @@ class StreamingStore(Store, Protocol):
         most ``limit`` (`StreamPage`); None when the store does not hold the run."""
         ...
 
+    async def stream_channels(self, run_id: str) -> list[str] | None:
+        """The channels ``run_id`` has written, in the order of their first kept chunk
+        (then by name); None when the store does not hold the run."""
+        ...
+
 
 @final
 @attrs.frozen

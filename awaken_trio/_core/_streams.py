@@ -137,8 +137,8 @@ class StreamWriter(metaclass=NoPublicConstructor):
 
     def send(self, chunk: JsonValue) -> None:
         """Send ``chunk`` (a JSON value: a str for a token) on the channel. Sync: it is
-        buffered, and written with the attempt's commits within `FLUSH_INTERVAL` seconds
-        (or by `flush`), at the channel's next offset.
+        buffered, and written with the attempt's commits within 50 ms (or by `flush`), at
+        the channel's next offset.
 
         Raises:
             InvalidPayload: ``chunk`` is not a JSON value, or its JSON text is longer than

@@ -310,6 +310,19 @@ class StreamStoreContract:
         page = await _page(store, "r1", "output", after=50)
         assert page.chunks == ()
 
+    async def test_a_runs_channels_are_listed_in_the_order_they_were_first_written(
+        self, store: StreamingStore
+    ) -> None:
+        assert await store.stream_channels("ghost") is None
+        await _accepted(store, _create("r1"))
+        assert await store.stream_channels("r1") == []
+        await _accepted(
+            store,
+            _chunks("r1", _draft("zeta", 1), _draft("alpha", 2), at=2.0),
+            _chunks("r1", _draft("middle", 3), _draft("zeta", 4), at=3.0),
+        )
+        assert await store.stream_channels("r1") == ["alpha", "zeta", "middle"]
+
     async def test_an_unknown_run_has_no_page(self, store: StreamingStore) -> None:
         assert await store.read_chunks("ghost", "output", 0, 10) is None
         await _accepted(store, _create("r1"))

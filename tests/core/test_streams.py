@@ -702,6 +702,9 @@ class _Streaming(WrappedStore):
     ) -> StreamPage | None:
         return await self.inner.read_chunks(run_id, channel, after, limit)
 
+    async def stream_channels(self, run_id: str) -> list[str] | None:
+        return await self.inner.stream_channels(run_id)
+
 
 @pytest.fixture
 async def streaming() -> AsyncIterator[tuple[_Streaming, Runtime]]:
@@ -791,3 +794,31 @@ async def test_a_cancel_while_flush_waits_leaves_the_chunks_to_land(
     store.release.set()
     assert await settle(handle) == CANCELLED
     assert seen(await chunks_of(runtime, "r1")) == [(1, 1, "data", "a"), (2, 1, "end", None)]
+
+
+async def test_stream_channels_lists_what_a_run_wrote(runtime: Runtime) -> None:
+    async def body(ctx: RunContext) -> object:
+        ctx.stream("b").send(1)
+        await ctx.stream("b").flush()
+        ctx.stream("a").send(2)
+        return None
+
+    with pytest.raises(UnknownRun):
+        await runtime.stream_channels("ghost")
+    with pytest.raises(InvalidArgument):
+        await runtime.stream_channels("")
+    handle = await runtime.start(body, run_id="r1")
+    await settle(handle)
+    assert await runtime.stream_channels("r1") == ["b", "a"]
+
+    async def quiet(ctx: RunContext) -> object:
+        return None
+
+    await runtime.execute(quiet, run_id="quiet")
+    assert await runtime.stream_channels("quiet") == []
+
+
+async def test_stream_channels_on_a_store_that_keeps_no_streams_is_refused() -> None:
+    async with open_runtime(_NoStreams()) as runtime:
+        with pytest.raises(InvalidArgument, match="keeps no streams"):
+            await runtime.stream_channels("r1")

@@ -215,7 +215,27 @@ async def tree(ctx: RunContext) -> JsonValue:
     }
 
 
+async def streamer(ctx: RunContext) -> JsonValue:
+    """``input = {"count": n, "delay": seconds, "channel": name}``: sends n chunks
+    ``"<generation>:<i>"`` on its stream, each flushed (committed) before the next, then
+    ends. A new attempt sends all of them again, after the reset the store puts first.
+    With ``"loud": true`` it says ``enter`` and, after each flush, ``sent <run> <gen> <i>``."""
+    spec = ctx.input or {}
+    out = ctx.stream(spec.get("channel", "output"))
+    count = spec.get("count", 10)
+    if spec.get("loud"):
+        _say("enter", ctx)
+    for i in range(count):
+        out.send(f"{ctx.generation}:{i}")
+        await out.flush()
+        if spec.get("loud"):
+            _say("sent", ctx, i)
+        await trio.sleep(spec.get("delay", 0.01))
+    return {"sent": count, "generation": ctx.generation}
+
+
 BODIES: dict[str, Body] = {
+    "streamer": streamer,
     "tree": tree,
     "stepper": stepper,
     "parker": parker,

@@ -92,18 +92,24 @@ async def test_an_end_committed_elsewhere_fences_the_writer_off(
         assert len(got) > 5
 
 
-async def test_a_recovered_attempts_chunks_come_after_a_reset(
+async def test_a_recovered_attempts_chunks_come_after_a_reset_and_the_lost_one_writes_none(
     shared_store: MemoryStore, autojump_clock: trio.testing.MockClock
 ) -> None:
     started = trio.Event()
     finish = trio.Event()
 
     async def in_a(ctx: RunContext) -> object:
+        # Goes on sending while its claim lapses: what it sends once it is fenced off is
+        # dropped, and it stops.
         out = ctx.stream()
-        out.send("a-partial")
-        await out.flush()
-        started.set()
-        await trio.sleep_forever()
+        i = 0
+        while True:
+            out.send(f"a-{i}")
+            i += 1
+            if i == 3:
+                await out.flush()
+                started.set()
+            await trio.sleep(0.1)
 
     async def in_b(ctx: RunContext) -> object:
         out = ctx.stream()
@@ -120,17 +126,20 @@ async def test_a_recovered_attempts_chunks_come_after_a_reset(
         with Stall(a):
             async with serving(b):
                 await past_lease()
-                await until_state(
-                    b, "r1", lambda s: isinstance(s, RunState.Running) and s.generation == 2
-                )
+                await until_state(b, "r1", lambda s: s == RunState.Running(2))
+                await trio.sleep(1)  # the lost attempt would have sent ten more by now
                 finish.set()
                 await until_state(b, "r1", is_ended)
-        assert seen(await chunks_of(b, "r1")) == [
-            (1, 1, "data", "a-partial"),
-            (2, 2, "reset", None),
-            (3, 2, "data", "b-2"),
-            (4, 2, "end", None),
+        assert a.active_attempt_run_id("r1") is None  # the lost attempt stopped
+        got = seen(await chunks_of(b, "r1"))
+        reset = next(i for i, c in enumerate(got) if c[2] == "reset")
+        assert got[reset:] == [
+            (reset + 1, 2, "reset", None),
+            (reset + 2, 2, "data", "b-2"),
+            (reset + 3, 2, "end", None),
         ]
+        assert [c[3] for c in got[:reset]] == [f"a-{i}" for i in range(reset)]
+        assert reset >= 3
 
 
 async def test_a_run_that_can_never_run_again_ends_its_stream(

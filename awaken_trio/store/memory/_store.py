@@ -167,6 +167,15 @@ class MemoryStore:
                 break
         return StreamPage(tuple(chunks), found.head.last, ended)
 
+    async def stream_channels(self, run_id: str) -> list[str] | None:
+        """The channels ``run_id`` has written (`StreamingStore`)."""
+        await trio.lowlevel.checkpoint()
+        tx = self._tx
+        if run_id not in tx.rows:
+            return None
+        channels = tx.streams.get(run_id, {})
+        return sorted(channels, key=lambda name: (channels[name].segments[0][5], name))
+
     async def checkpoint_at(self, run_id: str, seq: int | None) -> CheckpointAt | None:
         """The checkpoint ``run_id`` had committed as of its event ``seq`` (`ForkingStore`)."""
         await trio.lowlevel.checkpoint()

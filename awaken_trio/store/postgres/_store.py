@@ -510,6 +510,13 @@ class PostgresStore:
             f"stream {channel!r} of run {run_id!r}",
         )
 
+    async def stream_channels(self, run_id: str) -> list[str] | None:
+        """The channels ``run_id`` has written (`StreamingStore`)."""
+        q = self._statements.streams
+        return await self._read(
+            lambda c, r: streams.stream_channels(c, q, run_id), f"the streams of run {run_id!r}"
+        )
+
     async def checkpoint_at(self, run_id: str, seq: int | None) -> CheckpointAt | None:
         return await self._read(
             lambda c, r: reads.checkpoint_at(c, r, run_id, seq), f"a checkpoint of {run_id!r}"

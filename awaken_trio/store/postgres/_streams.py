@@ -61,6 +61,7 @@ class StreamStatements:
     page: bytes
     first_after: bytes
     last: bytes
+    channels: bytes
 
     @classmethod
     def of(cls, schema: str) -> StreamStatements:
@@ -102,6 +103,10 @@ class StreamStatements:
             ),
             last=q(
                 "SELECT max(last_offset) FROM {s}.stream_chunks WHERE run_id = %s AND channel = %s"
+            ),
+            channels=q(
+                "SELECT channel FROM {s}.stream_chunks WHERE run_id = %s GROUP BY channel"
+                " ORDER BY min(at), channel"
             ),
         )
 
@@ -172,6 +177,16 @@ class PgStreamWrites:
             drops = self._drops
             conn.execute(self.q.drop, tuple([row[i] for row in drops] for i in range(3)))
             self._drops = []
+
+
+def stream_channels(conn: Conn, q: StreamStatements, run_id: str) -> list[str] | None:
+    """The channels the run has written: the run first, then its chunks."""
+    with conn.pipeline():
+        c_kind = conn.execute(q.kind, (run_id,))
+        c_channels = conn.execute(q.channels, (run_id,))
+    if c_kind.fetchone() is None:
+        return None
+    return [str(channel) for (channel,) in c_channels.fetchall()]
 
 
 def read_chunks(

@@ -236,6 +236,10 @@ class SQLiteStore:
             lambda conn: streams.read_chunks(conn, run_id, channel, after, limit)
         )
 
+    async def stream_channels(self, run_id: str) -> list[str] | None:
+        """The channels ``run_id`` has written (`StreamingStore`)."""
+        return await self._read(lambda conn: streams.stream_channels(conn, run_id))
+
     async def checkpoint_at(self, run_id: str, seq: int | None) -> CheckpointAt | None:
         """The checkpoint as of the run's event ``seq`` (`ForkingStore.checkpoint_at`)."""
         return await self._read(lambda conn: reads.checkpoint_at(conn, run_id, seq))

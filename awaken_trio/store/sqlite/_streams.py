@@ -34,6 +34,9 @@ _PAGE: Final = (
     " WHERE run_id = ? AND channel = ? AND last_offset > ? ORDER BY last_offset"
 )
 _LAST: Final = "SELECT MAX(last_offset) FROM stream_chunks WHERE run_id = ? AND channel = ?"
+_CHANNELS: Final = (
+    "SELECT channel FROM stream_chunks WHERE run_id = ? GROUP BY channel ORDER BY MIN(at), channel"
+)
 
 
 def create_v5(conn: sqlite3.Connection) -> None:
@@ -115,6 +118,13 @@ class StreamWrites:
         if self._drops:
             conn.executemany(_DROP, self._drops)
             self._drops.clear()
+
+
+def stream_channels(conn: sqlite3.Connection, run_id: str) -> list[str] | None:
+    """The channels the run has written (inside the read's one snapshot)."""
+    if conn.execute("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)).fetchone() is None:
+        return None
+    return [channel for (channel,) in conn.execute(_CHANNELS, (run_id,))]
 
 
 def read_chunks(
