@@ -135,6 +135,7 @@ from ._stored import StoredCommandLoads as StoredCommandLoads
 from ._streams import StreamReader as StreamReader
 from ._streams import StreamWriter as StreamWriter
 from ._streams import check_channel as check_channel
+from ._streams import check_read as check_read
 from ._supervisor import Clock as Clock
 from ._supervisor import Supervisor as Supervisor
 from ._supervisor import VerifierFactory as VerifierFactory

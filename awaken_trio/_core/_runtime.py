@@ -33,7 +33,7 @@ from ._storage import (
     StreamingStore,
     read_store,
 )
-from ._streams import StreamReader, check_channel
+from ._streams import StreamReader, check_read
 from ._supervisor import Supervisor
 from ._util import NoPublicConstructor, safe_repr
 from ._validate import check_body, check_id
@@ -536,16 +536,7 @@ class Runtime(metaclass=NoPublicConstructor):
         """
         self._in_own_run()
         check_id(run_id, "run_id")
-        check_channel(channel, f"read_stream() of run {run_id!r}")
-        if type(after) is not int or after < 0:
-            raise InvalidArgument(
-                f"read_stream() of run {run_id!r}: after must be the offset of a chunk, an"
-                f" int >= 0 (0: from the first), not {safe_repr(after)}"
-            )
-        if type(follow) is not bool:
-            raise InvalidArgument(
-                f"read_stream() of run {run_id!r}: follow must be a bool, not {safe_repr(follow)}"
-            )
+        check_read(run_id, channel, after, follow)
         store = self._streaming_store(f"read_stream() of run {run_id!r}")
         return StreamReader._create(
             self._kernel, store, run_id, channel, after=after, follow=follow

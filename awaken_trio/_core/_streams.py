@@ -78,6 +78,19 @@ def check_channel(channel: object, what: str) -> str:
     return channel
 
 
+def check_read(run_id: str, channel: object, after: object, follow: object) -> None:
+    """`Runtime.read_stream`'s arguments (the run id is checked apart)."""
+    what = f"read_stream() of run {run_id!r}"
+    check_channel(channel, what)
+    if type(after) is not int or after < 0:
+        raise InvalidArgument(
+            f"{what}: after must be the offset of a chunk, an int >= 0 (0: from the first),"
+            f" not {safe_repr(after)}"
+        )
+    if type(follow) is not bool:
+        raise InvalidArgument(f"{what}: follow must be a bool, not {safe_repr(follow)}")
+
+
 def _size(value: JsonValue, limit: int) -> int:
     """About how many bytes of JSON text a checked chunk takes (at most ``limit``)."""
     if type(value) is str:

@@ -20,10 +20,11 @@ from .._core import (
     RunState,
     Store,
     StreamChunk,
+    check_read,
 )
 from . import _operations as ops
 from ._portal import ClientMisuse, Operation, RuntimeThread
-from ._streams import AsyncChunkIterator, check_stream, stream_page
+from ._streams import AsyncChunkIterator, stream_page
 
 T = TypeVar("T")
 
@@ -262,7 +263,7 @@ class AsyncClient:
         Raises:
             InvalidArgument: a bad channel, ``after`` or ``follow`` (at the call).
         """
-        check_stream(run_id, channel, after, follow)
+        check_read(run_id, channel, after, follow)
 
         async def fetch(since: int) -> list[StreamChunk]:
             return await self._run(

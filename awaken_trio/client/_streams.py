@@ -13,32 +13,10 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Final, final
 
-from .._core import (
-    InvalidArgument,
-    NoPublicConstructor,
-    Runtime,
-    StreamChunk,
-    check_channel,
-    safe_repr,
-)
+from .._core import NoPublicConstructor, Runtime, StreamChunk
 
 PAGE: Final = 1000
 """The most chunks one call hands over."""
-
-
-def check_stream(run_id: str, channel: str, after: int, follow: bool) -> None:
-    """``read_stream``'s arguments, refused before any hand-off (the runtime checks the run
-    id and the store)."""
-    check_channel(channel, f"read_stream() of run {run_id!r}")
-    if type(after) is not int or after < 0:
-        raise InvalidArgument(
-            f"read_stream() of run {run_id!r}: after must be the offset of a chunk, an int"
-            f" >= 0 (0: from the first), not {safe_repr(after)}"
-        )
-    if type(follow) is not bool:
-        raise InvalidArgument(
-            f"read_stream() of run {run_id!r}: follow must be a bool, not {safe_repr(follow)}"
-        )
 
 
 async def stream_page(

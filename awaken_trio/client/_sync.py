@@ -18,10 +18,11 @@ from .._core import (
     RunState,
     Store,
     StreamChunk,
+    check_read,
 )
 from . import _operations as ops
 from ._portal import Operation, RuntimeThread
-from ._streams import ChunkIterator, check_stream, stream_page
+from ._streams import ChunkIterator, stream_page
 
 T = TypeVar("T")
 
@@ -215,7 +216,7 @@ class Client:
         Raises:
             InvalidArgument: a bad channel, ``after`` or ``follow`` (at the call).
         """
-        check_stream(run_id, channel, after, follow)
+        check_read(run_id, channel, after, follow)
 
         def fetch(since: int) -> list[StreamChunk]:
             return self._run(

@@ -159,10 +159,13 @@ class MemoryStore:
         start = bisect.bisect_right(segments, after, key=_last_offset)
         chunks: list[StreamChunk] = []
         for first, _, generation, kind, values, at in segments[start:]:
+            # (The values are frozen already: each chunk is cut from them as they are.)
             skip = max(after + 1 - first, 0)
             wanted = values[skip : skip + limit - len(chunks)]
-            for offset, value in enumerate(wanted, first + skip):
-                chunks.append(StreamChunk(offset, generation, kind, value, at))
+            chunks.extend(
+                StreamChunk(offset, generation, kind, value, at)
+                for offset, value in enumerate(wanted, first + skip)
+            )
             if len(chunks) >= limit:
                 break
         return StreamPage(tuple(chunks), found.head.last, ended)

@@ -3,24 +3,24 @@ what a write transaction does to it (`PgStreamWrites`), and the read of a page
 (`read_chunks`).
 
 As in the SQLite store, a row holds the chunks one commit wrote on one channel, at
-consecutive offsets, as one JSON array. A transaction reads a run's heads only after it
-holds the run's row lock (``FOR UPDATE``), so two transactions writing one run's stream
-(its owner's chunks, an end committed by another runtime) never number chunks alike: the
-second reads the heads the first committed.
+consecutive offsets, as one JSON array (``_streams``). A transaction reads a run's heads
+only after it holds the run's row lock (``FOR UPDATE``), so two transactions writing one
+run's stream (its owner's chunks, an end committed by another runtime) never number chunks
+alike: the second reads the heads the first committed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any, Final, final
 
 import attrs
 import psycopg
 from psycopg import sql
 
-from ..._core import ChunkKind, JsonValue, StreamChunk, StreamPage
-from .._codec import dump_json, load_wrapped
+from ..._core import StreamPage
 from .._rules import StreamHead
+from .._streams import ChunkRows, page_of
 from ._reads import StoreConnection
 
 Conn = StoreConnection
@@ -113,70 +113,40 @@ class StreamStatements:
 
 @final
 class PgStreamWrites:
-    """What one write transaction reads of streams and writes to them (see the module's
-    docstring for when it reads)."""
+    """The streams of one write transaction (`ChunkRows`) over the database (see the
+    module's docstring for when it reads)."""
 
     def __init__(self, statements: StreamStatements) -> None:
         self.q = statements
-        self._heads: dict[str, dict[str, StreamHead]] = {}
-        self._rows: list[tuple[Any, ...]] = []
-        self._drops: list[tuple[str, str, int]] = []
-
-    @property
-    def queued(self) -> bool:
-        return bool(self._rows or self._drops)
-
-    def missing(self, run_ids: Collection[str]) -> list[str]:
-        return [run_id for run_id in run_ids if run_id not in self._heads]
+        self.queue = ChunkRows()
 
     def read(self, conn: Conn, run_ids: list[str]) -> Cursor:
         """Queue the read of ``run_ids``' heads (`take` takes it); after their rows' locks."""
         return conn.execute(self.q.heads, (run_ids,))
 
     def take(self, run_ids: list[str], found: Cursor) -> None:
-        heads = self._heads
-        for run_id in run_ids:
-            heads[run_id] = {}
-        for run_id, channel, last, generation, keep in found.fetchall():
-            heads[run_id][channel] = StreamHead(int(last), int(generation), bool(keep))
+        self.queue.take(run_ids, found.fetchall())
 
     def heads(self, conn: Conn, run_id: str) -> Mapping[str, StreamHead]:
-        found = self._heads.get(run_id)
+        found = self.queue.heads(run_id)
         if found is None:
             self.take([run_id], self.read(conn, [run_id]))
-            found = self._heads[run_id]
-        return dict(found)
-
-    def append(
-        self,
-        run_id: str,
-        channel: str,
-        first: int,
-        generation: int,
-        kind: ChunkKind,
-        values: Sequence[JsonValue],
-        at: float,
-        keep: bool,
-    ) -> None:
-        last = first + len(values) - 1
-        self._heads[run_id][channel] = StreamHead(last, generation, keep)
-        text = dump_json(list(values))
-        self._rows.append((run_id, channel, first, last, generation, kind, keep, float(at), text))
-
-    def drop(self, run_id: str, channel: str, before: int) -> None:
-        self._drops.append((run_id, channel, before))
+            found = self.queue.heads(run_id)
+            assert found is not None
+        return found
 
     def flush(self, conn: Conn) -> None:
         """Queue the rows, then the deletions (each deletes only rows written before the
         ``"end"`` row queued with it)."""
-        if self._rows:
-            rows = self._rows
+        queue = self.queue
+        if queue.rows:
+            rows = queue.rows
             conn.execute(self.q.insert, tuple([row[i] for row in rows] for i in range(9)))
-            self._rows = []
-        if self._drops:
-            drops = self._drops
+            queue.rows = []
+        if queue.drops:
+            drops = queue.drops
             conn.execute(self.q.drop, tuple([row[i] for row in drops] for i in range(3)))
-            self._drops = []
+            queue.drops = []
 
 
 def stream_channels(conn: Conn, q: StreamStatements, run_id: str) -> list[str] | None:
@@ -208,15 +178,6 @@ def read_chunks(
     last = 0 if last_found is None or last_found[0] is None else int(last_found[0])
     if not rows and last > after:
         rows = conn.execute(q.first_after, (run_id, channel, after)).fetchall()
-    chunks: list[StreamChunk] = []
-    what = f"stream {channel!r} of run {run_id!r}"
-    for first, generation, kind, at, text in rows:
-        values = load_wrapped(text, what, 1)
-        assert isinstance(values, list)
-        skip = max(after + 1 - first, 0)
-        wanted = values[skip : skip + limit - len(chunks)]
-        for offset, value in enumerate(wanted, first + skip):
-            chunks.append(StreamChunk(offset, int(generation), kind, value, at))
-        if len(chunks) >= limit:
-            break
-    return StreamPage(tuple(chunks), last, ended)
+    segments = [(int(first), int(g), kind, at, text) for first, g, kind, at, text in rows]
+    chunks = page_of(segments, after, limit, f"stream {channel!r} of run {run_id!r}")
+    return StreamPage(chunks, last, ended)

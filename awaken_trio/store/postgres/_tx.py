@@ -500,7 +500,7 @@ class PgTx:
             guarded,
             [run_id for run_id in ending if run_id not in self._commands],
             parents,
-            self._streams.missing(dict.fromkeys(streaming)),
+            self._streams.queue.missing(streaming),
         )
 
     def _read(
@@ -866,12 +866,12 @@ class PgTx:
         at: float,
         keep: bool,
     ) -> None:
-        self._streams.append(run_id, channel, first, generation, kind, values, at, keep)
+        self._streams.queue.append(run_id, channel, first, generation, kind, values, at, keep)
         self.wrote = True
         self.streamed = True
 
     def drop_chunks(self, run_id: str, channel: str, before: int) -> None:
-        self._streams.drop(run_id, channel, before)
+        self._streams.queue.drop(run_id, channel, before)
         self.wrote = True
 
     # ------------------------------------------------------------------ flushing
@@ -893,7 +893,7 @@ class PgTx:
             or self._delivered
             or self._consumed
             or self._dropped
-            or self._streams.queued
+            or self._streams.queue.queued
         ):
             return
         q = self.q

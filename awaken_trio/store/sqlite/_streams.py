@@ -2,8 +2,7 @@
 write transaction does to it (`StreamWrites`), and the read of a page (`read_chunks`).
 
 A row holds the chunks one commit wrote on one channel, at consecutive offsets
-(``first_offset`` to ``last_offset``), their values as one JSON array: a body that sends
-thousands of chunks between two flushes costs a row per flush, not a row per chunk. The
+(``first_offset`` to ``last_offset``), their values as one JSON array (``_streams``). The
 rows of a channel never overlap, so ``(run_id, channel, last_offset)`` orders and finds
 them (its unique index).
 """
@@ -11,12 +10,13 @@ them (its unique index).
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Collection, Mapping, Sequence
-from typing import Any, Final, final
+from collections.abc import Collection, Mapping
+from typing import Final, final
 
-from ..._core import ChunkKind, JsonValue, StreamChunk, StreamPage
-from .._codec import dump_json, load_wrapped
+from ..._core import StreamPage
+from .._codec import dump_json
 from .._rules import StreamHead
+from .._streams import ChunkRows, page_of
 from ._bulk import insert_rows
 
 _HEADS: Final = (
@@ -63,61 +63,36 @@ def create_v5(conn: sqlite3.Connection) -> None:
 
 @final
 class StreamWrites:
-    """What one write transaction reads of streams and writes to them: the heads of the
-    channels of the runs it touched (read once per run, then kept up to date by its own
-    appends), and the rows and deletions it queued."""
+    """The streams of one write transaction (`ChunkRows`) over the file: heads read in one
+    query per batch, rows written many to a statement."""
 
     def __init__(self) -> None:
-        self._heads: dict[str, dict[str, StreamHead]] = {}
-        self._rows: list[Any] = []  # the values of `_INSERT` rows, one after another
-        self._drops: list[tuple[str, str, int]] = []
+        self.queue = ChunkRows()
 
     def prefetch(self, conn: sqlite3.Connection, run_ids: Collection[str]) -> None:
         """Read the heads of ``run_ids`` not read yet, in one query."""
-        missing = [run_id for run_id in run_ids if run_id not in self._heads]
-        if not missing:
-            return
-        for run_id in missing:
-            self._heads[run_id] = {}
-        heads = self._heads
-        for run_id, channel, last, generation, keep in conn.execute(_HEADS, (dump_json(missing),)):
-            heads[run_id][channel] = StreamHead(last, generation, bool(keep))
+        missing = self.queue.missing(run_ids)
+        if missing:
+            self.queue.take(missing, conn.execute(_HEADS, (dump_json(missing),)))
 
     def heads(self, conn: sqlite3.Connection, run_id: str) -> Mapping[str, StreamHead]:
-        found = self._heads.get(run_id)
+        found = self.queue.heads(run_id)
         if found is None:
             self.prefetch(conn, (run_id,))
-            found = self._heads[run_id]
-        return dict(found)
-
-    def append(
-        self,
-        run_id: str,
-        channel: str,
-        first: int,
-        generation: int,
-        kind: ChunkKind,
-        values: Sequence[JsonValue],
-        at: float,
-        keep: bool,
-    ) -> None:
-        last = first + len(values) - 1
-        self._heads[run_id][channel] = StreamHead(last, generation, keep)
-        text = dump_json(list(values))
-        self._rows.extend((run_id, channel, first, last, generation, kind, keep, at, text))
-
-    def drop(self, run_id: str, channel: str, before: int) -> None:
-        self._drops.append((run_id, channel, before))
+            found = self.queue.heads(run_id)
+            assert found is not None
+        return found
 
     def flush(self, conn: sqlite3.Connection) -> None:
         """Hand the queued rows, then the deletions, to SQLite (a deletion only ever
         removes rows written before the ``"end"`` chunk queued with it)."""
-        if self._rows:
-            insert_rows(conn, _INSERT, 9, self._rows)
-            self._rows.clear()
-        if self._drops:
-            conn.executemany(_DROP, self._drops)
-            self._drops.clear()
+        queue = self.queue
+        if queue.rows:
+            insert_rows(conn, _INSERT, 9, [value for row in queue.rows for value in row])
+            queue.rows.clear()
+        if queue.drops:
+            conn.executemany(_DROP, queue.drops)
+            queue.drops.clear()
 
 
 def stream_channels(conn: sqlite3.Connection, run_id: str) -> list[str] | None:
@@ -135,20 +110,10 @@ def read_chunks(
     if found is None:
         return None
     ended = found[0] == "ended"
-    chunks: list[StreamChunk] = []
-    what = f"stream {channel!r} of run {run_id!r}"
     rows = conn.execute(_PAGE, (run_id, channel, after))
     try:
-        for first, generation, kind, at, text in rows:
-            values = load_wrapped(text, what, 1)
-            assert isinstance(values, list)
-            skip = max(after + 1 - first, 0)
-            wanted = values[skip : skip + limit - len(chunks)]
-            for offset, value in enumerate(wanted, first + skip):
-                chunks.append(StreamChunk(offset, generation, kind, value, at))
-            if len(chunks) >= limit:
-                break
+        chunks = page_of(rows, after, limit, f"stream {channel!r} of run {run_id!r}")
     finally:
         rows.close()
     (last,) = conn.execute(_LAST, (run_id, channel)).fetchone()
-    return StreamPage(tuple(chunks), last or 0, ended)
+    return StreamPage(chunks, last or 0, ended)

@@ -535,10 +535,10 @@ class Transaction:
         at: float,
         keep: bool,
     ) -> None:
-        self._streams.append(run_id, channel, first, generation, kind, values, at, keep)
+        self._streams.queue.append(run_id, channel, first, generation, kind, values, at, keep)
 
     def drop_chunks(self, run_id: str, channel: str, before: int) -> None:
-        self._streams.drop(run_id, channel, before)
+        self._streams.queue.drop(run_id, channel, before)
 
     def end(self) -> None:
         """Flush, and forget what only the runs that ended in this transaction needed: a
