@@ -54,6 +54,10 @@ from ._rules import NO_RESUME, NOTHING_CARRIED, Carried, ClaimRow, HeldResume, s
 NULL: Final = "null"
 """The JSON text of None: a column that holds no value (a resume value, a checkpoint)."""
 
+EVENT_COLUMNS: Final = ("seq", "run_id", "thread_id", "generation", "kind", "state", "detail", "at")
+"""An event's columns, in the order `TextRunTx.event` queues its values."""
+EVENT_WIDTH: Final = len(EVENT_COLUMNS)
+
 LiveAttempts = dict[str, tuple[str, int]]
 """The runs on one thread whose attempt may be live: run id -> (root run id, attempt
 epoch). The attempt is live while its epoch is the root's current claim, unexpired."""
@@ -168,7 +172,7 @@ class TextRunTx(abc.ABC, Generic[R, N]):
         self._steps: dict[str, int] = {}
         self._results: dict[str, str] = {}
         self._ended: list[R] = []  # runs written Ended in this transaction
-        self._events: list[Any] = []  # (seq, run, thread, generation, kind, state, detail, at)*
+        self._events: list[Any] = []  # `EVENT_COLUMNS` values, event after event
         self._claims_changed: dict[str, None] = {}  # their values are in `_claims`
         # run id -> (correlation id, wake at), or None for a deleted ticket; in the order of
         # each run's last put (a put goes to the end).
@@ -397,7 +401,3 @@ class TextRunTx(abc.ABC, Generic[R, N]):
         )
         self.wrote = True
         return seq
-
-
-EVENT_WIDTH: Final = 8
-"""The values of one queued event in `TextRunTx._events`."""

@@ -51,9 +51,7 @@ import uuid
 from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any, Final, NamedTuple, final
 
-import attrs
 import psycopg
-from psycopg import sql
 
 from ..._core import (
     CommandKind,
@@ -64,22 +62,18 @@ from ..._core import (
     RunRecord,
     RunState,
 )
-from .._codec import RECORD_COLUMNS, dump_json, record_of
+from .._codec import dump_json, record_of
 from .._rules import ClaimRow
 from .._textrows import EVENT_WIDTH, NULL, CommandRow, TextRow, TextRunTx
+from ._conn import StoreConnection
 from ._listen import CONTROL
-from ._reads import StoreConnection
+from ._queries import INSERTED, UPDATED, Queries, rows_json
 
 Conn = StoreConnection
 
 ENDS_MAX_BYTES: Final = 7_000
 """The most bytes of ended runs a NOTIFY names (PostgreSQL refuses payloads of 8,000 bytes
 and more; the sender and the seq take the rest)."""
-
-_ROW_COLUMNS: Final = (
-    "run_id, thread_id, parent_run_id, root_run_id, name, kind, state, generation, carried,"
-    " carried_pause, resume_value, resume_ticket, epoch, attempt_epoch, recoveries"
-)
 
 
 class _Insert(NamedTuple):
@@ -93,171 +87,6 @@ class _Insert(NamedTuple):
 
 
 @final
-@attrs.frozen
-class Statements:
-    """The statements of one store's schema, composed once."""
-
-    clock: bytes
-    lock_threads: bytes
-    rows: bytes
-    claims: bytes
-    live: bytes
-    commands: bytes
-    children: bytes
-    children_of: bytes
-    expired: bytes
-    record: bytes
-    insert_runs: bytes
-    update_runs: bytes
-    drop_claims: bytes
-    put_claims: bytes
-    drop_tickets: bytes
-    put_tickets: bytes
-    deliver: bytes
-    consume: bytes
-    drop_commands: bytes
-    insert_command: bytes
-    seal: bytes
-    forget_written: bytes
-    was_written: bytes
-
-    @classmethod
-    def of(cls, schema: str) -> Statements:
-        s = sql.Identifier(schema)
-
-        def q(text: str) -> bytes:
-            # Bytes once, not a `sql.Composed` turned into bytes on every execute: the
-            # pool's connections speak UTF-8 (`CLIENT_ENCODING`).
-            return sql.SQL(text).format(s=s).as_bytes(None)
-
-        return cls(
-            clock=q("SELECT extract(epoch FROM clock_timestamp())"),
-            # One statement for every lock, taken in the keys' order (the array's: unnest
-            # yields it in order, and each row's lock is taken as the row is produced).
-            lock_threads=q("SELECT pg_advisory_xact_lock(%s, k) FROM unnest(%b::int[]) AS k"),
-            # Reads by key probe the index once per key, in the keys' order: a LATERAL
-            # subquery that locks (or has an OFFSET) is not merged into a join, so the
-            # planner cannot choose to scan the whole table instead. It would whenever
-            # its statistics say the table is small, as they do in a young store that
-            # grows fast; with ``= ANY(...)`` such a scan read every run for a batch of
-            # a few dozen (2 ms at 3,000 runs, measured).
-            rows=q(
-                f"SELECT r.* FROM unnest(%b::text[]) AS k(id) CROSS JOIN LATERAL"
-                f" (SELECT {_ROW_COLUMNS} FROM {{s}}.runs WHERE run_id = k.id FOR UPDATE) r"
-            ),
-            claims=q(
-                "SELECT run_id, owner, epoch, lease_until FROM {s}.claims"
-                " WHERE run_id = ANY(%b) FOR UPDATE"
-            ),
-            live=q(
-                "SELECT o.* FROM unnest(%b::text[]) AS k(id) CROSS JOIN LATERAL"
-                " (SELECT thread_id, run_id, root_run_id, attempt_epoch FROM {s}.runs"
-                " WHERE attempt_epoch IS NOT NULL AND thread_id = k.id OFFSET 0) o"
-            ),
-            commands=q(
-                "SELECT id, run_id, kind, payload, delivered FROM {s}.inbox"
-                " WHERE run_id = ANY(%b) ORDER BY id"
-            ),
-            children=q("SELECT run_id FROM {s}.runs WHERE parent_run_id = %s ORDER BY created"),
-            children_of=q(
-                "SELECT parent_run_id, run_id FROM {s}.runs WHERE parent_run_id = ANY(%b)"
-                " ORDER BY created"
-            ),
-            expired=q(
-                "SELECT run_id, owner, epoch, lease_until FROM {s}.claims WHERE lease_until < %s"
-                " ORDER BY lease_until, run_id FOR UPDATE SKIP LOCKED"
-            ),
-            record=q(f"SELECT {RECORD_COLUMNS} FROM {{s}}.runs r WHERE r.run_id = %s"),
-            # Many rows in one statement: the rows are one JSON array of arrays (one
-            # parameter, as cheap to send for a hundred rows as for one), in order: queue
-            # places and creation order follow it (a SELECT's volatile expressions are
-            # evaluated after its ORDER BY). As jsonb, parsed once: ``->>`` on ``json``
-            # parses the element's text again for every field it takes (0.67 against
-            # 0.05 ms for 64 rows of an update, measured).
-            insert_runs=q(
-                "INSERT INTO {s}.runs (run_id, thread_id, parent_run_id, root_run_id, name,"
-                " input, kind, state, generation, result, checkpoint, steps, max_steps, carried,"
-                " carried_pause, resume_value, resume_ticket, epoch, attempt_epoch,"
-                " recoveries, queued_order, forked_from)"
-                " SELECT j->>0, j->>1, j->>2, j->>3, j->>4, j->>5, j->>6, j->>7,"
-                " (j->>8)::bigint, j->>9, j->>10, (j->>11)::bigint, (j->>12)::bigint, j->>13,"
-                " (j->>14)::boolean, j->>15, j->>16, (j->>17)::bigint, (j->>18)::bigint,"
-                " (j->>19)::bigint, CASE WHEN (j->>20)::boolean"
-                " THEN nextval('{s}.queue_places') END, j->>21"
-                " FROM jsonb_array_elements(%s::jsonb) WITH ORDINALITY AS t(j, n) ORDER BY n"
-            ),
-            update_runs=q(
-                "WITH v AS (SELECT j->>14 AS run_id, j->>0 AS kind, j->>1 AS state,"
-                " (j->>2)::bigint AS generation, j->>3 AS carried,"
-                " (j->>4)::boolean AS carried_pause, j->>5 AS resume_value,"
-                " j->>6 AS resume_ticket, (j->>7)::bigint AS epoch,"
-                " (j->>8)::bigint AS attempt_epoch, (j->>9)::bigint AS recoveries,"
-                " CASE WHEN (j->>10)::boolean THEN nextval('{s}.queue_places') END AS place,"
-                " j->>11 AS checkpoint, (j->>12)::bigint AS steps, j->>13 AS result"
-                " FROM jsonb_array_elements(%s::jsonb) WITH ORDINALITY AS t(j, n) ORDER BY n"
-                # (The limit is the rows' count, so it keeps them all. It is there for
-                # the planner: it takes a parameter's limit for a tenth of the 100 rows
-                # it expects of the function, so it probes the primary key once a row
-                # rather than scan every run, even when it believes the table small, as
-                # it does in a store that grew since the statement was planned.)
-                " LIMIT %s)"
-                " UPDATE {s}.runs AS r SET kind = v.kind, state = v.state,"
-                " generation = v.generation, carried = v.carried,"
-                " carried_pause = v.carried_pause, resume_value = v.resume_value,"
-                " resume_ticket = v.resume_ticket, epoch = v.epoch,"
-                " attempt_epoch = v.attempt_epoch, recoveries = v.recoveries,"
-                " queued_order = v.place, checkpoint = COALESCE(v.checkpoint, r.checkpoint),"
-                " steps = COALESCE(v.steps, r.steps), result = COALESCE(v.result, r.result)"
-                " FROM v WHERE r.run_id = v.run_id"
-            ),
-            drop_claims=q("DELETE FROM {s}.claims WHERE run_id = ANY(%b)"),
-            # (Each run once: ON CONFLICT may not touch a row twice in one statement.)
-            put_claims=q(
-                "INSERT INTO {s}.claims (run_id, owner, epoch, lease_until)"
-                " SELECT * FROM unnest(%b::text[], %b::text[], %b::bigint[], %b::float8[])"
-                " ON CONFLICT (run_id) DO UPDATE SET"
-                " owner = EXCLUDED.owner, epoch = EXCLUDED.epoch,"
-                " lease_until = EXCLUDED.lease_until"
-            ),
-            drop_tickets=q("DELETE FROM {s}.tickets WHERE run_id = ANY(%b)"),
-            put_tickets=q(
-                "INSERT INTO {s}.tickets (run_id, correlation_id, wake_at)"
-                " SELECT r, c, w FROM unnest(%b::text[], %b::text[], %b::float8[])"
-                " WITH ORDINALITY AS t(r, c, w, n) ORDER BY n"
-            ),
-            deliver=q("UPDATE {s}.inbox SET delivered = true WHERE id = ANY(%b)"),
-            consume=q("DELETE FROM {s}.inbox WHERE id = ANY(%b)"),
-            drop_commands=q("DELETE FROM {s}.inbox WHERE run_id = ANY(%b)"),
-            insert_command=q(
-                "INSERT INTO {s}.inbox (run_id, kind, payload, reason, at)"
-                " VALUES (%s, %s, %s, %s, %s) RETURNING id"
-            ),
-            # The end of a write transaction, in one statement: take the counters row (held
-            # to the end of COMMIT), number the events and the checkpoints kept by seq from
-            # its base, keep the token, and NOTIFY (sent at COMMIT).
-            seal=q(
-                "WITH c AS (UPDATE {s}.counters SET last_seq = last_seq + %(n)s,"
-                "   writes = writes + 1 WHERE id = 1 RETURNING last_seq - %(n)s AS base, writes),"
-                " e AS (INSERT INTO {s}.events (seq, run_id, thread_id, generation, kind,"
-                "   state, detail, at) SELECT c.base + (j->>0)::bigint, j->>1, j->>2,"
-                "   (j->>3)::bigint, j->>4, j->>5, j->>6, (j->>7)::float8"
-                "   FROM c, jsonb_array_elements(%(events)s::jsonb) AS t(j)),"
-                " h AS (INSERT INTO {s}.checkpoints (run_id, seq, checkpoint)"
-                "   SELECT j->>0, c.base + (j->>1)::bigint, j->>2"
-                "   FROM c, jsonb_array_elements(%(history)s::jsonb) AS t(j)"
-                "   ON CONFLICT (run_id, seq) DO UPDATE SET checkpoint = EXCLUDED.checkpoint),"
-                " w AS (INSERT INTO {s}.written (token, seq_base, writes)"
-                "   SELECT %(token)s, c.base, c.writes FROM c)"
-                " SELECT c.base, c.writes, pg_notify(%(channel)s, %(sender)s"
-                "   || CASE WHEN %(ends)s = '' THEN ''"
-                "      ELSE E'\\n' || c.base::text || E'\\n' || %(ends)s END) FROM c"
-            ),
-            forget_written=q("DELETE FROM {s}.written WHERE at < now() - interval '1 day'"),
-            was_written=q("SELECT seq_base, writes FROM {s}.written WHERE token = %s"),
-        )
-
-
-@final
 class PgTx(TextRunTx[TextRow, _Insert]):
     """The database as one write transaction sees it, and the writes it has queued: the
     store rules' `RunTx` (``_rules``), a `TextRunTx` whose reads and writes go through one
@@ -266,20 +95,19 @@ class PgTx(TextRunTx[TextRow, _Insert]):
     def __init__(
         self,
         conn: Conn,
-        statements: Statements,
+        queries: Queries,
         *,
         thread_locks: int,
-        channel: str,
         sender: str,
         offset: float,
         clock: Callable[[], float] | None = None,
     ) -> None:
         super().__init__({}, {}, {})
         self.conn = conn
-        self.q = statements
+        self.q = queries
         self.token = uuid.uuid4()
         self._thread_locks = thread_locks
-        self._channel = channel
+        self._channel = queries.channel
         self._sender = sender
         self._offset = offset
         self._clock = clock
@@ -311,7 +139,7 @@ class PgTx(TextRunTx[TextRow, _Insert]):
         self._begun = True
         self._pipeline.enter_context(conn.pipeline())
         conn.execute("BEGIN")
-        clock = conn.execute(self.q.clock)
+        clock = conn.execute(self.q.server_now)
         if batch:
             self.prefetch(batch)
         found = clock.fetchone()
@@ -365,7 +193,7 @@ class PgTx(TextRunTx[TextRow, _Insert]):
         live = [row for row in self._ended if row.attempt_epoch is not None]
         return {
             "n": self._last_seq,
-            "events": _rows_json(
+            "events": rows_json(
                 [
                     # (seq, run, thread, generation, kind, state, detail, at)
                     (
@@ -381,7 +209,7 @@ class PgTx(TextRunTx[TextRow, _Insert]):
                     for i in range(0, len(events), width)
                 ]
             ),
-            "history": _rows_json(
+            "history": rows_json(
                 [(run_id, number, text) for (run_id, number), text in history.items()]
             ),
             "token": self.token,
@@ -458,7 +286,7 @@ class PgTx(TextRunTx[TextRow, _Insert]):
             c_claims = conn.execute(self.q.claims, (claim_ids,)) if claim_ids else None
             # (Locked in the order given: sorted, the same in every transaction.)
             c_rows = conn.execute(self.q.rows, (sorted(run_ids),)) if run_ids else None
-            c_commands = conn.execute(self.q.commands, (list(ending),)) if ending else None
+            c_commands = conn.execute(self.q.ending_commands, (list(ending),)) if ending else None
             c_live = self._lock_threads(known) if known else None
             # After the rows, which lock the parents: a child is read as `children` would
             # read it later in the transaction (this transaction's own are added as made).
@@ -548,7 +376,7 @@ class PgTx(TextRunTx[TextRow, _Insert]):
         return self._commands.pop(run_id)
 
     def _load_record(self, run_id: str) -> RunRecord | None:
-        found = self.conn.execute(self.q.record, (run_id,)).fetchone()
+        found = self.conn.execute(self.q.load, (run_id,)).fetchone()
         return None if found is None else record_of(found)
 
     def children(self, parent: str) -> list[str]:
@@ -560,7 +388,7 @@ class PgTx(TextRunTx[TextRow, _Insert]):
 
     def expired_claims(self, now: float) -> list[str]:
         self.flush()
-        found = self.conn.execute(self.q.expired, (now,)).fetchall()
+        found = self.conn.execute(self.q.expired_claims, (now,)).fetchall()
         self._take_claims((), found)  # locked: what the rules read of them stays true
         return [run_id for run_id, *_ in found]
 
@@ -604,6 +432,15 @@ class PgTx(TextRunTx[TextRow, _Insert]):
         self.controls = True
         return int(found[0])
 
+    def prune(self, ended_before: float, *, dry_run: bool) -> int:
+        """Delete the ended trees whose last event is before ``ended_before`` (only count
+        them, ``dry_run``): `PruningStore.prune`, outside the rules."""
+        q = self.q
+        ids = [r for (r,) in self.conn.execute(q.prunable, (ended_before,)).fetchall()]
+        if ids and not dry_run:
+            self.conn.execute(q.prune, {"ids": ids})
+        return len(ids)
+
     # ------------------------------------------------------------------ flushing
 
     def flush(self) -> None:
@@ -625,45 +462,28 @@ class PgTx(TextRunTx[TextRow, _Insert]):
             inserts = []
             for run_id, new in self._inserted.items():
                 row = new.row
-                inserts.append(
-                    (
-                        run_id,
-                        row.thread_id,
-                        row.parent_run_id,
-                        row.root_run_id,
-                        row.name,
-                        new.input,
-                        row.kind,
-                        row.state_text,
-                        row.generation,
-                        results.pop(run_id, new.result),
-                        checkpoints.pop(run_id, NULL),
-                        steps.pop(run_id, 0),
-                        new.max_steps,
-                        *_kept(row),
-                        row.in_queue,
-                        new.forked_from,
-                    )
-                )
-            conn.execute(q.insert_runs, (_rows_json(inserts),))
+                given = {
+                    "input": new.input,
+                    "result": results.pop(run_id, new.result),
+                    "checkpoint": checkpoints.pop(run_id, NULL),
+                    "steps": steps.pop(run_id, 0),
+                    "max_steps": new.max_steps,
+                    "forked_from": new.forked_from,
+                }
+                inserts.append(INSERTED.row(row, given))
+            conn.execute(q.insert_runs, (rows_json(inserts),))
             self._inserted.clear()
         if self._changed:
             updates = []
             for run_id, row in self._changed.items():
-                updates.append(
-                    (
-                        row.kind,
-                        row.state_text,
-                        row.generation,
-                        *_kept(row),
-                        row.in_queue,
-                        checkpoints.pop(run_id, None),
-                        steps.pop(run_id, None),
-                        results.pop(run_id, None),
-                        run_id,
-                    )
-                )
-            conn.execute(q.update_runs, (_rows_json(updates), len(updates)))
+                # (None: the update keeps the run's.)
+                given = {
+                    "result": results.pop(run_id, None),
+                    "checkpoint": checkpoints.pop(run_id, None),
+                    "steps": steps.pop(run_id, None),
+                }
+                updates.append(UPDATED.row(row, given))
+            conn.execute(q.update_runs, (rows_json(updates), len(updates)))
             self._changed.clear()
         checkpoints.clear()
         steps.clear()
@@ -704,38 +524,9 @@ class PgTx(TextRunTx[TextRow, _Insert]):
             self._dropped = []
 
 
-def was_written(conn: Conn, statements: Statements, token: uuid.UUID) -> tuple[int, int] | None:
-    """Whether the write transaction of ``token`` committed (read on a fresh connection
-    after a commit whose answer was lost): its events' base and the writes count before
-    it if it did."""
-    found = conn.execute(statements.was_written, (token,)).fetchone()
-    return None if found is None else (int(found[0]), int(found[1]) - 1)
-
-
-def _kept(row: TextRow) -> tuple[Any, ...]:
-    """The columns a row's insert and its update both write, in the statements' order (the
-    positions ``insert_runs`` and ``update_runs`` read)."""
-    return (
-        row.carried,
-        row.carried_pause,
-        row.resume_value,
-        row.resume_ticket,
-        row.epoch,
-        row.attempt_epoch,
-        row.recoveries,
-    )
-
-
 def _columns(rows: list[tuple[Any, ...]], width: int) -> tuple[list[Any], ...]:
     """Rows as one list per column, the arrays a many-row ``unnest`` statement takes."""
     return tuple([row[i] for row in rows] for i in range(width))
-
-
-def _rows_json(rows: list[tuple[Any, ...]]) -> str:
-    """Rows as one JSON array of arrays, the parameter of a many-row statement. (Text that
-    cannot be encoded fails here as it would as a parameter of its own; the clock's floats
-    are finite, and a float's shortest repr reads back as the same float8.)"""
-    return json.dumps(rows, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 
 
 def thread_locks(schema: str) -> int:

@@ -47,7 +47,7 @@ from ..._core import (
     RunState,
 )
 from .._codec import dump_json
-from .._textrows import EVENT_WIDTH, NULL, CommandRow, TextRunTx
+from .._textrows import EVENT_COLUMNS, EVENT_WIDTH, NULL, CommandRow, TextRunTx
 from ._bulk import insert_rows, write_rows
 from ._cache import RunCache
 from ._rows import UPDATABLE, Row, load_record
@@ -78,7 +78,7 @@ def _update_statement(columns: tuple[str, ...], many: bool) -> str:
 
 
 _INSERT_EVENTS: Final = (
-    "INSERT INTO events (seq, run_id, thread_id, generation, kind, state, detail, at)"
+    f"INSERT INTO events ({', '.join(EVENT_COLUMNS)})"
     " SELECT * FROM (VALUES {}) WHERE column1 IS NOT NULL"
 )
 _PUT_CLAIMS: Final = (
