@@ -165,6 +165,33 @@ def run(
     return commit(run_id, Running(generation), generation, expect=expect, at=at, **fields)
 
 
+def answer(
+    run_id: str,
+    answered: ResumeTicket,
+    value: JsonValue,
+    generation: int,
+    *,
+    at: float = 2.0,
+    claim: Claim | None = None,
+) -> Commit:
+    """The run awaiting ``answered`` (since ``generation - 1``) is answered with ``value``
+    by the attempt of ``generation`` it starts here (under a new ``claim``): it takes what
+    was carried, and keeps the answer for every attempt that starts before the run next
+    awaits."""
+    return run(
+        run_id,
+        generation,
+        expect=Expect(
+            generation=generation - 1, state=Awaiting, correlation_id=answered.correlation_id
+        ),
+        at=at,
+        take_messages=True,
+        resume_value=value,
+        resume_ticket=answered,
+        claim=claim,
+    )
+
+
 def pause(
     run_id: str,
     awaited: ResumeTicket,

@@ -43,6 +43,7 @@ from ._commits import (
     Ended,
     Queued,
     Running,
+    answer,
     asking,
     create_child,
     end,
@@ -384,16 +385,7 @@ class ElsewhereChecks:
         # takes its claim, then that owner is lost.
         await _accepted(
             store,
-            run(
-                "r1",
-                2,
-                expect=Expect(generation=1, state=Awaiting, correlation_id="c1"),
-                at=3.0,
-                take_messages=True,
-                resume_value={"answer": "yes"},
-                resume_ticket=ticket,
-                claim=Claim("a", BRIEF),
-            ),
+            answer("r1", ticket, {"answer": "yes"}, 2, at=3.0, claim=Claim("a", BRIEF)),
         )
         await _accepted(store, run("r1", 2, at=4.0, fence=Fence("r1", "a", epoch + 1)))
         await elapse(2 * BRIEF)

@@ -31,6 +31,7 @@ from ._commits import (
     Ended,
     Queued,
     Running,
+    answer,
     asking,
     create,
     end,
@@ -358,15 +359,7 @@ class CarriedChecks:
         # the answer with its Running state.
         started = await _accepted(
             store,
-            run(
-                "r1",
-                2,
-                expect=Expect(generation=1, state=Awaiting, correlation_id="c1"),
-                at=3.0,
-                take_messages=True,
-                resume_value={"answer": "yes"},
-                resume_ticket=ticket,
-            ),
+            answer("r1", ticket, {"answer": "yes"}, 2, at=3.0),
         )
         assert (started.resume_value, started.accepted.resume_ticket) == ({"answer": "yes"}, ticket)
         # Progress, a release back to Queued and the next attempt's start keep it.
