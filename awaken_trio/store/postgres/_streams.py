@@ -1,29 +1,29 @@
 """Runs' streams in the PostgreSQL store: the ``stream_chunks`` table (schema version 4),
-what a write transaction does to it (`PgStreamWrites`), and the read of a page
-(`read_chunks`).
+how a write transaction reads its heads and writes its rows (`read_heads`, `write_queue`),
+and the reads of a page and of a run's channels (`read_chunks`, `stream_channels`). The
+statements are named in ``queries.sql``.
 
 As in the SQLite store, a row holds the chunks one commit wrote on one channel, at
-consecutive offsets, as one JSON array (``_streams``). A transaction reads a run's heads
-only after it holds the run's row lock (``FOR UPDATE``), so two transactions writing one
-run's stream (its owner's chunks, an end committed by another runtime) never number chunks
-alike: the second reads the heads the first committed.
+consecutive offsets, as one JSON array (``store/_streams``). A transaction reads a run's
+heads only after it holds the run's row lock (``FOR UPDATE``), so two transactions writing
+one run's stream (its owner's chunks, an end committed by another runtime) never number
+chunks alike: the second reads the heads the first committed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Final, final
+from typing import TYPE_CHECKING, Any, Final
 
-import attrs
 import psycopg
 from psycopg import sql
 
 from ..._core import StreamPage
-from .._rules import StreamHead
 from .._streams import ChunkRows, page_of
-from ._reads import StoreConnection
 
-Conn = StoreConnection
+if TYPE_CHECKING:  # (the schema's migrations import this module before `_conn` exists)
+    from ._conn import StoreConnection as Conn
+    from ._queries import Queries
+
 Cursor = psycopg.Cursor[tuple[Any, ...]]
 
 _V4: Final = (
@@ -49,126 +49,45 @@ def to_v4(conn: psycopg.Connection[tuple[object, ...]], schema: sql.Identifier) 
         conn.execute(sql.SQL(statement).format(s=schema))
 
 
-@final
-@attrs.frozen
-class StreamStatements:
-    """The stream statements of one store's schema, composed once."""
-
-    heads: bytes
-    insert: bytes
-    drop: bytes
-    kind: bytes
-    page: bytes
-    first_after: bytes
-    last: bytes
-    channels: bytes
-
-    @classmethod
-    def of(cls, schema: str) -> StreamStatements:
-        s = sql.Identifier(schema)
-
-        def q(text: str) -> bytes:
-            return sql.SQL(text).format(s=s).as_bytes(None)
-
-        return cls(
-            heads=q(
-                "SELECT DISTINCT ON (run_id, channel) run_id, channel, last_offset, generation,"
-                " keep FROM {s}.stream_chunks WHERE run_id = ANY(%b)"
-                " ORDER BY run_id, channel, last_offset DESC"
-            ),
-            insert=q(
-                "INSERT INTO {s}.stream_chunks (run_id, channel, first_offset, last_offset,"
-                " generation, kind, keep, at, chunks) SELECT * FROM unnest(%b::text[],"
-                " %b::text[], %b::bigint[], %b::bigint[], %b::bigint[], %b::text[],"
-                " %b::boolean[], %b::float8[], %b::text[])"
-            ),
-            drop=q(
-                "DELETE FROM {s}.stream_chunks c USING unnest(%b::text[], %b::text[],"
-                " %b::bigint[]) AS d(run_id, channel, before) WHERE c.run_id = d.run_id"
-                " AND c.channel = d.channel AND c.last_offset < d.before"
-            ),
-            kind=q("SELECT kind FROM {s}.runs WHERE run_id = %s"),
-            # The rows holding offsets after ``after`` up to ``after + limit``.
-            page=q(
-                "SELECT first_offset, generation, kind, at, chunks FROM {s}.stream_chunks"
-                " WHERE run_id = %s AND channel = %s AND last_offset > %s"
-                " AND first_offset <= %s ORDER BY last_offset"
-            ),
-            # The first row after ``after``, when none starts within the page (the chunks
-            # between were deleted).
-            first_after=q(
-                "SELECT first_offset, generation, kind, at, chunks FROM {s}.stream_chunks"
-                " WHERE run_id = %s AND channel = %s AND last_offset > %s"
-                " ORDER BY last_offset LIMIT 1"
-            ),
-            last=q(
-                "SELECT max(last_offset) FROM {s}.stream_chunks WHERE run_id = %s AND channel = %s"
-            ),
-            channels=q(
-                "SELECT channel FROM {s}.stream_chunks WHERE run_id = %s GROUP BY channel"
-                " ORDER BY min(at), channel"
-            ),
-        )
+def read_heads(conn: Conn, statement: bytes, run_ids: list[str]) -> Cursor:
+    """Queue, in the pipeline the caller holds, the read of ``run_ids``' heads (the caller
+    hands the cursor's rows to `ChunkRows.take`)."""
+    return conn.execute(statement, (run_ids,))
 
 
-@final
-class PgStreamWrites:
-    """The streams of one write transaction (`ChunkRows`) over the database (see the
-    module's docstring for when it reads)."""
-
-    def __init__(self, statements: StreamStatements) -> None:
-        self.q = statements
-        self.queue = ChunkRows()
-
-    def read(self, conn: Conn, run_ids: list[str]) -> Cursor:
-        """Queue the read of ``run_ids``' heads (`take` takes it); after their rows' locks."""
-        return conn.execute(self.q.heads, (run_ids,))
-
-    def take(self, run_ids: list[str], found: Cursor) -> None:
-        self.queue.take(run_ids, found.fetchall())
-
-    def heads(self, conn: Conn, run_id: str) -> Mapping[str, StreamHead]:
-        found = self.queue.heads(run_id)
-        if found is None:
-            self.take([run_id], self.read(conn, [run_id]))
-            found = self.queue.heads(run_id)
-            assert found is not None
-        return found
-
-    def flush(self, conn: Conn) -> None:
-        """Queue the rows, then the deletions (each deletes only rows written before the
-        ``"end"`` row queued with it)."""
-        queue = self.queue
-        if queue.rows:
-            rows = queue.rows
-            conn.execute(self.q.insert, tuple([row[i] for row in rows] for i in range(9)))
-            queue.rows = []
-        if queue.drops:
-            drops = queue.drops
-            conn.execute(self.q.drop, tuple([row[i] for row in drops] for i in range(3)))
-            queue.drops = []
+def write_queue(conn: Conn, insert: bytes, drop: bytes, queue: ChunkRows) -> None:
+    """Queue the rows, then the deletions (each deletes only rows written before the
+    ``"end"`` row queued with it)."""
+    if queue.rows:
+        rows = queue.rows
+        conn.execute(insert, tuple([row[i] for row in rows] for i in range(9)))
+        queue.rows = []
+    if queue.drops:
+        drops = queue.drops
+        conn.execute(drop, tuple([row[i] for row in drops] for i in range(3)))
+        queue.drops = []
 
 
-def stream_channels(conn: Conn, q: StreamStatements, run_id: str) -> list[str] | None:
+def stream_channels(conn: Conn, q: Queries, run_id: str) -> list[str] | None:
     """The channels the run has written: the run first, then its chunks."""
     with conn.pipeline():
-        c_kind = conn.execute(q.kind, (run_id,))
-        c_channels = conn.execute(q.channels, (run_id,))
+        c_kind = conn.execute(q.run_kind, (run_id,))
+        c_channels = conn.execute(q.stream_channels, (run_id,))
     if c_kind.fetchone() is None:
         return None
     return [str(channel) for (channel,) in c_channels.fetchall()]
 
 
 def read_chunks(
-    conn: Conn, q: StreamStatements, run_id: str, channel: str, after: int, limit: int
+    conn: Conn, q: Queries, run_id: str, channel: str, after: int, limit: int
 ) -> StreamPage | None:
     """A page of the channel's chunks after ``after``: the run's state first, then its
     chunks (each statement sees what had committed when it started, so an ended run's
     chunks are all there)."""
     with conn.pipeline():
-        c_kind = conn.execute(q.kind, (run_id,))
-        c_page = conn.execute(q.page, (run_id, channel, after, after + limit))
-        c_last = conn.execute(q.last, (run_id, channel))
+        c_kind = conn.execute(q.run_kind, (run_id,))
+        c_page = conn.execute(q.chunk_page, (run_id, channel, after, after + limit))
+        c_last = conn.execute(q.chunk_last, (run_id, channel))
     found = c_kind.fetchone()
     if found is None:
         return None
@@ -177,7 +96,7 @@ def read_chunks(
     last_found = c_last.fetchone()
     last = 0 if last_found is None or last_found[0] is None else int(last_found[0])
     if not rows and last > after:
-        rows = conn.execute(q.first_after, (run_id, channel, after)).fetchall()
+        rows = conn.execute(q.chunk_first_after, (run_id, channel, after)).fetchall()
     segments = [(int(first), int(g), kind, at, text) for first, g, kind, at, text in rows]
     chunks = page_of(segments, after, limit, f"stream {channel!r} of run {run_id!r}")
     return StreamPage(chunks, last, ended)

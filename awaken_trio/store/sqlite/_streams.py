@@ -1,5 +1,6 @@
-"""Runs' streams in the SQLite store: the ``stream_chunks`` table (schema version 5), what a
-write transaction does to it (`StreamWrites`), and the read of a page (`read_chunks`).
+"""Runs' streams in the SQLite store: the ``stream_chunks`` table (schema version 5), how a
+write transaction reads its heads and writes its rows (`read_heads`, `write_queue`), and
+the read of a page (`read_chunks`).
 
 A row holds the chunks one commit wrote on one channel, at consecutive offsets
 (``first_offset`` to ``last_offset``), their values as one JSON array (``_streams``). The
@@ -10,12 +11,10 @@ them (its unique index).
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Collection, Mapping
-from typing import Final, final
+from typing import Final
 
 from ..._core import StreamPage
 from .._codec import dump_json
-from .._rules import StreamHead
 from .._streams import ChunkRows, page_of
 from ._bulk import insert_rows
 
@@ -61,38 +60,20 @@ def create_v5(conn: sqlite3.Connection) -> None:
     )
 
 
-@final
-class StreamWrites:
-    """The streams of one write transaction (`ChunkRows`) over the file: heads read in one
-    query per batch, rows written many to a statement."""
+def read_heads(conn: sqlite3.Connection, queue: ChunkRows, run_ids: list[str]) -> None:
+    """Read the stream heads of ``run_ids`` into ``queue``, in one query."""
+    queue.take(run_ids, conn.execute(_HEADS, (dump_json(run_ids),)))
 
-    def __init__(self) -> None:
-        self.queue = ChunkRows()
 
-    def prefetch(self, conn: sqlite3.Connection, run_ids: Collection[str]) -> None:
-        """Read the heads of ``run_ids`` not read yet, in one query."""
-        missing = self.queue.missing(run_ids)
-        if missing:
-            self.queue.take(missing, conn.execute(_HEADS, (dump_json(missing),)))
-
-    def heads(self, conn: sqlite3.Connection, run_id: str) -> Mapping[str, StreamHead]:
-        found = self.queue.heads(run_id)
-        if found is None:
-            self.prefetch(conn, (run_id,))
-            found = self.queue.heads(run_id)
-            assert found is not None
-        return found
-
-    def flush(self, conn: sqlite3.Connection) -> None:
-        """Hand the queued rows, then the deletions, to SQLite (a deletion only ever
-        removes rows written before the ``"end"`` chunk queued with it)."""
-        queue = self.queue
-        if queue.rows:
-            insert_rows(conn, _INSERT, 9, [value for row in queue.rows for value in row])
-            queue.rows.clear()
-        if queue.drops:
-            conn.executemany(_DROP, queue.drops)
-            queue.drops.clear()
+def write_queue(conn: sqlite3.Connection, queue: ChunkRows) -> None:
+    """Hand the queued rows, then the deletions, to SQLite (a deletion only ever removes
+    rows written before the ``"end"`` chunk queued with it)."""
+    if queue.rows:
+        insert_rows(conn, _INSERT, 9, [value for row in queue.rows for value in row])
+        queue.rows.clear()
+    if queue.drops:
+        conn.executemany(_DROP, queue.drops)
+        queue.drops.clear()
 
 
 def stream_channels(conn: sqlite3.Connection, run_id: str) -> list[str] | None:
