@@ -143,3 +143,11 @@ def test_types_the_runtime_hands_out_have_no_public_constructor(
         assert f"awaken_trio.{cls.__name__} has no public constructor" in message
         for hint in hints:
             assert hint in message, f"{message!r} does not say how to get one ({hint})"
+
+
+def test_the_current_run_and_its_error_are_public_names() -> None:
+    for name in ("current_context", "NotInRun"):
+        assert name in awaken_trio.__all__
+        assert getattr(awaken_trio, name).__module__ == "awaken_trio"
+    assert issubclass(awaken_trio.NotInRun, awaken_trio.AwakenError)
+    assert "StepStore" in importlib.import_module("awaken_trio.store").__all__

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from ._json import FrozenDict, JsonValue
-from ._state import Awaiting, Ended, Queued, ResumeTicket, Running, RunState
+from ._state import Awaiting, Ended, EventKind, Queued, ResumeTicket, Running, RunState
 from ._storage import (
     UNSET,
     Claim,
@@ -269,6 +269,22 @@ def emit(attempt: Attempt, kind: str, detail: FrozenDict, *, at: float) -> Commi
         expect=expect_running(attempt.generation),
         at=at,
         events=(EventDraft(kind, detail),),
+        announce=False,
+        fence=attempt.fence,
+    )
+
+
+def step(attempt: Attempt, detail: FrozenDict, *, at: float) -> Commit:
+    """A journaled step's result (``ctx.step``): one ``step`` event; no state changes and
+    nothing is announced. Fenced like every commit of the attempt, so a step of an attempt
+    that has lost its run is never journaled."""
+    return Commit(
+        run_id=attempt.run_id,
+        state=running(attempt.generation),
+        generation=attempt.generation,
+        expect=expect_running(attempt.generation),
+        at=at,
+        events=(EventDraft(EventKind.STEP, detail),),
         announce=False,
         fence=attempt.fence,
     )

@@ -95,6 +95,7 @@ class Reads:
     load: bytes
     events: bytes
     events_of_run: bytes
+    step_events: bytes
     queued: bytes
     due: bytes
     states: bytes
@@ -126,6 +127,12 @@ class Reads:
             events_of_run=q(
                 f"SELECT {_EVENT_COLUMNS} FROM {{s}}.events WHERE run_id = %s AND seq > %s"
                 " ORDER BY seq LIMIT %s"
+            ),
+            # The literal kind lets the planner read them from the partial index
+            # events_steps (only step events are in it).
+            step_events=q(
+                f"SELECT {_EVENT_COLUMNS} FROM {{s}}.events WHERE run_id = %s"
+                " AND kind = 'step' ORDER BY seq"
             ),
             # Queued named root runs nobody holds a live claim on, whose thread no other
             # run's live attempt occupies, oldest run first (the order they were created).
@@ -200,6 +207,10 @@ def events_after(conn: Conn, r: Reads, seq: int, run_id: str | None, limit: int)
     else:
         found = conn.execute(r.events_of_run, (run_id, seq, limit)).fetchall()
     return [event_of(row) for row in found]
+
+
+def step_events(conn: Conn, r: Reads, run_id: str) -> list[RunEvent]:
+    return [event_of(row) for row in conn.execute(r.step_events, (run_id,)).fetchall()]
 
 
 def runnable(

@@ -1,0 +1,72 @@
+"""Journaled steps across real processes: a worker killed (kill -9) in the middle of a run;
+the worker that recovers the run does not run again the steps the dead one committed, and
+runs again the one it had not committed. On SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+
+from awaken_trio import EventKind, Runtime
+from tests.multiprocess.mp_harness import (
+    NATURAL,
+    Cluster,
+    StoreAt,
+    control_runtime,
+    history,
+    is_ended,
+    open_cluster,
+    store_url,
+    until_line,
+    until_state,
+    wait_for,
+)
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def url(durable_at: StoreAt) -> str:
+    return store_url(durable_at)
+
+
+@pytest.fixture
+async def control(url: str) -> AsyncIterator[Runtime]:
+    async with control_runtime(url) as runtime:
+        yield runtime
+
+
+@pytest.fixture
+async def cluster(url: str, control: Runtime) -> AsyncIterator[Cluster]:
+    async with open_cluster(url) as workers:
+        yield workers
+
+
+async def test_a_committed_step_is_not_run_again_after_kill_9_and_an_uncommitted_one_is(
+    control: Runtime, cluster: Cluster
+) -> None:
+    first = await cluster.start("w1")
+    handle = await control.submit("journaled", input={"steps": 3, "hang_at": 1}, run_id="j")
+    # Step 0 ran and was committed; step 1 runs (and hangs) when the worker dies.
+    await until_line(first, "effect", "j", "1", "1")
+
+    async def step_zero_committed() -> bool:
+        return any(e.kind == EventKind.STEP for e in await history(control, "j"))
+
+    await wait_for(step_zero_committed, "step 0 of run 'j' to be committed")
+    await first.kill()
+
+    second = await cluster.start("w2")
+    assert await until_state(control, "j", is_ended) == NATURAL
+    assert (await control.record(handle.run_id)).result == [
+        {"i": 0, "generation": 1},
+        {"i": 1, "generation": 2},
+        {"i": 2, "generation": 2},
+    ]
+    ran_by_second = [line.words[1:4] for line in second.said("effect")]
+    assert ran_by_second == [["j", "2", "1"], ["j", "2", "2"]]  # never step 0 again
+    steps = [
+        (e.detail["index"], e.generation) for e in await history(control, "j") if e.kind == "step"
+    ]
+    assert steps == [(0, 1), (1, 2), (2, 2)]
