@@ -18,6 +18,8 @@ PUBLIC_MODULES = [
     "awaken_trio.testing",
     "awaken_trio.agent",
     "awaken_trio.client",
+    # Needs the [pydantic-ai] extra, which the test extra installs too.
+    "awaken_trio.integrations.pydantic_ai",
 ]
 
 

@@ -33,7 +33,7 @@ from awaken_trio import (
 )
 from awaken_trio.store import MemoryStore, StepStore, Store
 from awaken_trio.store.sqlite._store import SQLiteStore
-from tests.wrapped_stores import FailingStore, WrappedStore
+from tests.wrapped_stores import CountingStore, FailingStore, WrappedStore
 
 NATURAL = RunState.Ended(EndCause.NaturalEnd())
 CANCELLED = RunState.Ended(EndCause.Cancelled())
@@ -417,7 +417,7 @@ async def test_two_tasks_racing_one_name_take_indexes_in_the_order_their_commits
 async def test_tasks_taking_their_first_steps_at_once_read_the_journal_once(
     tmp_path: Path,
 ) -> None:
-    counting = CountingSteps(SQLiteStore(tmp_path / "runs.db", synchronous="normal"))
+    counting = CountingStore(SQLiteStore(tmp_path / "runs.db", synchronous="normal"))
 
     async def body(ctx: RunContext) -> None:
         async with trio.open_nursery() as nursery:
@@ -437,7 +437,7 @@ async def test_tasks_taking_their_first_steps_at_once_read_the_journal_once(
 
 
 async def test_a_run_that_takes_no_step_reads_no_journal(tmp_path: Path) -> None:
-    counting = CountingSteps(SQLiteStore(tmp_path / "runs.db", synchronous="normal"))
+    counting = CountingStore(SQLiteStore(tmp_path / "runs.db", synchronous="normal"))
 
     async def body(ctx: RunContext) -> None:
         await ctx.boundary({"n": 1})
@@ -447,34 +447,12 @@ async def test_a_run_that_takes_no_step_reads_no_journal(tmp_path: Path) -> None
     assert counting.reads == 0
 
 
-class CountingSteps:
-    """A store that counts its journal reads and its write transactions; everything else
-    goes straight to the store it wraps."""
-
-    def __init__(self, inner: Any) -> None:
-        self._inner = inner
-        self.reads = 0
-        self.applies = 0
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-    async def step_events(self, run_id: str) -> list[RunEvent]:
-        self.reads += 1
-        found: list[RunEvent] = await self._inner.step_events(run_id)
-        return found
-
-    async def apply(self, batch: Any) -> Any:
-        self.applies += 1
-        return await self._inner.apply(batch)
-
-
 async def test_an_agent_turn_of_three_steps_costs_at_most_three_writes_on_sqlite(
     tmp_path: Path,
 ) -> None:
     """A turn: a model call, a tool call, a model call, each a step. Each step is one
     commit; commits made together share one group-committed write."""
-    counting = CountingSteps(SQLiteStore(tmp_path / "runs.db", synchronous="normal"))
+    counting = CountingStore(SQLiteStore(tmp_path / "runs.db", synchronous="normal"))
     during: list[int] = []
 
     async def model(messages: list[str]) -> JsonValue:
@@ -493,7 +471,7 @@ async def test_an_agent_turn_of_three_steps_costs_at_most_three_writes_on_sqlite
         return {"first": first, "found": found, "final": final}
 
     async with open_runtime(counting) as runtime:
-        assert isinstance(runtime._supervisor.kernel.store, CountingSteps)
+        assert isinstance(runtime._supervisor.kernel.store, CountingStore)
         assert await runtime.execute(turn, run_id="turn") == NATURAL
         assert len(steps_of(await events_of(runtime, "turn"))) == 3
     assert during == [3]
