@@ -42,9 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pydantic_ai import Agent
 from pydantic_ai.durable_exec import (
-    JSON_CODEC,
     BaseDurabilityCapability,
-    DurabilityEngineSpec,
     JournalCallableOperationBackend,
     RoleBasedOperationConfig,
 )
@@ -59,7 +57,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from awaken_trio import RunContext, open_runtime
 from awaken_trio.integrations._asyncio_bridge import open_asyncio_bridge
-from awaken_trio.integrations.pydantic_ai import agent_body
+from awaken_trio.integrations.pydantic_ai import _Durability, agent_body
 from awaken_trio.store import MemoryStore
 
 
@@ -112,19 +110,8 @@ class _DictBackend(JournalCallableOperationBackend[None]):
 
 
 class _DictDurability(BaseDurabilityCapability[Any]):
-    engine_spec = DurabilityEngineSpec(
-        engine_name="dict",
-        durable_unit_noun="step",
-        durable_container_noun="run",
-        codec=JSON_CODEC,
-        toolset_lifecycles={
-            "function": "enter-never",
-            "mcp": "enter-always",
-            "dynamic": "enter-never",
-        },
-        sequential_tools_in_durable_context=True,
-        tool_config_key="dict",
-    )
+    # The same choices as agent_body's engine (JSON journal, tools one at a time).
+    engine_spec = _Durability.engine_spec
 
     @property
     def in_durable_context(self) -> bool:

@@ -471,7 +471,6 @@ async def test_an_agent_turn_of_three_steps_costs_at_most_three_writes_on_sqlite
         return {"first": first, "found": found, "final": final}
 
     async with open_runtime(counting) as runtime:
-        assert isinstance(runtime._supervisor.kernel.store, CountingStore)
         assert await runtime.execute(turn, run_id="turn") == NATURAL
         assert len(steps_of(await events_of(runtime, "turn"))) == 3
     assert during == [3]

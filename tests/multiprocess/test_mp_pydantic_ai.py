@@ -5,7 +5,6 @@ was committed is never run again. The agent is ``tests/multiprocess/mp_agents.py
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -19,11 +18,9 @@ from tests.multiprocess.mp_harness import (  # noqa: E402
     CANCELLED,
     NATURAL,
     Cluster,
-    control_runtime,
     history,
     is_awaiting,
     is_ended,
-    open_cluster,
     until_line,
     until_state,
     wait_for,
@@ -38,18 +35,6 @@ LOOKUP = "pa__function_toolset__<agent>.call_tool:lookup"
 @pytest.fixture
 def url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'runs.db'}"
-
-
-@pytest.fixture
-async def control(url: str) -> AsyncIterator[Runtime]:
-    async with control_runtime(url) as runtime:
-        yield runtime
-
-
-@pytest.fixture
-async def cluster(url: str, control: Runtime) -> AsyncIterator[Cluster]:
-    async with open_cluster(url) as workers:
-        yield workers
 
 
 async def steps(control: Runtime, run_id: str) -> list[tuple[str, int, int]]:

@@ -4,8 +4,6 @@ runs again the one it had not committed. On SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import pytest
 
 from awaken_trio import EventKind, Runtime
@@ -13,10 +11,8 @@ from tests.multiprocess.mp_harness import (
     NATURAL,
     Cluster,
     StoreAt,
-    control_runtime,
     history,
     is_ended,
-    open_cluster,
     store_url,
     until_line,
     until_state,
@@ -29,18 +25,6 @@ pytestmark = pytest.mark.slow
 @pytest.fixture
 def url(durable_at: StoreAt) -> str:
     return store_url(durable_at)
-
-
-@pytest.fixture
-async def control(url: str) -> AsyncIterator[Runtime]:
-    async with control_runtime(url) as runtime:
-        yield runtime
-
-
-@pytest.fixture
-async def cluster(url: str, control: Runtime) -> AsyncIterator[Cluster]:
-    async with open_cluster(url) as workers:
-        yield workers
 
 
 async def test_a_committed_step_is_not_run_again_after_kill_9_and_an_uncommitted_one_is(
