@@ -1,6 +1,5 @@
 """A pydantic-ai agent the multi-process tests run in worker processes (by the name "pa"),
-on pydantic-ai's FunctionModel (no network). Imported by ``mp_bodies`` when pydantic-ai is
-installed.
+on pydantic-ai's FunctionModel (no network). A worker started with ``--agents`` serves it.
 
 What the model does is read from the run's prompt:
 

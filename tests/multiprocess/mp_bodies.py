@@ -249,9 +249,3 @@ BODIES: dict[str, Body] = {
     "inbox_stepper": inbox_stepper,
     "asker": asker,
 }
-
-try:
-    from tests.multiprocess.mp_agents import AGENT_BODIES
-except ImportError:  # pydantic-ai is not installed: the tests of its agents skip
-    AGENT_BODIES = {}
-BODIES.update(AGENT_BODIES)
