@@ -1,7 +1,9 @@
-"""asyncio code under Trio: an asyncio event loop on a thread of its own, for one attempt.
+"""asyncio code under Trio: an asyncio event loop on a thread of its own, shared by the runs
+of a runtime that use it.
 
-`open_asyncio_bridge` starts a new asyncio loop on a new thread and gives a `Bridge` with the
-two crossings an asyncio framework needs inside a run:
+`open_asyncio_bridge` gives one attempt a `Bridge` to that loop (starting it, on a new
+thread, if no bridge is open), with the two crossings an asyncio framework needs inside a
+run:
 
 - Trio awaits asyncio: `Bridge.run` runs a coroutine function as a task of the loop and
   waits for it without blocking Trio. A Trio cancel cancels the asyncio task at once
@@ -17,9 +19,11 @@ two crossings an asyncio framework needs inside a run:
   handed to asyncio: the bridge cancels every asyncio task it is waiting for instead, and
   `Bridge.run` re-raises it in Trio once they have finished.
 
-When the ``async with`` block ends, whatever is still running on the loop is cancelled and
-waited for, the loop's default executor is shut down (its threads joined), and the loop's
-thread exits: nothing is left running on any thread after the attempt. A sync function
+When the ``async with`` block ends, the attempt's Trio calls are stopped and everything it
+ran on the loop has finished (`Bridge.run` waits for its task, shielded): nothing of the
+attempt is left running on any thread. When the last open bridge closes, whatever is still
+on the loop is cancelled and waited for, the loop's default executor is shut down (its
+threads joined), and the loop's thread exits. A sync function
 running on one of the loop's threads cannot be interrupted (Python cannot stop a thread): a
 cancel waits for it to return, as Trio waits for a ``to_thread`` call it cannot abandon.
 
@@ -220,16 +224,21 @@ def _abandon(future: asyncio.Future[Any]) -> None:
         future.cancel()
 
 
-@asynccontextmanager
-async def open_asyncio_bridge(name: str) -> AsyncIterator[Bridge]:
-    """A new asyncio loop on a new thread (named after ``name``) for the block, and the
-    `Bridge` to it. Leaving the block cancels what still runs on the loop, waits for it,
-    shuts the loop's default executor down and lets the thread exit."""
-    token = trio.lowlevel.current_trio_token()
-    loop = asyncio.new_event_loop()
-    thread_done = trio.Event()
+@final
+class _LoopHost:
+    """The asyncio loop the bridges of one Trio run share, on a thread of its own, while
+    any of them is open (`open_asyncio_bridge` counts them)."""
 
-    def host() -> None:
+    def __init__(self, token: trio.lowlevel.TrioToken) -> None:
+        self.token = token
+        self.users = 0
+        self.loop = asyncio.new_event_loop()
+        self._done = trio.Event()
+        self._thread = threading.Thread(target=self._host, name="asyncio bridge", daemon=True)
+        self._thread.start()
+
+    def _host(self) -> None:
+        loop = self.loop
         asyncio.set_event_loop(loop)
         try:
             loop.run_forever()
@@ -244,11 +253,43 @@ async def open_asyncio_bridge(name: str) -> AsyncIterator[Bridge]:
         finally:
             asyncio.set_event_loop(None)
             loop.close()
-            token.run_sync_soon(thread_done.set)
+            self.token.run_sync_soon(self._done.set)
 
-    thread = threading.Thread(target=host, name=f"asyncio bridge of {name}", daemon=True)
-    thread.start()
-    bridge = Bridge(loop, token, name)
+    async def close(self) -> None:
+        """Stop the loop and wait until its thread has exited. Shielded and unbounded, as
+        Trio waits for a ``to_thread`` call it cannot abandon: a sync function still
+        running on one of the loop's threads (Python cannot stop a thread) is waited for."""
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        with trio.CancelScope(shield=True):
+            await self._done.wait()
+        self._thread.join()  # (it has set the event as its last act: this returns at once)
+
+
+# The loop host of each Trio run with a bridge open (the Trio thread alone touches it).
+_hosts: dict[trio.lowlevel.TrioToken, _LoopHost] = {}
+
+
+@asynccontextmanager
+async def open_asyncio_bridge(name: str) -> AsyncIterator[Bridge]:
+    """A `Bridge` (named after ``name``) to the asyncio loop of this Trio run, for the
+    block.
+
+    The bridges open at once in one Trio run (the attempts of one runtime, most often)
+    share one loop, on one thread, started by the first and stopped by the last to close:
+    an HTTP client an asyncio library keeps for the process (pydantic-ai's providers do)
+    belongs to the loop that opened its connections, so concurrent runs on loops of their
+    own would share connections across loops. Leaving the block stops the Trio calls its
+    asyncio code made and waits for what it ran on the loop (`Bridge.run` does), so none
+    of it outlives the block; when no bridge is left open, the loop's remaining tasks are
+    cancelled and waited for, its default executor shut down (its threads joined), and its
+    thread exits.
+    """
+    token = trio.lowlevel.current_trio_token()
+    host = _hosts.get(token)
+    if host is None:
+        host = _hosts[token] = _LoopHost(token)
+    host.users += 1
+    bridge = Bridge(host.loop, token, name)
     try:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(bridge._serve, nursery)
@@ -257,10 +298,9 @@ async def open_asyncio_bridge(name: str) -> AsyncIterator[Bridge]:
             finally:
                 nursery.cancel_scope.cancel()
     finally:
-        loop.call_soon_threadsafe(loop.stop)
-        # Shielded and unbounded, as Trio waits for a ``to_thread`` call it cannot abandon:
-        # a sync function still running on one of the loop's threads (Python cannot stop a
-        # thread) is waited for, so nothing outlives the block.
-        with trio.CancelScope(shield=True):
-            await thread_done.wait()
-        thread.join()  # (it has set the event as its last act: this returns at once)
+        host.users -= 1
+        if host.users == 0:
+            # Taken out first, so a bridge opened while this loop stops gets a new one.
+            if _hosts.get(token) is host:
+                del _hosts[token]
+            await host.close()

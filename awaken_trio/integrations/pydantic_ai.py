@@ -11,13 +11,14 @@
 
 How it works:
 
-- **Under Trio.** pydantic-ai's ``Agent`` runs on asyncio, so each attempt runs it on an
-  asyncio loop of its own, on a thread of its own (`open_asyncio_bridge`), with
-  cancellation both ways: a cancel of the run cancels the agent's asyncio task at once (its
-  model request included) and the attempt ends only once that task has finished; the loop
-  and its thread (and its executor's threads) are gone when the attempt ends. The bridge
-  was chosen by measuring: see the bridge's module docstring and
-  ``benchmarks/bench_pydantic_ai.py`` (well under 1 ms per model call).
+- **Under Trio.** pydantic-ai's ``Agent`` runs on asyncio, so it runs on an asyncio loop
+  on a thread of its own (`open_asyncio_bridge`), one loop for the runtime's agent runs
+  at once (a provider's HTTP client belongs to one loop), with cancellation both ways: a
+  cancel of the run cancels the agent's asyncio task at once (its model request included)
+  and the attempt ends only once that task has finished, so nothing of it is left running
+  on any thread; the loop and its thread are gone once no run uses them. The bridge was
+  chosen by measuring: see the bridge's module docstring and
+  ``benchmarks/bench_pydantic_ai.py`` (about 0.3 ms per model request).
 - **Every model request and tool call is a step.** The integration is a pydantic-ai
   durability engine (a ``BaseDurabilityCapability`` whose operation backend is
   `RunContext.step`), added to each run of the agent: pydantic-ai hands every model

@@ -305,7 +305,7 @@ async def test_a_cancel_reaches_the_model_request_on_asyncio_at_once() -> None:
     async with open_runtime(bodies={"cancelled": body}) as runtime:
         handle = await runtime.start(body, run_id="c", input="x")
         await until(lambda: bool(script.loops))
-        assert bridge_threads() == ["asyncio bridge of c"]
+        assert bridge_threads() == ["asyncio bridge"]
         runtime.deliver(LiveCommand.Cancel("c"))
         with trio.fail_after(10):
             assert await handle.wait() == CANCELLED
@@ -314,6 +314,30 @@ async def test_a_cancel_reaches_the_model_request_on_asyncio_at_once() -> None:
         assert script.loops[0].is_closed()
         assert bridge_threads() == []
         assert step_names(await events_of(runtime, "c")) == []
+
+
+async def test_runs_at_once_share_one_loop_which_goes_with_the_last_of_them() -> None:
+    """A provider's HTTP client belongs to the loop that opened its connections, so agent
+    runs at once in a runtime share one loop; it stops (its thread gone) with the last."""
+    script = Script(hang_at=1)
+    agent, _ = lookup_agent(script, name="shared")
+    body = agent_body(agent)
+    async with open_runtime(bodies={"shared": body}) as runtime:
+        first = await runtime.start(body, run_id="s1", input="x")
+        await until(lambda: len(script.loops) == 1)
+        second = await runtime.start(body, run_id="s2", input="x")
+        await until(lambda: len(script.loops) == 3)  # s2's two requests (the hang was s1's)
+        assert await second.wait() == NATURAL
+        assert script.loops[0] is script.loops[1] is script.loops[2]
+        assert bridge_threads() == ["asyncio bridge"]  # s1 still runs on it
+        runtime.deliver(LiveCommand.Cancel("s1"))
+        assert await first.wait() == CANCELLED
+        assert bridge_threads() == []
+        assert script.loops[0].is_closed()
+        # The next run gets a new loop.
+        assert await runtime.execute(body, run_id="s3", input="x") == NATURAL
+        assert script.loops[-1] is not script.loops[0]
+        assert bridge_threads() == []
 
 
 async def test_a_pause_takes_effect_before_the_next_model_request() -> None:
