@@ -262,29 +262,25 @@ def receive(
 
 def emit(attempt: Attempt, kind: str, detail: FrozenDict, *, at: float) -> Commit:
     """A body's own event; no state changes and nothing is announced."""
-    return Commit(
-        run_id=attempt.run_id,
-        state=running(attempt.generation),
-        generation=attempt.generation,
-        expect=expect_running(attempt.generation),
-        at=at,
-        events=(EventDraft(kind, detail),),
-        announce=False,
-        fence=attempt.fence,
-    )
+    return _event_of(attempt, EventDraft(kind, detail), at)
 
 
 def step(attempt: Attempt, detail: FrozenDict, *, at: float) -> Commit:
     """A journaled step's result (``ctx.step``): one ``step`` event; no state changes and
     nothing is announced. Fenced like every commit of the attempt, so a step of an attempt
     that has lost its run is never journaled."""
+    return _event_of(attempt, EventDraft(EventKind.STEP, detail), at)
+
+
+def _event_of(attempt: Attempt, event: EventDraft, at: float) -> Commit:
+    """An event of the running attempt, alone: its state and generation as they are."""
     return Commit(
         run_id=attempt.run_id,
         state=running(attempt.generation),
         generation=attempt.generation,
         expect=expect_running(attempt.generation),
         at=at,
-        events=(EventDraft(EventKind.STEP, detail),),
+        events=(event,),
         announce=False,
         fence=attempt.fence,
     )
