@@ -26,6 +26,7 @@ from ._storage import UNSET, CommandKind, Fence
 
 if TYPE_CHECKING:
     from ._context import RunContext
+    from ._journal import Journal
     from ._observe import AttemptSpan
     from ._registry import GateWaiter
     from ._streams import StreamOutbox
@@ -334,6 +335,8 @@ class Attempt:
     span: AttemptSpan | None = attrs.field(default=None, init=False)
     # The chunks its stream writers sent; made on the first ``ctx.stream()``.
     streams: StreamOutbox | None = attrs.field(default=None, init=False)
+    # The run's journaled steps as this attempt sees them (made at its first ctx.step).
+    journal: Journal | None = attrs.field(default=None, init=False)
 
     def request_end(self, request: EndRequest) -> None:
         """Cancel the attempt's scope as ``request`` says. The first request wins: a later

@@ -19,12 +19,12 @@ from tests.store.sqlite_helpers import pragma, tables
 LATEST = len(schema.MIGRATIONS)
 
 
-def _version_4_file(path: Path) -> None:
+def _version_5_file(path: Path) -> None:
     """A store as the release before streams wrote it: one run ended, one running."""
     conn = sqlite3.connect(path, isolation_level=None)
     try:
         conn.execute("BEGIN")
-        for version, migration in enumerate(schema.MIGRATIONS[:4]):
+        for version, migration in enumerate(schema.MIGRATIONS[:5]):
             migration(conn)
             conn.execute(f"PRAGMA user_version = {version + 1}")
         for run_id, kind, state in (
@@ -45,8 +45,8 @@ async def test_a_file_from_before_streams_is_migrated_and_keeps_its_runs(
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "runs.db"
-    _version_4_file(path)
-    assert pragma(path, "user_version") == 4
+    _version_5_file(path)
+    assert pragma(path, "user_version") == 5
     async with SQLiteStore(path) as store:
         done = await store.load("done")
         assert done is not None
@@ -66,7 +66,7 @@ async def test_a_file_from_before_streams_is_migrated_and_keeps_its_runs(
         page = await store.read_chunks("live", "output", 0, 10)
         assert page is not None
         assert [c.value for c in page.chunks] == ["hello"]
-    assert pragma(path, "user_version") == LATEST == 5
+    assert pragma(path, "user_version") == LATEST == 6
     assert "stream_chunks" in tables(path)
 
 
@@ -74,7 +74,7 @@ async def test_a_run_that_never_streamed_reads_as_such_after_the_migration(
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "runs.db"
-    _version_4_file(path)
+    _version_5_file(path)
     async with open_runtime(path) as runtime:
         with pytest.raises(InvalidArgument, match="without writing stream 'output'"):
             async for _ in runtime.read_stream("done"):

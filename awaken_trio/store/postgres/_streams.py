@@ -1,4 +1,4 @@
-"""Runs' streams in the PostgreSQL store: the ``stream_chunks`` table (schema version 4),
+"""Runs' streams in the PostgreSQL store: the ``stream_chunks`` table (schema version 5),
 how a write transaction reads its heads and writes its rows (`read_heads`, `write_queue`),
 and the reads of a page and of a run's channels (`read_chunks`, `stream_channels`). The
 statements are named in ``queries.sql``.
@@ -42,7 +42,7 @@ _V4: Final = (
 )
 
 
-def to_v4(conn: psycopg.Connection[tuple[object, ...]], schema: sql.Identifier) -> None:
+def to_v5(conn: psycopg.Connection[tuple[object, ...]], schema: sql.Identifier) -> None:
     """Version 4: runs' streams. A store from before has none: every run reads as having
     written no channel."""
     for statement in _V4:

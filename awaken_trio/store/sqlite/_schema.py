@@ -20,7 +20,7 @@ from typing import Final
 import attrs
 
 from ..._core import StoreError
-from ._streams import create_v5 as create_streams_v5
+from ._streams import create_v6 as create_streams_v6
 
 APPLICATION: Final = "awaken_trio"
 APPLICATION_ID: Final = 0x41574B4E  # "AWKN": the header field SQLite reserves for this
@@ -160,12 +160,20 @@ def _queue_by_age_v4(conn: sqlite3.Connection) -> None:
     conn.execute("DROP INDEX runs_queued")
 
 
+def _steps_v5(conn: sqlite3.Connection) -> None:
+    """Version 5: journaled steps (``ctx.step``). An attempt reads its run's ``step`` events
+    at its first step; a partial index holds those events alone, so the read costs the
+    number of steps, not the length of the run's history."""
+    conn.execute("CREATE INDEX events_steps ON events (run_id, seq) WHERE kind = 'step'")
+
+
 MIGRATIONS: Sequence[Migration] = (
     _create_v1,
     _inbox_delivered_v2,
     _fork_v3,
     _queue_by_age_v4,
-    create_streams_v5,
+    _steps_v5,
+    create_streams_v6,
 )
 """The schema's history, oldest first: ``MIGRATIONS[i]`` takes a file from version ``i`` to
 ``i + 1``. Append, never edit: a released file may be at any version."""

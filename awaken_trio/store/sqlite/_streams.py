@@ -1,4 +1,4 @@
-"""Runs' streams in the SQLite store: the ``stream_chunks`` table (schema version 5), how a
+"""Runs' streams in the SQLite store: the ``stream_chunks`` table (schema version 6), how a
 write transaction reads its heads and writes its rows (`read_heads`, `write_queue`), and
 the read of a page (`read_chunks`).
 
@@ -38,7 +38,7 @@ _CHANNELS: Final = (
 )
 
 
-def create_v5(conn: sqlite3.Connection) -> None:
+def create_v6(conn: sqlite3.Connection) -> None:
     """Version 5: runs' streams. A file from before has none: every run reads as having
     written no channel."""
     conn.execute(

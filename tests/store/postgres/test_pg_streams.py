@@ -39,10 +39,10 @@ def _chunks(run_id: str, *values: str) -> Commit:
     )
 
 
-def _version_3_schema(pg_url: str) -> None:
+def _version_4_schema(pg_url: str) -> None:
     """A store as the release before streams wrote it: one run ended, one running."""
     with psycopg.connect(pg_url, autocommit=True) as conn:
-        schema.open_schema(conn, "awaken", "test", schema.MIGRATIONS[:3])
+        schema.open_schema(conn, "awaken", "test", schema.MIGRATIONS[:4])
         for run_id, kind, state in (
             ("done", "ended", '{"kind":"ended","cause":{"kind":"natural_end"}}'),
             ("live", "running", '{"kind":"running","generation":1}'),
@@ -55,7 +55,7 @@ def _version_3_schema(pg_url: str) -> None:
 
 
 async def test_a_schema_from_before_streams_is_migrated_and_its_runs_stream(pg_url: str) -> None:
-    _version_3_schema(pg_url)
+    _version_4_schema(pg_url)
     async with PostgresStore(pg_url) as store:
         done = await store.load("done")
         assert done is not None
@@ -69,7 +69,7 @@ async def test_a_schema_from_before_streams_is_migrated_and_its_runs_stream(pg_u
     with psycopg.connect(pg_url, autocommit=True) as conn:
         version = conn.execute("SELECT value FROM awaken.meta WHERE key = 'version'").fetchone()
     assert version == (str(schema.LATEST),)
-    assert schema.LATEST == 4
+    assert schema.LATEST == 5
 
 
 async def test_another_stores_stream_write_is_heard_while_the_relay_rests(pg_url: str) -> None:
