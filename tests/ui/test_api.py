@@ -256,8 +256,10 @@ async def test_controls_are_post_only_and_an_unknown_control_is_404() -> None:
         assert (await d.http.get(api("g", "explode"))).status_code == 404
         on_record = await d.http.post(api("g"), json={})
         assert on_record.status_code == 405
-        assert on_record.headers["allow"] == "GET"
+        assert on_record.headers["allow"] == "GET, HEAD"
         assert (await d.http.delete(api("g"))).status_code == 405
+        head = await d.http.head(api("g", "cancel"))  # never a control: no body, no POST
+        assert (head.status_code, head.headers["allow"]) == (405, "POST")
         assert await d.runtime.state("g") == RunState.Queued()
 
 
