@@ -154,13 +154,14 @@ def report(failure: CommandFailed, *, as_json: bool) -> None:
     click.echo(text, err=True)
 
 
-async def refused(runtime: Runtime, exc: AwakenError, run_id: str) -> CommandFailed:
-    """The failure of a refused request, with the run's committed state read after it."""
+async def refused(runtime: Runtime, exc: AwakenError, run_id: str | None) -> CommandFailed:
+    """The failure of a refused request, with the committed state of the run it named
+    (``run_id``; None when it named none) read after it."""
     state: RunState | None = getattr(exc, "state", None)
-    if state is None and not isinstance(exc, UnknownRun):
+    if state is None and run_id is not None and not isinstance(exc, UnknownRun):
         try:
             state = await runtime.state(run_id)
-        except (UnknownRun, StoreError):
+        except (UnknownRun, InvalidArgument, StoreError):
             state = None
     return failure_of(exc, state)
 
@@ -169,13 +170,21 @@ async def refused(runtime: Runtime, exc: AwakenError, run_id: str) -> CommandFai
 
 
 def parse_json(text: str, what: str) -> JsonValue:
-    """A JSON argument (``--input``, ``--value``, a message), or exit 2 naming the problem."""
+    """A JSON argument (``--input``, ``--value``, a message, a control's body), or bad
+    input (exit 2, or 400) naming the problem; never Python's own error for text past its
+    limits (a number of thousands of digits, nesting past the recursion limit)."""
 
     def refuse_constant(name: str) -> object:
         raise ValueError(f"{name} is not a JSON value")
 
     try:
         value: JsonValue = json.loads(text, parse_constant=refuse_constant)
+    except RecursionError:
+        raise bad_input(
+            f"{what} is nested too deeply to read (more levels than this interpreter's"
+            f" recursion limit of {sys.getrecursionlimit()}): send a value nested less deeply",
+            "malformed_json",
+        ) from None
     except ValueError as exc:
         raise bad_input(
             f"{what} is not valid JSON ({exc}): give a JSON value, e.g. '{{\"q\": 1}}',"
@@ -183,6 +192,51 @@ def parse_json(text: str, what: str) -> JsonValue:
             "malformed_json",
         ) from None
     return value
+
+
+SHOWN_CHARACTERS: Final = 24
+"""How much of a long value a message quotes."""
+
+
+def shorten(text: str) -> str:
+    """``text`` quoted for a message, its start alone when it is long (a value of
+    thousands of characters is named, not echoed)."""
+    if len(text) <= SHOWN_CHARACTERS:
+        return repr(text)
+    return f"{text[:SHOWN_CHARACTERS]!r}... ({len(text)} characters)"
+
+
+def whole_number(text: str, *, low: int, high: int) -> int | None:
+    """``text`` as a whole number from ``low`` to ``high`` (ASCII digits, leading zeros
+    allowed), else None. A number too long to be in range is refused by its length, so
+    Python's limit on digits converted (4,300) is never reached."""
+    if not (text.isascii() and text.isdigit()):
+        return None
+    digits = text.lstrip("0") or "0"
+    if len(digits) > len(str(high)):
+        return None
+    number = int(digits)
+    return number if low <= number <= high else None
+
+
+class _ShortNumbers(click.ParamType[Any, Any]):
+    """A number option that refuses text longer than any number it could take by its
+    length, quoting only its start (the conversion and the range are its base class's)."""
+
+    LONGEST: Final = 32
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and len(value) > self.LONGEST:
+            self.fail(f"{shorten(value)} is not a number this option takes", param, ctx)
+        return super().convert(value, param, ctx)
+
+
+class WholeRange(_ShortNumbers, click.IntRange):
+    """`click.IntRange`, refusing a number of thousands of digits in one short line."""
+
+
+class SecondsRange(_ShortNumbers, click.FloatRange):
+    """`click.FloatRange`, refusing a number of thousands of digits in one short line."""
 
 
 def store_url(url: str | None) -> str:

@@ -23,6 +23,7 @@ from ._common import (
     STORE_ENV,
     CommandFailed,
     Exit,
+    WholeRange,
     bad_input,
     console,
     early,
@@ -31,8 +32,10 @@ from ._common import (
     open_cli_runtime,
     parse_json,
     refused,
+    shorten,
     store_url,
     until_signalled,
+    whole_number,
 )
 from ._shapes import (
     EVENT_COLUMNS,
@@ -94,7 +97,7 @@ def runs() -> None:
 @thread_filter
 @name_filter
 @click.option(
-    "--limit", type=click.IntRange(min=1), default=50, show_default=True, help="At most N runs."
+    "--limit", type=WholeRange(min=1), default=50, show_default=True, help="At most N runs."
 )
 @click.option("--before", metavar="ID", help="Only runs created before run ID (the next page).")
 def list_runs(
@@ -125,7 +128,7 @@ async def _listed(runtime: Runtime, before: str | None, **filters: Any) -> list[
     try:
         return await runtime.list_runs(before=before, **filters)
     except REFUSALS as exc:  # an unknown `before`
-        raise await refused(runtime, exc, before or "") from None
+        raise await refused(runtime, exc, before) from None
 
 
 @runs.command("show")
@@ -171,7 +174,7 @@ def show(store: str | None, as_json: bool, run_id: str) -> None:
 @json_option
 @click.argument("run_id", metavar="[ID]", required=False)
 @click.option(
-    "--after", type=click.IntRange(min=0), default=0, metavar="SEQ", help="Only events after SEQ."
+    "--after", type=WholeRange(min=0), default=0, metavar="SEQ", help="Only events after SEQ."
 )
 @click.option(
     "--follow",
@@ -195,7 +198,7 @@ def events(store: str | None, as_json: bool, run_id: str | None, after: int, fol
                         else:
                             out.print("  ".join(event_cells(event)), soft_wrap=True)
                 except REFUSALS as exc:
-                    raise await refused(runtime, exc, run_id or "") from None
+                    raise await refused(runtime, exc, run_id) from None
 
             await until_signalled(print_events)
 
@@ -206,9 +209,7 @@ def events(store: str | None, as_json: bool, run_id: str | None, after: int, fol
 @store_option
 @json_option
 @click.argument("run_id", metavar="[ID]", required=False)
-@click.option(
-    "--limit", type=click.IntRange(min=1), default=20, show_default=True, help="Runs shown."
-)
+@click.option("--limit", type=WholeRange(min=1), default=20, show_default=True, help="Runs shown.")
 def watch(store: str | None, as_json: bool, run_id: str | None, limit: int) -> None:
     """A live table of the newest runs (or of one run's events), until Ctrl-C or until the
     watched run ends. Off a terminal, or with --json, one line per event instead."""
@@ -232,7 +233,7 @@ def watch(store: str | None, as_json: bool, run_id: str | None, limit: int) -> N
                     else:
                         await _watch_events(runtime, run_id)
                 except REFUSALS as exc:
-                    raise await refused(runtime, exc, run_id or "") from None
+                    raise await refused(runtime, exc, run_id) from None
 
             await until_signalled(follow)
 
@@ -295,7 +296,7 @@ def submit(
                 handle = await runtime.submit(name, input=value, run_id=run_id, thread_id=thread_id)
                 record = await runtime.record(handle.run_id)
             except REFUSALS as exc:
-                raise await refused(runtime, exc, run_id or "") from None
+                raise await refused(runtime, exc, run_id) from None
         emit(dumps(row_json(record)) if as_json else record.run_id)
 
     execute(run, as_json=as_json)
@@ -307,7 +308,7 @@ def submit(
 @click.argument("run_id", metavar="ID")
 @click.option(
     "--at",
-    type=click.IntRange(min=1),
+    type=WholeRange(min=1),
     metavar="SEQ",
     help="Start from the checkpoint as of the run's event SEQ (default: its last).",
 )
@@ -333,16 +334,22 @@ def fork(
 _UNITS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
+_LONGEST_DURATION: Final = 10**12
+"""The most of any unit a duration may count (tens of millions of years in seconds; the
+bound keeps the count far from Python's limit on digits converted)."""
+
+
 def parse_duration(text: str) -> float:
     """``30m``, ``12h``, ``7d``, ``0s``: a whole number and a unit, in seconds."""
     number, unit = text[:-1], text[-1:]
-    if unit not in _UNITS or not number.isascii() or not number.isdigit():
+    count = whole_number(number, low=0, high=_LONGEST_DURATION) if unit in _UNITS else None
+    if count is None:
         raise bad_input(
-            f"--ended-before needs a duration such as 0s, 30m, 12h or 7d (a whole number and"
-            f" one of s, m, h, d), not {text!r}",
+            f"--ended-before needs a duration such as 0s, 30m, 12h or 7d (a whole number up"
+            f" to {_LONGEST_DURATION} and one of s, m, h, d), not {shorten(text)}",
             "invalid_argument",
         )
-    return float(int(number) * _UNITS[unit])
+    return float(count * _UNITS[unit])
 
 
 @runs.command("prune")

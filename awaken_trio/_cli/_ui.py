@@ -18,6 +18,7 @@ import click
 import trio
 
 from ._common import (
+    WholeRange,
     bad_input,
     console,
     early,
@@ -86,7 +87,7 @@ def check_binding(host: str, port: int, token: str | None) -> None:
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option(
     "--port",
-    type=click.IntRange(min=0, max=65535),
+    type=WholeRange(min=0, max=65535),
     default=DEFAULT_PORT,
     show_default=True,
     help="Port to listen on (0: a free one, printed).",

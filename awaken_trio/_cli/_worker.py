@@ -19,6 +19,8 @@ import click
 import trio
 
 from ._common import (
+    SecondsRange,
+    WholeRange,
     bad_input,
     console,
     early,
@@ -76,14 +78,14 @@ def load_bodies(target: str) -> dict[str, object]:
 @store_option
 @click.option(
     "--concurrency",
-    type=click.IntRange(min=1),
+    type=WholeRange(min=1),
     default=8,
     show_default=True,
     help="Most root runs executed at once.",
 )
 @click.option(
     "--lease",
-    type=click.FloatRange(min=0, min_open=True),
+    type=SecondsRange(min=0, min_open=True),
     default=30.0,
     show_default=True,
     metavar="S",
@@ -91,7 +93,7 @@ def load_bodies(target: str) -> dict[str, object]:
 )
 @click.option(
     "--poll",
-    type=click.FloatRange(min=0, min_open=True),
+    type=SecondsRange(min=0, min_open=True),
     default=0.05,
     show_default=True,
     metavar="S",

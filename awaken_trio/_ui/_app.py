@@ -49,6 +49,8 @@ from .._cli._common import (
     failure_of,
     parse_json,
     refused,
+    shorten,
+    whole_number,
 )
 from .._cli._shapes import dumps, event_json, record_json, row_json
 from ..store import StateKind, state_to_json
@@ -185,9 +187,10 @@ def int_param(params: dict[str, str], key: str, default: int, *, low: int, high:
     text = params.get(key)
     if text is None:
         return default
-    if not text.isascii() or not text.isdigit() or not low <= int(text) <= high:
-        raise _bad(f"{key} must be a whole number from {low} to {high}, not {text!r}")
-    return int(text)
+    number = whole_number(text, low=low, high=high)
+    if number is None:
+        raise _bad(f"{key} must be a whole number from {low} to {high}, not {shorten(text)}")
+    return number
 
 
 def list_filters(params: dict[str, str]) -> dict[str, Any]:
