@@ -16,6 +16,7 @@ from click.exceptions import NoArgsIsHelpError
 
 from ._common import CommandFailed, Exit, one_line, report
 from ._demo import run_demo
+from ._logging import say
 from ._runs import json_option, runs, store_option
 from ._ui import ui
 from ._worker import worker
@@ -72,11 +73,9 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
         exc.show()
         sys.exit(exc.exit_code)
     except (click.Abort, KeyboardInterrupt):
-        click.echo("awaken-trio: interrupted", err=True)
+        say("awaken-trio: interrupted")
         sys.exit(Exit.INTERRUPTED)
     except Exception as exc:
-        click.echo(
-            f"awaken-trio: internal error: {type(exc).__name__}: {one_line(str(exc))}", err=True
-        )
+        say(f"awaken-trio: internal error: {type(exc).__name__}: {one_line(str(exc))}")
         sys.exit(Exit.INTERNAL)
     sys.exit(code if isinstance(code, int) else Exit.DONE)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import enum
 import json
+import logging
 import os
 import re
 import signal
@@ -142,8 +143,9 @@ def error_json(failure: CommandFailed) -> dict[str, JsonValue]:
     return {"error": failure.error, "message": failure.message, "state": state}
 
 
-def report(failure: CommandFailed, *, as_json: bool) -> None:
-    """Print a failure: one line on stderr, or (``as_json``) one object on stdout."""
+def report(failure: CommandFailed, *, as_json: bool, log: logging.Logger | None = None) -> None:
+    """Print a failure: one line on stderr, or (``as_json``) one object on stdout; or, for
+    a command that logs (``log``: ``worker``, ``ui``), one ERROR record of its log."""
     if as_json:
         click.echo(json.dumps(error_json(failure), ensure_ascii=False))
         return
@@ -151,6 +153,9 @@ def report(failure: CommandFailed, *, as_json: bool) -> None:
     if failure.code is Exit.REFUSED:
         committed = "unknown run" if failure.state is None else describe_state(failure.state)
         text += f" [committed state: {committed}]"
+    if log is not None:
+        log.error("%s", text, extra={"error": failure.error})
+        return
     click.echo(text, err=True)
 
 
@@ -299,17 +304,19 @@ def emit(text: str) -> None:
     sys.stdout.flush()
 
 
-def early(fn: Callable[[], T], *, as_json: bool) -> T:
+def early(fn: Callable[[], T], *, as_json: bool, log: logging.Logger | None = None) -> T:
     """Check the input before anything opens (a bad argument is reported as such, whatever
     the store)."""
     try:
         return fn()
     except CommandFailed as failure:
-        report(failure, as_json=as_json)
+        report(failure, as_json=as_json, log=log)
         sys.exit(failure.code)
 
 
-def execute(fn: Callable[[], Awaitable[None]], *, as_json: bool) -> None:
+def execute(
+    fn: Callable[[], Awaitable[None]], *, as_json: bool, log: logging.Logger | None = None
+) -> None:
     """Run a command's async function under Trio; a failure is reported (`report`) and
     becomes the exit code."""
     try:
@@ -318,10 +325,10 @@ def execute(fn: Callable[[], Awaitable[None]], *, as_json: bool) -> None:
         except BaseExceptionGroup as group:
             raise _sole_leaf(group) from None
     except CommandFailed as failure:
-        report(failure, as_json=as_json)
+        report(failure, as_json=as_json, log=log)
         sys.exit(failure.code)
     except AwakenError as exc:
-        report(failure_of(exc), as_json=as_json)
+        report(failure_of(exc), as_json=as_json, log=log)
         sys.exit(failure_of(exc).code)
 
 
