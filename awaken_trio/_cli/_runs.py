@@ -16,7 +16,7 @@ from typing import Any, Final, get_args
 import click
 from rich.live import Live
 
-from .. import JsonValue, LiveCommand, RunEvent, RunRecord, RunState, Runtime
+from .. import LiveCommand, RunEvent, RunRecord, RunState, Runtime
 from ..store import StateKind, state_to_json
 from ._common import (
     REFUSALS,
@@ -409,9 +409,11 @@ def _end_many(
     dry_run: bool,
     yes: bool,
     end: Callable[[Runtime, str], Awaitable[object]],
+    ended_word: str,
 ) -> None:
-    """End every run the filters select: ``--dry-run`` says which, ``--yes`` ends them
-    (runs that end meanwhile, a child with its parent, are left as they ended)."""
+    """End every run the filters select that has not ended: ``--dry-run`` says which (an
+    ended run is never counted: nothing could end it), ``--yes`` ends them and says which
+    it ended (a run that ends meanwhile, a child with its parent, is left as it ended)."""
     if dry_run == yes:
         raise click.UsageError(
             "filters select many runs: add --dry-run to see which, or --yes to end them"
@@ -425,7 +427,7 @@ def _end_many(
             before: str | None = None
             while True:
                 page = await runtime.list_runs(limit=_PAGE, before=before, **filters)
-                matched += [record.run_id for record in page]
+                matched += [record.run_id for record in page if not record.state.is_ended]
                 if len(page) < _PAGE:
                     break
                 before = page[-1].run_id
@@ -437,16 +439,18 @@ def _end_many(
                     except REFUSALS:
                         continue  # it ended another way first (a parent took it along)
                     ended.append(run_id)
+        shown = matched if dry_run else ended
         if as_json:
-            data: dict[str, JsonValue] = {"matched": len(matched), "run_ids": matched}
-            if yes:
-                data["ended"] = ended
-            emit(dumps(data))
+            emit(dumps({"matched": len(matched), "run_ids": list(shown)}))
             return
-        verb = "would end" if dry_run else "ended"
-        count = len(matched) if dry_run else len(ended)
-        emit(f"{len(matched)} runs matched; {verb} {count}")
-        for run_id in matched:
+        runs = "run" if len(shown) == 1 else "runs"
+        if dry_run:
+            emit(f"{len(shown)} {runs} would be {ended_word}" + (":" if shown else ""))
+        else:
+            gone = len(matched) - len(ended)
+            meanwhile = f" ({gone} ended meanwhile)" if gone else ""
+            emit(f"{len(shown)} {runs} {ended_word}{meanwhile}" + (":" if shown else ""))
+        for run_id in shown:
             emit(f"  {run_id}")
 
     execute(run, as_json=as_json)
@@ -504,7 +508,9 @@ def cancel(
     filters = {"name": name, "state": state, "thread_id": thread_id}
     call = _cancel_call(reason)
     if _one_or_filters(run_id, filters):
-        _end_many(store, as_json, filters, dry_run=dry_run, yes=yes, end=call)
+        _end_many(
+            store, as_json, filters, dry_run=dry_run, yes=yes, end=call, ended_word="cancelled"
+        )
         return
     assert run_id is not None
     if dry_run or yes:
@@ -541,7 +547,7 @@ def stop(
         return await runtime.stop_run(run_id, reason)
 
     if _one_or_filters(run_id, filters):
-        _end_many(store, as_json, filters, dry_run=dry_run, yes=yes, end=call)
+        _end_many(store, as_json, filters, dry_run=dry_run, yes=yes, end=call, ended_word="stopped")
         return
     assert run_id is not None
     if dry_run or yes:
