@@ -6,10 +6,13 @@ is said by its fence and, optionally, an HTML comment on the line before it:
 
 - ```` ```python ````: run as a script by this interpreter in a process of its own (in the
   page's directory), and it must exit 0; its own ``assert`` lines are its checks.
-- ``<!-- sample: file NAME -->`` before a python block: written to ``NAME`` in the page's
-  directory (importable by later samples and by a worker), and compiled.
+- ``<!-- sample: file NAME -->`` before a block of any language: written to ``NAME`` in the
+  page's directory (a module importable by later samples and by a worker, compiled; a
+  project's ``pyproject.toml``).
 - ``<!-- sample: pytest -->``: written to a test module and run by pytest in a process of
-  its own (the package's plugin gives it the ``explore`` fixture); every test must pass.
+  its own, in the page's directory as in a user's project: with the configuration the page
+  wrote there and no option of this suite's (the package's plugin gives it the ``explore``
+  fixture); every test must pass.
 - ``<!-- sample: worker MODULE:ATTR -->``: an ``awaken-trio worker MODULE:ATTR`` process
   serves ``sqlite:///runs.db`` in the page's directory while the sample runs, then is
   killed.
@@ -61,7 +64,8 @@ class Sample:
 
     @property
     def where(self) -> str:
-        return f"{self.page.relative_to(ROOT)}:{self.line}"
+        shown = self.page.relative_to(ROOT) if self.page.is_relative_to(ROOT) else self.page
+        return f"{shown}:{self.line}"
 
 
 def samples(page: Path) -> list[Sample]:
@@ -129,9 +133,11 @@ def _run_pytest(sample: Sample, where: Path, index: int) -> None:
     module = where / f"test_docs_sample_{index}.py"
     module.write_text(sample.code)
     finished = subprocess.run(
+        # As a user's project runs it: its own configuration (pyproject.toml, written by
+        # the page, or none), not this suite's options.
         [
             *(sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"),
-            *("-o", "trio_mode=true", "--rootdir", str(where), module.name),
+            *("--rootdir", str(where), module.name),
         ],
         cwd=where,
         env=_environment(),
@@ -175,14 +181,15 @@ def run_page(page: Path, where: Path) -> int:
     ran = 0
     for index, sample in enumerate(samples(page)):
         kind, _, argument = sample.marker.partition(" ")
-        if sample.lang == "console":
+        if kind == "file":
+            (where / argument).write_text(sample.code)
+            if sample.lang == "python":
+                compile(sample.code, sample.where, "exec")
+        elif sample.lang == "console":
             _run_console(sample, where)
         elif sample.lang != "python":
             assert not sample.marker, f"{sample.where}: a marker on a block that never runs"
             continue
-        elif kind == "file":
-            (where / argument).write_text(sample.code)
-            compile(sample.code, sample.where, "exec")
         elif kind == "pytest":
             _run_pytest(sample, where, index)
         elif kind == "worker":
@@ -290,3 +297,34 @@ def test_a_failing_python_sample_is_reported(tmp_path: Path) -> None:
     [failing] = samples(page)
     with pytest.raises(AssertionError, match=r"README.md:3(.|\n)*arithmetic"):
         _run_python(attrs.evolve(failing, page=ROOT / "README.md"), tmp_path, 0)
+
+
+TRIO_TEST = "import trio\n\n\nasync def test_sleeps() -> None:\n    await trio.sleep(0)\n"
+
+
+@pytest.mark.slow  # two pytest processes
+def test_a_pytest_sample_runs_as_a_users_project_runs_it(tmp_path: Path) -> None:
+    """No option a user's project would not have: an async test without the project's
+    own ``trio_mode = true`` fails, as it would for them; with it written by the page (a
+    ``file`` sample of any language), it passes."""
+    page = tmp_path / "page.md"
+    bare = f"<!-- sample: pytest -->\n```python\n{TRIO_TEST}```\n"
+    page.write_text(bare)
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    with pytest.raises(AssertionError):
+        run_page(page, alone)
+    config = "[tool.pytest.ini_options]\ntrio_mode = true\n"
+    page.write_text(f"<!-- sample: file pyproject.toml -->\n```toml\n{config}```\n\n{bare}")
+    configured = tmp_path / "configured"
+    configured.mkdir()
+    assert run_page(page, configured) == 2
+    assert (configured / "pyproject.toml").read_text() == config
+
+
+def test_the_testing_guide_sets_trio_mode_before_its_first_pytest_sample() -> None:
+    found = samples(DOCS / "guides" / "testing.md")
+    first_pytest = next(i for i, s in enumerate(found) if s.marker == "pytest")
+    configs = [s for s in found[:first_pytest] if s.marker == "file pyproject.toml"]
+    assert configs, "the first pytest sample comes before the project's configuration"
+    assert "trio_mode = true" in configs[0].code
