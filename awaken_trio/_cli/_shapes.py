@@ -137,6 +137,18 @@ def describe_detail(detail: Mapping[str, JsonValue]) -> str:
     return "" if not detail else dumps(dict(detail))
 
 
+SUMMARY_LENGTH: Final = 120
+"""The most characters `event_summary` writes."""
+
+
+def event_summary(kind: str, detail: Mapping[str, JsonValue]) -> str:
+    """An event in one short line: its kind, then its detail as compact JSON (a failure's
+    traceback left out: a run's page shows it whole), cut at `SUMMARY_LENGTH` characters."""
+    shown = {key: value for key, value in detail.items() if key != "traceback"}
+    text = f"{kind} {dumps(shown)}" if shown else kind
+    return text if len(text) <= SUMMARY_LENGTH else text[: SUMMARY_LENGTH - 1] + "…"
+
+
 # ---------------------------------------------------------------------------- tables
 
 ROW_COLUMNS: Final = ("run", "name", "thread", "parent", "state", "end", "gen")

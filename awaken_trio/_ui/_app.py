@@ -449,7 +449,12 @@ async def table_rows(
                 "created_at": None if activity is None else activity.created_at,
                 "last_event": None
                 if activity is None
-                else {"kind": activity.last_kind, "at": activity.last_at, "seq": activity.last_seq},
+                else {
+                    "kind": activity.last_kind,
+                    "at": activity.last_at,
+                    "seq": activity.last_seq,
+                    "text": activity.last_text,
+                },
             }
         )
     return rows

@@ -134,7 +134,7 @@ def _table_row(row: Mapping[str, Any], now: float) -> str:
         f"<td>{esc(record['generation'])}</td>"
         f"<td>{esc(record['thread_id'])}</td>"
         f"<td>{esc(record['name'] or '')}</td>"
-        f"<td>{esc('' if last is None else last['kind'])}</td>"
+        f"<td>{esc('' if last is None else last['text'])}</td>"
         f'<td class="age">{esc(_age(created, now))}</td></tr>'
     )
 

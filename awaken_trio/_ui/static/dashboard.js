@@ -154,7 +154,7 @@
         tr.appendChild(cell(String(row.generation)));
         tr.appendChild(cell(row.thread_id));
         tr.appendChild(cell(row.name || ""));
-        tr.appendChild(cell(item.last_event ? item.last_event.kind : ""));
+        tr.appendChild(cell(item.last_event ? item.last_event.text : ""));
         tr.appendChild(cell(age(item.created_at), "age"));
         fresh.appendChild(tr);
       }
