@@ -42,8 +42,9 @@ from .. import (
     UnknownRun,
     open_runtime,
 )
-from ..store import open_store, state_to_json
+from ..store import MemoryStore, open_store, state_to_json
 from ._shapes import describe_state
+from ._words import COMMAND_LINE, Words, refusal_message
 
 T = TypeVar("T")
 
@@ -115,9 +116,14 @@ def snake_case(name: str) -> str:
     return re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", name).lower()
 
 
-def failure_of(exc: BaseException, state: RunState | None = None) -> CommandFailed:
-    """The `CommandFailed` an error of the library (or of the input) comes out as."""
-    message = one_line(str(exc))
+def failure_of(
+    exc: BaseException, state: RunState | None = None, *, words: Words = COMMAND_LINE
+) -> CommandFailed:
+    """The `CommandFailed` an error of the library (or of the input) comes out as: a
+    refusal said in the face's ``words`` (see `refusal_message`), given the run's
+    committed ``state`` when it is known."""
+    said = refusal_message(exc, state, words) if isinstance(exc, AwakenError) else None
+    message = one_line(str(exc) if said is None else said)
     name = snake_case(type(exc).__name__)
     if isinstance(exc, REFUSALS):
         return CommandFailed(Exit.REFUSED, name, message, state)
@@ -159,7 +165,9 @@ def report(failure: CommandFailed, *, as_json: bool, log: logging.Logger | None 
     click.echo(text, err=True)
 
 
-async def refused(runtime: Runtime, exc: AwakenError, run_id: str | None) -> CommandFailed:
+async def refused(
+    runtime: Runtime, exc: AwakenError, run_id: str | None, *, words: Words = COMMAND_LINE
+) -> CommandFailed:
     """The failure of a refused request, with the committed state of the run it named
     (``run_id``; None when it named none) read after it."""
     state: RunState | None = getattr(exc, "state", None)
@@ -168,7 +176,7 @@ async def refused(runtime: Runtime, exc: AwakenError, run_id: str | None) -> Com
             state = await runtime.state(run_id)
         except (UnknownRun, InvalidArgument, StoreError):
             state = None
-    return failure_of(exc, state)
+    return failure_of(exc, state, words=words)
 
 
 # ---------------------------------------------------------------------------- input
@@ -245,11 +253,24 @@ class SecondsRange(_ShortNumbers, click.FloatRange):
 
 
 def store_url(url: str | None) -> str:
+    """The store a command that reads, steers or serves runs opens: given, and shared with
+    other processes (every command but ``demo``, which makes its own)."""
     if not url:
         raise bad_input(
             f"no store given: pass --store URL or set {STORE_ENV}"
             " (e.g. sqlite:///runs.db, sqlite:////absolute/runs.db)",
             "no_store",
+        )
+    try:
+        store = open_store(url)  # no I/O: it only parses the URL
+    except InvalidArgument as exc:
+        raise failure_of(exc) from None
+    if isinstance(store, MemoryStore):
+        raise bad_input(
+            f"--store {url} is a store inside one process: this command would open a new,"
+            " empty one, holding none of your runs; give the store your runs are in, e.g."
+            " sqlite:///runs.db or postgresql://USER@HOST/DB",
+            "invalid_argument",
         )
     return url
 

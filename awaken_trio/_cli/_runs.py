@@ -16,7 +16,15 @@ from typing import Any, Final, get_args
 import click
 from rich.live import Live
 
-from .. import LiveCommand, RunEvent, RunRecord, RunState, Runtime
+from .. import (
+    InvalidArgument,
+    InvalidPayload,
+    LiveCommand,
+    RunEvent,
+    RunRecord,
+    RunState,
+    Runtime,
+)
 from ..store import StateKind, state_to_json
 from ._common import (
     REFUSALS,
@@ -29,6 +37,7 @@ from ._common import (
     early,
     emit,
     execute,
+    failure_of,
     open_cli_runtime,
     parse_json,
     refused,
@@ -60,8 +69,8 @@ store_option = click.option(
     metavar="URL",
     envvar=STORE_ENV,
     show_envvar=True,
-    help="The store: sqlite:///relative.db, sqlite:////absolute.db, memory:// (default: $"
-    f"{STORE_ENV}).",
+    help="The store the runs are in: sqlite:///relative.db, sqlite:////absolute.db or"
+    f" postgresql://USER:PASSWORD@HOST:PORT/DB (default: ${STORE_ENV}).",
 )
 json_option = click.option(
     "--json", "as_json", is_flag=True, help="Print JSON (the shapes of the store's codec)."
@@ -326,9 +335,52 @@ def fork(
                 record = await runtime.record(handle.run_id)
             except REFUSALS as exc:
                 raise await refused(runtime, exc, new_run_id or run_id) from None
+            except InvalidArgument as exc:
+                raise await _unforkable(runtime, exc, run_id, at) from None
         emit(dumps(row_json(record)) if as_json else record.run_id)
 
     execute(run, as_json=as_json)
+
+
+async def _unforkable(
+    runtime: Runtime, exc: InvalidArgument, run_id: str, at: int | None
+) -> CommandFailed:
+    """Why ``run_id`` cannot be forked (at ``at``), in the command line's words."""
+    record = await runtime.record(run_id)
+    if record.name is None:
+        return bad_input(
+            f"run {run_id!r} has no body name (a program started it with its body, not by a"
+            " name a worker serves), so no worker could run a fork of it",
+            "invalid_argument",
+        )
+    if at is not None:
+        return bad_input(
+            f"--at {at} is not one of run {run_id!r}'s events; pick a SEQ from"
+            f" `runs events {run_id}`, or leave --at out to fork from its last",
+            "invalid_argument",
+        )
+    return failure_of(exc)
+
+
+async def _unresumable(runtime: Runtime, exc: InvalidArgument, run_id: str) -> CommandFailed:
+    """Why no worker could run the attempt a resume of ``run_id`` would start, in the
+    command line's words."""
+    record = await runtime.record(run_id)
+    if record.parent_run_id is not None:
+        return bad_input(
+            f"run {run_id!r} is a child of run {record.parent_run_id!r}: only the process"
+            " that runs its parent can resume it (a child never outlives its parent's"
+            " attempt); its ticket is still live",
+            "invalid_argument",
+        )
+    if record.name is None:
+        return bad_input(
+            f"run {run_id!r} has no body name (a program started it with its body, not by a"
+            " name a worker serves), so no worker can run it: resume it from that program;"
+            " its ticket is still live",
+            "invalid_argument",
+        )
+    return failure_of(exc)
 
 
 _UNITS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -607,6 +659,11 @@ def resume(
     )
 
     async def call(runtime: Runtime) -> None:
-        await runtime.resume(run_id, resume_value, correlation_id=correlation_id)
+        try:
+            await runtime.resume(run_id, resume_value, correlation_id=correlation_id)
+        except InvalidPayload:
+            raise  # the ticket refused the value: a refusal, with the run's state
+        except InvalidArgument as exc:
+            raise await _unresumable(runtime, exc, run_id) from None
 
     _control(store, as_json, run_id, call)

@@ -53,6 +53,7 @@ from .._cli._common import (
     whole_number,
 )
 from .._cli._shapes import dumps, event_json, record_json, row_json
+from .._cli._words import DASHBOARD
 from ..store import StateKind, state_to_json
 from . import _pages
 from ._guard import Guard
@@ -128,11 +129,11 @@ async def _answer(
     except CommandFailed as failure:
         answer = Failure(failure)
     except REFUSALS as exc:
-        answer = Failure(failure_of(exc))
+        answer = Failure(failure_of(exc, words=DASHBOARD))
     except InvalidArgument as exc:
-        answer = Failure(failure_of(exc), 400)
+        answer = Failure(failure_of(exc, words=DASHBOARD), 400)
     except StoreError as exc:  # unreachable, corrupt: 503, the message without passwords
-        answer = Failure(failure_of(exc))
+        answer = Failure(failure_of(exc, words=DASHBOARD))
     if html:
         page = _pages.error_page(answer.status, answer.failure.message)
         return HTMLResponse(page, answer.status)
@@ -364,7 +365,7 @@ async def _control(runtime: Runtime, run_id: str, spec: ControlSpec, request: Re
         if state is None:
             state = await runtime.state(run_id)
     except REFUSALS as exc:
-        raise Failure(await refused(runtime, exc, run_id)) from None
+        raise Failure(await refused(runtime, exc, run_id, words=DASHBOARD)) from None
     return json_response(state_to_json(state))
 
 
@@ -372,7 +373,7 @@ async def _record(runtime: Runtime, run_id: str) -> RunRecord:
     try:
         return await runtime.record(run_id)
     except UnknownRun as exc:
-        raise Failure(failure_of(exc), 404) from None
+        raise Failure(failure_of(exc, words=DASHBOARD), 404) from None
 
 
 async def _events(runtime: Runtime, run_id: str, request: Request) -> Response:

@@ -84,3 +84,27 @@ async def test_a_group_given_no_command_prints_its_help() -> None:
     assert done.code == 2
     assert "Commands:" in done.stderr
     assert "submit" in done.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["runs", "list"],
+        ["runs", "show", "x"],
+        ["runs", "submit", "job"],
+        ["runs", "cancel", "x"],
+        ["runs", "resume", "x", "--value", "1"],
+        ["worker", "cli_bodies"],
+        ["ui", "--port", "0"],
+    ],
+)
+async def test_a_memory_store_is_refused_where_it_would_hold_nothing(args: list[str]) -> None:
+    """A memory store lives inside one process: a command that reads, steers or serves
+    runs would open a new, empty one (exit 2, saying so), where the user meant another."""
+    for url in ("memory://", "sqlite:///:memory:") if args == ["runs", "list"] else ("memory://",):
+        done = await cli(*args, "--store", url, cwd=HERE)
+        assert done.code == 2, (done.stdout, done.stderr)
+        [line] = done.stderr.splitlines()
+        assert "memory" in line
+        if url == "memory://":
+            assert "sqlite:///runs.db" in line  # what to give instead

@@ -3,6 +3,7 @@ pages, newest first) and one run's page (record, children, transcript, ticket, e
 
 from __future__ import annotations
 
+import html
 import re
 
 import pytest
@@ -29,7 +30,7 @@ async def test_the_runs_table_lists_newest_first_with_state_thread_name_and_last
         assert row_ids(text) == ["new", "old"]
         old = text[text.index('data-run-id="old"') :]
         cells = re.findall(r"<td[^>]*>(.*?)</td>", old[: old.index("</tr>")])
-        last = "committed {&quot;source&quot;: &quot;stop_run&quot;, &quot;reason&quot;: &quot;budget&quot;}"
+        last = html.escape('committed {"source": "stop_run", "reason": "budget"}')
         assert cells[1:6] == ["ended: stopped (budget)", "0", "t-old", "steps", last]
         assert re.fullmatch(r"\d+[smhd]", cells[6])  # its age
         new = text[text.index('data-run-id="new"') :]

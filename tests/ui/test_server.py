@@ -181,8 +181,9 @@ async def test_a_second_signal_while_stopping_stops_at_once(store: str) -> None:
         assert "Traceback" not in await server.process.read_to_end()
 
 
-async def test_the_same_started_helper_kills_what_it_started() -> None:
-    async with started("ui", "--store", "memory://", "--port", "0") as process:
+async def test_the_same_started_helper_kills_what_it_started(store: str) -> None:
+    await submit(store, "r1")
+    async with started("ui", "--store", store, "--port", "0") as process:
         await process.read_until("Ctrl-C to stop")
         pid = process.process.pid
     assert process.process.returncode is not None
