@@ -29,6 +29,7 @@ import json
 import logging
 import math
 import sys
+import threading
 import traceback
 from collections.abc import Callable
 from typing import Any, Final, Literal, TextIO, TypeVar, get_args
@@ -90,8 +91,12 @@ def install(level: str, log_format: LogFormat, stream: TextIO | None = None) -> 
     root.setLevel(numeric)
     command_log.setLevel(min(numeric, logging.INFO))
     # Warnings (a library's DeprecationWarning, a ResourceWarning) become records too: one
-    # line each, rather than Python's two-line warning text.
+    # line each, rather than Python's two-line warning text; so do the errors Python would
+    # print with their traceback itself: a thread's (psycopg_pool's, a store's) and one
+    # raised where nothing can catch it (a __del__, a finalizer).
     logging.captureWarnings(True)
+    threading.excepthook = _thread_failed
+    sys.unraisablehook = _unraisable
 
 
 def say(text: str) -> None:
@@ -101,6 +106,31 @@ def say(text: str) -> None:
         command_log.error("%s", text)
     else:
         click.echo(text, err=True)
+
+
+def _thread_failed(args: threading.ExceptHookArgs) -> None:
+    if args.exc_type is SystemExit:
+        return  # (as Python's own hook: a thread's normal way out)
+    name = "a thread" if args.thread is None else f"thread {args.thread.name!r}"
+    error = args.exc_value
+    logging.getLogger("py.threads").error(
+        "%s ended with an error it did not catch: %s",
+        name,
+        _safe_str(error),
+        exc_info=None if error is None else (args.exc_type, error, args.exc_traceback),
+    )
+
+
+def _unraisable(args: Any) -> None:  # sys.UnraisableHookArgs
+    error = args.exc_value
+    where = _safe_str(args.object) if args.object is not None else "Python"
+    logging.getLogger("py.unraisable").error(
+        "%s in %s, where nothing can catch it: %s",
+        args.err_msg or "an error was ignored",
+        where,
+        _safe_str(error),
+        exc_info=None if error is None else (args.exc_type, error, args.exc_traceback),
+    )
 
 
 class LineHandler(logging.Handler):
@@ -155,7 +185,7 @@ class LineHandler(logging.Handler):
         if exception is not None:
             error = record.exc_info[1] if record.exc_info else None
             # Named by its type alone when the message already says what it says.
-            said = _safe_str(error)
+            said = _one_line(_safe_str(error))
             line += (
                 f" [{type(error).__name__}]"
                 if said and said in message

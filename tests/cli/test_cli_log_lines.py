@@ -14,6 +14,7 @@ import sys
 from typing import Any
 
 import pytest
+import trio
 
 from awaken_trio._cli._logging import COMMAND_LOGGER, LineHandler, LogFormat
 
@@ -185,3 +186,28 @@ def test_a_closed_stream_loses_the_record_quietly(capsys: pytest.CaptureFixture[
     handler.handle(logging.LogRecord("x", logging.ERROR, __file__, 1, "lost", (), None))
     assert capsys.readouterr().err == ""
     assert sys.exc_info() == (None, None, None)
+
+
+async def test_errors_python_would_print_with_their_traceback_are_one_line_each() -> None:
+    """A thread's error nobody caught, and one raised where nothing can catch it (a
+    ``__del__``), once the command's handler is installed."""
+    program = (
+        "import threading\n"
+        "from awaken_trio._cli._logging import install\n"
+        "install('INFO', 'text')\n"
+        "thread = threading.Thread(target=lambda: 1 / 0, name='pool-worker')\n"
+        "thread.start()\n"
+        "thread.join()\n"
+        "class Leaky:\n"
+        "    def __del__(self):\n"
+        f"        raise ValueError('closing {URL} failed')\n"
+        "Leaky()\n"
+    )
+    done = await trio.run_process([sys.executable, "-c", program], capture_stderr=True, check=False)
+    assert done.returncode == 0
+    lines = done.stderr.decode().splitlines()
+    assert len(lines) == 2, lines
+    assert "ERROR py.threads: thread 'pool-worker' ended with an error" in lines[0]
+    assert lines[0].endswith("division by zero [ZeroDivisionError]")
+    assert "ERROR py.unraisable: " in lines[1]
+    assert lines[1].endswith("closing postgresql://alice:***@db.example/runs failed [ValueError]")
