@@ -13,6 +13,10 @@ the user's bodies'):
 - ``json``: one JSON object per line, those lines included: ``time`` (UTC, ISO 8601),
   ``level``, ``logger``, ``message``, and each ``extra`` by its own key.
 
+Python's own error printing goes the same way: warnings, a thread's uncaught error, an
+error raised where nothing can catch it (loggers ``py.warnings``, ``py.threads``,
+``py.unraisable``).
+
 An exception a record carries (``exc_info``) is named on its line (its type and message);
 its traceback is the process's own, written only at ``DEBUG``. A run's stored failure
 traceback in ``extra["traceback"]`` is the run's data, written at any level: under the line
