@@ -269,3 +269,43 @@ def test_the_worker_is_built_on_the_serving_protocol_only() -> None:
     assert any("ServingHost" in _kernel_names_imported(path) for path in modules)
     used = {path.name: _kernel_names_imported(path) & KERNEL_INTERNALS for path in modules}
     assert {name: found for name, found in used.items() if found} == {}
+
+
+# ---------------------------------------------------------------- a runtime's insides
+
+
+def _runtime_insides_read(path: pathlib.Path) -> list[str]:
+    """Every private attribute read on something named like a runtime (``runtime._store``,
+    ``self._runtime._kernel``, ``client_runtime._supervisor``)."""
+    found: list[str] = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if not isinstance(node, ast.Attribute) or not node.attr.startswith("_"):
+            continue
+        if node.attr.startswith("__"):
+            continue
+        owner = node.value
+        name = (
+            owner.id
+            if isinstance(owner, ast.Name)
+            else owner.attr
+            if isinstance(owner, ast.Attribute)
+            else None
+        )
+        if name is not None and name.lstrip("_").endswith("runtime"):
+            found.append(f"{path.name}:{node.lineno} .{node.attr}")
+    return found
+
+
+def test_the_insides_scan_finds_a_private_read(tmp_path: pathlib.Path) -> None:
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        "runtime._store\nself._runtime._kernel\nruntime.record\nruntime.__class__\nother._x\n"
+    )
+    assert _runtime_insides_read(sample) == ["sample.py:1 ._store", "sample.py:2 ._kernel"]
+
+
+def test_nothing_outside_the_kernel_reads_a_runtimes_private_attributes() -> None:
+    """The faces, the worker and the stores use a runtime through its public methods, so the
+    kernel may change its insides without breaking them."""
+    found = [hit for path in _outside_kernel() for hit in _runtime_insides_read(path)]
+    assert found == [], f"a private attribute of a runtime is read outside _core: {found}"
