@@ -61,20 +61,26 @@ def worker_args(store: str, *extra: str) -> list[str]:
     return ["worker", "cli_bodies", "--store", store, "--poll", "0.02", "--lease", "3", *extra]
 
 
+async def log_of_a_failed_run(tmp_path: Path, run_id: str, *options: str) -> str:
+    """All a worker writes, started with ``options``, while a run of ``fails`` fails
+    under it and until SIGTERM ends it (exit 0)."""
+    store = f"sqlite:///{tmp_path}/runs.db"
+    async with background(*worker_args(store, *options), cwd=HERE) as worker:
+        seen = bytearray()
+        await read_until(worker.stderr, SERVING, seen)
+        await cli("runs", "submit", "fails", "--run-id", run_id, "--store", store)
+        await wait_state(store, run_id, "ended")
+        await read_until(worker.stderr, "ValueError", seen)
+        worker.send_signal(signal.SIGTERM)
+        assert await wait_exit(worker) == 0
+        return await read_until(worker.stderr, "claims released", seen)
+
+
 @pytest.mark.parametrize("level", ["INFO", "DEBUG"])
 async def test_a_failed_run_is_one_line_and_its_traceback_is_shown_only_at_debug(
     tmp_path: Path, level: str
 ) -> None:
-    store = f"sqlite:///{tmp_path}/runs.db"
-    async with background(*worker_args(store, "--log-level", level), cwd=HERE) as worker:
-        seen = bytearray()
-        await read_until(worker.stderr, SERVING, seen)
-        await cli("runs", "submit", "fails", "--run-id", "f-1", "--store", store)
-        await wait_state(store, "f-1", "ended")
-        await read_until(worker.stderr, "ValueError", seen)
-        worker.send_signal(signal.SIGTERM)
-        assert await wait_exit(worker) == 0
-        log = await read_until(worker.stderr, "claims released", seen)
+    log = await log_of_a_failed_run(tmp_path, "f-1", "--log-level", level)
     assert PASSWORD not in log
     assert "bob:***@" in log
     if level == "INFO":
@@ -87,16 +93,7 @@ async def test_a_failed_run_is_one_line_and_its_traceback_is_shown_only_at_debug
 
 
 async def test_with_json_every_line_is_an_object_the_start_line_too(tmp_path: Path) -> None:
-    store = f"sqlite:///{tmp_path}/runs.db"
-    async with background(*worker_args(store, "--log-format", "json"), cwd=HERE) as worker:
-        seen = bytearray()
-        await read_until(worker.stderr, SERVING, seen)
-        await cli("runs", "submit", "fails", "--run-id", "f-2", "--store", store)
-        await wait_state(store, "f-2", "ended")
-        await read_until(worker.stderr, "ValueError", seen)
-        worker.send_signal(signal.SIGTERM)
-        assert await wait_exit(worker) == 0
-        log = await read_until(worker.stderr, "claims released", seen)
+    log = await log_of_a_failed_run(tmp_path, "f-2", "--log-format", "json")
     objects = json_lines(log)
     start = objects[0]
     assert start["logger"] == "awaken_trio.cli"
