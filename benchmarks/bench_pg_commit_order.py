@@ -8,8 +8,8 @@ the ``postgres`` extra)::
     python benchmarks/bench_pg_commit_order.py --quick   # 1 s
 
 The PostgreSQL store gives every event a seq that must never become visible after a greater
-one did (followers read events by seq: ``_postgres_tx``'s docstring). Its commit pipeline
-takes the one ``counters`` row (``UPDATE ... RETURNING``), writes the events after it, and
+one did (followers read events by seq: ``store/postgres/_tx.py``'s docstring). Its commit
+pipeline takes the one ``counters`` row (``UPDATE ... RETURNING``), writes the events after it, and
 commits, so the row is held until ``COMMIT`` returns, and ``COMMIT`` includes the WAL flush.
 No two write transactions of one database can be in that stretch at once, so the server
 cannot flush the WAL of several of them together (group commit): a second connection still

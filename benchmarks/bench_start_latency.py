@@ -98,8 +98,8 @@ async def timed_on_thread(
 ) -> list[float]:
     """Seconds of each of ``jobs`` awaited from Trio, one after another, each run on a
     thread of its own with a connection to ``path`` (`floor_connection`), as the store runs
-    its writes (`_sqlite_thread.ResourceThread`; a blocking commit must not stall the event
-    loop)."""
+    its writes (`ResourceThread` of ``store/sqlite/_thread.py``; a blocking commit must not
+    stall the event loop)."""
     from awaken_trio.store.sqlite._thread import ResourceThread
 
     thread = ResourceThread("timed", lambda: floor_connection(path))

@@ -15,7 +15,8 @@ The names fall into four groups:
   `ServingHost` protocol durable serving is typed against and the `Claims` port its claim
   book fills, the supervisor and its commit mailbox, the scheduler of ``ctx.sleep``, JSON
   checks; they stay private to the package;
-- helpers (``safe_repr``, ``fixup_module_metadata``).
+- helpers (``safe_repr``, ``fixup_module_metadata``, and ``Backoff``, the waits of every
+  loop that backs off: a store's retries, the serving loop's).
 """
 
 from ._actor import run_attempt as run_attempt
@@ -26,6 +27,7 @@ from ._attempt import EndRequest as EndRequest
 from ._attempt import OwnershipVerifier as OwnershipVerifier
 from ._attempt import current_attempt as current_attempt
 from ._attempt import lost as lost
+from ._backoff import Backoff as Backoff
 from ._claims import ClaimedAttempt as ClaimedAttempt
 from ._claims import ClaimPolicy as ClaimPolicy
 from ._claims import NoClaims as NoClaims

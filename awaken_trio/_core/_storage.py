@@ -35,8 +35,9 @@ time of its own, so a runtime whose clock is off can neither take a live claim n
 dead one. (A commit's ``at`` is the runtime's clock: it dates the commit's events.)
 
 The rules are written once, as functions over one store transaction: ``awaken_trio.store``'s
-``_rules`` module, whose ``RunTx`` protocol each store (memory, SQLite) implements over its
-own representation, keeping only its reads, indexes and I/O. `awaken_trio.testing` ships
+``_rules`` module, whose ``RunTx`` protocol each store (memory, SQLite, PostgreSQL)
+implements over its own representation, keeping only its reads, indexes and I/O (the two
+that keep text rows share that half, ``_textrows``). `awaken_trio.testing` ships
 these rules as a test suite any store can run.
 """
 

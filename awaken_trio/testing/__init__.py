@@ -38,10 +38,16 @@ pytest plugin) is the same function::
 
 import pytest
 
-# The contract's checks live in a library module, not a test module; register it before it
-# is imported so a failing check reports its values as plain test assertions do.
+# The contract's checks live in library modules, not test modules; register them before they
+# are imported so a failing check reports its values as plain test assertions do.
 pytest.register_assert_rewrite(
-    "awaken_trio.testing._store_contract", "awaken_trio.testing._durable_contract"
+    "awaken_trio.testing._checks",
+    "awaken_trio.testing._store_runs",
+    "awaken_trio.testing._store_writes",
+    "awaken_trio.testing._durable_claims",
+    "awaken_trio.testing._durable_work",
+    "awaken_trio.testing._store_contract",
+    "awaken_trio.testing._durable_contract",
 )
 
 from .._core import fixup_module_metadata as _fixup_module_metadata  # noqa: E402

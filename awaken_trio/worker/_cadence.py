@@ -9,32 +9,18 @@ scheduled resume that falls due, and those may wait a little longer on an idle w
 
 from __future__ import annotations
 
-from typing import Final, final
+from typing import Final
+
+from .._core import Backoff
 
 IDLE_CEILING: Final = 1.0
 """Seconds: the longest an idle serving loop waits before it looks again (at most a third
 of the lease, so a dead owner's run is found well within a lease of its expiry)."""
 
 
-@final
-class Backoff:
-    """The wait before the next idle look: `interval`; `idle` after a look found nothing
-    changed, `reset` after something did."""
-
-    def __init__(self, base: float, ceiling: float) -> None:
-        self.base = base
-        self.ceiling = max(base, ceiling)
-        self.interval = base
-
-    def idle(self) -> None:
-        self.interval = min(self.interval * 2, self.ceiling)
-
-    def reset(self) -> None:
-        self.interval = self.base
-
-
 def serve_backoff(poll: float, lease: float | None) -> Backoff:
-    """The backoff of a serving loop polling every ``poll`` seconds under claims of
-    ``lease`` seconds (None: a store without claims)."""
+    """The idle looks of a serving loop polling every ``poll`` seconds under claims of
+    ``lease`` seconds (None: a store without claims): the wait after ``n`` idle looks in a
+    row is ``Backoff.wait(n)``, from ``poll`` up to the ceiling (never below ``poll``)."""
     ceiling = IDLE_CEILING if lease is None else min(IDLE_CEILING, lease / 3)
-    return Backoff(poll, ceiling)
+    return Backoff(poll, max(poll, ceiling))

@@ -27,6 +27,7 @@ import trio
 
 from .._core import (
     AwakenError,
+    Backoff,
     DurableStore,
     Fence,
     RunRecord,
@@ -53,9 +54,11 @@ async def serve(
 ) -> None:
     active: dict[str, ServedRun] = {}
     started = False
-    failures = 0
+    failures = 0  # failed passes in a row
+    idle_looks = 0  # looks in a row that found nothing changed
     claims = host.claims
-    backoff = serve_backoff(host.poll_interval, None if claims is None else claims.lease)
+    idle = serve_backoff(host.poll_interval, None if claims is None else claims.lease)
+    failing = Backoff(host.poll_interval, MAX_BACKOFF)
     while True:
         # Take the notifications before looking, so a change in between is not missed.
         local = host.changed_event()
@@ -72,16 +75,16 @@ async def serve(
             task_status.started()  # serving, even while the store fails: it is retried
             started = True
         if failed:
+            delay = failing.wait(failures)
             failures += 1
-            delay = min(host.poll_interval * 2 ** (failures - 1), MAX_BACKOFF)
             logger.info("serving: looking again in %.2f s (failure %d in a row)", delay, failures)
             await trio.sleep(delay)
             continue
         failures = 0
-        if await host.changed(local, interval=backoff.interval):
-            backoff.reset()
+        if await host.changed(local, interval=idle.wait(idle_looks)):
+            idle_looks = 0
         else:
-            backoff.idle()  # nothing changed: look less often, until something does
+            idle_looks += 1  # nothing changed: look less often, until something does
 
 
 async def _one_pass(host: ServingHost, concurrency: int, active: dict[str, ServedRun]) -> bool:

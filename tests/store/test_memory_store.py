@@ -31,7 +31,7 @@ from awaken_trio.store import (
     Store,
 )
 from awaken_trio.testing import DurableStoreContract, StoreContract
-from awaken_trio.testing._store_contract import _accepted, _Landed
+from awaken_trio.testing._checks import _accepted, _Landed
 from tests.wrapped_stores import LeaseClock
 
 Running = RunState.Running

@@ -1,5 +1,5 @@
-"""Many rows in few statements (``_sqlite_bulk``): every row lands once, in order where
-order matters, in statements of bounded size within SQLite's limit on parameters."""
+"""Many rows in few statements (``store/sqlite/_bulk.py``): every row lands once, in order
+where order matters, in statements of bounded size within SQLite's limit on parameters."""
 
 from __future__ import annotations
 

@@ -14,19 +14,15 @@ import trio.testing
 from awaken_trio import RunContext, RunState
 from awaken_trio.store import MemoryStore
 from awaken_trio.worker import _serve
-from awaken_trio.worker._cadence import IDLE_CEILING, Backoff, serve_backoff
+from awaken_trio.worker._cadence import IDLE_CEILING, serve_backoff
 from tests.worker.worker_helpers import POLL, POLL_BOUND, serving, shared_runtime, until_state
 
 
-def test_the_backoff_doubles_up_to_its_ceiling_and_resets_to_its_base() -> None:
-    backoff = Backoff(0.05, 0.3)
-    seen = []
-    for _ in range(5):
-        seen.append(backoff.interval)
-        backoff.idle()
-    assert seen == [0.05, 0.1, 0.2, 0.3, 0.3]
-    backoff.reset()
-    assert backoff.interval == 0.05
+def test_the_idle_looks_double_from_the_poll_up_to_their_ceiling() -> None:
+    looks = serve_backoff(0.05, 0.9)
+    assert [looks.wait(n) for n in range(5)] == pytest.approx([0.05, 0.1, 0.2, 0.3, 0.3])
+    assert looks.wait(10_000) == pytest.approx(0.3)  # a worker idle for days
+    assert not looks.spent(10_000)  # an idle loop never gives up
 
 
 def test_the_serving_backoff_stays_within_a_third_of_the_lease_and_above_the_poll() -> None:

@@ -1,6 +1,6 @@
 """The memory store: committed truth in dicts, pure Trio, for tests and embedding.
 
-Its writes are the store rules (``_rules``) over its tables (``_memory_tx``); what is here
+Its writes are the store rules (``_rules``) over its tables (``_tx``); what is here
 is the store's calls, its reads and when it forgets ended runs.
 """
 

@@ -27,10 +27,10 @@ import uuid
 from typing import Any, Final, final
 
 import psycopg
-from psycopg import sql
 
-from ..._core import Ended, HeardEnd, safe_repr
+from ..._core import Backoff, Ended, HeardEnd, safe_repr
 from .._codec import CodecError, state_from_json
+from ._queries import Queries
 
 logger = logging.getLogger("awaken_trio.store")
 
@@ -49,7 +49,8 @@ is committing."""
 
 APPLICATION_NAME: Final = "awaken_trio listener"
 """The listener connection's ``application_name`` (``pg_stat_activity`` shows it)."""
-BACKOFF: Final = (0.05, 0.1, 0.2, 0.5, 1.0, 2.0)
+RECONNECT: Final = Backoff(0.0625, 2.0)
+"""The waits before the listener connects again, after failures in a row."""
 HEARD_AT_MOST: Final = 1_000
 """The most announced ends kept for the relay (`Listener.take_heard`)."""
 CONTROL: Final = " control"
@@ -60,9 +61,10 @@ owner resting between looks at the store comes back for it at once."""
 
 @final
 class Listener:
-    def __init__(self, conninfo: str, channel: str, sender: str, shown: str) -> None:
+    def __init__(self, conninfo: str, queries: Queries, sender: str, shown: str) -> None:
         self._conninfo = conninfo
-        self._channel = channel
+        self._queries = queries
+        self._channel = queries.channel
         self._sender = sender
         self._shown = shown
         self._ping = f"ping:{uuid.uuid4().hex}"
@@ -88,9 +90,9 @@ class Listener:
                 connect_timeout=5,
                 application_name=APPLICATION_NAME,
             )
-            conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._channel)))
+            conn.execute(self._queries.listen)
         except psycopg.Error as exc:
-            pause = BACKOFF[min(self._failures, len(BACKOFF) - 1)]
+            pause = RECONNECT.wait(self._failures)
             if self._failures == 0:
                 logger.info(
                     "store listener: cannot connect to %s, trying again: %s",
@@ -144,7 +146,7 @@ class Listener:
                 now = time.monotonic()
                 try:
                     if self._pinged_at is None and now - self._heard_at >= PING_EVERY:
-                        conn.execute("SELECT pg_notify(%s, %s)", (self._channel, self._ping))
+                        conn.execute(self._queries.ping, (self._channel, self._ping))
                         self._pinged_at = now
                     elif self._pinged_at is not None and now - self._pinged_at > PING_WAIT:
                         self._drop("a ping was not heard back")
@@ -185,7 +187,7 @@ class Listener:
 
     def _hear(self, text: str) -> None:
         """Keep the ends a notice announced (``<seq>\\n<JSON array>``: see
-        ``_postgres_tx._announced``) for `take_heard`."""
+        ``_tx._announced``) for `take_heard`."""
         try:
             seq, _, rows = text.partition("\n")
             after_seq = int(seq)

@@ -134,7 +134,7 @@ def _create_v1(conn: psycopg.Connection[tuple[object, ...]], schema: sql.Identif
 
 _V2: Final = (
     # Version 2: write transactions no longer all take the counters row first (see
-    # ``_postgres_tx``). A queued run's place comes from a sequence, taken by the statement
+    # ``_tx.py``). A queued run's place comes from a sequence, taken by the statement
     # that queues it; the row keeps the last event seq and the count of writes, and is
     # taken only by a transaction's commit.
     "CREATE SEQUENCE {s}.queue_places",

@@ -3,26 +3,21 @@ share.
 
 Imported only when a ``postgresql://`` or ``postgres://`` URL is first used
 (`awaken_trio.store.open_store`); it needs the ``postgres`` extra (psycopg 3 and
-psycopg_pool). psycopg's async connections do not run under Trio, so every call runs a
-sync pooled connection in a Trio worker thread (reads at most ``pool_size`` at once, writes
-at most `WRITERS` more, and one more connection listens).
+psycopg_pool). This module is the store's verbs: each is one read or one write
+transaction (the rules, ``store/_rules.py``, over `PgTx`), run by the store's
+`Connections` (``_conn``: the pool, worker threads, and the retries of a failed call), in
+statements named in ``queries.sql``; ``_listen`` hears other runtimes' commits.
 """
 
 from __future__ import annotations
 
-import contextlib
-import logging
 import threading
-import time
 import uuid
 from collections.abc import Callable, Collection, Mapping, Sequence
-from functools import partial
 from types import TracebackType
-from typing import Any, Final, TypeVar, cast, final
+from typing import TypeVar, final
 
 import attrs
-import psycopg
-import psycopg_pool
 import trio
 
 from ..._core import (
@@ -41,49 +36,16 @@ from ..._core import (
     RunState,
     StateKind,
     StoredCommand,
-    StoreError,
 )
 from .. import _rules as rules
 from . import _reads as reads
-from ._listen import Listener, scrub
-from ._reads import CLIENT_ENCODING, StoreConnection
-from ._schema import open_schema
-from ._tx import PgTx, Statements, thread_locks, was_written
+from ._conn import Conn, Connections, LostCommit
+from ._listen import Listener
+from ._queries import Queries
+from ._tx import PgTx, thread_locks
 from ._url import parse
 
 T = TypeVar("T")
-Conn = StoreConnection
-
-logger = logging.getLogger("awaken_trio.store")
-
-CONNECT_TIMEOUT: Final = 10.0
-"""Seconds a call waits for a pooled connection (the server down, or every one busy)."""
-WRITERS: Final = 2
-"""Connections kept for writes, beyond the ``pool_size`` that reads share."""
-RETRIES: Final = (0.05, 0.1, 0.2, 0.5, 1.0, 2.0)
-"""The pauses before a write transaction whose connection broke is tried again (nothing of
-it was committed, or it was looked up and found not committed)."""
-ROLLED_BACK_RETRIES: Final = 20
-"""How many times a write transaction the server rolled back to break a deadlock is run
-again (at once: the other transaction has its locks and goes on)."""
-GONE_WITHIN: Final = 10.0
-"""Seconds a commit whose answer was lost waits for its server process to end."""
-
-
-_ROLLED_BACK: Final = (
-    psycopg.errors.DeadlockDetected,
-    psycopg.errors.SerializationFailure,
-    psycopg.errors.TransactionRollback,
-    psycopg.errors.UniqueViolation,
-)
-"""What the server raises when it rolled a transaction back to let others go on (SQLSTATE
-class 40), or when another transaction inserted the same key first (a run created by two
-runtimes at once: neither could lock a row that did not exist yet). Nothing of it was
-written, and run again it reads what the other committed (the rules then refuse it)."""
-
-
-class _Unknown(Exception):
-    """A write's COMMIT was sent and its answer lost: whether it landed is to be read."""
 
 
 @final
@@ -107,8 +69,8 @@ class PostgresStore:
     batch touches, ``... WHERE run_id = ANY(%b) FOR UPDATE``; every write and the commit in
     one pipeline), so the runtime's group commit costs one commit per batch. Transactions
     on different runs and threads run side by side; only their commits are serialised, to
-    keep event seqs in order (``_postgres_tx``). Lease times
-    are the server's clock, read in each transaction. Other runtimes learn of a commit by
+    keep event seqs in order (``_tx``). Lease times are the server's clock, read in each
+    transaction. Other runtimes learn of a commit by
     ``LISTEN``/``NOTIFY`` (`wait_for_change`), and look anyway now and then.
 
     A connection that breaks is made again; a write whose answer was lost in a broken
@@ -130,21 +92,12 @@ class PostgresStore:
         lease_clock: Callable[[], float] | None = None,
     ) -> None:
         self._target = target = parse(url, schema=schema, pool_size=pool_size)
-        self._statements = Statements.of(target.schema)
+        self._queries = queries = Queries.of(target.schema)
+        self._conns = Connections(target, queries)
         self._thread_locks = thread_locks(target.schema)
-        self._reads = reads.Reads.of(target.schema)
-        self._channel = f"awaken_trio.{target.schema}"
         self._sender = uuid.uuid4().hex
         self._lease_offset = lease_offset
         self._lease_clock = lease_clock
-        # Reads use at most ``pool_size`` connections at once, and writes (the runtime's
-        # commits, renewals, recoveries, commands) up to `WRITERS` more of their own, so a
-        # commit never queues behind reads; the pool holds both.
-        self._readers = trio.CapacityLimiter(target.pool_size)
-        self._writers = trio.CapacityLimiter(WRITERS)
-        self._pool: psycopg_pool.ConnectionPool[Conn] | None = None
-        self._opening: trio.Event | None = None
-        self._closed = False
         self._listener: Listener | None = None
         self._known_writes = -1
         # The writes count the last look at control read (`look_at_control`): a look may
@@ -184,90 +137,18 @@ class PostgresStore:
             StoreError: the server cannot be reached, refuses the login, or holds a schema
                 this version may not open (nothing was written); or the store was closed.
         """
-        await self._opened()
+        await self._conns.opened()
         await trio.lowlevel.checkpoint()
-
-    async def _opened(self) -> psycopg_pool.ConnectionPool[Conn]:
-        while True:
-            if self._closed:
-                raise StoreError(
-                    f"the store {self._target.shown!r} is closed", outcome_unknown=False
-                )
-            if self._pool is not None:
-                return self._pool
-            if self._opening is not None:
-                await self._opening.wait()
-                continue
-            self._opening = opening = trio.Event()
-            try:
-                with trio.CancelScope(shield=True):
-                    self._pool = await trio.to_thread.run_sync(self._open_pool)
-            finally:
-                self._opening = None
-                opening.set()
-
-    def _open_pool(self) -> psycopg_pool.ConnectionPool[Conn]:
-        t = self._target
-        where = t.shown
-        try:
-            first = psycopg.connect(
-                t.conninfo, autocommit=True, connect_timeout=int(CONNECT_TIMEOUT)
-            )
-        except psycopg.Error as exc:
-            raise StoreError(
-                f"cannot connect to the PostgreSQL store {where!r}: {self._scrub(exc)}",
-                outcome_unknown=False,
-            ) from None
-        try:
-            open_schema(first, t.schema, where)
-        except psycopg.Error as exc:
-            raise StoreError(
-                f"cannot open the PostgreSQL store {where!r}: {self._scrub(exc)}",
-                outcome_unknown=False,
-            ) from None
-        finally:
-            first.close()
-        pool: psycopg_pool.ConnectionPool[Conn] = psycopg_pool.ConnectionPool(
-            t.conninfo,
-            connection_class=StoreConnection,
-            min_size=1,
-            max_size=t.pool_size + WRITERS,
-            kwargs={
-                "autocommit": True,
-                "prepare_threshold": 0,
-                "client_encoding": CLIENT_ENCODING,
-            },
-            configure=_configure,
-            # No check on every checkout (a round trip each): a broken connection fails
-            # its call, which is retried (writes) or answered as a store error (reads),
-            # and the pool replaces it.
-            open=False,
-            name=f"awaken_trio {t.schema}",
-        )
-        try:
-            pool.open(wait=True, timeout=CONNECT_TIMEOUT)
-        except psycopg_pool.PoolTimeout:
-            pool.close()
-            raise StoreError(
-                f"cannot connect to the PostgreSQL store {where!r}: no connection within"
-                f" {CONNECT_TIMEOUT:g}s",
-                outcome_unknown=False,
-            ) from None
-        return pool
 
     async def aclose(self) -> None:
         """Close the listener and the pool. Closing twice is allowed; using a closed store
         raises `StoreError`."""
-        self._closed = True
-        while self._opening is not None:
-            await self._opening.wait()
+        self._conns.closed = True  # (no listener is made from here on)
         listener, self._listener = self._listener, None
-        pool, self._pool = self._pool, None
-        with trio.CancelScope(shield=True):
-            if listener is not None:
+        if listener is not None:
+            with trio.CancelScope(shield=True):
                 await trio.to_thread.run_sync(listener.close)
-            if pool is not None:
-                await trio.to_thread.run_sync(lambda: pool.close(timeout=5.0))
+        await self._conns.aclose()
         await trio.lowlevel.checkpoint()
 
     async def __aenter__(self) -> PostgresStore:
@@ -284,70 +165,8 @@ class PostgresStore:
 
     # ------------------------------------------------------------------ calls
 
-    def _scrub(self, exc: BaseException) -> str:
-        return scrub(exc, self._target.conninfo)
-
-    async def _call(self, fn: Callable[[Conn], T], *, write: bool = False) -> T:
-        """Run ``fn`` on a pooled connection in a worker thread. A caller cancelled
-        meanwhile stops waiting, and the query running for it is cancelled on the server
-        (the thread then rolls back and gives the connection back)."""
-        pool = await self._opened()
-        lock = threading.Lock()
-        holder: list[Conn] = []
-
-        def work() -> T:
-            with pool.connection(timeout=CONNECT_TIMEOUT) as conn:
-                with lock:
-                    holder.append(conn)
-                try:
-                    return fn(conn)
-                finally:
-                    conn.reclaim()
-                    with lock:
-                        holder.clear()
-
-        try:
-            return await trio.to_thread.run_sync(
-                work,
-                abandon_on_cancel=True,
-                limiter=self._writers if write else self._readers,
-            )
-        except trio.Cancelled:
-
-            def cancel() -> None:
-                with lock:
-                    if holder:
-                        holder[0].cancel_safe(timeout=2.0)
-
-            with trio.CancelScope(shield=True), trio.move_on_after(3.0):
-                await trio.to_thread.run_sync(cancel)
-            raise
-
-    async def _read(self, fn: Callable[[Conn, reads.Reads], T], what: str) -> T:
-        r = self._reads
-
-        def read(conn: Conn) -> T:
-            return fn(conn, r)
-
-        try:
-            try:
-                return await self._call(read)
-            except psycopg.OperationalError as exc:
-                # A pooled connection the server dropped (a restart, a terminated
-                # backend) fails once; the pool replaces it, and a read is safe to repeat.
-                logger.info("store: reading %s failed, reading again: %s", what, self._scrub(exc))
-                return await self._call(read)
-        except psycopg_pool.PoolTimeout:
-            raise StoreError(
-                f"the PostgreSQL store {self._target.shown!r} could not be reached to read"
-                f" {what} within {CONNECT_TIMEOUT:g}s",
-                outcome_unknown=False,
-            ) from None
-        except psycopg.Error as exc:
-            raise StoreError(
-                f"the PostgreSQL store failed to read {what}: {self._scrub(exc)}",
-                outcome_unknown=False,
-            ) from None
+    async def _read(self, fn: Callable[[Conn, Queries], T], what: str) -> T:
+        return await self._conns.read(fn, what)
 
     def _offset(self) -> float:
         return 0.0 if self._lease_offset is None else float(self._lease_offset())
@@ -359,28 +178,18 @@ class PostgresStore:
         settle: Callable[[T, PgTx | int], T] | None = None,
         batch: Sequence[Commit] = (),
     ) -> T:
-        """Run ``fn`` (the rules) in one write transaction; retried on a fresh connection
-        when the connection broke before the commit or the commit was looked up and found
-        not to have landed, and at once when the server rolled it back to break a
-        deadlock. ``settle`` renumbers what ``fn`` answered with the seqs its commit gave
+        """Run ``fn`` (the rules) in one write transaction (retried as `Connections.write`
+        says). ``settle`` renumbers what ``fn`` answered with the seqs its commit gave
         (from the committed transaction, or the base a lost commit's token kept); the rows
         ``batch`` touches are read with ``BEGIN``, in its round trip."""
         offset = self._offset()
         fixed = self._lease_clock
-        statements = self._statements
-        locks, channel, sender = self._thread_locks, self._channel, self._sender
+        queries = self._queries
+        locks, sender = self._thread_locks, self._sender
         outcome: list[tuple[int, bool]] = []  # (writes before, whether it wrote)
 
         def attempt(conn: Conn) -> T:
-            tx = PgTx(
-                conn,
-                statements,
-                thread_locks=locks,
-                channel=channel,
-                sender=sender,
-                offset=offset,
-                clock=fixed,
-            )
+            tx = PgTx(conn, queries, thread_locks=locks, sender=sender, offset=offset, clock=fixed)
             committing = False
             try:
                 now = tx.begin(batch)
@@ -390,84 +199,23 @@ class PostgresStore:
                 tx.commit()
             except BaseException as exc:
                 if committing and (conn.broken or conn.closed):
-                    raise _Unknown(tx.token, pid, result, tx.wrote) from exc
+                    wrote = tx.wrote
+                    raise LostCommit(
+                        tx.token, pid, lambda base, before: landed(result, wrote, base, before)
+                    ) from exc
                 tx.abort()
                 raise
             outcome.append((tx.writes, tx.wrote))
             return result if settle is None else settle(result, tx)
 
-        pauses = iter((*RETRIES, None))
-        rolled_back = 0
-        while True:
-            try:
-                result = await self._call(attempt, write=True)
-            except _Unknown as unknown:
-                token, pid, result, wrote = unknown.args
-                try:
-                    landed = await self._call(
-                        partial(_look_up, statements=statements, token=token, pid=pid)
-                    )
-                except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
-                    raise StoreError(
-                        f"the PostgreSQL store lost its connection while committing {what},"
-                        f" and could not learn whether the commit landed: {self._scrub(exc)}",
-                        outcome_unknown=True,
-                    ) from None
-                if landed is not None:
-                    logger.info("store: a commit whose answer was lost had landed (%s)", what)
-                    base, before = landed
-                    self._saw_own(before, wrote)
-                    result = cast("T", result)
-                    return result if settle is None else settle(result, base)
-                error: BaseException = unknown
-            except _ROLLED_BACK as exc:
-                # A deadlock, a serialisation failure or a key inserted first by another
-                # transaction: the whole transaction was rolled back, so running it again
-                # is safe.
-                rolled_back += 1
-                if rolled_back > ROLLED_BACK_RETRIES:
-                    logger.error("store: writing %s failed: %s", what, self._scrub(exc))
-                    raise StoreError(
-                        f"the PostgreSQL store rolled {what} back {rolled_back} times in a"
-                        f" row: {self._scrub(exc)}; nothing was written",
-                        outcome_unknown=False,
-                    ) from None
-                logger.debug("store: %s was rolled back, running it again: %s", what, exc)
-                await trio.lowlevel.checkpoint()
-                continue
-            except psycopg_pool.PoolTimeout:
-                raise StoreError(
-                    f"the PostgreSQL store {self._target.shown!r} could not be reached to"
-                    f" write {what} within {CONNECT_TIMEOUT:g}s; nothing was written",
-                    outcome_unknown=False,
-                ) from None
-            except psycopg.OperationalError as exc:
-                error = exc
-            except psycopg.Error as exc:
-                logger.error("store: writing %s failed: %s", what, self._scrub(exc))
-                raise StoreError(
-                    f"the PostgreSQL store refused {what}: {self._scrub(exc)}; nothing was written",
-                    outcome_unknown=False,
-                ) from None
-            else:
-                self._saw_own(*outcome[-1])
-                return result
-            pause = next(pauses)
-            if pause is None:
-                logger.error("store: writing %s failed: %s", what, self._scrub(error))
-                raise StoreError(
-                    f"the PostgreSQL store failed to write {what}: {self._scrub(error)};"
-                    " nothing was written",
-                    outcome_unknown=False,
-                ) from None
-            logger.info(
-                "store: connection lost while writing %s; trying again in %gs: %s",
-                what,
-                pause,
-                self._scrub(error),
-            )
-            await trio.sleep(pause)
-        raise AssertionError("unreachable")
+        def landed(result: T, wrote: bool, base: int, before: int) -> T:
+            self._saw_own(before, wrote)
+            return result if settle is None else settle(result, base)
+
+        result = await self._conns.write(attempt, what)
+        if outcome:  # (else a lost commit that landed: `landed` saw it)
+            self._saw_own(*outcome[-1])
+        return result
 
     def _saw_own(self, before: int, wrote: bool) -> None:
         """Our own write moved the writes counter from ``before``: the version moves only
@@ -482,7 +230,7 @@ class PostgresStore:
 
     async def apply(self, batch: Sequence[Commit]) -> list[CommitResult]:
         if not batch:
-            await self._opened()
+            await self._conns.opened()
             await trio.lowlevel.checkpoint()
             return []
         commits = list(batch)
@@ -513,8 +261,8 @@ class PostgresStore:
 
         fixed = self._lease_clock
 
-        def read(c: Conn, r: reads.Reads) -> list[RunRecord]:
-            lease_now = (_server_now(c) if fixed is None else fixed()) + offset
+        def read(c: Conn, r: Queries) -> list[RunRecord]:
+            lease_now = (reads.server_now(c, r) if fixed is None else fixed()) + offset
             return reads.runnable(c, r, wanted, now, lease_now, limit)
 
         return await self._read(read, "runnable runs")
@@ -534,10 +282,9 @@ class PostgresStore:
 
     async def prune(self, ended_before: float, *, dry_run: bool = False) -> int:
         """Delete the ended trees (`PruningStore.prune`) in one transaction."""
-        schema = self._reads.schema
 
         def run(tx: PgTx, now: float) -> int:
-            count = _prune(tx.conn, schema, ended_before, dry_run)
+            count = tx.prune(ended_before, dry_run=dry_run)
             if count and not dry_run:
                 tx.wrote = True
             return count
@@ -567,8 +314,8 @@ class PostgresStore:
         wanted = frozenset(names)
         fixed, offset = self._lease_clock, self._offset()
 
-        def any_expired(c: Conn, r: reads.Reads) -> bool:
-            now = (_server_now(c) if fixed is None else fixed()) + offset
+        def any_expired(c: Conn, r: Queries) -> bool:
+            now = (reads.server_now(c, r) if fixed is None else fixed()) + offset
             return reads.any_expired(c, r, now)
 
         # Most passes find nothing to recover: a read says so without a write transaction.
@@ -631,7 +378,7 @@ class PostgresStore:
             anyway = True
         known, ids, live = self._looked_writes, list(run_ids), list(running)
 
-        def read(c: Conn, r: reads.Reads) -> reads.Look:
+        def read(c: Conn, r: Queries) -> reads.Look:
             return reads.look(
                 c, r, known=known, anyway=anyway, run_ids=ids, after=after, running=live
             )
@@ -650,11 +397,11 @@ class PostgresStore:
     def notices_changes(self) -> bool:
         """True: `wait_for_change` returns as soon as another runtime commits (a NOTIFY on
         the store's channel), so the runtime need not poll on a timer."""
-        if self._closed:
+        if self._conns.closed:
             return False
         if self._listener is None:
             t = self._target
-            self._listener = Listener(t.conninfo, self._channel, self._sender, t.shown)
+            self._listener = Listener(t.conninfo, self._queries, self._sender, t.shown)
         return True
 
     def heard_ends(self) -> list[HeardEnd]:
@@ -679,7 +426,7 @@ class PostgresStore:
 
     async def _wait(self, at_most: float, *, control: bool) -> bool:
         listener = self._listener
-        if listener is None or self._closed:
+        if listener is None or self._conns.closed:
             await trio.sleep(at_most)
             return False
         abandoned = threading.Event()
@@ -693,20 +440,6 @@ class PostgresStore:
             raise
 
 
-def _configure(conn: Conn) -> None:
-    """Every pooled connection, once: no JIT compilation. The store's statements are short
-    (by key, or a batch's rows), but the planner's cost of one can pass the JIT thresholds
-    when it misjudges a table's size, and compiling then took a second (measured: 1.1 s of
-    JIT for a 40 ms look for work, with PostgreSQL's default ``jit = on``)."""
-    conn.execute(b"SET jit = off")
-
-
-def _server_now(conn: Conn) -> float:
-    found = conn.execute("SELECT extract(epoch FROM clock_timestamp())").fetchone()
-    assert found is not None
-    return float(found[0])
-
-
 def _settle(results: list[CommitResult], tx: PgTx | int) -> list[CommitResult]:
     """``results`` with the seqs their transaction's commit gave (``tx``'s base, or the
     base a lost commit's token kept): the rules number a transaction's events from 1."""
@@ -715,45 +448,3 @@ def _settle(results: list[CommitResult], tx: PgTx | int) -> list[CommitResult]:
         attrs.evolve(r, last_seq=base + r.last_seq) if isinstance(r, Accepted) and r.last_seq else r
         for r in results
     ]
-
-
-def _look_up(
-    conn: Conn, statements: Statements, token: uuid.UUID, pid: int
-) -> tuple[int, int] | None:
-    """After a commit whose answer was lost: end the server process that ran it, if it is
-    still there (it may still be committing, or about to), and wait until it has gone, so
-    its outcome is final; then whether ``token`` landed (its base and writes count)."""
-    with contextlib.suppress(psycopg.errors.InsufficientPrivilege):
-        conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
-    deadline = time.monotonic() + GONE_WITHIN
-    while conn.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone():
-        if time.monotonic() > deadline:
-            raise psycopg.OperationalError(
-                f"the server process of the lost commit was still running after {GONE_WITHIN:g}s"
-            )
-        time.sleep(0.01)
-    return was_written(conn, statements, token)
-
-
-def _prune(conn: Conn, schema: Any, ended_before: float, dry_run: bool) -> int:
-    from psycopg import sql
-
-    doomed = sql.SQL(
-        "SELECT m.run_id FROM {s}.runs m WHERE m.root_run_id IN ("
-        " SELECT r.run_id FROM {s}.runs r"
-        " WHERE r.parent_run_id IS NULL AND r.kind = 'ended'"
-        " AND (SELECT e.at FROM {s}.events e WHERE e.run_id = r.run_id"
-        "      ORDER BY e.seq DESC LIMIT 1) <= %s"
-        " AND NOT EXISTS (SELECT 1 FROM {s}.runs o WHERE o.root_run_id = r.run_id"
-        "      AND o.kind <> 'ended'))"
-    ).format(s=schema)
-    ids = [r for (r,) in conn.execute(doomed, (ended_before,)).fetchall()]
-    if ids and not dry_run:
-        for table in ("events", "tickets", "inbox", "claims", "checkpoints", "runs"):
-            conn.execute(
-                sql.SQL("DELETE FROM {s}.{t} WHERE run_id = ANY(%b)").format(
-                    s=schema, t=sql.Identifier(table)
-                ),
-                (ids,),
-            )
-    return len(ids)

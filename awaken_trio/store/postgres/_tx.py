@@ -48,290 +48,66 @@ import contextlib
 import hashlib
 import json
 import uuid
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from typing import Any, Final, final
+from collections.abc import Callable, Collection, Iterable, Sequence
+from typing import Any, Final, NamedTuple, final
 
-import attrs
 import psycopg
-from psycopg import sql
 
 from ..._core import (
-    UNSET,
     CommandKind,
     Commit,
     Ended,
     JsonValue,
     NewRun,
-    ResumeTicket,
     RunRecord,
     RunState,
-    StateKind,
-    wake_at,
 )
-from .._codec import (
-    NO_MESSAGES,
-    RECORD_COLUMNS,
-    TextCarried,
-    dump_json,
-    dump_shared,
-    dump_state,
-    dump_ticket,
-    load_json,
-    load_state,
-    load_ticket,
-    record_of,
-)
-from .._rules import NO_RESUME, ClaimRow, HeldResume, state_kind
+from .._codec import dump_json, record_of
+from .._rules import ClaimRow
+from .._textrows import EVENT_WIDTH, NULL, CommandRow, TextRow, TextRunTx
+from ._conn import StoreConnection
 from ._listen import CONTROL
-from ._reads import StoreConnection
+from ._queries import INSERTED, UPDATED, Queries, rows_json
 
 Conn = StoreConnection
-
-_NULL: Final = "null"
 
 ENDS_MAX_BYTES: Final = 7_000
 """The most bytes of ended runs a NOTIFY names (PostgreSQL refuses payloads of 8,000 bytes
 and more; the sender and the seq take the rest)."""
 
-_ROW_COLUMNS: Final = (
-    "run_id, thread_id, parent_run_id, root_run_id, name, kind, state, generation, carried,"
-    " carried_pause, resume_value, resume_ticket, epoch, attempt_epoch, recoveries"
-)
+
+class _Insert(NamedTuple):
+    """What a run created in this transaction is inserted with besides its row."""
+
+    row: TextRow
+    input: str
+    result: str
+    max_steps: int | None
+    forked_from: str | None
 
 
 @final
-@attrs.define(eq=False)
-class PgRow:
-    """The columns of a run the rules read (`_rules.StoredRun`), as this transaction sees
-    them; payload columns a commit does not read stay in the database."""
-
-    run_id: str
-    thread_id: str
-    parent_run_id: str | None
-    root_run_id: str
-    name: str | None
-    kind: StateKind
-    state_text: str
-    generation: int
-    carried: str
-    carried_pause: bool
-    resume_value: str
-    resume_ticket: str | None
-    epoch: int
-    attempt_epoch: int | None
-    recoveries: int
-    _state: RunState | None = None
-
-    @property
-    def state(self) -> RunState:
-        state = self._state
-        if state is None:
-            state = self._state = load_state(self.state_text)
-        return state
-
-    @property
-    def named_root(self) -> bool:
-        return self.name is not None and self.parent_run_id is None
-
-
-def _row_of(found: Sequence[Any]) -> PgRow:
-    return PgRow(*found)
-
-
-@final
-@attrs.frozen
-class _Command:
-    id: int
-    kind: str
-    payload: str
-    delivered: bool
-
-
-@final
-@attrs.frozen
-class Statements:
-    """The statements of one store's schema, composed once."""
-
-    clock: bytes
-    lock_threads: bytes
-    rows: bytes
-    claims: bytes
-    live: bytes
-    commands: bytes
-    children: bytes
-    children_of: bytes
-    expired: bytes
-    record: bytes
-    insert_runs: bytes
-    update_runs: bytes
-    drop_claims: bytes
-    put_claims: bytes
-    drop_tickets: bytes
-    put_tickets: bytes
-    deliver: bytes
-    consume: bytes
-    drop_commands: bytes
-    insert_command: bytes
-    seal: bytes
-    forget_written: bytes
-    was_written: bytes
-
-    @classmethod
-    def of(cls, schema: str) -> Statements:
-        s = sql.Identifier(schema)
-
-        def q(text: str) -> bytes:
-            # Bytes once, not a `sql.Composed` turned into bytes on every execute: the
-            # pool's connections speak UTF-8 (`CLIENT_ENCODING`).
-            return sql.SQL(text).format(s=s).as_bytes(None)
-
-        return cls(
-            clock=q("SELECT extract(epoch FROM clock_timestamp())"),
-            # One statement for every lock, taken in the keys' order (the array's: unnest
-            # yields it in order, and each row's lock is taken as the row is produced).
-            lock_threads=q("SELECT pg_advisory_xact_lock(%s, k) FROM unnest(%b::int[]) AS k"),
-            # Reads by key probe the index once per key, in the keys' order: a LATERAL
-            # subquery that locks (or has an OFFSET) is not merged into a join, so the
-            # planner cannot choose to scan the whole table instead. It would whenever
-            # its statistics say the table is small, as they do in a young store that
-            # grows fast; with ``= ANY(...)`` such a scan read every run for a batch of
-            # a few dozen (2 ms at 3,000 runs, measured).
-            rows=q(
-                f"SELECT r.* FROM unnest(%b::text[]) AS k(id) CROSS JOIN LATERAL"
-                f" (SELECT {_ROW_COLUMNS} FROM {{s}}.runs WHERE run_id = k.id FOR UPDATE) r"
-            ),
-            claims=q(
-                "SELECT run_id, owner, epoch, lease_until FROM {s}.claims"
-                " WHERE run_id = ANY(%b) FOR UPDATE"
-            ),
-            live=q(
-                "SELECT o.* FROM unnest(%b::text[]) AS k(id) CROSS JOIN LATERAL"
-                " (SELECT thread_id, run_id, root_run_id, attempt_epoch FROM {s}.runs"
-                " WHERE attempt_epoch IS NOT NULL AND thread_id = k.id OFFSET 0) o"
-            ),
-            commands=q(
-                "SELECT id, run_id, kind, payload, delivered FROM {s}.inbox"
-                " WHERE run_id = ANY(%b) ORDER BY id"
-            ),
-            children=q("SELECT run_id FROM {s}.runs WHERE parent_run_id = %s ORDER BY created"),
-            children_of=q(
-                "SELECT parent_run_id, run_id FROM {s}.runs WHERE parent_run_id = ANY(%b)"
-                " ORDER BY created"
-            ),
-            expired=q(
-                "SELECT run_id, owner, epoch, lease_until FROM {s}.claims WHERE lease_until < %s"
-                " ORDER BY lease_until, run_id FOR UPDATE SKIP LOCKED"
-            ),
-            record=q(f"SELECT {RECORD_COLUMNS} FROM {{s}}.runs r WHERE r.run_id = %s"),
-            # Many rows in one statement: the rows are one JSON array of arrays (one
-            # parameter, as cheap to send for a hundred rows as for one), in order: queue
-            # places and creation order follow it (a SELECT's volatile expressions are
-            # evaluated after its ORDER BY). As jsonb, parsed once: ``->>`` on ``json``
-            # parses the element's text again for every field it takes (0.67 against
-            # 0.05 ms for 64 rows of an update, measured).
-            insert_runs=q(
-                "INSERT INTO {s}.runs (run_id, thread_id, parent_run_id, root_run_id, name,"
-                " input, kind, state, generation, result, checkpoint, steps, max_steps, carried,"
-                " carried_pause, resume_value, resume_ticket, epoch, attempt_epoch,"
-                " recoveries, queued_order, forked_from)"
-                " SELECT j->>0, j->>1, j->>2, j->>3, j->>4, j->>5, j->>6, j->>7,"
-                " (j->>8)::bigint, j->>9, j->>10, (j->>11)::bigint, (j->>12)::bigint, j->>13,"
-                " (j->>14)::boolean, j->>15, j->>16, (j->>17)::bigint, (j->>18)::bigint,"
-                " (j->>19)::bigint, CASE WHEN (j->>20)::boolean"
-                " THEN nextval('{s}.queue_places') END, j->>21"
-                " FROM jsonb_array_elements(%s::jsonb) WITH ORDINALITY AS t(j, n) ORDER BY n"
-            ),
-            update_runs=q(
-                "WITH v AS (SELECT j->>14 AS run_id, j->>0 AS kind, j->>1 AS state,"
-                " (j->>2)::bigint AS generation, j->>3 AS carried,"
-                " (j->>4)::boolean AS carried_pause, j->>5 AS resume_value,"
-                " j->>6 AS resume_ticket, (j->>7)::bigint AS epoch,"
-                " (j->>8)::bigint AS attempt_epoch, (j->>9)::bigint AS recoveries,"
-                " CASE WHEN (j->>10)::boolean THEN nextval('{s}.queue_places') END AS place,"
-                " j->>11 AS checkpoint, (j->>12)::bigint AS steps, j->>13 AS result"
-                " FROM jsonb_array_elements(%s::jsonb) WITH ORDINALITY AS t(j, n) ORDER BY n"
-                # (The limit is the rows' count, so it keeps them all. It is there for
-                # the planner: it takes a parameter's limit for a tenth of the 100 rows
-                # it expects of the function, so it probes the primary key once a row
-                # rather than scan every run, even when it believes the table small, as
-                # it does in a store that grew since the statement was planned.)
-                " LIMIT %s)"
-                " UPDATE {s}.runs AS r SET kind = v.kind, state = v.state,"
-                " generation = v.generation, carried = v.carried,"
-                " carried_pause = v.carried_pause, resume_value = v.resume_value,"
-                " resume_ticket = v.resume_ticket, epoch = v.epoch,"
-                " attempt_epoch = v.attempt_epoch, recoveries = v.recoveries,"
-                " queued_order = v.place, checkpoint = COALESCE(v.checkpoint, r.checkpoint),"
-                " steps = COALESCE(v.steps, r.steps), result = COALESCE(v.result, r.result)"
-                " FROM v WHERE r.run_id = v.run_id"
-            ),
-            drop_claims=q("DELETE FROM {s}.claims WHERE run_id = ANY(%b)"),
-            # (Each run once: ON CONFLICT may not touch a row twice in one statement.)
-            put_claims=q(
-                "INSERT INTO {s}.claims (run_id, owner, epoch, lease_until)"
-                " SELECT * FROM unnest(%b::text[], %b::text[], %b::bigint[], %b::float8[])"
-                " ON CONFLICT (run_id) DO UPDATE SET"
-                " owner = EXCLUDED.owner, epoch = EXCLUDED.epoch,"
-                " lease_until = EXCLUDED.lease_until"
-            ),
-            drop_tickets=q("DELETE FROM {s}.tickets WHERE run_id = ANY(%b)"),
-            put_tickets=q(
-                "INSERT INTO {s}.tickets (run_id, correlation_id, wake_at)"
-                " SELECT r, c, w FROM unnest(%b::text[], %b::text[], %b::float8[])"
-                " WITH ORDINALITY AS t(r, c, w, n) ORDER BY n"
-            ),
-            deliver=q("UPDATE {s}.inbox SET delivered = true WHERE id = ANY(%b)"),
-            consume=q("DELETE FROM {s}.inbox WHERE id = ANY(%b)"),
-            drop_commands=q("DELETE FROM {s}.inbox WHERE run_id = ANY(%b)"),
-            insert_command=q(
-                "INSERT INTO {s}.inbox (run_id, kind, payload, reason, at)"
-                " VALUES (%s, %s, %s, %s, %s) RETURNING id"
-            ),
-            # The end of a write transaction, in one statement: take the counters row (held
-            # to the end of COMMIT), number the events and the checkpoints kept by seq from
-            # its base, keep the token, and NOTIFY (sent at COMMIT).
-            seal=q(
-                "WITH c AS (UPDATE {s}.counters SET last_seq = last_seq + %(n)s,"
-                "   writes = writes + 1 WHERE id = 1 RETURNING last_seq - %(n)s AS base, writes),"
-                " e AS (INSERT INTO {s}.events (seq, run_id, thread_id, generation, kind,"
-                "   state, detail, at) SELECT c.base + (j->>0)::bigint, j->>1, j->>2,"
-                "   (j->>3)::bigint, j->>4, j->>5, j->>6, (j->>7)::float8"
-                "   FROM c, jsonb_array_elements(%(events)s::jsonb) AS t(j)),"
-                " h AS (INSERT INTO {s}.checkpoints (run_id, seq, checkpoint)"
-                "   SELECT j->>0, c.base + (j->>1)::bigint, j->>2"
-                "   FROM c, jsonb_array_elements(%(history)s::jsonb) AS t(j)"
-                "   ON CONFLICT (run_id, seq) DO UPDATE SET checkpoint = EXCLUDED.checkpoint),"
-                " w AS (INSERT INTO {s}.written (token, seq_base, writes)"
-                "   SELECT %(token)s, c.base, c.writes FROM c)"
-                " SELECT c.base, c.writes, pg_notify(%(channel)s, %(sender)s"
-                "   || CASE WHEN %(ends)s = '' THEN ''"
-                "      ELSE E'\\n' || c.base::text || E'\\n' || %(ends)s END) FROM c"
-            ),
-            forget_written=q("DELETE FROM {s}.written WHERE at < now() - interval '1 day'"),
-            was_written=q("SELECT seq_base, writes FROM {s}.written WHERE token = %s"),
-        )
-
-
-@final
-class PgTx:
-    """The database as one write transaction sees it, and the writes it has queued."""
+class PgTx(TextRunTx[TextRow, _Insert]):
+    """The database as one write transaction sees it, and the writes it has queued: the
+    store rules' `RunTx` (``_rules``), a `TextRunTx` whose reads and writes go through one
+    pipeline."""
 
     def __init__(
         self,
         conn: Conn,
-        statements: Statements,
+        queries: Queries,
         *,
         thread_locks: int,
-        channel: str,
         sender: str,
         offset: float,
         clock: Callable[[], float] | None = None,
     ) -> None:
+        super().__init__({}, {}, {})
         self.conn = conn
-        self.q = statements
+        self.q = queries
         self.token = uuid.uuid4()
         self._thread_locks = thread_locks
-        self._channel = channel
+        self._channel = queries.channel
         self._sender = sender
         self._offset = offset
         self._clock = clock
@@ -340,32 +116,15 @@ class PgTx:
         """The seq this transaction's events start after, once it committed (`settle`)."""
         self.writes = 0
         """The store's count of write transactions before this one, once it committed."""
-        self.wrote = False
         self.controls = False
         """Whether the transaction stored a command (its NOTIFY says so: `CONTROL`)."""
-        self._ended: list[PgRow] = []  # rows it wrote Ended
-        self._rows: dict[str, PgRow | None] = {}
-        self._claims: dict[str, ClaimRow | None] = {}
-        self._threads: dict[str, dict[str, tuple[str, int]]] = {}
-        self._commands: dict[str, list[_Command]] = {}
         # The children of the runs a batch ends with their descendants, read with `begin`,
         # and kept up to date with the children this transaction creates.
         self._children: dict[str, list[str]] = {}
-        # Queued writes.
-        self._inserted: dict[str, tuple[str, str, int | None, str | None]] = {}
-        self._changed: dict[str, PgRow] = {}
+        # Queued writes past the base's: checkpoints (a run's current one, and the ones
+        # kept by seq, numbered when the transaction commits).
         self._checkpoints: dict[str, str] = {}
-        self._steps: dict[str, int] = {}
-        self._results: dict[str, str] = {}
         self._history: list[tuple[str, int, str]] = []
-        self._events: list[tuple[Any, ...]] = []
-        self._claims_changed: dict[str, None] = {}
-        self._tickets: dict[str, tuple[str, float | None] | None] = {}
-        self._consumed: list[int] = []
-        self._consumed_ids: set[int] = set()
-        self._delivered: list[int] = []
-        self._delivered_ids: set[int] = set()
-        self._dropped: list[str] = []
         # The transaction is one pipeline, from `begin` to `commit` (or `abort`): statements
         # are queued and sent together, and a read's fetch brings back every result queued
         # before it (a flush, one round trip); only the end sends a Sync.
@@ -377,9 +136,10 @@ class PgTx:
         """``BEGIN``, read the server's clock and what ``batch`` touches (`prefetch`), in
         one round trip; the lease time (seconds)."""
         conn = self.conn
+        self._begun = True
         self._pipeline.enter_context(conn.pipeline())
         conn.execute("BEGIN")
-        clock = conn.execute(self.q.clock)
+        clock = conn.execute(self.q.server_now)
         if batch:
             self.prefetch(batch)
         found = clock.fetchone()
@@ -397,7 +157,7 @@ class PgTx:
         conn = self.conn
         q = self.q
         counted = None
-        self._flush()
+        self.flush()
         if self.wrote:
             if self.token.int % 64 == 0:  # now and then: forget old tokens
                 conn.execute(q.forget_written)
@@ -424,6 +184,7 @@ class PgTx:
         """The parameters of the ``seal`` statement: the events and the kept checkpoints,
         each as one JSON array of rows."""
         events = self._events
+        width = EVENT_WIDTH
         # A run's checkpoint kept twice at one number (two commits of a batch with no
         # event between them): the last is the one kept.
         history = {(run_id, number): text for run_id, number, text in self._history}
@@ -431,11 +192,24 @@ class PgTx:
         # runtime that is not the attempt's (the attempt clears the mark with its own end).
         live = [row for row in self._ended if row.attempt_epoch is not None]
         return {
-            "n": len(events),
-            "events": _rows_json(
-                [(e[0], e[1], e[2], e[3], str(e[4]), e[5], e[6], float(e[7])) for e in events]
+            "n": self._last_seq,
+            "events": rows_json(
+                [
+                    # (seq, run, thread, generation, kind, state, detail, at)
+                    (
+                        events[i],
+                        events[i + 1],
+                        events[i + 2],
+                        events[i + 3],
+                        str(events[i + 4]),
+                        events[i + 5],
+                        events[i + 6],
+                        float(events[i + 7]),
+                    )
+                    for i in range(0, len(events), width)
+                ]
             ),
-            "history": _rows_json(
+            "history": rows_json(
                 [(run_id, number, text) for (run_id, number), text in history.items()]
             ),
             "token": self.token,
@@ -512,7 +286,7 @@ class PgTx:
             c_claims = conn.execute(self.q.claims, (claim_ids,)) if claim_ids else None
             # (Locked in the order given: sorted, the same in every transaction.)
             c_rows = conn.execute(self.q.rows, (sorted(run_ids),)) if run_ids else None
-            c_commands = conn.execute(self.q.commands, (list(ending),)) if ending else None
+            c_commands = conn.execute(self.q.ending_commands, (list(ending),)) if ending else None
             c_live = self._lock_threads(known) if known else None
             # After the rows, which lock the parents: a child is read as `children` would
             # read it later in the transaction (this transaction's own are added as made).
@@ -521,14 +295,14 @@ class PgTx:
                 for run_id in run_ids:
                     rows[run_id] = None
                 for found in c_rows.fetchall():
-                    rows[found[0]] = _row_of(found)
+                    rows[found[0]] = TextRow(*found)
             if c_claims is not None:
                 self._take_claims(claim_ids, c_claims.fetchall())
             if c_commands is not None:
                 for run_id in ending:
                     self._commands[run_id] = []
                 for cid, rid, kind, payload, delivered in c_commands.fetchall():
-                    self._commands[rid].append(_Command(cid, kind, payload, delivered))
+                    self._commands[rid].append(CommandRow(cid, kind, payload, delivered))
             if c_children is not None:
                 children = self._children
                 for parent in parents:
@@ -566,7 +340,7 @@ class PgTx:
         for thread_id in thread_ids:
             threads[thread_id] = {}
         keys = sorted({thread_key(thread_id) for thread_id in thread_ids})
-        self._flush()  # the query reads attempt epochs this transaction may have changed
+        self.flush()  # the query reads attempt epochs this transaction may have changed
         # A statement of its own, before the read: the read's snapshot is taken when it
         # starts, so it sees whatever the locks' last holders committed.
         conn.execute(self.q.lock_threads, (self._thread_locks, keys))
@@ -588,215 +362,68 @@ class PgTx:
         if missing:
             self._take_claims(missing, self.conn.execute(self.q.claims, (missing,)).fetchall())
 
-    def row(self, run_id: str) -> PgRow | None:
-        rows = self._rows
-        if run_id not in rows:
-            self._read([run_id], [])
-        return rows[run_id]
+    def _read_row(self, run_id: str) -> None:
+        self._read([run_id], [])
 
-    def claim(self, run_id: str) -> ClaimRow | None:
-        claims = self._claims
-        if run_id not in claims:
-            self.prefetch_claims((run_id,))
-        return claims[run_id]
+    def _read_claim(self, run_id: str) -> None:
+        self.prefetch_claims((run_id,))
 
-    def thread_busy(self, thread_id: str, run_id: str, now: float) -> bool:
-        live = self._threads.get(thread_id)
-        if live is None:
-            self._read_threads((thread_id,))
-            live = self._threads[thread_id]
-        for other, (root, epoch) in live.items():
-            if other != run_id:
-                held = self.claim(root)
-                if held is not None and held.epoch == epoch and held.lease_until >= now:
-                    return True
-        return False
+    def _read_thread(self, thread_id: str) -> None:
+        self._read_threads((thread_id,))  # (flushes first)
+
+    def _read_commands(self, run_id: str) -> list[CommandRow]:
+        self._read([], [], ending=(run_id,))
+        return self._commands.pop(run_id)
+
+    def _load_record(self, run_id: str) -> RunRecord | None:
+        found = self.conn.execute(self.q.load, (run_id,)).fetchone()
+        return None if found is None else record_of(found)
 
     def children(self, parent: str) -> list[str]:
         known = self._children.get(parent)
         if known is not None:
             return list(known)
-        self._flush()
+        self.flush()
         return [r for (r,) in self.conn.execute(self.q.children, (parent,)).fetchall()]
 
     def expired_claims(self, now: float) -> list[str]:
-        self._flush()
-        found = self.conn.execute(self.q.expired, (now,)).fetchall()
+        self.flush()
+        found = self.conn.execute(self.q.expired_claims, (now,)).fetchall()
         self._take_claims((), found)  # locked: what the rules read of them stays true
         return [run_id for run_id, *_ in found]
-
-    def take_carried(self, row: PgRow) -> TextCarried:
-        carried = TextCarried(row.carried, row.carried_pause)
-        if carried:
-            row.carried, row.carried_pause = NO_MESSAGES, False
-            self._change(row)
-        return carried
-
-    def held_resume(self, row: PgRow) -> HeldResume:
-        if row.resume_value == _NULL and row.resume_ticket is None:
-            return NO_RESUME
-        ticket = None if row.resume_ticket is None else load_ticket(row.resume_ticket)
-        return HeldResume(load_json(row.resume_value, "a resume value"), ticket)
-
-    def drop_commands(self, run_id: str) -> list[JsonValue]:
-        found = self._commands.pop(run_id, None)
-        if found is None:
-            self._flush()  # commands consumed or received in this transaction first
-            self._read([], [], ending=(run_id,))
-            found = self._commands.pop(run_id)
-        consumed, received = self._consumed_ids, self._delivered_ids
-        found = [c for c in found if c.id not in consumed]
-        if not found:
-            return []
-        self._dropped.append(run_id)
-        self.wrote = True
-        return [
-            load_json(c.payload, "a stored message")
-            for c in found
-            if c.kind == "message" and not c.delivered and c.id not in received
-        ]
 
     def last_seq(self) -> int:
         # This transaction's numbering (the module's docstring): 0 is the seq before its
         # first event, which is the store's last when it has written none.
-        return len(self._events)
-
-    def record(self, run_id: str) -> RunRecord:
-        self._flush()
-        found = self.conn.execute(self.q.record, (run_id,)).fetchone()
-        assert found is not None
-        return record_of(found)
+        return self._last_seq
 
     # ------------------------------------------------------------------ writing
 
-    def _change(self, row: PgRow) -> None:
-        if row.run_id not in self._inserted:
-            self._changed[row.run_id] = row
-        self.wrote = True
-
     def create(
         self, run_id: str, new: NewRun, state: RunState, generation: int, result: JsonValue
-    ) -> PgRow:
-        row = PgRow(
-            run_id=run_id,
-            thread_id=new.thread_id,
-            parent_run_id=new.parent_run_id,
-            root_run_id=new.root_run_id or run_id,
-            name=new.name,
-            kind=state_kind(state),
-            state_text=dump_state(state),
-            generation=generation,
-            carried=NO_MESSAGES,
-            carried_pause=False,
-            resume_value=_NULL,
-            resume_ticket=None,
-            epoch=0,
-            attempt_epoch=None,
-            recoveries=0,
-            state=state,
-        )
-        self._rows[run_id] = row
+    ) -> TextRow:
+        row = self._created(TextRow.created(run_id, new, state, generation))
         siblings = None if new.parent_run_id is None else self._children.get(new.parent_run_id)
         if siblings is not None:
             siblings.append(run_id)
         forked_from = None if new.forked_from is None else dump_json(new.forked_from)
-        self._inserted[run_id] = (
-            dump_json(new.input),
-            dump_json(result),
-            new.max_steps,
-            forked_from,
+        self._inserted[run_id] = _Insert(
+            row, dump_json(new.input), dump_json(result), new.max_steps, forked_from
         )
         if new.checkpoint is not None:
             self._checkpoints[run_id] = dump_json(new.checkpoint)
-        self.wrote = True
         return row
 
-    def put_state(
-        self,
-        row: PgRow,
-        state: RunState,
-        generation: int,
-        *,
-        steps: int | None = None,
-        result: JsonValue = UNSET,
-    ) -> None:
-        row.kind = state_kind(state)
-        if row.kind == "ended":
-            self._ended.append(row)
-        row.state_text = dump_state(state)
-        row._state = state
-        row.generation = generation
-        if steps is not None:
-            self._steps[row.run_id] = steps
-        if result is not UNSET:
-            self._results[row.run_id] = dump_json(result)
-        self._change(row)
-
-    def put_checkpoint(self, row: PgRow, checkpoint: JsonValue, seq: int) -> None:
+    def put_checkpoint(self, row: TextRow, checkpoint: JsonValue, seq: int) -> None:
         text = dump_json(checkpoint)
         self._checkpoints[row.run_id] = text
         self._history.append((row.run_id, seq, text))
         self._change(row)
 
-    def set_ticket(self, row: PgRow, ticket: ResumeTicket | None) -> None:
-        # Popped first: a put goes to the end, so tickets are put in their last put's order.
-        self._tickets.pop(row.run_id, None)
-        self._tickets[row.run_id] = (
-            None if ticket is None else (ticket.correlation_id, wake_at(ticket))
-        )
-        self.wrote = True
-
-    def keep_carried(self, row: PgRow, messages: tuple[JsonValue, ...], pause: bool) -> None:
-        row.carried = dump_json(list(messages)) if messages else NO_MESSAGES
-        row.carried_pause = pause
-        self._change(row)
-
-    def keep_resume(self, row: PgRow, resume: HeldResume) -> None:
-        row.resume_value = dump_json(resume.value)
-        row.resume_ticket = None if resume.ticket is None else dump_ticket(resume.ticket)
-        self._change(row)
-
-    def set_epoch(self, row: PgRow, epoch: int) -> None:
-        row.epoch = epoch
-        self._change(row)
-
-    def set_attempt(self, row: PgRow, epoch: int | None) -> None:
-        row.attempt_epoch = epoch
-        live = self._threads.get(row.thread_id)
-        if live is not None:
-            if epoch is None:
-                live.pop(row.run_id, None)
-            else:
-                live[row.run_id] = (row.root_run_id, epoch)
-        self._change(row)
-
-    def set_recoveries(self, row: PgRow, recoveries: int) -> None:
-        row.recoveries = recoveries
-        self._change(row)
-
-    def set_claim(self, run_id: str, claim: ClaimRow | None) -> None:
-        self._claims[run_id] = claim
-        self._claims_changed[run_id] = None
-        self.wrote = True
-
-    def consume(self, command_ids: Collection[int]) -> None:
-        for command_id in command_ids:
-            self._consumed.append(command_id)
-            self._consumed_ids.add(command_id)
-        if command_ids:
-            self.wrote = True
-
-    def deliver(self, command_ids: Collection[int]) -> None:
-        for command_id in command_ids:
-            self._delivered.append(command_id)
-            self._delivered_ids.add(command_id)
-        if command_ids:
-            self.wrote = True
-
     def insert_command(
         self, run_id: str, kind: CommandKind, payload: JsonValue, reason: str | None, at: float
     ) -> int:
-        self._flush()  # a queued delete of the run's commands must not reach this one
+        self.flush()  # a queued delete of the run's commands must not reach this one
         found = self.conn.execute(
             self.q.insert_command, (run_id, kind, dump_json(payload), dump_json(reason), at)
         ).fetchone()
@@ -805,39 +432,18 @@ class PgTx:
         self.controls = True
         return int(found[0])
 
-    def event(
-        self,
-        row: PgRow,
-        generation: int,
-        kind: str,
-        detail: Mapping[str, JsonValue],
-        at: float,
-    ) -> int:
-        number = len(self._events) + 1
-        self._events.append(
-            (
-                number,
-                row.run_id,
-                row.thread_id,
-                generation,
-                kind,
-                row.state_text,
-                dump_shared(detail),
-                at,
-            )
-        )
-        self.wrote = True
-        return number
+    def prune(self, ended_before: float, *, dry_run: bool) -> int:
+        """Delete the ended trees whose last event is before ``ended_before`` (only count
+        them, ``dry_run``): `PruningStore.prune`, outside the rules."""
+        q = self.q
+        ids = [r for (r,) in self.conn.execute(q.prunable, (ended_before,)).fetchall()]
+        if ids and not dry_run:
+            self.conn.execute(q.prune, {"ids": ids})
+        return len(ids)
 
     # ------------------------------------------------------------------ flushing
 
-    @staticmethod
-    def _queued(row: PgRow) -> bool:
-        """Whether ``row`` takes a place in the queue (after every other, from the
-        ``queue_places`` sequence): a named root run written Queued."""
-        return row.kind == "queued" and row.named_root
-
-    def _flush(self) -> None:
+    def flush(self) -> None:
         """Send every queued write (inside the transaction; `commit` ends it)."""
         conn = self.conn
         if not (
@@ -854,49 +460,30 @@ class PgTx:
         checkpoints, steps, results = self._checkpoints, self._steps, self._results
         if self._inserted:
             inserts = []
-            for run_id, (input_text, result_text, cap, forked) in self._inserted.items():
-                row = self._rows[run_id]
-                assert row is not None
-                inserts.append(
-                    (
-                        run_id,
-                        row.thread_id,
-                        row.parent_run_id,
-                        row.root_run_id,
-                        row.name,
-                        input_text,
-                        row.kind,
-                        row.state_text,
-                        row.generation,
-                        results.pop(run_id, result_text),
-                        checkpoints.pop(run_id, _NULL),
-                        steps.pop(run_id, 0),
-                        cap,
-                        *_kept(row),
-                        self._queued(row),
-                        forked,
-                    )
-                )
-            conn.execute(q.insert_runs, (_rows_json(inserts),))
+            for run_id, new in self._inserted.items():
+                row = new.row
+                given = {
+                    "input": new.input,
+                    "result": results.pop(run_id, new.result),
+                    "checkpoint": checkpoints.pop(run_id, NULL),
+                    "steps": steps.pop(run_id, 0),
+                    "max_steps": new.max_steps,
+                    "forked_from": new.forked_from,
+                }
+                inserts.append(INSERTED.row(row, given))
+            conn.execute(q.insert_runs, (rows_json(inserts),))
             self._inserted.clear()
         if self._changed:
             updates = []
             for run_id, row in self._changed.items():
-                order = self._queued(row)
-                updates.append(
-                    (
-                        row.kind,
-                        row.state_text,
-                        row.generation,
-                        *_kept(row),
-                        order,
-                        checkpoints.pop(run_id, None),
-                        steps.pop(run_id, None),
-                        results.pop(run_id, None),
-                        run_id,
-                    )
-                )
-            conn.execute(q.update_runs, (_rows_json(updates), len(updates)))
+                # (None: the update keeps the run's.)
+                given = {
+                    "result": results.pop(run_id, None),
+                    "checkpoint": checkpoints.pop(run_id, None),
+                    "steps": steps.pop(run_id, None),
+                }
+                updates.append(UPDATED.row(row, given))
+            conn.execute(q.update_runs, (rows_json(updates), len(updates)))
             self._changed.clear()
         checkpoints.clear()
         steps.clear()
@@ -937,38 +524,9 @@ class PgTx:
             self._dropped = []
 
 
-def was_written(conn: Conn, statements: Statements, token: uuid.UUID) -> tuple[int, int] | None:
-    """Whether the write transaction of ``token`` committed (read on a fresh connection
-    after a commit whose answer was lost): its events' base and the writes count before
-    it if it did."""
-    found = conn.execute(statements.was_written, (token,)).fetchone()
-    return None if found is None else (int(found[0]), int(found[1]) - 1)
-
-
-def _kept(row: PgRow) -> tuple[Any, ...]:
-    """The columns a row's insert and its update both write, in the statements' order (the
-    positions ``insert_runs`` and ``update_runs`` read)."""
-    return (
-        row.carried,
-        row.carried_pause,
-        row.resume_value,
-        row.resume_ticket,
-        row.epoch,
-        row.attempt_epoch,
-        row.recoveries,
-    )
-
-
 def _columns(rows: list[tuple[Any, ...]], width: int) -> tuple[list[Any], ...]:
     """Rows as one list per column, the arrays a many-row ``unnest`` statement takes."""
     return tuple([row[i] for row in rows] for i in range(width))
-
-
-def _rows_json(rows: list[tuple[Any, ...]]) -> str:
-    """Rows as one JSON array of arrays, the parameter of a many-row statement. (Text that
-    cannot be encoded fails here as it would as a parameter of its own; the clock's floats
-    are finite, and a float's shortest repr reads back as the same float8.)"""
-    return json.dumps(rows, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 
 
 def thread_locks(schema: str) -> int:
@@ -988,7 +546,7 @@ def _hash32(text: str) -> int:
     return int.from_bytes(digest, "big", signed=True)
 
 
-def _announced(live: list[PgRow]) -> str:
+def _announced(live: list[TextRow]) -> str:
     """The ended runs ``live`` for the NOTIFY (``Listener._hear`` reads it): a JSON array of
     ``[run_id, epoch, state]``, or '' when there are none, or when they would not fit in a
     notification (the owner then finds them by reading the store, as it would anyway)."""

@@ -11,7 +11,7 @@ file. So the cache is true whenever a write transaction reads it if it is true w
 transaction begins, which holds because:
 
 1. It was true when this connection's last transaction ended. Every write this connection
-   makes goes through `Transaction` (``_sqlite_tx``), which changes a cached copy together
+   makes goes through `Transaction` (``sqlite/_tx.py``), which changes a cached copy together
    with the write it queues (write-through). A transaction that fails (rolled back, or a
    ``COMMIT`` whose outcome is unknown) drops the whole cache, so nothing it changed in
    memory outlives it.
@@ -40,21 +40,8 @@ from typing import Final, NamedTuple, final
 
 from .._codec import dump_json
 from .._rules import ClaimRow
+from .._textrows import CommandRow, LiveAttempts
 from ._rows import ROW_COLUMNS, Row, row_of
-
-LiveAttempts = dict[str, tuple[str, int]]
-"""The runs on one thread whose attempt may be live: run id -> (root run id, attempt
-epoch). The attempt is live while its epoch is the root's current claim, unexpired."""
-
-
-class Command(NamedTuple):
-    """A stored command as a run's end reads it."""
-
-    id: int
-    kind: str
-    payload: str  # JSON text
-    delivered: int  # 1 once an attempt handed the message to its body (`Commit.delivered`)
-
 
 MAX_ENTRIES = 100_000
 """Entries (rows, claims and threads together) the cache may hold when a transaction
@@ -74,7 +61,7 @@ _NONE_13: Final = ", NULL" * 13
 _NONE_12: Final = ", NULL" * 12
 
 # Everything a transaction reads, in one statement (so one call into SQLite: see
-# ``_sqlite_bulk``), by tag: 0 the marks, 1 runs by id, 2 live attempts by thread, 3 claims
+# ``sqlite/_bulk.py``), by tag: 0 the marks, 1 runs by id, 2 live attempts by thread, 3 claims
 # by run, 4 stored commands by run. Each list is JSON text (ids are text, exact in JSON).
 _READ: Final = (
     "SELECT 0, data_version,"
@@ -122,7 +109,7 @@ class RunCache:
         command_run_ids: Collection[str] = (),
         *,
         begin: bool = False,
-    ) -> tuple[Marks, dict[str, list[Command]]]:
+    ) -> tuple[Marks, dict[str, list[CommandRow]]]:
         """Read from the transaction's snapshot the rows of ``run_ids``, the live attempts
         on ``thread_ids``, the claims of ``claim_ids`` (all into the cache, a key the file
         does not hold as absent) and the stored commands of ``command_run_ids``, oldest
@@ -153,7 +140,7 @@ class RunCache:
             threads[thread_id] = {}
         for run_id in claim_ids:
             claims[run_id] = None
-        commands: dict[str, list[Command]] = {run_id: [] for run_id in command_run_ids}
+        commands: dict[str, list[CommandRow]] = {run_id: [] for run_id in command_run_ids}
         for tag, *values in found:
             if tag == 0:
                 continue
@@ -164,7 +151,7 @@ class RunCache:
             elif tag == 3:
                 claims[values[0]] = ClaimRow(values[1], values[2], values[3])
             else:
-                commands[values[0]].append(Command(values[1], values[2], values[3], values[4]))
+                commands[values[0]].append(CommandRow(values[1], values[2], values[3], values[4]))
         for listed in commands.values():
             listed.sort()
         return marks, commands

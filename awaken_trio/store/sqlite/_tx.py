@@ -1,11 +1,12 @@
 """One write transaction on the SQLite store: what the file holds, read through the store's
-cache (``_sqlite_cache``), and the writes the transaction makes, queued and handed to
-SQLite together.
+cache (``_cache``), and the writes the transaction makes, queued and handed to SQLite
+together. The rules' side of it, shared with the PostgreSQL store, is ``store/_textrows.py``
+(`TextRunTx`); this module is where the rows come from and how the writes go out.
 
 A batch of commits then costs a few statements instead of several per commit: each commit
 is checked and applied in memory, in order, seeing what the commits before it did, and its
 writes are queued; `Transaction.flush` writes each kind of row many at a time
-(``_sqlite_bulk``). That keeps every order that matters and only those:
+(``_bulk``). That keeps every order that matters and only those:
 
 * an event's seq is given when it is queued, counting on from the largest seq the file
   has handed out, as AUTOINCREMENT would: seqs increase in the order events were written,
@@ -31,41 +32,27 @@ from __future__ import annotations
 
 import functools
 import sqlite3
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from typing import Any, Final, final
 
 import attrs
 
 from ..._core import (
-    UNSET,
     CommandKind,
     Commit,
     Ended,
     JsonValue,
     NewRun,
-    ResumeTicket,
     RunRecord,
     RunState,
-    wake_at,
 )
-from .._codec import (
-    ENDED,
-    NO_MESSAGES,
-    QUEUED,
-    TextCarried,
-    dump_json,
-    dump_shared,
-    dump_state,
-    dump_ticket,
-    load_json,
-    load_ticket,
-)
-from .._rules import NO_RESUME, NOTHING_CARRIED, Carried, ClaimRow, HeldResume, state_kind
+from .._codec import dump_json
+from .._textrows import EVENT_COLUMNS, EVENT_WIDTH, NULL, CommandRow, TextRunTx
 from ._bulk import insert_rows, write_rows
-from ._cache import Command, RunCache
-from ._rows import NULL, UPDATABLE, Row, load_record
+from ._cache import RunCache
+from ._rows import UPDATABLE, Row, load_record
 
-# Rows of NULLs pad a statement's rows to a power of two (see ``_sqlite_bulk``): inserts
+# Rows of NULLs pad a statement's rows to a power of two (see ``_bulk``): inserts
 # skip them, and a NULL key matches nothing in an update or a delete.
 _INSERT_RUNS: Final = (
     "INSERT INTO runs (rowid, run_id, thread_id, parent_run_id, root_run_id, name, input,"
@@ -82,7 +69,7 @@ an older one is given the same updates a row at a time."""
 @functools.cache
 def _update_statement(columns: tuple[str, ...], many: bool) -> str:
     """The update of ``columns`` for rows given as (rowid, *values): a template for
-    ``_sqlite_bulk`` with ``many``, else one row's statement for ``executemany``."""
+    ``_bulk`` with ``many``, else one row's statement for ``executemany``."""
     if many:
         sets = ", ".join(f"{name} = v.column{i}" for i, name in enumerate(columns, 2))
         return f"UPDATE runs SET {sets} FROM (VALUES {{}}) AS v WHERE runs.rowid = v.column1"
@@ -91,7 +78,7 @@ def _update_statement(columns: tuple[str, ...], many: bool) -> str:
 
 
 _INSERT_EVENTS: Final = (
-    "INSERT INTO events (seq, run_id, thread_id, generation, kind, state, detail, at)"
+    f"INSERT INTO events ({', '.join(EVENT_COLUMNS)})"
     " SELECT * FROM (VALUES {}) WHERE column1 IS NOT NULL"
 )
 _PUT_CLAIMS: Final = (
@@ -131,34 +118,17 @@ class _Insert:
 
 
 @final
-class Transaction:
+class Transaction(TextRunTx[Row, _Insert]):
     """The file as one write transaction sees it, and the writes it has queued: the store
-    rules' `RunTx` (``_rules``) over the SQLite file. Values are encoded here, and decoded
-    only when a rule asks for them."""
+    rules' `RunTx` (``_rules``) over the SQLite file, a `TextRunTx` over the store's cache
+    (``_cache``). Values are encoded here, and decoded only when a rule asks for them."""
 
     def __init__(self, conn: sqlite3.Connection, cache: RunCache) -> None:
+        super().__init__(cache.rows, cache.claims, cache.threads)
         self.conn = conn
         self.cache = cache
-        # Runs created since the last flush, in the order they were created.
-        self._inserts: dict[str, _Insert] = {}
-        # Runs changed since the last flush, and what their updates set past the row.
-        self._changed: dict[str, Row] = {}
         self._checkpoints: dict[str, str] = {}
-        self._steps: dict[str, int] = {}
-        self._results: dict[str, str] = {}
-        self._begun = False  # whether the transaction has read (and checked the cache)
-        self._last_seq = 0
         self._last_rowid = 0
-        self._events: list[Any] = []  # the values of `_INSERT_EVENTS` rows, one after another
-        self._claims: dict[str, None] = {}  # changed claims (their value is in the cache)
-        self._tickets: dict[str, tuple[str, str, float | None] | None] = {}
-        self._consumed: list[int] = []
-        self._consumed_ids: set[int] = set()
-        self._delivered: list[int] = []
-        self._delivered_ids: set[int] = set()
-        self._dropped: list[str] = []
-        self._commands: dict[str, list[Command]] = {}  # read ahead for runs that end
-        self._ended: list[str] = []  # runs that ended in this transaction
         # The forked runs created in this transaction: run id -> [checkpoint, forked_from]
         # (JSON texts), written after their insert.
         self._forks: dict[str, list[str]] = {}
@@ -177,7 +147,7 @@ class Transaction:
         thread_ids: Collection[str] = (),
         claim_ids: Collection[str] = (),
         command_run_ids: Collection[str] = (),
-    ) -> dict[str, list[Command]]:
+    ) -> dict[str, list[CommandRow]]:
         marks, commands = self.cache.read(
             self.conn, run_ids, thread_ids, claim_ids, command_run_ids, begin=not self._begun
         )
@@ -203,7 +173,7 @@ class Transaction:
 
     def _missing(self, batch: Sequence[Commit]) -> tuple[set[str], set[str], set[str]]:
         """What ``batch`` will read that the cache does not hold, as far as it can tell."""
-        rows, claims, threads = self.cache.rows, self.cache.claims, self.cache.threads
+        rows, claims, threads = self._rows, self._claims, self._threads
         run_ids: set[str] = set()
         thread_ids: set[str] = set()
         claim_ids: set[str] = set()
@@ -235,39 +205,26 @@ class Transaction:
     def prefetch_claims(self, run_ids: Iterable[str]) -> None:
         """Read the claims of ``run_ids`` the cache does not hold, in one query."""
         self.begin()
-        claims = self.cache.claims
+        claims = self._claims
         missing = [run_id for run_id in run_ids if run_id not in claims]
         if missing:
             self._read(claim_ids=missing)
 
-    def row(self, run_id: str) -> Row | None:
-        rows = self.cache.rows
-        if not self._begun or run_id not in rows:
-            self._read(run_ids=(run_id,))
-        return rows[run_id]
+    def _read_row(self, run_id: str) -> None:
+        self._read(run_ids=(run_id,))
 
-    def claim(self, run_id: str) -> ClaimRow | None:
-        claims = self.cache.claims
-        if not self._begun or run_id not in claims:
-            self._read(claim_ids=(run_id,))
-        return claims[run_id]
+    def _read_claim(self, run_id: str) -> None:
+        self._read(claim_ids=(run_id,))
 
-    def thread_busy(self, thread_id: str, run_id: str, now: float) -> bool:
-        """Whether another run's attempt may be live on ``thread_id``: its attempt's epoch
-        is its root's current claim, and that claim's lease has not expired."""
-        self.begin()
-        threads = self.cache.threads
-        live = threads.get(thread_id)
-        if live is None:
-            self.flush()  # the query reads attempt epochs this transaction may have changed
-            self._read(thread_ids=(thread_id,))
-            live = threads[thread_id]
-        for other, (root, epoch) in live.items():
-            if other != run_id:
-                held = self.claim(root)
-                if held is not None and held.epoch == epoch and held.lease_until >= now:
-                    return True
-        return False
+    def _read_thread(self, thread_id: str) -> None:
+        self.flush()  # the query reads attempt epochs this transaction may have changed
+        self._read(thread_ids=(thread_id,))
+
+    def _read_commands(self, run_id: str) -> list[CommandRow]:
+        return self._read(command_run_ids=(run_id,))[run_id]
+
+    def _load_record(self, run_id: str) -> RunRecord | None:
+        return load_record(self.conn, run_id)
 
     def children(self, parent: str) -> list[str]:
         """The runs created with ``parent`` as their parent, oldest first."""
@@ -289,58 +246,12 @@ class Transaction:
             )
         ]
 
-    def take_carried(self, row: Row) -> Carried:
-        if row.carried == NO_MESSAGES and not row.carried_pause:
-            return NOTHING_CARRIED
-        taken = TextCarried(row.carried, row.carried_pause)
-        row.carried, row.carried_pause = NO_MESSAGES, False
-        self._touch(row)
-        return taken
-
-    def held_resume(self, row: Row) -> HeldResume:
-        if row.resume_value == NULL and row.resume_ticket is None:
-            return NO_RESUME
-        ticket = None if row.resume_ticket is None else load_ticket(row.resume_ticket)
-        return HeldResume(load_json(row.resume_value, "a resume value"), ticket)
-
-    def drop_commands(self, run_id: str) -> list[JsonValue]:
-        """Delete the run's stored commands; the payloads of the messages no attempt
-        received, oldest first (frozen, each checked at its own depth)."""
-        found = self._commands.pop(run_id, None)
-        if found is None:
-            self.flush()  # commands consumed or received in this transaction first
-            found = self._read(command_run_ids=(run_id,))[run_id]
-        elif self._consumed_ids:
-            found = [command for command in found if command.id not in self._consumed_ids]
-        if not found:
-            return []
-        self._dropped.append(run_id)
-        received = self._delivered_ids
-        return [
-            load_json(command.payload, "a stored message")
-            for command in found
-            if command.kind == "message" and not command.delivered and command.id not in received
-        ]
-
     def last_seq(self) -> int:
         """The seq of the last event in the file, this transaction's included."""
         self.begin()
         return self._last_seq
 
-    def record(self, run_id: str) -> RunRecord:
-        self.flush()  # the record is read from the file
-        record = load_record(self.conn, run_id)
-        assert record is not None
-        return record
-
     # ------------------------------------------------------------------ writing
-
-    def _touch(self, row: Row) -> None:
-        """Queue ``row``'s update, unless it is a new run not yet inserted: its insert
-        reads the row when it is handed to SQLite."""
-        run_id = row.run_id
-        if run_id not in self._inserts:
-            self._changed[run_id] = row
 
     def create(
         self,
@@ -352,119 +263,27 @@ class Transaction:
     ) -> Row:
         """Create the run (new to the file)."""
         self.begin()
-        kind = state_kind(state)
-        row = Row(
-            run_id=run_id,
-            thread_id=new.thread_id,
-            parent_run_id=new.parent_run_id,
-            root_run_id=new.root_run_id or run_id,
-            name=new.name,
-            kind=kind,
-            state_text=dump_state(state),
-            generation=generation,
-            carried=NO_MESSAGES,
-            carried_pause=False,
-            resume_value=NULL,
-            resume_ticket=None,
-            epoch=0,
-            attempt_epoch=None,
-            recoveries=0,
-        )
-        self.cache.rows[run_id] = row
-        if kind == ENDED:
-            self._ended.append(run_id)
+        row = self._created(Row.created(run_id, new, state, generation))
         self._last_rowid += 1
         row.rowid = self._last_rowid
-        self._inserts[run_id] = _Insert(
+        self._inserted[run_id] = _Insert(
             row, dump_json(new.input), dump_json(result), new.max_steps, self._queued_order(row)
         )
         if new.forked_from is not None:
             self._forks[run_id] = [NULL, dump_json(new.forked_from)]
         return row
 
-    def put_state(
-        self,
-        row: Row,
-        state: RunState,
-        generation: int,
-        *,
-        steps: int | None = None,
-        result: JsonValue = UNSET,
-    ) -> None:
-        run_id = row.run_id
-        row.kind, row.state_text, row.generation = state_kind(state), dump_state(state), generation
-        self._changed[run_id] = row
-        if row.kind == ENDED:
-            self._ended.append(run_id)
-        if steps is not None:
-            self._steps[run_id] = steps
-        if result is not UNSET:
-            self._results[run_id] = dump_json(result)
-
     def put_checkpoint(self, row: Row, checkpoint: JsonValue, seq: int) -> None:
         run_id = row.run_id
         text = dump_json(checkpoint)
         fork = self._forks.get(run_id)
-        if fork is not None and run_id in self._inserts:
+        if fork is not None and run_id in self._inserted:
             fork[0] = text
         else:
+            # (An update, even of a run not yet inserted: the insert has no checkpoint.)
             self._checkpoints[run_id] = text
             self._changed[run_id] = row
         self._history.append((run_id, seq, text))
-
-    def set_ticket(self, row: Row, ticket: ResumeTicket | None) -> None:
-        """Put the run's ticket, or delete it (None)."""
-        run_id = row.run_id
-        # Popped first: a put goes to the end, so tickets are put in their last put's order.
-        self._tickets.pop(run_id, None)
-        self._tickets[run_id] = (
-            None if ticket is None else (run_id, ticket.correlation_id, wake_at(ticket))
-        )
-
-    def keep_carried(self, row: Row, messages: tuple[JsonValue, ...], pause: bool) -> None:
-        row.carried = dump_json(list(messages)) if messages else NO_MESSAGES
-        row.carried_pause = pause
-        self._touch(row)
-
-    def keep_resume(self, row: Row, resume: HeldResume) -> None:
-        value, ticket = resume
-        row.resume_value = dump_json(value)
-        row.resume_ticket = None if ticket is None else dump_ticket(ticket)
-        self._touch(row)
-
-    def set_epoch(self, row: Row, epoch: int) -> None:
-        row.epoch = epoch
-        self._touch(row)
-
-    def set_recoveries(self, row: Row, recoveries: int) -> None:
-        row.recoveries = recoveries
-        self._touch(row)
-
-    def set_attempt(self, row: Row, epoch: int | None) -> None:
-        """Mark the run's attempt live at ``epoch``, or not live (None)."""
-        row.attempt_epoch = epoch
-        self._touch(row)
-        live = self.cache.threads.get(row.thread_id)
-        if live is not None:
-            if epoch is None:
-                live.pop(row.run_id, None)
-            else:
-                live[row.run_id] = (row.root_run_id, epoch)
-
-    def set_claim(self, run_id: str, claim: ClaimRow | None) -> None:
-        """Put the run's claim, or drop it (None)."""
-        self.cache.claims[run_id] = claim
-        self._claims[run_id] = None
-
-    def consume(self, command_ids: Collection[int]) -> None:
-        """Delete stored commands an attempt has applied."""
-        self._consumed.extend(command_ids)
-        self._consumed_ids.update(command_ids)
-
-    def deliver(self, command_ids: Collection[int]) -> None:
-        """Mark stored messages as handed to an attempt's body: kept, never discarded."""
-        self._delivered.extend(command_ids)
-        self._delivered_ids.update(command_ids)
 
     def insert_command(
         self, run_id: str, kind: CommandKind, payload: JsonValue, reason: str | None, at: float
@@ -479,39 +298,14 @@ class Transaction:
         assert command_id is not None
         return command_id
 
-    def event(
-        self,
-        row: Row,
-        generation: int,
-        kind: str,
-        detail: Mapping[str, JsonValue],
-        at: float,
-    ) -> int:
-        """Queue an event of ``row``'s run; its seq."""
-        if not self._begun:
-            self._read()
-        self._last_seq = seq = self._last_seq + 1
-        self._events.extend(
-            (
-                seq,
-                row.run_id,
-                row.thread_id,
-                generation,
-                kind,
-                row.state_text,
-                dump_shared(detail),
-                at,
-            )
-        )
-        return seq
-
     def end(self) -> None:
         """Flush, and forget what only the runs that ended in this transaction needed: a
         commit for an ended run is rare (it is refused), so the cache keeps the runs that
         can still change, and reads an ended one again if it must."""
         self.flush()
-        rows, claims, threads = self.cache.rows, self.cache.claims, self.cache.threads
-        for run_id in self._ended:
+        rows, claims, threads = self._rows, self._claims, self._threads
+        for ended in self._ended:
+            run_id = ended.run_id
             row = rows.pop(run_id, None)
             if run_id in claims and claims[run_id] is None:
                 del claims[run_id]
@@ -521,7 +315,7 @@ class Transaction:
     def flush(self) -> None:
         """Hand every queued write to SQLite (see the module's docstring for the order)."""
         conn = self.conn
-        if self._inserts:
+        if self._inserted:
             self._flush_inserts()
         if self._forks:
             conn.executemany(_SET_FORK, [(*fork, run_id) for run_id, fork in self._forks.items()])
@@ -532,13 +326,13 @@ class Transaction:
         if self._changed:
             self._flush_updates()
         if self._events:
-            write_rows(conn, _INSERT_EVENTS, 8, self._events)
+            write_rows(conn, _INSERT_EVENTS, EVENT_WIDTH, self._events)
             self._events.clear()
-        if self._claims:
-            claims = self.cache.claims
+        if self._claims_changed:
+            claims = self._claims
             put: list[Any] = []
             dropped: list[str] = []
-            for run_id in self._claims:
+            for run_id in self._claims_changed:
                 claim = claims[run_id]
                 if claim is None:
                     dropped.append(run_id)
@@ -547,11 +341,12 @@ class Transaction:
                     put.extend(claim)
             write_rows(conn, _DROP_CLAIMS, 1, dropped)
             write_rows(conn, _PUT_CLAIMS, 4, put)
-            self._claims.clear()
+            self._claims_changed.clear()
         if self._tickets:
             tickets = self._tickets.items()
             write_rows(conn, _DROP_TICKETS, 1, [r for r, t in tickets if t is None])
-            insert_rows(conn, _PUT_TICKETS, 3, [v for _, t in tickets if t is not None for v in t])
+            put_tickets = [v for r, t in tickets if t is not None for v in (r, *t)]
+            insert_rows(conn, _PUT_TICKETS, 3, put_tickets)
             self._tickets.clear()
         if self._delivered:
             write_rows(conn, _DELIVER_COMMANDS, 1, self._delivered)
@@ -565,8 +360,11 @@ class Transaction:
 
     def _flush_inserts(self) -> None:
         values: list[Any] = []
-        for new in self._inserts.values():
+        steps, results, changed = self._steps, self._results, self._changed
+        for run_id, new in self._inserted.items():
             row = new.row
+            if run_id in steps or run_id in results:
+                changed[run_id] = row  # written by an update: the insert sets neither
             values.extend(
                 (
                     row.rowid,
@@ -591,7 +389,7 @@ class Transaction:
                 )
             )
             row.filed, row.filed_queued = row.updatable(), new.queued_order is not None
-        self._inserts.clear()
+        self._inserted.clear()
         write_rows(self.conn, _INSERT_RUNS, 19, values)
 
     def _flush_updates(self) -> None:
@@ -636,9 +434,8 @@ class Transaction:
         steps.clear()
         results.clear()
 
-    def _queued_order(self, row: Row) -> int | None:
+    @staticmethod
+    def _queued_order(row: Row) -> int | None:
         """`QUEUED_MARK` for a named root run written Queued (the runs `runnable` hands
         out); None for any other run."""
-        if row.kind != QUEUED or not row.named_root:
-            return None
-        return QUEUED_MARK
+        return QUEUED_MARK if row.in_queue else None

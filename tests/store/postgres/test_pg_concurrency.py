@@ -457,10 +457,10 @@ async def test_runs_queued_in_one_batch_take_their_places_in_its_order(
 
 def _reads_of(monkeypatch: pytest.MonkeyPatch, store: PostgresStore) -> list[list[bytes]]:
     """The row and claim reads of each write transaction ``store`` runs from now on."""
-    from awaken_trio.store.postgres._reads import StoreConnection
+    from awaken_trio.store.postgres._conn import StoreConnection
     from awaken_trio.store.postgres._tx import PgTx
 
-    statements = store._statements
+    statements = store._queries
     watched = {statements.rows: b"rows", statements.claims: b"claims"}
     transactions: list[list[bytes]] = []
     execute = StoreConnection.execute

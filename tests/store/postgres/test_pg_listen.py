@@ -21,6 +21,7 @@ from awaken_trio._core import HeardEnd
 from awaken_trio.store import Accepted, Claim, Commit, Expect, Fence, NewRun
 from awaken_trio.store.postgres import _listen as listen_module
 from awaken_trio.store.postgres import _tx as tx_module
+from awaken_trio.store.postgres._queries import Queries
 from awaken_trio.store.postgres._store import PostgresStore
 from tests.commits import new_queued
 
@@ -367,7 +368,7 @@ async def test_a_notice_the_listener_cannot_read_is_passed_over(
     a hint like any other, and names no end."""
     here, there = stores
     await _listening(here)
-    channel = here._channel
+    channel = here._queries.channel
     junk = [
         "someone else control\nnot a seq\n[]",
         "someone else control\n7\nnot json",
@@ -397,7 +398,8 @@ async def test_a_notice_the_listener_cannot_read_is_passed_over(
 def test_the_listener_keeps_the_latest_heard_ends_only() -> None:
     """Ends nobody takes (a relay that is not running) do not pile up: the oldest go, and
     the store's reads find them anyway."""
-    listener = listen_module.Listener("host=127.0.0.1 port=1", "channel", "me", "shown")
+    queries = Queries.of("awaken")
+    listener = listen_module.Listener("host=127.0.0.1 port=1", queries, "me", "shown")
     most = listen_module.HEARD_AT_MOST
     for i in range(most + 5):
         state = '{"kind":"ended","cause":{"kind":"cancelled"}}'
@@ -429,7 +431,7 @@ async def test_every_notice_of_a_packet_is_read(
     end = '{"kind":"ended","cause":{"kind":"cancelled"}}'
     payloads = ["someone else", f'someone else control\n7\n[["r1", 3, {end}]]']
     with trio.fail_after(20):
-        await trio.to_thread.run_sync(_notify_together, pg_url, here._channel, payloads)
+        await trio.to_thread.run_sync(_notify_together, pg_url, here._queries.channel, payloads)
         assert await here.wait_for_change(10.0) is True
     assert here.heard_ends() == [HeardEnd("r1", CANCELLED, 3, 7)]
 
@@ -444,10 +446,10 @@ async def test_a_notice_from_elsewhere_after_the_stores_own_wakes_the_wait(
     await _listening(here)
     own = here._sender
     with trio.fail_after(20):
-        await trio.to_thread.run_sync(_notify_together, pg_url, here._channel, [own, own])
+        await trio.to_thread.run_sync(_notify_together, pg_url, here._queries.channel, [own, own])
         assert await here.wait_for_change(0.2) is False
         await trio.to_thread.run_sync(
-            _notify_together, pg_url, here._channel, [own, "someone else", own]
+            _notify_together, pg_url, here._queries.channel, [own, "someone else", own]
         )
         assert await here.wait_for_change(10.0) is True
         woke: list[bool] = []
@@ -457,7 +459,9 @@ async def test_a_notice_from_elsewhere_after_the_stores_own_wakes_the_wait(
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(wait)
-            await trio.to_thread.run_sync(_notify_together, pg_url, here._channel, [own])
+            await trio.to_thread.run_sync(_notify_together, pg_url, here._queries.channel, [own])
             await trio.sleep(listen_module.OWN_PAUSE / 2)  # (during the rest, or after it)
-            await trio.to_thread.run_sync(_notify_together, pg_url, here._channel, ["someone else"])
+            await trio.to_thread.run_sync(
+                _notify_together, pg_url, here._queries.channel, ["someone else"]
+            )
     assert woke == [True]

@@ -20,9 +20,8 @@ import trio
 from psycopg._queries import PostgresQuery
 from psycopg.adapt import Transformer
 
-from awaken_trio.store.postgres._reads import Reads
+from awaken_trio.store.postgres._queries import Queries
 from awaken_trio.store.postgres._store import PostgresStore
-from awaken_trio.store.postgres._tx import Statements
 from tests.commits import new_queued
 
 RUNS = 3000
@@ -77,7 +76,7 @@ async def _assert_reached_by(
 
 async def test_a_transactions_reads_and_its_update_reach_runs_by_key(pg_url: str) -> None:
     await _store_of(pg_url)
-    q = Statements.of("awaken")
+    q = Queries.of("awaken")
     keys = ["r00001", "r00002"]
     await _assert_reached_by(pg_url, q.rows, (keys,), "Index Scan using runs_pkey")
     await _assert_reached_by(pg_url, q.live, (keys,), "runs_live_on_thread")
@@ -90,12 +89,12 @@ async def test_a_look_for_work_asks_each_candidate_for_its_threads_live_attempts
     # Not one join that reads every run to find the live attempts.
     await _store_of(pg_url)
     params = {"names": ["job"], "lease_now": 0.0, "limit": 8}
-    await _assert_reached_by(pg_url, Reads.of("awaken").queued, params, "runs_live_on_thread")
+    await _assert_reached_by(pg_url, Queries.of("awaken").queued, params, "runs_live_on_thread")
 
 
 async def test_a_look_at_ended_runs_and_a_read_of_states_reach_runs_by_key(pg_url: str) -> None:
     await _store_of(pg_url)
-    r = Reads.of("awaken")
+    r = Queries.of("awaken")
     keys = ["r00001", "r00002"]
     ended = {"anyway": True, "known": 0, "running": keys}
     await _assert_reached_by(pg_url, r.states, (keys,), "Index Scan using runs_pkey")
@@ -106,7 +105,7 @@ async def test_the_stores_connections_compile_no_jit(pg_url: str) -> None:
     async with PostgresStore(pg_url) as store:
         with trio.fail_after(30):
             for write in (False, True):
-                found = await store._call(
+                found = await store._conns.call(
                     lambda conn: conn.execute("SHOW jit").fetchone(), write=write
                 )
                 assert found == ("off",)

@@ -12,7 +12,8 @@ import trio
 
 from awaken_trio import EndCause, JsonValue, RunContext, RunState, StoreError, open_runtime
 from awaken_trio.store import open_store
-from awaken_trio.store.postgres._reads import _SPARE_CURSORS, Reads, StoreConnection
+from awaken_trio.store.postgres._conn import _SPARE_CURSORS, StoreConnection
+from awaken_trio.store.postgres._queries import Queries
 from awaken_trio.store.postgres._schema import LATEST
 from awaken_trio.store.postgres._store import PostgresStore
 from tests.commits import new_queued
@@ -185,8 +186,8 @@ async def test_a_pooled_connection_lends_its_cursors_one_a_statement_and_takes_t
             return values, [*cursors, conn]
 
         with trio.fail_after(30):
-            values, first = await store._call(pipelined, write=True)
-            again_values, again = await store._call(pipelined, write=True)
+            values, first = await store._conns.call(pipelined, write=True)
+            again_values, again = await store._conns.call(pipelined, write=True)
         assert values == again_values == [0, 1, 2]
         assert again[-1] is first[-1]  # one connection (calls one at a time)
         assert len({id(c) for c in first[:-1]}) == 3
@@ -199,8 +200,8 @@ async def test_a_pooled_connection_lends_its_cursors_one_a_statement_and_takes_t
             return len(conn._lent)
 
         with trio.fail_after(30):
-            assert await store._call(poll_many, write=True) == 100
-            kept = await store._call(lambda conn: len(conn._spare), write=True)
+            assert await store._conns.call(poll_many, write=True) == 100
+            kept = await store._conns.call(lambda conn: len(conn._spare), write=True)
         assert kept == _SPARE_CURSORS
 
 
@@ -218,7 +219,7 @@ async def test_the_queue_is_read_oldest_first_from_its_index(pg_url: str) -> Non
         with psycopg.connect(pg_url, autocommit=True) as conn:
             conn.execute("ANALYZE awaken.runs")
             rows = conn.execute(
-                b"EXPLAIN " + Reads.of("awaken").queued,
+                b"EXPLAIN " + Queries.of("awaken").queued,
                 {"names": ["job"], "lease_now": 0.0, "limit": 8},
             ).fetchall()
             return [str(line) for (line,) in rows]

@@ -1,0 +1,408 @@
+"""The PostgreSQL store's connections: the pool, a call on one of its connections in a Trio
+worker thread (`Connections.call`), and what is done when a call fails (`Retry`).
+
+psycopg's async connections do not run under Trio, so every call runs a sync pooled
+connection in a worker thread: reads at most ``pool_size`` at once, writes at most
+`WRITERS` more of their own, so a commit never queues behind reads.
+
+A call that fails is answered by one of three policies, one value (`Retry`):
+
+* a connection that broke (the server restarted, a backend was terminated): a read is read
+  again at once on a fresh connection; a write transaction, of which nothing was
+  committed, is run again on a fresh connection after a wait (`Retry.broken`), and given
+  up after its tries;
+* a transaction the server rolled back to let another go on (a deadlock, a serialisation
+  failure, a key another transaction inserted first): nothing of it was written, and run
+  again it reads what the other committed; again at once (`Retry.rolled_back`);
+* a commit whose answer was lost (the connection broke after ``COMMIT`` was sent): its
+  server process is ended and waited for (`Retry.lost_within`), then the transaction's
+  token is looked up: if it landed, the write answers what it did (`LostCommit.landed`);
+  if not, it is a broken connection as above. A write is never applied twice.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from functools import partial
+from typing import Any, Final, TypeVar, cast, final
+
+import attrs
+import psycopg
+import psycopg_pool
+import trio
+
+from ..._core import Backoff, StoreError
+from ._listen import scrub
+from ._queries import Queries
+from ._schema import open_schema
+from ._url import Target
+
+T = TypeVar("T")
+
+logger = logging.getLogger("awaken_trio.store")
+
+CONNECT_TIMEOUT: Final = 10.0
+"""Seconds a call waits for a pooled connection (the server down, or every one busy)."""
+WRITERS: Final = 2
+"""Connections kept for writes, beyond the ``pool_size`` that reads share."""
+CLIENT_ENCODING: Final = "utf8"
+"""The pooled connections' encoding, which the statements are composed in (as bytes)."""
+
+Cursor = psycopg.Cursor[tuple[Any, ...]]
+
+# More than the statements of the largest transaction; a call that polls (waiting out a
+# server process) lends one a poll, and those are let go.
+_SPARE_CURSORS: Final = 32
+
+
+class StoreConnection(psycopg.Connection[tuple[Any, ...]]):
+    """A pooled connection that keeps the cursors it made, for its next calls.
+
+    A new cursor costs about as much CPU as the statement it runs (its transformer, and
+    the dumper and loader lookups it caches, start empty each time), and a transaction
+    runs a dozen statements. So `execute` lends a cursor the connection made before.
+
+    Invariant: a cursor `execute` returned is its caller's until `reclaim`, which the
+    store calls once the call that checked the connection out of the pool is over; every
+    `execute` of one call gets a cursor of its own, so results queued in a pipeline are
+    never overwritten by a later statement's.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._spare: list[Cursor] = []
+        self._lent: list[Cursor] = []
+
+    def execute(  # type: ignore[override]  # (psycopg's overloads add template strings)
+        self,
+        query: psycopg.abc.QueryNoTemplate,
+        params: psycopg.abc.Params | None = None,
+        *,
+        prepare: bool | None = None,
+        binary: bool = False,
+    ) -> Cursor:
+        """`psycopg.Connection.execute` on a cursor lent until `reclaim`."""
+        spare = self._spare
+        cur = spare.pop() if spare else self.cursor()
+        self._lent.append(cur)
+        cur.format = psycopg.pq.Format.BINARY if binary else psycopg.pq.Format.TEXT
+        return cur.execute(query, params, prepare=prepare)
+
+    def reclaim(self) -> None:
+        """Take back every cursor lent since the last call (their results are no longer
+        anyone's), keeping at most as many as a transaction uses."""
+        spare = self._spare
+        spare.extend(self._lent[: _SPARE_CURSORS - len(spare)])
+        self._lent.clear()
+
+
+Conn = StoreConnection
+
+
+_AFTER_BROKEN: Final = Backoff(0.0625, 2.0, tries=6)
+_AFTER_ROLLBACK: Final = Backoff(0.0, 0.0, tries=20)
+
+
+@final
+@attrs.frozen
+class Retry:
+    """What a failed call is answered with (the module's docstring): the waits before a
+    write whose connection broke runs again, and its tries; the runs again of a
+    transaction the server rolled back; how long a lost commit's server process may take
+    to end before the commit is looked up."""
+
+    broken: Backoff = _AFTER_BROKEN
+    rolled_back: Backoff = _AFTER_ROLLBACK
+    lost_within: float = 10.0
+
+
+RETRY: Final = Retry()
+
+ROLLED_BACK: Final = (
+    psycopg.errors.DeadlockDetected,
+    psycopg.errors.SerializationFailure,
+    psycopg.errors.TransactionRollback,
+    psycopg.errors.UniqueViolation,
+)
+"""What the server raises when it rolled a transaction back to let others go on (SQLSTATE
+class 40), or when another transaction inserted the same key first (a run created by two
+runtimes at once: neither could lock a row that did not exist yet). Nothing of it was
+written, and run again it reads what the other committed (the rules then refuse it)."""
+
+
+class LostCommit(Exception):
+    """A write transaction's ``COMMIT`` was sent and its answer lost: whether it landed is
+    to be looked up (by ``token``, once server process ``pid`` has ended). ``landed`` is
+    what the write answers if it did, given the seq its events start after and the
+    store's count of writes before it."""
+
+    def __init__(self, token: uuid.UUID, pid: int, landed: Callable[[int, int], Any]) -> None:
+        super().__init__(token, pid)
+        self.token = token
+        self.pid = pid
+        self.landed = landed
+
+
+@final
+class Connections:
+    """The store's pool, opened on first use, and the calls made on it."""
+
+    def __init__(self, target: Target, queries: Queries, retry: Retry = RETRY) -> None:
+        self._target = target
+        self._queries = queries
+        self.retry = retry
+        self._readers = trio.CapacityLimiter(target.pool_size)
+        self._writers = trio.CapacityLimiter(WRITERS)
+        self._pool: psycopg_pool.ConnectionPool[Conn] | None = None
+        self._opening: trio.Event | None = None
+        self.closed = False
+        """Whether the store was closed: a call raises `StoreError`."""
+
+    def scrub(self, exc: BaseException) -> str:
+        """An error's text without the password."""
+        return scrub(exc, self._target.conninfo)
+
+    # ------------------------------------------------------------------ lifetime
+
+    async def opened(self) -> psycopg_pool.ConnectionPool[Conn]:
+        """The pool, opened (and the schema brought up to date) by the first call."""
+        while True:
+            if self.closed:
+                raise StoreError(
+                    f"the store {self._target.shown!r} is closed", outcome_unknown=False
+                )
+            if self._pool is not None:
+                return self._pool
+            if self._opening is not None:
+                await self._opening.wait()
+                continue
+            self._opening = opening = trio.Event()
+            try:
+                with trio.CancelScope(shield=True):
+                    self._pool = await trio.to_thread.run_sync(self._open_pool)
+            finally:
+                self._opening = None
+                opening.set()
+
+    def _open_pool(self) -> psycopg_pool.ConnectionPool[Conn]:
+        t = self._target
+        where = t.shown
+        try:
+            first = psycopg.connect(
+                t.conninfo, autocommit=True, connect_timeout=int(CONNECT_TIMEOUT)
+            )
+        except psycopg.Error as exc:
+            raise StoreError(
+                f"cannot connect to the PostgreSQL store {where!r}: {self.scrub(exc)}",
+                outcome_unknown=False,
+            ) from None
+        try:
+            open_schema(first, t.schema, where)
+        except psycopg.Error as exc:
+            raise StoreError(
+                f"cannot open the PostgreSQL store {where!r}: {self.scrub(exc)}",
+                outcome_unknown=False,
+            ) from None
+        finally:
+            first.close()
+        pool: psycopg_pool.ConnectionPool[Conn] = psycopg_pool.ConnectionPool(
+            t.conninfo,
+            connection_class=StoreConnection,
+            min_size=1,
+            max_size=t.pool_size + WRITERS,
+            kwargs={
+                "autocommit": True,
+                "prepare_threshold": 0,
+                "client_encoding": CLIENT_ENCODING,
+            },
+            configure=self._configure,
+            # No check on every checkout (a round trip each): a broken connection fails
+            # its call, which is retried (writes) or answered as a store error (reads),
+            # and the pool replaces it.
+            open=False,
+            name=f"awaken_trio {t.schema}",
+        )
+        try:
+            pool.open(wait=True, timeout=CONNECT_TIMEOUT)
+        except psycopg_pool.PoolTimeout:
+            pool.close()
+            raise StoreError(
+                f"cannot connect to the PostgreSQL store {where!r}: no connection within"
+                f" {CONNECT_TIMEOUT:g}s",
+                outcome_unknown=False,
+            ) from None
+        return pool
+
+    def _configure(self, conn: Conn) -> None:
+        """Every pooled connection, once (``queries.sql`` says why)."""
+        conn.execute(self._queries.configure)
+
+    async def aclose(self) -> None:
+        """Close the pool (once a pool being opened is open). Calls made after raise
+        `StoreError`."""
+        self.closed = True
+        while self._opening is not None:
+            await self._opening.wait()
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(lambda: pool.close(timeout=5.0))
+
+    # ------------------------------------------------------------------ calls
+
+    async def call(self, fn: Callable[[Conn], T], *, write: bool = False) -> T:
+        """Run ``fn`` on a pooled connection in a worker thread. A caller cancelled
+        meanwhile stops waiting, and the query running for it is cancelled on the server
+        (the thread then rolls back and gives the connection back)."""
+        pool = await self.opened()
+        lock = threading.Lock()
+        holder: list[Conn] = []
+
+        def work() -> T:
+            with pool.connection(timeout=CONNECT_TIMEOUT) as conn:
+                with lock:
+                    holder.append(conn)
+                try:
+                    return fn(conn)
+                finally:
+                    conn.reclaim()
+                    with lock:
+                        holder.clear()
+
+        try:
+            return await trio.to_thread.run_sync(
+                work,
+                abandon_on_cancel=True,
+                limiter=self._writers if write else self._readers,
+            )
+        except trio.Cancelled:
+
+            def cancel() -> None:
+                with lock:
+                    if holder:
+                        holder[0].cancel_safe(timeout=2.0)
+
+            with trio.CancelScope(shield=True), trio.move_on_after(3.0):
+                await trio.to_thread.run_sync(cancel)
+            raise
+
+    async def read(self, fn: Callable[[Conn, Queries], T], what: str) -> T:
+        """Run ``fn`` (a read, safe to repeat) with the store's statements; once more on a
+        fresh connection if its connection broke. `StoreError` if it fails."""
+        queries = self._queries
+
+        def read(conn: Conn) -> T:
+            return fn(conn, queries)
+
+        try:
+            try:
+                return await self.call(read)
+            except psycopg.OperationalError as exc:
+                # A pooled connection the server dropped (a restart, a terminated
+                # backend) fails once; the pool replaces it, and a read is safe to repeat.
+                logger.info("store: reading %s failed, reading again: %s", what, self.scrub(exc))
+                return await self.call(read)
+        except psycopg_pool.PoolTimeout:
+            raise StoreError(
+                f"the PostgreSQL store {self._target.shown!r} could not be reached to read"
+                f" {what} within {CONNECT_TIMEOUT:g}s",
+                outcome_unknown=False,
+            ) from None
+        except psycopg.Error as exc:
+            raise StoreError(
+                f"the PostgreSQL store failed to read {what}: {self.scrub(exc)}",
+                outcome_unknown=False,
+            ) from None
+
+    async def write(self, attempt: Callable[[Conn], T], what: str) -> T:
+        """Run ``attempt`` (one whole write transaction, which raises `LostCommit` when
+        its commit's answer was lost) on a writers' connection, by the `Retry` policies
+        (the module's docstring). `StoreError` if it fails: ``outcome_unknown`` only when
+        a lost commit could not be looked up."""
+        retry = self.retry
+        broken = rolled_back = 0
+        while True:
+            try:
+                return await self.call(attempt, write=True)
+            except LostCommit as lost:
+                try:
+                    landed = await self.call(partial(self._look_up, token=lost.token, pid=lost.pid))
+                except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
+                    raise StoreError(
+                        f"the PostgreSQL store lost its connection while committing {what},"
+                        f" and could not learn whether the commit landed: {self.scrub(exc)}",
+                        outcome_unknown=True,
+                    ) from None
+                if landed is not None:
+                    logger.info("store: a commit whose answer was lost had landed (%s)", what)
+                    return cast("T", lost.landed(*landed))
+                error: BaseException = lost
+            except ROLLED_BACK as exc:
+                # A deadlock, a serialisation failure or a key inserted first by another
+                # transaction: the whole transaction was rolled back, so running it again
+                # is safe.
+                if retry.rolled_back.spent(rolled_back):
+                    logger.error("store: writing %s failed: %s", what, self.scrub(exc))
+                    raise StoreError(
+                        f"the PostgreSQL store rolled {what} back {rolled_back + 1} times in"
+                        f" a row: {self.scrub(exc)}; nothing was written",
+                        outcome_unknown=False,
+                    ) from None
+                logger.debug("store: %s was rolled back, running it again: %s", what, exc)
+                await trio.sleep(retry.rolled_back.wait(rolled_back))
+                rolled_back += 1
+                continue
+            except psycopg_pool.PoolTimeout:
+                raise StoreError(
+                    f"the PostgreSQL store {self._target.shown!r} could not be reached to"
+                    f" write {what} within {CONNECT_TIMEOUT:g}s; nothing was written",
+                    outcome_unknown=False,
+                ) from None
+            except psycopg.OperationalError as exc:
+                error = exc
+            except psycopg.Error as exc:
+                logger.error("store: writing %s failed: %s", what, self.scrub(exc))
+                raise StoreError(
+                    f"the PostgreSQL store refused {what}: {self.scrub(exc)}; nothing was written",
+                    outcome_unknown=False,
+                ) from None
+            if retry.broken.spent(broken):
+                logger.error("store: writing %s failed: %s", what, self.scrub(error))
+                raise StoreError(
+                    f"the PostgreSQL store failed to write {what}: {self.scrub(error)};"
+                    " nothing was written",
+                    outcome_unknown=False,
+                ) from None
+            pause = retry.broken.wait(broken)
+            broken += 1
+            logger.info(
+                "store: connection lost while writing %s; trying again in %gs: %s",
+                what,
+                pause,
+                self.scrub(error),
+            )
+            await trio.sleep(pause)
+
+    def _look_up(self, conn: Conn, token: uuid.UUID, pid: int) -> tuple[int, int] | None:
+        """After a commit whose answer was lost: end the server process that ran it, if it
+        is still there (it may still be committing, or about to), and wait until it has
+        gone, so its outcome is final; then whether ``token`` landed (its events' base and
+        the writes count before it)."""
+        q = self._queries
+        with contextlib.suppress(psycopg.errors.InsufficientPrivilege):
+            conn.execute(q.terminate, (pid,))
+        within = self.retry.lost_within
+        deadline = time.monotonic() + within
+        while conn.execute(q.still_running, (pid,)).fetchone():
+            if time.monotonic() > deadline:
+                raise psycopg.OperationalError(
+                    f"the server process of the lost commit was still running after {within:g}s"
+                )
+            time.sleep(0.01)
+        found = conn.execute(q.was_written, (token,)).fetchone()
+        return None if found is None else (int(found[0]), int(found[1]) - 1)

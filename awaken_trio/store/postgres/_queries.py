@@ -1,0 +1,292 @@
+"""The PostgreSQL store's statements, by name: ``queries.sql`` read once, at import, and
+composed for a store's schema (`Queries.of`); and the columns many-row writes send, one
+tuple (`COLUMNS`) that both the statements and the rows' encoder (`Layout`) are made from.
+
+A write sends its runs as one JSON array of arrays (``insert_runs``, ``update_runs``), its
+events and kept checkpoints likewise (``seal``): a statement reads a row's values by their
+place (``j->>3``). Those places are never written by hand: `Layout` gives a column's place
+to the statement's text and puts the value there in the row it encodes.
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+import json
+import operator
+import re
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final, final
+
+import attrs
+from psycopg import sql
+
+from .._codec import RECORD_COLUMNS
+from .._textrows import EVENT_COLUMNS, TextRow
+
+# ============================================================================ columns
+
+
+@final
+@attrs.frozen
+class Column:
+    """A column a many-row write sets, as one value of each JSON row it sends."""
+
+    name: str
+    type: str = "text"
+    """What the JSON value's text is cast to (text needs no cast)."""
+    field: str | None = None
+    """The `TextRow` attribute the value is read from; None: the write gives it."""
+    updated: bool = True
+    """Whether an update sends it (else only an insert: what never changes)."""
+    kept: bool = False
+    """An update that sends null keeps the run's value (a checkpoint, steps or result the
+    commit did not give)."""
+    key: bool = False
+    """The run's key: sent by an update to find the row, never set."""
+    value: str = "{}"
+    """How the statement makes the column's value of the JSON one ({} in it)."""
+
+    def select(self, place: int) -> str:
+        """The SQL of the value at ``place`` of the JSON row ``j``."""
+        found = f"j->>{place}" if self.type == "text" else f"(j->>{place})::{self.type}"
+        return self.value.replace("{}", found)
+
+
+COLUMNS: Final = (
+    Column("run_id", field="run_id", key=True),
+    Column("thread_id", field="thread_id", updated=False),
+    Column("parent_run_id", field="parent_run_id", updated=False),
+    Column("root_run_id", field="root_run_id", updated=False),
+    Column("name", field="name", updated=False),
+    Column("kind", field="kind"),
+    Column("state", field="state_text"),
+    Column("generation", "bigint", field="generation"),
+    Column("carried", field="carried"),
+    Column("carried_pause", "boolean", field="carried_pause"),
+    Column("resume_value", field="resume_value"),
+    Column("resume_ticket", field="resume_ticket"),
+    Column("epoch", "bigint", field="epoch"),
+    Column("attempt_epoch", "bigint", field="attempt_epoch"),
+    Column("recoveries", "bigint", field="recoveries"),
+    # A named root run written Queued takes a place after every other, from the sequence.
+    Column(
+        "queued_order",
+        "boolean",
+        field="in_queue",
+        value="CASE WHEN {} THEN nextval('{s}.queue_places') END",
+    ),
+    Column("input", updated=False),
+    Column("result", kept=True),
+    Column("checkpoint", kept=True),
+    Column("steps", "bigint", kept=True),
+    Column("max_steps", "bigint", updated=False),
+    Column("forked_from", updated=False),
+)
+"""The columns of ``runs`` a write sends: an insert every one, an update those `updated`
+(each layout in this order, the ones read from the row first)."""
+
+
+@final
+class Layout:
+    """The JSON rows of one many-row statement: each column's place in a row, the SQL that
+    reads them (`names`, `values`, `values_as`, `sets`) and the encoder (`row`)."""
+
+    def __init__(self, columns: Sequence[Column]) -> None:
+        self.columns = tuple(columns)
+        read = [c.field for c in self.columns if c.field is not None]
+        if self.columns[: len(read)] != tuple(c for c in self.columns if c.field is not None):
+            raise ValueError("a layout lists the columns read from the row first")
+        self._fields = _getter(read)
+        self.given = tuple(c.name for c in self.columns[len(read) :])
+        """The columns a write gives (`row`'s ``given``), in their places' order."""
+
+    @property
+    def names(self) -> str:
+        return ", ".join(c.name for c in self.columns)
+
+    @property
+    def values(self) -> str:
+        return ", ".join(c.select(i) for i, c in enumerate(self.columns))
+
+    @property
+    def values_as(self) -> str:
+        return ", ".join(f"{c.select(i)} AS {c.name}" for i, c in enumerate(self.columns))
+
+    @property
+    def sets(self) -> str:
+        """An update's ``SET`` list, from a CTE ``v`` of `values_as` over rows ``r``."""
+        return ", ".join(
+            f"{c.name} = COALESCE(v.{c.name}, r.{c.name})" if c.kept else f"{c.name} = v.{c.name}"
+            for c in self.columns
+            if not c.key
+        )
+
+    def row(self, row: TextRow, given: Mapping[str, Any]) -> tuple[Any, ...]:
+        """The JSON row of ``row``: its columns, then the ``given`` ones by name."""
+        return (*self._fields(row), *[given[name] for name in self.given])
+
+
+def _getter(fields: Sequence[str]) -> Callable[[Any], tuple[Any, ...]]:
+    """A function of a row that gives the values of ``fields``, as a tuple."""
+    if len(fields) > 1:
+        return operator.attrgetter(*fields)
+    return lambda row: tuple(getattr(row, name) for name in fields)
+
+
+INSERTED: Final = Layout(COLUMNS)
+UPDATED: Final = Layout([c for c in COLUMNS if c.updated])
+_EVENT_TYPES: Final = {"seq": "bigint", "generation": "bigint", "at": "float8"}
+EVENTS: Final = Layout(
+    [
+        Column(name, _EVENT_TYPES.get(name, "text"), value="c.base + {}" if name == "seq" else "{}")
+        for name in EVENT_COLUMNS
+    ]
+)
+"""An event as `TextRunTx.event` queues it (its seq numbered from the transaction's
+base)."""
+HISTORY: Final = Layout(
+    [Column("run_id"), Column("seq", "bigint", value="c.base + {}"), Column("checkpoint")]
+)
+"""A checkpoint kept as of an event, numbered as the events are."""
+
+ROW_COLUMNS: Final = ", ".join(
+    next(c.name for c in COLUMNS if c.field == f.name) for f in attrs.fields(TextRow)
+)
+"""The columns of a `TextRow`, in its fields' order (``TextRow(*found)``)."""
+
+
+def rows_json(rows: Sequence[Sequence[Any]]) -> str:
+    """Rows as one JSON array of arrays, the parameter of a many-row statement. (Text that
+    cannot be encoded fails here as it would as a parameter of its own; the clock's floats
+    are finite, and a float's shortest repr reads back as the same float8.)"""
+    return json.dumps(rows, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
+# ============================================================================ statements
+
+_FRAGMENTS: Final[Mapping[str, str]] = {
+    "row_columns": ROW_COLUMNS,
+    "record_columns": RECORD_COLUMNS,
+    "event_columns": ", ".join(EVENT_COLUMNS),
+    "insert_names": INSERTED.names,
+    "insert_values": INSERTED.values,
+    "update_values": UPDATED.values_as,
+    "update_sets": UPDATED.sets,
+    "event_names": EVENTS.names,
+    "event_values": EVENTS.values,
+    "history_names": HISTORY.names,
+    "history_values": HISTORY.values,
+    # Left for the composition (`Queries.of`, and `list_runs`'s filters when it is called).
+    "s": "{s}",
+    "channel": "{channel}",
+    "where": "{where}",
+}
+
+_NAMED: Final = re.compile(r"^-- ([a-z_]+) --$", re.MULTILINE)
+
+
+def parse(text: str) -> dict[str, str]:
+    """The statements of a queries file by name: each from its ``-- name --`` line to the
+    next, without its comment lines, blank lines or final semicolon."""
+    parts = _NAMED.split(text)
+    found: dict[str, str] = {}
+    for name, body in zip(parts[1::2], parts[2::2], strict=True):
+        if name in found:
+            raise ValueError(f"the statement {name!r} is named twice")
+        lines = [line for line in body.splitlines() if line.strip() and not line.startswith("--")]
+        statement = "\n".join(lines).strip().removesuffix(";")
+        if not statement:
+            raise ValueError(f"the statement {name!r} is empty")
+        found[name] = statement.format_map(_FRAGMENTS)
+    return found
+
+
+_TEXTS: Final = parse(
+    importlib.resources.files(__name__.rpartition(".")[0])
+    .joinpath("queries.sql")
+    .read_text(encoding="utf-8")
+)
+
+
+@final
+@attrs.frozen
+class Queries:
+    """The statements of one store's schema, composed once (`of`): bytes, not a
+    `sql.Composed` turned into bytes on every execute (the pool's connections speak
+    UTF-8, ``CLIENT_ENCODING``). ``queries.sql`` says what each is for."""
+
+    schema: sql.Identifier
+    channel: str
+    """The channel the store's commits NOTIFY (its listener's)."""
+    server_now: bytes
+    configure: bytes
+    lock_threads: bytes
+    rows: bytes
+    claims: bytes
+    live: bytes
+    ending_commands: bytes
+    children: bytes
+    children_of: bytes
+    expired_claims: bytes
+    insert_runs: bytes
+    update_runs: bytes
+    drop_claims: bytes
+    put_claims: bytes
+    drop_tickets: bytes
+    put_tickets: bytes
+    deliver: bytes
+    consume: bytes
+    drop_commands: bytes
+    insert_command: bytes
+    seal: bytes
+    forget_written: bytes
+    terminate: bytes
+    still_running: bytes
+    was_written: bytes
+    load: bytes
+    events: bytes
+    events_of_run: bytes
+    queued: bytes
+    due: bytes
+    list_runs: str
+    """A template: its ``{where}`` is the filters a call asks for (`_reads.list_runs`)."""
+    states: bytes
+    commands: bytes
+    last_event: bytes
+    event_exists: bytes
+    history_from: bytes
+    checkpoint: bytes
+    writes: bytes
+    look_commands: bytes
+    look_ended: bytes
+    any_expired: bytes
+    prunable: bytes
+    prune: bytes
+    listen: bytes
+    ping: bytes
+
+    @classmethod
+    def of(cls, schema: str) -> Queries:
+        channel = f"awaken_trio.{schema}"
+        s = sql.Identifier(schema)
+        c = sql.Identifier(channel)
+
+        def composed(text: str) -> bytes:
+            return sql.SQL(text).format(s=s, channel=c).as_bytes(None)
+
+        statements: dict[str, Any] = {
+            name: composed(text) for name, text in _TEXTS.items() if name != "list_runs"
+        }
+        statements["list_runs"] = _TEXTS["list_runs"]
+        return cls(schema=s, channel=channel, **statements)
+
+
+def _check_names() -> None:
+    """Every statement the file names is a field of `Queries`, and every field is named."""
+    fields = {f.name for f in attrs.fields(Queries)} - {"schema", "channel"}
+    if fields != _TEXTS.keys():
+        missing, extra = sorted(fields - _TEXTS.keys()), sorted(_TEXTS.keys() - fields)
+        raise ImportError(f"queries.sql does not match Queries: missing {missing}, extra {extra}")
+
+
+_check_names()
