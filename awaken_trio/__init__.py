@@ -29,6 +29,7 @@ from ._core import LiveCommand as LiveCommand
 from ._core import MaxStepsReached as MaxStepsReached
 from ._core import NotActive as NotActive
 from ._core import NotAwaiting as NotAwaiting
+from ._core import NotInRun as NotInRun
 from ._core import OwnershipVerifier as OwnershipVerifier
 from ._core import ResumeTicket as ResumeTicket
 from ._core import RunAlreadyEnded as RunAlreadyEnded
@@ -46,6 +47,7 @@ from ._core import StoreError as StoreError
 from ._core import TicketExpired as TicketExpired
 from ._core import TicketMismatch as TicketMismatch
 from ._core import UnknownRun as UnknownRun
+from ._core import current_context as current_context
 from ._core import fixup_module_metadata as _fixup_module_metadata
 from ._open import open_runtime as open_runtime
 
@@ -68,6 +70,7 @@ __all__ = [
     "MaxStepsReached",
     "NotActive",
     "NotAwaiting",
+    "NotInRun",
     "OwnershipVerifier",
     "ResumeTicket",
     "RunAlreadyEnded",
@@ -85,6 +88,7 @@ __all__ = [
     "TicketExpired",
     "TicketMismatch",
     "UnknownRun",
+    "current_context",
     "open_runtime",
 ]
 

@@ -4,7 +4,9 @@ the types the runtime hands out but nobody builds."""
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import inspect
+import os
 from types import ModuleType
 from typing import Any
 
@@ -18,6 +20,15 @@ PUBLIC_MODULES = [
     "awaken_trio.testing",
     "awaken_trio.agent",
     "awaken_trio.client",
+    # Needs the [pydantic-ai] extra (the test extra installs it too); skipped without it,
+    # except under CI=true, where it must be there.
+    pytest.param(
+        "awaken_trio.integrations.pydantic_ai",
+        marks=pytest.mark.skipif(
+            importlib.util.find_spec("pydantic_ai") is None and os.environ.get("CI") != "true",
+            reason="pydantic-ai is not installed (pip install -e '.[pydantic-ai]')",
+        ),
+    ),
 ]
 
 
@@ -143,3 +154,11 @@ def test_types_the_runtime_hands_out_have_no_public_constructor(
         assert f"awaken_trio.{cls.__name__} has no public constructor" in message
         for hint in hints:
             assert hint in message, f"{message!r} does not say how to get one ({hint})"
+
+
+def test_the_current_run_and_its_error_are_public_names() -> None:
+    for name in ("current_context", "NotInRun"):
+        assert name in awaken_trio.__all__
+        assert getattr(awaken_trio, name).__module__ == "awaken_trio"
+    assert issubclass(awaken_trio.NotInRun, awaken_trio.AwakenError)
+    assert "StepStore" in importlib.import_module("awaken_trio.store").__all__

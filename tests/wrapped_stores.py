@@ -4,6 +4,7 @@ test moves by hand."""
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
+from typing import Any
 
 import trio
 
@@ -349,3 +350,26 @@ class ParkingStore(WrappedStore):
     async def version(self) -> int:
         await self._gate("version")
         return await self.inner.version()
+
+
+class CountingStore:
+    """Any store, counting its write transactions (``applies``) and its journal reads
+    (``reads``, of `StepStore.step_events`); everything else goes straight to it."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self.reads = 0
+        self.applies = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def step_events(self, run_id: str) -> list[RunEvent]:
+        self.reads += 1
+        found: list[RunEvent] = await self._inner.step_events(run_id)
+        return found
+
+    async def apply(self, batch: Sequence[Commit]) -> list[CommitResult]:
+        self.applies += 1
+        results: list[CommitResult] = await self._inner.apply(batch)
+        return results

@@ -36,6 +36,7 @@ from ._commands import stored_form as stored_form
 from ._commits import CommitMailbox as CommitMailbox
 from ._commits import CommitStatistics as CommitStatistics
 from ._context import RunContext as RunContext
+from ._context import current_context as current_context
 from ._errors import AwakenError as AwakenError
 from ._errors import ContextMisuse as ContextMisuse
 from ._errors import InvalidArgument as InvalidArgument
@@ -44,6 +45,7 @@ from ._errors import InvalidPayload as InvalidPayload
 from ._errors import MaxStepsReached as MaxStepsReached
 from ._errors import NotActive as NotActive
 from ._errors import NotAwaiting as NotAwaiting
+from ._errors import NotInRun as NotInRun
 from ._errors import RunAlreadyEnded as RunAlreadyEnded
 from ._errors import RunError as RunError
 from ._errors import RunExists as RunExists
@@ -123,6 +125,7 @@ from ._storage import Recovered as Recovered
 from ._storage import Rejected as Rejected
 from ._storage import RejectReason as RejectReason
 from ._storage import StateKind as StateKind
+from ._storage import StepStore as StepStore
 from ._storage import Store as Store
 from ._storage import StoredCommand as StoredCommand
 from ._storage import read_store as read_store

@@ -20,7 +20,7 @@ import outcome
 import trio
 
 from ._attempt import SHUTDOWN, Attempt, Body, EndRequest, current_attempt
-from ._context import RunContext
+from ._context import RunContext, current_run
 from ._json import fits_as_it_is
 from ._state import CANCELLED_CAUSE
 from ._util import safe_repr
@@ -72,11 +72,14 @@ async def run_attempt(host: AttemptHost, attempt: Attempt) -> None:
                 elif host.closing or attempt.ancestor_cancelled():
                     cancel_seen = True
                 else:
+                    ctx = RunContext._create(host, attempt)
                     token = current_attempt.set(attempt)
-                    result = await _capture_body(attempt.body, RunContext._create(host, attempt))
+                    ctx_token = current_run.set(ctx)
+                    result = await _capture_body(attempt.body, ctx)
                     # The task's context must not keep the attempt: the attempt holds the
                     # scope that holds this task, and that cycle would outlive the run
                     # until a full garbage collection.
+                    current_run.reset(ctx_token)
                     current_attempt.reset(token)
                     # The observation window closes here: a cancel requested from now on
                     # is too late to change how the body ended.

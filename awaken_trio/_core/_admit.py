@@ -184,17 +184,23 @@ class Admissions:
         *,
         checkpoint: JsonValue = None,
         forked_from: JsonValue = None,
+        step_events: tuple[FrozenDict, ...] = (),
         detail: FrozenDict = DETAIL_START,
     ) -> Attempt:
         """`start_run`, returning the first attempt itself rather than a handle to it.
 
-        A fork (``forked_from``) starts from ``checkpoint``, its source's.
+        A fork (``forked_from``) starts from ``checkpoint`` and ``step_events`` (the details
+        of its source's journaled steps), its source's.
 
         Raises:
             RunExists: the store holds a run of that id.
         """
         attempt = await self._begin(
-            spec, checkpoint=checkpoint, forked_from=forked_from, detail=detail
+            spec,
+            checkpoint=checkpoint,
+            forked_from=forked_from,
+            step_events=step_events,
+            detail=detail,
         )
         if isinstance(attempt, Rejected):
             raise RunExists(spec.run_id)
@@ -206,6 +212,7 @@ class Admissions:
         *,
         checkpoint: JsonValue = None,
         forked_from: JsonValue = None,
+        step_events: tuple[FrozenDict, ...] = (),
         detail: FrozenDict = DETAIL_START,
     ) -> Attempt | Rejected:
         kernel = self._kernel
@@ -228,6 +235,7 @@ class Admissions:
             attempt.root_run_id,
             checkpoint,
             forked_from,
+            step_events,
         )
         admission = object.__new__(Admission)  # (see _commit_of, "Built by their own __init__")
         Admission.__init__(

@@ -26,6 +26,7 @@ from ._storage import UNSET, CommandKind, Fence
 
 if TYPE_CHECKING:
     from ._context import RunContext
+    from ._journal import Journal
     from ._observe import AttemptSpan
     from ._registry import GateWaiter
 
@@ -331,6 +332,8 @@ class Attempt:
     relayed: bool = attrs.field(default=False, init=False)
     # What the runtime's observer keeps for this attempt once it started (tracing on).
     span: AttemptSpan | None = attrs.field(default=None, init=False)
+    # The run's journaled steps as this attempt sees them (made at its first ctx.step).
+    journal: Journal | None = attrs.field(default=None, init=False)
 
     def request_end(self, request: EndRequest) -> None:
         """Cancel the attempt's scope as ``request`` says. The first request wins: a later

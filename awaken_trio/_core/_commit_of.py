@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from ._json import FrozenDict, JsonValue
-from ._state import Awaiting, Ended, Queued, ResumeTicket, Running, RunState
+from ._state import Awaiting, Ended, EventKind, Queued, ResumeTicket, Running, RunState
 from ._storage import (
     UNSET,
     Claim,
@@ -262,13 +262,25 @@ def receive(
 
 def emit(attempt: Attempt, kind: str, detail: FrozenDict, *, at: float) -> Commit:
     """A body's own event; no state changes and nothing is announced."""
+    return _event_of(attempt, EventDraft(kind, detail), at)
+
+
+def step(attempt: Attempt, detail: FrozenDict, *, at: float) -> Commit:
+    """A journaled step's result (``ctx.step``): one ``step`` event; no state changes and
+    nothing is announced. Fenced like every commit of the attempt, so a step of an attempt
+    that has lost its run is never journaled."""
+    return _event_of(attempt, EventDraft(EventKind.STEP, detail), at)
+
+
+def _event_of(attempt: Attempt, event: EventDraft, at: float) -> Commit:
+    """An event of the running attempt, alone: its state and generation as they are."""
     return Commit(
         run_id=attempt.run_id,
         state=running(attempt.generation),
         generation=attempt.generation,
         expect=expect_running(attempt.generation),
         at=at,
-        events=(EventDraft(kind, detail),),
+        events=(event,),
         announce=False,
         fence=attempt.fence,
     )

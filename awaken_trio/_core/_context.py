@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
+import contextvars
+import inspect
 import re
-from typing import TYPE_CHECKING, NoReturn, final
+from collections.abc import Awaitable, Callable
+from functools import partial
+from typing import TYPE_CHECKING, NoReturn, ParamSpec, TypeVar, final, overload
 
 import trio
 
 from ._attempt import Attempt, Body, StepCeiling, SuspendAttempt, current_attempt
-from ._errors import ContextMisuse, InvalidArgument, NotActive
+from ._errors import ContextMisuse, InvalidArgument, NotActive, NotInRun
+from ._journal import MISSING, Journal
 from ._json import JsonValue, check_payload, freeze_detail
 from ._schema import check_schema
 from ._spec import RunSpec
 from ._state import Awaiting, EventKind, ResumeTicket, RunState
 from ._util import NoPublicConstructor, safe_repr
-from ._validate import check_deadline, check_id
+from ._validate import check_deadline, check_id, is_async_callable
 
 if TYPE_CHECKING:
     from ._handle import RunHandle
@@ -22,6 +27,59 @@ if TYPE_CHECKING:
 
 _EVENT_KIND = re.compile(r"[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+")
 _RUNTIME_KINDS = frozenset(EventKind)
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+# The context of the run whose body (or a task that body started, or a thread a sync step
+# of it runs on) is running: Trio copies a task's context into the tasks it spawns, and
+# `trio.to_thread.run_sync` into its thread. Set and reset by the run's actor, as
+# `current_attempt` is.
+current_run: contextvars.ContextVar[RunContext | None] = contextvars.ContextVar(
+    "awaken_trio_current_run", default=None
+)
+
+
+@final
+class _ReturnedAwaitable:
+    """What a sync step's function returned instead of a value: an awaitable (closed, if
+    a coroutine, so it is never left un-awaited)."""
+
+    __slots__ = ("what",)
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+
+
+def _call_sync(
+    fn: Callable[..., object], args: tuple[object, ...], kwargs: dict[str, object]
+) -> object:
+    """A sync step's call, on its worker thread."""
+    value = fn(*args, **kwargs)
+    if inspect.isawaitable(value):
+        what = safe_repr(value)
+        if inspect.iscoroutine(value):
+            value.close()  # never awaited, on purpose: no warning about it
+        return _ReturnedAwaitable(what)
+    return value
+
+
+def current_context() -> RunContext:
+    """The `RunContext` of the run the calling task belongs to: the run body's own, in
+    the body, in every task it starts inside its attempt, and in the worker thread of a
+    sync `RunContext.step`. For code that runs inside a run but was not handed its
+    ``ctx`` (an adapter a framework calls, a tool).
+
+    A context whose attempt has ended is still returned to a task that outlived it (an
+    abandoned sync step's thread); using it then raises `NotActive`.
+
+    Raises:
+        NotInRun: the calling task belongs to no run.
+    """
+    ctx = current_run.get()
+    if ctx is None:
+        raise NotInRun()
+    return ctx
 
 
 @final
@@ -291,6 +349,101 @@ class RunContext(metaclass=NoPublicConstructor):
         )
         await self._host.checkpoint_before_commit()
         await self._host.emit(a, kind, frozen)
+
+    @overload
+    async def step(
+        self, name: str, fn: Callable[P, Awaitable[T]], /, *args: P.args, **kwargs: P.kwargs
+    ) -> T: ...
+
+    @overload
+    async def step(
+        self, name: str, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs
+    ) -> T: ...
+
+    async def step(
+        self, name: str, fn: Callable[..., object], /, *args: object, **kwargs: object
+    ) -> object:
+        """Run ``fn(*args, **kwargs)`` as a journaled step, and return its result.
+
+        The result must be a JSON value; it is committed (an event of kind ``"step"``,
+        detail ``{"name", "index", "result"}``) before ``step`` returns it. A later
+        attempt of the run (recovery after a crash, a retry, a resume) whose call of
+        ``step(name, ...)`` finds a committed result for that name and index gets it back
+        without calling ``fn``: an effect between two boundaries (a paid model call, a sent
+        email) happens once per committed step.
+
+        ``index`` counts the calls of ``name`` that returned, in the attempt, from 0: the
+        k-th such call gets the result committed under index k. A body whose calls of a
+        name change order between attempts gets results by name and index, not by
+        arguments; give steps that may move (or are conditional) names of their own, such
+        as ``f"tool:{call_id}"``. Steps of one name raced from two tasks of one attempt
+        take their indexes in the order their commits land, so on replay the first call
+        gets the result that landed first: race only steps of different names if the
+        pairing matters.
+
+        ``fn`` is either:
+
+        - async: awaited in the calling task, inside the attempt's scope; a cancel
+          reaches it as ``trio.Cancelled``, and nothing is committed;
+        - sync: run on a worker thread (``trio.to_thread.run_sync`` with
+          ``abandon_on_cancel=True``), so it never blocks the event loop, and it sees
+          this run as `current_context` there. A cancel does not wait for it: the step
+          raises ``trio.Cancelled`` at once and the thread is abandoned. It keeps running
+          to its end (Python cannot stop a thread), but its result is never committed, so
+          the next attempt runs the step again.
+
+        A step that raises is not journaled (the next attempt runs it again) and
+        ``step`` re-raises. The result is returned frozen (read-only lists and dicts),
+        the same value a later attempt gets. Each step is one commit: the commits of
+        steps taken at once share a transaction (group commit), and an attempt whose run
+        has moved on (its claim lost, its run ended elsewhere) commits nothing and stops
+        right here, as at any commit.
+
+        The journal is read once per attempt, at its first step, from the run's ``step``
+        events (by their kind, through the store's index); a fork starts with its
+        source's steps up to the event it was forked at.
+
+        Raises:
+            InvalidArgument: ``name`` is not a non-empty str, or ``fn`` is not callable
+                (or is sync and returned a coroutine: pass the async function itself).
+            InvalidPayload: the result is not a JSON value, or is larger than the
+                runtime's ``max_payload_bytes``; nothing is committed.
+        """
+        a = self._live("step()")
+        what = f"step() of run {a.run_id!r}"
+        check_id(name, f"{what}: the step name")
+        if not callable(fn):
+            raise InvalidArgument(
+                f"{what}: {name!r} needs a callable to run (a sync function, run on a worker"
+                f" thread, or an async one), not {safe_repr(fn)}"
+            )
+        host = self._host
+        journal = a.journal
+        if journal is None:
+            journal = a.journal = Journal()
+        await journal.load(partial(host.load_steps, a))
+        found = journal.replay(name)
+        if found is not MISSING:
+            await trio.lowlevel.checkpoint()
+            return found
+        if is_async_callable(fn):
+            value = await fn(*args, **kwargs)  # type: ignore[misc]
+        else:
+            value = await trio.to_thread.run_sync(
+                partial(_call_sync, fn, args, kwargs), abandon_on_cancel=True
+            )
+            if type(value) is _ReturnedAwaitable:
+                raise InvalidArgument(
+                    f"{what}: {name!r} ran {safe_repr(fn)} on a worker thread and it returned"
+                    f" an awaitable ({value.what}); pass the async function itself"
+                    " (ctx.step(name, async_fn, *args)) so it is awaited in the run"
+                )
+        result = check_payload(
+            value, f"the result of step {name!r} of run {a.run_id!r}", host.max_payload_bytes
+        )
+        await host.checkpoint_before_commit()
+        await host.commit_step(a, name, result)
+        return result
 
     async def start_child(
         self,

@@ -28,6 +28,7 @@ from ._errors import (
     UnknownRun,
 )
 from ._handle import RunHandle
+from ._journal import read_steps
 from ._json import FrozenDict, JsonValue
 from ._schema import check_value
 from ._spec import RunSpec
@@ -197,6 +198,12 @@ class Control:
                 f"{at!r} is not the seq of one of run {run_id!r}'s events: pick one from"
                 f" runtime.events({run_id!r}) or leave at= out for its last"
             )
+        # The fork keeps its source's journaled steps up to the same event: copied into
+        # it, so it owns them (a source pruned later takes nothing of the fork's with it,
+        # and the fork's attempts read one run's steps, as any run's do).
+        steps = tuple(
+            event.detail for event in await read_steps(store, run_id) if event.seq <= found.seq
+        )
         forked_from = FrozenDict({"run_id": run_id, "seq": found.seq})
         new_id = new_run_id or fresh_run_id()
         thread = thread_id or new_id
@@ -213,7 +220,11 @@ class Control:
                 max_payload_bytes=self._kernel.max_payload_bytes,
             )
             attempt = await admissions.begin_run(
-                spec, checkpoint=found.checkpoint, forked_from=forked_from, detail=DETAIL_FORK
+                spec,
+                checkpoint=found.checkpoint,
+                forked_from=forked_from,
+                step_events=steps,
+                detail=DETAIL_FORK,
             )
             return self.handle(attempt)
         new_run = NewRun(
@@ -225,6 +236,7 @@ class Control:
             new_id,
             found.checkpoint,
             forked_from,
+            steps,
         )
         result = await admissions.commit_queued_run(new_id, new_run, "fork")
         if isinstance(result, Rejected):

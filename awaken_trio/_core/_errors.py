@@ -134,6 +134,21 @@ class ContextMisuse(AwakenError, RuntimeError):
     """
 
 
+class NotInRun(AwakenError, RuntimeError):
+    """`awaken_trio.current_context` was called from a task that belongs to no run.
+
+    Only a run body, the tasks it starts inside its attempt, and the threads its sync
+    steps run on have a current run; pass the body's ``ctx`` to code that runs elsewhere.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(
+            "current_context() was called outside any run: only a run body, the tasks it"
+            " starts and the threads its sync steps run on have a current run; call it from"
+            " there, or pass the body's ctx to this code"
+        )
+
+
 class StoreError(AwakenError):
     """The store failed.
 

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from ._attempt import Attempt, EndRequest
     from ._handle import RunHandle
     from ._spec import RunSpec
-    from ._state import Ended, RunRecord
+    from ._state import Ended, RunEvent, RunRecord
     from ._storage import Fence, Store, StoredCommand
     from ._verdict import Verdict
 
@@ -91,6 +91,14 @@ class AttemptHost(Protocol):
 
     async def emit(self, attempt: Attempt, kind: str, detail: FrozenDict) -> None:
         """Commit an event of the body's own kind."""
+        ...
+
+    async def load_steps(self, attempt: Attempt) -> list[RunEvent]:
+        """The run's committed ``step`` events (read once per attempt, at its first step)."""
+        ...
+
+    async def commit_step(self, attempt: Attempt, name: str, result: JsonValue) -> None:
+        """Journal a step's result under the next index of its name."""
         ...
 
     async def finish(self, attempt: Attempt, verdict: Verdict) -> None:

@@ -1,5 +1,6 @@
 """A running attempt's own commits: progress at a boundary, the receipt of stored messages,
-a body's events; and what happens when the store refuses one (the attempt has lost its run)."""
+a body's events, its journaled steps (and the read of those at its first step); and what
+happens when the store refuses one (the attempt has lost its run)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ import trio
 from . import _commit_of as commit_of
 from ._attempt import lost
 from ._errors import RunAlreadyEnded, StoreError
+from ._journal import read_steps, step_detail
 from ._json import FrozenDict, JsonValue, freeze_detail
-from ._state import Ended
+from ._state import Ended, RunEvent
 from ._storage import Rejected, RejectReason
 
 if TYPE_CHECKING:
@@ -83,6 +85,24 @@ class Progress:
         result = await kernel.mailbox.commit(commit_of.emit(attempt, kind, detail, at=kernel.now()))
         if isinstance(result, Rejected):
             await refused(kernel, attempt, result, "an event")
+
+    async def load_steps(self, attempt: Attempt) -> list[RunEvent]:
+        """The run's committed ``step`` events, for the attempt's journal (a read)."""
+        return await read_steps(self._kernel.store, attempt.run_id)
+
+    async def commit_step(self, attempt: Attempt, name: str, result: JsonValue) -> None:
+        """Journal a step's result under the next index of its name. The index is taken in
+        the same step as the commit is handed to the mailbox, which applies commits in the
+        order they are handed over: indexes of one name are in the order their commits
+        land. Fenced like any commit of the attempt: an attempt that has lost its run
+        journals nothing and stops here."""
+        kernel = self._kernel
+        journal = attempt.journal
+        assert journal is not None, "a step loads its attempt's journal first"
+        detail = step_detail(name, journal.take_index(name), result)
+        answer = await kernel.mailbox.commit(commit_of.step(attempt, detail, at=kernel.now()))
+        if isinstance(answer, Rejected):
+            await refused(kernel, attempt, answer, f"step {name!r}")
 
 
 async def refused(kernel: Kernel, attempt: Attempt, result: Rejected, what: str) -> NoReturn:

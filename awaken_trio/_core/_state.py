@@ -230,6 +230,9 @@ class EventKind(enum.StrEnum):
     """A value the body returned after its run was cancelled; never committed."""
     MESSAGES_DISCARDED = "messages_discarded"
     """Accepted messages no attempt will read, because the run ended."""
+    STEP = "step"
+    """A journaled step's result (``ctx.step``), detail ``{"name", "index", "result"}``: a
+    later attempt of the run gets it back without running the step again."""
 
 
 @final
@@ -239,7 +242,8 @@ class RunEvent:
 
     ``kind`` is an `EventKind` (``"committed"`` for every state commit, progress commits
     included; ``"late_result_discarded"`` and ``"messages_discarded"`` for what a terminal
-    commit threw away, right before that terminal event), or a body's own dotted kind from
+    commit threw away, right before that terminal event; ``"step"`` for a journaled step's
+    result, from ``ctx.step``), or a body's own dotted kind from
     ``ctx.emit``. ``seq`` is one store-wide, strictly increasing sequence; ``at`` is read
     from the runtime's clock; ``detail`` is a frozen JSON object (cancel source and reason,
     discarded items, ...).

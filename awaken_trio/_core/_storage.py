@@ -130,10 +130,13 @@ class NewRun:
     input: JsonValue = None
     max_steps: int | None = None
     root_run_id: str | None = None
-    # A forked run (`Runtime.fork`) starts from its source's checkpoint, and says where it
-    # came from (`RunRecord.forked_from`).
+    # A forked run (`Runtime.fork`) starts from its source's checkpoint and its source's
+    # journaled steps up to the same event (the details of its ``step`` events, in the
+    # order they were committed, written as the new run's own first events), and says
+    # where it came from (`RunRecord.forked_from`).
     checkpoint: JsonValue = None
     forked_from: JsonValue = None
+    step_events: tuple[Mapping[str, JsonValue], ...] = ()
 
 
 @final
@@ -517,6 +520,19 @@ class PruningStore(Store, Protocol):
         runs of every tree whose root's terminal event is dated at or before
         ``ended_before`` (the runtime's clock, as event times are) and all of whose runs
         have ended; how many runs that is. ``dry_run`` counts them and deletes nothing."""
+        ...
+
+
+@runtime_checkable
+class StepStore(Store, Protocol):
+    """A store that reads a run's journaled steps by their kind, through an index
+    (`RunContext.step` loads them once per attempt): the memory, SQLite and PostgreSQL
+    stores do. For a store without it the runtime reads the run's events and keeps the
+    ``step`` ones, once per attempt."""
+
+    async def step_events(self, run_id: str) -> list[RunEvent]:
+        """The run's committed events of kind ``"step"``, oldest first (none for a run the
+        store does not hold)."""
         ...
 
 

@@ -46,6 +46,7 @@ from ._storage import Store
 
 if TYPE_CHECKING:
     from ._observe import AttemptObserver
+    from ._state import RunEvent
     from ._verdict import Verdict
 
 __all__ = ["Clock", "Supervisor", "VerifierFactory"]
@@ -63,6 +64,8 @@ class Supervisor:
     commit_progress: Callable[[Attempt, JsonValue, int], Coroutine[Any, Any, None]]
     hand_over: Callable[[Attempt], Coroutine[Any, Any, list[JsonValue]]]
     emit: Callable[[Attempt, str, FrozenDict], Coroutine[Any, Any, None]]
+    load_steps: Callable[[Attempt], Coroutine[Any, Any, list[RunEvent]]]
+    commit_step: Callable[[Attempt, str, JsonValue], Coroutine[Any, Any, None]]
     finish: Callable[[Attempt, Verdict], Coroutine[Any, Any, None]]
     now: Callable[[], float]
 
@@ -102,6 +105,8 @@ class Supervisor:
         self.commit_progress = progress.commit_progress
         self.hand_over = progress.hand_over
         self.emit = progress.emit
+        self.load_steps = progress.load_steps
+        self.commit_step = progress.commit_step
         self.finish = finish.finish
         self.now = kernel.now
         self.checkpoint_before_commit = kernel.checkpoint_before_commit

@@ -94,9 +94,7 @@ def check_body(body: object) -> Body:
             f"a run body must be an async callable, not the class {target.__qualname__}"
             " (calling a class builds an instance); pass an instance whose __call__ is async"
         )
-    if inspect.iscoroutinefunction(target) or inspect.iscoroutinefunction(
-        getattr(type(target), "__call__", None)  # noqa: B004  (an async __call__ counts)
-    ):
+    if is_async_callable(target):
         with contextlib.suppress(TypeError):
             _ASYNC_BODIES.add(body)
         _remember(body)
@@ -104,6 +102,19 @@ def check_body(body: object) -> Body:
     raise InvalidBody(
         f"a run body must be an async function taking a RunContext, not {safe_repr(body)};"
         " define it with 'async def body(ctx): ...'"
+    )
+
+
+def is_async_callable(fn: object) -> bool:
+    """Whether calling ``fn`` gives a coroutine: an async function, a bound async method, a
+    partial of one, or an instance whose ``__call__`` is async (a class is not: calling it
+    builds an instance)."""
+    while isinstance(fn, partial):
+        fn = fn.func
+    if isinstance(fn, type):
+        return False
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
+        getattr(type(fn), "__call__", None)  # noqa: B004  (an async __call__ counts)
     )
 
 

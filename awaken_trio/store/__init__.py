@@ -6,8 +6,9 @@ several runtimes implements besides (claims taken with `Claim` and checked by `F
 in this process; `open_store` turns a URL into a store, importing a backend only when its
 scheme is first used; `state_to_json`, `cause_to_json` and `ticket_to_json` give the JSON
 shapes the stores keep (and the command line prints). A store may also offer listing
-(`ListingStore`), forking (`ForkingStore`: the checkpoint as of any event) and retention
-(`PruningStore`); the runtime uses them where a store has them. `awaken_trio.testing` has
+(`ListingStore`), forking (`ForkingStore`: the checkpoint as of any event), retention
+(`PruningStore`) and reading a run's journaled steps by their kind (`StepStore`); the
+runtime uses them where a store has them. `awaken_trio.testing` has
 the contract suites every store passes.
 """
 
@@ -33,6 +34,7 @@ from .._core import Recovered as Recovered
 from .._core import Rejected as Rejected
 from .._core import RejectReason as RejectReason
 from .._core import StateKind as StateKind
+from .._core import StepStore as StepStore
 from .._core import Store as Store
 from .._core import StoredCommand as StoredCommand
 from .._core import fixup_module_metadata as _fixup_module_metadata
@@ -66,6 +68,7 @@ __all__ = [
     "RejectReason",
     "Rejected",
     "StateKind",
+    "StepStore",
     "Store",
     "StoredCommand",
     "cause_to_json",

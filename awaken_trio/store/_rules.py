@@ -516,7 +516,9 @@ def _ticket_is(row: RowT, correlation_id: str) -> bool:
 
 def create(tx: RunTx[RowT], commit: Commit, new: NewRun, now: float) -> Accepted:
     """Write the run ``commit`` creates. Its steps are 0 and its checkpoint None, unless it
-    is a fork, which starts from its source's checkpoint (``NewRun.checkpoint``)."""
+    is a fork, which starts from its source's checkpoint (``NewRun.checkpoint``) and with
+    its source's journaled steps (``NewRun.step_events``), written as its own first events,
+    in their order, before the commit's."""
     run_id = commit.run_id
     state = commit.state
     kind = KIND_OF[type(state)]
@@ -532,6 +534,8 @@ def create(tx: RunTx[RowT], commit: Commit, new: NewRun, now: float) -> Accepted
         stored = tx.drop_commands(run_id)
     elif _answers(commit):
         tx.keep_resume(row, HeldResume(commit.resume_value, commit.resume_ticket))
+    for detail in new.step_events:
+        tx.event(row, commit.generation, EventKind.STEP, detail, commit.at)
     last_seq = write_events(tx, row, commit, (), stored)
     if new.checkpoint is not None:
         tx.put_checkpoint(row, new.checkpoint, last_seq or tx.last_seq())

@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from itertools import pairwise
 
+import attrs
+
 from .. import (
     EndCause,
     FrozenDict,
@@ -22,8 +24,10 @@ from ..store import (
     Commit,
     EventDraft,
     Expect,
+    NewRun,
     Rejected,
     RejectReason,
+    StepStore,
     Store,
 )
 from ._checks import (
@@ -124,6 +128,40 @@ class EventChecks:
         ]
         assert [e.seq for e in events] == [2, 3]
         assert await store.events_after(1) == list(events)
+
+    async def test_a_new_run_with_step_events_writes_them_before_its_own_event(
+        self, store: Store
+    ) -> None:
+        steps = ({"name": "s", "index": 0, "result": [1]}, {"name": "s", "index": 1, "result": 2})
+        forked = attrs.evolve(
+            create("fork", Queued(), generation=0, at=4.0),
+            new_run=NewRun("thread-fork", None, "job", None, None, None, step_events=steps),
+        )
+        accepted = await _accepted(store, forked)
+        assert [(e.kind, e.detail, e.generation, e.at) for e in accepted.events] == [
+            ("step", steps[0], 0, 4.0),
+            ("step", steps[1], 0, 4.0),
+            ("committed", {"source": "start"}, 0, 4.0),
+        ]
+        assert [e.seq for e in accepted.events] == [1, 2, 3]
+
+    async def test_step_events_are_read_by_their_kind_oldest_first(self, store: Store) -> None:
+        """A `StepStore` hands out a run's ``step`` events alone, in seq order (a store
+        that is not one is read through ``events_after``, which holds them too)."""
+        await _accepted(store, create("r1"))
+        await _accepted(store, create("r2"))
+
+        def step(run_id: str, index: int) -> Commit:
+            detail = {"name": "s", "index": index, "result": {"of": run_id}}
+            return run(run_id, 1, events=(EventDraft("step", detail),), announce=False)
+
+        for each in (step("r1", 0), step("r2", 0), run("r1", 1), step("r1", 1)):
+            await _accepted(store, each)
+        wanted = [e for e in await store.events_after(0, "r1") if e.kind == "step"]
+        assert [e.detail["index"] for e in wanted] == [0, 1]
+        if isinstance(store, StepStore):
+            assert await store.step_events("r1") == wanted
+            assert await store.step_events("nobody") == []
 
     async def test_announce_false_without_drafts_commits_the_state_and_writes_nothing(
         self, store: Store

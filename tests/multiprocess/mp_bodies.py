@@ -215,7 +215,27 @@ async def tree(ctx: RunContext) -> JsonValue:
     }
 
 
+def _effect(run_id: str, generation: int, i: int, hang_at: int | None) -> JsonValue:
+    """A journaled step's effect (on a worker thread): says so on stdout; in the first
+    attempt, step ``hang_at`` never returns (the test kills the worker there)."""
+    print("effect", run_id, generation, i, repr(time.time()), flush=True)
+    if generation == 1 and i == hang_at:
+        time.sleep(3600)
+    return {"i": i, "generation": generation}
+
+
+async def journaled(ctx: RunContext) -> JsonValue:
+    """``input = {"steps": n, "hang_at": k}``: n journaled steps of one name, each printing
+    ``effect <run> <generation> <i>`` when it runs; a recovered attempt gets the committed
+    ones back without running them."""
+    return [
+        await ctx.step("effect", _effect, ctx.run_id, ctx.generation, i, ctx.input.get("hang_at"))
+        for i in range(ctx.input["steps"])
+    ]
+
+
 BODIES: dict[str, Body] = {
+    "journaled": journaled,
     "tree": tree,
     "stepper": stepper,
     "parker": parker,

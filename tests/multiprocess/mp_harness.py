@@ -138,9 +138,11 @@ class Cluster:
         concurrency: int = 8,
         max_recoveries: int = 3,
         clock_offset: float = 0.0,
+        agents: bool = False,
     ) -> Worker:
         """Start a worker and return once it says it is serving (``ready <name>``);
-        ``clock_offset`` puts its runtime's clock that many seconds off the wall clock."""
+        ``clock_offset`` puts its runtime's clock that many seconds off the wall clock;
+        ``agents`` has it serve the pydantic-ai agents of ``mp_agents.py`` too."""
         command = [
             sys.executable,
             str(WORKER),
@@ -157,6 +159,7 @@ class Cluster:
             str(max_recoveries),
             "--clock-offset",
             str(clock_offset),
+            *(["--agents"] if agents else []),
         ]
         # The package next to these tests, whatever the environment has installed.
         env = {**os.environ, "PYTHONPATH": str(ROOT)}

@@ -6,8 +6,6 @@ owner's run."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import pytest
 import trio
 
@@ -19,9 +17,7 @@ from tests.multiprocess.mp_harness import (
     StoreAt,
     claims,
     committed,
-    control_runtime,
     history,
-    open_cluster,
     store_url,
     terminal,
     until_line,
@@ -44,18 +40,6 @@ def db(durable_at: StoreAt) -> StoreAt:
 @pytest.fixture
 def url(db: StoreAt) -> str:
     return store_url(db)
-
-
-@pytest.fixture
-async def control(url: str) -> AsyncIterator[Runtime]:
-    async with control_runtime(url) as runtime:
-        yield runtime
-
-
-@pytest.fixture
-async def cluster(url: str, control: Runtime) -> AsyncIterator[Cluster]:
-    async with open_cluster(url) as workers:
-        yield workers
 
 
 async def test_a_worker_whose_clock_runs_ahead_takes_no_live_claim(

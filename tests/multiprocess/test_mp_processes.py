@@ -10,7 +10,6 @@ import json
 import os
 import sys
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -40,12 +39,10 @@ from tests.multiprocess.mp_harness import (
     Worker,
     claims,
     committed,
-    control_runtime,
     history,
     is_awaiting,
     is_ended,
     is_running,
-    open_cluster,
     store_url,
     terminal,
     until_line,
@@ -76,20 +73,6 @@ def db(durable_at: StoreAt) -> StoreAt:
 @pytest.fixture
 def url(db: StoreAt) -> str:
     return store_url(db)
-
-
-@pytest.fixture
-async def control(url: str) -> AsyncIterator[Runtime]:
-    """The test process's runtime on the file (it opens it first); it serves nothing."""
-    async with control_runtime(url) as runtime:
-        yield runtime
-
-
-@pytest.fixture
-async def cluster(url: str, control: Runtime) -> AsyncIterator[Cluster]:
-    """Worker processes on the file, started by each test; all killed at teardown."""
-    async with open_cluster(url) as workers:
-        yield workers
 
 
 def check_story(events: list[RunEvent]) -> RunEvent:

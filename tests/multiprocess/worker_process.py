@@ -3,12 +3,13 @@ test bodies registered, serves, and prints ``ready`` once it is claiming.
 
     python worker_process.py <store-url> [--lease S] [--poll S] [--concurrency N]
                              [--max-recoveries N] [--name NAME] [--clock-offset S]
-                             [--gate]
+                             [--gate] [--agents]
 
 ``--clock-offset`` sets the runtime's ``clock=`` that many seconds off the machine's wall
 clock (a host whose clock is wrong). ``--gate`` makes it print ``ready`` with its runtime
 open and serve only once a line comes on its stdin (a benchmark starts several workers on
-one backlog at one moment).
+one backlog at one moment). ``--agents`` serves the pydantic-ai agents of ``mp_agents.py``
+too.
 
 Every line it prints is flushed, so a test reads them as they come. It exits by itself
 (releasing its claims) when the process that started it is gone, so a test process that
@@ -31,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import contextlib
 
 from awaken_trio import open_runtime
+from awaken_trio._core import Body
 from tests.multiprocess.mp_bodies import BODIES
 
 
@@ -39,7 +41,7 @@ async def main(args: argparse.Namespace) -> None:
         open_runtime(
             args.store,
             clock=lambda: time.time() + args.clock_offset,
-            bodies=BODIES,
+            bodies=_bodies(args.agents),
             lease=args.lease,
             poll=args.poll,
             max_recoveries=args.max_recoveries,
@@ -66,6 +68,16 @@ async def main(args: argparse.Namespace) -> None:
     print(f"released {args.name}", flush=True)
 
 
+def _bodies(agents: bool) -> dict[str, Body]:
+    """The test bodies, and with ``--agents`` the pydantic-ai ones too (imported here, before
+    serving: pydantic-ai takes a second or more to import, which would block a run)."""
+    if not agents:
+        return BODIES
+    from tests.multiprocess.mp_agents import AGENT_BODIES
+
+    return {**BODIES, **AGENT_BODIES}
+
+
 async def _stop_on_sigterm(scope: trio.CancelScope) -> None:
     """SIGTERM, as a deploy sends it: stop serving and leave the runtime, which releases
     this worker's claims (its runs go back to Queued for another worker)."""
@@ -85,5 +97,6 @@ if __name__ == "__main__":
     parser.add_argument("--name", default="worker")
     parser.add_argument("--clock-offset", type=float, default=0.0)
     parser.add_argument("--gate", action="store_true")
+    parser.add_argument("--agents", action="store_true")
     with contextlib.suppress(KeyboardInterrupt):
         trio.run(main, parser.parse_args())

@@ -668,3 +668,52 @@ async def test_a_version_3_file_gets_the_queue_index_and_hands_its_queue_out_in_
         }
     assert "runs_queue_by_age" in indexes
     assert "runs_queued" not in indexes
+
+
+async def test_a_version_4_file_gets_the_index_its_journaled_steps_are_read_through(
+    tmp_path: Path,
+) -> None:
+    """Version 5 indexes the ``step`` events alone. A version-4 file's events are kept,
+    and the journal read walks the new index, not the run's whole history."""
+    path = tmp_path / "runs.db"
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute("BEGIN")
+        for migration in RELEASED[:4]:
+            migration(conn)
+        conn.execute("PRAGMA user_version = 4")
+        conn.execute(
+            "INSERT INTO runs (run_id, thread_id, root_run_id, name, input, kind, state,"
+            " generation) VALUES ('r', 'r', 'r', 'job', 'null', 'running',"
+            ' \'{"kind":"running","generation":1}\', 1)'
+        )
+        for kind, detail in (
+            ("committed", '{"source":"start"}'),
+            ("step", '{"name":"s","index":0,"result":[1]}'),
+            ("committed", "{}"),
+            ("step", '{"name":"s","index":1,"result":null}'),
+        ):
+            conn.execute(
+                "INSERT INTO events (run_id, thread_id, generation, kind, state, detail, at)"
+                " VALUES ('r', 'r', 1, ?, '{\"kind\":\"running\",\"generation\":1}', ?, 1.0)",
+                (kind, detail),
+            )
+        conn.execute("COMMIT")
+    finally:
+        conn.close()
+    async with SQLiteStore(path) as store:
+        steps = await store.step_events("r")
+    assert [(e.seq, e.detail["index"], e.detail["result"]) for e in steps] == [
+        (2, 0, [1]),
+        (4, 1, None),
+    ]
+    assert pragma(path, "user_version") == LATEST
+    with contextlib.closing(sqlite3.connect(path)) as check:
+        plan = " ".join(
+            str(row[-1])
+            for row in check.execute(
+                "EXPLAIN QUERY PLAN SELECT seq FROM events"
+                " WHERE run_id = 'r' AND kind = 'step' ORDER BY seq"
+            )
+        )
+    assert "events_steps" in plan, plan

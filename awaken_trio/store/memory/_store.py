@@ -140,6 +140,15 @@ class MemoryStore:
                     break
         return out
 
+    async def step_events(self, run_id: str) -> list[RunEvent]:
+        """The run's ``step`` events, oldest first (`StepStore`), from the run's own index
+        of them."""
+        await trio.lowlevel.checkpoint()
+        row = self._tx.rows.get(run_id)
+        if row is None or row.step_entries is None:
+            return []
+        return [_event(entry) for entry in row.step_entries]
+
     async def checkpoint_at(self, run_id: str, seq: int | None) -> CheckpointAt | None:
         """The checkpoint ``run_id`` had committed as of its event ``seq`` (`ForkingStore`)."""
         await trio.lowlevel.checkpoint()

@@ -83,6 +83,9 @@ class MemoryRow:
     # the last one at or before it (`checkpoint_at`). Forgotten with the run. Made on the
     # first checkpoint: most runs never commit one.
     history: list[tuple[int, JsonValue]] | None = None
+    # The run's ``step`` events (`MemoryStore.step_events`), a subset of ``events`` in seq
+    # order. Made on the first: most runs never journal a step.
+    step_entries: list[Entry] | None = None
 
     @property
     def named_root(self) -> bool:
@@ -339,6 +342,10 @@ class MemoryTx:
         entry = (seq, row.run_id, row.thread_id, generation, kind, row.state, detail, at)
         self.log.append(entry)
         row.events.append(entry)
+        if kind == "step":
+            if row.step_entries is None:
+                row.step_entries = []
+            row.step_entries.append(entry)
         return seq
 
     # ------------------------------------------------------------------ forgetting

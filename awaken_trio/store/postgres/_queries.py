@@ -246,6 +246,7 @@ class Queries:
     load: bytes
     events: bytes
     events_of_run: bytes
+    step_events: bytes
     queued: bytes
     due: bytes
     list_runs: str

@@ -46,6 +46,10 @@ def events_after(
     return [event_of(row) for row in found]
 
 
+def step_events(conn: Conn, r: Queries, run_id: str) -> list[RunEvent]:
+    return [event_of(row) for row in conn.execute(r.step_events, (run_id,)).fetchall()]
+
+
 def runnable(
     conn: Conn, r: Queries, names: list[str], now: float, lease_now: float, limit: int
 ) -> list[RunRecord]:

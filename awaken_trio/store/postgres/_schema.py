@@ -169,7 +169,20 @@ def _to_v3(conn: psycopg.Connection[tuple[object, ...]], schema: sql.Identifier)
         conn.execute(sql.SQL(statement).format(s=schema))
 
 
-MIGRATIONS: Sequence[Migration] = (_create_v1, _to_v2, _to_v3)
+_V4: Final = (
+    # Version 4: journaled steps (``ctx.step``). An attempt reads its run's ``step`` events
+    # at its first step; a partial index holds those events alone, so the read costs the
+    # number of steps, not the length of the run's history.
+    "CREATE INDEX events_steps ON {s}.events (run_id, seq) WHERE kind = 'step'",
+)
+
+
+def _to_v4(conn: psycopg.Connection[tuple[object, ...]], schema: sql.Identifier) -> None:
+    for statement in _V4:
+        conn.execute(sql.SQL(statement).format(s=schema))
+
+
+MIGRATIONS: Sequence[Migration] = (_create_v1, _to_v2, _to_v3, _to_v4)
 """The schema's history, oldest first: ``MIGRATIONS[i]`` takes a schema from version ``i``
 to ``i + 1``. Append, never edit."""
 

@@ -255,6 +255,12 @@ class PostgresStore:
     ) -> list[RunEvent]:
         return await self._read(lambda c, r: reads.events_after(c, r, seq, run_id, limit), "events")
 
+    async def step_events(self, run_id: str) -> list[RunEvent]:
+        """The run's ``step`` events, oldest first (`StepStore`), through their index."""
+        return await self._read(
+            lambda c, r: reads.step_events(c, r, run_id), f"the steps of {run_id!r}"
+        )
+
     async def runnable(self, names: Collection[str], now: float, limit: int) -> list[RunRecord]:
         wanted = list(names)
         offset = self._offset()

@@ -174,6 +174,11 @@ SELECT {event_columns} FROM {s}.events WHERE seq > %s ORDER BY seq LIMIT %s;
 -- events_of_run --
 SELECT {event_columns} FROM {s}.events WHERE run_id = %s AND seq > %s ORDER BY seq LIMIT %s;
 
+-- step_events --
+-- A run's journaled steps (ctx.step): the literal kind lets the planner read them from the
+-- partial index events_steps, which holds step events alone.
+SELECT {event_columns} FROM {s}.events WHERE run_id = %s AND kind = 'step' ORDER BY seq;
+
 -- queued --
 -- Queued named root runs nobody holds a live claim on, whose thread no other run's live
 -- attempt occupies, oldest run first (the order they were created). A run another

@@ -80,6 +80,17 @@ def events_after(
     return [event_of(row) for row in found]
 
 
+def step_events(conn: sqlite3.Connection, run_id: str) -> list[RunEvent]:
+    """The run's ``step`` events, oldest first: the literal kind lets SQLite read them from
+    the partial index ``events_steps`` (only step events are in it), never the run's whole
+    history."""
+    found = conn.execute(
+        f"SELECT {_EVENT_COLUMNS} FROM events WHERE run_id = ? AND kind = 'step' ORDER BY seq",
+        (run_id,),
+    )
+    return [event_of(row) for row in found]
+
+
 # Queued named root runs nobody holds a live claim on, whose thread no other run's live
 # attempt occupies, oldest run first (a run released back to the queue keeps its place).
 # Only queued runs have a queued_order, and all of them are kind 'queued': the equality

@@ -159,11 +159,19 @@ def _queue_by_age_v4(conn: sqlite3.Connection) -> None:
     conn.execute("DROP INDEX runs_queued")
 
 
+def _steps_v5(conn: sqlite3.Connection) -> None:
+    """Version 5: journaled steps (``ctx.step``). An attempt reads its run's ``step`` events
+    at its first step; a partial index holds those events alone, so the read costs the
+    number of steps, not the length of the run's history."""
+    conn.execute("CREATE INDEX events_steps ON events (run_id, seq) WHERE kind = 'step'")
+
+
 MIGRATIONS: Sequence[Migration] = (
     _create_v1,
     _inbox_delivered_v2,
     _fork_v3,
     _queue_by_age_v4,
+    _steps_v5,
 )
 """The schema's history, oldest first: ``MIGRATIONS[i]`` takes a file from version ``i`` to
 ``i + 1``. Append, never edit: a released file may be at any version."""

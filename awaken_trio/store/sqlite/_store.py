@@ -238,6 +238,10 @@ class SQLiteStore:
     ) -> list[RunEvent]:
         return await self._read(lambda conn: reads.events_after(conn, seq, run_id, limit))
 
+    async def step_events(self, run_id: str) -> list[RunEvent]:
+        """The run's ``step`` events, oldest first (`StepStore`), through their index."""
+        return await self._read(lambda conn: reads.step_events(conn, run_id))
+
     async def runnable(self, names: Collection[str], now: float, limit: int) -> list[RunRecord]:
         wanted = list(names)
         clock = self._lease_clock

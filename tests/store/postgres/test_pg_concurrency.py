@@ -332,6 +332,7 @@ async def test_a_first_version_schema_is_brought_forward(pg_url: str) -> None:
     found = await trio.to_thread.run_sync(indexes)
     assert "runs_queue_by_age" in found  # version 3
     assert "runs_queued" not in found
+    assert "events_steps" in found  # version 4: the journaled steps' own index
 
 
 async def test_workers_looking_at_once_are_handed_different_runs(

@@ -1,0 +1,219 @@
+"""What running a pydantic-ai agent as a durable awaken_trio run adds per model call, against
+calling pydantic-ai on plain asyncio in the same process.
+
+Run from the repository root (needs the ``pydantic-ai`` extra)::
+
+    python benchmarks/bench_pydantic_ai.py            # three rounds, about a minute
+    python benchmarks/bench_pydantic_ai.py --runs 20  # fewer runs per round
+
+The agent is pydantic-ai's ``FunctionModel`` (no network), answering at once: each run makes
+``--rounds-per-run`` tool calls, one per model request, then answers, so a run is
+``rounds + 1`` model requests and ``rounds`` tool calls. Measured, interleaved in each round
+(so a machine that gets busier slows all of them alike), each over the same runs:
+
+1. ``asyncio``: ``await agent.run(prompt)`` on plain asyncio (``asyncio.run``): the baseline;
+2. ``asyncio+journal``: the same on plain asyncio with a pydantic-ai durability capability
+   whose journal is a dict: what pydantic-ai's own durable machinery costs, for any engine;
+3. ``agent_body``: ``runtime.execute(agent_body(agent))`` on the memory store: a durable run
+   per agent run, with its own loop and thread per attempt, every model request and tool
+   call a journaled step;
+4. ``bridge``: what 3 does per model request apart from pydantic-ai, alone: from asyncio,
+   a ``RunContext.step`` through the bridge whose function runs a coroutine back on the
+   loop (two round trips between the threads) and commits its result.
+
+1-3 report microseconds per model request (a run's time over its model requests), 4
+microseconds per step; the medians of three rounds, and what 3 adds over 2. Target: the
+bridge (4, and 3 over 2) adds under 1 ms per model request.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import trio
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from pydantic_ai import Agent
+from pydantic_ai.durable_exec import (
+    BaseDurabilityCapability,
+    JournalCallableOperationBackend,
+    RoleBasedOperationConfig,
+)
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelResponse,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+)
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+from awaken_trio import RunContext, open_runtime
+from awaken_trio.integrations._asyncio_bridge import open_asyncio_bridge
+from awaken_trio.integrations.pydantic_ai import _Durability, agent_body
+from awaken_trio.store import MemoryStore
+
+
+def make_agent(rounds: int) -> Agent[None, str]:
+    async def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        done = sum(
+            isinstance(part, ToolReturnPart) for message in messages for part in message.parts
+        )
+        if done < rounds:
+            call = ToolCallPart("add", {"a": done, "b": 1}, tool_call_id=f"c{done}")
+            return ModelResponse(parts=[call])
+        return ModelResponse(parts=[TextPart(f"done after {done}")])
+
+    agent: Agent[None, str] = Agent(FunctionModel(model), name="bench")
+
+    @agent.tool_plain
+    async def add(a: int, b: int) -> int:
+        return a + b
+
+    return agent
+
+
+async def on_asyncio(agent: Agent[None, str], runs: int) -> float:
+    start = time.perf_counter()
+    for _ in range(runs):
+        await agent.run("go")
+    return time.perf_counter() - start
+
+
+class _DictBackend(JournalCallableOperationBackend[None]):
+    """A journal in a dict: each unit's JSON payload kept by name and ordinal."""
+
+    def __init__(self, agent_name: str, default_model_id: str | None) -> None:
+        super().__init__(
+            agent_name=agent_name,
+            default_model_id=default_model_id,
+            config=RoleBasedOperationConfig(model=None, event=None, capability=None, tool=None),
+        )
+        self.journal: dict[tuple[str, int], object] = {}
+        self.counts: dict[str, int] = {}
+
+    async def execute(
+        self, *, operation_id: Any, name: str, body: Any, cache_key: Any, config: None
+    ) -> object:
+        index = self.counts.get(name, 0)
+        self.counts[name] = index + 1
+        if (name, index) not in self.journal:
+            self.journal[(name, index)] = await body()
+        return self.journal[(name, index)]
+
+
+class _DictDurability(BaseDurabilityCapability[Any]):
+    # The same choices as agent_body's engine (JSON journal, tools one at a time).
+    engine_spec = _Durability.engine_spec
+
+    @property
+    def in_durable_context(self) -> bool:
+        return True
+
+    def get_durable_operation_backend(self) -> _DictBackend:
+        return _DictBackend(self.name, self.default_model_id)
+
+
+async def on_asyncio_journal(agent: Agent[None, str], runs: int) -> float:
+    start = time.perf_counter()
+    for _ in range(runs):
+        await agent.run("go", capabilities=[_DictDurability()])
+    return time.perf_counter() - start
+
+
+async def bridge_steps(steps: int) -> float:
+    """Seconds for ``steps`` steps taken from asyncio through the bridge, as agent_body's
+    backend takes one per model request (its function runs a coroutine on the loop)."""
+
+    async def payload() -> object:
+        return {"parts": [{"content": "hi", "part_kind": "text"}], "kind": "response"}
+
+    async def unit(ctx: RunContext, bridge: Any) -> object:
+        return await bridge.run(payload)
+
+    async def body(ctx: RunContext) -> float:
+        async with open_asyncio_bridge(ctx.run_id) as bridge:
+
+            async def from_asyncio() -> float:
+                start = time.perf_counter()
+                for _ in range(steps):
+                    await bridge.call(ctx.step, "bench.step", unit, ctx, bridge)
+                return time.perf_counter() - start
+
+            result: float = await bridge.run(from_asyncio)
+            return result
+
+    async with open_runtime(MemoryStore()) as runtime:
+        await runtime.execute(body, run_id="bench")
+        record = await runtime.record("bench")
+        return float(record.result)
+
+
+async def as_runs(agent: Agent[None, str], runs: int) -> float:
+    body = agent_body(agent)
+    async with open_runtime(MemoryStore(), bodies={"bench": body}) as runtime:
+        start = time.perf_counter()
+        for _ in range(runs):
+            await runtime.execute(body, input="go")
+        return time.perf_counter() - start
+
+
+def _timed(run: Callable[[], object]) -> tuple[float, float]:
+    """Wall and CPU seconds (the process's CPU, every thread's) of ``run()``."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    run()
+    return time.perf_counter() - wall, time.process_time() - cpu
+
+
+def one_round(agent: Agent[None, str], runs: int, requests: int) -> dict[str, tuple[float, float]]:
+    """Wall and CPU microseconds per model request each way (per step for the bridge)."""
+    per = runs * requests / 1e6
+    timings = {
+        "asyncio": _timed(lambda: asyncio.run(on_asyncio(agent, runs))),
+        "asyncio+journal": _timed(lambda: asyncio.run(on_asyncio_journal(agent, runs))),
+        "agent_body": _timed(lambda: trio.run(as_runs, agent, runs)),
+        "bridge": _timed(lambda: trio.run(bridge_steps, runs * requests)),
+    }
+    return {way: (wall / per, cpu / per) for way, (wall, cpu) in timings.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--runs", type=int, default=60)
+    parser.add_argument("--rounds-per-run", type=int, default=4)
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    agent = make_agent(args.rounds_per_run)
+    requests = args.rounds_per_run + 1
+    one_round(agent, 5, requests)  # warm up: pydantic-ai builds its schemas on first use
+    rounds = [one_round(agent, args.runs, requests) for _ in range(args.repeat)]
+    wall = {way: statistics.median(r[way][0] for r in rounds) for way in rounds[0]}
+    cpu = {way: statistics.median(r[way][1] for r in rounds) for way in rounds[0]}
+    print(
+        f"{args.runs} runs of {requests} model requests and {args.rounds_per_run} tool calls,"
+        f" medians of {args.repeat} rounds, us per model request (per step for the bridge):"
+    )
+    print(f"  {'':<16} {'wall':>9} {'cpu':>9}")
+    for way in wall:
+        print(f"  {way:<16} {wall[way]:9.1f} {cpu[way]:9.1f}")
+    for label, values in (("wall", wall), ("cpu", cpu)):
+        added = values["agent_body"] - values["asyncio+journal"]
+        machinery = values["asyncio+journal"] - values["asyncio"]
+        print(
+            f"  {label}: agent_body adds {added:.1f} over asyncio+journal;"
+            f" pydantic-ai's journal machinery adds {machinery:.1f} over asyncio"
+        )
+    met = "met" if wall["bridge"] < 1000 else "MISSED"
+    print(f"target (the bridge adds < 1 ms per model request): {wall['bridge']:.1f} us, {met}")
+
+
+if __name__ == "__main__":
+    main()
