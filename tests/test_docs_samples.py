@@ -6,15 +6,20 @@ is said by its fence and, optionally, an HTML comment on the line before it:
 
 - ```` ```python ````: run as a script by this interpreter in a process of its own (in the
   page's directory), and it must exit 0; its own ``assert`` lines are its checks.
-- ``<!-- sample: file NAME -->`` before a python block: written to ``NAME`` in the page's
-  directory (importable by later samples and by a worker), and compiled.
+- ``<!-- sample: file NAME -->`` before a block of any language: written to ``NAME`` in the
+  page's directory (a module importable by later samples and by a worker, compiled; a
+  project's ``pyproject.toml``).
 - ``<!-- sample: pytest -->``: written to a test module and run by pytest in a process of
-  its own (the package's plugin gives it the ``explore`` fixture); every test must pass.
+  its own, in the page's directory as in a user's project: with the configuration the page
+  wrote there and no option of this suite's (the package's plugin gives it the ``explore``
+  fixture); every test must pass.
 - ``<!-- sample: worker MODULE:ATTR -->``: an ``awaken-trio worker MODULE:ATTR`` process
   serves ``sqlite:///runs.db`` in the page's directory while the sample runs, then is
   killed.
 - ```` ```console ````: each ``$ `` line is run by bash in the page's directory and must
-  exit 0; every output line written under it must appear in what it printed.
+  exit 0; the lines written under it are what it printed (stdout and stderr as a terminal
+  shows them, blank lines and spacing aside): ``...`` stands for any lines, and a fresh
+  run id or a time for any other, the page's being an example.
 
 Blocks of any other language (``sh``, ``text``, ``toml``) are shown, not run: they are the
 commands that install things, serve until Ctrl-C, or need a PostgreSQL server or a model key.
@@ -30,6 +35,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Final
 
 import attrs
 import pytest
@@ -61,7 +67,8 @@ class Sample:
 
     @property
     def where(self) -> str:
-        return f"{self.page.relative_to(ROOT)}:{self.line}"
+        shown = self.page.relative_to(ROOT) if self.page.is_relative_to(ROOT) else self.page
+        return f"{shown}:{self.line}"
 
 
 def samples(page: Path) -> list[Sample]:
@@ -129,9 +136,11 @@ def _run_pytest(sample: Sample, where: Path, index: int) -> None:
     module = where / f"test_docs_sample_{index}.py"
     module.write_text(sample.code)
     finished = subprocess.run(
+        # As a user's project runs it: its own configuration (pyproject.toml, written by
+        # the page, or none), not this suite's options.
         [
             *(sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"),
-            *("-o", "trio_mode=true", "--rootdir", str(where), module.name),
+            *("--rootdir", str(where), module.name),
         ],
         cwd=where,
         env=_environment(),
@@ -141,6 +150,35 @@ def _run_pytest(sample: Sample, where: Path, index: int) -> None:
     )
     assert finished.returncode == 0, f"{sample.where}\n{finished.stdout}\n{finished.stderr}"
     assert re.search(r"\b\d+ passed\b", finished.stdout), finished.stdout
+
+
+# What differs from one run of a command to the next: a fresh run id, a time (as text, or
+# as a JSON number under a time's key). The page's values are examples of them.
+_VARYING: Final = (
+    (re.compile(r"\b[0-9a-f]{28}\b"), "<run id>"),
+    (re.compile(r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(\.\d+)?Z?"), "<time>"),
+    (
+        re.compile(r'"(at|created_at|updated_at|started_at|ended_at|deadline)": -?[\d.e+-]+'),
+        r'"\1": <time>',
+    ),
+)
+ELIDED: Final = "..."
+"""A line of a console sample standing for any number of printed lines."""
+
+
+def _normalised(line: str) -> str:
+    for pattern, replacement in _VARYING:
+        line = pattern.sub(replacement, line)
+    return " ".join(line.split())
+
+
+def _shows(shown: list[str], printed: list[str]) -> bool:
+    """Whether the lines a page shows are the lines printed, ``...`` standing for any."""
+    if not shown:
+        return not printed
+    if shown[0] == ELIDED:
+        return any(_shows(shown[1:], printed[i:]) for i in range(len(printed) + 1))
+    return bool(printed) and shown[0] == printed[0] and _shows(shown[1:], printed[1:])
 
 
 def _run_console(sample: Sample, where: Path) -> None:
@@ -153,21 +191,24 @@ def _run_console(sample: Sample, where: Path) -> None:
             commands[-1][1].append(line)
     assert commands, f"{sample.where}: a console block with no command"
     for command, expected in commands:
+        # Both streams in one, in the order they were written, as a terminal shows them.
         finished = subprocess.run(
             ["bash", "-c", command],
             cwd=where,
             env=_environment(),
-            capture_output=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
             text=True,
             timeout=TIMEOUT,
         )
-        printed = finished.stdout + finished.stderr
+        printed = finished.stdout
         assert finished.returncode == 0, f"{sample.where}: {command}\n{printed}"
-        normalised = {" ".join(line.split()) for line in printed.splitlines()}
-        for line in expected:
-            assert " ".join(line.split()) in normalised, (
-                f"{sample.where}: {command} did not print {line!r}; it printed:\n{printed}"
-            )
+        shown = [_normalised(line) for line in expected]
+        got = [_normalised(line) for line in printed.splitlines() if line.strip()]
+        assert _shows(shown, got), (
+            f"{sample.where}: {command} printed:\n{printed}\nthe page shows:\n"
+            + "\n".join(expected)
+        )
 
 
 def run_page(page: Path, where: Path) -> int:
@@ -175,14 +216,15 @@ def run_page(page: Path, where: Path) -> int:
     ran = 0
     for index, sample in enumerate(samples(page)):
         kind, _, argument = sample.marker.partition(" ")
-        if sample.lang == "console":
+        if kind == "file":
+            (where / argument).write_text(sample.code)
+            if sample.lang == "python":
+                compile(sample.code, sample.where, "exec")
+        elif sample.lang == "console":
             _run_console(sample, where)
         elif sample.lang != "python":
             assert not sample.marker, f"{sample.where}: a marker on a block that never runs"
             continue
-        elif kind == "file":
-            (where / argument).write_text(sample.code)
-            compile(sample.code, sample.where, "exec")
         elif kind == "pytest":
             _run_pytest(sample, where, index)
         elif kind == "worker":
@@ -270,17 +312,44 @@ def test_the_cancellation_safety_sample_finds_the_lock_left_held() -> None:
         trio.run(test, explore_cancellation)
 
 
-def test_a_failing_console_sample_is_reported(tmp_path: Path) -> None:
-    """The console runner fails a command that exits non-zero and output that is missing."""
+def console_sample(tmp_path: Path, text: str) -> Sample:
     page = tmp_path / "page.md"
-    page.write_text("```console\n$ false\n```\n")
-    [failing] = samples(page)
+    page.write_text(f"```console\n{text}```\n")
+    [sample] = samples(page)
+    return sample
+
+
+def test_a_failing_console_sample_is_reported(tmp_path: Path) -> None:
+    """The console runner fails a command that exits non-zero, output that is missing,
+    and output the page does not show: what it shows is what the command prints."""
     with pytest.raises(AssertionError, match="false"):
-        _run_console(attrs.evolve(failing, page=ROOT / "README.md"), tmp_path)
-    page.write_text("```console\n$ echo one\ntwo\n```\n")
-    [missing] = samples(page)
-    with pytest.raises(AssertionError, match="did not print 'two'"):
-        _run_console(attrs.evolve(missing, page=ROOT / "README.md"), tmp_path)
+        _run_console(console_sample(tmp_path, "$ false\n"), tmp_path)
+    with pytest.raises(AssertionError, match="the page shows"):
+        _run_console(console_sample(tmp_path, "$ echo one\ntwo\n"), tmp_path)
+    with pytest.raises(AssertionError, match="the page shows"):
+        _run_console(console_sample(tmp_path, "$ echo one; echo two\none\n"), tmp_path)
+    with pytest.raises(AssertionError, match="the page shows"):  # a command printing nothing
+        _run_console(console_sample(tmp_path, "$ true\nsomething\n"), tmp_path)
+    with pytest.raises(AssertionError, match="the page shows"):  # output shown as nothing
+        _run_console(console_sample(tmp_path, "$ echo one\n"), tmp_path)
+
+
+def test_a_console_sample_may_elide_lines_and_shows_ids_and_times_as_any(tmp_path: Path) -> None:
+    """``...`` stands for any lines; a fresh run id and a time match any other (the page's
+    are an example of what a run prints); spacing is not compared (tables)."""
+    printed = (
+        "echo 01a24234a364040aff2f37b57cf2; echo first; echo middle; echo more;"
+        " echo 'last  one'; echo 'at 2025-06-01 12:00:03.118'; echo '{\"at\": 1717243203.5}'"
+    )
+    shown = (
+        f"$ {printed}\n0123456789abcdef0123456789ab\nfirst\n...\nlast one\n"
+        'at 2031-01-01 00:00:00.000\n{"at": 1.0}\n'
+    )
+    _run_console(console_sample(tmp_path, shown), tmp_path)
+    with pytest.raises(AssertionError, match="the page shows"):  # a name is not an id
+        _run_console(
+            console_sample(tmp_path, "$ echo doc-7\n01a24234a364040aff2f37b57cf2\n"), tmp_path
+        )
 
 
 def test_a_failing_python_sample_is_reported(tmp_path: Path) -> None:
@@ -290,3 +359,34 @@ def test_a_failing_python_sample_is_reported(tmp_path: Path) -> None:
     [failing] = samples(page)
     with pytest.raises(AssertionError, match=r"README.md:3(.|\n)*arithmetic"):
         _run_python(attrs.evolve(failing, page=ROOT / "README.md"), tmp_path, 0)
+
+
+TRIO_TEST = "import trio\n\n\nasync def test_sleeps() -> None:\n    await trio.sleep(0)\n"
+
+
+@pytest.mark.slow  # two pytest processes
+def test_a_pytest_sample_runs_as_a_users_project_runs_it(tmp_path: Path) -> None:
+    """No option a user's project would not have: an async test without the project's
+    own ``trio_mode = true`` fails, as it would for them; with it written by the page (a
+    ``file`` sample of any language), it passes."""
+    page = tmp_path / "page.md"
+    bare = f"<!-- sample: pytest -->\n```python\n{TRIO_TEST}```\n"
+    page.write_text(bare)
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    with pytest.raises(AssertionError):
+        run_page(page, alone)
+    config = "[tool.pytest.ini_options]\ntrio_mode = true\n"
+    page.write_text(f"<!-- sample: file pyproject.toml -->\n```toml\n{config}```\n\n{bare}")
+    configured = tmp_path / "configured"
+    configured.mkdir()
+    assert run_page(page, configured) == 2
+    assert (configured / "pyproject.toml").read_text() == config
+
+
+def test_the_testing_guide_sets_trio_mode_before_its_first_pytest_sample() -> None:
+    found = samples(DOCS / "guides" / "testing.md")
+    first_pytest = next(i for i, s in enumerate(found) if s.marker == "pytest")
+    configs = [s for s in found[:first_pytest] if s.marker == "file pyproject.toml"]
+    assert configs, "the first pytest sample comes before the project's configuration"
+    assert "trio_mode = true" in configs[0].code

@@ -12,9 +12,11 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 import click
+from click.exceptions import NoArgsIsHelpError
 
-from ._common import Exit, one_line
+from ._common import CommandFailed, Exit, one_line, report
 from ._demo import run_demo
+from ._logging import say
 from ._runs import json_option, runs, store_option
 from ._ui import ui
 from ._worker import worker
@@ -45,19 +47,35 @@ cli.add_command(runs)
 cli.add_command(ui)
 
 
+def usage_failure(exc: click.UsageError) -> CommandFailed:
+    """A usage error (an unknown option, a bad value, a missing argument) as a failure to
+    report: its message and where its command's help is."""
+    error = "bad_input" if isinstance(exc, click.BadParameter) else "usage_error"
+    where = "awaken-trio" if exc.ctx is None else exc.ctx.command_path
+    return CommandFailed(
+        Exit.BAD_INPUT, error, one_line(f"{exc.format_message()} (see {where} --help)")
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> NoReturn:
     """The ``awaken-trio`` entry point (also ``python -m awaken_trio``)."""
+    args = list(sys.argv[1:] if argv is None else argv)
     try:
-        code = cli.main(args=argv, prog_name="awaken-trio", standalone_mode=False)
+        code = cli.main(args=args, prog_name="awaken-trio", standalone_mode=False)
+    except NoArgsIsHelpError as exc:
+        exc.show()  # a group given no command: its help
+        sys.exit(Exit.BAD_INPUT)
+    except click.UsageError as exc:
+        # One line, as every other failure (``--json``: the error object on stdout).
+        report(usage_failure(exc), as_json="--json" in args)
+        sys.exit(Exit.BAD_INPUT)
     except click.ClickException as exc:
         exc.show()
         sys.exit(exc.exit_code)
     except (click.Abort, KeyboardInterrupt):
-        click.echo("awaken-trio: interrupted", err=True)
+        say("awaken-trio: interrupted")
         sys.exit(Exit.INTERRUPTED)
     except Exception as exc:
-        click.echo(
-            f"awaken-trio: internal error: {type(exc).__name__}: {one_line(str(exc))}", err=True
-        )
+        say(f"awaken-trio: internal error: {type(exc).__name__}: {one_line(str(exc))}")
         sys.exit(Exit.INTERNAL)
     sys.exit(code if isinstance(code, int) else Exit.DONE)

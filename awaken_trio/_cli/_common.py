@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import enum
 import json
+import logging
 import os
 import re
 import signal
@@ -42,8 +43,9 @@ from .. import (
     UnknownRun,
     open_runtime,
 )
-from ..store import open_store, state_to_json
+from ..store import MemoryStore, open_store, state_to_json
 from ._shapes import describe_state
+from ._words import COMMAND_LINE, Words, refusal_message
 
 T = TypeVar("T")
 
@@ -116,9 +118,14 @@ def snake_case(name: str) -> str:
     return re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", name).lower()
 
 
-def failure_of(exc: BaseException, state: RunState | None = None) -> CommandFailed:
-    """The `CommandFailed` an error of the library (or of the input) comes out as."""
-    message = one_line(str(exc))
+def failure_of(
+    exc: BaseException, state: RunState | None = None, *, words: Words = COMMAND_LINE
+) -> CommandFailed:
+    """The `CommandFailed` an error of the library (or of the input) comes out as: a
+    refusal said in the face's ``words`` (see `refusal_message`), given the run's
+    committed ``state`` when it is known."""
+    said = refusal_message(exc, state, words) if isinstance(exc, AwakenError) else None
+    message = one_line(str(exc) if said is None else said)
     name = snake_case(type(exc).__name__)
     if isinstance(exc, REFUSALS):
         return CommandFailed(Exit.REFUSED, name, message, state)
@@ -144,8 +151,9 @@ def error_json(failure: CommandFailed) -> dict[str, JsonValue]:
     return {"error": failure.error, "message": failure.message, "state": state}
 
 
-def report(failure: CommandFailed, *, as_json: bool) -> None:
-    """Print a failure: one line on stderr, or (``as_json``) one object on stdout."""
+def report(failure: CommandFailed, *, as_json: bool, log: logging.Logger | None = None) -> None:
+    """Print a failure: one line on stderr, or (``as_json``) one object on stdout; or, for
+    a command that logs (``log``: ``worker``, ``ui``), one ERROR record of its log."""
     if as_json:
         click.echo(json.dumps(error_json(failure), ensure_ascii=False))
         return
@@ -153,31 +161,45 @@ def report(failure: CommandFailed, *, as_json: bool) -> None:
     if failure.code is Exit.REFUSED:
         committed = "unknown run" if failure.state is None else describe_state(failure.state)
         text += f" [committed state: {committed}]"
+    if log is not None:
+        log.error("%s", text, extra={"error": failure.error})
+        return
     click.echo(text, err=True)
 
 
-async def refused(runtime: Runtime, exc: AwakenError, run_id: str) -> CommandFailed:
-    """The failure of a refused request, with the run's committed state read after it."""
+async def refused(
+    runtime: Runtime, exc: AwakenError, run_id: str | None, *, words: Words = COMMAND_LINE
+) -> CommandFailed:
+    """The failure of a refused request, with the committed state of the run it named
+    (``run_id``; None when it named none) read after it."""
     state: RunState | None = getattr(exc, "state", None)
-    if state is None and not isinstance(exc, UnknownRun):
+    if state is None and run_id is not None and not isinstance(exc, UnknownRun):
         try:
             state = await runtime.state(run_id)
-        except (UnknownRun, StoreError):
+        except (UnknownRun, InvalidArgument, StoreError):
             state = None
-    return failure_of(exc, state)
+    return failure_of(exc, state, words=words)
 
 
 # ---------------------------------------------------------------------------- input
 
 
 def parse_json(text: str, what: str) -> JsonValue:
-    """A JSON argument (``--input``, ``--value``, a message), or exit 2 naming the problem."""
+    """A JSON argument (``--input``, ``--value``, a message, a control's body), or bad
+    input (exit 2, or 400) naming the problem; never Python's own error for text past its
+    limits (a number of thousands of digits, nesting past the recursion limit)."""
 
     def refuse_constant(name: str) -> object:
         raise ValueError(f"{name} is not a JSON value")
 
     try:
         value: JsonValue = json.loads(text, parse_constant=refuse_constant)
+    except RecursionError:
+        raise bad_input(
+            f"{what} is nested too deeply to read (more levels than this interpreter's"
+            f" recursion limit of {sys.getrecursionlimit()}): send a value nested less deeply",
+            "malformed_json",
+        ) from None
     except ValueError as exc:
         raise bad_input(
             f"{what} is not valid JSON ({exc}): give a JSON value, e.g. '{{\"q\": 1}}',"
@@ -187,12 +209,70 @@ def parse_json(text: str, what: str) -> JsonValue:
     return value
 
 
+SHOWN_CHARACTERS: Final = 24
+"""How much of a long value a message quotes."""
+
+
+def shorten(text: str) -> str:
+    """``text`` quoted for a message, its start alone when it is long (a value of
+    thousands of characters is named, not echoed)."""
+    if len(text) <= SHOWN_CHARACTERS:
+        return repr(text)
+    return f"{text[:SHOWN_CHARACTERS]!r}... ({len(text)} characters)"
+
+
+def whole_number(text: str, *, low: int, high: int) -> int | None:
+    """``text`` as a whole number from ``low`` to ``high`` (ASCII digits, leading zeros
+    allowed), else None. A number too long to be in range is refused by its length, so
+    Python's limit on digits converted (4,300) is never reached."""
+    if not (text.isascii() and text.isdigit()):
+        return None
+    digits = text.lstrip("0") or "0"
+    if len(digits) > len(str(high)):
+        return None
+    number = int(digits)
+    return number if low <= number <= high else None
+
+
+class _ShortNumbers(click.ParamType[Any, Any]):
+    """A number option that refuses text longer than any number it could take by its
+    length, quoting only its start (the conversion and the range are its base class's)."""
+
+    LONGEST: Final = 32
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and len(value) > self.LONGEST:
+            self.fail(f"{shorten(value)} is not a number this option takes", param, ctx)
+        return super().convert(value, param, ctx)
+
+
+class WholeRange(_ShortNumbers, click.IntRange):
+    """`click.IntRange`, refusing a number of thousands of digits in one short line."""
+
+
+class SecondsRange(_ShortNumbers, click.FloatRange):
+    """`click.FloatRange`, refusing a number of thousands of digits in one short line."""
+
+
 def store_url(url: str | None) -> str:
+    """The store a command that reads, steers or serves runs opens: given, and shared with
+    other processes (every command but ``demo``, which makes its own)."""
     if not url:
         raise bad_input(
             f"no store given: pass --store URL or set {STORE_ENV}"
             " (e.g. sqlite:///runs.db, sqlite:////absolute/runs.db)",
             "no_store",
+        )
+    try:
+        store = open_store(url)  # no I/O: it only parses the URL
+    except InvalidArgument as exc:
+        raise failure_of(exc) from None
+    if isinstance(store, MemoryStore):
+        raise bad_input(
+            f"--store {url} is a store inside one process: this command would open a new,"
+            " empty one, holding none of your runs; give the store your runs are in, e.g."
+            " sqlite:///runs.db or postgresql://USER@HOST/DB",
+            "invalid_argument",
         )
     return url
 
@@ -247,17 +327,19 @@ def emit(text: str) -> None:
     sys.stdout.flush()
 
 
-def early(fn: Callable[[], T], *, as_json: bool) -> T:
+def early(fn: Callable[[], T], *, as_json: bool, log: logging.Logger | None = None) -> T:
     """Check the input before anything opens (a bad argument is reported as such, whatever
     the store)."""
     try:
         return fn()
     except CommandFailed as failure:
-        report(failure, as_json=as_json)
+        report(failure, as_json=as_json, log=log)
         sys.exit(failure.code)
 
 
-def execute(fn: Callable[[], Awaitable[None]], *, as_json: bool) -> None:
+def execute(
+    fn: Callable[[], Awaitable[None]], *, as_json: bool, log: logging.Logger | None = None
+) -> None:
     """Run a command's async function under Trio; a failure is reported (`report`) and
     becomes the exit code."""
     try:
@@ -266,10 +348,10 @@ def execute(fn: Callable[[], Awaitable[None]], *, as_json: bool) -> None:
         except BaseExceptionGroup as group:
             raise _sole_leaf(group) from None
     except CommandFailed as failure:
-        report(failure, as_json=as_json)
+        report(failure, as_json=as_json, log=log)
         sys.exit(failure.code)
     except AwakenError as exc:
-        report(failure_of(exc), as_json=as_json)
+        report(failure_of(exc), as_json=as_json, log=log)
         sys.exit(failure_of(exc).code)
 
 

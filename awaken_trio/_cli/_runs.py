@@ -19,7 +19,7 @@ from rich.live import Live
 
 from .. import (
     InvalidArgument,
-    JsonValue,
+    InvalidPayload,
     LiveCommand,
     RunEvent,
     RunRecord,
@@ -34,16 +34,20 @@ from ._common import (
     STORE_ENV,
     CommandFailed,
     Exit,
+    WholeRange,
     bad_input,
     console,
     early,
     emit,
     execute,
+    failure_of,
     open_cli_runtime,
     parse_json,
     refused,
+    shorten,
     store_url,
     until_signalled,
+    whole_number,
 )
 from ._shapes import (
     EVENT_COLUMNS,
@@ -69,8 +73,8 @@ store_option = click.option(
     metavar="URL",
     envvar=STORE_ENV,
     show_envvar=True,
-    help="The store: sqlite:///relative.db, sqlite:////absolute.db, memory:// (default: $"
-    f"{STORE_ENV}).",
+    help="The store the runs are in: sqlite:///relative.db, sqlite:////absolute.db or"
+    f" postgresql://USER:PASSWORD@HOST:PORT/DB (default: ${STORE_ENV}).",
 )
 json_option = click.option(
     "--json", "as_json", is_flag=True, help="Print JSON (the shapes of the store's codec)."
@@ -106,7 +110,7 @@ def runs() -> None:
 @thread_filter
 @name_filter
 @click.option(
-    "--limit", type=click.IntRange(min=1), default=50, show_default=True, help="At most N runs."
+    "--limit", type=WholeRange(min=1), default=50, show_default=True, help="At most N runs."
 )
 @click.option("--before", metavar="ID", help="Only runs created before run ID (the next page).")
 def list_runs(
@@ -137,7 +141,7 @@ async def _listed(runtime: Runtime, before: str | None, **filters: Any) -> list[
     try:
         return await runtime.list_runs(before=before, **filters)
     except REFUSALS as exc:  # an unknown `before`
-        raise await refused(runtime, exc, before or "") from None
+        raise await refused(runtime, exc, before) from None
 
 
 @runs.command("show")
@@ -183,7 +187,7 @@ def show(store: str | None, as_json: bool, run_id: str) -> None:
 @json_option
 @click.argument("run_id", metavar="[ID]", required=False)
 @click.option(
-    "--after", type=click.IntRange(min=0), default=0, metavar="SEQ", help="Only events after SEQ."
+    "--after", type=WholeRange(min=0), default=0, metavar="SEQ", help="Only events after SEQ."
 )
 @click.option(
     "--follow",
@@ -207,7 +211,7 @@ def events(store: str | None, as_json: bool, run_id: str | None, after: int, fol
                         else:
                             out.print("  ".join(event_cells(event)), soft_wrap=True)
                 except REFUSALS as exc:
-                    raise await refused(runtime, exc, run_id or "") from None
+                    raise await refused(runtime, exc, run_id) from None
 
             await until_signalled(print_events)
 
@@ -304,9 +308,7 @@ class _TextOut:
 @store_option
 @json_option
 @click.argument("run_id", metavar="[ID]", required=False)
-@click.option(
-    "--limit", type=click.IntRange(min=1), default=20, show_default=True, help="Runs shown."
-)
+@click.option("--limit", type=WholeRange(min=1), default=20, show_default=True, help="Runs shown.")
 def watch(store: str | None, as_json: bool, run_id: str | None, limit: int) -> None:
     """A live table of the newest runs (or of one run's events), until Ctrl-C or until the
     watched run ends. Off a terminal, or with --json, one line per event instead."""
@@ -330,7 +332,7 @@ def watch(store: str | None, as_json: bool, run_id: str | None, limit: int) -> N
                     else:
                         await _watch_events(runtime, run_id)
                 except REFUSALS as exc:
-                    raise await refused(runtime, exc, run_id or "") from None
+                    raise await refused(runtime, exc, run_id) from None
 
             await until_signalled(follow)
 
@@ -393,7 +395,7 @@ def submit(
                 handle = await runtime.submit(name, input=value, run_id=run_id, thread_id=thread_id)
                 record = await runtime.record(handle.run_id)
             except REFUSALS as exc:
-                raise await refused(runtime, exc, run_id or "") from None
+                raise await refused(runtime, exc, run_id) from None
         emit(dumps(row_json(record)) if as_json else record.run_id)
 
     execute(run, as_json=as_json)
@@ -405,7 +407,7 @@ def submit(
 @click.argument("run_id", metavar="ID")
 @click.option(
     "--at",
-    type=click.IntRange(min=1),
+    type=WholeRange(min=1),
     metavar="SEQ",
     help="Start from the checkpoint as of the run's event SEQ (default: its last).",
 )
@@ -423,24 +425,73 @@ def fork(
                 record = await runtime.record(handle.run_id)
             except REFUSALS as exc:
                 raise await refused(runtime, exc, new_run_id or run_id) from None
+            except InvalidArgument as exc:
+                raise await _unforkable(runtime, exc, run_id, at) from None
         emit(dumps(row_json(record)) if as_json else record.run_id)
 
     execute(run, as_json=as_json)
 
 
+async def _unforkable(
+    runtime: Runtime, exc: InvalidArgument, run_id: str, at: int | None
+) -> CommandFailed:
+    """Why ``run_id`` cannot be forked (at ``at``), in the command line's words."""
+    record = await runtime.record(run_id)
+    if record.name is None:
+        return bad_input(
+            f"run {run_id!r} has no body name (a program started it with its body, not by a"
+            " name a worker serves), so no worker could run a fork of it",
+            "invalid_argument",
+        )
+    if at is not None:
+        return bad_input(
+            f"--at {at} is not one of run {run_id!r}'s events; pick a SEQ from"
+            f" `runs events {run_id}`, or leave --at out to fork from its last",
+            "invalid_argument",
+        )
+    return failure_of(exc)
+
+
+async def _unresumable(runtime: Runtime, exc: InvalidArgument, run_id: str) -> CommandFailed:
+    """Why no worker could run the attempt a resume of ``run_id`` would start, in the
+    command line's words."""
+    record = await runtime.record(run_id)
+    if record.parent_run_id is not None:
+        return bad_input(
+            f"run {run_id!r} is a child of run {record.parent_run_id!r}: only the process"
+            " that runs its parent can resume it (a child never outlives its parent's"
+            " attempt); its ticket is still live",
+            "invalid_argument",
+        )
+    if record.name is None:
+        return bad_input(
+            f"run {run_id!r} has no body name (a program started it with its body, not by a"
+            " name a worker serves), so no worker can run it: resume it from that program;"
+            " its ticket is still live",
+            "invalid_argument",
+        )
+    return failure_of(exc)
+
+
 _UNITS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+_LONGEST_DURATION: Final = 10**12
+"""The most of any unit a duration may count (tens of millions of years in seconds; the
+bound keeps the count far from Python's limit on digits converted)."""
 
 
 def parse_duration(text: str) -> float:
     """``30m``, ``12h``, ``7d``, ``0s``: a whole number and a unit, in seconds."""
     number, unit = text[:-1], text[-1:]
-    if unit not in _UNITS or not number.isascii() or not number.isdigit():
+    count = whole_number(number, low=0, high=_LONGEST_DURATION) if unit in _UNITS else None
+    if count is None:
         raise bad_input(
-            f"--ended-before needs a duration such as 0s, 30m, 12h or 7d (a whole number and"
-            f" one of s, m, h, d), not {text!r}",
+            f"--ended-before needs a duration such as 0s, 30m, 12h or 7d (a whole number up"
+            f" to {_LONGEST_DURATION} and one of s, m, h, d), not {shorten(text)}",
             "invalid_argument",
         )
-    return float(int(number) * _UNITS[unit])
+    return float(count * _UNITS[unit])
 
 
 @runs.command("prune")
@@ -500,9 +551,11 @@ def _end_many(
     dry_run: bool,
     yes: bool,
     end: Callable[[Runtime, str], Awaitable[object]],
+    ended_word: str,
 ) -> None:
-    """End every run the filters select: ``--dry-run`` says which, ``--yes`` ends them
-    (runs that end meanwhile, a child with its parent, are left as they ended)."""
+    """End every run the filters select that has not ended: ``--dry-run`` says which (an
+    ended run is never counted: nothing could end it), ``--yes`` ends them and says which
+    it ended (a run that ends meanwhile, a child with its parent, is left as it ended)."""
     if dry_run == yes:
         raise click.UsageError(
             "filters select many runs: add --dry-run to see which, or --yes to end them"
@@ -516,7 +569,7 @@ def _end_many(
             before: str | None = None
             while True:
                 page = await runtime.list_runs(limit=_PAGE, before=before, **filters)
-                matched += [record.run_id for record in page]
+                matched += [record.run_id for record in page if not record.state.is_ended]
                 if len(page) < _PAGE:
                     break
                 before = page[-1].run_id
@@ -528,16 +581,18 @@ def _end_many(
                     except REFUSALS:
                         continue  # it ended another way first (a parent took it along)
                     ended.append(run_id)
+        shown = matched if dry_run else ended
         if as_json:
-            data: dict[str, JsonValue] = {"matched": len(matched), "run_ids": matched}
-            if yes:
-                data["ended"] = ended
-            emit(dumps(data))
+            emit(dumps({"matched": len(matched), "run_ids": list(shown)}))
             return
-        verb = "would end" if dry_run else "ended"
-        count = len(matched) if dry_run else len(ended)
-        emit(f"{len(matched)} runs matched; {verb} {count}")
-        for run_id in matched:
+        runs = "run" if len(shown) == 1 else "runs"
+        if dry_run:
+            emit(f"{len(shown)} {runs} would be {ended_word}" + (":" if shown else ""))
+        else:
+            gone = len(matched) - len(ended)
+            meanwhile = f" ({gone} ended meanwhile)" if gone else ""
+            emit(f"{len(shown)} {runs} {ended_word}{meanwhile}" + (":" if shown else ""))
+        for run_id in shown:
             emit(f"  {run_id}")
 
     execute(run, as_json=as_json)
@@ -595,7 +650,9 @@ def cancel(
     filters = {"name": name, "state": state, "thread_id": thread_id}
     call = _cancel_call(reason)
     if _one_or_filters(run_id, filters):
-        _end_many(store, as_json, filters, dry_run=dry_run, yes=yes, end=call)
+        _end_many(
+            store, as_json, filters, dry_run=dry_run, yes=yes, end=call, ended_word="cancelled"
+        )
         return
     assert run_id is not None
     if dry_run or yes:
@@ -632,7 +689,7 @@ def stop(
         return await runtime.stop_run(run_id, reason)
 
     if _one_or_filters(run_id, filters):
-        _end_many(store, as_json, filters, dry_run=dry_run, yes=yes, end=call)
+        _end_many(store, as_json, filters, dry_run=dry_run, yes=yes, end=call, ended_word="stopped")
         return
     assert run_id is not None
     if dry_run or yes:
@@ -692,6 +749,11 @@ def resume(
     )
 
     async def call(runtime: Runtime) -> None:
-        await runtime.resume(run_id, resume_value, correlation_id=correlation_id)
+        try:
+            await runtime.resume(run_id, resume_value, correlation_id=correlation_id)
+        except InvalidPayload:
+            raise  # the ticket refused the value: a refusal, with the run's state
+        except InvalidArgument as exc:
+            raise await _unresumable(runtime, exc, run_id) from None
 
     _control(store, as_json, run_id, call)

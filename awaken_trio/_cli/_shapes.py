@@ -4,6 +4,8 @@ state encoding) and the same values as short text and tables for people."""
 from __future__ import annotations
 
 import json
+import math
+import time
 from collections.abc import Mapping, Sequence
 from typing import Final
 
@@ -72,6 +74,40 @@ def dumps(value: JsonValue) -> str:
 # ---------------------------------------------------------------------------- text
 
 
+FIRST_TIME_SHOWN: Final = -62135596800.0
+"""0001-01-01T00:00:00Z: the earliest time shown as a date (as the page's script)."""
+END_OF_TIMES_SHOWN: Final = 253402300800.0
+"""10000-01-01T00:00:00Z: the first time past those shown as a date."""
+
+
+def format_time(at: float, *, date: bool = True) -> str:
+    """A time (seconds since the epoch: an event's ``at``, a deadline) as local time,
+    ``2024-05-01 12:00:03`` (or the time of day alone), for people.
+
+    A time no calendar date stands for here (before the year 1, from the year 10000, not
+    finite: a deadline of 1e18, an odd injected clock) is shown as its number, written as
+    JavaScript writes a number, because the page's script (``formatTime`` in
+    ``dashboard.js``) shows the times it adds by this same rule.
+    """
+    if math.isfinite(at) and FIRST_TIME_SHOWN <= at < END_OF_TIMES_SHOWN:
+        try:
+            return time.strftime("%Y-%m-%d %H:%M:%S" if date else "%H:%M:%S", time.localtime(at))
+        except (OverflowError, OSError, ValueError):
+            pass  # a platform whose calendar is narrower
+    return _js_number(at)
+
+
+def _js_number(value: float) -> str:
+    """``String(value)`` in JavaScript, for the numbers `format_time` shows as such."""
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "Infinity" if value > 0 else "-Infinity"
+    if value.is_integer() and abs(value) < 1e21:
+        return str(int(value))
+    return repr(value)
+
+
 def describe_cause(cause: EndCause) -> str:
     match cause:
         case EndCause.Stopped(reason):
@@ -110,6 +146,18 @@ def end_of(state: RunState) -> str:
 
 def describe_detail(detail: Mapping[str, JsonValue]) -> str:
     return "" if not detail else dumps(dict(detail))
+
+
+SUMMARY_LENGTH: Final = 120
+"""The most characters `event_summary` writes."""
+
+
+def event_summary(kind: str, detail: Mapping[str, JsonValue]) -> str:
+    """An event in one short line: its kind, then its detail as compact JSON (a failure's
+    traceback left out: a run's page shows it whole), cut at `SUMMARY_LENGTH` characters."""
+    shown = {key: value for key, value in detail.items() if key != "traceback"}
+    text = f"{kind} {dumps(shown)}" if shown else kind
+    return text if len(text) <= SUMMARY_LENGTH else text[: SUMMARY_LENGTH - 1] + "…"
 
 
 # ---------------------------------------------------------------------------- tables

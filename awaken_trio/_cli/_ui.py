@@ -18,14 +18,15 @@ import click
 import trio
 
 from ._common import (
+    WholeRange,
     bad_input,
-    console,
     early,
     execute,
     open_cli_runtime,
     redact,
     store_url,
 )
+from ._logging import LogFormat, command_log, install, log_options
 from ._runs import store_option
 
 TOKEN_ENV: Final = "AWAKEN_TRIO_UI_TOKEN"
@@ -86,7 +87,7 @@ def check_binding(host: str, port: int, token: str | None) -> None:
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option(
     "--port",
-    type=click.IntRange(min=0, max=65535),
+    type=WholeRange(min=0, max=65535),
     default=DEFAULT_PORT,
     show_default=True,
     help="Port to listen on (0: a free one, printed).",
@@ -99,13 +100,27 @@ def check_binding(host: str, port: int, token: str | None) -> None:
     help="Required of every request (Authorization: Bearer TOKEN; a browser opens"
     " /?token=TOKEN once). Needed for any host but loopback.",
 )
-def ui(store: str | None, host: str, port: int, token: str | None) -> None:
+@log_options("WARNING")
+def ui(
+    store: str | None,
+    host: str,
+    port: int,
+    token: str | None,
+    log_level: str,
+    log_format: LogFormat,
+) -> None:
     """Serve the web dashboard over a store: runs live, one run's record, children,
-    events and transcript, and its controls, until Ctrl-C."""
-    early(check_extra, as_json=False)
+    events and transcript, and its controls, until Ctrl-C.
+
+    It logs to stderr: its start and stop lines, and the records of the library and of
+    the libraries it uses (WARNING by default), one line each (--log-format json: one
+    JSON object each).
+    """
+    install(log_level, log_format)
+    early(check_extra, as_json=False, log=command_log)
     token = token or None
-    early(lambda: check_binding(host, port, token), as_json=False)
-    execute(partial(serve, store, host, port, token), as_json=False)
+    early(lambda: check_binding(host, port, token), as_json=False, log=command_log)
+    execute(partial(serve, store, host, port, token), as_json=False, log=command_log)
 
 
 async def serve(store: str | None, host: str, port: int, token: str | None) -> None:
@@ -114,7 +129,6 @@ async def serve(store: str | None, host: str, port: int, token: str | None) -> N
     from .._ui import serve_dashboard
 
     url = store_url(store)
-    log = console(stderr=True)
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with (
             open_cli_runtime(url, must_exist=True) as runtime,
@@ -127,7 +141,7 @@ async def serve(store: str | None, host: str, port: int, token: str | None) -> N
                     if shutdown.is_set():
                         nursery.cancel_scope.cancel()
                         return
-                    log.print("awaken-trio ui: stopping", soft_wrap=True)
+                    command_log.info("awaken-trio ui: stopping")
                     shutdown.set()
 
             async def dashboard(*, task_status: trio.TaskStatus[str]) -> None:
@@ -144,9 +158,11 @@ async def serve(store: str | None, host: str, port: int, token: str | None) -> N
             nursery.start_soon(on_signals)
             address = await nursery.start(dashboard)
             access = " (requests need the token)" if token else ""
-            log.print(
-                f"awaken-trio ui: {address}/ over {redact(url)}{access}, pid"
-                f" {os.getpid()}; Ctrl-C to stop",
-                soft_wrap=True,
+            command_log.info(
+                "awaken-trio ui: %s/ over %s%s, pid %d; Ctrl-C to stop",
+                address,
+                redact(url),
+                access,
+                os.getpid(),
             )
-        log.print("awaken-trio ui: stopped", soft_wrap=True)
+        command_log.info("awaken-trio ui: stopped")

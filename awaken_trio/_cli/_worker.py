@@ -19,14 +19,16 @@ import click
 import trio
 
 from ._common import (
+    SecondsRange,
+    WholeRange,
     bad_input,
-    console,
     early,
     execute,
     open_cli_runtime,
     redact,
     store_url,
 )
+from ._logging import LogFormat, command_log, install, log_options
 from ._runs import store_option
 
 DEFAULT_ATTR: Final = "bodies"
@@ -76,14 +78,14 @@ def load_bodies(target: str) -> dict[str, object]:
 @store_option
 @click.option(
     "--concurrency",
-    type=click.IntRange(min=1),
+    type=WholeRange(min=1),
     default=8,
     show_default=True,
     help="Most root runs executed at once.",
 )
 @click.option(
     "--lease",
-    type=click.FloatRange(min=0, min_open=True),
+    type=SecondsRange(min=0, min_open=True),
     default=30.0,
     show_default=True,
     metavar="S",
@@ -91,29 +93,43 @@ def load_bodies(target: str) -> dict[str, object]:
 )
 @click.option(
     "--poll",
-    type=click.FloatRange(min=0, min_open=True),
+    type=SecondsRange(min=0, min_open=True),
     default=0.05,
     show_default=True,
     metavar="S",
     help="Seconds between looks at the store for work and signals.",
 )
-def worker(target: str, store: str | None, concurrency: int, lease: float, poll: float) -> None:
+@log_options("INFO")
+def worker(
+    target: str,
+    store: str | None,
+    concurrency: int,
+    lease: float,
+    poll: float,
+    log_level: str,
+    log_format: LogFormat,
+) -> None:
     """Serve the bodies of MODULE (ATTR, default 'bodies': a mapping of names to bodies, or
     a callable returning one) until SIGINT or SIGTERM.
 
     The first signal releases this worker's claims (its runs go back to Queued for another
     worker) and exits 0; a second one while it drains exits at once with 130 (SIGINT) or
     143 (SIGTERM), leaving its claims to expire after their lease.
+
+    It logs to stderr: its start and stop lines, the library's records (INFO by default:
+    claims, recoveries, ends, failures with their traceback) and those of the libraries it
+    uses, one line each (--log-format json: one JSON object each).
     """
-    bodies = early(lambda: load_bodies(target), as_json=False)
-    execute(partial(serve, store, bodies, concurrency, lease, poll), as_json=False)
+    # Before the module is imported: its records at import are written as every other.
+    install(log_level, log_format)
+    bodies = early(lambda: load_bodies(target), as_json=False, log=command_log)
+    execute(partial(serve, store, bodies, concurrency, lease, poll), as_json=False, log=command_log)
 
 
 async def serve(
     store: str | None, bodies: dict[str, object], concurrency: int, lease: float, poll: float
 ) -> None:
     url = store_url(store)
-    log = console(stderr=True)
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as watcher:
             stopping = trio.Event()
@@ -125,16 +141,18 @@ async def serve(
                 trio.open_nursery() as serving,
             ):
                 await serving.start(partial(runtime.serve, concurrency=concurrency))
-                log.print(
-                    f"awaken-trio worker: serving {', '.join(sorted(bodies))} from"
-                    f" {redact(url)} (concurrency {concurrency}, pid {os.getpid()});"
+                command_log.info(
+                    "awaken-trio worker: serving %s from %s (concurrency %d, pid %d);"
                     " Ctrl-C or SIGTERM to stop",
-                    soft_wrap=True,
+                    ", ".join(sorted(bodies)),
+                    redact(url),
+                    concurrency,
+                    os.getpid(),
                 )
                 await stopping.wait()
-                log.print("awaken-trio worker: stopping; releasing claims", soft_wrap=True)
+                command_log.info("awaken-trio worker: stopping; releasing claims")
                 serving.cancel_scope.cancel()
-            log.print("awaken-trio worker: stopped, claims released", soft_wrap=True)
+            command_log.info("awaken-trio worker: stopped, claims released")
             watcher.cancel_scope.cancel()
 
 
@@ -145,6 +163,5 @@ async def _watch_signals(signals: AsyncIterator[int], stopping: trio.Event) -> N
             continue
         # A second signal while draining: exit now. The claims are left to expire after
         # their lease, when another worker recovers the runs.
-        sys.stderr.write("awaken-trio worker: exiting at once; claims left to expire\n")
-        sys.stderr.flush()
+        command_log.warning("awaken-trio worker: exiting at once; claims left to expire")
         os._exit(128 + signum)

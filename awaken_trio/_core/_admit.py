@@ -218,9 +218,10 @@ class Admissions:
         kernel = self._kernel
         await kernel.checkpoint_before_commit()
         parent = spec.parent
-        if spec.name is None and parent is None and kernel.named:
-            # A run started with a registered body carries its name (what lets it be
-            # recovered, resumed and forked by name).
+        if spec.name is None and kernel.named:
+            # A run started with a registered body carries its name (what lets a root be
+            # recovered, resumed and forked by name, and what shows which body any run,
+            # a child too, runs).
             name = kernel.name_of(spec.body)
             if name is not None:
                 spec = attrs.evolve(spec, name=name)

@@ -26,8 +26,8 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response, StreamingResponse
-from starlette.routing import Route
-from starlette.types import ASGIApp
+from starlette.routing import Route, request_response
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .. import (
     InvalidArgument,
@@ -50,8 +50,11 @@ from .._cli._common import (
     failure_of,
     parse_json,
     refused,
+    shorten,
+    whole_number,
 )
 from .._cli._shapes import dumps, event_json, record_json, row_json
+from .._cli._words import DASHBOARD
 from .._core import check_channel
 from ..store import StateKind, state_to_json
 from . import _pages
@@ -72,6 +75,11 @@ MAX_BODY: Final = 8 * 2**20
 (`open_runtime(max_payload_bytes=...)`), which checks the payload itself."""
 TREE_SCAN: Final = 2000
 """Runs newer than a run scanned for its descendants (see `descendants`)."""
+
+READ_METHODS: Final = ("GET", "HEAD")
+"""What every resource but a control answers to (HEAD: the headers of a GET)."""
+CONTROL_METHODS: Final = ("POST",)
+"""What a control answers to: never HEAD, never GET, whatever the route."""
 
 Control = Callable[[Runtime, str, dict[str, JsonValue]], Awaitable[RunState | None]]
 
@@ -124,11 +132,11 @@ async def _answer(
     except CommandFailed as failure:
         answer = Failure(failure)
     except REFUSALS as exc:
-        answer = Failure(failure_of(exc))
+        answer = Failure(failure_of(exc, words=DASHBOARD))
     except InvalidArgument as exc:
-        answer = Failure(failure_of(exc), 400)
+        answer = Failure(failure_of(exc, words=DASHBOARD), 400)
     except StoreError as exc:  # unreachable, corrupt: 503, the message without passwords
-        answer = Failure(failure_of(exc))
+        answer = Failure(failure_of(exc, words=DASHBOARD))
     if html:
         page = _pages.error_page(answer.status, answer.failure.message)
         return HTMLResponse(page, answer.status)
@@ -183,9 +191,10 @@ def int_param(params: dict[str, str], key: str, default: int, *, low: int, high:
     text = params.get(key)
     if text is None:
         return default
-    if not text.isascii() or not text.isdigit() or not low <= int(text) <= high:
-        raise _bad(f"{key} must be a whole number from {low} to {high}, not {text!r}")
-    return int(text)
+    number = whole_number(text, low=low, high=high)
+    if number is None:
+        raise _bad(f"{key} must be a whole number from {low} to {high}, not {shorten(text)}")
+    return number
 
 
 def list_filters(params: dict[str, str]) -> dict[str, Any]:
@@ -325,28 +334,35 @@ async def api_runs(runtime: Runtime, hub: EventHub, request: Request) -> Respons
 
 async def api_run(runtime: Runtime, hub: EventHub, request: Request) -> Response:
     """``GET /api/runs/{id}``, ``GET /api/runs/{id}/events``, ``POST
-    /api/runs/{id}/{control}``."""
+    /api/runs/{id}/{control}``.
+
+    The route takes every method, so that this handler alone decides what each resource
+    answers to: a control POST alone (never HEAD, which Starlette would add to a GET
+    route), the record and the events GET and HEAD; anything else is 405 with ``Allow``.
+    """
     parts = run_path(request, "/api/runs/")
     run_id, rest = parts[0], parts[1:]
     if rest[:1] == ["streams"]:
         return await _streams(runtime, hub, request, run_id, rest[1:])
-    if not run_id or len(rest) > 1:
+    if not run_id or len(rest) > 1 or (rest and rest[0] not in ("events", *CONTROLS)):
         raise HTTPException(404)
-    if request.method == "GET":
-        if not rest:
-            query_params(request, ())
-            return json_response(record_json(await _record(runtime, run_id)))
-        if rest == ["events"]:
-            return await _events(runtime, run_id, request)
-        if rest[0] in CONTROLS:
-            raise HTTPException(405, headers={"Allow": "POST"})
-        raise HTTPException(404)
-    if not rest or rest[0] not in CONTROLS:
-        allowed = "GET" if not rest or rest[0] == "events" else None
-        if allowed is None:
-            raise HTTPException(404)
-        raise HTTPException(405, headers={"Allow": allowed})
-    spec = CONTROLS[rest[0]]
+    if rest and rest[0] in CONTROLS:
+        _allow(request, CONTROL_METHODS)
+        return await _control(runtime, run_id, CONTROLS[rest[0]], request)
+    _allow(request, READ_METHODS)
+    if rest == ["events"]:
+        return await _events(runtime, run_id, request)
+    query_params(request, ())
+    return json_response(record_json(await _record(runtime, run_id)))
+
+
+def _allow(request: Request, methods: tuple[str, ...]) -> None:
+    """Refuse (405, with ``Allow``) a method the resource does not answer to."""
+    if request.method not in methods:
+        raise HTTPException(405, headers={"Allow": ", ".join(methods)})
+
+
+async def _control(runtime: Runtime, run_id: str, spec: ControlSpec, request: Request) -> Response:
     body = await json_body(request, spec.keys)
     await _record(runtime, run_id)  # an unknown run is 404, whatever the control
     try:
@@ -354,7 +370,7 @@ async def api_run(runtime: Runtime, hub: EventHub, request: Request) -> Response
         if state is None:
             state = await runtime.state(run_id)
     except REFUSALS as exc:
-        raise Failure(await refused(runtime, exc, run_id)) from None
+        raise Failure(await refused(runtime, exc, run_id, words=DASHBOARD)) from None
     return json_response(state_to_json(state))
 
 
@@ -362,7 +378,7 @@ async def _record(runtime: Runtime, run_id: str) -> RunRecord:
     try:
         return await runtime.record(run_id)
     except UnknownRun as exc:
-        raise Failure(failure_of(exc), 404) from None
+        raise Failure(failure_of(exc, words=DASHBOARD), 404) from None
 
 
 async def _events(runtime: Runtime, run_id: str, request: Request) -> Response:
@@ -399,8 +415,8 @@ async def _streams(
     ``GET /api/runs/{id}/streams/{channel}?after=N``: the channel as server-sent events
     (`ChunkEvents`), from the chunk after ``Last-Event-ID`` when a browser reconnects, else
     after ``after``; 204 when the channel has ended before it."""
-    if request.method != "GET":
-        raise HTTPException(405, headers={"Allow": "GET"})
+    # GET alone: a stream begun for HEAD would never end.
+    _allow(request, ("GET",))
     if not run_id or len(rest) > 1 or rest == [""]:
         raise HTTPException(404)
     if not rest:
@@ -435,11 +451,11 @@ async def api_stream(runtime: Runtime, hub: EventHub, request: Request) -> Respo
     only = params.get("run_id") or None
     if only is not None:
         await _record(runtime, only)
-    return StreamingResponse(
-        _stream(hub, only),
-        media_type="text/event-stream",
-        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
-    )
+    headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
+    if request.method == "HEAD":
+        # The stream's headers alone: a stream begun for HEAD would never end.
+        return Response(media_type="text/event-stream", headers=headers)
+    return StreamingResponse(_stream(hub, only), media_type="text/event-stream", headers=headers)
 
 
 async def _stream(hub: EventHub, only: str | None) -> AsyncIterator[str]:
@@ -474,7 +490,12 @@ async def table_rows(
                 "created_at": None if activity is None else activity.created_at,
                 "last_event": None
                 if activity is None
-                else {"kind": activity.last_kind, "at": activity.last_at, "seq": activity.last_seq},
+                else {
+                    "kind": activity.last_kind,
+                    "at": activity.last_at,
+                    "seq": activity.last_seq,
+                    "text": activity.last_text,
+                },
             }
         )
     return rows
@@ -573,14 +594,28 @@ async def _not_found(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     status = exc.status_code
     error = {404: "not_found", 405: "method_not_allowed"}.get(status, "http_error")
+    allow = (exc.headers or {}).get("Allow", "")
+    answers = "a control answers POST only" if allow == "POST" else f"it answers {allow} only"
     message = {
         404: f"no such page or resource: {request.url.path}",
-        405: f"{request.method} is not allowed here; controls are POST only",
+        405: f"{request.method} is not allowed on {request.url.path}; {answers}",
     }.get(status, str(exc.detail))
     data: JsonValue = {"error": error, "message": message, "state": None}
     if request.url.path.startswith("/api/"):
         return json_response(data, status, exc.headers)
     return HTMLResponse(_pages.error_page(status, message), status, headers=exc.headers)
+
+
+class _EveryMethod:
+    """An endpoint that Starlette routes every method to (it takes a class for an ASGI
+    app, whose methods it leaves alone), so that the endpoint answers 405 itself, with the
+    ``Allow`` of the resource the path names (see `api_run`)."""
+
+    def __init__(self, endpoint: Callable[[Request], Awaitable[Response]]) -> None:
+        self._app = request_response(endpoint)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self._app(scope, receive, send)
 
 
 def dashboard_app(runtime: Runtime, hub: EventHub, *, token: str | None = None) -> ASGIApp:
@@ -603,7 +638,7 @@ def dashboard_app(runtime: Runtime, hub: EventHub, *, token: str | None = None) 
         Route("/runs/{rest:path}", page(page_run), methods=["GET"]),
         Route("/ui/table", api(ui_table), methods=["GET"]),
         Route("/api/runs", api(api_runs), methods=["GET"]),
-        Route("/api/runs/{rest:path}", api(api_run), methods=["GET", "POST"]),
+        Route("/api/runs/{rest:path}", _EveryMethod(api(api_run))),
         Route("/api/stream", api(api_stream), methods=["GET"]),
         Route("/static/dashboard.js", _static("dashboard.js", "text/javascript"), methods=["GET"]),
         Route("/static/dashboard.css", _static("dashboard.css", "text/css"), methods=["GET"]),

@@ -7,9 +7,12 @@
 - Without a token the dashboard is bound to a loopback address; a request whose ``Host``
   is not a loopback name is refused (403), so a page on another site cannot reach it by
   pointing its own name at 127.0.0.1 (DNS rebinding).
-- A POST (every control) that a browser marks as coming from another site (``Origin``
-  other than the dashboard's own, or ``Sec-Fetch-Site`` other than ``same-origin``) is
-  refused (403), token or not.
+- A request of any method but GET that a browser marks as coming from another site
+  (``Origin`` other than the dashboard's own, or ``Sec-Fetch-Site`` other than
+  ``same-origin``) is refused (403), token or not: a control is a POST, and no other
+  method may get past this guard on the strength of not being one (HEAD included: a page
+  on any site can send one with ``fetch``). A GET changes nothing, and a link followed
+  from another site is one.
 - Every answer forbids inline script and framing (``Content-Security-Policy``), sniffing
   and referrers, so neither a payload nor the token leaks or runs.
 """
@@ -120,7 +123,7 @@ class Guard:
                 "this dashboard has no token, so it answers only requests to a loopback"
                 " name (127.0.0.1, localhost); start it with --token to serve other names",
             )
-        if scope["method"] not in ("GET", "HEAD"):
+        if scope["method"] != "GET":
             site = headers.get("sec-fetch-site")
             origin = headers.get("origin")
             own = f"{scope.get('scheme', 'http')}://{headers.get('host', '')}"

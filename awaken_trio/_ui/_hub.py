@@ -5,7 +5,8 @@ Each open page holds a server-sent-events stream. Rather than each stream readin
 store's whole history (`Runtime.events` starts at the first event), one task follows
 ``runtime.events(follow=True)`` and hands each new event to every subscriber's bounded
 channel. It also keeps, per run, when its first event was committed and what its last one
-was: the runs table's "age" and "last event" columns, which the run records do not hold.
+was (its kind and detail, in short): the runs table's "age" and "last event" columns, which
+the run records do not hold.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import attrs
 import trio
 
 from .. import RunEvent, Runtime
+from .._cli._shapes import event_summary
 
 SUBSCRIBER_BUFFER: Final = 1000
 """Events a page's stream may fall behind by before the stream is closed (the page
@@ -32,12 +34,13 @@ first), so a long-lived dashboard does not grow without limit."""
 @attrs.frozen
 class Activity:
     """What the runs table shows of a run's events: when the first was committed (its age),
-    and the kind, time and seq of the last."""
+    and the kind, time and seq of the last, and its kind and detail in short (`text`)."""
 
     created_at: float
     last_kind: str
     last_at: float
     last_seq: int
+    last_text: str
 
 
 class EventHub:
@@ -110,7 +113,9 @@ class EventHub:
         self._seq = event.seq
         known = self._activity.pop(event.run_id, None)
         created = event.at if known is None else known.created_at
-        self._activity[event.run_id] = Activity(created, event.kind, event.at, event.seq)
+        self._activity[event.run_id] = Activity(
+            created, event.kind, event.at, event.seq, event_summary(event.kind, event.detail)
+        )
         while len(self._activity) > ACTIVITY_KEPT:
             self._activity.popitem(last=False)
 

@@ -17,7 +17,15 @@ from typing import Any, Final
 from urllib.parse import quote, urlencode
 
 from .. import JsonValue, RunEvent, RunRecord, RunState
-from .._cli._shapes import describe_state, end_of, record_json, state_word
+from .._cli._shapes import (
+    END_OF_TIMES_SHOWN,
+    FIRST_TIME_SHOWN,
+    describe_state,
+    end_of,
+    format_time,
+    record_json,
+    state_word,
+)
 from .._core import Awaiting
 from ..store import state_to_json
 
@@ -57,8 +65,12 @@ def _layout(title: str, body: str, **data: str) -> str:
 
 
 def _age(created_at: float | None, now: float) -> str:
+    """How long ago ``created_at`` was (as the page's script's ``age``); a time no
+    calendar date stands for is shown as `format_time` shows it."""
     if created_at is None:
         return ""
+    if not FIRST_TIME_SHOWN <= created_at < END_OF_TIMES_SHOWN:
+        return format_time(created_at)
     seconds = max(0, int(now - created_at))
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
         if seconds >= size:
@@ -122,7 +134,7 @@ def _table_row(row: Mapping[str, Any], now: float) -> str:
         f"<td>{esc(record['generation'])}</td>"
         f"<td>{esc(record['thread_id'])}</td>"
         f"<td>{esc(record['name'] or '')}</td>"
-        f"<td>{esc('' if last is None else last['kind'])}</td>"
+        f"<td>{esc('' if last is None else last['text'])}</td>"
         f'<td class="age">{esc(_age(created, now))}</td></tr>'
     )
 
@@ -193,11 +205,7 @@ def _ticket(state: RunState) -> str:
     if not isinstance(state, Awaiting):
         return '<section id="ticket" class="hidden"></section>'
     ticket = state.ticket
-    deadline = (
-        "never"
-        if ticket.deadline is None
-        else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ticket.deadline))
-    )
+    deadline = "never" if ticket.deadline is None else format_time(ticket.deadline)
     accepts = "any JSON value" if ticket.accepts is None else pretty(ticket.accepts)
     return (
         '<section id="ticket" class="ticket"><h2>Live ticket</h2><dl class="facts">'
@@ -335,7 +343,7 @@ def _trail(events: Sequence[RunEvent]) -> str:
 
 def _event_row(event: RunEvent) -> str:
     detail = "" if not event.detail else json.dumps(dict(event.detail), ensure_ascii=False)
-    at = time.strftime("%H:%M:%S", time.localtime(event.at))
+    at = format_time(event.at, date=False)
     text = state_to_json_text(state_to_json(event.state))
     return (
         f"<tr><td>{event.seq}</td><td>{event.generation}</td><td>{esc(event.kind)}</td>"

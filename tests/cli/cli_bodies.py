@@ -56,3 +56,11 @@ async def stubborn(ctx: RunContext) -> object:
 
 
 bodies["stubborn"] = stubborn
+
+
+async def fails(ctx: RunContext) -> object:
+    """Fails at once, its error naming a URL with a password (which no log may show)."""
+    raise ValueError("cannot reach postgresql://bob:s3cret-pw@db.example/app")
+
+
+bodies["fails"] = fails

@@ -265,13 +265,13 @@ async def test_cancel_by_filters_needs_dry_run_or_yes(store: str) -> None:
     done = await cli("runs", "cancel", "--thread", "t-b", "--yes", "--store", store, "--json")
     assert done.code == 0, done.stderr
     assert done.json()["matched"] == 3
-    assert sorted(done.json()["ended"]) == ["b-1", "b-2", "b-3"]
+    assert sorted(done.json()["run_ids"]) == ["b-1", "b-2", "b-3"]
     left = await cli(
         "runs", "list", "--name", "batch", "--state", "ended", "--store", store, "--json"
     )
     assert {row["state"]["cause"]["kind"] for row in left.json()} == {"cancelled"}
     text = await cli("runs", "cancel", "--name", "batch", "--dry-run", "--store", store)
-    assert text.stdout.startswith("3 runs matched")
+    assert text.stdout == "0 runs would be cancelled\n"  # all three have ended
 
 
 @pytest.mark.slow

@@ -14,6 +14,7 @@ from awaken_trio import (
     RunEvent,
     RunState,
     Runtime,
+    open_runtime,
 )
 from tests.run_helpers import history, reach, settle
 
@@ -316,3 +317,33 @@ async def test_children_of_children_finish_normally_and_report_values(
         assert (await runtime.record(f"mid-{i}")).parent_run_id == "root"
     stats = runtime.statistics()
     assert (stats.active_attempts, stats.queued_runs, stats.busy_threads) == (0, 0, 0)
+
+
+async def named_child(ctx: RunContext) -> object:
+    return "done"
+
+
+async def unnamed_child(ctx: RunContext) -> object:
+    return "done"
+
+
+async def names_its_children(ctx: RunContext) -> object:
+    await ctx.run_child(named_child, run_id="c-named")
+    await ctx.run_child(unnamed_child, run_id="c-unnamed")
+    await ctx.run_child(named_child, run_id="c-own", name="own")
+    return "done"
+
+
+async def test_a_child_of_a_registered_body_carries_that_bodys_name(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """As a root run does: what the runs table and the run's page show for it. A name
+    given stays, and a body registered under no name leaves the child unnamed."""
+    bodies = {"parent": names_its_children, "child": named_child}
+    async with open_runtime(bodies=bodies) as runtime:
+        state = await runtime.execute(names_its_children, run_id="p")
+        assert state == RunState.Ended(EndCause.NaturalEnd())
+        assert (await runtime.record("p")).name == "parent"
+        assert (await runtime.record("c-named")).name == "child"
+        assert (await runtime.record("c-unnamed")).name is None
+        assert (await runtime.record("c-own")).name == "own"

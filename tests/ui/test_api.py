@@ -3,6 +3,8 @@ the command line's ``--json``, filters and pages."""
 
 from __future__ import annotations
 
+import re
+
 import httpx
 import pytest
 import trio
@@ -256,8 +258,10 @@ async def test_controls_are_post_only_and_an_unknown_control_is_404() -> None:
         assert (await d.http.get(api("g", "explode"))).status_code == 404
         on_record = await d.http.post(api("g"), json={})
         assert on_record.status_code == 405
-        assert on_record.headers["allow"] == "GET"
+        assert on_record.headers["allow"] == "GET, HEAD"
         assert (await d.http.delete(api("g"))).status_code == 405
+        head = await d.http.head(api("g", "cancel"))  # never a control: no body, no POST
+        assert (head.status_code, head.headers["allow"]) == (405, "POST")
         assert await d.runtime.state("g") == RunState.Queued()
 
 
@@ -352,3 +356,25 @@ async def test_a_store_that_cannot_be_read_is_503_with_one_clear_line_and_no_pas
         assert "s3cret" not in page_answer.text
         await d.runtime.submit("steps", run_id="readable")
         assert (await d.http.get(api("readable"))).status_code == 200  # the rest still serves
+
+
+async def test_a_refusal_speaks_the_dashboards_words_not_the_python_apis() -> None:
+    async with dashboard() as d:
+        await d.runtime.submit("steps", run_id="q")
+        await d.runtime.submit("steps", run_id="e")
+        await d.runtime.cancel_run("e")
+        said = []
+        for run_id, control, says in [
+            ("e", "pause", "has already ended (cancelled)"),
+            ("q", "resume", "not awaiting input (it is queued)"),
+            ("e", "cancel", "has already ended"),
+        ]:
+            answer = await d.http.post(api(run_id, control), json={})
+            assert answer.status_code == 409, answer.text
+            message = answer.json()["message"]
+            assert says in message
+            said.append(message)
+        unknown = await d.http.post(api("nobody", "pause"), json={})
+        said.append(unknown.json()["message"])
+        for message in said:
+            assert not re.search(r"runtime|cancel_run|RunState|\w+\(\)|`runs ", message), message

@@ -233,3 +233,38 @@ async def test_a_payload_of_script_runs_nothing_in_the_browser(store: str, tmp_p
         assert dialogs == []
         assert cell == f"ended: stopped ({XSS})"
         assert state == f"ended: stopped ({XSS})"
+
+
+async def test_the_script_shows_times_as_the_server_does(store: str, tmp_path: Path) -> None:
+    """The events the page's script adds show their times by the server's rule: a time no
+    calendar date stands for (an odd clock's) as its number, the same text the server
+    wrote for the events it rendered, and the age column likewise."""
+    odd = 1e18
+    async with open_runtime(store, clock=lambda: odd) as runtime:
+        await runtime.submit("steps", run_id="odd")
+    async with ui_server(store) as server:
+
+        async def stop() -> None:
+            async with open_runtime(store, clock=lambda: odd) as control:
+                await control.stop_run("odd", "over")
+
+        def browse() -> tuple[list[str], str]:
+            with browser_page(tmp_path / "profile") as page:
+                page.goto(f"{server.url}/runs/odd")
+                page.wait_for_selector("body[data-live=connected]")
+                trio.from_thread.run(stop)
+                page.wait_for_function(
+                    "() => document.getElementById('events-body').rows.length >= 2"
+                )
+                times = page.eval_on_selector_all(
+                    "#events-body tr", "rows => rows.map(r => r.lastElementChild.textContent)"
+                )
+                page.goto(f"{server.url}/")
+                page.wait_for_selector("body[data-live=connected]")
+                # The table as the script redraws it (at the stream's hello).
+                page.wait_for_function("() => Number(document.body.dataset.refreshed) >= 1")
+                return times, page.text_content("#runs-body td.age") or ""
+
+        times, age = await trio.to_thread.run_sync(browse)
+        assert times == ["1000000000000000000", "1000000000000000000"]
+        assert age == "1000000000000000000"

@@ -3,10 +3,13 @@ pages, newest first) and one run's page (record, children, transcript, ticket, e
 
 from __future__ import annotations
 
+import html
 import re
 
 import pytest
 
+from awaken_trio import LiveCommand, RunContext
+from awaken_trio._cli._shapes import SUMMARY_LENGTH
 from awaken_trio.agent import Agent, ModelReply, ScriptedModel, Tool, ToolCall
 from tests.ui.ui_helpers import asks, caught_up, dashboard, page, parent, settle
 
@@ -27,8 +30,39 @@ async def test_the_runs_table_lists_newest_first_with_state_thread_name_and_last
         assert row_ids(text) == ["new", "old"]
         old = text[text.index('data-run-id="old"') :]
         cells = re.findall(r"<td[^>]*>(.*?)</td>", old[: old.index("</tr>")])
-        assert cells[1:6] == ["ended: stopped (budget)", "0", "t-old", "steps", "committed"]
+        last = html.escape('committed {"source": "stop_run", "reason": "budget"}')
+        assert cells[1:6] == ["ended: stopped (budget)", "0", "t-old", "steps", last]
         assert re.fullmatch(r"\d+[smhd]", cells[6])  # its age
+        new = text[text.index('data-run-id="new"') :]
+        assert "committed {&quot;source&quot;: &quot;submit&quot;}" in new[: new.index("</tr>")]
+
+
+async def emits_and_fails(ctx: RunContext) -> object:
+    await ctx.emit("agent.tool_started", {"tool": "search", "query": "x" * 500})
+    await ctx.boundary(wait=True)
+    raise ValueError("boom")
+
+
+async def test_the_last_event_column_shows_its_kind_and_detail_in_short() -> None:
+    """Each row's own last event, never "committed" alone; a long detail is cut, and a
+    failure's traceback is left to the run's page."""
+    async with dashboard() as d:
+        await d.runtime.start(emits_and_fails, run_id="e")
+        await settle(d.runtime, "e", "running")
+        await caught_up(d)
+        [row] = (await d.http.get("/ui/table")).json()
+        emitted = row["last_event"]["text"]
+        assert emitted.startswith('agent.tool_started {"tool": "search", "query": "xxx')
+        assert emitted.endswith("…")
+        assert len(emitted) == SUMMARY_LENGTH
+        await d.runtime.send(LiveCommand.Wake("e"))
+        await settle(d.runtime, "e", "ended")
+        await caught_up(d)
+        [row] = (await d.http.get("/ui/table")).json()
+        failed = row["last_event"]["text"]
+        assert failed.startswith("committed {")
+        assert "value_error" in failed or "ValueError" in failed
+        assert "Traceback" not in failed
 
 
 async def test_the_table_filters_and_pages_through_thousands_of_runs() -> None:

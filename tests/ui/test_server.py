@@ -152,14 +152,19 @@ async def test_a_port_in_use_or_a_missing_store_is_one_clear_line(
     assert not (tmp_path / "none.db").exists()
 
 
-def test_without_the_ui_extra_it_says_what_to_install(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    monkeypatch.setitem(sys.modules, "starlette.applications", None)  # an absent package
-    with pytest.raises(SystemExit) as exited:
-        main(["ui", "--store", "memory://"])
-    assert exited.value.code == 2
-    err = capsys.readouterr().err
+async def test_without_the_ui_extra_it_says_what_to_install(tmp_path: Path) -> None:
+    # In a process of its own: the command installs its log handler on the root logger.
+    absent = "import sys; sys.modules['starlette.applications'] = None"  # an absent package
+    run = "from awaken_trio._cli import main; main(sys.argv[1:])"
+    done = await trio.run_process(
+        [sys.executable, "-c", f"{absent}; {run}", "ui", "--store", f"sqlite:///{tmp_path}/x.db"],
+        capture_stdout=True,
+        capture_stderr=True,
+        check=False,
+        env=environment(),
+    )
+    assert done.returncode == 2
+    err = done.stderr.decode()
     assert "pip install -e '.[ui]'" in err
     assert "Traceback" not in err
 
@@ -176,8 +181,9 @@ async def test_a_second_signal_while_stopping_stops_at_once(store: str) -> None:
         assert "Traceback" not in await server.process.read_to_end()
 
 
-async def test_the_same_started_helper_kills_what_it_started() -> None:
-    async with started("ui", "--store", "memory://", "--port", "0") as process:
+async def test_the_same_started_helper_kills_what_it_started(store: str) -> None:
+    await submit(store, "r1")
+    async with started("ui", "--store", store, "--port", "0") as process:
         await process.read_until("Ctrl-C to stop")
         pid = process.process.pid
     assert process.process.returncode is not None

@@ -3,7 +3,8 @@ transport (no network, no threads: the autojump clock applies)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any, Final
 from urllib.parse import quote
@@ -76,9 +77,16 @@ def page(run_id: str) -> str:
 
 @asynccontextmanager
 async def dashboard(
-    *, token: str | None = None, store: str | Store = "memory://", **headers: str
+    *,
+    token: str | None = None,
+    store: str | Store = "memory://",
+    clock: Callable[[], float] = time.time,
+    **headers: str,
 ) -> AsyncIterator[Dashboard]:
-    async with open_runtime(store, bodies=BODIES) as runtime, trio.open_nursery() as nursery:
+    async with (
+        open_runtime(store, bodies=BODIES, clock=clock) as runtime,
+        trio.open_nursery() as nursery,
+    ):
         hub = EventHub(runtime)
         await nursery.start(hub.run)
         app = dashboard_app(runtime, hub, token=token)

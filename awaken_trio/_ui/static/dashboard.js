@@ -56,9 +56,36 @@
     return state.kind;
   }
 
+  // As the server's format_time: a time as local date and time (or the time of day alone),
+  // and a time no calendar date stands for (before the year 1, from the year 10000, not
+  // finite: a deadline of 1e18, an odd clock's events) as its number.
+  const FIRST_TIME_SHOWN = -62135596800;
+  const END_OF_TIMES_SHOWN = 253402300800;
+
+  function shownAsDate(at) {
+    return Number.isFinite(at) && at >= FIRST_TIME_SHOWN && at < END_OF_TIMES_SHOWN;
+  }
+
+  function formatTime(at, withDate) {
+    if (!shownAsDate(at)) {
+      return String(at);
+    }
+    const when = new Date(Math.floor(at) * 1000);
+    const two = (n) => String(n).padStart(2, "0");
+    const time = two(when.getHours()) + ":" + two(when.getMinutes()) + ":" + two(when.getSeconds());
+    if (!withDate) {
+      return time;
+    }
+    return when.getFullYear() + "-" + two(when.getMonth() + 1) + "-" + two(when.getDate()) + " " + time;
+  }
+
+  // As the server's _age.
   function age(createdAt) {
     if (createdAt === null || createdAt === "" || createdAt === undefined) {
       return "";
+    }
+    if (!shownAsDate(Number(createdAt))) {
+      return formatTime(Number(createdAt), true);
     }
     let seconds = Math.max(0, Math.floor(Date.now() / 1000 - Number(createdAt)));
     for (const [unit, size] of [["d", 86400], ["h", 3600], ["m", 60]]) {
@@ -127,7 +154,7 @@
         tr.appendChild(cell(String(row.generation)));
         tr.appendChild(cell(row.thread_id));
         tr.appendChild(cell(row.name || ""));
-        tr.appendChild(cell(item.last_event ? item.last_event.kind : ""));
+        tr.appendChild(cell(item.last_event ? item.last_event.text : ""));
         tr.appendChild(cell(age(item.created_at), "age"));
         fresh.appendChild(tr);
       }
@@ -195,6 +222,7 @@
       for (const [label, value] of [
         ["reason", t.reason],
         ["correlation id", t.correlation_id],
+        ["deadline", t.deadline === null ? "never" : formatTime(t.deadline, true)],
         ["payload", JSON.stringify(t.payload, null, 2)],
         ["accepts", t.accepts === null ? "any JSON value" : JSON.stringify(t.accepts, null, 2)],
       ]) {
@@ -218,7 +246,7 @@
       seq = event.seq;
       const tr = document.createElement("tr");
       const detail = Object.keys(event.detail).length ? JSON.stringify(event.detail) : "";
-      const at = new Date(event.at * 1000).toTimeString().slice(0, 8);
+      const at = formatTime(event.at, false);
       tr.appendChild(cell(String(event.seq)));
       tr.appendChild(cell(String(event.generation)));
       tr.appendChild(cell(event.kind));
