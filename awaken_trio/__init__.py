@@ -44,6 +44,10 @@ from ._core import Runtime as Runtime
 from ._core import RuntimeClosed as RuntimeClosed
 from ._core import RuntimeStatistics as RuntimeStatistics
 from ._core import StoreError as StoreError
+from ._core import StreamChunk as StreamChunk
+from ._core import StreamGap as StreamGap
+from ._core import StreamReader as StreamReader
+from ._core import StreamWriter as StreamWriter
 from ._core import TicketExpired as TicketExpired
 from ._core import TicketMismatch as TicketMismatch
 from ._core import UnknownRun as UnknownRun
@@ -85,6 +89,10 @@ __all__ = [
     "RuntimeClosed",
     "RuntimeStatistics",
     "StoreError",
+    "StreamChunk",
+    "StreamGap",
+    "StreamReader",
+    "StreamWriter",
     "TicketExpired",
     "TicketMismatch",
     "UnknownRun",

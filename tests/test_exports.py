@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 import awaken_trio
+import awaken_trio.client
 
 PUBLIC_MODULES = [
     "awaken_trio",
@@ -140,6 +141,14 @@ def test_variants_report_the_public_module_and_their_family(variant: type, qualn
         pytest.param(awaken_trio.Runtime, ["open_runtime"], id="Runtime"),
         pytest.param(awaken_trio.RunHandle, ["start", "resume"], id="RunHandle"),
         pytest.param(awaken_trio.EventStream, ["events"], id="EventStream"),
+        pytest.param(awaken_trio.StreamReader, ["read_stream"], id="StreamReader"),
+        pytest.param(awaken_trio.StreamWriter, ["ctx.stream"], id="StreamWriter"),
+        pytest.param(awaken_trio.client.ChunkIterator, ["Client.read_stream"], id="ChunkIterator"),
+        pytest.param(
+            awaken_trio.client.AsyncChunkIterator,
+            ["AsyncClient.read_stream"],
+            id="AsyncChunkIterator",
+        ),
         # A body is handed its context: the message must say so.
         pytest.param(awaken_trio.RunContext, ["body"], id="RunContext"),
     ],
@@ -151,7 +160,7 @@ def test_types_the_runtime_hands_out_have_no_public_constructor(
         with pytest.raises(TypeError) as raised:
             cls(*args, **kwargs)
         message = str(raised.value)
-        assert f"awaken_trio.{cls.__name__} has no public constructor" in message
+        assert f"{cls.__module__}.{cls.__name__} has no public constructor" in message
         for hint in hints:
             assert hint in message, f"{message!r} does not say how to get one ({hint})"
 

@@ -37,6 +37,7 @@ from .. import (
     RunState,
     Runtime,
     StoreError,
+    StreamGap,
     TicketExpired,
     TicketMismatch,
     UnknownRun,
@@ -76,6 +77,7 @@ REFUSALS: Final = (
     InvalidPayload,
     UnknownRun,
     RunExists,
+    StreamGap,
 )
 """Errors by which a run's committed state refuses a request (exit 1). `InvalidPayload` is
 an `InvalidArgument`, so it must be matched before it."""

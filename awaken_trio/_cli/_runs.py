@@ -9,6 +9,7 @@ such pair.
 from __future__ import annotations
 
 import inspect
+import sys
 from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, get_args
@@ -24,7 +25,9 @@ from .. import (
     RunRecord,
     RunState,
     Runtime,
+    StreamChunk,
 )
+from .._core import check_channel
 from ..store import StateKind, state_to_json
 from ._common import (
     REFUSALS,
@@ -50,6 +53,7 @@ from ._shapes import (
     EVENT_COLUMNS,
     EVENTS_SHOWN,
     ROW_COLUMNS,
+    chunk_json,
     describe_state,
     dumps,
     event_cells,
@@ -212,6 +216,92 @@ def events(store: str | None, as_json: bool, run_id: str | None, after: int, fol
             await until_signalled(print_events)
 
     execute(run, as_json=as_json)
+
+
+@runs.command("stream")
+@store_option
+@json_option
+@click.argument("run_id", metavar="ID")
+@click.option(
+    "--channel",
+    default="output",
+    show_default=True,
+    metavar="C",
+    help="The stream's channel (an agent's tokens: agent.tokens).",
+)
+@click.option(
+    "--after",
+    type=click.IntRange(min=0),
+    default=0,
+    metavar="OFFSET",
+    help="Only chunks after OFFSET (to resume where an earlier read stopped).",
+)
+def stream(store: str | None, as_json: bool, run_id: str, channel: str, after: int) -> None:
+    """Print a run's stream as it is written, until the run ends (or Ctrl-C).
+
+    Text chunks are printed as they are, one after the other (an agent's tokens make its
+    text); other chunks as one JSON line each. A new attempt starting the output over is
+    noted on stderr. With --json, one chunk object per line:
+    {"offset", "generation", "kind", "value", "at"}.
+    """
+    early(lambda: _check_channel(channel), as_json=as_json)
+
+    async def run() -> None:
+        async with open_cli_runtime(store_url(store), must_exist=True) as runtime:
+
+            async def print_chunks() -> None:
+                text = _TextOut()
+                try:
+                    async for chunk in runtime.read_stream(run_id, channel, after=after):
+                        if as_json:
+                            emit(dumps(chunk_json(chunk)))
+                        else:
+                            text.show(chunk)
+                except REFUSALS as exc:
+                    raise await refused(runtime, exc, run_id) from None
+                finally:
+                    text.close()
+
+            await until_signalled(print_chunks)
+
+    execute(run, as_json=as_json)
+
+
+def _check_channel(channel: str) -> None:
+    try:
+        check_channel(channel, "--channel")
+    except InvalidArgument as exc:
+        raise bad_input(str(exc), "invalid_argument") from None
+
+
+class _TextOut:
+    """A stream as text for people: text chunks as they are, others a JSON line each, a
+    reset noted on stderr; the output ends with a newline."""
+
+    def __init__(self) -> None:
+        self._open_line = False
+
+    def show(self, chunk: StreamChunk) -> None:
+        if chunk.kind == "data":
+            value = chunk.value
+            text = value if isinstance(value, str) else dumps(value) + "\n"
+            if text:
+                sys.stdout.write(text)
+                sys.stdout.flush()
+                self._open_line = not text.endswith("\n")
+        elif chunk.kind == "reset":
+            self.close()
+            click.echo(
+                f"[attempt {chunk.generation} starts the output over from offset"
+                f" {chunk.offset + 1}]",
+                err=True,
+            )
+
+    def close(self) -> None:
+        if self._open_line:
+            sys.stdout.write("\n")
+            sys.stdout.flush()
+            self._open_line = False
 
 
 @runs.command("watch")

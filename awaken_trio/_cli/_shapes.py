@@ -12,7 +12,7 @@ from typing import Final
 from rich.console import Console
 from rich.table import Table
 
-from .. import EndCause, JsonValue, RunEvent, RunRecord, RunState
+from .. import EndCause, JsonValue, RunEvent, RunRecord, RunState, StreamChunk
 from ..store import state_to_json
 
 EVENTS_SHOWN: Final = 20
@@ -52,6 +52,17 @@ def event_json(event: RunEvent) -> dict[str, JsonValue]:
         "state": state_to_json(event.state),
         "detail": event.detail,
         "at": event.at,
+    }
+
+
+def chunk_json(chunk: StreamChunk) -> dict[str, JsonValue]:
+    """A stream chunk (DESIGN §3.9): ``{"offset", "generation", "kind", "value", "at"}``."""
+    return {
+        "offset": chunk.offset,
+        "generation": chunk.generation,
+        "kind": chunk.kind,
+        "value": chunk.value,
+        "at": chunk.at,
     }
 
 

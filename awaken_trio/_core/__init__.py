@@ -51,6 +51,7 @@ from ._errors import RunError as RunError
 from ._errors import RunExists as RunExists
 from ._errors import RuntimeClosed as RuntimeClosed
 from ._errors import StoreError as StoreError
+from ._errors import StreamGap as StreamGap
 from ._errors import TicketExpired as TicketExpired
 from ._errors import TicketMismatch as TicketMismatch
 from ._errors import UnknownRun as UnknownRun
@@ -83,8 +84,10 @@ from ._runtime import request_end_here as request_end_here
 from ._runtime import run_mailbox as run_mailbox
 from ._runtime import start_kernel_services as start_kernel_services
 from ._state import CANCELLED_CAUSE as CANCELLED_CAUSE
+from ._state import CHUNK_KINDS as CHUNK_KINDS
 from ._state import Awaiting as Awaiting
 from ._state import Cancelled as Cancelled
+from ._state import ChunkKind as ChunkKind
 from ._state import EndCause as EndCause
 from ._state import Ended as Ended
 from ._state import EventKind as EventKind
@@ -99,6 +102,7 @@ from ._state import Running as Running
 from ._state import RunRecord as RunRecord
 from ._state import RunState as RunState
 from ._state import Stopped as Stopped
+from ._state import StreamChunk as StreamChunk
 from ._state import ended as ended
 from ._state import wake_at as wake_at
 from ._storage import DURABLE_METHODS as DURABLE_METHODS
@@ -128,11 +132,19 @@ from ._storage import StateKind as StateKind
 from ._storage import StepStore as StepStore
 from ._storage import Store as Store
 from ._storage import StoredCommand as StoredCommand
+from ._storage import StreamDraft as StreamDraft
+from ._storage import StreamingStore as StreamingStore
+from ._storage import StreamPage as StreamPage
 from ._storage import read_store as read_store
 from ._stored import StoredCommandLoads as StoredCommandLoads
+from ._streams import StreamReader as StreamReader
+from ._streams import StreamWriter as StreamWriter
+from ._streams import check_channel as check_channel
+from ._streams import check_read as check_read
 from ._supervisor import Clock as Clock
 from ._supervisor import Supervisor as Supervisor
 from ._supervisor import VerifierFactory as VerifierFactory
+from ._util import NoPublicConstructor as NoPublicConstructor
 from ._util import fixup_module_metadata as fixup_module_metadata
 from ._util import safe_repr as safe_repr
 from ._validate import check_body as check_body

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from ._journal import Journal
     from ._observe import AttemptSpan
     from ._registry import GateWaiter
+    from ._streams import StreamOutbox
 
 Body = Callable[["RunContext"], Awaitable[Any]]
 
@@ -332,6 +333,8 @@ class Attempt:
     relayed: bool = attrs.field(default=False, init=False)
     # What the runtime's observer keeps for this attempt once it started (tracing on).
     span: AttemptSpan | None = attrs.field(default=None, init=False)
+    # The chunks its stream writers sent; made on the first ``ctx.stream()``.
+    streams: StreamOutbox | None = attrs.field(default=None, init=False)
     # The run's journaled steps as this attempt sees them (made at its first ctx.step).
     journal: Journal | None = attrs.field(default=None, init=False)
 

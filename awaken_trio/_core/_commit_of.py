@@ -32,6 +32,7 @@ from ._storage import (
     Expect,
     Fence,
     NewRun,
+    StreamDraft,
 )
 
 if TYPE_CHECKING:
@@ -286,6 +287,22 @@ def _event_of(attempt: Attempt, event: EventDraft, at: float) -> Commit:
     )
 
 
+def stream(attempt: Attempt, chunks: tuple[StreamDraft, ...], *, at: float) -> Commit:
+    """Chunks the attempt's writers sent (`StreamWriter`): no state changes, no event is
+    written, and it is fenced like every commit of the attempt, so an attempt that has
+    lost its run writes none."""
+    return Commit(
+        run_id=attempt.run_id,
+        state=running(attempt.generation),
+        generation=attempt.generation,
+        expect=expect_running(attempt.generation),
+        at=at,
+        announce=False,
+        fence=attempt.fence,
+        chunks=chunks,
+    )
+
+
 # ---------------------------------------------------------------- ends
 
 
@@ -298,12 +315,15 @@ def end(
     messages: tuple[JsonValue, ...],
     release: bool,
     descendants: DescendantsEnd | None,
+    chunks: tuple[StreamDraft, ...] = (),
 ) -> Commit:
     """The attempt's end at the finish boundary: ``verdict.state`` (``Awaiting``,
     ``Ended``, or ``Queued`` for a hand-back). ``messages`` are the ones it held and did not
     read: carried to the next attempt by a suspension or a hand-back, discarded (with an
     event) by a terminal end. A pause the attempt could not honour (it ended at an await)
-    waits for the next attempt's first boundary, as its unread messages do."""
+    waits for the next attempt's first boundary, as its unread messages do. ``chunks`` are
+    what its stream writers still held: written before the end (and, on a terminal end,
+    before the store's ``"end"`` chunks)."""
     state = verdict.state
     assert state is not None
     ending = type(state) is Ended
@@ -346,6 +366,7 @@ def end(
         attempt.take_consumed(),
         (),
         descendants,
+        chunks,
     )
     return commit
 

@@ -27,17 +27,19 @@ from ._util import safe_repr
 logger = logging.getLogger("awaken_trio.store")
 
 OnCommit = Callable[[CommitResult], None]
+OnAnswer = Callable[[CommitResult | StoreError], None]
 OnInterrupt = Callable[[BaseException], None]
 
 
 class _Pending(NamedTuple):
-    """A commit handed to the mailbox, its effect, and the task waiting for the answer.
+    """A commit handed to the mailbox, its effect, and the task waiting for the answer (or,
+    for a commit nobody waits for, `CommitMailbox.post`, the callback that takes it).
     A tuple (one is made per commit): the answer goes back as the value the task is
     rescheduled with, so nothing else needs a place to hold it."""
 
     commit: Commit
     on_commit: OnCommit | None
-    task: trio.lowlevel.Task
+    task: trio.lowlevel.Task | OnAnswer
 
 
 def _cannot_abort(_: object) -> trio.lowlevel.Abort:
@@ -119,12 +121,19 @@ class CommitMailbox:
         except BaseException as exc:
             self._note_interrupt(exc)
             for commit, _, task in batch:
-                trio.lowlevel.reschedule(task, outcome.Error(_store_error(commit, exc, len(batch))))
+                error = _store_error(commit, exc, len(batch))
+                if type(task) is trio.lowlevel.Task:
+                    trio.lowlevel.reschedule(task, outcome.Error(error))
+                else:
+                    _answer(task, error)
             self.publish()
             return
         for (_, on_commit, task), result in zip(batch, results, strict=True):
             # Each commit's effect runs in the commit's step. An effect never takes the
             # mailbox down with it: what it raised goes to the committer alone.
+            if type(task) is not trio.lowlevel.Task:
+                _answer(task, result)
+                continue
             answer: outcome.Outcome[CommitResult] = outcome.Value(result)
             if on_commit is not None:
                 try:
@@ -205,6 +214,31 @@ class CommitMailbox:
         answer: CommitResult = await trio.lowlevel.wait_task_rescheduled(_cannot_abort)
         return answer
 
+    def post(self, commit: Commit, on_answer: OnAnswer) -> None:
+        """Hand ``commit`` over without waiting for it: ``on_answer`` is called with the
+        store's answer, or the `StoreError` it failed with, in the commit's step (right
+        here, on a store that needs no I/O; else in the mailbox task's, with whatever else
+        waits). Sync. ``on_answer`` must not raise (what it raises is logged).
+
+        Raises:
+            RuntimeClosed: the mailbox has stopped (nothing was handed over).
+        """
+        if self._stopped:
+            raise RuntimeClosed(
+                "the runtime has closed and commits nothing more; open a new runtime"
+            )
+        if self._apply_now is not None and not self._queue:
+            try:
+                applied = self.commit_now(commit)
+            except StoreError as exc:
+                _answer(on_answer, exc)
+                return
+            assert applied is not None  # (nothing waits ahead of it)
+            _answer(on_answer, applied)
+            return
+        self._queue.append(_Pending(commit, None, on_answer))
+        self._wakeup.set()
+
     @property
     def inline(self) -> bool:
         """Whether commits apply in the committing task's own step (no task switch)."""
@@ -228,6 +262,14 @@ class CommitMailbox:
             largest_batch=max(self._largest, 1 if commits else 0),
             waiting=len(self._queue),
         )
+
+
+def _answer(on_answer: OnAnswer, answer: CommitResult | StoreError) -> None:
+    """Give a posted commit's answer to its callback; it never takes the mailbox down."""
+    try:
+        on_answer(answer)
+    except Exception:
+        logger.exception("a posted commit's answer could not be taken")
 
 
 def _store_error(commit: Commit, exc: BaseException, size: int = 1) -> StoreError:

@@ -18,6 +18,7 @@ from ._json import JsonValue, check_payload, freeze_detail
 from ._schema import check_schema
 from ._spec import RunSpec
 from ._state import Awaiting, EventKind, ResumeTicket, RunState
+from ._streams import StreamOutbox, StreamWriter, check_channel
 from ._util import NoPublicConstructor, safe_repr
 from ._validate import check_deadline, check_id, is_async_callable
 
@@ -349,6 +350,44 @@ class RunContext(metaclass=NoPublicConstructor):
         )
         await self._host.checkpoint_before_commit()
         await self._host.emit(a, kind, frozen)
+
+    def stream(self, channel: str = "output", *, keep: bool = True) -> StreamWriter:
+        """The attempt's writer for the run's stream ``channel`` (the same one each time
+        for a channel, in this attempt): live output any process can read with
+        `Runtime.read_stream` while the run goes on, and resume from an offset.
+
+        `StreamWriter.send` never waits for the store: chunks are written with the
+        attempt's commits, fenced like them (an attempt that lost its run writes none),
+        within 50 ms of being sent, and what the writer holds when the attempt ends
+        is written with its end. Offsets count 1, 2, ... across the run's attempts: the
+        first chunk a later attempt writes on the channel comes after a ``"reset"`` chunk,
+        and the run's end adds an ``"end"`` chunk.
+
+        Args:
+            channel: 1 to 128 letters, digits, ``_``, ``.``, ``:`` or ``-``.
+            keep: keep the channel's chunks once the run ends (with the run, until it is
+                pruned); False deletes them when the run ends, keeping only the ``"end"``
+                chunk (readers then get `StreamGap` for what they had not read).
+
+        Raises:
+            InvalidArgument: a bad channel or ``keep``; the channel is open in this
+                attempt with the other ``keep``; or the store keeps no streams.
+        """
+        a = self._live("stream()")
+        check_channel(channel, f"stream() of run {a.run_id!r}")
+        if type(keep) is not bool:
+            raise InvalidArgument(
+                f"stream() of run {a.run_id!r}: keep must be a bool, not {safe_repr(keep)}"
+            )
+        box = a.streams
+        if box is None:
+            if not self._host.keeps_streams:
+                raise InvalidArgument(
+                    f"stream() of run {a.run_id!r}: the runtime's store keeps no streams (it"
+                    " is not a StreamingStore); the memory, SQLite and PostgreSQL stores do"
+                )
+            box = a.streams = StreamOutbox(a, self._host)
+        return box.writer(channel, keep)
 
     @overload
     async def step(

@@ -163,6 +163,27 @@ class StoreError(AwakenError):
         super().__init__(message)
 
 
+class StreamGap(AwakenError):
+    """A stream was read from an offset whose next chunks are no longer kept.
+
+    ``oldest`` is the offset of the oldest chunk the channel still keeps after ``after``:
+    read again from ``oldest - 1`` to take up from there (the chunks in between are gone:
+    the channel was written with ``keep=False`` and its run has ended). Re-read the run's
+    committed state (`Runtime.record`) for what those chunks led to.
+    """
+
+    def __init__(self, run_id: str, channel: str, after: int, oldest: int) -> None:
+        self.run_id = run_id
+        self.channel = channel
+        self.after = after
+        self.oldest = oldest
+        super().__init__(
+            f"stream {channel!r} of run {run_id!r} keeps no chunks from offset {after + 1}"
+            f" to {oldest - 1} (its oldest kept chunk after offset {after} is {oldest});"
+            f" read it from after={oldest - 1}, and the run's record for what it led to"
+        )
+
+
 class RunError(AwakenError):
     """Raise it (or a subclass) from a body to end the run ``Failed(code, message)``.
 

@@ -76,6 +76,10 @@ class FinishBoundary:
         if attempt.children:
             await self._end_parked_children(attempt)
         attempt.phase = "sealed"
+        # Its stream writers close with it; what they hold is written with its end (and
+        # dropped if it commits none).
+        streams = attempt.streams
+        chunks = () if streams is None else streams.close()
         state = verdict.state
         if state is None:
             request = attempt.request
@@ -107,6 +111,7 @@ class FinishBoundary:
             messages=messages,
             release=release,
             descendants=None if type(state) is Queued else claims.descendants_at_end(attempt),
+            chunks=chunks,
         )
         # The span counts the messages this end discards that the runtime held; those only
         # the store holds (sent from another runtime, not yet relayed here) are added to

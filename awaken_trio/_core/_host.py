@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from ._spec import RunSpec
     from ._state import Ended, RunEvent, RunRecord
     from ._storage import Fence, Store, StoredCommand
+    from ._streams import StreamOutbox
     from ._verdict import Verdict
 
 
@@ -103,6 +104,19 @@ class AttemptHost(Protocol):
 
     async def finish(self, attempt: Attempt, verdict: Verdict) -> None:
         """Commit the attempt's end; never raises."""
+        ...
+
+    @property
+    def keeps_streams(self) -> bool:
+        """Whether the store keeps streams (it is a `StreamingStore`)."""
+        ...
+
+    def stream_pending(self, outbox: StreamOutbox) -> None:
+        """The attempt's outbox holds chunks: hand them to the mailbox soon (the flusher)."""
+        ...
+
+    async def flush_streams(self, attempt: Attempt) -> None:
+        """Commit the chunks the attempt's outbox holds, and wait for the answer."""
         ...
 
     def interrupted(self, exc: BaseException) -> None:
@@ -244,6 +258,11 @@ class ServingHost(Protocol):
 
     def store_changed_elsewhere(self) -> None:
         """Another runtime changed the store: wake everything that waits on it."""
+        ...
+
+    def streams_written_elsewhere(self) -> None:
+        """Another runtime wrote stream chunks (a notice from the store): wake the stream
+        readers here. Cheap when there are none."""
         ...
 
     def lose(self, run_id: str, why: str) -> bool:

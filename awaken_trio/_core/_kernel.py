@@ -85,6 +85,9 @@ class Kernel:
         # Set whenever the store may have changed elsewhere (durable stores: polled), so
         # waiters on other runtimes' doings look again.
         self.store_changed = RepeatedEvent()
+        # Readers of streams waiting for a change here (`StreamReader`): while there are
+        # some, a stream write announced by another runtime wakes them.
+        self.stream_readers = 0
         # Shutdown has begun: every actor's scope is being cancelled, and why.
         self.closing = False
         self.shutdown_request: EndRequest | None = None
@@ -212,6 +215,12 @@ class Kernel:
             await local.wait()
             return True
         return False
+
+    def streams_written_elsewhere(self) -> None:
+        """Another runtime wrote stream chunks (a store's notice): wake the stream readers
+        waiting here, if any (the rest of the runtime has no use for it)."""
+        if self.stream_readers:
+            self.mailbox.publish()
 
     def store_changed_elsewhere(self) -> None:
         """Another runtime changed the store (or something may have become runnable): wake

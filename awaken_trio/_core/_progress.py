@@ -11,15 +11,16 @@ import trio
 
 from . import _commit_of as commit_of
 from ._attempt import lost
-from ._errors import RunAlreadyEnded, StoreError
+from ._errors import RunAlreadyEnded, RuntimeClosed, StoreError
 from ._journal import read_steps, step_detail
 from ._json import FrozenDict, JsonValue, freeze_detail
 from ._state import Ended, RunEvent
-from ._storage import Rejected, RejectReason
+from ._storage import CommitResult, Rejected, RejectReason
 
 if TYPE_CHECKING:
     from ._attempt import Attempt
     from ._kernel import Kernel
+    from ._streams import StreamOutbox
 
 # Fenced commits: an attempt that lost its claim (logger "awaken_trio"; the run id in extra).
 logger = logging.getLogger("awaken_trio")
@@ -86,6 +87,51 @@ class Progress:
         if isinstance(result, Rejected):
             await refused(kernel, attempt, result, "an event")
 
+    async def flush_chunks(self, attempt: Attempt) -> None:
+        """Commit every chunk the attempt's stream writers hold, and wait for the answer
+        (`StreamWriter.flush`). Fenced like every commit of the attempt: refused, the
+        attempt stops as `refused` says, and the chunks are dropped."""
+        box = attempt.streams
+        assert box is not None
+        kernel = self._kernel
+        at = kernel.now()
+        drafts, count = box.take()
+        try:
+            result = await kernel.mailbox.commit(commit_of.stream(attempt, drafts, at=at))
+        except StoreError as exc:
+            box.land(count, exc)
+            raise
+        except BaseException:
+            box.land(count)
+            raise
+        box.land(count)
+        if isinstance(result, Rejected):
+            await refused(kernel, attempt, result, "stream chunks")
+
+    def post_chunks(self, box: StreamOutbox) -> None:
+        """Hand every chunk ``box`` holds to the mailbox as one commit, without waiting
+        (the stream flusher's). Its answer is taken in the commit's step: a refusal stops
+        the attempt as `refused` would (the chunks are dropped), a store failure is kept
+        for the writers' next `StreamWriter.flush`."""
+        kernel = self._kernel
+        attempt = box.attempt
+        at, _ = kernel.now_for_end()  # (a clock that fails dates the chunks as last read)
+        drafts, count = box.take()
+        commit = commit_of.stream(attempt, drafts, at=at)
+
+        def answered(answer: CommitResult | StoreError) -> None:
+            if isinstance(answer, StoreError):
+                box.land(count, answer)
+                return
+            box.land(count)
+            if isinstance(answer, Rejected):
+                stop_refused(kernel, attempt, answer, "stream chunks", box)
+
+        try:
+            kernel.mailbox.post(commit, answered)
+        except RuntimeClosed:
+            box.land(count)  # the runtime has closed: its attempts are gone
+
     async def load_steps(self, attempt: Attempt) -> list[RunEvent]:
         """The run's committed ``step`` events, for the attempt's journal (a read)."""
         return await read_steps(self._kernel.store, attempt.run_id)
@@ -103,6 +149,28 @@ class Progress:
         answer = await kernel.mailbox.commit(commit_of.step(attempt, detail, at=kernel.now()))
         if isinstance(answer, Rejected):
             await refused(kernel, attempt, answer, f"step {name!r}")
+
+
+def stop_refused(
+    kernel: Kernel, attempt: Attempt, result: Rejected, what: str, box: StreamOutbox
+) -> None:
+    """`refused`, for a commit nobody awaits: the attempt is stopped the same way, and a
+    refusal that is neither a fence nor an end is kept for the writers' next flush."""
+    if result.reason is RejectReason.FENCED:
+        fenced(attempt, what)
+        kernel.lose_attempt(attempt, "its claim is no longer current (superseded or lapsed)")
+    elif isinstance(result.state, Ended):
+        why = f"the run was ended elsewhere: {result.state!r}"
+        attempt.request_end(lost(why, claim_lost=False))
+    else:
+        box.land(
+            0,
+            StoreError(
+                f"{what} of run {attempt.run_id!r} attempt {attempt.generation} were fenced"
+                f" off: the run moved on to {result.state!r}",
+                outcome_unknown=False,
+            ),
+        )
 
 
 async def refused(kernel: Kernel, attempt: Attempt, result: Rejected, what: str) -> NoReturn:

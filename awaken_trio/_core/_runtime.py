@@ -14,6 +14,7 @@ from ._control import Control
 from ._errors import (
     InvalidArgument,
     RuntimeClosed,
+    UnknownRun,
 )
 from ._events import EventStream
 from ._handle import RunHandle
@@ -29,7 +30,10 @@ from ._state import (
 from ._storage import (
     STATE_KINDS,
     StateKind,
+    StreamingStore,
+    read_store,
 )
+from ._streams import StreamReader, check_read
 from ._supervisor import Supervisor
 from ._util import NoPublicConstructor, safe_repr
 from ._validate import check_body, check_id
@@ -508,6 +512,61 @@ class Runtime(metaclass=NoPublicConstructor):
             )
         return EventStream._create(self._kernel, run_id, after=after, follow=follow)
 
+    def read_stream(
+        self, run_id: str, channel: str = "output", *, after: int = 0, follow: bool = True
+    ) -> StreamReader:
+        """A run's stream on ``channel``: its `StreamChunk` values from the first whose
+        ``offset`` is greater than ``after``, in offset order, whichever runtime wrote them;
+        with ``follow``, then new ones as they are committed, until the channel's ``"end"``
+        chunk (the run's end). Without ``follow``, what is committed now.
+
+        A ``"reset"`` chunk says a later attempt starts the channel's output over: drop
+        what earlier attempts sent that you have not kept as final. An ended run's
+        channel whose writer said ``keep=False`` keeps only its ``"end"`` chunk.
+
+        Raises (from the iteration):
+            UnknownRun: the store does not hold the run (never did, or it was pruned).
+            StreamGap: the chunks after ``after`` are no longer kept (``.oldest`` is the
+                oldest kept one after it).
+            InvalidArgument: the run has ended without ever writing ``channel``.
+
+        Raises (from the call):
+            InvalidArgument: ``after`` is not an int >= 0, ``channel`` is not a channel
+                name, or the store keeps no streams.
+        """
+        self._in_own_run()
+        check_id(run_id, "run_id")
+        check_read(run_id, channel, after, follow)
+        store = self._streaming_store(f"read_stream() of run {run_id!r}")
+        return StreamReader._create(
+            self._kernel, store, run_id, channel, after=after, follow=follow
+        )
+
+    async def stream_channels(self, run_id: str) -> list[str]:
+        """The channels of ``run_id``'s stream it has written so far, in the order of their
+        first kept chunk (a channel whose chunks were not kept counts from its end chunk).
+
+        Raises:
+            UnknownRun: the store does not hold the run.
+            InvalidArgument: the store keeps no streams.
+        """
+        self._in_own_run()
+        check_id(run_id, "run_id")
+        store = self._streaming_store(f"stream_channels() of run {run_id!r}")
+        found = await read_store(store.stream_channels(run_id), f"the streams of run {run_id!r}")
+        if found is None:
+            raise UnknownRun(run_id)
+        return found
+
+    def _streaming_store(self, what: str) -> StreamingStore:
+        store = self._kernel.store
+        if not isinstance(store, StreamingStore):
+            raise InvalidArgument(
+                f"{what}: the store {safe_repr(store)} keeps no streams (it is not a"
+                " StreamingStore); the memory, SQLite and PostgreSQL stores do"
+            )
+        return store
+
     def statistics(self) -> RuntimeStatistics:
         """Counts of what this runtime holds right now (attempts, queued runs, busy threads, the
         supervisor's mailbox); sync, for monitoring.
@@ -535,8 +594,10 @@ def request_end_here(runtime: Runtime, run_id: str, request: EndRequest) -> bool
 
 
 async def start_kernel_services(services: trio.Nursery, runtime: Runtime) -> None:
-    """The kernel's own background task, on every store: scheduled resumes (``ctx.sleep``)."""
+    """The kernel's own background tasks, on every store: scheduled resumes (``ctx.sleep``)
+    and the stream flusher."""
     await services.start(runtime._supervisor.scheduler.run, runtime._scheduled_resume)
+    await services.start(runtime._supervisor.flusher.run)
 
 
 @trio.lowlevel.enable_ki_protection

@@ -44,6 +44,7 @@ class Serving:
         self.changed_event = kernel.changed_event
         self.changed = kernel.changed
         self.store_changed_elsewhere = kernel.store_changed_elsewhere
+        self.streams_written_elsewhere = kernel.streams_written_elsewhere
         self.lose = kernel.lose
 
     @property

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from typing import Any, ClassVar, final
+from typing import Any, ClassVar, Final, Literal, final
 
 import attrs
 
@@ -256,6 +256,32 @@ class RunEvent:
     kind: str
     state: RunState
     detail: FrozenDict = attrs.field(converter=_detail)
+    at: float
+
+
+ChunkKind = Literal["data", "reset", "end"]
+"""The kinds of `StreamChunk`: a body's own chunk (``"data"``), the mark a later attempt's
+first chunk on a channel comes after (``"reset"``: drop the earlier attempts' partial
+output), and the run's last chunk on the channel (``"end"``)."""
+
+CHUNK_KINDS: Final[tuple[ChunkKind, ...]] = ("data", "reset", "end")
+
+
+@final
+@attrs.frozen
+class StreamChunk:
+    """One chunk of a run's stream (`RunContext.stream`, `Runtime.read_stream`).
+
+    ``offset`` numbers the channel's chunks 1, 2, ... across every attempt of the run;
+    ``generation`` is the attempt that wrote it; ``kind`` is a `ChunkKind`; ``value`` is the
+    frozen JSON value the body sent (None for ``"reset"`` and ``"end"``); ``at`` is the
+    runtime's clock when the chunk was committed, as an event's ``at``.
+    """
+
+    offset: int
+    generation: int
+    kind: ChunkKind
+    value: JsonValue = attrs.field(converter=_payload)
     at: float
 
 

@@ -52,7 +52,7 @@ import trio
 
 from ._errors import AwakenError, StoreError
 from ._json import EMPTY_DICT, JsonValue
-from ._state import Ended, ResumeTicket, RunEvent, RunRecord, RunState
+from ._state import Ended, ResumeTicket, RunEvent, RunRecord, RunState, StreamChunk
 from ._util import safe_repr
 
 T = TypeVar("T")
@@ -141,6 +141,43 @@ class NewRun:
 
 @final
 @attrs.frozen
+class StreamDraft:
+    """Chunks an attempt sent on one channel, for the store to write with a commit.
+
+    They take the channel's next offsets, in order, at the commit's generation and ``at``.
+    When another attempt wrote the channel last, the store first writes a ``"reset"``
+    chunk of this generation, so a reader knows to drop that attempt's partial output.
+    ``keep`` is the writer's (`RunContext.stream`): a channel whose last writer said
+    ``keep=False`` keeps only its ``"end"`` chunk once the run ends.
+    """
+
+    channel: str
+    values: tuple[JsonValue, ...]
+    keep: bool = True
+
+
+@final
+@attrs.frozen
+class StreamPage:
+    """What one read of a run's stream found (`StreamingStore.read_chunks`).
+
+    Attributes:
+        chunks: the channel's chunks after the offset asked for, in offset order, at most
+            the limit asked for. The first one's offset is the next one asked for, unless
+            the chunks in between are no longer kept (a reader then raises `StreamGap`).
+        last: the offset of the channel's last chunk (0: the run never wrote it).
+        ended: the run had ended when the chunks were read (read first, or in the same
+            snapshot: an ended run's chunks are all there, its ``"end"`` chunks
+            included).
+    """
+
+    chunks: tuple[StreamChunk, ...]
+    last: int
+    ended: bool
+
+
+@final
+@attrs.frozen
 class Fence:
     """The claim a commit is made under: ``root_run_id``'s claim must be ``owner``'s, at
     ``epoch``, with its lease not expired by the store's clock."""
@@ -224,6 +261,9 @@ class Commit:
             run whose earlier attempt handed children back that this one did not take
             back, DESIGN rule 22: every child this attempt had has ended by then). None
             leaves them to their attempts.
+        chunks: stream chunks the attempt sent (`StreamDraft`, one or more per channel, in
+            the order they were sent), written with the commit at each channel's next
+            offsets: fenced like the commit, so a rejected commit writes none of them.
     """
 
     run_id: str
@@ -251,6 +291,7 @@ class Commit:
     consumed: tuple[int, ...] = ()
     delivered: tuple[int, ...] = ()
     end_descendants: DescendantsEnd | None = None
+    chunks: tuple[StreamDraft, ...] = ()
 
 
 DescendantsEnd = Literal["parent_ended", "not_resumed"]
@@ -520,6 +561,33 @@ class PruningStore(Store, Protocol):
         runs of every tree whose root's terminal event is dated at or before
         ``ended_before`` (the runtime's clock, as event times are) and all of whose runs
         have ended; how many runs that is. ``dry_run`` counts them and deletes nothing."""
+        ...
+
+
+@runtime_checkable
+class StreamingStore(Store, Protocol):
+    """A store that keeps runs' streams (`RunContext.stream`, `Runtime.read_stream`): the
+    memory, SQLite and PostgreSQL stores do.
+
+    It writes the chunks of every commit it accepts (``Commit.chunks``) in the commit's
+    transaction, at each channel's next offsets (1, 2, ... per run and channel), a
+    ``"reset"`` chunk first when another generation wrote the channel last; and in the
+    transaction that ends a run (however it ends: a commit, its parent's end, recovery),
+    an ``"end"`` chunk on every channel the run wrote, deleting the other chunks of a
+    channel whose last writer said ``keep=False``. A run's chunks are deleted with it
+    (`PruningStore.prune`, or a memory store forgetting it).
+    """
+
+    async def read_chunks(
+        self, run_id: str, channel: str, after: int, limit: int
+    ) -> StreamPage | None:
+        """The chunks of ``run_id``'s ``channel`` after offset ``after``, oldest first, at
+        most ``limit`` (`StreamPage`); None when the store does not hold the run."""
+        ...
+
+    async def stream_channels(self, run_id: str) -> list[str] | None:
+        """The channels ``run_id`` has written, in the order of their first kept chunk
+        (then by name); None when the store does not hold the run."""
         ...
 
 

@@ -42,7 +42,8 @@ from ._progress import Progress
 from ._schedule import Scheduler
 from ._serving import Serving
 from ._spec import RunSpec
-from ._storage import Store
+from ._storage import Store, StreamingStore
+from ._streams import StreamFlusher
 
 if TYPE_CHECKING:
     from ._observe import AttemptObserver
@@ -67,6 +68,7 @@ class Supervisor:
     load_steps: Callable[[Attempt], Coroutine[Any, Any, list[RunEvent]]]
     commit_step: Callable[[Attempt, str, JsonValue], Coroutine[Any, Any, None]]
     finish: Callable[[Attempt, Verdict], Coroutine[Any, Any, None]]
+    flush_streams: Callable[[Attempt], Coroutine[Any, Any, None]]
     now: Callable[[], float]
 
     def __init__(
@@ -108,6 +110,11 @@ class Supervisor:
         self.load_steps = progress.load_steps
         self.commit_step = progress.commit_step
         self.finish = finish.finish
+        self.flush_streams = progress.flush_chunks
+        # Chunks streams hold, handed to the mailbox; its task runs as a kernel service.
+        self.flusher = StreamFlusher(progress.post_chunks)
+        self.stream_pending = self.flusher.mark
+        self.keeps_streams = isinstance(store, StreamingStore)
         self.now = kernel.now
         self.checkpoint_before_commit = kernel.checkpoint_before_commit
         self.max_payload_bytes = max_payload_bytes

@@ -38,6 +38,7 @@ from .. import (
     RunState,
     Runtime,
     StoreError,
+    StreamGap,
     UnknownRun,
 )
 from .._cli._common import (
@@ -54,10 +55,12 @@ from .._cli._common import (
 )
 from .._cli._shapes import dumps, event_json, record_json, row_json
 from .._cli._words import DASHBOARD
+from .._core import check_channel
 from ..store import StateKind, state_to_json
 from . import _pages
 from ._guard import Guard
 from ._hub import EventHub
+from ._streams import ChunkEvents, first_page, resume_after
 
 STATE_KINDS: Final[tuple[str, ...]] = get_args(StateKind)
 PAGE_DEFAULT: Final = 50
@@ -339,6 +342,8 @@ async def api_run(runtime: Runtime, hub: EventHub, request: Request) -> Response
     """
     parts = run_path(request, "/api/runs/")
     run_id, rest = parts[0], parts[1:]
+    if rest[:1] == ["streams"]:
+        return await _streams(runtime, hub, request, run_id, rest[1:])
     if not run_id or len(rest) > 1 or (rest and rest[0] not in ("events", *CONTROLS)):
         raise HTTPException(404)
     if rest and rest[0] in CONTROLS:
@@ -401,6 +406,41 @@ async def run_events(
             if len(found) >= limit:
                 break
     return found
+
+
+async def _streams(
+    runtime: Runtime, hub: EventHub, request: Request, run_id: str, rest: list[str]
+) -> Response:
+    """``GET /api/runs/{id}/streams``: the run's channels (a JSON array of names);
+    ``GET /api/runs/{id}/streams/{channel}?after=N``: the channel as server-sent events
+    (`ChunkEvents`), from the chunk after ``Last-Event-ID`` when a browser reconnects, else
+    after ``after``; 204 when the channel has ended before it."""
+    # GET alone: a stream begun for HEAD would never end.
+    _allow(request, ("GET",))
+    if not run_id or len(rest) > 1 or rest == [""]:
+        raise HTTPException(404)
+    if not rest:
+        query_params(request, ())
+        try:
+            return json_response(list(await runtime.stream_channels(run_id)))
+        except UnknownRun as exc:
+            raise Failure(failure_of(exc), 404) from None
+    channel = rest[0]
+    params = query_params(request, ("after",))
+    after = int_param(params, "after", 0, low=0, high=2**63 - 1)
+    after = resume_after(after, request.headers.get("last-event-id"))
+    check_channel(channel, f"the stream of run {run_id!r}")
+    try:
+        more = await first_page(runtime, run_id, channel, after)
+    except UnknownRun as exc:
+        raise Failure(failure_of(exc), 404) from None
+    except StreamGap as exc:
+        raise Failure(failure_of(exc), 409) from None
+    except InvalidArgument as exc:  # the run ended without writing the channel
+        raise Failure(bad_input(str(exc), "unknown_stream"), 404) from None
+    if not more:
+        return Response(status_code=204, headers={"Cache-Control": "no-store"})
+    return ChunkEvents(runtime, run_id, channel, after, hub.closed)
 
 
 async def api_stream(runtime: Runtime, hub: EventHub, request: Request) -> Response:
@@ -485,7 +525,12 @@ async def page_run(runtime: Runtime, hub: EventHub, request: Request) -> Respons
     record = await _record(runtime, run_id)
     events = await run_events(runtime, run_id)
     tree = await descendants(runtime, record)
-    return HTMLResponse(_pages.run_page(record, events, tree.runs, truncated=tree.truncated))
+    try:
+        channels = await runtime.stream_channels(run_id)
+    except InvalidArgument:  # a store that keeps no streams
+        channels = []
+    page = _pages.run_page(record, events, tree.runs, truncated=tree.truncated, channels=channels)
+    return HTMLResponse(page)
 
 
 @attrs.frozen

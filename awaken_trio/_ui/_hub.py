@@ -56,6 +56,8 @@ class EventHub:
         self._subscribers: set[trio.MemorySendChannel[RunEvent]] = set()
         self._seq = 0
         self._closed = False
+        # Set when the hub closes (at shutdown): streams that do not go through it end too.
+        self.closed = trio.Event()
 
     @property
     def seq(self) -> int:
@@ -86,6 +88,7 @@ class EventHub:
     def close(self) -> None:
         """End every stream, and refuse new ones (they end at once)."""
         self._closed = True
+        self.closed.set()
         for channel in self._subscribers:
             channel.close()
         self._subscribers.clear()

@@ -156,9 +156,15 @@ def state_to_json_text(state: Mapping[str, Any]) -> str:
 
 
 def run_page(
-    record: RunRecord, events: Sequence[RunEvent], tree: Sequence[RunRecord], *, truncated: bool
+    record: RunRecord,
+    events: Sequence[RunEvent],
+    tree: Sequence[RunRecord],
+    *,
+    truncated: bool,
+    channels: Sequence[str] = (),
 ) -> str:
-    """One run: its state and ticket, controls, record, children, transcript, events."""
+    """One run: its state and ticket, controls, streams, record, children, transcript,
+    events."""
     state = record.state
     facts = [
         ("run", esc(record.run_id)),
@@ -178,7 +184,7 @@ def run_page(
     body = (
         f"<h1>Run <code>{esc(record.run_id)}</code></h1>"
         f'<dl class="facts">{dl}</dl>'
-        f"{_ticket(state)}{_controls(state)}"
+        f"{_ticket(state)}{_controls(state)}{_streams(channels)}"
         f"<h2>Children</h2>{_tree(record.run_id, tree, truncated)}"
         f"{_transcript(record.checkpoint, record.result)}"
         "<h2>Record</h2>"
@@ -230,6 +236,22 @@ def _controls(state: RunState) -> str:
         '<input name="correlation_id" placeholder="correlation id (default: the live ticket)">'
         '<button type="submit">resume</button></form>'
         '<div id="control-result" class="result hidden" role="status"></div></section>'
+    )
+
+
+def _streams(channels: Sequence[str]) -> str:
+    """A panel per channel of the run's stream; the script fills each live (and adds the
+    panels of channels written later)."""
+    panels = "".join(stream_panel(channel) for channel in channels)
+    empty = "" if channels else '<p id="no-streams" class="empty">no streams yet</p>'
+    return f'<h2>Streams</h2><div id="streams" class="streams">{empty}{panels}</div>'
+
+
+def stream_panel(channel: str) -> str:
+    return (
+        f'<section class="stream" data-channel="{esc(channel)}">'
+        f'<h3><code>{esc(channel)}</code> <span class="stream-status"></span></h3>'
+        '<pre class="stream-text"></pre></section>'
     )
 
 

@@ -8,7 +8,8 @@ and delegation to sub-agents all go through the runtime's committed paths.
 
 The `Model` port has two adapters here: `ScriptedModel` (a script, for tests and demos)
 and `OpenAIChatModel` (any OpenAI-compatible endpoint; needs the ``[openai]`` extra:
-``pip install -e '.[openai]'`` from a checkout).
+``pip install -e '.[openai]'`` from a checkout). A model that streams sends the text it
+reads to the run's ``"agent.tokens"`` stream (`send_token`; ``OpenAIChatModel(stream=True)``).
 This package is built on the public ``awaken_trio`` API only.
 """
 
@@ -19,6 +20,7 @@ from ._model import ModelReply as ModelReply
 from ._model import ToolCall as ToolCall
 from ._openai import OpenAIChatModel as OpenAIChatModel
 from ._scripted import ScriptedModel as ScriptedModel
+from ._tokens import send_token as send_token
 from ._tools import SubAgentTool as SubAgentTool
 from ._tools import Tool as Tool
 
@@ -32,6 +34,7 @@ __all__ = [
     "SubAgentTool",
     "Tool",
     "ToolCall",
+    "send_token",
 ]
 
 for _name in __all__:

@@ -40,6 +40,7 @@ from awaken_trio import (
 )
 
 from ._model import Model, ModelError, ModelReply
+from ._tokens import TokenSink, streaming_tokens
 from ._tools import (
     SubAgentTool,
     Tool,
@@ -240,6 +241,14 @@ class Agent:
     # ------------------------------------------------------------------ inference
 
     async def _infer(self, ctx: RunContext, progress: Progress, step: int) -> ModelReply:
+        # A model that streams sends the reply's text to the run's "agent.tokens" as it
+        # reads it (send_token), within this block.
+        with streaming_tokens(ctx) as tokens:
+            return await self._infer_with_retries(ctx, progress, step, tokens)
+
+    async def _infer_with_retries(
+        self, ctx: RunContext, progress: Progress, step: int, tokens: TokenSink
+    ) -> ModelReply:
         retry = 0
         while True:
             try:
@@ -250,6 +259,7 @@ class Agent:
                 if not exc.retryable or retry >= self._retries:
                     raise
                 retry += 1
+                tokens.retrying(retry, exc.code)
                 delay = max(self._backoff(retry), exc.retry_after or 0.0)
                 logger.info(
                     "agent: run %r step %d: inference failed (%s), retry %d of %d in %.2f s",

@@ -17,13 +17,14 @@ import math
 import os
 import re
 import ssl
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, final
 from urllib.parse import urlsplit
 
 from awaken_trio import FrozenDict, InvalidArgument, InvalidPayload, JsonValue
 
 from ._model import ModelError, ModelReply, ToolCall, parse_arguments
+from ._tokens import send_token
 from ._tools import thaw
 
 if TYPE_CHECKING:
@@ -91,6 +92,12 @@ class OpenAIChatModel:
             ``top_p``, ``max_completion_tokens``, a provider's own options); it cannot
             set the keys this model owns (``model``, ``messages``, ``stream``,
             ``stream_options``, ``tools``) or repeat a parameter given above.
+        stream: also send the reply's text, piece by piece as the server sends it, to
+            the run's ``"agent.tokens"`` stream (`send_token`) when an `Agent` runs the
+            inference, so a page shows it before the step is committed. The reply, the
+            transcript and the step's commits are the same either way; the request is
+            streamed (server-sent ``data:`` lines) in both. A cancel while the reply
+            streams in closes the response at once.
 
     Every parameter is checked and copied here, so a bad one is refused when the model is
     built and a dict changed afterwards changes nothing; each request gets fresh copies.
@@ -104,7 +111,16 @@ class OpenAIChatModel:
     (the agent tells the model). The reply's ``finish_reason`` is the provider's.
     """
 
-    __slots__ = ("_client", "_headers", "_httpx", "_params", "_timeout", "base_url", "model")
+    __slots__ = (
+        "_client",
+        "_headers",
+        "_httpx",
+        "_params",
+        "_stream",
+        "_timeout",
+        "base_url",
+        "model",
+    )
 
     def __init__(
         self,
@@ -120,6 +136,7 @@ class OpenAIChatModel:
         response_format: Mapping[str, JsonValue] | None = None,
         extra_headers: Mapping[str, str] | None = None,
         extra_body: Mapping[str, JsonValue] | None = None,
+        stream: bool = False,
     ) -> None:
         if type(model) is not str or not model:
             raise InvalidArgument(f"OpenAIChatModel needs a model name, not {model!r}")
@@ -133,6 +150,9 @@ class OpenAIChatModel:
             "/"
         )
         api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
+        if type(stream) is not bool:
+            raise InvalidArgument(f"OpenAIChatModel stream must be a bool, not {stream!r}")
+        self._stream = stream
         self._client = http_client
         self._timeout = timeout
         self._params = _params(
@@ -199,7 +219,7 @@ class OpenAIChatModel:
             if content_type.startswith("application/json"):
                 # A server that ignores ``stream`` answers with one completion object.
                 return _completion(await response.aread())
-            assembler = _Assembler()
+            assembler = _Assembler(send_token if self._stream else None)
             failure: ModelError | None = None
             # The stream is always read to its end (or until the read itself fails):
             # httpx's line iterator sits on nested generators that closing the outer one
@@ -313,9 +333,11 @@ def _merged_headers(own: dict[str, str], extra: object) -> dict[str, str]:
 
 
 class _Assembler:
-    """Builds one reply from the chunks of a chat-completions event stream."""
+    """Builds one reply from the chunks of a chat-completions event stream; ``on_text``,
+    if given, is handed each piece of the reply's text as it is read."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_text: Callable[[str], None] | None = None) -> None:
+        self._on_text = on_text
         self._data: list[str] = []
         self._text: list[str] = []
         self._calls: dict[int, dict[str, Any]] = {}
@@ -379,6 +401,8 @@ class _Assembler:
             content = delta.get("content")
             if isinstance(content, str):
                 self._text.append(content)
+                if self._on_text is not None:
+                    self._on_text(content)
             elif content is not None:
                 raise ModelError("invalid_reply", "a delta's content is not a str")
             for part in delta.get("tool_calls") or ():

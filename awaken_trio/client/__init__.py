@@ -16,16 +16,20 @@ handed to that thread and its answer (or the runtime's own error) handed back::
         run_id = await client.submit("summarise", input={"doc": 7})
         state = await client.wait(run_id, timeout=30)
 
-Cancelling an `AsyncClient` call abandons it and changes no run (see `AsyncClient`).
+Both read a run's stream as it is written (``client.read_stream(run_id)``: a
+`ChunkIterator` for threads, an `AsyncChunkIterator` for asyncio). Cancelling an
+`AsyncClient` call abandons it and changes no run (see `AsyncClient`).
 Using a closed client raises `awaken_trio.RuntimeClosed`.
 """
 
 from .._core import fixup_module_metadata as _fixup_module_metadata
 from ._async import AsyncClient as AsyncClient
 from ._portal import ClientMisuse as ClientMisuse
+from ._streams import AsyncChunkIterator as AsyncChunkIterator
+from ._streams import ChunkIterator as ChunkIterator
 from ._sync import Client as Client
 
-__all__ = ["AsyncClient", "Client", "ClientMisuse"]
+__all__ = ["AsyncChunkIterator", "AsyncClient", "ChunkIterator", "Client", "ClientMisuse"]
 
 _fixup_module_metadata(__name__, globals())
 del _fixup_module_metadata

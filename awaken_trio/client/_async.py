@@ -19,9 +19,12 @@ from .._core import (
     RunRecord,
     RunState,
     Store,
+    StreamChunk,
+    check_read,
 )
 from . import _operations as ops
 from ._portal import ClientMisuse, Operation, RuntimeThread
+from ._streams import AsyncChunkIterator, stream_page
 
 T = TypeVar("T")
 
@@ -248,3 +251,24 @@ class AsyncClient:
         """`Client.events`: committed events with ``seq > after``, oldest first."""
         after = ops.check_after(after)
         return await self._run(lambda runtime: ops.events(runtime, run_id, after))
+
+    def read_stream(
+        self, run_id: str, channel: str = "output", *, after: int = 0, follow: bool = True
+    ) -> AsyncChunkIterator:
+        """`Client.read_stream` as an async iterator (``async for chunk in
+        client.read_stream(run_id)``): each step awaits the next `StreamChunk`, and
+        cancelling a step abandons its read and loses nothing (the next step reads from the
+        last chunk handed out).
+
+        Raises:
+            InvalidArgument: a bad channel, ``after`` or ``follow`` (at the call).
+        """
+        check_read(run_id, channel, after, follow)
+
+        async def fetch(since: int) -> list[StreamChunk]:
+            return await self._run(
+                lambda runtime: stream_page(runtime, run_id, channel, since, follow),
+                abandon_on_close=follow,
+            )
+
+        return AsyncChunkIterator._create(fetch, after=after, follow=follow)

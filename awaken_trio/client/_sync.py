@@ -17,9 +17,12 @@ from .._core import (
     RunRecord,
     RunState,
     Store,
+    StreamChunk,
+    check_read,
 )
 from . import _operations as ops
 from ._portal import Operation, RuntimeThread
+from ._streams import ChunkIterator, stream_page
 
 T = TypeVar("T")
 
@@ -196,3 +199,29 @@ class Client:
         run. Pass the last ``seq`` seen as ``after`` to read only what is new."""
         after = ops.check_after(after)
         return self._run(lambda runtime: ops.events(runtime, run_id, after))
+
+    def read_stream(
+        self, run_id: str, channel: str = "output", *, after: int = 0, follow: bool = True
+    ) -> ChunkIterator:
+        """The run's stream on ``channel`` (`Runtime.read_stream`), as an iterator of
+        `StreamChunk` values for this thread: from the first chunk after offset ``after``;
+        with ``follow``, each `next` blocks until the next chunk is committed, and the
+        iteration ends after the ``"end"`` chunk. Without it, what is committed now.
+
+        Each step that needs chunks reads a page of them (at most a thousand) in the
+        client's Trio thread, so an iterator left unfinished holds nothing there. The
+        errors of `Runtime.read_stream` are raised by the step that meets them; a closed
+        client raises `RuntimeClosed` (a step waiting for a chunk too).
+
+        Raises:
+            InvalidArgument: a bad channel, ``after`` or ``follow`` (at the call).
+        """
+        check_read(run_id, channel, after, follow)
+
+        def fetch(since: int) -> list[StreamChunk]:
+            return self._run(
+                lambda runtime: stream_page(runtime, run_id, channel, since, follow),
+                abandon_on_close=follow,
+            )
+
+        return ChunkIterator._create(fetch, after=after, follow=follow)

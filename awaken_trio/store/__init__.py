@@ -37,6 +37,9 @@ from .._core import StateKind as StateKind
 from .._core import StepStore as StepStore
 from .._core import Store as Store
 from .._core import StoredCommand as StoredCommand
+from .._core import StreamDraft as StreamDraft
+from .._core import StreamingStore as StreamingStore
+from .._core import StreamPage as StreamPage
 from .._core import fixup_module_metadata as _fixup_module_metadata
 from ._codec import cause_to_json as cause_to_json
 from ._codec import state_to_json as state_to_json
@@ -71,6 +74,9 @@ __all__ = [
     "StepStore",
     "Store",
     "StoredCommand",
+    "StreamDraft",
+    "StreamPage",
+    "StreamingStore",
     "cause_to_json",
     "open_store",
     "state_to_json",

@@ -49,6 +49,7 @@ from .._core import (
     UNSET,
     Accepted,
     Awaiting,
+    ChunkKind,
     CommandKind,
     Commit,
     CommitResult,
@@ -188,6 +189,17 @@ RowT = TypeVar("RowT", bound=StoredRun)
 """A store's own row type."""
 
 
+@final
+class StreamHead(NamedTuple):
+    """Where one channel of a run's stream stands: the offset of its last chunk, the
+    generation that wrote it, and whether its last writer keeps its chunks once the run
+    ends."""
+
+    last: int
+    generation: int
+    keep: bool
+
+
 class RunTx(Protocol[RowT]):
     """One write transaction of a store, as the rules use it (see the module docstring for
     what every method may assume and must provide). ``RowT`` is the store's own row type
@@ -266,6 +278,13 @@ class RunTx(Protocol[RowT]):
 
     def record(self, run_id: str) -> RunRecord:
         """The run's whole record as it stands in this transaction (the run exists)."""
+        ...
+
+    def stream_heads(self, run_id: str) -> Mapping[str, StreamHead]:
+        """Every channel the run has written, by name, as this transaction sees it at the
+        call (its own `append_chunks` before it included): empty for a run that never
+        wrote one. A store reads ahead the heads of the runs a batch streams on or ends
+        (`prefetch`)."""
         ...
 
     # ------------------------------------------------------------------ writing
@@ -362,6 +381,27 @@ class RunTx(Protocol[RowT]):
         objects (a store that encodes may keep their text by identity)."""
         ...
 
+    def append_chunks(
+        self,
+        run_id: str,
+        channel: str,
+        first: int,
+        generation: int,
+        kind: ChunkKind,
+        values: Sequence[JsonValue],
+        at: float,
+        keep: bool,
+    ) -> None:
+        """Write ``values`` (frozen, at least one) as the run's chunks of ``kind`` on
+        ``channel``, at offsets ``first``, ``first + 1``, ... (``first`` is one more than
+        the channel's last offset); the channel's head is then the last of them, written by
+        ``generation``, with ``keep``."""
+        ...
+
+    def drop_chunks(self, run_id: str, channel: str, before: int) -> None:
+        """Delete the channel's chunks whose offset is lower than ``before``."""
+        ...
+
 
 # ============================================================================ values
 
@@ -429,6 +469,10 @@ def owner_lost(why: str) -> RunState:
 def lost_detail(why: str) -> Mapping[str, JsonValue]:
     """The detail of a run's end when its owner was lost."""
     return scalar_dict({"source": "recovery", "reason": why})
+
+
+ONE_NONE: Final[tuple[JsonValue, ...]] = (None,)
+"""The values of a ``"reset"`` or ``"end"`` chunk: one chunk, whose value is None."""
 
 
 def discarded_detail(messages: Sequence[JsonValue]) -> Mapping[str, JsonValue]:
@@ -537,6 +581,8 @@ def create(tx: RunTx[RowT], commit: Commit, new: NewRun, now: float) -> Accepted
     for detail in new.step_events:
         tx.event(row, commit.generation, EventKind.STEP, detail, commit.at)
     last_seq = write_events(tx, row, commit, (), stored)
+    if commit.chunks:
+        write_chunks(tx, commit)
     if new.checkpoint is not None:
         tx.put_checkpoint(row, new.checkpoint, last_seq or tx.last_seq())
     if commit.take_messages or epoch is not None:
@@ -592,6 +638,10 @@ def update(tx: RunTx[RowT], row: RowT, commit: Commit, now: float) -> Accepted:
         tx.set_ticket(row, None)
     taken = () if carried is NOTHING_CARRIED else carried.messages()
     last_seq = write_events(tx, row, commit, taken, stored)
+    if commit.chunks:
+        write_chunks(tx, commit)
+    if kind == "ended":
+        end_streams(tx, run_id, commit.generation, commit.at)
     if commit.checkpoint is not UNSET:
         tx.put_checkpoint(row, commit.checkpoint, last_seq or tx.last_seq())
     if commit.take_messages or epoch is not None:
@@ -680,6 +730,44 @@ def write_events(
     return last_seq
 
 
+# ---------------------------------------------------------------- streams
+
+
+def write_chunks(tx: RunTx[RowT], commit: Commit) -> None:
+    """Write an accepted commit's stream chunks, each draft at its channel's next offsets;
+    a ``"reset"`` chunk first on a channel another generation wrote last (DESIGN §3.9), so
+    a reader drops what an earlier attempt left partial."""
+    run_id, generation, at = commit.run_id, commit.generation, commit.at
+    for draft in commit.chunks:
+        if not draft.values:
+            continue
+        head = tx.stream_heads(run_id).get(draft.channel)
+        last = 0
+        if head is not None:
+            last = head.last
+            if head.generation != generation:
+                last += 1
+                tx.append_chunks(
+                    run_id, draft.channel, last, generation, "reset", ONE_NONE, at, draft.keep
+                )
+        tx.append_chunks(
+            run_id, draft.channel, last + 1, generation, "data", draft.values, at, draft.keep
+        )
+
+
+def end_streams(tx: RunTx[RowT], run_id: str, generation: int, at: float) -> None:
+    """The run has ended: an ``"end"`` chunk on every channel it wrote, of the ending
+    ``generation``; a channel whose last writer did not keep its chunks keeps that one."""
+    heads = tx.stream_heads(run_id)
+    if not heads:
+        return
+    for channel, head in list(heads.items()):
+        end = head.last + 1
+        tx.append_chunks(run_id, channel, end, generation, "end", ONE_NONE, at, head.keep)
+        if not head.keep:
+            tx.drop_chunks(run_id, channel, end)
+
+
 # ---------------------------------------------------------------- runs with no attempt
 
 
@@ -701,6 +789,7 @@ def end_row(
     if messages:
         tx.event(row, generation, EventKind.MESSAGES_DISCARDED, discarded_detail(messages), at)
     tx.event(row, generation, EventKind.COMMITTED, detail, at)
+    end_streams(tx, row.run_id, generation, at)
 
 
 def end_descendants(

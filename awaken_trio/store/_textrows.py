@@ -1,6 +1,7 @@
 """The text-row half of a transaction, written once for the stores that keep runs as rows of
 text (SQLite, PostgreSQL): `TextRow`, the columns of a run the rules read, and
-`TextRunTx`, the store rules' `RunTx` (``_rules``) over those rows.
+`TextRunTx`, the store rules' `RunTx` (``_rules``) over those rows, runs' streams
+included (``_streams``).
 
 A store that keeps text encodes values when a rule writes them and decodes them only when a
 rule asks (a state for a rejection's answer, a held resume, carried messages handed over):
@@ -9,8 +10,9 @@ most commits pass their values on unread. `TextRunTx` holds what a transaction h
 the writes it has queued, and implements every rule method that only reads and changes
 those. A store subclasses it and supplies where the rows come from and how the writes go
 out: its reads (`_read_row`, `_read_claim`, `_read_thread`, `_read_commands`,
-`_load_record`), `create` and `put_checkpoint` (what a store writes with a new run, and
-where it keeps checkpoints, differ), `last_seq`, `flush` and its own begin and commit.
+`_read_heads`, `_load_record`), `create` and `put_checkpoint` (what a store writes with a
+new run, and where it keeps checkpoints, differ), `last_seq`, `flush` and its own begin and
+commit.
 
 Invariant: every change to a run row goes through `_change`, which queues the row's update
 (unless the row is a run created in this transaction and not yet inserted: its insert reads
@@ -21,13 +23,14 @@ other write marks it too (`wrote`), so a store can tell a transaction that only 
 from __future__ import annotations
 
 import abc
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Final, Generic, NamedTuple, Self, TypeVar
 
 import attrs
 
 from .._core import (
     UNSET,
+    ChunkKind,
     JsonValue,
     NewRun,
     ResumeTicket,
@@ -49,7 +52,16 @@ from ._codec import (
     load_state,
     load_ticket,
 )
-from ._rules import NO_RESUME, NOTHING_CARRIED, Carried, ClaimRow, HeldResume, state_kind
+from ._rules import (
+    NO_RESUME,
+    NOTHING_CARRIED,
+    Carried,
+    ClaimRow,
+    HeldResume,
+    StreamHead,
+    state_kind,
+)
+from ._streams import ChunkRows
 
 NULL: Final = "null"
 """The JSON text of None: a column that holds no value (a resume value, a checkpoint)."""
@@ -182,6 +194,8 @@ class TextRunTx(abc.ABC, Generic[R, N]):
         self._delivered: list[int] = []
         self._delivered_ids: set[int] = set()
         self._dropped: list[str] = []  # runs whose stored commands are all deleted
+        # The heads of the streams of the runs read, and the stream rows queued.
+        self._streams = ChunkRows()
 
     # ------------------------------------------------------------------ the store's part
 
@@ -201,6 +215,12 @@ class TextRunTx(abc.ABC, Generic[R, N]):
     @abc.abstractmethod
     def _read_commands(self, run_id: str) -> list[CommandRow]:
         """The run's stored commands, oldest first (called after a flush)."""
+
+    @abc.abstractmethod
+    def _read_heads(self, run_ids: list[str]) -> None:
+        """Read the stream heads of ``run_ids`` (none read yet) into ``_streams``
+        (`ChunkRows.take`). A run's heads are read once its row is (a store that locks
+        rows has locked it), so no other writer numbers its chunks meanwhile."""
 
     @abc.abstractmethod
     def _load_record(self, run_id: str) -> RunRecord | None:
@@ -278,6 +298,14 @@ class TextRunTx(abc.ABC, Generic[R, N]):
         record = self._load_record(run_id)
         assert record is not None
         return record
+
+    def stream_heads(self, run_id: str) -> Mapping[str, StreamHead]:
+        found = self._streams.heads(run_id)
+        if found is None:
+            self._read_heads([run_id])
+            found = self._streams.heads(run_id)
+            assert found is not None
+        return found
 
     # ------------------------------------------------------------------ writing
 
@@ -401,3 +429,21 @@ class TextRunTx(abc.ABC, Generic[R, N]):
         )
         self.wrote = True
         return seq
+
+    def append_chunks(
+        self,
+        run_id: str,
+        channel: str,
+        first: int,
+        generation: int,
+        kind: ChunkKind,
+        values: Sequence[JsonValue],
+        at: float,
+        keep: bool,
+    ) -> None:
+        self._streams.append(run_id, channel, first, generation, kind, values, at, keep)
+        self.wrote = True
+
+    def drop_chunks(self, run_id: str, channel: str, before: int) -> None:
+        self._streams.drop(run_id, channel, before)
+        self.wrote = True

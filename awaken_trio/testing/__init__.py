@@ -26,6 +26,10 @@ epochs, fences, the thread guard, recovery, stored commands, runnable runs, vers
 `DurableStore` subclasses it the same way, and may override a ``peer`` fixture that opens the
 same committed truth a second time.
 
+`StreamStoreContract` holds a `StreamingStore` (one that keeps runs' streams) to the stream
+rules: offsets per channel, the reset and end chunks, channels not kept, fenced chunks,
+pages of chunks. Subclass it the same way.
+
 `explore_cancellation` runs a body once per schedule point and command (cancel, stop,
 pause), the command delivered just before that point, and checks every run against the
 runtime's rules and the caller's own ``check``; the ``explore`` fixture (this package's
@@ -48,6 +52,7 @@ pytest.register_assert_rewrite(
     "awaken_trio.testing._durable_work",
     "awaken_trio.testing._store_contract",
     "awaken_trio.testing._durable_contract",
+    "awaken_trio.testing._stream_contract",
 )
 
 from .._core import fixup_module_metadata as _fixup_module_metadata  # noqa: E402
@@ -61,6 +66,7 @@ from ._explore import explore_cancellation as explore_cancellation  # noqa: E402
 from ._explore import fresh as fresh  # noqa: E402
 from ._explore_run import Command as Command  # noqa: E402
 from ._store_contract import StoreContract as StoreContract  # noqa: E402
+from ._stream_contract import StreamStoreContract as StreamStoreContract  # noqa: E402
 
 __all__ = [
     "CancellationViolation",
@@ -71,6 +77,7 @@ __all__ = [
     "ExploredPoint",
     "FreshBody",
     "StoreContract",
+    "StreamStoreContract",
     "explore_cancellation",
     "fresh",
 ]

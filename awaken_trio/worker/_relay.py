@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 from typing import Final, Protocol, final, runtime_checkable
 
 import trio
@@ -53,6 +53,15 @@ class NoticesChanges(Protocol):
     def notices_changes(self) -> bool: ...
 
     async def wait_for_change(self, at_most: float) -> bool: ...
+
+
+@runtime_checkable
+class NoticesStreams(Protocol):
+    """A store that hears another runtime's stream writes as they commit (PostgreSQL, by
+    its NOTIFY payload), so readers of streams here need not wait for a look at the
+    store."""
+
+    def notice_streams(self, wake: Callable[[], None] | None) -> None: ...
 
 
 @runtime_checkable
@@ -102,7 +111,30 @@ class StoreRelay:
         self._failing = False
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        task_status.started()
+        store = self._store
+        if not isinstance(store, NoticesStreams):
+            task_status.started()
+            await self._watch()
+            return
+        store.notice_streams(self._wake_readers())
+        try:
+            task_status.started()
+            await self._watch()
+        finally:
+            store.notice_streams(None)
+
+    def _wake_readers(self) -> Callable[[], None]:
+        """A thread-safe callback that wakes this runtime's stream readers."""
+        token = trio.lowlevel.current_trio_token()
+        wake = self._host.streams_written_elsewhere
+
+        def heard() -> None:
+            with contextlib.suppress(trio.RunFinishedError):
+                token.run_sync_soon(wake)
+
+        return heard
+
+    async def _watch(self) -> None:
         store = self._store
         if isinstance(store, NoticesChanges) and store.notices_changes():
             # Told of every write: look as soon as one may have come from elsewhere; for

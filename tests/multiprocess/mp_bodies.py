@@ -215,6 +215,25 @@ async def tree(ctx: RunContext) -> JsonValue:
     }
 
 
+async def streamer(ctx: RunContext) -> JsonValue:
+    """``input = {"count": n, "delay": seconds, "channel": name}``: sends n chunks
+    ``"<generation>:<i>"`` on its stream, each flushed (committed) before the next, then
+    ends. A new attempt sends all of them again, after the reset the store puts first.
+    With ``"loud": true`` it says ``enter`` and, after each flush, ``sent <run> <gen> <i>``."""
+    spec = ctx.input or {}
+    out = ctx.stream(spec.get("channel", "output"))
+    count = spec.get("count", 10)
+    if spec.get("loud"):
+        _say("enter", ctx)
+    for i in range(count):
+        out.send(f"{ctx.generation}:{i}")
+        await out.flush()
+        if spec.get("loud"):
+            _say("sent", ctx, i)
+        await trio.sleep(spec.get("delay", 0.01))
+    return {"sent": count, "generation": ctx.generation}
+
+
 def _effect(run_id: str, generation: int, i: int, hang_at: int | None) -> JsonValue:
     """A journaled step's effect (on a worker thread): says so on stdout; in the first
     attempt, step ``hang_at`` never returns (the test kills the worker there)."""
@@ -235,6 +254,7 @@ async def journaled(ctx: RunContext) -> JsonValue:
 
 
 BODIES: dict[str, Body] = {
+    "streamer": streamer,
     "journaled": journaled,
     "tree": tree,
     "stepper": stepper,

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from awaken_trio.testing import DurableStoreContract, StoreContract
+from awaken_trio.testing import DurableStoreContract, StoreContract, StreamStoreContract
 
 THIRD_PARTY_TESTS = """
 from collections.abc import AsyncIterator
@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from awaken_trio.store import MemoryStore, Store
-from awaken_trio.testing import DurableStoreContract, StoreContract
+from awaken_trio.testing import DurableStoreContract, StoreContract, StreamStoreContract
 
 
 class TestMyStore(StoreContract):
@@ -119,3 +119,32 @@ def test_a_subclass_runs_the_whole_durable_contract(
     durable = _contract_size(DurableStoreContract)
     assert durable > _contract_size() + 30
     result.assert_outcomes(passed=durable)
+
+
+THIRD_PARTY_STREAM_TESTS = """
+from collections.abc import AsyncIterator
+
+import pytest
+
+from awaken_trio.store import MemoryStore
+from awaken_trio.testing import StreamStoreContract
+
+
+class TestMyStreamingStore(StreamStoreContract):
+    @pytest.fixture
+    async def store(self) -> AsyncIterator[MemoryStore]:
+        s = MemoryStore(inline=False)
+        yield s
+        await s.aclose()
+"""
+
+
+@pytest.mark.parametrize("trio_mode", [True, False], ids=["trio_mode", "no_trio_mode"])
+def test_a_subclass_runs_the_whole_stream_contract(
+    pytester: pytest.Pytester, trio_mode: bool
+) -> None:
+    _project(pytester, trio_mode, THIRD_PARTY_STREAM_TESTS)
+    result = pytester.runpytest()
+    size = _contract_size(StreamStoreContract)
+    assert size > 10
+    result.assert_outcomes(passed=size)

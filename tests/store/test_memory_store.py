@@ -30,7 +30,7 @@ from awaken_trio.store import (
     RejectReason,
     Store,
 )
-from awaken_trio.testing import DurableStoreContract, StoreContract
+from awaken_trio.testing import DurableStoreContract, StoreContract, StreamStoreContract
 from awaken_trio.testing._checks import _accepted, _Landed
 from tests.wrapped_stores import LeaseClock
 
@@ -351,5 +351,13 @@ class TestSharedMemoryStoreThroughTheMailbox(_OnAClockOfItsOwn, DurableStoreCont
     @pytest.fixture
     async def store(self, lease_clock: LeaseClock) -> AsyncIterator[Store]:
         store = MemoryStore(inline=False, shared=True, lease_clock=lease_clock)
+        yield store
+        await store.aclose()
+
+
+class TestMemoryStoreStreams(StreamStoreContract):
+    @pytest.fixture(params=["inline", "mailbox"])
+    async def store(self, request: pytest.FixtureRequest) -> AsyncIterator[MemoryStore]:
+        store = MemoryStore(inline=request.param == "inline")
         yield store
         await store.aclose()

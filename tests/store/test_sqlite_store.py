@@ -35,7 +35,7 @@ from awaken_trio._core import (
 from awaken_trio.store import Accepted, Commit, Expect, Rejected, RejectReason, Store
 from awaken_trio.store.sqlite import _session as session_module
 from awaken_trio.store.sqlite._store import SQLiteStore
-from awaken_trio.testing import DurableStoreContract, StoreContract
+from awaken_trio.testing import DurableStoreContract, StoreContract, StreamStoreContract
 from tests.store.sqlite_helpers import (
     any_store_threads,
     digest,
@@ -57,6 +57,14 @@ DONE = Ended(EndCause.NaturalEnd())
 class TestSQLiteStore(StoreContract):
     @pytest.fixture
     async def store(self, tmp_path: Path) -> AsyncIterator[Store]:
+        store = SQLiteStore(tmp_path / "runs.db", synchronous="normal")
+        yield store
+        await store.aclose()
+
+
+class TestSQLiteStoreStreams(StreamStoreContract):
+    @pytest.fixture
+    async def store(self, tmp_path: Path) -> AsyncIterator[SQLiteStore]:
         store = SQLiteStore(tmp_path / "runs.db", synchronous="normal")
         yield store
         await store.aclose()

@@ -20,3 +20,20 @@ async def steps(ctx: RunContext) -> object:
 
 
 bodies: dict[str, object] = {"steps": steps}
+
+
+async def talks(ctx: RunContext) -> object:
+    """Streams words, a flush each: its first attempt then awaits input, and its second
+    (after the resume) starts the output over, and ends."""
+    out = ctx.stream()
+    first = ctx.generation == 1
+    for word in ("first ", "attempt ", "tokens") if first else ("second ", "attempt"):
+        out.send(word)
+        await out.flush()
+        await trio.sleep(0.2)
+    if first:
+        await ctx.await_input("user_input")
+    return None
+
+
+bodies["talks"] = talks

@@ -302,6 +302,8 @@
       }
     }
 
+    const findStreams = streamPanels(apiRun);
+
     connect(
       "/api/stream?run_id=" + encodeURIComponent(runId),
       function (event) {
@@ -312,8 +314,12 @@
           showTicket(event.state);
         }
         reload();
+        findStreams();
       },
-      reload,
+      function () {
+        reload();
+        findStreams();
+      },
     );
 
     function show(status, data) {
@@ -378,6 +384,125 @@
         reload();
       });
     }
+  }
+
+  // ---------------------------------------------------------------- a run's streams
+
+  // One panel per channel, each following /api/runs/{id}/streams/{channel} (server-sent
+  // events, one chunk each, the offset as its id: a reconnect resumes where it stopped).
+  // Text chunks are appended as they are; other values one JSON line each; a reset clears
+  // what earlier attempts wrote; the end closes the panel's stream. Returns the function
+  // that looks for channels written since.
+  function streamPanels(apiRun) {
+    const holder = document.getElementById("streams");
+    const followed = new Map();
+
+    function panelOf(channel) {
+      for (const section of holder.querySelectorAll("section.stream")) {
+        if (section.dataset.channel === channel) {
+          return section;
+        }
+      }
+      const none = document.getElementById("no-streams");
+      if (none) {
+        none.remove();
+      }
+      const section = document.createElement("section");
+      section.className = "stream";
+      section.dataset.channel = channel;
+      const title = document.createElement("h3");
+      const name = document.createElement("code");
+      name.textContent = channel;
+      const status = document.createElement("span");
+      status.className = "stream-status";
+      title.append(name, " ", status);
+      const text = document.createElement("pre");
+      text.className = "stream-text";
+      section.append(title, text);
+      holder.appendChild(section);
+      return section;
+    }
+
+    function follow(channel) {
+      if (followed.has(channel)) {
+        return;
+      }
+      const section = panelOf(channel);
+      const text = section.querySelector(".stream-text");
+      const status = section.querySelector(".stream-status");
+      const url = apiRun + "/streams/" + encodeURIComponent(channel);
+      const source = new EventSource(url);
+      followed.set(channel, source);
+      section.dataset.state = "connecting";
+      source.addEventListener("chunk", function (message) {
+        const chunk = JSON.parse(message.data);
+        section.dataset.offset = String(chunk.offset);
+        if (chunk.kind === "data") {
+          const value = chunk.value;
+          text.append(typeof value === "string" ? value : JSON.stringify(value) + "\n");
+          section.dataset.state = "live";
+          status.textContent = "attempt " + chunk.generation;
+        } else if (chunk.kind === "reset") {
+          // A later attempt starts the output over: what earlier ones wrote is dropped.
+          text.textContent = "";
+          section.dataset.resets = String(Number(section.dataset.resets || "0") + 1);
+          status.textContent = "attempt " + chunk.generation + " started over";
+        } else if (chunk.kind === "end") {
+          section.dataset.state = "ended";
+          status.textContent = "ended";
+          source.close();
+        }
+      });
+      source.addEventListener("stream_error", function (message) {
+        const error = JSON.parse(message.data);
+        section.dataset.state = "error";
+        status.textContent = error.error + ": " + error.message;
+        source.close();
+      });
+      source.addEventListener("error", function () {
+        if (source.readyState === EventSource.CLOSED) {
+          // Refused (a gap, a run gone) or ended before it began (204): nothing follows.
+          if (section.dataset.state !== "ended" && section.dataset.state !== "error") {
+            section.dataset.state = "closed";
+            status.textContent = "not streaming";
+          }
+        } else if (section.dataset.state !== "ended") {
+          section.dataset.state = "reconnecting";
+          status.textContent = "reconnecting…";
+        }
+      });
+    }
+
+    for (const section of holder.querySelectorAll("section.stream")) {
+      follow(section.dataset.channel);
+    }
+
+    let looking = false;
+    async function findStreams() {
+      if (looking) {
+        return;
+      }
+      looking = true;
+      try {
+        const answer = await fetch(apiRun + "/streams");
+        if (answer.ok) {
+          for (const channel of await answer.json()) {
+            follow(channel);
+          }
+        }
+      } finally {
+        looking = false;
+      }
+    }
+
+    // A stream's writes are not events: while the run may still write, look for new
+    // channels now and then too.
+    window.setInterval(function () {
+      if (body.dataset.state !== "ended" && !document.hidden) {
+        findStreams();
+      }
+    }, 2000);
+    return findStreams;
   }
 
   if (body.dataset.page === "runs") {

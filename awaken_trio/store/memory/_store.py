@@ -28,9 +28,11 @@ from ..._core import (
     RunState,
     StateKind,
     StoredCommand,
+    StreamChunk,
+    StreamPage,
 )
 from .. import _rules as rules
-from ._tx import Entry, MemoryTx
+from ._tx import Entry, MemoryTx, Segment
 
 
 @final
@@ -139,6 +141,43 @@ class MemoryStore:
                 if len(out) == limit:
                     break
         return out
+
+    async def read_chunks(
+        self, run_id: str, channel: str, after: int, limit: int
+    ) -> StreamPage | None:
+        """The chunks of ``run_id``'s ``channel`` after offset ``after`` (`StreamingStore`)."""
+        await trio.lowlevel.checkpoint()
+        tx = self._tx
+        row = tx.rows.get(run_id)
+        if row is None:
+            return None
+        ended = row.kind == "ended"
+        found = tx.streams.get(run_id, {}).get(channel)
+        if found is None:
+            return StreamPage((), 0, ended)
+        segments = found.segments
+        start = bisect.bisect_right(segments, after, key=_last_offset)
+        chunks: list[StreamChunk] = []
+        for first, _, generation, kind, values, at in segments[start:]:
+            # (The values are frozen already: each chunk is cut from them as they are.)
+            skip = max(after + 1 - first, 0)
+            wanted = values[skip : skip + limit - len(chunks)]
+            chunks.extend(
+                StreamChunk(offset, generation, kind, value, at)
+                for offset, value in enumerate(wanted, first + skip)
+            )
+            if len(chunks) >= limit:
+                break
+        return StreamPage(tuple(chunks), found.head.last, ended)
+
+    async def stream_channels(self, run_id: str) -> list[str] | None:
+        """The channels ``run_id`` has written (`StreamingStore`)."""
+        await trio.lowlevel.checkpoint()
+        tx = self._tx
+        if run_id not in tx.rows:
+            return None
+        channels = tx.streams.get(run_id, {})
+        return sorted(channels, key=lambda name: (channels[name].segments[0][5], name))
 
     async def step_events(self, run_id: str) -> list[RunEvent]:
         """The run's ``step`` events, oldest first (`StepStore`), from the run's own index
@@ -329,6 +368,10 @@ class MemoryStore:
 
 def _seq_of(entry: Entry) -> int:
     return entry[0]
+
+
+def _last_offset(segment: Segment) -> int:
+    return segment[1]
 
 
 def _history_seq(entry: tuple[int, JsonValue]) -> int:

@@ -18,6 +18,7 @@ import attrs
 
 from ..._core import (
     UNSET,
+    ChunkKind,
     CommandKind,
     Commit,
     JsonValue,
@@ -37,11 +38,28 @@ from .._rules import (
     CarriedValues,
     ClaimRow,
     HeldResume,
+    StreamHead,
 )
 
 # An event as the store keeps it: the fields of a `RunEvent`, in order. A tuple costs a
 # fraction of a frozen object to build, and events are written far more often than read.
 Entry = tuple[int, str, str, int, str, RunState, Mapping[str, JsonValue], float]
+
+
+Segment = tuple[int, int, int, ChunkKind, tuple[JsonValue, ...], float]
+"""Chunks of one channel written together: first and last offset, generation, kind, their
+values (frozen already), ``at``."""
+
+_NO_CHANNELS: Mapping[str, StreamHead] = {}
+
+
+@final
+@attrs.define(eq=False)
+class MemoryChannel:
+    """One channel of a run's stream: its segments in offset order, and its head."""
+
+    segments: list[Segment]
+    head: StreamHead
 
 
 @final
@@ -143,6 +161,8 @@ class MemoryTx:
     # Whether a claim was written since the store last cleared it (the store's version
     # moves for claim calls that changed something).
     wrote_claims: bool = False
+    # The runs' streams: run id -> channel -> its chunks (only runs that wrote one).
+    streams: dict[str, dict[str, MemoryChannel]] = attrs.field(factory=dict)
 
     # ------------------------------------------------------------------ reading
 
@@ -211,6 +231,12 @@ class MemoryTx:
 
     def record(self, run_id: str) -> RunRecord:
         return self.rows[run_id].record()
+
+    def stream_heads(self, run_id: str) -> Mapping[str, StreamHead]:
+        channels = self.streams.get(run_id)
+        if channels is None:
+            return _NO_CHANNELS
+        return {name: channel.head for name, channel in channels.items()}
 
     # ------------------------------------------------------------------ writing
 
@@ -348,12 +374,39 @@ class MemoryTx:
             row.step_entries.append(entry)
         return seq
 
+    def append_chunks(
+        self,
+        run_id: str,
+        channel: str,
+        first: int,
+        generation: int,
+        kind: ChunkKind,
+        values: Sequence[JsonValue],
+        at: float,
+        keep: bool,
+    ) -> None:
+        last = first + len(values) - 1
+        head = StreamHead(last, generation, keep)
+        segment: Segment = (first, last, generation, kind, tuple(values), at)
+        channels = self.streams.setdefault(run_id, {})
+        found = channels.get(channel)
+        if found is None:
+            channels[channel] = MemoryChannel([segment], head)
+        else:
+            found.segments.append(segment)
+            found.head = head
+
+    def drop_chunks(self, run_id: str, channel: str, before: int) -> None:
+        found = self.streams[run_id][channel]
+        found.segments = [segment for segment in found.segments if segment[0] >= before]
+
     # ------------------------------------------------------------------ forgetting
 
     def forget(self, run_id: str) -> None:
         """Drop an ended run's row, its events and its place in the indexes (its entry in
         ``ended`` is the caller's)."""
         row = self.rows.pop(run_id)
+        self.streams.pop(run_id, None)
         self.forgotten_events += len(row.events)
         on_thread = self.on_thread.get(row.thread_id)
         if on_thread is not None:

@@ -24,6 +24,7 @@ import logging
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any, Final, final
 
 import psycopg
@@ -57,6 +58,10 @@ CONTROL: Final = " control"
 """Ends the NOTIFY payload (the sender) of a transaction that controls a run another
 runtime may be running (it stored a command, or ended a run whose attempt is live), so an
 owner resting between looks at the store comes back for it at once."""
+STREAM: Final = " stream"
+"""Follows the sender in the NOTIFY payload (before `CONTROL`) of a transaction that wrote
+stream chunks, so readers of streams in other runtimes are woken at once (`on_stream`),
+whatever the relay is waiting for."""
 
 
 @final
@@ -81,6 +86,9 @@ class Listener:
         self._heard: list[HeardEnd] = []
         self.reconnects = 0
         """How many times a connection was made again after one broke."""
+        self.on_stream: Callable[[], None] | None = None
+        """Called (in the listening thread) for every notice of another runtime's commit
+        that wrote stream chunks."""
 
     def _connect(self) -> bool:
         try:
@@ -167,6 +175,8 @@ class Listener:
                         if head.startswith(self._sender):
                             own = True  # our own commit
                             continue
+                        if STREAM in head:
+                            self._heard_stream()
                         if ends:
                             self._hear(ends)
                         if control and not head.endswith(CONTROL):
@@ -204,6 +214,14 @@ class Listener:
             self._heard.extend(heard)
             # Nobody took them for a while: the oldest go (the store's reads find them).
             del self._heard[:-HEARD_AT_MOST]
+
+    def _heard_stream(self) -> None:
+        on_stream = self.on_stream
+        if on_stream is not None:
+            try:
+                on_stream()
+            except Exception as exc:  # a hint only: readers look again anyway
+                logger.debug("store listener: a stream notice was not passed on: %r", exc)
 
     def take_heard(self) -> list[HeardEnd]:
         """The ends heard of since the last call, oldest first (non-blocking)."""

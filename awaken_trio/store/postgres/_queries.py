@@ -227,6 +227,7 @@ class Queries:
     ending_commands: bytes
     children: bytes
     children_of: bytes
+    stream_heads: bytes
     expired_claims: bytes
     insert_runs: bytes
     update_runs: bytes
@@ -238,6 +239,8 @@ class Queries:
     consume: bytes
     drop_commands: bytes
     insert_command: bytes
+    insert_chunks: bytes
+    drop_chunks: bytes
     seal: bytes
     forget_written: bytes
     terminate: bytes
@@ -260,6 +263,11 @@ class Queries:
     writes: bytes
     look_commands: bytes
     look_ended: bytes
+    run_kind: bytes
+    chunk_page: bytes
+    chunk_first_after: bytes
+    chunk_last: bytes
+    stream_channels: bytes
     any_expired: bytes
     prunable: bytes
     prune: bytes

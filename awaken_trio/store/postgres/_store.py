@@ -36,9 +36,11 @@ from ..._core import (
     RunState,
     StateKind,
     StoredCommand,
+    StreamPage,
 )
 from .. import _rules as rules
 from . import _reads as reads
+from . import _streams as streams
 from ._conn import Conn, Connections, LostCommit
 from ._listen import Listener
 from ._queries import Queries
@@ -106,6 +108,7 @@ class PostgresStore:
         self._looked_writes = -1
         self._reported = 0
         self._reconnects_seen = 0
+        self._on_stream: Callable[[], None] | None = None
 
     def __repr__(self) -> str:
         t = self._target
@@ -244,6 +247,21 @@ class PostgresStore:
 
     async def load(self, run_id: str) -> RunRecord | None:
         return await self._read(lambda c, r: reads.load(c, r, run_id), f"run {run_id!r}")
+
+    async def read_chunks(
+        self, run_id: str, channel: str, after: int, limit: int
+    ) -> StreamPage | None:
+        """A page of ``run_id``'s ``channel`` after offset ``after`` (`StreamingStore`)."""
+        return await self._read(
+            lambda c, q: streams.read_chunks(c, q, run_id, channel, after, limit),
+            f"stream {channel!r} of run {run_id!r}",
+        )
+
+    async def stream_channels(self, run_id: str) -> list[str] | None:
+        """The channels ``run_id`` has written (`StreamingStore`)."""
+        return await self._read(
+            lambda c, q: streams.stream_channels(c, q, run_id), f"the streams of run {run_id!r}"
+        )
 
     async def checkpoint_at(self, run_id: str, seq: int | None) -> CheckpointAt | None:
         return await self._read(
@@ -408,7 +426,17 @@ class PostgresStore:
         if self._listener is None:
             t = self._target
             self._listener = Listener(t.conninfo, self._queries, self._sender, t.shown)
+            self._listener.on_stream = self._on_stream
         return True
+
+    def notice_streams(self, wake: Callable[[], None] | None) -> None:
+        """Have ``wake`` called (from the listener's thread, so it must be thread-safe)
+        whenever the listener hears that another runtime's commit wrote stream chunks,
+        whatever the relay is waiting for; None stops it. Heard only while a wait
+        (`wait_for_change`, `wait_for_control`) reads the notices."""
+        self._on_stream = wake
+        if self._listener is not None:
+            self._listener.on_stream = wake
 
     def heard_ends(self) -> list[HeardEnd]:
         """The ends other runtimes committed against attempts still marked live, as their

@@ -8,8 +8,9 @@ every result back (a flush, not a Sync, so nothing commits early); only the end 
 1. `PgTx.begin` queues ``BEGIN``, the server's clock (``clock_timestamp()``, the lease time
    of the whole transaction) and (`PgTx.prefetch`) the claims, every run row the batch
    names, the live attempts on the threads of the runs it creates, the stored commands of
-   the runs it ends and the children of those it ends with their descendants (``WHERE
-   run_id = ANY(%b) FOR UPDATE``): one round trip; the live
+   the runs it ends, the children of those it ends with their descendants, and the stream
+   heads of the runs it streams on or ends (``WHERE run_id = ANY(%b) FOR UPDATE``): one
+   round trip; the live
    attempts on the threads of existing runs it guards take one more;
 2. `PgTx.commit` queues every write (one statement per kind of row, many rows each), one
    statement that takes the counters row, writes the events, keeps the token and notifies,
@@ -65,8 +66,9 @@ from ..._core import (
 from .._codec import dump_json, record_of
 from .._rules import ClaimRow
 from .._textrows import EVENT_WIDTH, NULL, CommandRow, TextRow, TextRunTx
+from . import _streams as streams
 from ._conn import StoreConnection
-from ._listen import CONTROL
+from ._listen import CONTROL, STREAM
 from ._queries import INSERTED, UPDATED, Queries, rows_json
 
 Conn = StoreConnection
@@ -118,6 +120,8 @@ class PgTx(TextRunTx[TextRow, _Insert]):
         """The store's count of write transactions before this one, once it committed."""
         self.controls = False
         """Whether the transaction stored a command (its NOTIFY says so: `CONTROL`)."""
+        self.streamed = False
+        """Whether the transaction wrote stream chunks (its NOTIFY says so: `STREAM`)."""
         # The children of the runs a batch ends with their descendants, read with `begin`,
         # and kept up to date with the children this transaction creates.
         self._children: dict[str, list[str]] = {}
@@ -215,7 +219,10 @@ class PgTx(TextRunTx[TextRow, _Insert]):
             "token": self.token,
             "channel": self._channel,
             # A transaction that stored a command or ended a live attempt controls a run.
-            "sender": f"{self._sender}{CONTROL}" if self.controls or live else self._sender,
+            "sender": (
+                f"{self._sender}{STREAM if self.streamed else ''}"
+                f"{CONTROL if self.controls or live else ''}"
+            ),
             "ends": _announced(live),
         }
 
@@ -236,6 +243,7 @@ class PgTx(TextRunTx[TextRow, _Insert]):
         guarded: set[str] = set()
         ending: list[str] = []
         parents: list[str] = []
+        streaming: list[str] = []
         for commit in batch:
             run_ids.add(commit.run_id)
             if commit.end_descendants is not None and commit.run_id not in self._children:
@@ -251,6 +259,9 @@ class PgTx(TextRunTx[TextRow, _Insert]):
                     guarded.add(commit.run_id)
             if isinstance(commit.state, Ended):
                 ending.append(commit.run_id)
+                streaming.append(commit.run_id)  # (its "end" chunks)
+            elif commit.chunks:
+                streaming.append(commit.run_id)
         run_ids -= self._rows.keys()
         claim_ids -= self._claims.keys()
         self._read(
@@ -260,6 +271,7 @@ class PgTx(TextRunTx[TextRow, _Insert]):
             guarded,
             [run_id for run_id in ending if run_id not in self._commands],
             parents,
+            self._streams.missing(streaming),
         )
 
     def _read(
@@ -270,16 +282,18 @@ class PgTx(TextRunTx[TextRow, _Insert]):
         guarded: Collection[str] = (),
         ending: Collection[str] = (),
         parents: Collection[str] = (),
+        streaming: list[str] | None = None,
     ) -> None:
         """Read rows, claims, the live attempts on threads (those named, and those of the
-        runs in ``guarded``) with their roots' claims, the commands of ``ending`` and the
-        children of ``parents``, in as few round trips as the dependencies allow."""
+        runs in ``guarded``) with their roots' claims, the commands of ``ending``, the
+        children of ``parents`` and the stream heads of ``streaming``, in as few round trips
+        as the dependencies allow."""
         conn = self.conn
         rows = self._rows
         # Threads named up front (new runs') are read in the same round trip, after the
         # rows, as a later read of them would be (locks in one order).
         known = [thread_id for thread_id in threads if thread_id not in self._threads]
-        if run_ids or claim_ids or ending or known or parents:
+        if run_ids or claim_ids or ending or known or parents or streaming:
             # Claims before rows, as in every transaction (the module's docstring); the
             # commands after the rows, which a command's post locks first. All are queued
             # before the first fetch, which brings every result back in one round trip.
@@ -291,6 +305,10 @@ class PgTx(TextRunTx[TextRow, _Insert]):
             # After the rows, which lock the parents: a child is read as `children` would
             # read it later in the transaction (this transaction's own are added as made).
             c_children = conn.execute(self.q.children_of, (list(parents),)) if parents else None
+            # After the rows too: a run's heads are read once its row is locked.
+            c_heads = (
+                streams.read_heads(conn, self.q.stream_heads, streaming) if streaming else None
+            )
             if c_rows is not None:
                 for run_id in run_ids:
                     rows[run_id] = None
@@ -311,6 +329,9 @@ class PgTx(TextRunTx[TextRow, _Insert]):
                     children[parent].append(child)
             if c_live is not None:
                 self._take_live(c_live)
+            if c_heads is not None:
+                assert streaming is not None
+                self._streams.take(streaming, c_heads.fetchall())
         wanted: set[str] = set()
         for run_id in guarded:
             row = rows.get(run_id)
@@ -374,6 +395,10 @@ class PgTx(TextRunTx[TextRow, _Insert]):
     def _read_commands(self, run_id: str) -> list[CommandRow]:
         self._read([], [], ending=(run_id,))
         return self._commands.pop(run_id)
+
+    def _read_heads(self, run_ids: list[str]) -> None:
+        # (The run's row is locked: every rule that streams or ends a run reads it first.)
+        self._read([], [], streaming=run_ids)
 
     def _load_record(self, run_id: str) -> RunRecord | None:
         found = self.conn.execute(self.q.load, (run_id,)).fetchone()
@@ -454,6 +479,7 @@ class PgTx(TextRunTx[TextRow, _Insert]):
             or self._delivered
             or self._consumed
             or self._dropped
+            or self._streams.queued
         ):
             return
         q = self.q
@@ -522,6 +548,9 @@ class PgTx(TextRunTx[TextRow, _Insert]):
         if self._dropped:
             conn.execute(q.drop_commands, (self._dropped,))
             self._dropped = []
+        if self._streams.queued:
+            self.streamed = True
+            streams.write_queue(conn, q.insert_chunks, q.drop_chunks, self._streams)
 
 
 def _columns(rows: list[tuple[Any, ...]], width: int) -> tuple[list[Any], ...]:

@@ -59,6 +59,12 @@ SELECT run_id FROM {s}.runs WHERE parent_run_id = %s ORDER BY created;
 -- The children of many runs, oldest first.
 SELECT parent_run_id, run_id FROM {s}.runs WHERE parent_run_id = ANY(%b) ORDER BY created;
 
+-- stream_heads --
+-- The last chunk of each channel of the runs a batch streams on or ends: read after their
+-- rows are locked, so no other writer numbers their chunks meanwhile.
+SELECT DISTINCT ON (run_id, channel) run_id, channel, last_offset, generation, keep
+FROM {s}.stream_chunks WHERE run_id = ANY(%b) ORDER BY run_id, channel, last_offset DESC;
+
 -- expired_claims --
 -- The claims recovery takes: a claim being renewed, released or recovered by another
 -- transaction is left to it.
@@ -122,6 +128,19 @@ DELETE FROM {s}.inbox WHERE run_id = ANY(%b);
 -- insert_command --
 INSERT INTO {s}.inbox (run_id, kind, payload, reason, at)
 VALUES (%s, %s, %s, %s, %s) RETURNING id;
+
+-- insert_chunks --
+-- A commit's chunks of one channel are one row (their values one JSON array).
+INSERT INTO {s}.stream_chunks (run_id, channel, first_offset, last_offset, generation, kind,
+  keep, at, chunks)
+SELECT * FROM unnest(%b::text[], %b::text[], %b::bigint[], %b::bigint[], %b::bigint[],
+  %b::text[], %b::boolean[], %b::float8[], %b::text[]);
+
+-- drop_chunks --
+-- A channel not kept, once its run ended: every chunk before its end.
+DELETE FROM {s}.stream_chunks c
+USING unnest(%b::text[], %b::text[], %b::bigint[]) AS d(run_id, channel, before)
+WHERE c.run_id = d.run_id AND c.channel = d.channel AND c.last_offset < d.before;
 
 -- seal --
 -- The end of a write transaction, in one statement: take the counters row (held to the
@@ -245,6 +264,29 @@ SELECT x.* FROM unnest(%(running)b::text[]) AS k(id) CROSS JOIN LATERAL
   (SELECT run_id, state FROM {s}.runs WHERE run_id = k.id AND kind = 'ended' OFFSET 0) x
 WHERE %(anyway)s OR (SELECT writes FROM {s}.counters WHERE id = 1) <> %(known)s;
 
+-- run_kind --
+SELECT kind FROM {s}.runs WHERE run_id = %s;
+
+-- chunk_page --
+-- The rows holding a channel's chunks after an offset, up to the offset plus a page.
+SELECT first_offset, generation, kind, at, chunks FROM {s}.stream_chunks
+WHERE run_id = %s AND channel = %s AND last_offset > %s AND first_offset <= %s
+ORDER BY last_offset;
+
+-- chunk_first_after --
+-- The first row after an offset, when none starts within the page (the chunks between
+-- were deleted).
+SELECT first_offset, generation, kind, at, chunks FROM {s}.stream_chunks
+WHERE run_id = %s AND channel = %s AND last_offset > %s ORDER BY last_offset LIMIT 1;
+
+-- chunk_last --
+SELECT max(last_offset) FROM {s}.stream_chunks WHERE run_id = %s AND channel = %s;
+
+-- stream_channels --
+-- A run's channels, in the order of their first kept chunk.
+SELECT channel FROM {s}.stream_chunks WHERE run_id = %s GROUP BY channel
+ORDER BY min(at), channel;
+
 -- any_expired --
 -- Most recovery passes find nothing: a read says so without a write transaction.
 SELECT EXISTS (SELECT 1 FROM {s}.claims WHERE lease_until < %s);
@@ -268,7 +310,8 @@ WITH e AS (DELETE FROM {s}.events WHERE run_id = ANY(%(ids)b)),
 t AS (DELETE FROM {s}.tickets WHERE run_id = ANY(%(ids)b)),
 i AS (DELETE FROM {s}.inbox WHERE run_id = ANY(%(ids)b)),
 c AS (DELETE FROM {s}.claims WHERE run_id = ANY(%(ids)b)),
-h AS (DELETE FROM {s}.checkpoints WHERE run_id = ANY(%(ids)b))
+h AS (DELETE FROM {s}.checkpoints WHERE run_id = ANY(%(ids)b)),
+k AS (DELETE FROM {s}.stream_chunks WHERE run_id = ANY(%(ids)b))
 DELETE FROM {s}.runs WHERE run_id = ANY(%(ids)b);
 
 

@@ -26,7 +26,15 @@ _SELECT: Final = """
         )
     )
 """
-_TABLES: Final = ("events", "tickets", "inbox", "claims", "checkpoints", "runs")
+_TABLES: Final = (
+    "events",
+    "tickets",
+    "inbox",
+    "claims",
+    "checkpoints",
+    "stream_chunks",
+    "runs",
+)
 
 
 def prune(tx: Transaction, ended_before: float, dry_run: bool) -> int:

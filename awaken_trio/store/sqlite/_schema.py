@@ -20,6 +20,7 @@ from typing import Final
 import attrs
 
 from ..._core import StoreError
+from ._streams import create_v6 as create_streams_v6
 
 APPLICATION: Final = "awaken_trio"
 APPLICATION_ID: Final = 0x41574B4E  # "AWKN": the header field SQLite reserves for this
@@ -172,6 +173,7 @@ MIGRATIONS: Sequence[Migration] = (
     _fork_v3,
     _queue_by_age_v4,
     _steps_v5,
+    create_streams_v6,
 )
 """The schema's history, oldest first: ``MIGRATIONS[i]`` takes a file from version ``i`` to
 ``i + 1``. Append, never edit: a released file may be at any version."""

@@ -31,11 +31,13 @@ from ..._core import (
     StateKind,
     StoredCommand,
     StoreError,
+    StreamPage,
     safe_repr,
 )
 from .. import _rules as rules
 from . import _reads as reads
 from . import _schema as schema
+from . import _streams as streams
 from ._prune import prune
 from ._session import Session, Synchronous
 from ._thread import ResourceThread
@@ -224,6 +226,19 @@ class SQLiteStore:
 
     async def load(self, run_id: str) -> RunRecord | None:
         return await self._read(lambda conn: reads.load(conn, run_id))
+
+    async def read_chunks(
+        self, run_id: str, channel: str, after: int, limit: int
+    ) -> StreamPage | None:
+        """A page of ``run_id``'s ``channel`` after offset ``after`` (`StreamingStore`), read
+        in one snapshot."""
+        return await self._read(
+            lambda conn: streams.read_chunks(conn, run_id, channel, after, limit)
+        )
+
+    async def stream_channels(self, run_id: str) -> list[str] | None:
+        """The channels ``run_id`` has written (`StreamingStore`)."""
+        return await self._read(lambda conn: streams.stream_channels(conn, run_id))
 
     async def checkpoint_at(self, run_id: str, seq: int | None) -> CheckpointAt | None:
         """The checkpoint as of the run's event ``seq`` (`ForkingStore.checkpoint_at`)."""

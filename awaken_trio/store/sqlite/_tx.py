@@ -48,6 +48,7 @@ from ..._core import (
 )
 from .._codec import dump_json
 from .._textrows import EVENT_COLUMNS, EVENT_WIDTH, NULL, CommandRow, TextRunTx
+from . import _streams as streams
 from ._bulk import insert_rows, write_rows
 from ._cache import RunCache
 from ._rows import UPDATABLE, Row, load_record
@@ -163,6 +164,13 @@ class Transaction(TextRunTx[Row, _Insert]):
         is queued; one read, unless the cache was dropped or a guarded run's thread was
         unknown until its row was read."""
         ending = [commit.run_id for commit in batch if isinstance(commit.state, Ended)]
+        # The streams of runs a commit writes chunks on or ends (its "end" chunks).
+        streaming = self._streams.missing(
+            [*ending, *(commit.run_id for commit in batch if commit.chunks)]
+        )
+        if streaming:
+            self.begin()
+            self._read_heads(streaming)
         while True:
             run_ids, thread_ids, claim_ids = self._missing(batch)
             if self._begun and not (run_ids or thread_ids or claim_ids or ending):
@@ -222,6 +230,9 @@ class Transaction(TextRunTx[Row, _Insert]):
 
     def _read_commands(self, run_id: str) -> list[CommandRow]:
         return self._read(command_run_ids=(run_id,))[run_id]
+
+    def _read_heads(self, run_ids: list[str]) -> None:
+        streams.read_heads(self.conn, self._streams, run_ids)
 
     def _load_record(self, run_id: str) -> RunRecord | None:
         return load_record(self.conn, run_id)
@@ -357,6 +368,7 @@ class Transaction(TextRunTx[Row, _Insert]):
         if self._dropped:
             write_rows(conn, _DROP_COMMANDS_OF_RUNS, 1, self._dropped)
             self._dropped.clear()
+        streams.write_queue(conn, self._streams)
 
     def _flush_inserts(self) -> None:
         values: list[Any] = []

@@ -12,7 +12,7 @@ import trio
 
 from awaken_trio.store import Store
 from awaken_trio.store.postgres._store import PostgresStore
-from awaken_trio.testing import DurableStoreContract, StoreContract
+from awaken_trio.testing import DurableStoreContract, StoreContract, StreamStoreContract
 
 
 class LeaseOffset:
@@ -32,6 +32,14 @@ class LeaseOffset:
 class TestPostgresStore(StoreContract):
     @pytest.fixture
     async def store(self, pg_url: str) -> AsyncIterator[Store]:
+        store = PostgresStore(pg_url)
+        yield store
+        await store.aclose()
+
+
+class TestPostgresStoreStreams(StreamStoreContract):
+    @pytest.fixture
+    async def store(self, pg_url: str) -> AsyncIterator[PostgresStore]:
         store = PostgresStore(pg_url)
         yield store
         await store.aclose()
