@@ -30,6 +30,9 @@ def row_json(record: RunRecord) -> dict[str, JsonValue]:
         "name": record.name,
         "state": state_to_json(record.state),
         "generation": record.generation,
+        "created_at": record.created_at,
+        "started_at": record.started_at,
+        "ended_at": record.ended_at,
     }
 
 
@@ -39,6 +42,8 @@ def record_json(record: RunRecord) -> dict[str, JsonValue]:
         "result": record.result,
         "checkpoint": record.checkpoint,
         "forked_from": record.forked_from,
+        "updated_at": record.updated_at,
+        "worker_id": record.worker_id,
     }
 
 
@@ -162,10 +167,20 @@ def event_summary(kind: str, detail: Mapping[str, JsonValue]) -> str:
 
 # ---------------------------------------------------------------------------- tables
 
-ROW_COLUMNS: Final = ("run", "name", "thread", "parent", "state", "end", "gen")
+ROW_COLUMNS: Final = (
+    "run",
+    "name",
+    "thread",
+    "parent",
+    "state",
+    "end",
+    "gen",
+    "created",
+    "duration",
+)
 
 
-def row_cells(record: RunRecord) -> list[str]:
+def row_cells(record: RunRecord, now: float | None = None) -> list[str]:
     return [
         record.run_id,
         record.name or "",
@@ -174,7 +189,43 @@ def row_cells(record: RunRecord) -> list[str]:
         state_word(record.state),
         end_of(record.state),
         str(record.generation),
+        when(record.created_at),
+        run_duration(record, time.time() if now is None else now),
     ]
+
+
+def when(at: float | None) -> str:
+    """A time as the local date and time to the second (``""`` when not known)."""
+    if at is None:
+        return ""
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at))
+
+
+def run_duration(record: RunRecord, now: float) -> str:
+    """How long the run ran: from its first ``Running`` to its end, or to ``now`` while it
+    has not ended (``""`` for a run that never started)."""
+    if record.started_at is None:
+        return ""
+    until = now if record.ended_at is None else record.ended_at
+    return span(max(until - record.started_at, 0.0))
+
+
+def span(seconds: float) -> str:
+    """A duration in its two largest units: ``0.42s``, ``12.3s``, ``4m05s``, ``2h03m``,
+    ``3d04h``."""
+    if seconds < 10:
+        return f"{seconds:.2f}s"
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    whole = int(seconds)
+    minutes, secs = divmod(whole, 60)
+    hours, minutes = divmod(minutes, 60)
+    days, hours = divmod(hours, 24)
+    if days:
+        return f"{days}d{hours:02d}h"
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    return f"{minutes}m{secs:02d}s"
 
 
 EVENT_COLUMNS: Final = ("seq", "run", "gen", "kind", "state", "detail")

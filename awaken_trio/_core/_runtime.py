@@ -23,14 +23,17 @@ from ._json import JsonValue, check_payload
 from ._spec import RunSpec
 from ._state import (
     CANCELLED_CAUSE,
+    CAUSE_KINDS,
+    RunCounts,
     RunRecord,
     RunState,
     Stopped,
 )
 from ._storage import (
     STATE_KINDS,
-    StateKind,
+    RunFilter,
     StreamingStore,
+    WorkerRecord,
     read_store,
 )
 from ._streams import StreamReader, check_read
@@ -447,7 +450,7 @@ class Runtime(metaclass=NoPublicConstructor):
     async def list_runs(
         self,
         *,
-        state: StateKind | None = None,
+        state: RunFilter | None = None,
         thread_id: str | None = None,
         name: str | None = None,
         limit: int = 50,
@@ -458,7 +461,9 @@ class Runtime(metaclass=NoPublicConstructor):
 
         Args:
             state: only runs whose committed state is of this kind: ``"queued"``,
-                ``"running"``, ``"awaiting"`` or ``"ended"``.
+                ``"running"``, ``"awaiting"`` or ``"ended"``; or only ended runs whose
+                cause is of this kind: ``"natural_end"``, ``"max_steps"``,
+                ``"cancelled"``, ``"stopped"``, ``"failed"``, ``"indeterminate"``.
             thread_id: only runs on this thread.
             name: only runs with this name.
             limit: at most this many (a positive int).
@@ -470,9 +475,10 @@ class Runtime(metaclass=NoPublicConstructor):
                 has no ``list_runs``; see `awaken_trio.store.ListingStore`).
             UnknownRun: ``before`` names a run the store does not hold.
         """
-        if state is not None and state not in STATE_KINDS:
+        if state is not None and state not in STATE_KINDS and state not in CAUSE_KINDS:
             raise InvalidArgument(
-                f"unknown state {safe_repr(state)}; list runs by one of {', '.join(STATE_KINDS)}"
+                f"unknown state {safe_repr(state)}; list runs by a state"
+                f" ({', '.join(STATE_KINDS)}) or an end cause ({', '.join(CAUSE_KINDS)})"
             )
         if thread_id is not None:
             check_id(thread_id, "thread_id")
@@ -485,6 +491,45 @@ class Runtime(metaclass=NoPublicConstructor):
         return await self._control.list_runs(
             state=state, thread_id=thread_id, name=name, limit=limit, before=before
         )
+
+    async def count_runs(self) -> RunCounts:
+        """How many runs the store holds in each state, and how many of the ended ones
+        ended with each cause (read from indexes on SQLite and PostgreSQL).
+
+        Raises:
+            InvalidArgument: the store cannot count its runs (it has no ``count_runs``;
+                see `awaken_trio.store.CountingStore`).
+        """
+        self._in_own_run()
+        return await self._control.count_runs()
+
+    @property
+    def worker_id(self) -> str | None:
+        """The id this runtime claims runs under on a durable store, and its worker row's
+        while it serves (`WorkerRecord.worker_id`, `RunRecord.worker_id`); None on a store
+        without claims."""
+        settings = self._kernel.claims.settings
+        return None if settings is None else settings.owner
+
+    async def list_workers(self, *, ended: bool = False) -> list[WorkerRecord]:
+        """The runtimes that serve this store (DESIGN §3.11), the most recently started
+        first: serving, draining or lost (not seen for 3 of its leases, by the store's
+        clock); with ``ended``, those stopped in the last day too."""
+        self._in_own_run()
+        return await self._control.list_workers(ended=ended)
+
+    async def drain_worker(self, worker_id: str) -> WorkerRecord:
+        """Ask a worker, in any process, to claim nothing new (within a few ``poll``
+        intervals), let its active runs finish, then stop serving (its ``serve()``
+        returns). Its record after the request: ``draining``; a worker already stopped or
+        lost is left as it is (its record says so).
+
+        Raises:
+            UnknownWorker: the store holds no worker with that id.
+        """
+        self._in_own_run()
+        check_id(worker_id, "worker_id")
+        return await self._control.drain_worker(worker_id)
 
     def active_attempt_run_id(self, thread_id: str) -> str | None:
         """The run whose attempt is active on ``thread_id`` in this runtime, or None."""

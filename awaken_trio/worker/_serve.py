@@ -35,8 +35,10 @@ from .._core import (
     ServedRun,
     ServingHost,
     StoreError,
+    WorkerStore,
 )
 from ._cadence import serve_backoff
+from ._presence import Presence
 
 T = TypeVar("T")
 
@@ -52,7 +54,39 @@ async def serve(
     *,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
+    """Serve until cancelled, or, on a store that keeps worker rows, until this worker was
+    asked to drain and its runs have finished (`presence`)."""
+    store, claims = host.store, host.claims
+    if claims is None or not isinstance(store, WorkerStore) or not store.durable:
+        await _serve(host, concurrency, None, task_status)
+        return
+    presence = Presence(store, claims, host.names(), concurrency)
     active: dict[str, ServedRun] = {}
+    await presence.register()
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(presence.beat, active)
+            await _serve(host, concurrency, presence, task_status, active)
+            nursery.cancel_scope.cancel()
+        logger.info(
+            "worker %s: drained, stopped serving",
+            presence.worker_id,
+            extra={"worker_id": presence.worker_id, "event": "drained"},
+        )
+    finally:
+        await presence.end()
+
+
+async def _serve(
+    host: ServingHost,
+    concurrency: int,
+    presence: Presence | None,
+    task_status: trio.TaskStatus[None],
+    active: dict[str, ServedRun] | None = None,
+) -> None:
+    """The loop; returns when drained (only with a ``presence``)."""
+    if active is None:
+        active = {}
     started = False
     failures = 0  # failed passes in a row
     idle_looks = 0  # looks in a row that found nothing changed
@@ -65,7 +99,14 @@ async def serve(
         for run_id in [r for r, run in active.items() if not run.counts_toward_concurrency()]:
             del active[run_id]
         try:
-            failed = await _one_pass(host, concurrency, active)
+            if presence is not None and await presence.drain_requested():
+                if not active:
+                    if not started:
+                        task_status.started()
+                    return
+                failed = False  # claims nothing new: waits for its runs to finish
+            else:
+                failed = await _one_pass(host, concurrency, active)
         except RuntimeClosed:
             return
         except StoreError as exc:
