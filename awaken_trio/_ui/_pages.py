@@ -17,7 +17,8 @@ from typing import Any, Final
 from urllib.parse import quote, urlencode
 
 from .. import JsonValue, RunEvent, RunRecord, RunState
-from .._cli._shapes import (
+from .._core import Awaiting
+from .._face.shapes import (
     END_OF_TIMES_SHOWN,
     FIRST_TIME_SHOWN,
     describe_state,
@@ -26,7 +27,6 @@ from .._cli._shapes import (
     record_json,
     state_word,
 )
-from .._core import Awaiting
 from ..store import state_to_json
 
 TRAIL_SHOWN: Final = 500
