@@ -102,6 +102,34 @@ def _js_number(value: float) -> str:
     return repr(value)
 
 
+def format_duration(seconds: float) -> str:
+    """A length of time for people: ``0.4s``, ``12.0s``, ``3m 04s``, ``2h 03m``, ``3d 04h``
+    (as the page's script's ``formatDuration``); a negative or unknown one is ``""``."""
+    if not math.isfinite(seconds) or seconds < 0:
+        return ""
+    if seconds < 59.95:  # (what would show as 60.0s is a minute)
+        return f"{seconds:.1f}s"
+    whole = max(60, int(seconds))  # (59.95 and up: a minute)
+    for unit, size, smaller, small_size in (
+        ("d", 86400, "h", 3600),
+        ("h", 3600, "m", 60),
+        ("m", 60, "s", 1),
+    ):
+        if whole >= size:
+            return f"{whole // size}{unit} {whole % size // small_size:02d}{smaller}"
+    raise AssertionError("unreachable: a minute or more has a unit")
+
+
+def cause_word(state: RunState) -> str:
+    """How a run ended, as the cause's kind (``natural_end``, ``failed``, ``cancelled``
+    ...), or ``""`` while it has not: what the dashboard colours a row by."""
+    if not isinstance(state, RunState.Ended):
+        return ""
+    kind = state_to_json(state)["cause"]
+    assert isinstance(kind, Mapping)
+    return str(kind["kind"])
+
+
 def describe_cause(cause: EndCause) -> str:
     match cause:
         case EndCause.Stopped(reason):

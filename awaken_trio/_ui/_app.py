@@ -26,7 +26,7 @@ import trio
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, Response, StreamingResponse
+from starlette.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import Route, request_response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -41,7 +41,7 @@ from .. import (
     UnknownRun,
 )
 from .._core import check_channel
-from .._face.controls import CONTROLS, ControlSpec, control_named
+from .._face.controls import CONTROL_NAMES, CONTROLS, ControlSpec, control_named, unavailable
 from .._face.failures import (
     REFUSALS,
     CommandFailed,
@@ -491,6 +491,40 @@ async def page_run(runtime: Runtime, hub: EventHub, request: Request) -> Respons
     return HTMLResponse(page)
 
 
+async def ui_controls(runtime: Runtime, hub: EventHub, request: Request) -> Response:
+    """``GET /ui/controls/{id}``: what a run's page redraws its controls from: the run's
+    committed state and, for each control, why that state does not allow it (None when
+    it does; see `unavailable`)."""
+    parts = run_path(request, "/ui/controls/")
+    if len(parts) != 1 or not parts[0]:
+        raise HTTPException(404)
+    query_params(request, ())
+    state = (await _record(runtime, parts[0])).state
+    controls: dict[str, JsonValue] = {name: unavailable(name, state) for name in CONTROL_NAMES}
+    return json_response({"state": state_to_json(state), "controls": controls})
+
+
+async def search(runtime: Runtime, hub: EventHub, request: Request) -> Response:
+    """``GET /search?run_id=ID``: the run's page (a redirect), or a page saying no run
+    has that id."""
+    params = query_params(request, ("run_id", "token"))
+    run_id = params.get("run_id", "").strip()
+    if not run_id:
+        raise _bad("give the id of the run to go to: /search?run_id=ID")
+    try:
+        await runtime.record(run_id)
+    except UnknownRun:
+        raise Failure(
+            bad_input(
+                f"no run has the id {shorten(run_id)} in this store; check the id, or find"
+                " the run in the table by its name or thread",
+                "unknown_run",
+            ),
+            404,
+        ) from None
+    return RedirectResponse(run_url(run_id), status_code=303)
+
+
 @attrs.frozen
 class Descendants:
     """A run's descendants, oldest first, and whether the scan stopped before it could
@@ -595,6 +629,8 @@ def dashboard_app(runtime: Runtime, hub: EventHub, *, token: str | None = None) 
         Route("/", page(page_runs), methods=["GET"]),
         Route("/runs/{rest:path}", page(page_run), methods=["GET"]),
         Route("/ui/table", api(ui_table), methods=["GET"]),
+        Route("/ui/controls/{rest:path}", api(ui_controls), methods=["GET"]),
+        Route("/search", page(search), methods=["GET"]),
         Route("/api/runs", api(api_runs), methods=["GET"]),
         Route("/api/runs/{rest:path}", _EveryMethod(api(api_run))),
         Route("/api/stream", api(api_stream), methods=["GET"]),
