@@ -125,16 +125,16 @@ class Runtime(metaclass=NoPublicConstructor):
             name: a label kept with the record.
             max_steps: the run's budget of ``boundary()`` calls, across all its attempts;
                 the call that would exceed it ends the run ``Ended(MaxSteps())``.
-            timeout, deadline: the run's deadline, ``timeout`` seconds from now or at
-                wall-clock time ``deadline`` (one of the two): it ends
+            timeout: the run's deadline in seconds from now: it ends
                 ``Stopped("deadline")`` then, in whatever state (`RunRecord.deadline`).
+            deadline: the same as a wall-clock time (give one of the two).
             queue_timeout: seconds its first attempt may wait for its thread; it ends
                 ``Stopped("queue_timeout")`` if it has not started by then.
+            not_before: `submit`'s alone: refused here.
 
         Raises:
             RunExists: ``run_id`` is taken. InvalidArgument, InvalidBody, InvalidPayload:
-            a bad argument (nothing is committed; ``not_before`` is `submit`'s alone).
-            RuntimeClosed: the runtime is closing.
+            a bad argument (nothing is committed). RuntimeClosed: the runtime is closing.
         """
         refuse_not_before(not_before, "start()")
         limits = self._limits(timeout, deadline, queue_timeout, "start()")
