@@ -8,7 +8,9 @@ such pair.
 
 from __future__ import annotations
 
+import datetime
 import sys
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, get_args
@@ -30,10 +32,19 @@ from .._core import check_channel
 from .._face.controls import CONTROLS, ControlName
 from .._face.failures import REFUSALS, CommandFailed, bad_input, failure_of, refused
 from .._face.input import parse_json, shorten, whole_number
-from .._face.shapes import chunk_json, describe_state, dumps, event_json, record_json, row_json
+from .._face.shapes import (
+    chunk_json,
+    describe_state,
+    dumps,
+    event_json,
+    format_time,
+    record_json,
+    row_json,
+)
 from ..store import StateKind, state_to_json
 from ._common import (
     STORE_ENV,
+    SecondsRange,
     WholeRange,
     console,
     early,
@@ -159,6 +170,7 @@ def show(store: str | None, as_json: bool, run_id: str) -> None:
             ("parent", record.parent_run_id or ""),
             ("state", describe_state(record.state)),
             ("generation", str(record.generation)),
+            ("deadline", "" if record.deadline is None else format_time(record.deadline)),
             ("input", dumps(record.input)),
             ("checkpoint", dumps(record.checkpoint)),
             ("result", dumps(record.result)),
@@ -364,6 +376,29 @@ async def _watch_events(runtime: Runtime, run_id: str) -> None:
 @click.option("--input", "input_", metavar="JSON", help="The run's input, a JSON value.")
 @click.option("--thread", "thread_id", metavar="T", help="The run's thread (default: its own).")
 @click.option("--run-id", metavar="ID", help="The run's id (default: a fresh one).")
+@click.option(
+    "--timeout",
+    type=SecondsRange(min=0),
+    metavar="S",
+    help="End the run Stopped(deadline) S seconds from now, whatever its state.",
+)
+@click.option(
+    "--deadline",
+    metavar="ISO8601",
+    help="End the run Stopped(deadline) at this time (2030-01-31T09:00:00+00:00; local"
+    " time without an offset).",
+)
+@click.option(
+    "--queue-timeout",
+    type=SecondsRange(min=0),
+    metavar="S",
+    help="End the run Stopped(queue_timeout) if no worker starts it within S seconds.",
+)
+@click.option(
+    "--not-before",
+    metavar="ISO8601|DURATION",
+    help="Start it no earlier than this time, or this long from now (30m, 12h, 7d).",
+)
 def submit(
     store: str | None,
     as_json: bool,
@@ -371,16 +406,33 @@ def submit(
     input_: str | None,
     thread_id: str | None,
     run_id: str | None,
+    timeout: float | None,
+    deadline: str | None,
+    queue_timeout: float | None,
+    not_before: str | None,
 ) -> None:
     """Queue a run of the body named NAME for a worker that serves it; print its id."""
     value = (
         None if input_ is None else early(lambda: parse_json(input_, "--input"), as_json=as_json)
     )
+    at = None if deadline is None else early(lambda: parse_time(deadline), as_json=as_json)
+    start_at = (
+        None if not_before is None else early(lambda: parse_start(not_before), as_json=as_json)
+    )
 
     async def run() -> None:
         async with open_cli_runtime(store_url(store), must_exist=False) as runtime:
             try:
-                handle = await runtime.submit(name, input=value, run_id=run_id, thread_id=thread_id)
+                handle = await runtime.submit(
+                    name,
+                    input=value,
+                    run_id=run_id,
+                    thread_id=thread_id,
+                    timeout=timeout,
+                    deadline=at,
+                    queue_timeout=queue_timeout,
+                    not_before=start_at,
+                )
                 record = await runtime.record(handle.run_id)
             except REFUSALS as exc:
                 raise await refused(runtime, exc, run_id) from None
@@ -469,17 +521,59 @@ _LONGEST_DURATION: Final = 10**12
 bound keeps the count far from Python's limit on digits converted)."""
 
 
-def parse_duration(text: str) -> float:
+def parse_duration(text: str, option: str = "--ended-before") -> float:
     """``30m``, ``12h``, ``7d``, ``0s``: a whole number and a unit, in seconds."""
-    number, unit = text[:-1], text[-1:]
-    count = whole_number(number, low=0, high=_LONGEST_DURATION) if unit in _UNITS else None
-    if count is None:
+    found = _duration(text)
+    if found is None:
         raise bad_input(
-            f"--ended-before needs a duration such as 0s, 30m, 12h or 7d (a whole number up"
+            f"{option} needs a duration such as 0s, 30m, 12h or 7d (a whole number up"
             f" to {_LONGEST_DURATION} and one of s, m, h, d), not {shorten(text)}",
             "invalid_argument",
         )
-    return float(count * _UNITS[unit])
+    return found
+
+
+def _duration(text: str) -> float | None:
+    number, unit = text[:-1], text[-1:]
+    count = whole_number(number, low=0, high=_LONGEST_DURATION) if unit in _UNITS else None
+    return None if count is None else float(count * _UNITS[unit])
+
+
+def _iso_time(text: str) -> float | None:
+    """An ISO 8601 date and time as wall-clock seconds (local time without an offset)."""
+    if len(text) > 64:
+        return None
+    try:
+        return datetime.datetime.fromisoformat(text).timestamp()
+    except (ValueError, OverflowError, OSError):
+        return None
+
+
+def parse_time(text: str) -> float:
+    """``--deadline``: an ISO 8601 time."""
+    found = _iso_time(text)
+    if found is None:
+        raise bad_input(
+            f"--deadline needs an ISO 8601 time such as 2030-01-31T09:00:00+00:00 (local"
+            f" time without an offset), not {shorten(text)}",
+            "invalid_argument",
+        )
+    return found
+
+
+def parse_start(text: str) -> float:
+    """``--not-before``: an ISO 8601 time, or a duration from now."""
+    found = _iso_time(text)
+    if found is None:
+        after = _duration(text)
+        if after is None:
+            raise bad_input(
+                f"--not-before needs an ISO 8601 time such as 2030-01-31T09:00:00+00:00, or a"
+                f" duration from now such as 30m, 12h or 7d, not {shorten(text)}",
+                "invalid_argument",
+            )
+        found = time.time() + after
+    return found
 
 
 @runs.command("prune")

@@ -9,12 +9,15 @@ the run, and survives recovery and resume.
 from __future__ import annotations
 
 import math
-from typing import Final, final
+from typing import Final, Literal, final
 
 import attrs
 
 from ._errors import InvalidArgument
 from ._util import safe_repr
+
+TimeLimit = Literal["deadline", "queue_timeout"]
+"""Which of a run's time limits came (`Deadlines`): its deadline, or its queue deadline."""
 
 
 @final

@@ -222,6 +222,9 @@ class RunRecord:
     # starts its next attempt before then. Set by a delayed start (``submit(not_before=)``)
     # and by a run waiting to retry; None when it may start now, and in every other state.
     not_before: float | None = None
+    # The run's deadline (wall-clock seconds, the runtime's clock): it ends
+    # ``Stopped("deadline")`` then, whatever its state. None: no deadline.
+    deadline: float | None = None
 
 
 class EventKind(enum.StrEnum):

@@ -33,6 +33,7 @@ def record_json(record: RunRecord) -> dict[str, JsonValue]:
         "result": record.result,
         "checkpoint": record.checkpoint,
         "forked_from": record.forked_from,
+        "deadline": record.deadline,
     }
 
 

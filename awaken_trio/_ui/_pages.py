@@ -192,6 +192,10 @@ def run_page(
     if record.parent_run_id is not None:
         parent = record.parent_run_id
         facts.append(("parent", f'<a href="{esc(run_href(parent))}">{esc(parent)}</a>'))
+    if record.deadline is not None:
+        facts.append(
+            ("deadline", f'<span id="run-deadline">{esc(format_time(record.deadline))}</span>')
+        )
     if isinstance(record.forked_from, Mapping):
         source = str(record.forked_from.get("run_id"))
         seq = esc(record.forked_from.get("seq"))

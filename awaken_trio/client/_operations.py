@@ -61,8 +61,22 @@ async def submit(
     input: JsonValue,
     run_id: str | None,
     thread_id: str | None,
+    *,
+    timeout: float | None = None,  # noqa: ASYNC109 - the run's deadline, not this call's
+    deadline: float | None = None,
+    queue_timeout: float | None = None,
+    not_before: float | None = None,
 ) -> str:
-    handle = await runtime.submit(name, input=input, run_id=run_id, thread_id=thread_id)
+    handle = await runtime.submit(
+        name,
+        input=input,
+        run_id=run_id,
+        thread_id=thread_id,
+        timeout=timeout,
+        deadline=deadline,
+        queue_timeout=queue_timeout,
+        not_before=not_before,
+    )
     return handle.run_id
 
 

@@ -45,6 +45,7 @@ import attrs
 
 from .._core import (
     CANCELLED_CAUSE,
+    DEADLINE,
     NOT_RESUMED,
     UNSET,
     Accepted,
@@ -448,6 +449,9 @@ NOT_RESUMED_END: Final[RunState] = Ended(NOT_RESUMED.cause)
 """How a handed-back descendant ends when its parent's later attempt ends without having
 taken it back (rule 22)."""
 
+DEADLINE_END: Final[RunState] = Ended(DEADLINE.cause)
+"""How a descendant of a run ended at its deadline ends: its own deadline has come too."""
+
 HANDED_BACK_DETAIL: Final = scalar_dict(
     {"source": "recovery", "reason": "handed back with its parent"}
 )
@@ -464,6 +468,8 @@ def descendants_end(how: DescendantsEnd, run_id: str) -> tuple[RunState, Mapping
     """The state and detail ``Commit.end_descendants`` ends ``run_id``'s descendants with."""
     if how == "not_resumed":
         return NOT_RESUMED_END, NOT_RESUMED.detail
+    if how == "deadline":
+        return DEADLINE_END, DEADLINE.detail
     return PARENT_ENDED, parent_detail(run_id)
 
 

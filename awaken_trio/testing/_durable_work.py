@@ -11,9 +11,11 @@ from .. import (
 )
 from ..store import (
     Claim,
+    DeadlineStore,
     DurableStore,
     Expect,
     Fence,
+    OverdueLook,
     Rejected,
     RejectReason,
     StoredCommand,
@@ -151,6 +153,55 @@ class RunnableChecks:
         await _accepted(store, end("later", CANCELLED))
         assert (await _loaded(store, "later")).not_before is None
         assert [r.run_id for r in await store.runnable(NAMES, 9.5, 10)] == ["now"]
+
+    async def test_overdue_finds_the_roots_past_a_time_limit_that_no_attempt_runs(
+        self, store: DurableStore
+    ) -> None:
+        # Every serving loop turn asks: a durable store answers through an index.
+        assert isinstance(store, DeadlineStore), "a durable store finds runs past their limits"
+        await _accepted(store, _new("queued", Queued(), generation=0, deadline=5.0))
+        await _accepted(store, _new("never", Queued(), generation=0, queue_deadline=4.0))
+        await _accepted(
+            store, _new("both", Queued(), generation=0, deadline=3.0, queue_deadline=3.5)
+        )
+        await _accepted(store, _new("running", deadline=2.0))
+        await _accepted(store, _new("awaits", deadline=6.0))
+        await _accepted(store, pause("awaits", asking("awaits")))
+        await _accepted(store, _new("later", Queued(), generation=0, deadline=50.0))
+        await _accepted(store, _new("free", Queued(), generation=0))
+        await _accepted(store, _new("p", deadline=2.0))
+        await _accepted(
+            store, _new("child", Queued(), generation=0, parent="p", root="p", deadline=1.0)
+        )
+        # (A running root meets its deadline in its attempt; a child is its holder's.)
+        look = await store.overdue(6.0, 10)
+        found = {(o.record.run_id, o.limit) for o in look.runs}
+        assert found == {
+            ("queued", "deadline"),
+            ("never", "queue_timeout"),
+            ("both", "deadline"),
+            ("awaits", "deadline"),
+        }
+        assert look.next_at == 50.0
+        by_id = {o.record.run_id: o.record for o in look.runs}
+        assert by_id["queued"] == await _loaded(store, "queued")
+        assert by_id["queued"].deadline == 5.0
+        assert [o.record.run_id for o in (await store.overdue(3.0, 10)).runs] == ["both"]
+        # (The next limit of a run found now counts too: it is still to come.)
+        assert (await store.overdue(3.0, 10)).next_at == 3.5
+        assert len((await store.overdue(6.0, 2)).runs) == 2
+        # A queue deadline no longer counts once the run started; any end takes it out.
+        await _accepted(store, run("never", 1, claim=Claim("a", LIVE)))
+        await _accepted(store, queue("never", 1, release=True))
+        await _accepted(store, end("queued", CANCELLED, 0))
+        assert {o.record.run_id for o in (await store.overdue(6.0, 10)).runs} == {
+            "both",
+            "awaits",
+        }
+        await _accepted(store, end("both", CANCELLED, 0))
+        await _accepted(store, end("awaits", CANCELLED))
+        assert await store.overdue(6.0, 10) == OverdueLook((), 50.0)
+        assert (await store.overdue(60.0, 10)).next_at is None
 
     async def test_runnable_returns_at_most_limit_runs(self, store: DurableStore) -> None:
         await _accepted(store, _new("q1", Queued(), generation=0, at=1.0))

@@ -13,6 +13,8 @@ from typing import Final
 from ..._core import (
     CheckpointAt,
     InvalidArgument,
+    Overdue,
+    OverdueLook,
     RunEvent,
     RunRecord,
     RunState,
@@ -122,6 +124,49 @@ _DUE: Final = f"""
     ORDER BY t.wake_at, t.rowid
     LIMIT :limit
 """
+
+
+# Root runs past a time limit that no attempt runs (`DeadlineStore.overdue`): each half reads
+# the partial index that holds its candidates alone (the conditions repeat the indexes'
+# own, so SQLite may use them), from the earliest limit up to now, and stops at the limit.
+_PAST_DEADLINE: Final = f"""
+    SELECT {RECORD_COLUMNS} FROM runs r
+    WHERE r.deadline IS NOT NULL AND r.parent_run_id IS NULL
+      AND r.kind IN ('queued', 'awaiting') AND r.deadline <= :now
+    ORDER BY r.deadline LIMIT :limit
+"""
+_PAST_QUEUE_DEADLINE: Final = f"""
+    SELECT {RECORD_COLUMNS} FROM runs r
+    WHERE r.queue_deadline IS NOT NULL AND r.parent_run_id IS NULL AND r.kind = 'queued'
+      AND r.generation = 0 AND r.queue_deadline <= :now
+    ORDER BY r.queue_deadline LIMIT :limit
+"""
+# The earliest limit still to come, read from the first entry after now of each index.
+_NEXT_LIMIT: Final = """
+    SELECT MIN(t) FROM (
+      SELECT MIN(r.deadline) AS t FROM runs r WHERE r.deadline IS NOT NULL
+        AND r.parent_run_id IS NULL AND r.kind IN ('queued', 'awaiting') AND r.deadline > :now
+      UNION ALL
+      SELECT MIN(r.queue_deadline) FROM runs r WHERE r.queue_deadline IS NOT NULL
+        AND r.parent_run_id IS NULL AND r.kind = 'queued' AND r.generation = 0
+        AND r.queue_deadline > :now)
+"""
+
+
+def overdue(conn: sqlite3.Connection, now: float, limit: int) -> OverdueLook:
+    """``now`` is the runtime's clock (deadlines are read from it)."""
+    params = {"now": now, "limit": max(limit, 0)}
+    runs = [Overdue(record_of(found), "deadline") for found in conn.execute(_PAST_DEADLINE, params)]
+    seen = {found.record.run_id for found in runs}
+    if len(runs) < limit:
+        params["limit"] = limit - len(runs)
+        runs.extend(
+            Overdue(record, "queue_timeout")
+            for record in map(record_of, conn.execute(_PAST_QUEUE_DEADLINE, params))
+            if record.run_id not in seen
+        )
+    (next_at,) = conn.execute(_NEXT_LIMIT, {"now": now}).fetchone()
+    return OverdueLook(tuple(runs), next_at)
 
 
 def runnable(

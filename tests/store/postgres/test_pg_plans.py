@@ -109,3 +109,18 @@ async def test_the_stores_connections_compile_no_jit(pg_url: str) -> None:
                     lambda conn: conn.execute("SHOW jit").fetchone(), write=write
                 )
                 assert found == ("off",)
+
+
+async def test_a_look_for_runs_past_their_limits_reads_their_partial_indexes(
+    pg_url: str,
+) -> None:
+    # Every serving loop turn asks for the root runs past a deadline or a queue timeout:
+    # through the partial indexes that hold those runs alone, never a scan of every run.
+    await _store_of(pg_url)
+    q = Queries.of("awaken")
+    params = {"now": 0.0, "limit": 8}
+    for statement in (q.past_deadline, q.next_limit):
+        plan = await trio.to_thread.run_sync(_generic_plan, pg_url, statement, params)
+        assert "Seq Scan" not in plan, plan
+        assert "runs_past_deadline" in plan, plan
+        assert "runs_past_queue_deadline" in plan, plan
