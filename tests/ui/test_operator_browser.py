@@ -234,10 +234,15 @@ async def test_the_timeline_follows_a_run_through_its_states(store: str, tmp_pat
                 lasted = page.eval_on_selector_all(
                     "#timeline li .tl-for", "l => l.map(i => i.textContent)"
                 )
+                drawn = page.eval_on_selector_all("#timeline li", "l => l.map(i => i.textContent)")
                 page.reload()
                 page.wait_for_selector("body[data-live=connected]")
                 rendered = page.eval_on_selector_all(
                     "#timeline li", "l => l.map(i => i.dataset.key)"
+                )
+                # The script draws what the server renders: the same times and durations.
+                assert drawn == page.eval_on_selector_all(
+                    "#timeline li", "l => l.map(i => i.textContent)"
                 )
                 return keys, lasted, rendered
 
