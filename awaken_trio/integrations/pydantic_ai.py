@@ -180,8 +180,12 @@ class _StepBackend(CallableOperationBackend[None]):
         request: _Request = "other"
         if isinstance(operation_id, ModelRequestId):
             request = "streamed" if operation_id.streaming else "plain"
-        payload = await run.bridge.call(run.ctx.step, name, run.unit, body, request)
-        # A step's result is frozen; pydantic builds its values in place, from plain ones.
+        ran: list[object] = []
+        payload = await run.bridge.call(run.ctx.step, name, run.unit, body, request, ran)
+        if ran:
+            # The unit ran in this attempt: what it returned is what was committed.
+            return ran[0]
+        # Replayed: a step's result is frozen, and pydantic builds its values in place.
         return _thaw(payload)
 
 
@@ -340,17 +344,22 @@ class _AgentRun:
         self._runs += 1
         return f"{self.ctx.run_id}:{self._runs}"
 
-    async def unit(self, body: Callable[[], Awaitable[object]], request: _Request) -> object:
-        """A durable unit that was not journaled: run it on the loop. A new model request
-        passes a boundary first (a pause takes effect there; ``max_steps`` counts it); a
-        streamed one sends its text to the run's ``"agent.tokens"`` stream as it arrives."""
+    async def unit(
+        self, body: Callable[[], Awaitable[object]], request: _Request, ran: list[object]
+    ) -> object:
+        """A durable unit that was not journaled: run it on the loop (its result is also
+        put in ``ran``). A new model request passes a boundary first (a pause takes effect
+        there; ``max_steps`` counts it); a streamed one sends its text to the run's
+        ``"agent.tokens"`` stream as it arrives."""
         if request != "other":
             unread = await self.ctx.boundary()
             if unread:
                 await self.ctx.emit("pydantic_ai.messages_unread", {"messages": unread})
             if request == "streamed":
                 self.tokens.open()
-        return await self.bridge.run(_awaited, body)
+        result = await self.bridge.run(_awaited, body)
+        ran.append(result)
+        return result
 
 
 def _thaw(value: JsonValue) -> JsonValue:
