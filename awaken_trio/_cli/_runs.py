@@ -8,7 +8,6 @@ such pair.
 
 from __future__ import annotations
 
-import inspect
 import sys
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -20,7 +19,7 @@ from rich.live import Live
 from .. import (
     InvalidArgument,
     InvalidPayload,
-    LiveCommand,
+    JsonValue,
     RunEvent,
     RunRecord,
     RunState,
@@ -28,40 +27,29 @@ from .. import (
     StreamChunk,
 )
 from .._core import check_channel
+from .._face.controls import CONTROLS, ControlName
+from .._face.failures import REFUSALS, CommandFailed, bad_input, failure_of, refused
+from .._face.input import parse_json, shorten, whole_number
+from .._face.shapes import chunk_json, describe_state, dumps, event_json, record_json, row_json
 from ..store import StateKind, state_to_json
 from ._common import (
-    REFUSALS,
     STORE_ENV,
-    CommandFailed,
-    Exit,
     WholeRange,
-    bad_input,
     console,
     early,
     emit,
     execute,
-    failure_of,
     open_cli_runtime,
-    parse_json,
-    refused,
-    shorten,
     store_url,
     until_signalled,
-    whole_number,
 )
-from ._shapes import (
+from ._tables import (
     EVENT_COLUMNS,
     EVENTS_SHOWN,
     ROW_COLUMNS,
-    chunk_json,
-    describe_state,
-    dumps,
     event_cells,
-    event_json,
     print_table,
-    record_json,
     row_cells,
-    row_json,
     table,
 )
 
@@ -608,21 +596,13 @@ def _one_or_filters(run_id: str | None, filters: dict[str, Any]) -> bool:
     return bool(given)
 
 
-def _cancel_call(reason: str | None) -> Callable[[Runtime, str], Awaitable[object]]:
-    async def cancel(runtime: Runtime, run_id: str) -> object:
-        # The reason is passed only when given, to a runtime whose cancel_run records one.
-        extra: dict[str, Any] = {}
-        if reason is not None:
-            if "reason" not in inspect.signature(runtime.cancel_run).parameters:
-                raise CommandFailed(
-                    Exit.BAD_INPUT,
-                    "invalid_argument",
-                    "this version of awaken_trio records no cancel reason; omit --reason",
-                )
-            extra["reason"] = reason
-        return await runtime.cancel_run(run_id, **extra)
+def _call(name: ControlName, **arguments: JsonValue) -> Callable[[Runtime, str], Awaitable[object]]:
+    """Control ``name``'s call (`CONTROLS`) with these arguments, for any run."""
 
-    return cancel
+    async def call(runtime: Runtime, run_id: str) -> object:
+        return await CONTROLS[name].call(runtime, run_id, arguments)
+
+    return call
 
 
 @runs.command("cancel")
@@ -648,7 +628,7 @@ def cancel(
 ) -> None:
     """Cancel a run wherever it is (cancel_run); or, with filters, every run they select."""
     filters = {"name": name, "state": state, "thread_id": thread_id}
-    call = _cancel_call(reason)
+    call = _call("cancel", reason=reason)
     if _one_or_filters(run_id, filters):
         _end_many(
             store, as_json, filters, dry_run=dry_run, yes=yes, end=call, ended_word="cancelled"
@@ -685,9 +665,7 @@ def stop(
     they select."""
     filters = {"name": name, "state": state, "thread_id": thread_id}
 
-    async def call(runtime: Runtime, run_id: str) -> object:
-        return await runtime.stop_run(run_id, reason)
-
+    call = _call("stop", reason=reason)
     if _one_or_filters(run_id, filters):
         _end_many(store, as_json, filters, dry_run=dry_run, yes=yes, end=call, ended_word="stopped")
         return
@@ -697,11 +675,10 @@ def stop(
     _control(store, as_json, run_id, lambda runtime: call(runtime, run_id))
 
 
-def _send(command: Callable[[], LiveCommand]) -> Action:
-    async def send(runtime: Runtime) -> None:
-        await runtime.send(command())  # (built here: a bad run id is reported as such)
-
-    return send
+def _one(name: ControlName, run_id: str, **arguments: JsonValue) -> Action:
+    """Control ``name``'s call (`CONTROLS`) on run ``run_id``."""
+    call = _call(name, **arguments)
+    return lambda runtime: call(runtime, run_id)
 
 
 @runs.command("pause")
@@ -710,7 +687,7 @@ def _send(command: Callable[[], LiveCommand]) -> Action:
 @click.argument("run_id", metavar="ID")
 def pause(store: str | None, as_json: bool, run_id: str) -> None:
     """Ask the run to pause at its next boundary (send Pause)."""
-    _control(store, as_json, run_id, _send(lambda: LiveCommand.Pause(run_id)))
+    _control(store, as_json, run_id, _one("pause", run_id))
 
 
 @runs.command("wake")
@@ -720,7 +697,7 @@ def pause(store: str | None, as_json: bool, run_id: str) -> None:
 @click.option("--reason", metavar="R", default="", help="Handed to the waiting boundary.")
 def wake(store: str | None, as_json: bool, run_id: str, reason: str) -> None:
     """Wake the run's boundary(wait=True) (send Wake)."""
-    _control(store, as_json, run_id, _send(lambda: LiveCommand.Wake(run_id, reason)))
+    _control(store, as_json, run_id, _one("wake", run_id, reason=reason))
 
 
 @runs.command("message")
@@ -731,7 +708,7 @@ def wake(store: str | None, as_json: bool, run_id: str, reason: str) -> None:
 def message(store: str | None, as_json: bool, run_id: str, payload: str) -> None:
     """Send the run a message, a JSON value its next boundary returns (send Message)."""
     value = early(lambda: parse_json(payload, "the message"), as_json=as_json)
-    _control(store, as_json, run_id, _send(lambda: LiveCommand.Message(run_id, value)))
+    _control(store, as_json, run_id, _one("message", run_id, payload=value))
 
 
 @runs.command("resume")
@@ -748,9 +725,11 @@ def resume(
         None if value is None else early(lambda: parse_json(value, "--value"), as_json=as_json)
     )
 
+    resume_call = _one("resume", run_id, value=resume_value, correlation_id=correlation_id)
+
     async def call(runtime: Runtime) -> None:
         try:
-            await runtime.resume(run_id, resume_value, correlation_id=correlation_id)
+            await resume_call(runtime)
         except InvalidPayload:
             raise  # the ticket refused the value: a refusal, with the run's state
         except InvalidArgument as exc:

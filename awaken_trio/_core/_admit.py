@@ -390,14 +390,22 @@ class Admissions:
         return check_payload(input, f"input of run {run_id!r}", self._kernel.max_payload_bytes)
 
     async def commit_queued_run(
-        self, run_id: str, new_run: NewRun, source: Literal["submit", "fork"]
+        self,
+        run_id: str,
+        new_run: NewRun,
+        source: Literal["submit", "fork"],
+        *,
+        not_before: float | None = None,
     ) -> CommitResult:
         """Create the run ``Queued`` for any serving runtime that has its body by name
-        (`Runtime.submit`, or a fork whose body is not here)."""
+        (`Runtime.submit`, or a fork whose body is not here), not to start before
+        ``not_before`` if given."""
         detail = _DETAIL_SUBMIT if source == "submit" else DETAIL_FORK
         kernel = self._kernel
         return await kernel.mailbox.commit(
-            commit_of.queue_new(run_id, new_run, at=kernel.now(), detail=detail)
+            commit_of.queue_new(
+                run_id, new_run, at=kernel.now(), detail=detail, not_before=not_before
+            )
         )
 
     # ------------------------------------------------------------------ resumes

@@ -72,6 +72,7 @@ class Control:
         self._handles = supervisor.handles
         self._store = kernel.store
         self._registry = kernel.registry
+        self._scheduler = supervisor.scheduler
         self.handle = self._handles.handle
         self.load = kernel.load
 
@@ -148,7 +149,13 @@ class Control:
     # ------------------------------------------------------------------ durable runs
 
     async def submit(
-        self, name: str, *, input: JsonValue, run_id: str | None, thread_id: str | None
+        self,
+        name: str,
+        *,
+        input: JsonValue,
+        run_id: str | None,
+        thread_id: str | None,
+        not_before: float | None,
     ) -> RunHandle:
         admissions = self._admissions
         admissions.actors_nursery()  # refuses once shutdown has begun
@@ -157,7 +164,9 @@ class Control:
         thread_id = thread_id or run_id
         await trio.lowlevel.checkpoint()
         new_run = NewRun(thread_id, None, name, input, None, run_id)
-        result = await admissions.commit_queued_run(run_id, new_run, "submit")
+        result = await admissions.commit_queued_run(
+            run_id, new_run, "submit", not_before=not_before
+        )
         if isinstance(result, Rejected):
             record = await self.load(run_id)
             if (record.name, record.input, record.thread_id, record.parent_run_id) != (
@@ -168,7 +177,11 @@ class Control:
             ):
                 raise RunExists(run_id)
             return await self.handle_from_now(run_id, thread_id)
-        self._kernel.store_changed_elsewhere()  # serving loops look again
+        if not_before is None:
+            self._kernel.store_changed_elsewhere()  # serving loops look again
+        else:
+            # Serving loops here look again when its time comes (one timer for them all).
+            self._scheduler.eligible_at(not_before)
         return self._handles.remote(run_id, thread_id, 1, 0)
 
     async def fork(

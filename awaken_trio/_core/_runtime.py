@@ -20,6 +20,7 @@ from ._events import EventStream
 from ._handle import RunHandle
 from ._host import Serve
 from ._json import JsonValue, check_payload
+from ._policy import check_not_before, refuse_not_before
 from ._spec import RunSpec
 from ._state import (
     CANCELLED_CAUSE,
@@ -99,6 +100,7 @@ class Runtime(metaclass=NoPublicConstructor):
         thread_id: str | None = None,
         name: str | None = None,
         max_steps: int | None = None,
+        not_before: float | None = None,
     ) -> RunHandle:
         """Commit a new run and start its first attempt.
 
@@ -117,8 +119,10 @@ class Runtime(metaclass=NoPublicConstructor):
 
         Raises:
             RunExists: ``run_id`` is taken. InvalidArgument, InvalidBody, InvalidPayload:
-            a bad argument (nothing is committed). RuntimeClosed: the runtime is closing.
+            a bad argument (nothing is committed; ``not_before`` is `submit`'s alone).
+            RuntimeClosed: the runtime is closing.
         """
+        refuse_not_before(not_before, "start()")
         spec = self._root_spec(
             body, input=input, run_id=run_id, thread_id=thread_id, name=name, max_steps=max_steps
         )
@@ -157,12 +161,14 @@ class Runtime(metaclass=NoPublicConstructor):
         thread_id: str | None = None,
         name: str | None = None,
         max_steps: int | None = None,
+        not_before: float | None = None,
     ) -> RunState:
         """`start`, then wait: the committed state (``Awaiting`` or ``Ended``) of the attempt.
 
         The run belongs to the runtime, not to the caller: cancelling this call stops the
         waiting, not the run (use `deliver` or `cancel_run` for that).
         """
+        refuse_not_before(not_before, "execute()")
         spec = self._root_spec(
             body, input=input, run_id=run_id, thread_id=thread_id, name=name, max_steps=max_steps
         )
@@ -189,6 +195,7 @@ class Runtime(metaclass=NoPublicConstructor):
         input: JsonValue = None,
         run_id: str | None = None,
         thread_id: str | None = None,
+        not_before: float | None = None,
     ) -> RunHandle:
         """Commit a run ``Queued`` for any serving runtime that has a body named ``name``.
 
@@ -198,8 +205,13 @@ class Runtime(metaclass=NoPublicConstructor):
         after the handle was made, whichever runtime runs it (at once the end of a run
         that had already ended).
 
+        ``not_before`` delays the start: the run is committed ``Queued`` now and no
+        runtime starts it before that time (wall-clock seconds, the runtime's clock).
+        Cancel and stop end it as any queued run.
+
         Raises:
             RunExists: ``run_id`` is taken by a different run.
+            InvalidArgument: a bad argument (nothing is committed).
         """
         self._in_own_run()
         check_id(name, "name")
@@ -207,7 +219,10 @@ class Runtime(metaclass=NoPublicConstructor):
             check_id(run_id, "run_id")
         if thread_id is not None:
             check_id(thread_id, "thread_id")
-        return await self._control.submit(name, input=input, run_id=run_id, thread_id=thread_id)
+        when = check_not_before(not_before, f"submit() of {name!r}")
+        return await self._control.submit(
+            name, input=input, run_id=run_id, thread_id=thread_id, not_before=when
+        )
 
     async def fork(
         self,
@@ -594,9 +609,14 @@ def request_end_here(runtime: Runtime, run_id: str, request: EndRequest) -> bool
 
 
 async def start_kernel_services(services: trio.Nursery, runtime: Runtime) -> None:
-    """The kernel's own background tasks, on every store: scheduled resumes (``ctx.sleep``)
-    and the stream flusher."""
-    await services.start(runtime._supervisor.scheduler.run, runtime._scheduled_resume)
+    """The kernel's own background tasks, on every store: the timer of scheduled resumes
+    (``ctx.sleep``) and delayed starts, and the stream flusher."""
+    supervisor = runtime._supervisor
+    await services.start(
+        supervisor.scheduler.run,
+        runtime._scheduled_resume,
+        supervisor.kernel.store_changed_elsewhere,
+    )
     await services.start(runtime._supervisor.flusher.run)
 
 

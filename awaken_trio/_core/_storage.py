@@ -264,6 +264,12 @@ class Commit:
         chunks: stream chunks the attempt sent (`StreamDraft`, one or more per channel, in
             the order they were sent), written with the commit at each channel's next
             offsets: fenced like the commit, so a rejected commit writes none of them.
+        not_before: a ``Queued`` commit's earliest start: no runtime starts the run's next
+            attempt before this time (the runtime's clock, as a scheduled ticket's
+            ``wake_at``); `Store.runnable` leaves the run out until then. It is the one
+            "not eligible before" mark of a queued run: a delayed start
+            (``submit(not_before=T)``) sets it, and so does a run waiting to retry (its
+            ``retry_at``). Every other commit of the run clears it (None: no wait).
     """
 
     run_id: str
@@ -292,6 +298,7 @@ class Commit:
     delivered: tuple[int, ...] = ()
     end_descendants: DescendantsEnd | None = None
     chunks: tuple[StreamDraft, ...] = ()
+    not_before: float | None = None
 
 
 DescendantsEnd = Literal["parent_ended", "not_resumed"]
@@ -379,7 +386,8 @@ class Store(Protocol):
         first, at most ``limit``: ``Queued`` runs whose thread is free and that nobody
         holds a live claim on (leases by the store's clock), and ``Awaiting`` runs whose
         ``scheduled_action`` ticket is due (``payload["wake_at"] <= now``, ``now`` being the
-        runtime's clock, which ticket times are read from)."""
+        runtime's clock, which ticket times are read from). A queued run whose
+        ``not_before`` (`Commit.not_before`) is later than ``now`` is not runnable yet."""
         ...
 
     async def aclose(self) -> None:

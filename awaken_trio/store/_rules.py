@@ -296,11 +296,14 @@ class RunTx(Protocol[RowT]):
         state: RunState,
         generation: int,
         result: JsonValue,
+        *,
+        not_before: float | None = None,
     ) -> RowT:
         """Insert a run (``run_id`` is new to the store): its identity, input, step cap and
         fork origin from ``new`` (``root_run_id`` defaulting to ``run_id``), its state and
-        generation, its result (None unless it is created ended); steps 0, checkpoint None,
-        epoch 0, no attempt, nothing carried, no resume, no ticket. The new row."""
+        generation, its result (None unless it is created ended), its ``not_before`` (a
+        queued run's earliest start, `Commit.not_before`); steps 0, checkpoint None, epoch
+        0, no attempt, nothing carried, no resume, no ticket. The new row."""
         ...
 
     def put_state(
@@ -311,10 +314,13 @@ class RunTx(Protocol[RowT]):
         *,
         steps: int | None = None,
         result: JsonValue = UNSET,
+        not_before: float | None = None,
     ) -> None:
-        """Set the run's state and generation; its ``steps`` unless None, its result
-        unless `UNSET`. The store keeps its own indexes here (a queued named root enters
-        the queue it hands runs out from, an ended run the ones it forgets by)."""
+        """Set the run's state and generation, and its ``not_before`` (a queued run's
+        earliest start, `Commit.not_before`; None for no wait, which every other state
+        has); its ``steps`` unless None, its result unless `UNSET`. The store keeps its
+        own indexes here (a queued named root enters the queue it hands runs out from, an
+        ended run the ones it forgets by)."""
         ...
 
     def put_checkpoint(self, row: RowT, checkpoint: JsonValue, seq: int) -> None:
@@ -567,7 +573,12 @@ def create(tx: RunTx[RowT], commit: Commit, new: NewRun, now: float) -> Accepted
     state = commit.state
     kind = KIND_OF[type(state)]
     row = tx.create(
-        run_id, new, state, commit.generation, commit.result if kind == "ended" else None
+        run_id,
+        new,
+        state,
+        commit.generation,
+        commit.result if kind == "ended" else None,
+        not_before=commit.not_before if kind == "queued" else None,
     )
     epoch = claim_effects(tx, row, commit, kind, now)
     stored: Sequence[JsonValue] = ()
@@ -617,6 +628,7 @@ def update(tx: RunTx[RowT], row: RowT, commit: Commit, now: float) -> Accepted:
         commit.generation,
         steps=commit.steps,
         result=commit.result if kind == "ended" else UNSET,
+        not_before=commit.not_before if kind == "queued" else None,
     )
     epoch = claim_effects(tx, row, commit, kind, now)
     stored: Sequence[JsonValue] = ()

@@ -174,6 +174,7 @@ def _new(
     claim: Claim | None = None,
     fence: Fence | None = None,
     thread_guard: bool = False,
+    not_before: float | None = None,
 ) -> Commit:
     """A commit creating ``run_id`` (named ``job``, on its own thread, by default)."""
     return create(
@@ -188,6 +189,7 @@ def _new(
         claim=claim,
         fence=fence,
         thread_guard=thread_guard,
+        not_before=not_before,
     )
 
 

@@ -58,6 +58,7 @@ class Fields(TypedDict, total=False):
     consumed: tuple[int, ...]
     delivered: tuple[int, ...]
     end_descendants: DescendantsEnd | None
+    not_before: float | None
 
 
 def asking(run_id: str, correlation_id: str = "c1") -> ResumeTicket:
@@ -98,9 +99,11 @@ def create(
     claim: Claim | None = None,
     fence: Fence | None = None,
     thread_guard: bool = False,
+    not_before: float | None = None,
 ) -> Commit:
     """A run created (``Running(generation)`` unless ``state`` says otherwise), on a
-    thread of its own unless ``thread`` is given."""
+    thread of its own unless ``thread`` is given; a queued one not to start before
+    ``not_before`` if given."""
     return Commit(
         run_id=run_id,
         state=Running(generation) if state is None else state,
@@ -112,6 +115,7 @@ def create(
         claim=claim,
         fence=fence,
         thread_guard=thread_guard,
+        not_before=not_before,
     )
 
 

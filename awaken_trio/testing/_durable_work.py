@@ -126,6 +126,32 @@ class RunnableChecks:
         await _accepted(store, end("s5", CANCELLED, at=7.0))
         assert [r.run_id for r in await store.runnable(NAMES, 8.0, 10)] == ["q1", "s3", "s8"]
 
+    async def test_runnable_passes_over_a_queued_run_until_its_not_before(
+        self, store: DurableStore
+    ) -> None:
+        # A delayed start (or a retry's wait): queued at once, handed out from its time
+        # on (``now``, the runtime's clock), in its place; the runs behind it go first.
+        await _accepted(store, _new("later", Queued(), generation=0, at=1.0, not_before=7.0))
+        await _accepted(store, _new("now", Queued(), generation=0, at=2.0))
+        assert (await _loaded(store, "later")).not_before == 7.0
+        assert (await _loaded(store, "now")).not_before is None
+        assert [r.run_id for r in await store.runnable(NAMES, 6.5, 10)] == ["now"]
+        assert [r.run_id for r in await store.runnable(NAMES, 7.0, 10)] == ["later", "now"]
+        # The limit counts the runs handed out, not the ones passed over.
+        assert [r.run_id for r in await store.runnable(NAMES, 6.5, 1)] == ["now"]
+        # Queued again with a new time (a retry's wait), it waits again; any other commit
+        # clears it: a run that started has no wait left.
+        await _accepted(store, run("later", 1, claim=Claim("a", LIVE)))
+        assert (await _loaded(store, "later")).not_before is None
+        await _accepted(store, queue("later", 1, not_before=9.0, release=True))
+        assert (await _loaded(store, "later")).not_before == 9.0
+        assert [r.run_id for r in await store.runnable(NAMES, 8.0, 10)] == ["now"]
+        assert [r.run_id for r in await store.runnable(NAMES, 9.5, 10)] == ["later", "now"]
+        # Ended while it waits: it is never handed out, and keeps no time.
+        await _accepted(store, end("later", CANCELLED))
+        assert (await _loaded(store, "later")).not_before is None
+        assert [r.run_id for r in await store.runnable(NAMES, 9.5, 10)] == ["now"]
+
     async def test_runnable_returns_at_most_limit_runs(self, store: DurableStore) -> None:
         await _accepted(store, _new("q1", Queued(), generation=0, at=1.0))
         await _accepted(store, _new("q2", Queued(), generation=0, at=2.0))

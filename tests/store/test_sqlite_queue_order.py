@@ -27,7 +27,7 @@ async def test_runnable_reads_the_queue_in_order_from_its_index(tmp_path: Path) 
             str(row[-1])
             for row in conn.execute(
                 "EXPLAIN QUERY PLAN " + _QUEUED,
-                {"names": '["job"]', "lease_now": 0.0, "limit": 8},
+                {"names": '["job"]', "lease_now": 0.0, "now": 0.0, "limit": 8},
             )
         ]
     assert plan[0] == "SEARCH r USING INDEX runs_queue_by_age (kind=?)", plan

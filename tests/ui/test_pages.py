@@ -9,7 +9,7 @@ import re
 import pytest
 
 from awaken_trio import LiveCommand, RunContext
-from awaken_trio._cli._shapes import SUMMARY_LENGTH
+from awaken_trio._face.shapes import SUMMARY_LENGTH
 from awaken_trio.agent import Agent, ModelReply, ScriptedModel, Tool, ToolCall
 from tests.ui.ui_helpers import asks, caught_up, dashboard, page, parent, settle
 

@@ -247,7 +247,7 @@ class MemoryStore:
             if len(out) >= limit:
                 return out
             row = rows[run_id]
-            if row.name not in names:
+            if row.name not in names or (row.not_before is not None and row.not_before > now):
                 continue
             held = tx.claims.get(run_id)
             if held is not None and held.lease_until >= lease_now:

@@ -94,6 +94,9 @@ class MemoryRow:
     recoveries: int = 0
     # The order runs were created in: queued runs start oldest first.
     created: int = 0
+    # A queued run's earliest start (`Commit.not_before`: a delayed start, a retry's
+    # wait); None when it may start now.
+    not_before: float | None = None
     events: list[Entry] = attrs.field(factory=list)
     forked_from: JsonValue = None
     # The run's checkpoints, each with the seq of the last event its commit wrote (the
@@ -124,6 +127,7 @@ class MemoryRow:
             steps=self.steps,
             max_steps=self.max_steps,
             forked_from=self.forked_from,
+            not_before=self.not_before,
         )
 
 
@@ -247,6 +251,8 @@ class MemoryTx:
         state: RunState,
         generation: int,
         result: JsonValue,
+        *,
+        not_before: float | None = None,
     ) -> MemoryRow:
         kind = KIND_OF[type(state)]
         row = object.__new__(MemoryRow)  # (a class called with keywords costs twice as much)
@@ -264,6 +270,7 @@ class MemoryTx:
             generation=generation,
             result=result,
             created=self.seq,
+            not_before=not_before,
             forked_from=new.forked_from,
         )
         self.rows[run_id] = row
@@ -286,9 +293,11 @@ class MemoryTx:
         *,
         steps: int | None = None,
         result: JsonValue = UNSET,
+        not_before: float | None = None,
     ) -> None:
         kind = KIND_OF[type(state)]
         row.state, row.kind, row.generation = state, kind, generation
+        row.not_before = not_before
         if steps is not None:
             row.steps = steps
         if result is not UNSET:

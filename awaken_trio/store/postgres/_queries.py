@@ -75,6 +75,7 @@ COLUMNS: Final = (
         field="in_queue",
         value="CASE WHEN {} THEN nextval('{s}.queue_places') END",
     ),
+    Column("not_before", "float8", field="not_before"),
     Column("input", updated=False),
     Column("result", kept=True),
     Column("checkpoint", kept=True),

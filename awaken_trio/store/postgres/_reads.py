@@ -58,7 +58,7 @@ def runnable(
     if limit <= 0 or not names:
         return []
     with conn.transaction():  # one snapshot for both queries
-        params = {"names": names, "lease_now": lease_now, "limit": limit}
+        params = {"names": names, "lease_now": lease_now, "now": now, "limit": limit}
         out = [record_of(found) for found in conn.execute(r.queued, params).fetchall()]
         if len(out) < limit:
             due = {"names": names, "now": now, "limit": limit - len(out)}

@@ -183,7 +183,20 @@ def _to_v4(conn: psycopg.Connection[tuple[object, ...]], schema: sql.Identifier)
         conn.execute(sql.SQL(statement).format(s=schema))
 
 
-MIGRATIONS: Sequence[Migration] = (_create_v1, _to_v2, _to_v3, _to_v4, streams_v5)
+_V6: Final = (
+    # Version 6: a queued run's earliest start (not_before: a delayed start, a run waiting
+    # to retry). The serving loop's walk of the queue (runs_queue_by_age) passes over a
+    # run whose time has not come. A schema from before has none: every run may start now.
+    "ALTER TABLE {s}.runs ADD COLUMN not_before float8",
+)
+
+
+def _to_v6(conn: psycopg.Connection[tuple[object, ...]], schema: sql.Identifier) -> None:
+    for statement in _V6:
+        conn.execute(sql.SQL(statement).format(s=schema))
+
+
+MIGRATIONS: Sequence[Migration] = (_create_v1, _to_v2, _to_v3, _to_v4, streams_v5, _to_v6)
 """The schema's history, oldest first: ``MIGRATIONS[i]`` takes a schema from version ``i``
 to ``i + 1``. Append, never edit."""
 

@@ -425,9 +425,16 @@ class PgTx(TextRunTx[TextRow, _Insert]):
     # ------------------------------------------------------------------ writing
 
     def create(
-        self, run_id: str, new: NewRun, state: RunState, generation: int, result: JsonValue
+        self,
+        run_id: str,
+        new: NewRun,
+        state: RunState,
+        generation: int,
+        result: JsonValue,
+        *,
+        not_before: float | None = None,
     ) -> TextRow:
-        row = self._created(TextRow.created(run_id, new, state, generation))
+        row = self._created(TextRow.created(run_id, new, state, generation, not_before))
         siblings = None if new.parent_run_id is None else self._children.get(new.parent_run_id)
         if siblings is not None:
             siblings.append(run_id)

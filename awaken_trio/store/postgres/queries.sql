@@ -204,9 +204,11 @@ SELECT {event_columns} FROM {s}.events WHERE run_id = %s AND kind = 'step' ORDER
 -- transaction has locked (most often another worker claiming it now) is skipped, so
 -- workers looking at once are handed different runs. (OFFSET 0: asked of each candidate,
 -- through the index of live attempts by thread, not made into a join that reads every run
--- to find them.)
+-- to find them.) A run whose not_before (a delayed start, a retry's wait) is later than
+-- now (the runtime's clock) is passed over, read from the same walk of the queue.
 SELECT {record_columns} FROM {s}.runs r
 WHERE r.queued_order IS NOT NULL AND r.name = ANY(%(names)b)
+  AND (r.not_before IS NULL OR r.not_before <= %(now)s)
   AND NOT EXISTS (SELECT 1 FROM {s}.claims c WHERE c.run_id = r.run_id
     AND c.lease_until >= %(lease_now)s)
   AND NOT EXISTS (SELECT 1 FROM {s}.runs o JOIN {s}.claims c ON c.run_id = o.root_run_id

@@ -95,10 +95,12 @@ def step_events(conn: sqlite3.Connection, run_id: str) -> list[RunEvent]:
 # attempt occupies, oldest run first (a run released back to the queue keeps its place).
 # Only queued runs have a queued_order, and all of them are kind 'queued': the equality
 # lets SQLite read them from runs_queue_by_age in rowid order (no scan of every run, no
-# sort), stopping at the limit.
+# sort), stopping at the limit. A run whose not_before (a delayed start, a retry's wait) is
+# later than now (the runtime's clock) is passed over in the same walk.
 _QUEUED: Final = f"""
     SELECT {RECORD_COLUMNS} FROM runs r
     WHERE r.queued_order IS NOT NULL AND r.kind = 'queued'
+      AND (r.not_before IS NULL OR r.not_before <= :now)
       AND r.name IN (SELECT value FROM json_each(:names))
       AND NOT EXISTS (
           SELECT 1 FROM claims c WHERE c.run_id = r.run_id AND c.lease_until >= :lease_now)
@@ -130,7 +132,7 @@ def runnable(
     if limit <= 0 or not names:
         return []
     wanted = dump_json(list(names))
-    queued = {"names": wanted, "lease_now": lease_now, "limit": limit}
+    queued = {"names": wanted, "lease_now": lease_now, "now": now, "limit": limit}
     out = [record_of(found) for found in conn.execute(_QUEUED, queued)]
     if len(out) < limit:
         params = {"names": wanted, "now": now, "limit": limit - len(out)}

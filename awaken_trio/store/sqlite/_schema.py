@@ -167,6 +167,14 @@ def _steps_v5(conn: sqlite3.Connection) -> None:
     conn.execute("CREATE INDEX events_steps ON events (run_id, seq) WHERE kind = 'step'")
 
 
+def _not_before_v7(conn: sqlite3.Connection) -> None:
+    """Version 7: a queued run's earliest start (``not_before``: a delayed start, a run
+    waiting to retry). The serving loop's walk of the queue (``runs_queue_by_age``) passes
+    over a run whose time has not come. A file from before has none: every run may start
+    now."""
+    conn.execute("ALTER TABLE runs ADD COLUMN not_before REAL")
+
+
 MIGRATIONS: Sequence[Migration] = (
     _create_v1,
     _inbox_delivered_v2,
@@ -174,6 +182,7 @@ MIGRATIONS: Sequence[Migration] = (
     _queue_by_age_v4,
     _steps_v5,
     create_streams_v6,
+    _not_before_v7,
 )
 """The schema's history, oldest first: ``MIGRATIONS[i]`` takes a file from version ``i`` to
 ``i + 1``. Append, never edit: a released file may be at any version."""
