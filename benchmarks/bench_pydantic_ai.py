@@ -5,6 +5,7 @@ Run from the repository root (needs the ``pydantic-ai`` extra)::
 
     python benchmarks/bench_pydantic_ai.py            # three rounds, a minute or two
     python benchmarks/bench_pydantic_ai.py --runs 20  # fewer runs per round
+    python benchmarks/bench_pydantic_ai.py --json out.json  # also write the figures
 
 The agent is pydantic-ai's ``FunctionModel`` (no network), answering at once: each run makes
 ``--rounds-per-run`` tool calls, one per model request, then answers, so a run is
@@ -35,20 +36,14 @@ model call.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import trio
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
+from _harness import Timing, arguments, interleaved, medians, print_table, write_json
 from pydantic_ai import Agent
 from pydantic_ai.durable_exec import (
     BaseDurabilityCapability,
@@ -202,19 +197,11 @@ async def as_runs(agent: Agent[None, str], runs: int, store: str) -> float:
         return time.perf_counter() - start
 
 
-def _timed(run: Callable[[], object]) -> tuple[float, float]:
-    """Wall and CPU seconds (the process's CPU, every thread's) of ``run()``."""
-    wall, cpu = time.perf_counter(), time.process_time()
-    run()
-    return time.perf_counter() - wall, time.process_time() - cpu
-
-
 def one_round(
     agent: Agent[None, str], runs: int, tool_calls: int, result: object, sqlite: str
-) -> dict[str, tuple[float, float]]:
+) -> dict[str, Timing]:
     """Wall and CPU microseconds per model request each way (per step for the bridge),
-    the ways interleaved a few runs at a time, so a load that comes and goes weighs on all
-    of them alike."""
+    the ways interleaved five runs at a time."""
     requests = tool_calls + 1
     steps = tool_calls + requests  # a step per model request and per tool call
     chunk = 5
@@ -227,24 +214,18 @@ def one_round(
         "steps/sqlite": lambda: trio.run(steps_alone, sqlite, chunk, steps, result),
         "bridge": lambda: trio.run(bridge_steps, chunk * steps, result),
     }
-    totals = dict.fromkeys(ways, (0.0, 0.0))
-    for _ in range(max(1, runs // chunk)):
-        for way, run in ways.items():
-            wall, cpu = _timed(run)
-            totals[way] = (totals[way][0] + wall, totals[way][1] + cpu)
-    done = max(1, runs // chunk) * chunk
-    out = {}
-    for way, (wall, cpu) in totals.items():
-        per = done * (steps if way == "bridge" else requests) / 1e6
-        out[way] = (wall / per, cpu / per)
-    return out
+    turns = max(1, runs // chunk)
+    totals = interleaved(ways, turns)
+    return {
+        way: total.per(turns * chunk * (steps if way == "bridge" else requests))
+        for way, total in totals.items()
+    }
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = arguments(__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--runs", type=int, default=60)
     parser.add_argument("--rounds-per-run", type=int, default=4)
-    parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
     agent = make_agent(args.rounds_per_run)
     tool_calls = args.rounds_per_run
@@ -256,18 +237,16 @@ def main() -> None:
         rounds = [
             one_round(agent, args.runs, tool_calls, result, sqlite) for _ in range(args.repeat)
         ]
-    wall = {way: statistics.median(r[way][0] for r in rounds) for way in rounds[0]}
-    cpu = {way: statistics.median(r[way][1] for r in rounds) for way in rounds[0]}
+    figures = medians(rounds)
     steps = (2 * tool_calls + 1) / (tool_calls + 1)
-    print(
+    print_table(
         f"{args.runs} runs of {tool_calls + 1} model requests and {tool_calls} tool calls"
         f" ({steps:.1f} steps per model request), medians of {args.repeat} rounds,"
-        " us per model request (per step for the bridge):"
+        " us per model request (per step for the bridge):",
+        figures,
     )
-    print(f"  {'':<20} {'wall':>9} {'cpu':>9}")
-    for way in wall:
-        print(f"  {way:<20} {wall[way]:9.1f} {cpu[way]:9.1f}")
-    for label, values in (("wall", wall), ("cpu", cpu)):
+    for label in ("wall", "cpu"):
+        values = {way: getattr(timing, label) for way, timing in figures.items()}
         added = values["agent_body"] - values["asyncio+journal"]
         bridge = values["bridge"] * steps
         store = values["agent_body/sqlite"] - values["agent_body"]
@@ -277,8 +256,10 @@ def main() -> None:
             f" {bridge:.1f}; on SQLite the steps cost {values['steps/sqlite']:.1f}"
             f" (agent_body on SQLite adds {store:.1f} to agent_body on memory)"
         )
-    met = "met" if wall["bridge"] < 1000 else "MISSED"
-    print(f"target (the bridge adds < 1 ms per model call): {wall['bridge']:.1f} us a step, {met}")
+    bridge_wall = figures["bridge"].wall
+    met = "met" if bridge_wall < 1000 else "MISSED"
+    print(f"target (the bridge adds < 1 ms per model call): {bridge_wall:.1f} us a step, {met}")
+    write_json(args.json, {"us_per_model_request": figures, "bridge_target_met": met == "met"})
 
 
 if __name__ == "__main__":
