@@ -329,3 +329,20 @@ def test_agent_body_refuses_a_stream_that_is_not_a_bool() -> None:
     agent, _ = talking_agent(Talker())
     with pytest.raises(InvalidArgument, match="stream must be a bool, not 'yes'"):
         agent_body(agent, stream="yes")  # type: ignore[arg-type]
+
+
+async def test_test_models_streamed_reply_arrives_in_pieces_that_make_the_output() -> None:
+    from pydantic_ai.models.test import TestModel
+
+    agent: Agent[None, str] = Agent(
+        TestModel(custom_output_text="Your order has shipped"), name="t"
+    )
+    body = agent_body(agent, stream=True)
+    async with open_runtime(bodies={"t": body}) as runtime:
+        assert await runtime.execute(body, run_id="tm", input="x") == NATURAL
+        output = (await runtime.record("tm")).result["output"]
+        tokens = await chunks_of(runtime, "tm")
+    pieces = [value for kind, value in tokens if kind == "data"]
+    assert len(pieces) > 1
+    assert "".join(pieces) == output == "Your order has shipped"
+    assert tokens[-1] == ("end", None)
