@@ -19,17 +19,17 @@ import click
 import trio
 
 from .. import Runtime
+from .._face.failures import bad_input
+from .._redact import redact
 from ._common import (
     SecondsRange,
     WholeRange,
-    bad_input,
     early,
     execute,
     open_cli_runtime,
-    redact,
     store_url,
 )
-from ._logging import LogFormat, command_log, install, log_options
+from ._logging import LogFormat, command_log, install, log_options, set_context
 from ._runs import store_option
 
 DEFAULT_ATTR: Final = "bodies"
@@ -141,6 +141,7 @@ async def serve(
                 ) as runtime,
                 trio.open_nursery() as serving,
             ):
+                set_context(worker_id=runtime.worker_id)
                 drained = trio.Event()
                 await serving.start(_serve_until_drained, runtime, concurrency, drained, stopping)
                 command_log.info(

@@ -9,10 +9,12 @@ from typing import Final
 import click
 import trio
 
-from .. import JsonValue, Runtime, UnknownWorker, WorkerRecord
-from ._common import CommandFailed, Exit, console, emit, execute, open_cli_runtime, store_url
+from .. import Runtime, UnknownWorker, WorkerRecord
+from .._face.failures import CommandFailed, Exit
+from .._face.shapes import dumps, span, when, worker_json
+from ._common import console, emit, execute, open_cli_runtime, store_url
 from ._runs import json_option, store_option
-from ._shapes import dumps, print_table, span, when
+from ._tables import print_table
 
 WORKER_COLUMNS: Final = (
     "worker",
@@ -27,21 +29,6 @@ WORKER_COLUMNS: Final = (
 
 DRAIN_LOOK: Final = 0.2
 """Seconds between looks at a draining worker's state (``workers drain --wait``)."""
-
-
-def worker_json(worker: WorkerRecord) -> dict[str, JsonValue]:
-    """A worker as ``--json`` and ``GET /api/workers`` give it (DESIGN §3.6)."""
-    return {
-        "worker_id": worker.worker_id,
-        "host": worker.host,
-        "pid": worker.pid,
-        "state": worker.state,
-        "started_at": worker.started_at,
-        "last_seen": worker.last_seen,
-        "bodies": dict(worker.bodies),
-        "concurrency": worker.concurrency,
-        "active": worker.active,
-    }
 
 
 def bodies_text(worker: WorkerRecord) -> str:

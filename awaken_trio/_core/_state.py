@@ -228,6 +228,13 @@ class RunRecord:
     # The worker (`WorkerRecord.worker_id`) that holds the run's claim, or held it last;
     # None for a run never claimed.
     worker_id: str | None = None
+    # A queued run's earliest start (wall-clock seconds, the runtime's clock): no runtime
+    # starts its next attempt before then. Set by a delayed start (``submit(not_before=)``)
+    # and by a run waiting to retry; None when it may start now, and in every other state.
+    not_before: float | None = None
+    # The run's deadline (wall-clock seconds, the runtime's clock): it ends
+    # ``Stopped("deadline")`` then, whatever its state. None: no deadline.
+    deadline: float | None = None
 
 
 class EventKind(enum.StrEnum):

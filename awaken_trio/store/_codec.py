@@ -351,7 +351,7 @@ NO_MESSAGES: Final = "[]"
 RECORD_COLUMNS: Final = (
     "r.run_id, r.thread_id, r.parent_run_id, r.name, r.state, r.generation, r.result,"
     " r.checkpoint, r.input, r.steps, r.max_steps, r.forked_from, r.created_at, r.updated_at,"
-    " r.started_at, r.ended_at, r.worker_id"
+    " r.started_at, r.ended_at, r.worker_id, r.not_before, r.deadline"
 )
 
 
@@ -391,6 +391,8 @@ def record_of(found: Sequence[Any]) -> RunRecord:
         started_at,
         ended_at,
         worker_id,
+        not_before,
+        deadline,
     ) = found
     return RunRecord(
         run_id=run_id,
@@ -410,6 +412,8 @@ def record_of(found: Sequence[Any]) -> RunRecord:
         started_at=started_at,
         ended_at=ended_at,
         worker_id=worker_id,
+        not_before=not_before,
+        deadline=deadline,
     )
 
 

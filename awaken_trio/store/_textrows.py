@@ -115,9 +115,19 @@ class TextRow:
     started_at: float | None
     ended_at: float | None
     worker_id: str | None
+    # A queued run's earliest start (`Commit.not_before`), None when it may start now.
+    not_before: float | None
 
     @classmethod
-    def created(cls, run_id: str, new: NewRun, state: RunState, generation: int, at: float) -> Self:
+    def created(
+        cls,
+        run_id: str,
+        new: NewRun,
+        state: RunState,
+        generation: int,
+        at: float,
+        not_before: float | None = None,
+    ) -> Self:
         """The row of a run ``new`` creates at ``at``: nothing carried, no resume, epoch 0,
         no attempt, no worker."""
         kind = state_kind(state)
@@ -142,6 +152,7 @@ class TextRow:
             at if kind == "running" else None,
             at if kind == ENDED else None,
             None,
+            not_before,
         )
 
     @property
@@ -356,12 +367,14 @@ class TextRunTx(abc.ABC, Generic[R, N]):
         at: float,
         steps: int | None = None,
         result: JsonValue = UNSET,
+        not_before: float | None = None,
     ) -> None:
         run_id = row.run_id
         row.kind = kind = state_kind(state)
         row.state_text = dump_state(state)
         row.generation = generation
         row.updated_at = at
+        row.not_before = not_before
         if kind == ENDED:
             row.ended_at = at
             self._ended.append(row)

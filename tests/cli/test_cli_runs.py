@@ -98,11 +98,13 @@ async def test_submit_list_and_show_print_the_codec_shapes(store: str) -> None:
         "forked_from",
         "updated_at",
         "worker_id",
+        "deadline",
         "events",
     }
     assert record["updated_at"] == record["created_at"]
     assert record["worker_id"] is None  # never claimed
     assert record["forked_from"] is None
+    assert record["deadline"] is None
     assert record["result"] is None
     assert [event["kind"] for event in record["events"]] == ["committed"]
     assert set(record["events"][0]) == EVENT_KEYS

@@ -4,6 +4,7 @@ goes on elsewhere, refusals, and ``runs submit``'s warning when nobody serves a 
 
 from __future__ import annotations
 
+import json
 import signal
 from pathlib import Path
 from typing import Any
@@ -116,3 +117,48 @@ async def test_a_killed_worker_reads_lost_and_its_run_goes_on(tmp_path: Path) ->
             assert done["state"]["cause"]["kind"] == "natural_end"
         states = {w["worker_id"]: w["state"] for w in await live_workers(store, "--all")}
         assert states[row["worker_id"]] == "lost"
+
+
+@pytest.mark.slow
+async def test_the_worker_logs_each_claim_end_release_and_drain(tmp_path: Path) -> None:
+    store = f"sqlite:///{tmp_path}/runs.db"
+    seen = bytearray()
+    async with background(*args(store), "--log-format", "json", cwd=HERE) as worker:
+        await read_until(worker.stderr, SERVING, seen)
+        (row,) = await live_workers(store)
+        worker_id = row["worker_id"]
+        await cli("runs", "submit", "steps", "--run-id", "j1", "--store", store)
+        await wait_for(store, "j1", "running")
+        await cli("runs", "message", "j1", '"finish"', "--store", store)
+        await wait_for(store, "j1", "ended")
+        await cli("runs", "submit", "steps", "--run-id", "j2", "--store", store)
+        await wait_for(store, "j2", "running")
+        await read_until(worker.stderr, '"j2"', seen)
+        worker.send_signal(signal.SIGTERM)  # j2 goes back to the queue
+        assert await wait_exit(worker) == 0
+        log = await read_until(worker.stderr, "claims released", seen)
+    lines = [json.loads(line) for line in log.splitlines()]
+    assert all(line.get("worker_id") == worker_id for line in lines), lines
+    assert lines[0]["event"] == "start"
+    events = [(line.get("event"), line.get("run_id")) for line in lines if line.get("run_id")]
+    assert ("claim", "j1") in events
+    assert ("end", "j1") in events
+    assert ("claim", "j2") in events
+    assert ("release", "j2") in events
+    (end,) = [line for line in lines if line.get("event") == "end"]
+    assert end["cause"] == "natural_end"
+    assert end["level"] == "INFO"
+
+    async with background(*args(store), cwd=HERE) as worker:
+        text = bytearray()
+        await read_until(worker.stderr, SERVING, text)
+        (row,) = await live_workers(store)
+        await wait_for(store, "j2", "running")
+        await cli("workers", "drain", row["worker_id"], "--store", store)
+        await read_until(worker.stderr, "draining", text)
+        await cli("runs", "message", "j2", '"finish"', "--store", store)
+        assert await wait_exit(worker) == 0
+        log = await read_until(worker.stderr, "drained", text)
+    assert "claimed run 'j2'" in log  # the released run, claimed again
+    assert "draining: claiming nothing new" in log
+    assert "event=drain" in log

@@ -184,7 +184,41 @@ def _to_v4(conn: psycopg.Connection[tuple[object, ...]], schema: sql.Identifier)
 
 
 _V6: Final = (
-    # Version 6: a run's times (created, last updated, first running, ended: the runtime's
+    # Version 6: a queued run's earliest start (not_before: a delayed start, a run waiting
+    # to retry). The serving loop's walk of the queue (runs_queue_by_age) passes over a
+    # run whose time has not come. A schema from before has none: every run may start now.
+    "ALTER TABLE {s}.runs ADD COLUMN not_before float8",
+)
+
+
+def _to_v6(conn: psycopg.Connection[tuple[object, ...]], schema: sql.Identifier) -> None:
+    for statement in _V6:
+        conn.execute(sql.SQL(statement).format(s=schema))
+
+
+_V7: Final = (
+    # Version 7: runs' time limits, fixed when a run is created: deadline (it ends
+    # Stopped("deadline") then) and queue_deadline (it ends Stopped("queue_timeout") then
+    # unless its first attempt has started). Every serving loop turn looks for the root
+    # runs past one that no attempt runs, through a partial index holding those runs alone.
+    # A schema from before has no limits: its runs keep none.
+    "ALTER TABLE {s}.runs ADD COLUMN deadline float8",
+    "ALTER TABLE {s}.runs ADD COLUMN queue_deadline float8",
+    "CREATE INDEX runs_past_deadline ON {s}.runs (deadline) WHERE deadline IS NOT NULL"
+    " AND parent_run_id IS NULL AND kind IN ('queued', 'awaiting')",
+    "CREATE INDEX runs_past_queue_deadline ON {s}.runs (queue_deadline)"
+    " WHERE queue_deadline IS NOT NULL AND parent_run_id IS NULL AND kind = 'queued'"
+    " AND generation = 0",
+)
+
+
+def _to_v7(conn: psycopg.Connection[tuple[object, ...]], schema: sql.Identifier) -> None:
+    for statement in _V7:
+        conn.execute(sql.SQL(statement).format(s=schema))
+
+
+_V8: Final = (
+    # Version 8: a run's times (created, last updated, first running, ended: the runtime's
     # clock, as events' ``at``), the worker that held its claim last, and its end cause's
     # kind. A run written before keeps the times its events tell (None where it has none),
     # its current claim's owner as its worker, and the cause its state names.
@@ -210,13 +244,13 @@ _V6: Final = (
 )
 
 
-def _to_v6(conn: psycopg.Connection[tuple[object, ...]], schema: sql.Identifier) -> None:
-    for statement in _V6:
+def _to_v8(conn: psycopg.Connection[tuple[object, ...]], schema: sql.Identifier) -> None:
+    for statement in _V8:
         conn.execute(sql.SQL(statement).format(s=schema))
 
 
-_V7: Final = (
-    # Version 7: the workers (DESIGN §3.11), a row per serving runtime; its times are the
+_V9: Final = (
+    # Version 9: the workers (DESIGN §3.11), a row per serving runtime; its times are the
     # server's clock, as leases are, and its own lease decides when it reads lost.
     """CREATE TABLE {s}.workers (
         worker_id text PRIMARY KEY,
@@ -235,8 +269,8 @@ _V7: Final = (
 )
 
 
-def _to_v7(conn: psycopg.Connection[tuple[object, ...]], schema: sql.Identifier) -> None:
-    for statement in _V7:
+def _to_v9(conn: psycopg.Connection[tuple[object, ...]], schema: sql.Identifier) -> None:
+    for statement in _V9:
         conn.execute(sql.SQL(statement).format(s=schema))
 
 
@@ -248,6 +282,8 @@ MIGRATIONS: Sequence[Migration] = (
     streams_v5,
     _to_v6,
     _to_v7,
+    _to_v8,
+    _to_v9,
 )
 """The schema's history, oldest first: ``MIGRATIONS[i]`` takes a schema from version ``i``
 to ``i + 1``. Append, never edit."""

@@ -19,7 +19,8 @@ from .._textrows import TextRow
 ROW_COLUMNS: Final = (
     "run_id, thread_id, parent_run_id, root_run_id, name, kind, state, generation, carried,"
     " carried_pause, resume_value, resume_ticket, epoch, attempt_epoch, recoveries,"
-    " created_at, updated_at, started_at, ended_at, worker_id, rowid, queued_order IS NOT NULL"
+    " created_at, updated_at, started_at, ended_at, worker_id, not_before, rowid,"
+    " queued_order IS NOT NULL"
 )
 """The columns `row_of` reads, in its order."""
 
@@ -39,6 +40,7 @@ UPDATABLE: Final = (
     "ended_at",
     "worker_id",
     "cause",
+    "not_before",
 )
 """The run columns a commit may change besides its checkpoint, steps, result and place in
 the queue, in the order of `Row.updatable`."""
@@ -77,6 +79,7 @@ class Row(TextRow):
             self.ended_at,
             self.worker_id,
             self.cause,
+            self.not_before,
         )
 
 

@@ -21,7 +21,7 @@ import attrs
 
 from ..._core import StoreError
 from ._streams import create_v6 as create_streams_v6
-from ._workers import create_v8 as create_workers_v8
+from ._workers import create_v10 as create_workers_v10
 
 APPLICATION: Final = "awaken_trio"
 APPLICATION_ID: Final = 0x41574B4E  # "AWKN": the header field SQLite reserves for this
@@ -168,8 +168,8 @@ def _steps_v5(conn: sqlite3.Connection) -> None:
     conn.execute("CREATE INDEX events_steps ON events (run_id, seq) WHERE kind = 'step'")
 
 
-def _times_v7(conn: sqlite3.Connection) -> None:
-    """Version 7: a run's times (`RunRecord.created_at`, ``updated_at``, ``started_at``,
+def _times_v9(conn: sqlite3.Connection) -> None:
+    """Version 9: a run's times (`RunRecord.created_at`, ``updated_at``, ``started_at``,
     ``ended_at``), the worker that held its claim last (``worker_id``), and its end cause's
     kind (``cause``, what `list_runs` filters and `count_runs` counts ended runs by).
 
@@ -200,6 +200,35 @@ def _times_v7(conn: sqlite3.Connection) -> None:
     conn.execute("CREATE INDEX runs_unended ON runs (kind) WHERE kind != 'ended'")
 
 
+def _not_before_v7(conn: sqlite3.Connection) -> None:
+    """Version 7: a queued run's earliest start (``not_before``: a delayed start, a run
+    waiting to retry). The serving loop's walk of the queue (``runs_queue_by_age``) passes
+    over a run whose time has not come. A file from before has none: every run may start
+    now."""
+    conn.execute("ALTER TABLE runs ADD COLUMN not_before REAL")
+
+
+def _deadlines_v8(conn: sqlite3.Connection) -> None:
+    """Version 8: runs' time limits. ``deadline`` (the run ends ``Stopped("deadline")``
+    then) and ``queue_deadline`` (it ends ``Stopped("queue_timeout")`` then unless its first
+    attempt has started), fixed when the run is created. Every serving loop turn looks for
+    the root runs past one that no attempt runs: each look is a search of a partial index
+    that holds those runs alone (``runs_past_deadline``: queued or awaiting roots with a
+    deadline; ``runs_past_queue_deadline``: queued roots that never started with a queue
+    deadline), never a scan. A file from before has no limits: its runs keep none."""
+    conn.execute("ALTER TABLE runs ADD COLUMN deadline REAL")
+    conn.execute("ALTER TABLE runs ADD COLUMN queue_deadline REAL")
+    conn.execute(
+        "CREATE INDEX runs_past_deadline ON runs (deadline) WHERE deadline IS NOT NULL"
+        " AND parent_run_id IS NULL AND kind IN ('queued', 'awaiting')"
+    )
+    conn.execute(
+        "CREATE INDEX runs_past_queue_deadline ON runs (queue_deadline)"
+        " WHERE queue_deadline IS NOT NULL AND parent_run_id IS NULL AND kind = 'queued'"
+        " AND generation = 0"
+    )
+
+
 MIGRATIONS: Sequence[Migration] = (
     _create_v1,
     _inbox_delivered_v2,
@@ -207,8 +236,10 @@ MIGRATIONS: Sequence[Migration] = (
     _queue_by_age_v4,
     _steps_v5,
     create_streams_v6,
-    _times_v7,
-    create_workers_v8,
+    _not_before_v7,
+    _deadlines_v8,
+    _times_v9,
+    create_workers_v10,
 )
 """The schema's history, oldest first: ``MIGRATIONS[i]`` takes a file from version ``i`` to
 ``i + 1``. Append, never edit: a released file may be at any version."""

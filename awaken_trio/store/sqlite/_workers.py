@@ -11,8 +11,8 @@ from ..._core import WorkerInfo, WorkerRecord, WorkerState
 from .._workers import WORKER_COLUMNS, bodies_text, worker_of
 
 
-def create_v8(conn: sqlite3.Connection) -> None:
-    """Version 8: the workers. A row per serving runtime, replaced when one registers
+def create_v10(conn: sqlite3.Connection) -> None:
+    """Version 10: the workers. A row per serving runtime, replaced when one registers
     again with its id; ``lease`` is the worker's own, which decides when it reads lost.
     Listing reads the workers that have not stopped through ``workers_live`` (however many
     stopped ones are kept), newest registered first (by rowid); forgetting reads
