@@ -162,3 +162,34 @@ async def test_the_worker_logs_each_claim_end_release_and_drain(tmp_path: Path) 
     assert "claimed run 'j2'" in log  # the released run, claimed again
     assert "draining: claiming nothing new" in log
     assert "event=drain" in log
+
+
+@pytest.mark.slow
+async def test_a_worker_killed_while_draining_reads_lost_and_loses_no_run(
+    tmp_path: Path,
+) -> None:
+    store = f"sqlite:///{tmp_path}/runs.db"
+    async with background(*args(store, lease="1"), cwd=HERE) as first:
+        await read_until(first.stderr, SERVING, bytearray())
+        (row,) = await live_workers(store)
+        await cli("runs", "submit", "steps", "--run-id", "d1", "--store", store)
+        await wait_for(store, "d1", "running")
+        drained = await cli("workers", "drain", row["worker_id"], "--store", store)
+        assert (drained.code, drained.stdout) == (0, f"{row['worker_id']}: draining\n")
+        first.send_signal(signal.SIGKILL)
+        await first.wait()
+    assert (await until_worker(store, row["worker_id"], "lost"))["state"] == "lost"
+    async with background(*args(store, lease="1"), cwd=HERE) as second:
+        await read_until(second.stderr, SERVING, bytearray())
+        with trio.fail_after(60):
+            while True:
+                record = await wait_for(store, "d1", "running")
+                if record["worker_id"] != row["worker_id"]:
+                    break  # recovered by the second worker
+                await trio.sleep(0.1)
+        assert (await cli("runs", "message", "d1", '"finish"', "--store", store)).code == 0
+        done = await wait_for(store, "d1", "ended")
+        assert done["state"]["cause"]["kind"] == "natural_end"
+    refused = await cli("workers", "drain", row["worker_id"], "--store", store)
+    assert refused.code == 1
+    assert "not_serving" in refused.stderr

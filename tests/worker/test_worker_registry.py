@@ -19,6 +19,7 @@ from awaken_trio import (
     Runtime,
     UnknownWorker,
     WorkerRecord,
+    open_runtime,
 )
 from awaken_trio.store import MemoryStore
 from tests.worker.worker_helpers import LEASE, NATURAL, serving, settle, shared_runtime, until
@@ -201,3 +202,23 @@ async def test_heartbeats_ride_on_renewals_or_one_write_per_third_of_a_lease(
         (found,) = await client.list_workers()
         assert found.active == 1
         assert found.state == "serving"
+
+
+async def test_a_worker_whose_clock_is_off_is_judged_by_the_stores(
+    autojump_clock: trio.testing.MockClock, shared_store: MemoryStore
+) -> None:
+    """Its ``clock=`` a day behind: its row's times and whether it is lost are the store's
+    (Trio's clock here), so it reads serving for as long as it beats."""
+    async with (
+        open_runtime(
+            shared_store, clock=lambda: trio.current_time() - 86400, bodies=BODIES, lease=LEASE
+        ) as worker,
+        shared_runtime(shared_store) as client,
+        serving(worker),
+    ):
+        await trio.sleep(LEASE * 10)
+        (found,) = await client.list_workers()
+        assert found.state == "serving"
+        assert trio.current_time() - found.last_seen <= LEASE
+        handle = await client.submit("short")
+        assert await settle(handle) == NATURAL

@@ -14,8 +14,8 @@ from .._workers import WORKER_COLUMNS, bodies_text, worker_of
 def create_v10(conn: sqlite3.Connection) -> None:
     """Version 10: the workers. A row per serving runtime, replaced when one registers
     again with its id; ``lease`` is the worker's own, which decides when it reads lost.
-    Listing reads the workers that have not stopped through ``workers_live`` (however many
-    stopped ones are kept), newest registered first (by rowid); forgetting reads
+    Listing reads the workers that have not stopped through ``workers_by_state`` (however
+    many stopped ones are kept), newest registered first (by rowid); forgetting reads
     ``workers_by_seen``."""
     conn.execute(
         """CREATE TABLE workers (
@@ -31,7 +31,7 @@ def create_v10(conn: sqlite3.Connection) -> None:
             lease REAL NOT NULL
         )"""
     )
-    conn.execute("CREATE INDEX workers_live ON workers (state) WHERE state != 'stopped'")
+    conn.execute("CREATE INDEX workers_by_state ON workers (state)")
     conn.execute("CREATE INDEX workers_by_seen ON workers (last_seen)")
 
 
@@ -67,7 +67,7 @@ def state(conn: sqlite3.Connection, worker_id: str) -> WorkerState | None:
 
 
 def listed(conn: sqlite3.Connection, ended: bool, now: float) -> list[WorkerRecord]:
-    where = "" if ended else "WHERE state != 'stopped'"
+    where = "" if ended else "WHERE state IN ('serving', 'draining')"  # workers_by_state
     found = conn.execute(f"SELECT {WORKER_COLUMNS} FROM workers {where} ORDER BY rowid DESC")
     return [worker_of(row, now) for row in found]
 
