@@ -334,8 +334,9 @@ class Runtime(OperatorCalls, metaclass=NoPublicConstructor):
         """Claim and run runs whose body is registered here, at most ``concurrency`` root
         attempts at once (children do not count): queued runs, due scheduled resumes, and
         on a durable store runs whose owner was lost (re-executed from their checkpoint,
-        or ended if they can never run again). Returns only when cancelled; with
-        ``await nursery.start(runtime.serve)`` once it is claiming.
+        or ended if they can never run again). Returns when cancelled, or once drained
+        (`drain_worker`: its runs finished); with ``await nursery.start(runtime.serve)``
+        once it is claiming. On a durable store it keeps a worker row while it serves.
         """
         self._in_own_run()
         if type(concurrency) is not int or concurrency < 1:

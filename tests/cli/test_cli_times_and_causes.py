@@ -52,6 +52,11 @@ async def test_failures_are_found_by_cause_and_show_their_traceback(tmp_path: Pa
     assert "traceback:" not in fine_shown.stdout
     assert "duration" in fine_shown.stdout
 
+    # The bulk filters take a cause too; ended runs are never counted (nothing ends them).
+    bulk = await cli("runs", "cancel", "--state", "failed", "--dry-run", "--store", store, "--json")
+    assert bulk.code == 0, bulk.stderr
+    assert bulk.json() == {"matched": 0, "run_ids": []}
+
     unknown = await cli("runs", "list", "--state", "exploded", "--store", store)
     assert unknown.code == 2
     assert "failed" in unknown.stderr  # the choices, causes included
