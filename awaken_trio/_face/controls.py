@@ -127,6 +127,15 @@ async def control(
     return await runtime.state(run_id) if state is None else state
 
 
+def none_offered(state: RunState) -> str | None:
+    """Why no control at all is offered for a run in committed ``state`` (an ended run),
+    or None when one is."""
+    if any(unavailable(name, state) is None for name in CONTROL_NAMES):
+        return None
+    assert isinstance(state, RunState.Ended), "every live state allows cancel and stop"
+    return f"the run has ended ({describe_cause(state.cause)}): no control can change it"
+
+
 def unavailable(name: ControlName, state: RunState) -> str | None:
     """Why control ``name`` would be refused for a run in committed ``state`` (a short
     sentence for people), or None when the state allows it."""

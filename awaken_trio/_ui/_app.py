@@ -41,7 +41,14 @@ from .. import (
     UnknownRun,
 )
 from .._core import check_channel
-from .._face.controls import CONTROL_NAMES, CONTROLS, ControlSpec, control_named, unavailable
+from .._face.controls import (
+    CONTROL_NAMES,
+    CONTROLS,
+    ControlSpec,
+    control_named,
+    none_offered,
+    unavailable,
+)
 from .._face.failures import (
     REFUSALS,
     CommandFailed,
@@ -493,15 +500,16 @@ async def page_run(runtime: Runtime, hub: EventHub, request: Request) -> Respons
 
 async def ui_controls(runtime: Runtime, hub: EventHub, request: Request) -> Response:
     """``GET /ui/controls/{id}``: what a run's page redraws its controls from: the run's
-    committed state and, for each control, why that state does not allow it (None when
-    it does; see `unavailable`)."""
+    committed state, for each control why that state does not allow it (None when it
+    does; see `unavailable`), and why none is offered (``none``; None when one is)."""
     parts = run_path(request, "/ui/controls/")
     if len(parts) != 1 or not parts[0]:
         raise HTTPException(404)
     query_params(request, ())
     state = (await _record(runtime, parts[0])).state
     controls: dict[str, JsonValue] = {name: unavailable(name, state) for name in CONTROL_NAMES}
-    return json_response({"state": state_to_json(state), "controls": controls})
+    answer = {"state": state_to_json(state), "controls": controls, "none": none_offered(state)}
+    return json_response(answer)
 
 
 async def search(runtime: Runtime, hub: EventHub, request: Request) -> Response:

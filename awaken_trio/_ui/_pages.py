@@ -18,7 +18,7 @@ from urllib.parse import quote, urlencode
 
 from .. import EndCause, JsonValue, RunEvent, RunRecord, RunState
 from .._core import Awaiting
-from .._face.controls import CONTROL_NAMES, CONTROLS, ControlName, unavailable
+from .._face.controls import CONTROL_NAMES, CONTROLS, ControlName, none_offered, unavailable
 from .._face.shapes import (
     END_OF_TIMES_SHOWN,
     FIRST_TIME_SHOWN,
@@ -252,9 +252,10 @@ def _controls(run_id: str, state: RunState) -> str:
     """A form per control; those the committed state does not allow are disabled, with
     why (`unavailable`); the script redraws them as the state changes (``/ui/controls``)."""
     forms = "".join(_control_form(run_id, name, state) for name in CONTROL_NAMES)
+    none = none_offered(state)
     return (
-        '<section id="controls" class="controls"><h2>Controls</h2>'
-        f"{forms}"
+        f'<section id="controls" class="controls{" none-offered" if none else ""}">'
+        f'<h2>Controls</h2><p id="no-controls" class="note">{esc(none or "")}</p>{forms}'
         '<div id="control-result" class="result hidden" role="status"></div></section>'
     )
 

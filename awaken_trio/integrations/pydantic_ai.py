@@ -1,6 +1,6 @@
 """pydantic-ai agents as durable awaken_trio runs (the ``[pydantic-ai]`` extra).
 
-``agent_body(agent, *, deps=None)`` turns a pydantic-ai ``Agent`` into a run body::
+``agent_body(agent, *, deps=None, stream=None)`` turns a pydantic-ai ``Agent`` into a run body::
 
     from pydantic_ai import Agent
     from awaken_trio.integrations.pydantic_ai import agent_body
@@ -18,7 +18,8 @@ How it works:
   and the attempt ends only once that task has finished, so nothing of it is left running
   on any thread; the loop and its thread are gone once no run uses them. The bridge was
   chosen by measuring: see the bridge's module docstring and
-  ``benchmarks/bench_pydantic_ai.py`` (about 0.3 ms per model request).
+  ``benchmarks/bench_pydantic_ai.py`` (about 0.3 ms of CPU per step: four hand-overs
+  between the threads).
 - **Every model request and tool call is a step.** The integration is a pydantic-ai
   durability engine (a ``BaseDurabilityCapability`` whose operation backend is
   `RunContext.step`), added to each run of the agent: pydantic-ai hands every model
@@ -45,15 +46,16 @@ How it works:
   "messages": [...]}``: the run's new messages in that same form (`load_messages` turns
   them back into pydantic-ai's messages, say for the next run's history). An output pydantic cannot
   turn into JSON ends the run ``Failed("invalid_payload", ...)``.
-- **Tokens.** With ``agent_body(agent, stream=True)`` each model request is a streamed one
-  and the text of the reply goes to the run's ``"agent.tokens"`` stream as it arrives
-  (`RunContext.stream`; a chunk per piece of text), live, before the request's step is
-  committed. The journal does not depend on it: a streamed request is the same step (same
-  name, the same whole response as its result) as a plain one, so a run replays whichever
-  way its earlier attempts ran. A request replayed from the journal is not streamed again:
-  after a later attempt's ``"reset"`` chunk the stream carries that attempt's new requests
-  alone (the committed replies are in the run's steps and its result's messages). A
-  request cancelled mid-stream leaves the text it had sent, and no step.
+- **Tokens.** With ``agent_body(agent, stream=True)`` (or by default, for a model that
+  answers streamed requests only) each model request is a streamed one and the text of
+  the reply goes to the run's ``"agent.tokens"`` stream as it arrives (`RunContext.stream`;
+  a chunk per piece of text), live, before the request's step is committed. The journal
+  does not depend on it: a streamed request is the same step (same name, the same whole
+  response as its result) as a plain one, so a run replays whichever way its earlier
+  attempts ran. A request replayed from the journal is not streamed again: after a later
+  attempt's ``"reset"`` chunk the stream carries that attempt's new requests alone (the
+  committed replies are in the run's steps and its result's messages). A request
+  cancelled mid-stream leaves the text it had sent, and no step.
 """
 
 from __future__ import annotations
@@ -97,6 +99,7 @@ from pydantic_ai.messages import (
     TextPartDelta,
     ToolCallPart,
 )
+from pydantic_ai.models.function import FunctionModel
 from pydantic_ai.tools import AgentDepsT
 from pydantic_ai.tools import RunContext as AgentContext
 
@@ -180,8 +183,12 @@ class _StepBackend(CallableOperationBackend[None]):
         request: _Request = "other"
         if isinstance(operation_id, ModelRequestId):
             request = "streamed" if operation_id.streaming else "plain"
-        payload = await run.bridge.call(run.ctx.step, name, run.unit, body, request)
-        # A step's result is frozen; pydantic builds its values in place, from plain ones.
+        ran: list[object] = []
+        payload = await run.bridge.call(run.ctx.step, name, run.unit, body, request, ran)
+        if ran:
+            # The unit ran in this attempt: what it returned is what was committed.
+            return ran[0]
+        # Replayed: a step's result is frozen, and pydantic builds its values in place.
         return _thaw(payload)
 
 
@@ -340,17 +347,22 @@ class _AgentRun:
         self._runs += 1
         return f"{self.ctx.run_id}:{self._runs}"
 
-    async def unit(self, body: Callable[[], Awaitable[object]], request: _Request) -> object:
-        """A durable unit that was not journaled: run it on the loop. A new model request
-        passes a boundary first (a pause takes effect there; ``max_steps`` counts it); a
-        streamed one sends its text to the run's ``"agent.tokens"`` stream as it arrives."""
+    async def unit(
+        self, body: Callable[[], Awaitable[object]], request: _Request, ran: list[object]
+    ) -> object:
+        """A durable unit that was not journaled: run it on the loop (its result is also
+        put in ``ran``). A new model request passes a boundary first (a pause takes effect
+        there; ``max_steps`` counts it); a streamed one sends its text to the run's
+        ``"agent.tokens"`` stream as it arrives."""
         if request != "other":
             unread = await self.ctx.boundary()
             if unread:
                 await self.ctx.emit("pydantic_ai.messages_unread", {"messages": unread})
             if request == "streamed":
                 self.tokens.open()
-        return await self.bridge.run(_awaited, body)
+        result = await self.bridge.run(_awaited, body)
+        ran.append(result)
+        return result
 
 
 def _thaw(value: JsonValue) -> JsonValue:
@@ -427,7 +439,7 @@ def agent_body(
     agent: Agent[AgentDepsT, Any],
     *,
     deps: AgentDepsT = None,  # type: ignore[assignment]  # (as pydantic-ai's own run())
-    stream: bool = False,
+    stream: bool | None = None,
 ) -> AgentBody[AgentDepsT]:
     """A durable run body that runs ``agent`` (see the module docstring).
 
@@ -437,10 +449,13 @@ def agent_body(
     ``stream=True`` the model's requests are streamed ones (the model must stream:
     ``FunctionModel`` needs a ``stream_function``) and the text of each reply goes to the
     run's ``"agent.tokens"`` stream as it arrives; the journal is the same either way.
+    ``None`` (the default) streams when the agent's model answers streamed requests only
+    (a ``FunctionModel`` with a ``stream_function`` and no ``function``), else not.
 
     Raises:
         InvalidArgument: ``agent`` is not a pydantic-ai ``Agent``, or has no ``name`` (its
-            name is part of every step's name: the journal's key); ``stream`` is not a bool.
+            name is part of every step's name: the journal's key); ``stream`` is not a bool
+            or None.
     """
     if not isinstance(agent, Agent):
         raise InvalidArgument(f"agent_body() needs a pydantic-ai Agent, not {type(agent).__name__}")
@@ -449,8 +464,11 @@ def agent_body(
             "agent_body() needs an agent with a name (Agent(..., name='support')): the name is"
             " part of every journaled step's name, so it must stay the same across deploys"
         )
-    if type(stream) is not bool:
-        raise InvalidArgument(f"agent_body(): stream must be a bool, not {stream!r}")
+    if stream is None:
+        model = agent.model
+        stream = isinstance(model, FunctionModel) and model.function is None
+    elif type(stream) is not bool:
+        raise InvalidArgument(f"agent_body(): stream must be a bool or None, not {stream!r}")
     return AgentBody(agent, deps, stream=stream)
 
 

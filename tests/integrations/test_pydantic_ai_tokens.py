@@ -327,5 +327,48 @@ async def test_a_store_that_keeps_no_streams_runs_the_agent_and_says_why_once(
 
 def test_agent_body_refuses_a_stream_that_is_not_a_bool() -> None:
     agent, _ = talking_agent(Talker())
-    with pytest.raises(InvalidArgument, match="stream must be a bool, not 'yes'"):
+    with pytest.raises(InvalidArgument, match="stream must be a bool or None, not 'yes'"):
         agent_body(agent, stream="yes")  # type: ignore[arg-type]
+
+
+async def test_test_models_streamed_reply_arrives_in_pieces_that_make_the_output() -> None:
+    from pydantic_ai.models.test import TestModel
+
+    agent: Agent[None, str] = Agent(
+        TestModel(custom_output_text="Your order has shipped"), name="t"
+    )
+    body = agent_body(agent, stream=True)
+    async with open_runtime(bodies={"t": body}) as runtime:
+        assert await runtime.execute(body, run_id="tm", input="x") == NATURAL
+        output = (await runtime.record("tm")).result["output"]
+        tokens = await chunks_of(runtime, "tm")
+    pieces = [value for kind, value in tokens if kind == "data"]
+    assert len(pieces) > 1
+    assert "".join(pieces) == output == "Your order has shipped"
+    assert tokens[-1] == ("end", None)
+
+
+async def test_a_model_that_answers_streamed_requests_only_is_streamed_by_default() -> None:
+    talker = Talker()
+    agent: Agent[None, str] = Agent(FunctionModel(stream_function=talker.streamed), name="only")
+
+    @agent.tool_plain
+    def lookup(key: str) -> str:
+        return f"value of {key}"
+
+    body = agent_body(agent)
+    async with open_runtime(bodies={"only": body}) as runtime:
+        assert await runtime.execute(body, run_id="o", input="x") == NATURAL
+        tokens = await chunks_of(runtime, "o")
+        # A model that answers both ways is not streamed unless asked.
+        both, _ = talking_agent(Talker(), name="both")
+        plain = agent_body(both)
+        assert await runtime.execute(plain, run_id="b", input="x") == NATURAL
+        assert await runtime.stream_channels("b") == []
+    assert [value for kind, value in tokens if kind == "data"] == [
+        "Let me ",
+        "check.",
+        "found ",
+        "value of k",
+        ", done",
+    ]

@@ -73,6 +73,10 @@ async def test_a_run_page_offers_what_its_state_allows_and_asks_before_ending_it
                 page.wait_for_selector("body[data-live=connected]")
                 page.wait_for_function("() => Number(document.body.dataset.controlsShown) >= 1")
                 running = offered(page)
+                assert not page.is_visible("#no-controls")
+                # An unavailable control shows its button disabled and why, not its fields.
+                assert not page.is_visible("form[data-control=resume] textarea")
+                assert page.is_visible("form[data-control=resume] .why")
                 # Not confirmed: nothing is sent.
                 page.click("form[data-control=cancel] button")
                 page.wait_for_selector("#control-result[data-status='unconfirmed']")
@@ -84,7 +88,11 @@ async def test_a_run_page_offers_what_its_state_allows_and_asks_before_ending_it
                 page.fill("form[data-control=stop] input[name=reason]", "budget")
                 page.click("form[data-control=stop] button")
                 page.wait_for_selector("#control-result[data-status='200']")
-                page.wait_for_selector("form[data-control=cancel] fieldset:disabled")
+                page.wait_for_selector(
+                    "form[data-control=cancel] fieldset:disabled", state="attached"
+                )
+                page.wait_for_selector("#no-controls:visible")
+                assert (page.text_content("#no-controls") or "").startswith("the run has ended")
                 return running, asked, unconfirmed, awaiting, offered(page)
 
         running, asked, unconfirmed, awaiting, ended = await trio.to_thread.run_sync(browse)
@@ -226,10 +234,15 @@ async def test_the_timeline_follows_a_run_through_its_states(store: str, tmp_pat
                 lasted = page.eval_on_selector_all(
                     "#timeline li .tl-for", "l => l.map(i => i.textContent)"
                 )
+                drawn = page.eval_on_selector_all("#timeline li", "l => l.map(i => i.textContent)")
                 page.reload()
                 page.wait_for_selector("body[data-live=connected]")
                 rendered = page.eval_on_selector_all(
                     "#timeline li", "l => l.map(i => i.dataset.key)"
+                )
+                # The script draws what the server renders: the same times and durations.
+                assert drawn == page.eval_on_selector_all(
+                    "#timeline li", "l => l.map(i => i.textContent)"
                 )
                 return keys, lasted, rendered
 

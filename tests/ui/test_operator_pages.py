@@ -39,7 +39,14 @@ async def test_a_run_page_offers_the_controls_its_state_allows_and_says_why_not_
         running = forms((await d.http.get(page("w"))).text)
         awaiting = forms((await d.http.get(page("a"))).text)
         await d.runtime.cancel_run("w", reason="done")
-        ended = forms((await d.http.get(page("w"))).text)
+        ended_page = (await d.http.get(page("w"))).text
+        ended = forms(ended_page)
+        assert '<section id="controls" class="controls none-offered">' in ended_page
+        assert (
+            '<p id="no-controls" class="note">the run has ended (cancelled): no control can'
+            " change it</p>" in ended_page
+        )
+        assert '<p id="no-controls" class="note"></p>' in (await d.http.get(page("a"))).text
         for run_id, shown in (("w", ended), ("a", awaiting)):
             state = await d.runtime.state(run_id)
             assert shown == {name: unavailable(name, state) or "" for name in CONTROL_NAMES}
@@ -52,6 +59,10 @@ async def test_a_run_page_offers_the_controls_its_state_allows_and_says_why_not_
         answer = (await d.http.get("/ui/controls/a")).json()
         assert answer["state"]["kind"] == "awaiting"
         assert answer["controls"] == {name: why or None for name, why in awaiting.items()}
+        assert answer["none"] is None
+        assert (await d.http.get("/ui/controls/w")).json()["none"] == (
+            "the run has ended (cancelled): no control can change it"
+        )
 
 
 async def test_only_cancel_and_stop_ask_for_a_confirmation_naming_the_run() -> None:

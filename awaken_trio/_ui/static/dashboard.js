@@ -321,8 +321,12 @@
       timeline.appendChild(li);
     }
 
-    // The controls the committed state allows; the others disabled, with why.
-    function showControls(controls) {
+    // The controls the committed state allows; the others disabled, with why (and when
+    // none is, one line saying why in place of them all).
+    function showControls(controls, none) {
+      const section = document.getElementById("controls");
+      section.classList.toggle("none-offered", Boolean(none));
+      document.getElementById("no-controls").textContent = none || "";
       for (const form of document.querySelectorAll("form[data-control]")) {
         const why = controls[form.dataset.control] || "";
         form.querySelector("fieldset").disabled = why !== "";
@@ -415,7 +419,8 @@
         fetch("/ui/controls/" + encodeURIComponent(runId)),
       ]);
       if (controlsAnswer.ok) {
-        showControls((await controlsAnswer.json()).controls);
+        const answer = await controlsAnswer.json();
+        showControls(answer.controls, answer.none);
       }
       if (recordAnswer.ok) {
         const data = await recordAnswer.json();
