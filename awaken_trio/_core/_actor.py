@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import outcome
 import trio
 
-from ._attempt import SHUTDOWN, Attempt, Body, EndRequest, current_attempt
+from ._attempt import SHUTDOWN, Attempt, Body, EndRequest
 from ._context import RunContext, current_run
 from ._json import fits_as_it_is
 from ._state import CANCELLED_CAUSE
@@ -73,14 +73,12 @@ async def run_attempt(host: AttemptHost, attempt: Attempt) -> None:
                     cancel_seen = True
                 else:
                     ctx = RunContext._create(host, attempt)
-                    token = current_attempt.set(attempt)
-                    ctx_token = current_run.set(ctx)
+                    token = current_run.set(ctx)
                     result = await _capture_body(attempt.body, ctx)
                     # The task's context must not keep the attempt: the attempt holds the
                     # scope that holds this task, and that cycle would outlive the run
                     # until a full garbage collection.
-                    current_run.reset(ctx_token)
-                    current_attempt.reset(token)
+                    current_run.reset(token)
                     # The observation window closes here: a cancel requested from now on
                     # is too late to change how the body ended.
                     cancel_seen = attempt.cancel_reaches(host.closing)

@@ -3,7 +3,6 @@ it to end."""
 
 from __future__ import annotations
 
-import contextvars
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Literal, Protocol, final
 
@@ -32,12 +31,6 @@ if TYPE_CHECKING:
     from ._streams import StreamOutbox
 
 Body = Callable[["RunContext"], Awaitable[Any]]
-
-# The attempt whose body (or a task that body started) is running. Trio copies a task's
-# context into the tasks it spawns, so tasks inside an attempt see their attempt here.
-current_attempt: contextvars.ContextVar[Attempt | None] = contextvars.ContextVar(
-    "awaken_trio_current_attempt", default=None
-)
 
 EndSource = Literal[
     "deliver", "send", "cancel_run", "stop_run", "parent", "shutdown", "body", "scope", "lost"
