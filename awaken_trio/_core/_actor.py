@@ -22,7 +22,7 @@ import trio
 from ._attempt import SHUTDOWN, Attempt, Body, EndRequest
 from ._context import RunContext, current_run
 from ._json import fits_as_it_is
-from ._state import CANCELLED_CAUSE
+from ._state import CANCELLED_CAUSE, ended
 from ._util import safe_repr
 from ._verdict import NATURAL_END, Verdict, decide, internal_failure, natural_end
 
@@ -188,6 +188,16 @@ def _verdict(
         if fits_as_it_is(result.value, host.max_payload_bytes):
             return Verdict(NATURAL_END, result.value)  # (positional: cheaper, on every run's path)
         return natural_end(result.value, attempt.run_id, host.max_payload_bytes)
+    if (
+        request is not None
+        and cancel_seen
+        and request.disposition == "end"
+        and type(result) is outcome.Error
+        and type(result.error) is trio.Cancelled
+    ):
+        # The common cancel, decided at once (what `decide` concludes for it: the request
+        # made of the attempt is the cause, and the body's `Cancelled` adds nothing).
+        return Verdict(ended(request.cause), None, (), request.detail)
     return decide(
         result,
         cancelled=_end_request(host, attempt) if cancel_seen else None,

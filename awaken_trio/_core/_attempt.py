@@ -70,12 +70,18 @@ class EndRequest:
     disposition: Disposition = "end"
     # With the "lost" disposition: the attempt's claim is not its own any more.
     claim_lost: bool = False
+    # `detail`, once made (a shared request makes it once).
+    _detail: FrozenDict | None = attrs.field(default=None, init=False, eq=False, repr=False)
 
     @property
     def detail(self) -> FrozenDict:
         """The terminal event's detail: source and reason (made when the end is committed,
         not when the request is, so a cancel costs nothing it does not need)."""
-        return scalar_dict({"source": self.source, "reason": self.reason})
+        detail = self._detail
+        if detail is None:
+            detail = scalar_dict({"source": self.source, "reason": self.reason})
+            object.__setattr__(self, "_detail", detail)  # (a cache of its own fields)
+        return detail
 
     def scope_reason(self) -> str:
         return f"{self.source}: {self.reason or type(self.cause).__name__}"
