@@ -71,10 +71,12 @@ async def run_attempt(host: AttemptHost, attempt: Attempt) -> None:
                     # now, so this request is the only way it can be cancelled yet.)
                     nursery.cancel_scope.cancel(reason=attempt.request.scope_reason())
                     cancel_seen = True
-                elif host.closing or attempt.ancestor_cancelled():
+                elif host.closing or (attempt.parent is not None and attempt.ancestor_cancelled()):
                     cancel_seen = True
                 else:
-                    ctx = RunContext._create(host, attempt)
+                    # (Built by its own __init__: `_create` is a call more, on every run.)
+                    ctx = object.__new__(RunContext)
+                    RunContext.__init__(ctx, host, attempt)
                     token = current_run.set(ctx)
                     result = await _capture_body(attempt.body, ctx)
                     # The task's context must not keep the attempt: the attempt holds the

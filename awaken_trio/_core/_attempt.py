@@ -520,7 +520,11 @@ class Attempt:
         lives in, so this is Trio's effective cancellation, read without walking Trio's
         cancel status."""
         scope = self.scope
-        return (scope is not None and scope.cancel_called) or closing or self.ancestor_cancelled()
+        return (
+            (scope is not None and scope.cancel_called)
+            or closing
+            or (self.parent is not None and self.ancestor_cancelled())
+        )
 
     def deadline_passed(self) -> bool:
         """Whether the attempt's own scope was cancelled by the run's deadline."""
