@@ -504,9 +504,6 @@ class Admissions:
             attempt.queued_generation = generation - 1
         if admission.fence is not None:
             attempt.fence = admission.fence
-        # The effect of the commit, in its step: a partial rather than a closure, as it lives
-        # as long as the commit waits for the mailbox.
-        on_commit = functools.partial(self._admitted_effect, admission)
         commit = commit_of.start(
             attempt,
             running_now=is_running,
@@ -517,11 +514,18 @@ class Admissions:
             under=kernel.claims.start_under(attempt) if is_running else None,
         )
         mailbox = kernel.mailbox
+        on_commit = None
         try:
             # Applied here if the store needs no I/O (no coroutine for a call that never
-            # yields), else through the mailbox: the same commit, effects and answer.
-            result = mailbox.commit_now(commit, on_commit)
-            if result is None:
+            # yields, and its effect called at once, in the same step), else through the
+            # mailbox: the same commit, effects and answer.
+            result = mailbox.commit_now(commit)
+            if result is not None:
+                self._admitted(admission, result)
+            else:
+                # The effect of the commit, in its step: a partial rather than a closure,
+                # as it lives as long as the commit waits for the mailbox.
+                on_commit = functools.partial(self._admitted_effect, admission)
                 result = await mailbox.commit(commit, on_commit)
             if (
                 isinstance(result, Rejected)
@@ -540,6 +544,8 @@ class Admissions:
                 # queue for it) so no run of ours starts on it meanwhile.
                 if not gate.try_acquire(thread_id, attempt):
                     attempt.gate_waiter = gate.enqueue(thread_id, attempt)
+                if on_commit is None:
+                    on_commit = functools.partial(self._admitted_effect, admission)
                 result = await mailbox.commit(queued, on_commit)
             if isinstance(result, Accepted):
                 # The actor is spawned by the admitting task, so its body starts only after

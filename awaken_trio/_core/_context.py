@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, NoReturn, ParamSpec, TypeVar, final, overload
 
 import trio
 
-from ._attempt import Attempt, Body, StepCeiling, SuspendAttempt, current_attempt
+from ._attempt import Attempt, Body, StepCeiling, SuspendAttempt
 from ._errors import ContextMisuse, InvalidArgument, NotActive, NotInRun
 from ._journal import MISSING, Journal
 from ._json import JsonValue, check_payload, freeze_detail
@@ -35,11 +35,19 @@ T = TypeVar("T")
 
 # The context of the run whose body (or a task that body started, or a thread a sync step
 # of it runs on) is running: Trio copies a task's context into the tasks it spawns, and
-# `trio.to_thread.run_sync` into its thread. Set and reset by the run's actor, as
-# `current_attempt` is.
+# `trio.to_thread.run_sync` into its thread. Set and reset by the run's actor. It is the
+# one variable a run sets (each one set costs every parked run a token and a copy of the
+# context's map): the attempt a task belongs to is its context's (`attempt_in`).
 current_run: contextvars.ContextVar[RunContext | None] = contextvars.ContextVar(
     "awaken_trio_current_run", default=None
 )
+
+
+def attempt_in(context: contextvars.Context) -> Attempt | None:
+    """The attempt a task whose context is ``context`` belongs to (its body's task, or a
+    task that body started), or None."""
+    ctx = context.get(current_run)
+    return None if ctx is None else ctx._attempt
 
 
 @final
@@ -175,7 +183,8 @@ class RunContext(metaclass=NoPublicConstructor):
                 f"its attempt {a.generation} has ended; {action} is only"
                 " possible while the attempt runs",
             )
-        caller = current_attempt.get()
+        caller_ctx = current_run.get()
+        caller = None if caller_ctx is None else caller_ctx._attempt
         if caller is not a:
             where = (
                 "a task outside any run"

@@ -123,9 +123,11 @@ class FinishBoundary:
             )
         mailbox = kernel.mailbox
         try:
-            effect = functools.partial(self._ended_effect, attempt, state)
-            result = mailbox.commit_now(commit, effect)  # as in `Admissions.admit`
-            if result is None:
+            result = mailbox.commit_now(commit)  # as in `Admissions.admit`
+            if result is not None:
+                self._ended(attempt, state, result)
+            else:
+                effect = functools.partial(self._ended_effect, attempt, state)
                 result = await mailbox.commit(commit, effect)
         except (StoreError, RuntimeClosed) as exc:
             self.settle(attempt, CommitFailed.of(exc, messages))
