@@ -38,11 +38,11 @@ from .._face.shapes import (
     chunk_json,
     describe_state,
     dumps,
+    duration_of,
     event_json,
     format_time,
     record_json,
     row_json,
-    run_duration,
     when,
 )
 from ..store import CauseKind, RunFilter, StateKind, state_to_json
@@ -188,7 +188,7 @@ def show(store: str | None, as_json: bool, run_id: str) -> None:
             ("created", when(record.created_at)),
             ("started", when(record.started_at)),
             ("ended", when(record.ended_at)),
-            ("duration", run_duration(record, time.time())),
+            ("duration", duration_of(record, time.time())),
             ("worker", record.worker_id or ""),
             ("deadline", "" if record.deadline is None else format_time(record.deadline)),
             ("input", dumps(record.input)),

@@ -14,8 +14,8 @@ from .. import RunEvent, RunRecord
 from .._face.shapes import (
     describe_detail,
     describe_state,
+    duration_of,
     end_of,
-    run_duration,
     state_word,
     when,
 )
@@ -49,7 +49,7 @@ def row_cells(record: RunRecord, now: float | None = None) -> list[str]:
         end_of(record.state),
         str(record.generation),
         when(record.created_at),
-        run_duration(record, time.time() if now is None else now),
+        duration_of(record, time.time() if now is None else now),
     ]
 
 

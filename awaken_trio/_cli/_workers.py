@@ -11,7 +11,7 @@ import trio
 
 from .. import Runtime, UnknownWorker, WorkerRecord
 from .._face.failures import CommandFailed, Exit
-from .._face.shapes import dumps, span, when, worker_json
+from .._face.shapes import dumps, format_duration, when, worker_json
 from ._common import console, emit, execute, open_cli_runtime, store_url
 from ._runs import json_option, store_option
 from ._tables import print_table
@@ -44,7 +44,7 @@ def worker_cells(worker: WorkerRecord, now: float) -> list[str]:
         str(worker.pid),
         worker.state,
         when(worker.started_at),
-        f"{span(max(now - worker.last_seen, 0.0))} ago",
+        f"{format_duration(max(now - worker.last_seen, 0.0))} ago",
         f"{worker.active}/{worker.concurrency}",
         bodies_text(worker),
     ]

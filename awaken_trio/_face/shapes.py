@@ -141,6 +141,18 @@ def format_duration(seconds: float) -> str:
     raise AssertionError("unreachable: a minute or more has a unit")
 
 
+def run_duration(
+    created_at: float | None, started_at: float | None, ended_at: float | None, now: float
+) -> float | None:
+    """How long a run has run: from its first ``Running`` (else its creation) to its end
+    (else ``now``); None while it has neither run nor ended (queued, its age says how long).
+    As the page's script's ``runDuration``."""
+    begun = started_at if started_at is not None else created_at
+    if begun is None or (started_at is None and ended_at is None):
+        return None
+    return (now if ended_at is None else ended_at) - begun
+
+
 def cause_word(state: RunState) -> str:
     """How a run ended, as the cause's kind (``natural_end``, ``failed``, ``cancelled``
     ...), or ``""`` while it has not: what the dashboard colours a row by."""
@@ -208,27 +220,7 @@ def when(at: float | None) -> str:
     return "" if at is None else format_time(at)
 
 
-def run_duration(record: RunRecord, now: float) -> str:
-    """How long the run ran: from its first ``Running`` to its end, or to ``now`` while it
-    has not ended (``""`` for a run that never started)."""
-    if record.started_at is None:
-        return ""
-    until = now if record.ended_at is None else record.ended_at
-    return span(max(until - record.started_at, 0.0))
-
-
-def span(seconds: float) -> str:
-    """A duration in its two largest units: ``0.42s``, ``12.3s``, ``4m05s``, ``2h03m``,
-    ``3d04h``."""
-    if seconds < 10:
-        return f"{seconds:.2f}s"
-    if seconds < 60:
-        return f"{seconds:.1f}s"
-    minutes, secs = divmod(int(seconds), 60)
-    hours, minutes = divmod(minutes, 60)
-    days, hours = divmod(hours, 24)
-    if days:
-        return f"{days}d{hours:02d}h"
-    if hours:
-        return f"{hours}h{minutes:02d}m"
-    return f"{minutes}m{secs:02d}s"
+def duration_of(record: RunRecord, now: float) -> str:
+    """A run's `run_duration` for people (`format_duration`), ``""`` while it has none."""
+    seconds = run_duration(record.created_at, record.started_at, record.ended_at, now)
+    return "" if seconds is None else format_duration(seconds)

@@ -178,6 +178,8 @@ _FRAGMENTS: Final[Mapping[str, str]] = {
     "row_columns": ROW_COLUMNS,
     "record_columns": RECORD_COLUMNS,
     "worker_columns": WORKER_COLUMNS,
+    # As many NULLs as a record has columns: a row of another shape in a union of records.
+    "record_nulls": ", ".join(["NULL"] * (RECORD_COLUMNS.count(",") + 1)),
     "event_columns": ", ".join(EVENT_COLUMNS),
     "insert_names": INSERTED.names,
     "insert_values": INSERTED.values,
@@ -264,7 +266,6 @@ class Queries:
     queued: bytes
     due: bytes
     past_deadline: bytes
-    next_limit: bytes
     list_runs: str
     """A template: its ``{where}`` is the filters a call asks for (`_reads.list_runs`)."""
     count_runs: bytes
