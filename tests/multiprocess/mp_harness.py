@@ -359,20 +359,22 @@ def held_by(db: StoreAt, pid: int) -> dict[str, int]:
 
 
 def writable_now(db: StoreAt) -> bool:
-    """Whether another connection can take the store's write lock at once (the file's, or
-    PostgreSQL's counters row every write transaction holds): a worker stopped while it
-    held it would block every other process until it is continued."""
+    """Whether no process holds what every other one would wait for: the file's write lock,
+    or on PostgreSQL a sealing writer's ticket (readers' watermark and every writer's
+    answer wait for it: ``store/postgres/_order.py``). A worker stopped while it held it
+    would block every other process until it is continued."""
     if not isinstance(db, Path):
         import psycopg
 
-        with psycopg.connect(db) as pg:
-            try:
-                pg.execute("SELECT 1 FROM awaken.counters FOR UPDATE NOWAIT")
-            except psycopg.errors.LockNotAvailable:
-                return False
-            finally:
-                pg.rollback()
-            return True
+        from awaken_trio.store.postgres._order import ticket_space
+
+        with psycopg.connect(db, autocommit=True) as pg:
+            found = pg.execute(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'"
+                " AND classid::bigint = (%s::bigint & 4294967295) AND objsubid = 2",
+                (ticket_space("awaken"),),
+            ).fetchone()
+            return found is not None and int(found[0]) == 0
     conn = sqlite3.connect(str(db), timeout=0.0, isolation_level=None)
     try:
         conn.execute("BEGIN IMMEDIATE")

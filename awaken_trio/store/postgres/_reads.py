@@ -38,12 +38,18 @@ def load(conn: Conn, r: Queries, run_id: str) -> RunRecord | None:
 def events_after(
     conn: Conn, r: Queries, seq: int, run_id: str | None, limit: int
 ) -> list[RunEvent]:
+    """The events after ``seq`` up to the watermark (``_order``), in seq order."""
     limit = max(limit, 0)
     if run_id is None:
-        found = conn.execute(r.events, (seq, limit)).fetchall()
+        found = conn.execute(r.events, (r.space, seq, limit)).fetchall()
     else:
-        found = conn.execute(r.events_of_run, (run_id, seq, limit)).fetchall()
+        found = conn.execute(r.events_of_run, (r.space, seq, run_id, limit)).fetchall()
     return [event_of(row) for row in found]
+
+
+def settle(conn: Conn, r: Queries, seq: int) -> None:
+    """Return once every seq up to ``seq`` is final: at or below the watermark (``_order``)."""
+    conn.execute(r.settle_seq, (r.space, seq))
 
 
 def step_events(conn: Conn, r: Queries, run_id: str) -> list[RunEvent]:

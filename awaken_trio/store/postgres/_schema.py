@@ -23,6 +23,7 @@ import psycopg
 from psycopg import sql
 
 from ..._core import StoreError
+from ._order import to_v6 as order_v6
 from ._streams import to_v5 as streams_v5
 
 APPLICATION: Final = "awaken_trio"
@@ -183,7 +184,7 @@ def _to_v4(conn: psycopg.Connection[tuple[object, ...]], schema: sql.Identifier)
         conn.execute(sql.SQL(statement).format(s=schema))
 
 
-MIGRATIONS: Sequence[Migration] = (_create_v1, _to_v2, _to_v3, _to_v4, streams_v5)
+MIGRATIONS: Sequence[Migration] = (_create_v1, _to_v2, _to_v3, _to_v4, streams_v5, order_v6)
 """The schema's history, oldest first: ``MIGRATIONS[i]`` takes a schema from version ``i``
 to ``i + 1``. Append, never edit."""
 
