@@ -268,6 +268,9 @@ class Queries:
     step_events: bytes
     queued: bytes
     due: bytes
+    look_async: bytes
+    reserve: bytes
+    forget_reserved: bytes
     list_runs: str
     """A template: its ``{where}`` is the filters a call asks for (`_reads.list_runs`)."""
     states: bytes

@@ -184,7 +184,24 @@ def _to_v4(conn: psycopg.Connection[tuple[object, ...]], schema: sql.Identifier)
         conn.execute(sql.SQL(statement).format(s=schema))
 
 
-MIGRATIONS: Sequence[Migration] = (_create_v1, _to_v2, _to_v3, _to_v4, streams_v5, order_v6)
+_V7: Final = (
+    # Version 7: a look for work takes the runs it hands out out of the queue for a few
+    # seconds (``reserve`` in queries.sql): other runtimes' looks skip them, so four
+    # workers looking at once are handed different runs, not the same ones to race for.
+    """CREATE TABLE {s}.reserved (
+        run_id text PRIMARY KEY,
+        by text NOT NULL,
+        until double precision NOT NULL
+    )""",
+)
+
+
+def _to_v7(conn: psycopg.Connection[tuple[object, ...]], schema: sql.Identifier) -> None:
+    for statement in _V7:
+        conn.execute(sql.SQL(statement).format(s=schema))
+
+
+MIGRATIONS: Sequence[Migration] = (_create_v1, _to_v2, _to_v3, _to_v4, streams_v5, order_v6, _to_v7)
 """The schema's history, oldest first: ``MIGRATIONS[i]`` takes a schema from version ``i``
 to ``i + 1``. Append, never edit."""
 

@@ -111,6 +111,7 @@ class PostgresStore:
         self._reported = 0
         self._reconnects_seen = 0
         self._on_stream: Callable[[], None] | None = None
+        self._looks = 0
 
     def __repr__(self) -> str:
         t = self._target
@@ -296,8 +297,10 @@ class PostgresStore:
 
         def read(c: Conn, r: Queries) -> list[RunRecord]:
             lease_now = (reads.server_now(c, r) if fixed is None else fixed()) + offset
-            return reads.runnable(c, r, wanted, now, lease_now, limit)
+            return reads.runnable(c, r, wanted, now, lease_now, limit, by=by, sweep=sweep)
 
+        self._looks += 1
+        by, sweep = self._sender, self._looks % 64 == 0
         return await self._read(read, "runnable runs")
 
     async def list_runs(

@@ -229,16 +229,19 @@ SELECT {event_columns} FROM {s}.events_after(%s, %s, %s, %s);
 SELECT {event_columns} FROM {s}.events WHERE run_id = %s AND kind = 'step' ORDER BY seq;
 
 -- queued --
--- Queued named root runs nobody holds a live claim on, whose thread no other run's live
--- attempt occupies, oldest run first (the order they were created). A run another
--- transaction has locked (most often another worker claiming it now) is skipped, so
--- workers looking at once are handed different runs. (OFFSET 0: asked of each candidate,
+-- Queued named root runs nobody holds a live claim on, that no other runtime's look
+-- reserved a moment ago, whose thread no other run's live attempt occupies, oldest run
+-- first (the order they were created). A run another transaction has locked (most often
+-- another worker looking or claiming it now) is skipped, so workers looking at once are
+-- handed different runs. (OFFSET 0: asked of each candidate,
 -- through the index of live attempts by thread, not made into a join that reads every run
 -- to find them.)
 SELECT {record_columns} FROM {s}.runs r
 WHERE r.queued_order IS NOT NULL AND r.name = ANY(%(names)b)
   AND NOT EXISTS (SELECT 1 FROM {s}.claims c WHERE c.run_id = r.run_id
     AND c.lease_until >= %(lease_now)s)
+  AND NOT EXISTS (SELECT 1 FROM {s}.reserved v WHERE v.run_id = r.run_id
+    AND v.until >= %(lease_now)s AND v.by <> %(by)s)
   AND NOT EXISTS (SELECT 1 FROM {s}.runs o JOIN {s}.claims c ON c.run_id = o.root_run_id
     WHERE o.thread_id = r.thread_id AND o.attempt_epoch IS NOT NULL
     AND o.run_id <> r.run_id AND c.epoch = o.attempt_epoch
@@ -250,7 +253,25 @@ ORDER BY r.created LIMIT %(limit)s FOR UPDATE OF r SKIP LOCKED;
 SELECT {record_columns} FROM {s}.tickets t JOIN {s}.runs r ON r.run_id = t.run_id
 WHERE t.wake_at IS NOT NULL AND t.wake_at <= %(now)s
   AND r.parent_run_id IS NULL AND r.name = ANY(%(names)b)
+  AND NOT EXISTS (SELECT 1 FROM {s}.reserved v WHERE v.run_id = r.run_id
+    AND v.until >= %(lease_now)s AND v.by <> %(by)s)
 ORDER BY t.wake_at, t.put_order LIMIT %(limit)s FOR UPDATE OF r SKIP LOCKED;
+
+-- look_async --
+-- A look's reservations are hints (a lost one costs a race the rules settle): its commit
+-- does not wait for the WAL flush.
+SET LOCAL synchronous_commit = off;
+
+-- reserve --
+-- The runs a look hands out, taken out of other runtimes' looks until a moment passes
+-- (their rows are locked by the look, so no other look read them meanwhile).
+INSERT INTO {s}.reserved (run_id, by, until)
+SELECT unnest(%(ids)b::text[]), %(by)s, %(until)s
+ON CONFLICT (run_id) DO UPDATE SET by = EXCLUDED.by, until = EXCLUDED.until;
+
+-- forget_reserved --
+-- Now and then: reservations that have passed.
+DELETE FROM {s}.reserved WHERE until < %s;
 
 -- list_runs --
 -- Runs newest first; {where} is the filters a call asks for, joined in when it is made
@@ -342,7 +363,8 @@ t AS (DELETE FROM {s}.tickets WHERE run_id = ANY(%(ids)b)),
 i AS (DELETE FROM {s}.inbox WHERE run_id = ANY(%(ids)b)),
 c AS (DELETE FROM {s}.claims WHERE run_id = ANY(%(ids)b)),
 h AS (DELETE FROM {s}.checkpoints WHERE run_id = ANY(%(ids)b)),
-k AS (DELETE FROM {s}.stream_chunks WHERE run_id = ANY(%(ids)b))
+k AS (DELETE FROM {s}.stream_chunks WHERE run_id = ANY(%(ids)b)),
+v AS (DELETE FROM {s}.reserved WHERE run_id = ANY(%(ids)b))
 DELETE FROM {s}.runs WHERE run_id = ANY(%(ids)b);
 
 

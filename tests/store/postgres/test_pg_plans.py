@@ -88,7 +88,7 @@ async def test_a_look_for_work_asks_each_candidate_for_its_threads_live_attempts
 ) -> None:
     # Not one join that reads every run to find the live attempts.
     await _store_of(pg_url)
-    params = {"names": ["job"], "lease_now": 0.0, "limit": 8}
+    params = {"names": ["job"], "lease_now": 0.0, "limit": 8, "by": "a look"}
     await _assert_reached_by(pg_url, Queries.of("awaken").queued, params, "runs_live_on_thread")
 
 
