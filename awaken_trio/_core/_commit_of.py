@@ -158,9 +158,16 @@ def begin_queued(attempt: Attempt, *, at: float, detail: FrozenDict, under: Unde
     )
 
 
-def queue_new(run_id: str, new_run: NewRun, *, at: float, detail: FrozenDict) -> Commit:
+def queue_new(
+    run_id: str,
+    new_run: NewRun,
+    *,
+    at: float,
+    detail: FrozenDict,
+    not_before: float | None = None,
+) -> Commit:
     """A new run ``Queued`` for any serving runtime with its body (`submit`, a fork whose
-    body is not here)."""
+    body is not here), not to start before ``not_before`` (a delayed start) if given."""
     return Commit(
         run_id=run_id,
         state=QUEUED,
@@ -169,6 +176,7 @@ def queue_new(run_id: str, new_run: NewRun, *, at: float, detail: FrozenDict) ->
         at=at,
         new_run=new_run,
         detail=detail,
+        not_before=not_before,
     )
 
 

@@ -15,6 +15,7 @@ from ._attempt import Attempt, Body, StepCeiling, SuspendAttempt, current_attemp
 from ._errors import ContextMisuse, InvalidArgument, NotActive, NotInRun
 from ._journal import MISSING, Journal
 from ._json import JsonValue, check_payload, freeze_detail
+from ._policy import NO_DEADLINES, check_deadlines
 from ._schema import check_schema
 from ._spec import RunSpec
 from ._state import Awaiting, EventKind, ResumeTicket, RunState
@@ -493,6 +494,9 @@ class RunContext(metaclass=NoPublicConstructor):
         thread_id: str | None = None,
         name: str | None = None,
         max_steps: int | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 - the run's deadline, not this call's
+        deadline: float | None = None,
+        queue_timeout: float | None = None,
     ) -> RunHandle:
         """Start a child run inside this attempt's cancel scope.
 
@@ -500,9 +504,20 @@ class RunContext(metaclass=NoPublicConstructor):
         child's own cancel or failure never reaches this attempt. The child runs on a
         thread of its own unless ``thread_id`` is given; a child given a busy thread
         (its parent's, say) is queued, and if its turn has not come when this attempt
-        ends, it is ended with it without ever running.
+        ends, it is ended with it without ever running. ``timeout``, ``deadline`` and
+        ``queue_timeout`` are `Runtime.start`'s; the child's deadline is the earlier of
+        its own and this run's.
         """
         a = self._live("start_child()")
+        limits = NO_DEADLINES
+        if timeout is not None or deadline is not None or queue_timeout is not None:
+            limits = check_deadlines(
+                timeout=timeout,
+                deadline=deadline,
+                queue_timeout=queue_timeout,
+                now=self._host.now(),
+                what=f"start_child() in run {a.run_id!r}",
+            )
         spec = RunSpec.checked(
             body,
             input=input,
@@ -512,6 +527,7 @@ class RunContext(metaclass=NoPublicConstructor):
             max_steps=max_steps,
             parent=a,
             max_payload_bytes=self._host.max_payload_bytes,
+            deadlines=limits,
         )
         return await self._host.start_run(spec)
 
@@ -524,9 +540,20 @@ class RunContext(metaclass=NoPublicConstructor):
         thread_id: str | None = None,
         name: str | None = None,
         max_steps: int | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 - the run's deadline, not this call's
+        deadline: float | None = None,
+        queue_timeout: float | None = None,
     ) -> RunState:
         """Start a child run and wait for it; its committed state comes back as a value."""
         handle = await self.start_child(
-            body, input=input, run_id=run_id, thread_id=thread_id, name=name, max_steps=max_steps
+            body,
+            input=input,
+            run_id=run_id,
+            thread_id=thread_id,
+            name=name,
+            max_steps=max_steps,
+            timeout=timeout,
+            deadline=deadline,
+            queue_timeout=queue_timeout,
         )
         return await handle.wait()

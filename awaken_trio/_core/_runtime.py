@@ -20,6 +20,13 @@ from ._events import EventStream
 from ._handle import RunHandle
 from ._host import Serve
 from ._json import JsonValue, check_payload
+from ._policy import (
+    NO_DEADLINES,
+    Deadlines,
+    check_deadlines,
+    check_not_before,
+    refuse_not_before,
+)
 from ._spec import RunSpec
 from ._state import (
     CANCELLED_CAUSE,
@@ -99,6 +106,10 @@ class Runtime(metaclass=NoPublicConstructor):
         thread_id: str | None = None,
         name: str | None = None,
         max_steps: int | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 - the run's deadline, not this call's
+        deadline: float | None = None,
+        queue_timeout: float | None = None,
+        not_before: float | None = None,
     ) -> RunHandle:
         """Commit a new run and start its first attempt.
 
@@ -114,15 +125,40 @@ class Runtime(metaclass=NoPublicConstructor):
             name: a label kept with the record.
             max_steps: the run's budget of ``boundary()`` calls, across all its attempts;
                 the call that would exceed it ends the run ``Ended(MaxSteps())``.
+            timeout: the run's deadline in seconds from now: it ends
+                ``Stopped("deadline")`` then, in whatever state (`RunRecord.deadline`).
+            deadline: the same as a wall-clock time (give one of the two).
+            queue_timeout: seconds its first attempt may wait for its thread; it ends
+                ``Stopped("queue_timeout")`` if it has not started by then.
+            not_before: `submit`'s alone: refused here.
 
         Raises:
             RunExists: ``run_id`` is taken. InvalidArgument, InvalidBody, InvalidPayload:
             a bad argument (nothing is committed). RuntimeClosed: the runtime is closing.
         """
+        refuse_not_before(not_before, "start()")
+        limits = self._limits(timeout, deadline, queue_timeout, "start()")
         spec = self._root_spec(
             body, input=input, run_id=run_id, thread_id=thread_id, name=name, max_steps=max_steps
         )
+        if limits is not NO_DEADLINES:
+            spec = attrs.evolve(spec, deadlines=limits)
         return self._handle(await self._admissions.begin_run(spec))
+
+    def _limits(
+        self, timeout: object, deadline: object, queue_timeout: object, what: str
+    ) -> Deadlines:
+        """The time limits asked for, absolute by this runtime's clock; checked first."""
+        self._in_own_run()
+        if timeout is None and deadline is None and queue_timeout is None:
+            return NO_DEADLINES
+        return check_deadlines(
+            timeout=timeout,
+            deadline=deadline,
+            queue_timeout=queue_timeout,
+            now=self._kernel.now(),
+            what=what,
+        )
 
     def _root_spec(
         self,
@@ -157,15 +193,23 @@ class Runtime(metaclass=NoPublicConstructor):
         thread_id: str | None = None,
         name: str | None = None,
         max_steps: int | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 - the run's deadline, not this call's
+        deadline: float | None = None,
+        queue_timeout: float | None = None,
+        not_before: float | None = None,
     ) -> RunState:
         """`start`, then wait: the committed state (``Awaiting`` or ``Ended``) of the attempt.
 
         The run belongs to the runtime, not to the caller: cancelling this call stops the
         waiting, not the run (use `deliver` or `cancel_run` for that).
         """
+        refuse_not_before(not_before, "execute()")
+        limits = self._limits(timeout, deadline, queue_timeout, "execute()")
         spec = self._root_spec(
             body, input=input, run_id=run_id, thread_id=thread_id, name=name, max_steps=max_steps
         )
+        if limits is not NO_DEADLINES:
+            spec = attrs.evolve(spec, deadlines=limits)
         return await self._control.execute(spec)
 
     # ------------------------------------------------------------------ durable runs
@@ -189,6 +233,10 @@ class Runtime(metaclass=NoPublicConstructor):
         input: JsonValue = None,
         run_id: str | None = None,
         thread_id: str | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 - the run's deadline, not this call's
+        deadline: float | None = None,
+        queue_timeout: float | None = None,
+        not_before: float | None = None,
     ) -> RunHandle:
         """Commit a run ``Queued`` for any serving runtime that has a body named ``name``.
 
@@ -198,8 +246,15 @@ class Runtime(metaclass=NoPublicConstructor):
         after the handle was made, whichever runtime runs it (at once the end of a run
         that had already ended).
 
+        ``not_before`` delays the start: the run is committed ``Queued`` now and no
+        runtime starts it before that time (wall-clock seconds, the runtime's clock).
+        Cancel and stop end it as any queued run. ``timeout``, ``deadline`` and
+        ``queue_timeout`` are `start`'s (a queue timeout counts from now, not from
+        ``not_before``); any serving runtime ends the run at them.
+
         Raises:
             RunExists: ``run_id`` is taken by a different run.
+            InvalidArgument: a bad argument (nothing is committed).
         """
         self._in_own_run()
         check_id(name, "name")
@@ -207,7 +262,12 @@ class Runtime(metaclass=NoPublicConstructor):
             check_id(run_id, "run_id")
         if thread_id is not None:
             check_id(thread_id, "thread_id")
-        return await self._control.submit(name, input=input, run_id=run_id, thread_id=thread_id)
+        what = f"submit() of {name!r}"
+        when = check_not_before(not_before, what)
+        limits = self._limits(timeout, deadline, queue_timeout, what)
+        return await self._control.submit(
+            name, input=input, run_id=run_id, thread_id=thread_id, not_before=when, limits=limits
+        )
 
     async def fork(
         self,
@@ -594,9 +654,15 @@ def request_end_here(runtime: Runtime, run_id: str, request: EndRequest) -> bool
 
 
 async def start_kernel_services(services: trio.Nursery, runtime: Runtime) -> None:
-    """The kernel's own background tasks, on every store: scheduled resumes (``ctx.sleep``)
-    and the stream flusher."""
-    await services.start(runtime._supervisor.scheduler.run, runtime._scheduled_resume)
+    """The kernel's own background tasks, on every store: the timer of scheduled resumes
+    (``ctx.sleep``) and delayed starts, and the stream flusher."""
+    supervisor = runtime._supervisor
+    await services.start(
+        supervisor.scheduler.run,
+        runtime._scheduled_resume,
+        supervisor.kernel.store_changed_elsewhere,
+        supervisor.expiry.expire,
+    )
     await services.start(runtime._supervisor.flusher.run)
 
 

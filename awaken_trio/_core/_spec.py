@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, final
 import attrs
 
 from ._json import JsonValue, check_payload
+from ._policy import NO_DEADLINES, Deadlines
 from ._validate import check_body, check_id, check_max_steps, check_name, new_run_id
 
 if TYPE_CHECKING:
@@ -35,6 +36,9 @@ class RunSpec:
     max_steps: int | None = None
     # The attempt a child run lives in (None: a top-level run).
     parent: Attempt | None = None
+    # Its time limits, absolute (a child's deadline already the earlier of its own and
+    # its parent's).
+    deadlines: Deadlines = NO_DEADLINES
 
     @classmethod
     def checked(
@@ -48,6 +52,7 @@ class RunSpec:
         max_steps: int | None,
         parent: Attempt | None,
         max_payload_bytes: int,
+        deadlines: Deadlines = NO_DEADLINES,
     ) -> RunSpec:
         """Check a caller's arguments for a new run (nothing is committed if one is bad).
 
@@ -68,6 +73,8 @@ class RunSpec:
             # (The common input, None, fits any limit of at least its own 4 bytes: no
             # description of it is made for an error that cannot happen.)
             input = check_payload(input, f"input of run {run_id!r}", max_payload_bytes)
+        if parent is not None and parent.deadline is not None:
+            deadlines = deadlines.within(parent.deadline)
         spec = object.__new__(cls)  # (a class called with keywords costs twice as much)
         cls.__init__(
             spec,
@@ -78,5 +85,6 @@ class RunSpec:
             name=name,
             max_steps=max_steps,
             parent=parent,
+            deadlines=deadlines,
         )
         return spec

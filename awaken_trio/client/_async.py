@@ -200,9 +200,26 @@ class AsyncClient:
         input: JsonValue = None,
         run_id: str | None = None,
         thread_id: str | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 - the run's deadline, not this call's
+        deadline: float | None = None,
+        queue_timeout: float | None = None,
+        not_before: float | None = None,
     ) -> str:
-        """`Client.submit`: the run id of a run committed ``Queued``."""
-        return await self._run(lambda runtime: ops.submit(runtime, name, input, run_id, thread_id))
+        """`Client.submit`: the run id of a run committed ``Queued`` (with the same
+        options)."""
+        return await self._run(
+            lambda runtime: ops.submit(
+                runtime,
+                name,
+                input,
+                run_id,
+                thread_id,
+                timeout=timeout,
+                deadline=deadline,
+                queue_timeout=queue_timeout,
+                not_before=not_before,
+            )
+        )
 
     async def fork(
         self, run_id: str, *, at: int | None = None, new_run_id: str | None = None

@@ -139,10 +139,28 @@ class Client:
         input: JsonValue = None,
         run_id: str | None = None,
         thread_id: str | None = None,
+        timeout: float | None = None,
+        deadline: float | None = None,
+        queue_timeout: float | None = None,
+        not_before: float | None = None,
     ) -> str:
         """Commit a run ``Queued`` for a serving runtime with a body named ``name``; its
-        run id. Idempotent by ``run_id`` (`Runtime.submit`); `RunExists` if it differs."""
-        return self._run(lambda runtime: ops.submit(runtime, name, input, run_id, thread_id))
+        run id. Idempotent by ``run_id`` (`Runtime.submit`); `RunExists` if it differs.
+        ``timeout``/``deadline``, ``queue_timeout`` and ``not_before`` are
+        `Runtime.submit`'s (times are wall-clock seconds, ``time.time()`` scale)."""
+        return self._run(
+            lambda runtime: ops.submit(
+                runtime,
+                name,
+                input,
+                run_id,
+                thread_id,
+                timeout=timeout,
+                deadline=deadline,
+                queue_timeout=queue_timeout,
+                not_before=not_before,
+            )
+        )
 
     def fork(self, run_id: str, *, at: int | None = None, new_run_id: str | None = None) -> str:
         """Commit a fork of ``run_id`` ``Queued`` (`Runtime.fork`), from its checkpoint as

@@ -77,8 +77,15 @@ async def test_submit_list_and_show_print_the_codec_shapes(store: str) -> None:
 
     shown = await cli("runs", "show", "s-1", "--store", store, "--json")
     record = shown.json()
-    assert set(record) == ROW_KEYS | {"result", "checkpoint", "forked_from", "events"}
+    assert set(record) == ROW_KEYS | {
+        "result",
+        "checkpoint",
+        "forked_from",
+        "deadline",
+        "events",
+    }
     assert record["forked_from"] is None
+    assert record["deadline"] is None
     assert record["result"] is None
     assert [event["kind"] for event in record["events"]] == ["committed"]
     assert set(record["events"][0]) == EVENT_KEYS

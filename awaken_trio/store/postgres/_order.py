@@ -1,4 +1,4 @@
-"""Event seqs on the PostgreSQL store without a lock every writer takes (schema version 6):
+"""Event seqs on the PostgreSQL store without a lock every writer takes (schema version 8):
 how a write transaction numbers its events, how a reader knows which seqs are final, and
 why a follower sees every committed event exactly once and in seq order.
 
@@ -72,7 +72,7 @@ import psycopg
 from psycopg import sql
 
 _MASK: Final = "4294967295"  # 2^32 - 1
-_V6: Final = (
+_V8: Final = (
     # Seqs from a sequence: the last one handed out is the counters row's.
     "CREATE SEQUENCE {s}.event_seqs MINVALUE 0 START 0",
     "SELECT setval('{s}.event_seqs', last_seq, true) FROM {s}.counters",
@@ -145,11 +145,11 @@ _V6: Final = (
 )
 
 
-def to_v6(conn: psycopg.Connection[tuple[object, ...]], schema: sql.Identifier) -> None:
-    """Version 6: event seqs from a sequence under a watermark, the writes count by
+def to_v8(conn: psycopg.Connection[tuple[object, ...]], schema: sql.Identifier) -> None:
+    """Version 8: event seqs from a sequence under a watermark, the writes count by
     server process (the module's docstring). The seqs already handed out stay; the next
     is one past the last."""
-    for statement in _V6:
+    for statement in _V8:
         conn.execute(sql.SQL(statement).format(s=schema))
 
 

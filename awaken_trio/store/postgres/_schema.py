@@ -23,7 +23,7 @@ import psycopg
 from psycopg import sql
 
 from ..._core import StoreError
-from ._order import to_v6 as order_v6
+from ._order import to_v8 as order_v8
 from ._streams import to_v5 as streams_v5
 
 APPLICATION: Final = "awaken_trio"
@@ -184,8 +184,42 @@ def _to_v4(conn: psycopg.Connection[tuple[object, ...]], schema: sql.Identifier)
         conn.execute(sql.SQL(statement).format(s=schema))
 
 
+_V6: Final = (
+    # Version 6: a queued run's earliest start (not_before: a delayed start, a run waiting
+    # to retry). The serving loop's walk of the queue (runs_queue_by_age) passes over a
+    # run whose time has not come. A schema from before has none: every run may start now.
+    "ALTER TABLE {s}.runs ADD COLUMN not_before float8",
+)
+
+
+def _to_v6(conn: psycopg.Connection[tuple[object, ...]], schema: sql.Identifier) -> None:
+    for statement in _V6:
+        conn.execute(sql.SQL(statement).format(s=schema))
+
+
 _V7: Final = (
-    # Version 7: a look for work takes the runs it hands out out of the queue for a few
+    # Version 7: runs' time limits, fixed when a run is created: deadline (it ends
+    # Stopped("deadline") then) and queue_deadline (it ends Stopped("queue_timeout") then
+    # unless its first attempt has started). Every serving loop turn looks for the root
+    # runs past one that no attempt runs, through a partial index holding those runs alone.
+    # A schema from before has no limits: its runs keep none.
+    "ALTER TABLE {s}.runs ADD COLUMN deadline float8",
+    "ALTER TABLE {s}.runs ADD COLUMN queue_deadline float8",
+    "CREATE INDEX runs_past_deadline ON {s}.runs (deadline) WHERE deadline IS NOT NULL"
+    " AND parent_run_id IS NULL AND kind IN ('queued', 'awaiting')",
+    "CREATE INDEX runs_past_queue_deadline ON {s}.runs (queue_deadline)"
+    " WHERE queue_deadline IS NOT NULL AND parent_run_id IS NULL AND kind = 'queued'"
+    " AND generation = 0",
+)
+
+
+def _to_v7(conn: psycopg.Connection[tuple[object, ...]], schema: sql.Identifier) -> None:
+    for statement in _V7:
+        conn.execute(sql.SQL(statement).format(s=schema))
+
+
+_V9: Final = (
+    # Version 9: a look for work takes the runs it hands out out of the queue for a few
     # seconds (``reserve`` in queries.sql): other runtimes' looks skip them, so four
     # workers looking at once are handed different runs, not the same ones to race for.
     """CREATE TABLE {s}.reserved (
@@ -196,12 +230,22 @@ _V7: Final = (
 )
 
 
-def _to_v7(conn: psycopg.Connection[tuple[object, ...]], schema: sql.Identifier) -> None:
-    for statement in _V7:
+def _to_v9(conn: psycopg.Connection[tuple[object, ...]], schema: sql.Identifier) -> None:
+    for statement in _V9:
         conn.execute(sql.SQL(statement).format(s=schema))
 
 
-MIGRATIONS: Sequence[Migration] = (_create_v1, _to_v2, _to_v3, _to_v4, streams_v5, order_v6, _to_v7)
+MIGRATIONS: Sequence[Migration] = (
+    _create_v1,
+    _to_v2,
+    _to_v3,
+    _to_v4,
+    streams_v5,
+    _to_v6,
+    _to_v7,
+    order_v8,
+    _to_v9,
+)
 """The schema's history, oldest first: ``MIGRATIONS[i]`` takes a schema from version ``i``
 to ``i + 1``. Append, never edit."""
 

@@ -194,22 +194,24 @@ async def test_the_writes_count_survives_folding_ended_processes(
     assert await store.version() == moved + 1
 
 
-async def test_a_version_5_store_keeps_its_events_and_counts_on(pg_url: str) -> None:
+async def test_an_older_store_keeps_its_events_seqs_and_count(
+    pg_url: str,
+) -> None:
     """A store written before seqs came from a sequence (its last seq and writes count in
     the counters row) opens with its events readable, the next seq after its last, and
     its writes count where it was."""
     from awaken_trio.store.postgres._schema import LATEST, MIGRATIONS, open_schema
 
-    def create_v5() -> None:
+    def create_v7() -> None:
         with psycopg.connect(pg_url) as conn:
-            open_schema(conn, "awaken", "the test database", MIGRATIONS[:5])
+            open_schema(conn, "awaken", "the test database", MIGRATIONS[:7])
             conn.execute(
                 "INSERT INTO awaken.events VALUES"
                 " (3, 'old', 't-old', 0, 'committed', '{\"kind\": \"queued\"}', '{}', 1.0)"
             )
             conn.execute("UPDATE awaken.counters SET last_seq = 3, writes = 11 WHERE id = 1")
 
-    await trio.to_thread.run_sync(create_v5)
+    await trio.to_thread.run_sync(create_v7)
     with trio.fail_after(30):
         async with PostgresStore(pg_url) as store:
             assert [e.seq for e in await store.events_after(0)] == [3]
