@@ -233,9 +233,10 @@ SELECT {event_columns} FROM {s}.events WHERE run_id = %s AND kind = 'step' ORDER
 -- reserved a moment ago, whose thread no other run's live attempt occupies, oldest run
 -- first (the order they were created). A run another transaction has locked (most often
 -- another worker looking or claiming it now) is skipped, so workers looking at once are
--- handed different runs. (OFFSET 0: asked of each candidate,
--- through the index of live attempts by thread, not made into a join that reads every run
--- to find them.) A run whose not_before (a delayed start, a retry's wait) is later than
+-- handed different runs. (OFFSET 0: asked of each candidate, through the index of live
+-- attempts by thread and the reservations' key, not made into a join that reads every run
+-- or every reservation to find them: measured, a join made a look over a backlog of
+-- 5,000 runs cost ten times as much.) A run whose not_before (a delayed start, a retry's wait) is later than
 -- now (the runtime's clock) is passed over, read from the same walk of the queue.
 SELECT {record_columns} FROM {s}.runs r
 WHERE r.queued_order IS NOT NULL AND r.name = ANY(%(names)b)
@@ -243,7 +244,7 @@ WHERE r.queued_order IS NOT NULL AND r.name = ANY(%(names)b)
   AND NOT EXISTS (SELECT 1 FROM {s}.claims c WHERE c.run_id = r.run_id
     AND c.lease_until >= %(lease_now)s)
   AND NOT EXISTS (SELECT 1 FROM {s}.reserved v WHERE v.run_id = r.run_id
-    AND v.until >= %(lease_now)s AND v.by <> %(by)s)
+    AND v.until >= %(lease_now)s AND v.by <> %(by)s OFFSET 0)
   AND NOT EXISTS (SELECT 1 FROM {s}.runs o JOIN {s}.claims c ON c.run_id = o.root_run_id
     WHERE o.thread_id = r.thread_id AND o.attempt_epoch IS NOT NULL
     AND o.run_id <> r.run_id AND c.epoch = o.attempt_epoch
@@ -256,7 +257,7 @@ SELECT {record_columns} FROM {s}.tickets t JOIN {s}.runs r ON r.run_id = t.run_i
 WHERE t.wake_at IS NOT NULL AND t.wake_at <= %(now)s
   AND r.parent_run_id IS NULL AND r.name = ANY(%(names)b)
   AND NOT EXISTS (SELECT 1 FROM {s}.reserved v WHERE v.run_id = r.run_id
-    AND v.until >= %(lease_now)s AND v.by <> %(by)s)
+    AND v.until >= %(lease_now)s AND v.by <> %(by)s OFFSET 0)
 ORDER BY t.wake_at, t.put_order LIMIT %(limit)s FOR UPDATE OF r SKIP LOCKED;
 
 -- look_async --
