@@ -3,7 +3,6 @@ it to end."""
 
 from __future__ import annotations
 
-import contextvars
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, final
 
@@ -32,12 +31,6 @@ if TYPE_CHECKING:
     from ._streams import StreamOutbox
 
 Body = Callable[["RunContext"], Awaitable[Any]]
-
-# The attempt whose body (or a task that body started) is running. Trio copies a task's
-# context into the tasks it spawns, so tasks inside an attempt see their attempt here.
-current_attempt: contextvars.ContextVar[Attempt | None] = contextvars.ContextVar(
-    "awaken_trio_current_attempt", default=None
-)
 
 EndSource = Literal[
     "deliver",
@@ -88,14 +81,21 @@ class EndRequest:
     disposition: Disposition = "end"
     # With the "lost" disposition: the attempt's claim is not its own any more.
     claim_lost: bool = False
+    # `detail`, once made (a shared request makes it once).
+    _detail: FrozenDict | None = attrs.field(default=None, init=False, eq=False, repr=False)
 
     @property
     def detail(self) -> FrozenDict:
         """The terminal event's detail: source and reason (made when the end is committed,
         not when the request is, so a cancel costs nothing it does not need)."""
-        if self.source in _TIME_LIMITS:
-            return scalar_dict({"source": self.source})
-        return scalar_dict({"source": self.source, "reason": self.reason})
+        detail = self._detail
+        if detail is None:
+            if self.source in _TIME_LIMITS:
+                detail = scalar_dict({"source": self.source})
+            else:
+                detail = scalar_dict({"source": self.source, "reason": self.reason})
+            object.__setattr__(self, "_detail", detail)  # (a cache of its own fields)
+        return detail
 
     def scope_reason(self) -> str:
         return f"{self.source}: {self.reason or type(self.cause).__name__}"
@@ -520,7 +520,11 @@ class Attempt:
         lives in, so this is Trio's effective cancellation, read without walking Trio's
         cancel status."""
         scope = self.scope
-        return (scope is not None and scope.cancel_called) or closing or self.ancestor_cancelled()
+        return (
+            (scope is not None and scope.cancel_called)
+            or closing
+            or (self.parent is not None and self.ancestor_cancelled())
+        )
 
     def deadline_passed(self) -> bool:
         """Whether the attempt's own scope was cancelled by the run's deadline."""

@@ -181,6 +181,8 @@ def rows_json(rows: Sequence[Sequence[Any]]) -> str:
 _FRAGMENTS: Final[Mapping[str, str]] = {
     "row_columns": ROW_COLUMNS,
     "record_columns": RECORD_COLUMNS,
+    # As many NULLs as a record has columns: a row of another shape in a union of records.
+    "record_nulls": ", ".join(["NULL"] * (RECORD_COLUMNS.count(",") + 1)),
     "event_columns": ", ".join(EVENT_COLUMNS),
     "insert_names": INSERTED.names,
     "insert_values": INSERTED.values,
@@ -272,7 +274,6 @@ class Queries:
     queued: bytes
     due: bytes
     past_deadline: bytes
-    next_limit: bytes
     look_async: bytes
     reserve: bytes
     forget_reserved: bytes

@@ -102,13 +102,14 @@ def overdue(conn: Conn, r: Queries, now: float, limit: int) -> OverdueLook:
     """``now`` is the runtime's clock (deadlines are read from it)."""
     if limit <= 0:
         return OverdueLook()
-    with conn.transaction():  # one snapshot for both statements
-        params = {"now": now, "limit": limit}
-        found = conn.execute(r.past_deadline, params).fetchall()
-        (next_at,) = conn.execute(r.next_limit, {"now": now}).fetchone() or (None,)
+    found = conn.execute(r.past_deadline, {"now": now, "limit": limit}).fetchall()
     runs: list[Overdue] = []
     seen: set[str] = set()
-    for kind, *columns in found:
+    next_at = None
+    for kind, upcoming, *columns in found:
+        if kind == "next":
+            next_at = upcoming
+            continue
         record = record_of(columns)
         if record.run_id not in seen and len(runs) < limit:
             seen.add(record.run_id)

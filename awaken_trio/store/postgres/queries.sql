@@ -277,30 +277,28 @@ ON CONFLICT (run_id) DO UPDATE SET by = EXCLUDED.by, until = EXCLUDED.until;
 DELETE FROM {s}.reserved WHERE until < %s;
 
 -- past_deadline --
--- Root runs past a time limit that no attempt runs (DeadlineStore.overdue): queued or
--- awaiting ones past their deadline, then queued ones that never started past their queue
--- deadline, each read from the partial index that holds its candidates alone (the
--- conditions repeat the indexes' own so the planner can use them), up to now, at most a
--- batch; and, in the same statement, the earliest limit still to come.
-(SELECT 'deadline' AS limit_kind, {record_columns} FROM {s}.runs r
+-- Root runs past a time limit that no attempt runs (DeadlineStore.overdue), in one
+-- statement: queued or awaiting ones past their deadline, then queued ones that never
+-- started past their queue deadline, each read from the partial index that holds its
+-- candidates alone (the conditions repeat the indexes' own so the planner can use them), up
+-- to now, at most a batch; then one row with the earliest limit still to come.
+(SELECT 'deadline' AS limit_kind, NULL::float8 AS next_at, {record_columns} FROM {s}.runs r
  WHERE r.deadline IS NOT NULL AND r.parent_run_id IS NULL
    AND r.kind IN ('queued', 'awaiting') AND r.deadline <= %(now)s
  ORDER BY r.deadline LIMIT %(limit)s)
 UNION ALL
-(SELECT 'queue_timeout', {record_columns} FROM {s}.runs r
+(SELECT 'queue_timeout', NULL, {record_columns} FROM {s}.runs r
  WHERE r.queue_deadline IS NOT NULL AND r.parent_run_id IS NULL AND r.kind = 'queued'
    AND r.generation = 0 AND r.queue_deadline <= %(now)s
- ORDER BY r.queue_deadline LIMIT %(limit)s);
-
--- next_limit --
--- The earliest time limit after now of a run past_deadline would find.
-SELECT LEAST(
+ ORDER BY r.queue_deadline LIMIT %(limit)s)
+UNION ALL
+SELECT 'next', LEAST(
   (SELECT min(r.deadline) FROM {s}.runs r WHERE r.deadline IS NOT NULL
      AND r.parent_run_id IS NULL AND r.kind IN ('queued', 'awaiting')
      AND r.deadline > %(now)s),
   (SELECT min(r.queue_deadline) FROM {s}.runs r WHERE r.queue_deadline IS NOT NULL
      AND r.parent_run_id IS NULL AND r.kind = 'queued' AND r.generation = 0
-     AND r.queue_deadline > %(now)s));
+     AND r.queue_deadline > %(now)s)), {record_nulls};
 
 -- list_runs --
 -- Runs newest first; {where} is the filters a call asks for, joined in when it is made
