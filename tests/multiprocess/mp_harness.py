@@ -139,10 +139,12 @@ class Cluster:
         max_recoveries: int = 3,
         clock_offset: float = 0.0,
         agents: bool = False,
+        ready_within: float = WAIT,
     ) -> Worker:
-        """Start a worker and return once it says it is serving (``ready <name>``);
-        ``clock_offset`` puts its runtime's clock that many seconds off the wall clock;
-        ``agents`` has it serve the pydantic-ai agents of ``mp_agents.py`` too."""
+        """Start a worker and return once it says it is serving (``ready <name>``, within
+        ``ready_within`` seconds); ``clock_offset`` puts its runtime's clock that many
+        seconds off the wall clock; ``agents`` has it serve the pydantic-ai agents of
+        ``mp_agents.py`` too."""
         command = [
             sys.executable,
             str(WORKER),
@@ -170,7 +172,7 @@ class Cluster:
         self.workers.append(worker)
         self._nursery.start_soon(worker._read)
         await wait_for(
-            lambda: _ready(worker, name), f"worker {name} to print 'ready'", seconds=WAIT
+            lambda: _ready(worker, name), f"worker {name} to print 'ready'", seconds=ready_within
         )
         return worker
 

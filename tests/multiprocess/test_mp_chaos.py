@@ -134,6 +134,9 @@ class Faults:
 
     stall: float | None = None
     restart: Callable[[], None] | None = None
+    ready_within: float = 30.0
+    """Seconds a worker started (the replacement too) may take to say it serves: many
+    processes on a small machine start slowly."""
 
 
 async def operate(
@@ -148,7 +151,7 @@ async def operate(
     stalled = restarted = False
     for n in range(OPERATIONS):
         if chaos.victim is None and len(chaos.submitted) >= RUNS * 0.4:
-            await kill_one(control, chaos, rng, cluster, db)
+            await kill_one(control, chaos, rng, cluster, db, faults.ready_within)
         if faults.stall is not None and not stalled and len(chaos.submitted) >= RUNS * 0.55:
             stalled = True
             stalled_worker = rng.choice(cluster.alive)
@@ -215,7 +218,12 @@ async def operate(
 
 
 async def kill_one(
-    control: Runtime, chaos: Chaos, rng: random.Random, cluster: Cluster, db: StoreAt
+    control: Runtime,
+    chaos: Chaos,
+    rng: random.Random,
+    cluster: Cluster,
+    db: StoreAt,
+    ready_within: float,
 ) -> None:
     victim = rng.choice(cluster.alive)
     await victim.kill()
@@ -225,7 +233,7 @@ async def kill_one(
     # time of the read is held by its new owner, and is not counted).
     chaos.victim_runs.update(held_by(db, victim.pid))
     if rng.random() < 0.5:
-        await cluster.start("replacement", concurrency=CONCURRENCY)
+        await cluster.start("replacement", concurrency=CONCURRENCY, ready_within=ready_within)
         chaos.replaced = True
 
 
@@ -302,7 +310,7 @@ async def test_chaos_over_sixteen_worker_processes_on_one_postgresql_server(
         pg_url,
         workers=16,
         concurrency=20,  # 320 slots: room for every parker, as the three workers have
-        faults=Faults(stall=6.0, restart=pg_server.restart),
+        faults=Faults(stall=6.0, restart=pg_server.restart, ready_within=180.0),
     )
 
 
@@ -315,7 +323,9 @@ async def _chaos(db: StoreAt, *, workers: int, concurrency: int, faults: Faults 
     began = time.perf_counter()
     async with control_runtime(url) as control, open_cluster(url) as cluster:
         for i in range(workers):
-            await cluster.start(f"w{i + 1}", concurrency=concurrency)
+            await cluster.start(
+                f"w{i + 1}", concurrency=concurrency, ready_within=faults.ready_within
+            )
         async with trio.open_nursery() as nursery:
             nursery.start_soon(submit_all, control, chaos)
             await operate(control, chaos, rng, cluster, db, faults)
