@@ -240,8 +240,6 @@ class Admissions:
             spec.deadlines.deadline,
             spec.deadlines.queue_deadline,
         )
-        if spec.deadlines is not NO_DEADLINES:
-            kernel.on_limits(run_id=spec.run_id, limits=spec.deadlines)
         admission = object.__new__(Admission)  # (see _commit_of, "Built by their own __init__")
         Admission.__init__(
             admission,
@@ -251,7 +249,13 @@ class Admissions:
             new_run=new_run,
         )
         result = await self.admit(admission)
-        return result if isinstance(result, Rejected) else attempt
+        if isinstance(result, Rejected):
+            return result
+        if spec.deadlines is not NO_DEADLINES and not attempt.started:
+            # Queued here: its scope will carry its deadline once it runs; until then the
+            # timer keeps both of its limits (a running attempt needs none).
+            kernel.on_limits(run_id=spec.run_id, limits=spec.deadlines)
+        return attempt
 
     async def _take_back(self, spec: RunSpec, parent: Attempt) -> RunHandle:
         """Rule 22: ``parent``'s run already has a child of ``spec.run_id`` (an earlier
@@ -386,9 +390,6 @@ class Admissions:
             parent=parent,
             deadlines=NO_DEADLINES if record.deadline is None else Deadlines(record.deadline),
         )
-        if record.deadline is not None:
-            # Held here from now on (queued behind its thread, awaiting here later on).
-            self._kernel.on_limits(run_id=record.run_id, limits=spec.deadlines)
         return self.new_attempt(
             spec,
             generation=record.generation + 1,
@@ -553,6 +554,10 @@ class Admissions:
                 # step; through the mailbox the task spawns once it has its answer (its
                 # wait cannot be interrupted, and the reservation holds the nursery).
                 nursery.start_soon(run_attempt, self._host, attempt)
+                if attempt.deadline is not None and not attempt.started and new_run is None:
+                    # Queued here: no scope carries its deadline while it waits, so the
+                    # timer does (a new run's limits are its `_begin`'s).
+                    kernel.on_limits(run_id=run_id, limits=Deadlines(attempt.deadline))
             return result
         except BaseException:
             if not attempt.started and run_id not in kernel.queued:

@@ -15,7 +15,7 @@ from ._attempt import Attempt, Body, StepCeiling, SuspendAttempt
 from ._errors import ContextMisuse, InvalidArgument, NotActive, NotInRun
 from ._journal import MISSING, Journal
 from ._json import JsonValue, check_payload, freeze_detail
-from ._policy import NO_DEADLINES, check_deadlines
+from ._policy import NO_DEADLINES, check_deadlines, refuse_not_before
 from ._schema import check_schema
 from ._spec import RunSpec
 from ._state import Awaiting, EventKind, ResumeTicket, RunState
@@ -506,6 +506,7 @@ class RunContext(metaclass=NoPublicConstructor):
         timeout: float | None = None,  # noqa: ASYNC109 - the run's deadline, not this call's
         deadline: float | None = None,
         queue_timeout: float | None = None,
+        not_before: float | None = None,
     ) -> RunHandle:
         """Start a child run inside this attempt's cancel scope.
 
@@ -515,9 +516,11 @@ class RunContext(metaclass=NoPublicConstructor):
         (its parent's, say) is queued, and if its turn has not come when this attempt
         ends, it is ended with it without ever running. ``timeout``, ``deadline`` and
         ``queue_timeout`` are `Runtime.start`'s; the child's deadline is the earlier of
-        its own and this run's.
+        its own and this run's. A child starts now: ``not_before`` is refused
+        (`InvalidArgument`).
         """
         a = self._live("start_child()")
+        refuse_not_before(not_before, "start_child()", child=True)
         limits = NO_DEADLINES
         if timeout is not None or deadline is not None or queue_timeout is not None:
             limits = check_deadlines(
@@ -552,6 +555,7 @@ class RunContext(metaclass=NoPublicConstructor):
         timeout: float | None = None,  # noqa: ASYNC109 - the run's deadline, not this call's
         deadline: float | None = None,
         queue_timeout: float | None = None,
+        not_before: float | None = None,
     ) -> RunState:
         """Start a child run and wait for it; its committed state comes back as a value."""
         handle = await self.start_child(
@@ -564,5 +568,6 @@ class RunContext(metaclass=NoPublicConstructor):
             timeout=timeout,
             deadline=deadline,
             queue_timeout=queue_timeout,
+            not_before=not_before,
         )
         return await handle.wait()

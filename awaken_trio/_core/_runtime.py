@@ -149,9 +149,9 @@ class Runtime(metaclass=NoPublicConstructor):
         self, timeout: object, deadline: object, queue_timeout: object, what: str
     ) -> Deadlines:
         """The time limits asked for, absolute by this runtime's clock; checked first."""
-        self._in_own_run()
         if timeout is None and deadline is None and queue_timeout is None:
             return NO_DEADLINES
+        self._in_own_run()
         return check_deadlines(
             timeout=timeout,
             deadline=deadline,

@@ -23,6 +23,7 @@ import psycopg
 from psycopg import sql
 
 from ..._core import StoreError
+from ._order import to_v8 as order_v8
 from ._streams import to_v5 as streams_v5
 
 APPLICATION: Final = "awaken_trio"
@@ -217,6 +218,23 @@ def _to_v7(conn: psycopg.Connection[tuple[object, ...]], schema: sql.Identifier)
         conn.execute(sql.SQL(statement).format(s=schema))
 
 
+_V9: Final = (
+    # Version 9: a look for work takes the runs it hands out out of the queue for a few
+    # seconds (``reserve`` in queries.sql): other runtimes' looks skip them, so four
+    # workers looking at once are handed different runs, not the same ones to race for.
+    """CREATE TABLE {s}.reserved (
+        run_id text PRIMARY KEY,
+        by text NOT NULL,
+        until double precision NOT NULL
+    )""",
+)
+
+
+def _to_v9(conn: psycopg.Connection[tuple[object, ...]], schema: sql.Identifier) -> None:
+    for statement in _V9:
+        conn.execute(sql.SQL(statement).format(s=schema))
+
+
 MIGRATIONS: Sequence[Migration] = (
     _create_v1,
     _to_v2,
@@ -225,6 +243,8 @@ MIGRATIONS: Sequence[Migration] = (
     streams_v5,
     _to_v6,
     _to_v7,
+    order_v8,
+    _to_v9,
 )
 """The schema's history, oldest first: ``MIGRATIONS[i]`` takes a schema from version ``i``
 to ``i + 1``. Append, never edit."""
