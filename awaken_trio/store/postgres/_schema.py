@@ -23,6 +23,7 @@ import psycopg
 from psycopg import sql
 
 from ..._core import StoreError
+from ._order import to_v8 as order_v8
 from ._streams import to_v5 as streams_v5
 
 APPLICATION: Final = "awaken_trio"
@@ -217,8 +218,25 @@ def _to_v7(conn: psycopg.Connection[tuple[object, ...]], schema: sql.Identifier)
         conn.execute(sql.SQL(statement).format(s=schema))
 
 
-_V8: Final = (
-    # Version 8: a run's times (created, last updated, first running, ended: the runtime's
+_V9: Final = (
+    # Version 9: a look for work takes the runs it hands out out of the queue for a few
+    # seconds (``reserve`` in queries.sql): other runtimes' looks skip them, so four
+    # workers looking at once are handed different runs, not the same ones to race for.
+    """CREATE TABLE {s}.reserved (
+        run_id text PRIMARY KEY,
+        by text NOT NULL,
+        until double precision NOT NULL
+    )""",
+)
+
+
+def _to_v9(conn: psycopg.Connection[tuple[object, ...]], schema: sql.Identifier) -> None:
+    for statement in _V9:
+        conn.execute(sql.SQL(statement).format(s=schema))
+
+
+_V10: Final = (
+    # Version 10: a run's times (created, last updated, first running, ended: the runtime's
     # clock, as events' ``at``), the worker that held its claim last, and its end cause's
     # kind. A run written before keeps the times its events tell (None where it has none),
     # its current claim's owner as its worker, and the cause its state names.
@@ -244,13 +262,13 @@ _V8: Final = (
 )
 
 
-def _to_v8(conn: psycopg.Connection[tuple[object, ...]], schema: sql.Identifier) -> None:
-    for statement in _V8:
+def _to_v10(conn: psycopg.Connection[tuple[object, ...]], schema: sql.Identifier) -> None:
+    for statement in _V10:
         conn.execute(sql.SQL(statement).format(s=schema))
 
 
-_V9: Final = (
-    # Version 9: the workers (DESIGN §3.11), a row per serving runtime; its times are the
+_V11: Final = (
+    # Version 11: the workers (DESIGN §3.11), a row per serving runtime; its times are the
     # server's clock, as leases are, and its own lease decides when it reads lost.
     """CREATE TABLE {s}.workers (
         worker_id text PRIMARY KEY,
@@ -269,8 +287,8 @@ _V9: Final = (
 )
 
 
-def _to_v9(conn: psycopg.Connection[tuple[object, ...]], schema: sql.Identifier) -> None:
-    for statement in _V9:
+def _to_v11(conn: psycopg.Connection[tuple[object, ...]], schema: sql.Identifier) -> None:
+    for statement in _V11:
         conn.execute(sql.SQL(statement).format(s=schema))
 
 
@@ -282,8 +300,10 @@ MIGRATIONS: Sequence[Migration] = (
     streams_v5,
     _to_v6,
     _to_v7,
-    _to_v8,
+    order_v8,
     _to_v9,
+    _to_v10,
+    _to_v11,
 )
 """The schema's history, oldest first: ``MIGRATIONS[i]`` takes a schema from version ``i``
 to ``i + 1``. Append, never edit."""

@@ -1,6 +1,6 @@
 """Write transactions on the PostgreSQL store run side by side: what still holds when many
 stores (each its own pool, as runtimes in other processes have) write at once. The locks
-each transaction takes (claims, rows, threads; the counters row at commit only) are real
+each transaction takes (claims, rows, threads; no lock all writers share) are real
 server locks here, so these tests race real transactions. Real time, bounded by
 ``trio.fail_after``."""
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import AsyncExitStack
+from contextlib import AsyncExitStack, suppress
 from functools import partial
 
 import psycopg
@@ -195,7 +195,9 @@ async def test_a_commit_answers_with_the_seqs_it_was_given(stores: list[Postgres
     answered = [r.last_seq for r in results if isinstance(r, Accepted)]
     assert sorted(answered) == sorted(by_run.values())
     for i in range(WRITERS):
-        assert by_run[f"b{i}"] == by_run[f"a{i}"] + 1  # one transaction's events together
+        # One transaction's events in the order it queued them (other transactions' seqs,
+        # taken at the same moment from the one sequence, may fall between them).
+        assert by_run[f"b{i}"] > by_run[f"a{i}"]
 
 
 async def test_recovery_leaves_a_claim_another_transaction_holds(
@@ -283,10 +285,12 @@ async def test_a_transaction_the_server_rolls_back_in_a_deadlock_is_run_again(
                     await trio.sleep(0.01)
                 # The store's transaction holds a's claim and waits for b's: closing the
                 # circle makes the server end one of the two.
-                try:
+                # The store's rerun can take a's claim again before the holder's waiting
+                # request is granted, closing a second circle; the server may end the
+                # holder's side of that one. Either way the batch must land whole, and the
+                # log below shows the store was rolled back at least once.
+                with suppress(psycopg.errors.DeadlockDetected):
                     await trio.to_thread.run_sync(lock, "a")
-                except psycopg.errors.DeadlockDetected:  # pragma: no cover - the other way
-                    pytest.fail("the server chose the holder; the store was not rolled back")
                 await trio.to_thread.run_sync(holder.rollback)
     finally:
         await trio.to_thread.run_sync(holder.close)

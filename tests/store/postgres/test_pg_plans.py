@@ -88,8 +88,20 @@ async def test_a_look_for_work_asks_each_candidate_for_its_threads_live_attempts
 ) -> None:
     # Not one join that reads every run to find the live attempts.
     await _store_of(pg_url)
-    params = {"names": ["job"], "lease_now": 0.0, "now": 0.0, "limit": 8}
+    params = {"names": ["job"], "lease_now": 0.0, "now": 0.0, "limit": 8, "by": "a look"}
     await _assert_reached_by(pg_url, Queries.of("awaken").queued, params, "runs_live_on_thread")
+    # And each candidate's reservation by its key, not a join that reads them all.
+    await trio.to_thread.run_sync(_reserve_many, pg_url)
+    await _assert_reached_by(pg_url, Queries.of("awaken").queued, params, "reserved_pkey")
+
+
+def _reserve_many(url: str) -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO awaken.reserved SELECT 'r' || lpad(i::text, 5, '0'), 'a look', 1e12"
+            " FROM generate_series(0, 2999) AS i"
+        )
+        conn.execute("ANALYZE awaken.reserved")
 
 
 async def test_a_look_at_ended_runs_and_a_read_of_states_reach_runs_by_key(pg_url: str) -> None:
