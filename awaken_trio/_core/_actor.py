@@ -62,7 +62,6 @@ async def run_attempt(host: AttemptHost, attempt: Attempt) -> None:
             async with trio.open_nursery() as nursery:
                 # The nursery's scope is the attempt's token: children started into this
                 # nursery are cancelled with it, and nothing they do reaches further up.
-                attempt.scope = nursery.cancel_scope
                 attempt.children_nursery = nursery
                 if attempt.deadline is not None and attempt.request is None:
                     _set_deadline(host, attempt, nursery.cancel_scope)
@@ -77,12 +76,13 @@ async def run_attempt(host: AttemptHost, attempt: Attempt) -> None:
                     # (Built by its own __init__: `_create` is a call more, on every run.)
                     ctx = object.__new__(RunContext)
                     RunContext.__init__(ctx, host, attempt)
-                    token = current_run.set(ctx)
+                    # Set, not reset later by its token: a parked run keeps no token.
+                    current_run.set(ctx)
                     result = await _capture_body(attempt.body, ctx)
                     # The task's context must not keep the attempt: the attempt holds the
                     # scope that holds this task, and that cycle would outlive the run
                     # until a full garbage collection.
-                    current_run.reset(token)
+                    current_run.set(None)
                     # The observation window closes here: a cancel requested from now on
                     # is too late to change how the body ended.
                     cancel_seen = attempt.cancel_reaches(host.closing)

@@ -333,9 +333,6 @@ class Attempt:
     queued_generation: int | None = None
     gate_waiter: GateWaiter | None = None
 
-    # The token: the cancel scope of the attempt's own nursery (children live inside it).
-    # It exists once the actor runs; a request that comes earlier is honoured on entry.
-    scope: trio.CancelScope | None = attrs.field(default=None, init=False)
     # While queued for its thread, the attempt waits inside this scope instead.
     queue_scope: trio.CancelScope | None = attrs.field(default=None, init=False)
     completion: Completion = attrs.field(factory=Completion, init=False)
@@ -348,6 +345,7 @@ class Attempt:
     suspension_checkpoint: JsonValue = attrs.field(default=UNSET, init=False)
     # Children not yet ended, and admissions under way (made on the first child).
     children: Children | None = attrs.field(default=None, init=False)
+    # The attempt's own nursery, once its actor entered it: its scope is the token (`scope`).
     children_nursery: trio.Nursery | None = attrs.field(default=None, init=False)
     # The seq of the event that admitted the attempt: its end is what follows.
     start_seq: int = attrs.field(default=0, init=False)
@@ -363,6 +361,14 @@ class Attempt:
     streams: StreamOutbox | None = attrs.field(default=None, init=False)
     # The run's journaled steps as this attempt sees them (made at its first ctx.step).
     journal: Journal | None = attrs.field(default=None, init=False)
+
+    @property
+    def scope(self) -> trio.CancelScope | None:
+        """The token: the cancel scope of the attempt's own nursery (children live inside
+        it). It exists once the actor runs; a request that comes earlier is honoured on
+        entry. (Read from the nursery: one field less on every parked run.)"""
+        nursery = self.children_nursery
+        return None if nursery is None else nursery.cancel_scope
 
     def request_end(self, request: EndRequest) -> None:
         """Cancel the attempt's scope as ``request`` says. The first request wins: a later
