@@ -30,6 +30,7 @@ import attrs
 
 from .._core import (
     UNSET,
+    CauseKind,
     ChunkKind,
     JsonValue,
     NewRun,
@@ -59,6 +60,7 @@ from ._rules import (
     ClaimRow,
     HeldResume,
     StreamHead,
+    cause_of,
     state_kind,
 )
 from ._streams import ChunkRows
@@ -106,6 +108,13 @@ class TextRow:
     epoch: int
     attempt_epoch: int | None
     recoveries: int
+    # `RunRecord`'s times and last owner (None where a file written before them holds
+    # none); an update writes them when they change.
+    created_at: float | None
+    updated_at: float | None
+    started_at: float | None
+    ended_at: float | None
+    worker_id: str | None
     # A queued run's earliest start (`Commit.not_before`), None when it may start now.
     not_before: float | None
 
@@ -116,17 +125,19 @@ class TextRow:
         new: NewRun,
         state: RunState,
         generation: int,
+        at: float,
         not_before: float | None = None,
     ) -> Self:
-        """The row of a run ``new`` creates: nothing carried, no resume, epoch 0, no
-        attempt."""
+        """The row of a run ``new`` creates at ``at``: nothing carried, no resume, epoch 0,
+        no attempt, no worker."""
+        kind = state_kind(state)
         return cls(
             run_id,
             new.thread_id,
             new.parent_run_id,
             new.root_run_id or run_id,
             new.name,
-            state_kind(state),
+            kind,
             dump_state(state),
             generation,
             NO_MESSAGES,
@@ -136,12 +147,25 @@ class TextRow:
             0,
             None,
             0,
+            at,
+            at,
+            at if kind == "running" else None,
+            at if kind == ENDED else None,
+            None,
             not_before,
         )
 
     @property
     def state(self) -> RunState:
         return load_state(self.state_text)  # (decoded texts are cached by `load_state`)
+
+    @property
+    def cause(self) -> CauseKind | None:
+        """The kind of an ended run's cause (the column `list_runs` filters and counts
+        ended runs by), else None."""
+        if self.kind != ENDED:
+            return None
+        return cause_of(self.state)
 
     @property
     def named_root(self) -> bool:
@@ -340,6 +364,7 @@ class TextRunTx(abc.ABC, Generic[R, N]):
         state: RunState,
         generation: int,
         *,
+        at: float,
         steps: int | None = None,
         result: JsonValue = UNSET,
         not_before: float | None = None,
@@ -348,9 +373,13 @@ class TextRunTx(abc.ABC, Generic[R, N]):
         row.kind = kind = state_kind(state)
         row.state_text = dump_state(state)
         row.generation = generation
+        row.updated_at = at
         row.not_before = not_before
         if kind == ENDED:
+            row.ended_at = at
             self._ended.append(row)
+        elif kind == "running" and row.started_at is None:
+            row.started_at = at
         if steps is not None:
             self._steps[run_id] = steps
         if result is not UNSET:
@@ -384,6 +413,11 @@ class TextRunTx(abc.ABC, Generic[R, N]):
     def set_recoveries(self, row: R, recoveries: int) -> None:
         row.recoveries = recoveries
         self._change(row)
+
+    def set_worker(self, row: R, worker_id: str) -> None:
+        if row.worker_id != worker_id:
+            row.worker_id = worker_id
+            self._change(row)
 
     def set_attempt(self, row: R, epoch: int | None) -> None:
         """Mark the run's attempt live at ``epoch``, or not live (None)."""

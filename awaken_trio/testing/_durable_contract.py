@@ -15,6 +15,8 @@ from ._checks import Elapse
 from ._durable_claims import ClaimChecks, RecoveryChecks, ThreadGuardChecks
 from ._durable_work import CommandChecks, ElsewhereChecks, RunnableChecks
 from ._store_contract import StoreContract
+from ._store_listing import WorkerOfRunChecks
+from ._workers_contract import WorkerChecks
 
 
 @pytest.mark.trio
@@ -25,6 +27,8 @@ class DurableStoreContract(
     RunnableChecks,
     CommandChecks,
     ElsewhereChecks,
+    WorkerOfRunChecks,
+    WorkerChecks,
     StoreContract,
 ):
     """The rules every `DurableStore` enforces, on top of `StoreContract`'s. Subclass it

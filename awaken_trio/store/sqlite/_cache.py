@@ -56,9 +56,10 @@ class Marks(NamedTuple):
     last_rowid: int  # the largest rowid of runs (a new run's is the next)
 
 
-_NONE_15: Final = ", NULL" * 15
-_NONE_14: Final = ", NULL" * 14
-_NONE_13: Final = ", NULL" * 13
+_WIDTH: Final = ROW_COLUMNS.count(",") + 1  # the widest part: a run's row
+_NONE_15: Final = ", NULL" * (_WIDTH - 3)
+_NONE_14: Final = ", NULL" * (_WIDTH - 4)
+_NONE_13: Final = ", NULL" * (_WIDTH - 5)
 
 # Everything a transaction reads, in one statement (so one call into SQLite: see
 # ``sqlite/_bulk.py``), by tag: 0 the marks, 1 runs by id, 2 live attempts by thread, 3 claims
