@@ -283,6 +283,7 @@ class Queries:
     due: bytes
     past_deadline: bytes
     look_async: bytes
+    reserved_by_others: bytes
     reserve: bytes
     forget_reserved: bytes
     list_runs: str

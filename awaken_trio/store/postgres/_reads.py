@@ -82,7 +82,7 @@ def runnable(
     the reservations that have passed."""
     if limit <= 0 or not names:
         return []
-    with conn.transaction():  # one snapshot for both queries, the rows locked to the end
+    with conn.transaction():  # the rows the queries lock stay locked to the end
         conn.execute(r.look_async)
         params = {"names": names, "lease_now": lease_now, "now": now, "limit": limit, "by": by}
         out = [record_of(found) for found in conn.execute(r.queued, params).fetchall()]
@@ -92,6 +92,13 @@ def runnable(
             out.extend(record_of(found) for found in conn.execute(r.due, due).fetchall())
         if out:
             ids = [record.run_id for record in out]
+            # A look that began before another committed its reservations reads them
+            # now, with its rows locked (`reserved_by_others`), and leaves those runs.
+            look = {"ids": ids, "lease_now": lease_now, "by": by}
+            taken = {run_id for (run_id,) in conn.execute(r.reserved_by_others, look)}
+            if taken:
+                out = [record for record in out if record.run_id not in taken]
+                ids = [record.run_id for record in out]
             until = lease_now + RESERVED_FOR
             conn.execute(r.reserve, {"ids": ids, "by": by, "until": until})
         if sweep:

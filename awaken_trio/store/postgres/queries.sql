@@ -265,6 +265,13 @@ ORDER BY t.wake_at, t.put_order LIMIT %(limit)s FOR UPDATE OF r SKIP LOCKED;
 -- does not wait for the WAL flush.
 SET LOCAL synchronous_commit = off;
 
+-- reserved_by_others --
+-- Of the runs a look locked, those another look reserved: read in a statement of its own,
+-- after the locks, so it sees a reservation committed after the look's first statement
+-- began (its rows were unlocked when that look committed, and this look then took them).
+SELECT run_id FROM {s}.reserved
+WHERE run_id = ANY(%(ids)b) AND until >= %(lease_now)s AND by <> %(by)s;
+
 -- reserve --
 -- The runs a look hands out, taken out of other runtimes' looks until a moment passes
 -- (their rows are locked by the look, so no other look read them meanwhile).
