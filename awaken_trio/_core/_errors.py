@@ -218,7 +218,7 @@ class RunError(AwakenError):
         super().__init__(f"{code}: {message}" if message else code)
 
     @staticmethod
-    def code_of(exc: BaseException) -> str:
+    def error_code(exc: BaseException) -> str:
         """The stable snake_case name of any error: a `RunError`'s ``code``, else its class
         name in snake_case, acronyms kept together (``ValueError`` -> ``value_error``,
         ``HTTPError`` -> ``http_error``, ``OAuth2TokenError`` -> ``o_auth2_token_error``).

@@ -88,7 +88,7 @@ def failure_of(
     committed ``state`` when it is known."""
     said = refusal_message(exc, state, words) if isinstance(exc, AwakenError) else None
     message = one_line(str(exc) if said is None else said)
-    name = RunError.code_of(exc)
+    name = RunError.error_code(exc)
     if isinstance(exc, REFUSALS):
         return CommandFailed(Exit.REFUSED, name, message, state)
     if isinstance(exc, InvalidArgument):
