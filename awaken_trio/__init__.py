@@ -48,6 +48,7 @@ from ._core import StreamChunk as StreamChunk
 from ._core import StreamGap as StreamGap
 from ._core import StreamReader as StreamReader
 from ._core import StreamWriter as StreamWriter
+from ._core import ThreadBusy as ThreadBusy
 from ._core import TicketExpired as TicketExpired
 from ._core import TicketMismatch as TicketMismatch
 from ._core import UnknownRun as UnknownRun
@@ -93,6 +94,7 @@ __all__ = [
     "StreamGap",
     "StreamReader",
     "StreamWriter",
+    "ThreadBusy",
     "TicketExpired",
     "TicketMismatch",
     "UnknownRun",

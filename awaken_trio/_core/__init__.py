@@ -52,6 +52,7 @@ from ._errors import RunExists as RunExists
 from ._errors import RuntimeClosed as RuntimeClosed
 from ._errors import StoreError as StoreError
 from ._errors import StreamGap as StreamGap
+from ._errors import ThreadBusy as ThreadBusy
 from ._errors import TicketExpired as TicketExpired
 from ._errors import TicketMismatch as TicketMismatch
 from ._errors import UnknownRun as UnknownRun
@@ -106,6 +107,7 @@ from ._state import StreamChunk as StreamChunk
 from ._state import ended as ended
 from ._state import wake_at as wake_at
 from ._storage import DURABLE_METHODS as DURABLE_METHODS
+from ._storage import IF_BUSY as IF_BUSY
 from ._storage import STORE_METHODS as STORE_METHODS
 from ._storage import UNSET as UNSET
 from ._storage import Accepted as Accepted
@@ -121,6 +123,7 @@ from ._storage import EventDraft as EventDraft
 from ._storage import Expect as Expect
 from ._storage import Fence as Fence
 from ._storage import ForkingStore as ForkingStore
+from ._storage import IfBusy as IfBusy
 from ._storage import InlineStore as InlineStore
 from ._storage import ListingStore as ListingStore
 from ._storage import NewRun as NewRun

@@ -18,6 +18,7 @@ from ._json import JsonValue, check_payload, freeze_detail
 from ._schema import check_schema
 from ._spec import RunSpec
 from ._state import Awaiting, EventKind, ResumeTicket, RunState
+from ._storage import IfBusy
 from ._streams import StreamOutbox, StreamWriter, check_channel
 from ._util import NoPublicConstructor, safe_repr
 from ._validate import check_deadline, check_id, is_async_callable
@@ -493,6 +494,7 @@ class RunContext(metaclass=NoPublicConstructor):
         thread_id: str | None = None,
         name: str | None = None,
         max_steps: int | None = None,
+        if_busy: IfBusy = "queue",
     ) -> RunHandle:
         """Start a child run inside this attempt's cancel scope.
 
@@ -500,7 +502,8 @@ class RunContext(metaclass=NoPublicConstructor):
         child's own cancel or failure never reaches this attempt. The child runs on a
         thread of its own unless ``thread_id`` is given; a child given a busy thread
         (its parent's, say) is queued, and if its turn has not come when this attempt
-        ends, it is ended with it without ever running.
+        ends, it is ended with it without ever running. ``if_busy`` is as for
+        `Runtime.start` (a child never supersedes its own ancestors: `ThreadBusy`).
         """
         a = self._live("start_child()")
         spec = RunSpec.checked(
@@ -512,6 +515,7 @@ class RunContext(metaclass=NoPublicConstructor):
             max_steps=max_steps,
             parent=a,
             max_payload_bytes=self._host.max_payload_bytes,
+            if_busy=if_busy,
         )
         return await self._host.start_run(spec)
 
@@ -524,9 +528,16 @@ class RunContext(metaclass=NoPublicConstructor):
         thread_id: str | None = None,
         name: str | None = None,
         max_steps: int | None = None,
+        if_busy: IfBusy = "queue",
     ) -> RunState:
         """Start a child run and wait for it; its committed state comes back as a value."""
         handle = await self.start_child(
-            body, input=input, run_id=run_id, thread_id=thread_id, name=name, max_steps=max_steps
+            body,
+            input=input,
+            run_id=run_id,
+            thread_id=thread_id,
+            name=name,
+            max_steps=max_steps,
+            if_busy=if_busy,
         )
         return await handle.wait()

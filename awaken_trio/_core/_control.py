@@ -46,6 +46,7 @@ from ._state import (
 from ._storage import (
     Accepted,
     ForkingStore,
+    IfBusy,
     ListingStore,
     NewRun,
     PruningStore,
@@ -148,7 +149,13 @@ class Control:
     # ------------------------------------------------------------------ durable runs
 
     async def submit(
-        self, name: str, *, input: JsonValue, run_id: str | None, thread_id: str | None
+        self,
+        name: str,
+        *,
+        input: JsonValue,
+        run_id: str | None,
+        thread_id: str | None,
+        if_busy: IfBusy,
     ) -> RunHandle:
         admissions = self._admissions
         admissions.actors_nursery()  # refuses once shutdown has begun
@@ -156,7 +163,7 @@ class Control:
         input = admissions.checked_input(input, run_id)
         thread_id = thread_id or run_id
         await trio.lowlevel.checkpoint()
-        new_run = NewRun(thread_id, None, name, input, None, run_id)
+        new_run = NewRun(thread_id, None, name, input, None, run_id, if_busy=if_busy)
         result = await admissions.commit_queued_run(run_id, new_run, "submit")
         if isinstance(result, Rejected):
             record = await self.load(run_id)

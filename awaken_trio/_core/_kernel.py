@@ -154,6 +154,16 @@ class Kernel:
         attempt.request_end(lost(why, claim_lost=True))
         return True
 
+    def superseded(self, run_ids: tuple[str, ...], by: str) -> None:
+        """A commit of the new run ``by`` ended ``run_ids``, the other runs of its thread
+        (``if_busy="supersede"``): their attempts here stop and commit nothing (the store
+        holds their end); each then lets its claim go, which frees the thread."""
+        why = f"superseded by run {by!r}"
+        for run_id in run_ids:
+            attempt = self.attempt_here(run_id)
+            if attempt is not None:
+                attempt.request_end(lost(why, claim_lost=False))
+
     def lose_attempt(self, attempt: Attempt, why: str) -> None:
         """A commit of ``attempt`` was fenced: its whole tree has lost the root's claim."""
         root = attempt

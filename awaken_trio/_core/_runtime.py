@@ -29,6 +29,7 @@ from ._state import (
 )
 from ._storage import (
     STATE_KINDS,
+    IfBusy,
     StateKind,
     StreamingStore,
     read_store,
@@ -36,7 +37,7 @@ from ._storage import (
 from ._streams import StreamReader, check_read
 from ._supervisor import Supervisor
 from ._util import NoPublicConstructor, safe_repr
-from ._validate import check_body, check_id
+from ._validate import check_body, check_id, check_if_busy
 
 _COMMANDS = frozenset((Cancel, Pause, Wake, Message))
 
@@ -99,6 +100,7 @@ class Runtime(metaclass=NoPublicConstructor):
         thread_id: str | None = None,
         name: str | None = None,
         max_steps: int | None = None,
+        if_busy: IfBusy = "queue",
     ) -> RunHandle:
         """Commit a new run and start its first attempt.
 
@@ -114,13 +116,24 @@ class Runtime(metaclass=NoPublicConstructor):
             name: a label kept with the record.
             max_steps: the run's budget of ``boundary()`` calls, across all its attempts;
                 the call that would exceed it ends the run ``Ended(MaxSteps())``.
+            if_busy: when another run on the thread is running or queued: ``"queue"``
+                waits for it, ``"reject"`` raises `ThreadBusy`, ``"supersede"`` ends the
+                thread's other unended runs ``Stopped("superseded")`` in the same commit
+                (this run starts once the old attempt has stopped).
 
         Raises:
-            RunExists: ``run_id`` is taken. InvalidArgument, InvalidBody, InvalidPayload:
-            a bad argument (nothing is committed). RuntimeClosed: the runtime is closing.
+            RunExists: ``run_id`` is taken. ThreadBusy: ``if_busy="reject"`` on a busy
+            thread. InvalidArgument, InvalidBody, InvalidPayload: a bad argument (nothing
+            is committed). RuntimeClosed: the runtime is closing.
         """
         spec = self._root_spec(
-            body, input=input, run_id=run_id, thread_id=thread_id, name=name, max_steps=max_steps
+            body,
+            input=input,
+            run_id=run_id,
+            thread_id=thread_id,
+            name=name,
+            max_steps=max_steps,
+            if_busy=if_busy,
         )
         return self._handle(await self._admissions.begin_run(spec))
 
@@ -133,6 +146,7 @@ class Runtime(metaclass=NoPublicConstructor):
         thread_id: str | None,
         name: str | None,
         max_steps: int | None,
+        if_busy: IfBusy,
     ) -> RunSpec:
         """The checked spec of a root run `start` or `execute` begins (called from this
         runtime's own Trio run only)."""
@@ -146,6 +160,7 @@ class Runtime(metaclass=NoPublicConstructor):
             max_steps=max_steps,
             parent=None,
             max_payload_bytes=self._kernel.max_payload_bytes,
+            if_busy=if_busy,
         )
 
     async def execute(
@@ -157,6 +172,7 @@ class Runtime(metaclass=NoPublicConstructor):
         thread_id: str | None = None,
         name: str | None = None,
         max_steps: int | None = None,
+        if_busy: IfBusy = "queue",
     ) -> RunState:
         """`start`, then wait: the committed state (``Awaiting`` or ``Ended``) of the attempt.
 
@@ -164,7 +180,13 @@ class Runtime(metaclass=NoPublicConstructor):
         waiting, not the run (use `deliver` or `cancel_run` for that).
         """
         spec = self._root_spec(
-            body, input=input, run_id=run_id, thread_id=thread_id, name=name, max_steps=max_steps
+            body,
+            input=input,
+            run_id=run_id,
+            thread_id=thread_id,
+            name=name,
+            max_steps=max_steps,
+            if_busy=if_busy,
         )
         return await self._control.execute(spec)
 
@@ -189,6 +211,7 @@ class Runtime(metaclass=NoPublicConstructor):
         input: JsonValue = None,
         run_id: str | None = None,
         thread_id: str | None = None,
+        if_busy: IfBusy = "queue",
     ) -> RunHandle:
         """Commit a run ``Queued`` for any serving runtime that has a body named ``name``.
 
@@ -198,8 +221,13 @@ class Runtime(metaclass=NoPublicConstructor):
         after the handle was made, whichever runtime runs it (at once the end of a run
         that had already ended).
 
+        ``if_busy`` is as for `start`; a repeated submit of the same run never supersedes
+        nor is rejected.
+
         Raises:
             RunExists: ``run_id`` is taken by a different run.
+            ThreadBusy: ``if_busy="reject"`` and another run on the thread is running or
+                queued (nothing is committed).
         """
         self._in_own_run()
         check_id(name, "name")
@@ -207,7 +235,11 @@ class Runtime(metaclass=NoPublicConstructor):
             check_id(run_id, "run_id")
         if thread_id is not None:
             check_id(thread_id, "thread_id")
-        return await self._control.submit(name, input=input, run_id=run_id, thread_id=thread_id)
+        if if_busy != "queue":
+            check_if_busy(if_busy)
+        return await self._control.submit(
+            name, input=input, run_id=run_id, thread_id=thread_id, if_busy=if_busy
+        )
 
     async def fork(
         self,

@@ -85,6 +85,9 @@ class RejectReason(enum.StrEnum):
     or its lease expired), or asks for a claim another owner holds."""
     THREAD_BUSY = "thread_busy"
     """Another run's attempt is live on the run's thread."""
+    BUSY = "busy"
+    """The commit creates a run with ``if_busy="reject"`` (`NewRun.if_busy`) and another
+    run on its thread is running or queued (`Rejected.holder` names it)."""
 
 
 @final
@@ -137,6 +140,11 @@ class NewRun:
     checkpoint: JsonValue = None
     forked_from: JsonValue = None
     step_events: tuple[Mapping[str, JsonValue], ...] = ()
+    # What the commit does when the run's thread is busy (another run on it is running or
+    # queued): ``"queue"`` nothing (the run waits its turn), ``"reject"`` refuse the commit
+    # (`RejectReason.BUSY`), ``"supersede"`` end every other unended run of the thread
+    # ``Stopped("superseded")`` in the same transaction (`Accepted.superseded`).
+    if_busy: IfBusy = "queue"
 
 
 @final
@@ -294,6 +302,11 @@ class Commit:
     chunks: tuple[StreamDraft, ...] = ()
 
 
+IfBusy = Literal["queue", "reject", "supersede"]
+"""What a start or submit does when its run's thread is busy (DESIGN §3.8)."""
+
+IF_BUSY: Final[tuple[IfBusy, ...]] = ("queue", "reject", "supersede")
+
 DescendantsEnd = Literal["parent_ended", "not_resumed"]
 """How a commit ends the run's unended descendants (`Commit.end_descendants`)."""
 
@@ -313,6 +326,8 @@ class Accepted:
             replaces was running with.
         resume_ticket: the ticket that resume answered.
         epoch: the epoch of the claim the commit took (``claim``), else None.
+        superseded: the runs the commit ended ``Stopped("superseded")`` (a new run
+            created with ``if_busy="supersede"``), in the order they were ended.
 
     A store answers with what the runtime needs, not with the whole record or the
     events (read them with `Store.load` and `Store.events_after`), so a commit never
@@ -328,16 +343,19 @@ class Accepted:
     resume_ticket: ResumeTicket | None = attrs.field(default=None, kw_only=True)
     epoch: int | None = attrs.field(default=None, kw_only=True)
     taken_pause: bool = attrs.field(default=False, kw_only=True)
+    superseded: tuple[str, ...] = attrs.field(default=(), kw_only=True)
 
 
 @final
 @attrs.frozen
 class Rejected:
     """The commit was fenced off; nothing changed. ``state`` is the committed state that
-    fenced it (None for an unknown run)."""
+    fenced it (None for an unknown run); for `RejectReason.BUSY`, the state of the run
+    that keeps the thread busy, ``holder``."""
 
     reason: RejectReason
     state: RunState | None
+    holder: str | None = attrs.field(default=None, kw_only=True)
 
 
 CommitResult = Accepted | Rejected

@@ -26,6 +26,7 @@ from .._core import EventDraft as EventDraft
 from .._core import Expect as Expect
 from .._core import Fence as Fence
 from .._core import ForkingStore as ForkingStore
+from .._core import IfBusy as IfBusy
 from .._core import InlineStore as InlineStore
 from .._core import ListingStore as ListingStore
 from .._core import NewRun as NewRun
@@ -62,6 +63,7 @@ __all__ = [
     "Expect",
     "Fence",
     "ForkingStore",
+    "IfBusy",
     "InlineStore",
     "ListingStore",
     "MemoryStore",

@@ -213,6 +213,11 @@ class TextRunTx(abc.ABC, Generic[R, N]):
         writes included (a store flushes first)."""
 
     @abc.abstractmethod
+    def _read_unended(self, thread_id: str) -> list[str]:
+        """The runs on ``thread_id`` that have not ended, oldest first (called after a
+        flush; a store that locks rows locks the thread first, as `_read_thread` does)."""
+
+    @abc.abstractmethod
     def _read_commands(self, run_id: str) -> list[CommandRow]:
         """The run's stored commands, oldest first (called after a flush)."""
 
@@ -257,6 +262,15 @@ class TextRunTx(abc.ABC, Generic[R, N]):
                 if held is not None and held.epoch == epoch and held.lease_until >= now:
                     return True
         return False
+
+    def unended_on_thread(self, thread_id: str) -> list[R]:
+        self.flush()  # the query reads states this transaction may have changed
+        found = []
+        for run_id in self._read_unended(thread_id):
+            row = self.row(run_id)
+            if row is not None and row.kind != ENDED:
+                found.append(row)
+        return found
 
     def take_carried(self, row: R) -> Carried:
         if row.carried == NO_MESSAGES and not row.carried_pause:

@@ -20,6 +20,7 @@ from ..store import (
     EventDraft,
     Expect,
     Fence,
+    IfBusy,
     NewRun,
 )
 
@@ -98,6 +99,7 @@ def create(
     claim: Claim | None = None,
     fence: Fence | None = None,
     thread_guard: bool = False,
+    if_busy: IfBusy = "queue",
 ) -> Commit:
     """A run created (``Running(generation)`` unless ``state`` says otherwise), on a
     thread of its own unless ``thread`` is given."""
@@ -107,7 +109,9 @@ def create(
         generation=generation,
         expect=Expect(new=True),
         at=at,
-        new_run=NewRun(thread or f"thread-{run_id}", parent, name, input, max_steps, root),
+        new_run=NewRun(
+            thread or f"thread-{run_id}", parent, name, input, max_steps, root, if_busy=if_busy
+        ),
         detail={"source": "start"} if detail is None else detail,
         claim=claim,
         fence=fence,

@@ -14,6 +14,7 @@ from ..store import DurableStore
 from ._checks import Elapse
 from ._durable_claims import ClaimChecks, RecoveryChecks, ThreadGuardChecks
 from ._durable_work import CommandChecks, ElsewhereChecks, RunnableChecks
+from ._store_busy import SupersedeClaimChecks
 from ._store_contract import StoreContract
 
 
@@ -25,6 +26,7 @@ class DurableStoreContract(
     RunnableChecks,
     CommandChecks,
     ElsewhereChecks,
+    SupersedeClaimChecks,
     StoreContract,
 ):
     """The rules every `DurableStore` enforces, on top of `StoreContract`'s. Subclass it

@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 
 from ..store import Store
+from ._store_busy import BusyThreadChecks
 from ._store_runs import CarriedChecks, CreationChecks, FenceChecks, TicketChecks
 from ._store_writes import EventChecks, PayloadChecks, ReadChecks
 
@@ -23,6 +24,7 @@ class StoreContract(
     EventChecks,
     PayloadChecks,
     ReadChecks,
+    BusyThreadChecks,
 ):
     """The rules every `Store` enforces, as tests. Subclass it and override ``store``.
 

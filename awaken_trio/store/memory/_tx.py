@@ -127,6 +127,10 @@ class MemoryRow:
         )
 
 
+def _created(row: MemoryRow) -> int:
+    return row.created
+
+
 @final
 @attrs.define(eq=False)
 class MemoryTx:
@@ -195,6 +199,20 @@ class MemoryTx:
 
     def children(self, parent: str) -> list[str]:
         return list(self.children_of.get(parent, ()))
+
+    def unended_on_thread(self, thread_id: str) -> list[MemoryRow]:
+        # A shared store indexes its runs by thread; a store of one runtime looks through
+        # its runs (read only for a start with a busy-thread policy).
+        rows = self.rows
+        if self.shared:
+            candidates: Iterable[MemoryRow] = [
+                rows[run_id] for run_id in self.on_thread.get(thread_id, ())
+            ]
+        else:
+            candidates = rows.values()
+        found = [row for row in candidates if row.thread_id == thread_id and row.kind != "ended"]
+        found.sort(key=_created)
+        return found
 
     def expired_claims(self, now: float) -> list[str]:
         expired = sorted((c.lease_until, r) for r, c in self.claims.items() if c.lease_until < now)

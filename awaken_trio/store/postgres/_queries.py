@@ -224,6 +224,7 @@ class Queries:
     rows: bytes
     claims: bytes
     live: bytes
+    unended: bytes
     ending_commands: bytes
     children: bytes
     children_of: bytes

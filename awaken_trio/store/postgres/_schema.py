@@ -183,7 +183,27 @@ def _to_v4(conn: psycopg.Connection[tuple[object, ...]], schema: sql.Identifier)
         conn.execute(sql.SQL(statement).format(s=schema))
 
 
-MIGRATIONS: Sequence[Migration] = (_create_v1, _to_v2, _to_v3, _to_v4, streams_v5)
+_V6: Final = (
+    # Version 6: busy threads (``if_busy=``). A start that rejects or supersedes on a busy
+    # thread reads the thread's runs that have not ended; a partial index holds those rows
+    # alone, so the read costs the runs the thread has under way, not its history.
+    "CREATE INDEX runs_unended_on_thread ON {s}.runs (thread_id, created) WHERE kind <> 'ended'",
+)
+
+
+def _to_v6(conn: psycopg.Connection[tuple[object, ...]], schema: sql.Identifier) -> None:
+    for statement in _V6:
+        conn.execute(sql.SQL(statement).format(s=schema))
+
+
+MIGRATIONS: Sequence[Migration] = (
+    _create_v1,
+    _to_v2,
+    _to_v3,
+    _to_v4,
+    streams_v5,
+    _to_v6,
+)
 """The schema's history, oldest first: ``MIGRATIONS[i]`` takes a schema from version ``i``
 to ``i + 1``. Append, never edit."""
 

@@ -231,6 +231,16 @@ class Transaction(TextRunTx[Row, _Insert]):
     def _read_commands(self, run_id: str) -> list[CommandRow]:
         return self._read(command_run_ids=(run_id,))[run_id]
 
+    def _read_unended(self, thread_id: str) -> list[str]:
+        # (The index of schema version 7, runs_unended_on_thread, holds these rows alone.)
+        return [
+            run_id
+            for (run_id,) in self.conn.execute(
+                "SELECT run_id FROM runs WHERE thread_id = ? AND kind != 'ended' ORDER BY rowid",
+                (thread_id,),
+            )
+        ]
+
     def _read_heads(self, run_ids: list[str]) -> None:
         streams.read_heads(self.conn, self._streams, run_ids)
 
