@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 import sys
+import typing
 from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, get_args
@@ -28,7 +29,7 @@ from .. import (
     StreamChunk,
 )
 from .._core import check_channel
-from ..store import StateKind, state_to_json
+from ..store import IfBusy, StateKind, state_to_json
 from ._common import (
     REFUSALS,
     STORE_ENV,
@@ -376,6 +377,14 @@ async def _watch_events(runtime: Runtime, run_id: str) -> None:
 @click.option("--input", "input_", metavar="JSON", help="The run's input, a JSON value.")
 @click.option("--thread", "thread_id", metavar="T", help="The run's thread (default: its own).")
 @click.option("--run-id", metavar="ID", help="The run's id (default: a fresh one).")
+@click.option(
+    "--if-busy",
+    type=click.Choice(typing.get_args(IfBusy)),
+    default="queue",
+    show_default=True,
+    help="When the thread has a running or queued run: wait for it (queue), refuse with"
+    " exit 1 (reject), or stop every other run of the thread and run instead (supersede).",
+)
 def submit(
     store: str | None,
     as_json: bool,
@@ -383,6 +392,7 @@ def submit(
     input_: str | None,
     thread_id: str | None,
     run_id: str | None,
+    if_busy: IfBusy,
 ) -> None:
     """Queue a run of the body named NAME for a worker that serves it; print its id."""
     value = (
@@ -392,7 +402,9 @@ def submit(
     async def run() -> None:
         async with open_cli_runtime(store_url(store), must_exist=False) as runtime:
             try:
-                handle = await runtime.submit(name, input=value, run_id=run_id, thread_id=thread_id)
+                handle = await runtime.submit(
+                    name, input=value, run_id=run_id, thread_id=thread_id, if_busy=if_busy
+                )
                 record = await runtime.record(handle.run_id)
             except REFUSALS as exc:
                 raise await refused(runtime, exc, run_id) from None

@@ -13,6 +13,7 @@ import trio
 
 from .._core import (
     Clock,
+    IfBusy,
     JsonValue,
     LiveCommand,
     RunEvent,
@@ -200,9 +201,12 @@ class AsyncClient:
         input: JsonValue = None,
         run_id: str | None = None,
         thread_id: str | None = None,
+        if_busy: IfBusy = "queue",
     ) -> str:
         """`Client.submit`: the run id of a run committed ``Queued``."""
-        return await self._run(lambda runtime: ops.submit(runtime, name, input, run_id, thread_id))
+        return await self._run(
+            lambda runtime: ops.submit(runtime, name, input, run_id, thread_id, if_busy)
+        )
 
     async def fork(
         self, run_id: str, *, at: int | None = None, new_run_id: str | None = None

@@ -17,6 +17,7 @@ from .._core import (
     Awaiting,
     Ended,
     EventKind,
+    IfBusy,
     InvalidArgument,
     JsonValue,
     LiveCommand,
@@ -61,8 +62,11 @@ async def submit(
     input: JsonValue,
     run_id: str | None,
     thread_id: str | None,
+    if_busy: IfBusy = "queue",
 ) -> str:
-    handle = await runtime.submit(name, input=input, run_id=run_id, thread_id=thread_id)
+    handle = await runtime.submit(
+        name, input=input, run_id=run_id, thread_id=thread_id, if_busy=if_busy
+    )
     return handle.run_id
 
 

@@ -11,6 +11,7 @@ import outcome
 
 from .._core import (
     Clock,
+    IfBusy,
     JsonValue,
     LiveCommand,
     RunEvent,
@@ -139,10 +140,15 @@ class Client:
         input: JsonValue = None,
         run_id: str | None = None,
         thread_id: str | None = None,
+        if_busy: IfBusy = "queue",
     ) -> str:
         """Commit a run ``Queued`` for a serving runtime with a body named ``name``; its
-        run id. Idempotent by ``run_id`` (`Runtime.submit`); `RunExists` if it differs."""
-        return self._run(lambda runtime: ops.submit(runtime, name, input, run_id, thread_id))
+        run id. Idempotent by ``run_id`` (`Runtime.submit`); `RunExists` if it differs.
+        ``if_busy`` as for `Runtime.submit` (`ThreadBusy` when ``"reject"`` finds the
+        thread busy)."""
+        return self._run(
+            lambda runtime: ops.submit(runtime, name, input, run_id, thread_id, if_busy)
+        )
 
     def fork(self, run_id: str, *, at: int | None = None, new_run_id: str | None = None) -> str:
         """Commit a fork of ``run_id`` ``Queued`` (`Runtime.fork`), from its checkpoint as

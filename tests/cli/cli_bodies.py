@@ -3,6 +3,8 @@ working directory, as ``awaken-trio worker cli_bodies`` does)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import trio
 
 from awaken_trio import JsonValue, RunContext
@@ -64,3 +66,28 @@ async def fails(ctx: RunContext) -> object:
 
 
 bodies["fails"] = fails
+
+
+async def chat(ctx: RunContext) -> object:
+    """Answers one chat message (input: ``{"log": path, "slow": bool}``), writing to the log
+    when its attempt starts and when it has stopped, so a test can see that two attempts
+    of one thread never overlapped."""
+    assert isinstance(ctx.input, dict)
+    log = Path(str(ctx.input["log"]))
+    _note(log, f"start {ctx.run_id}")
+    try:
+        if ctx.input.get("slow"):
+            await trio.sleep_forever()
+        return {"answered": ctx.run_id}
+    finally:
+        with trio.CancelScope(shield=True):
+            await trio.sleep(0.3)  # a model call's cleanup
+        _note(log, f"stop {ctx.run_id}")
+
+
+def _note(log: Path, line: str) -> None:
+    with log.open("a") as file:
+        file.write(f"{line}\n")
+
+
+bodies["chat"] = chat
