@@ -52,6 +52,7 @@ from ._core import ThreadBusy as ThreadBusy
 from ._core import TicketExpired as TicketExpired
 from ._core import TicketMismatch as TicketMismatch
 from ._core import UnknownRun as UnknownRun
+from ._core import VersionedBody as VersionedBody
 from ._core import current_context as current_context
 from ._core import fixup_module_metadata as _fixup_module_metadata
 from ._open import open_runtime as open_runtime
@@ -98,6 +99,7 @@ __all__ = [
     "TicketExpired",
     "TicketMismatch",
     "UnknownRun",
+    "VersionedBody",
     "current_context",
     "open_runtime",
 ]

@@ -176,6 +176,8 @@ def show(store: str | None, as_json: bool, run_id: str) -> None:
             ("checkpoint", dumps(record.checkpoint)),
             ("result", dumps(record.result)),
         ]
+        if record.body_version is not None:
+            fields.append(("version", record.body_version))  # of its body (DESIGN §3.8)
         for label, value in fields:
             out.print(f"{label:<11}{value}", soft_wrap=True)
         print_table(out, EVENT_COLUMNS, [event_cells(e) for e in last], title="last events")

@@ -39,6 +39,7 @@ def record_json(record: RunRecord) -> dict[str, JsonValue]:
         "result": record.result,
         "checkpoint": record.checkpoint,
         "forked_from": record.forked_from,
+        "body_version": record.body_version,
     }
 
 

@@ -152,3 +152,5 @@ from ._util import fixup_module_metadata as fixup_module_metadata
 from ._util import safe_repr as safe_repr
 from ._validate import check_body as check_body
 from ._validate import new_run_id as new_run_id
+from ._versions import BodyVersions as BodyVersions
+from ._versions import VersionedBody as VersionedBody

@@ -229,6 +229,7 @@ class Admissions:
             name = kernel.name_of(spec.body)
             if name is not None:
                 spec = attrs.evolve(spec, name=name)
+        version = kernel.version_for(spec.name, spec.body) if kernel.versions else None
         attempt = self.new_attempt(spec, generation=1, steps=0, checkpoint=checkpoint)
         new_run = NewRun(
             spec.thread_id,
@@ -241,6 +242,7 @@ class Admissions:
             forked_from,
             step_events,
             spec.if_busy,
+            version,
         )
         admission = object.__new__(Admission)  # (see _commit_of, "Built by their own __init__")
         Admission.__init__(

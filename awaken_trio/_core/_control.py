@@ -362,7 +362,7 @@ class Control:
         if ticket.accepts is not None:
             check_value(ticket.accepts, value, f"the resume value for run {run_id!r}")
         if body is None:
-            body = self._kernel.body_for(run_id, record.name)
+            body = self._kernel.body_for_record(record)
             if body is None:
                 if record.name is None:
                     # No runtime can ever find its body by name: queued, it would wait forever.

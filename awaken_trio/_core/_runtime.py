@@ -192,16 +192,36 @@ class Runtime(metaclass=NoPublicConstructor):
 
     # ------------------------------------------------------------------ durable runs
 
-    def register(self, name: str, body: Body) -> None:
+    def register(
+        self,
+        name: str,
+        body: Body,
+        *,
+        version: str | None = None,
+        compatible: tuple[str | None, ...] = (),
+    ) -> None:
         """Register ``body`` under ``name``: runs can then be submitted by that name,
         served here, and recovered here when their owner is lost. A run started with a
         registered body carries its name.
 
+        A run's first attempt pins the ``version`` of the body it runs with
+        (`RunRecord.body_version`); every later attempt (recovery, resume, scheduled
+        wake) starts only with a body whose version is the pinned one or lists it in
+        ``compatible`` (None there: runs pinned by an unversioned body). A runtime that
+        has no such body leaves the run for one that has.
+
         Raises:
-            InvalidArgument: the name is registered for another body, or is not a valid id.
+            InvalidArgument: the name is registered for another body or at another
+                version, or is not a valid id; a bad version.
             InvalidBody: ``body`` is not an async callable.
         """
-        self._kernel.register(name, body)
+        self._kernel.register(name, body, version=version, compatible=compatible)
+
+    def body_versions(self) -> dict[str, str | None]:
+        """The names bodies are registered under here, each with its version (None for
+        an unversioned body): what a worker serves."""
+        kernel = self._kernel
+        return {name: kernel.versions_of(name).version for name in kernel.named}
 
     @trio.lowlevel.enable_ki_protection
     async def submit(

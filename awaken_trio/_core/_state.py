@@ -218,6 +218,9 @@ class RunRecord:
     # Where a forked run (`Runtime.fork`) came from: ``{"run_id": ..., "seq": ...}``, the
     # source run and the event whose checkpoint its first attempt started from.
     forked_from: JsonValue = attrs.field(default=None, converter=_payload)
+    # The version of the body its first attempt ran with (`Runtime.register`'s
+    # ``version``), None for an unversioned body or a run that never started.
+    body_version: str | None = None
 
 
 class EventKind(enum.StrEnum):

@@ -145,6 +145,9 @@ class NewRun:
     # (`RejectReason.BUSY`), ``"supersede"`` end every other unended run of the thread
     # ``Stopped("superseded")`` in the same transaction (`Accepted.superseded`).
     if_busy: IfBusy = "queue"
+    # The version of the body its first attempt runs with, when it is created Running or
+    # queued here (`RunRecord.body_version`).
+    body_version: str | None = None
 
 
 @final
@@ -272,6 +275,9 @@ class Commit:
         chunks: stream chunks the attempt sent (`StreamDraft`, one or more per channel, in
             the order they were sent), written with the commit at each channel's next
             offsets: fenced like the commit, so a rejected commit writes none of them.
+        body_version: the version of the body the run's first attempt runs with, pinned
+            on the run (`RunRecord.body_version`) by the commit that starts that attempt;
+            `UNSET` for every other commit.
     """
 
     run_id: str
@@ -300,6 +306,7 @@ class Commit:
     delivered: tuple[int, ...] = ()
     end_descendants: DescendantsEnd | None = None
     chunks: tuple[StreamDraft, ...] = ()
+    body_version: str | _Unset | None = UNSET
 
 
 IfBusy = Literal["queue", "reject", "supersede"]

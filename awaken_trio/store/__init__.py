@@ -14,6 +14,7 @@ the contract suites every store passes.
 
 from .._core import UNSET as UNSET
 from .._core import Accepted as Accepted
+from .._core import BodyVersions as BodyVersions
 from .._core import CheckpointAt as CheckpointAt
 from .._core import Claim as Claim
 from .._core import CommandKind as CommandKind
@@ -51,6 +52,7 @@ from .memory import MemoryStore as MemoryStore
 __all__ = [
     "UNSET",
     "Accepted",
+    "BodyVersions",
     "CheckpointAt",
     "Claim",
     "CommandKind",

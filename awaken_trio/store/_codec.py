@@ -350,7 +350,7 @@ NO_MESSAGES: Final = "[]"
 
 RECORD_COLUMNS: Final = (
     "r.run_id, r.thread_id, r.parent_run_id, r.name, r.state, r.generation, r.result,"
-    " r.checkpoint, r.input, r.steps, r.max_steps, r.forked_from"
+    " r.checkpoint, r.input, r.steps, r.max_steps, r.forked_from, r.body_version"
 )
 
 
@@ -385,6 +385,7 @@ def record_of(found: Sequence[Any]) -> RunRecord:
         steps,
         cap,
         forked_from,
+        body_version,
     ) = found
     return RunRecord(
         run_id=run_id,
@@ -399,6 +400,7 @@ def record_of(found: Sequence[Any]) -> RunRecord:
         steps=steps,
         max_steps=cap,
         forked_from=None if forked_from is None else load_raw(forked_from, "a fork origin"),
+        body_version=body_version,
     )
 
 

@@ -49,6 +49,7 @@ from .._core import (
     UNSET,
     Accepted,
     Awaiting,
+    BodyVersions,
     ChunkKind,
     CommandKind,
     Commit,
@@ -183,6 +184,12 @@ class StoredRun(Protocol):
     @property
     def recoveries(self) -> int:
         """How many times the run's owner was lost."""
+        ...
+
+    @property
+    def body_version(self) -> str | None:
+        """The version of the body its first attempt ran with (None: unversioned, or
+        never started)."""
         ...
 
 
@@ -355,6 +362,10 @@ class RunTx(Protocol[RowT]):
 
     def set_recoveries(self, row: RowT, recoveries: int) -> None:
         """Record how many times the run's owner was lost."""
+        ...
+
+    def set_body_version(self, row: RowT, version: str | None) -> None:
+        """Pin the version of the body the run's first attempt runs with."""
         ...
 
     def set_claim(self, run_id: str, claim: ClaimRow | None) -> None:
@@ -701,6 +712,8 @@ def update(tx: RunTx[RowT], row: RowT, commit: Commit, now: float) -> Accepted:
         result=commit.result if kind == "ended" else UNSET,
     )
     epoch = claim_effects(tx, row, commit, kind, now)
+    if commit.body_version is not UNSET and row.body_version != commit.body_version:
+        tx.set_body_version(row, commit.body_version)
     stored: Sequence[JsonValue] = ()
     # The resume (an answered ticket and its value) stays with the run until it next
     # awaits or ends, so every attempt that starts meanwhile, a recovered or released
@@ -986,8 +999,8 @@ def recover(
         running = root.kind == "running"
         losses = root.recoveries + 1
         recoverable = running and root.name is not None and losses <= max_recoveries
-        if recoverable and root.name not in names:
-            continue  # left for a runtime that has the body
+        if recoverable and not _serves(names, root):
+            continue  # left for a runtime that has the body (at a version that may run it)
         dealt += 1
         if not running:
             # A stale claim: nothing to recover. A queued root keeps its tree for its next
@@ -1014,6 +1027,28 @@ def recover(
         tx.set_claim(run_id, ClaimRow(owner, epoch, lease_until))
         recovered.append(Recovered(tx.record(run_id), epoch))
     return recovered
+
+
+def names_held(names: Collection[str]) -> Collection[str]:
+    """A copy of the ``names`` given to `recover` that a store may hold across threads:
+    the names with their `BodyVersions` when it maps them (a serving runtime's), else a
+    frozen set."""
+    if isinstance(names, Mapping):
+        return dict(names)
+    return frozenset(names)
+
+
+def _serves(names: Collection[str], root: StoredRun) -> bool:
+    """Whether a runtime that registered ``names`` has a body that may run ``root``: one
+    of its name and, when ``names`` maps names to `BodyVersions` (a serving runtime's),
+    one that accepts the version the run's first attempt pinned."""
+    name = root.name
+    if name not in names:
+        return False
+    if isinstance(names, Mapping):
+        versions = names[name]
+        return isinstance(versions, BodyVersions) and versions.accepts(root.body_version)
+    return True
 
 
 def post_command(

@@ -106,6 +106,7 @@ class TextRow:
     epoch: int
     attempt_epoch: int | None
     recoveries: int
+    body_version: str | None
 
     @classmethod
     def created(cls, run_id: str, new: NewRun, state: RunState, generation: int) -> Self:
@@ -127,6 +128,7 @@ class TextRow:
             0,
             None,
             0,
+            new.body_version,
         )
 
     @property
@@ -385,6 +387,10 @@ class TextRunTx(abc.ABC, Generic[R, N]):
 
     def set_recoveries(self, row: R, recoveries: int) -> None:
         row.recoveries = recoveries
+        self._change(row)
+
+    def set_body_version(self, row: R, version: str | None) -> None:
+        row.body_version = version
         self._change(row)
 
     def set_attempt(self, row: R, epoch: int | None) -> None:

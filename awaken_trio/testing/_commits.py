@@ -59,6 +59,7 @@ class Fields(TypedDict, total=False):
     consumed: tuple[int, ...]
     delivered: tuple[int, ...]
     end_descendants: DescendantsEnd | None
+    body_version: str | None
 
 
 def asking(run_id: str, correlation_id: str = "c1") -> ResumeTicket:

@@ -1,13 +1,15 @@
-"""The store contract's checks of busy threads (``NewRun.if_busy``, DESIGN §3.8): a new run
-that rejects a busy thread, or supersedes every other unended run of it, in its own
-transaction."""
+"""The store contract's checks of run policies (DESIGN §3.8): busy threads (``NewRun.
+if_busy``: a new run that rejects a busy thread, or supersedes every other unended run of
+it, in its own transaction) and body versions (pinned by a run's first attempt, and
+recovery left to a runtime whose body accepts the pinned one)."""
 
 from __future__ import annotations
 
 from .. import EndCause
+from .._core import BodyVersions
 from ..store import Accepted, Claim, DurableStore, Expect, Fence, Rejected, RejectReason, Store
-from ._checks import LIVE, _accepted, _claimed, _loaded, _new, _one, _rejected
-from ._commits import DONE, Ended, Queued, Running, answer, asking, create, end, pause
+from ._checks import BRIEF, LIVE, Elapse, _accepted, _claimed, _loaded, _new, _one, _rejected
+from ._commits import DONE, Ended, Queued, Running, answer, asking, create, end, pause, run
 
 SUPERSEDED = Ended(EndCause.Stopped("superseded"))
 
@@ -132,6 +134,24 @@ class BusyThreadChecks:
         assert results[2] == Rejected(RejectReason.BUSY, Queued(), holder="new")
 
 
+class BodyVersionChecks:
+    """``body_version``: pinned by the commit that starts a run's first attempt."""
+
+    async def test_the_first_attempt_pins_the_body_version(self, store: Store) -> None:
+        created = create("r1", name="job")
+        created.new_run.body_version = "2"  # type: ignore[union-attr]
+        assert (await _accepted(store, created)).record.body_version == "2"
+        await _accepted(store, create("q1", Queued(), generation=0, name="job"))
+        assert (await _loaded(store, "q1")).body_version is None  # never started
+        start = run("q1", 1, expect=Expect(generation=0, state=Queued), body_version="7")
+        assert (await _accepted(store, start)).record.body_version == "7"
+        # Later commits keep it.
+        await _accepted(store, pause("q1", asking("q1")))
+        assert (await _loaded(store, "q1")).body_version == "7"
+        await _accepted(store, end("q1", DONE, 2))
+        assert (await _loaded(store, "q1")).body_version == "7"
+
+
 class SupersedeClaimChecks:
     """A superseded run's live attempt keeps its thread until its owner stops it."""
 
@@ -164,3 +184,20 @@ class SupersedeClaimChecks:
         await store.release("a", "old")
         begin = create("x2", thread="t", name="job", claim=Claim("b", LIVE), thread_guard=True)
         assert (await _accepted(store, begin)).record.state == Running(1)
+
+    async def test_recover_leaves_a_run_pinned_to_a_version_its_body_does_not_run(
+        self, store: DurableStore, elapse: Elapse
+    ) -> None:
+        lost = create("r1", name="job", claim=Claim("a", BRIEF))
+        lost.new_run.body_version = "1"  # type: ignore[union-attr]
+        await _accepted(store, lost)
+        before = await _loaded(store, "r1")
+        await elapse(2 * BRIEF)
+        other = {"job": BodyVersions("2")}
+        assert await store.recover("b", other, 11.0, LIVE, 1, 10) == []
+        # Left as it was: not claimed, its loss not counted (max_recoveries=1 would end it).
+        assert await _loaded(store, "r1") == before
+        accepting = {"job": BodyVersions("2", frozenset({"1"}))}
+        recovered = await store.recover("c", accepting, 12.0, LIVE, 1, 10)
+        assert [r.record.run_id for r in recovered] == ["r1"]
+        assert recovered[0].record.body_version == "1"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from ..store import Store
-from ._store_busy import BusyThreadChecks
+from ._store_busy import BodyVersionChecks, BusyThreadChecks
 from ._store_runs import CarriedChecks, CreationChecks, FenceChecks, TicketChecks
 from ._store_writes import EventChecks, PayloadChecks, ReadChecks
 
@@ -25,6 +25,7 @@ class StoreContract(
     PayloadChecks,
     ReadChecks,
     BusyThreadChecks,
+    BodyVersionChecks,
 ):
     """The rules every `Store` enforces, as tests. Subclass it and override ``store``.
 

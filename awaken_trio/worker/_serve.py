@@ -103,8 +103,10 @@ async def _one_pass(host: ServingHost, concurrency: int, active: dict[str, Serve
         # the events recovery writes.
         at = host.now()
         free = concurrency - len(active)
+        # (The names with their versions: a run pinned to a version no body here runs is
+        # left for a runtime whose body does.)
         lost = store.recover(
-            claims.owner, names, at, claims.lease, claims.max_recoveries, max(free, 0)
+            claims.owner, host.served(), at, claims.lease, claims.max_recoveries, max(free, 0)
         )
         for recovered in await _from_store(lost, "recovering the runs of lost owners"):
             run_id = recovered.record.run_id

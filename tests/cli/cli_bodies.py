@@ -7,7 +7,8 @@ from pathlib import Path
 
 import trio
 
-from awaken_trio import JsonValue, RunContext
+from awaken_trio import JsonValue, RunContext, VersionedBody
+from awaken_trio._core import Body
 
 
 async def steps(ctx: RunContext) -> object:
@@ -91,3 +92,20 @@ def _note(log: Path, line: str) -> None:
 
 
 bodies["chat"] = chat
+
+
+def _versioned(version: str) -> Body:
+    async def ask_twice(ctx: RunContext) -> object:
+        """Awaits one answer, then ends saying which version of the body ran each
+        attempt."""
+        seen = [*(ctx.checkpoint or {"ran": []})["ran"], version]
+        await ctx.boundary({"ran": seen})
+        if ctx.resumed_ticket is None:
+            await ctx.await_input("user_input")
+        return {"ran": seen}
+
+    return ask_twice
+
+
+versioned_v1 = {"versioned": VersionedBody(_versioned("1"), version="1")}
+versioned_v2 = {"versioned": VersionedBody(_versioned("2"), version="2")}

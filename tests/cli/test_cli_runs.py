@@ -77,7 +77,14 @@ async def test_submit_list_and_show_print_the_codec_shapes(store: str) -> None:
 
     shown = await cli("runs", "show", "s-1", "--store", store, "--json")
     record = shown.json()
-    assert set(record) == ROW_KEYS | {"result", "checkpoint", "forked_from", "events"}
+    assert set(record) == ROW_KEYS | {
+        "result",
+        "checkpoint",
+        "forked_from",
+        "body_version",
+        "events",
+    }
+    assert record["body_version"] is None
     assert record["forked_from"] is None
     assert record["result"] is None
     assert [event["kind"] for event in record["events"]] == ["committed"]

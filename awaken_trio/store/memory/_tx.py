@@ -96,6 +96,7 @@ class MemoryRow:
     created: int = 0
     events: list[Entry] = attrs.field(factory=list)
     forked_from: JsonValue = None
+    body_version: str | None = None
     # The run's checkpoints, each with the seq of the last event its commit wrote (the
     # store's last seq when it wrote none), in seq order: the checkpoint as of an event is
     # the last one at or before it (`checkpoint_at`). Forgotten with the run. Made on the
@@ -124,6 +125,7 @@ class MemoryRow:
             steps=self.steps,
             max_steps=self.max_steps,
             forked_from=self.forked_from,
+            body_version=self.body_version,
         )
 
 
@@ -283,6 +285,7 @@ class MemoryTx:
             result=result,
             created=self.seq,
             forked_from=new.forked_from,
+            body_version=new.body_version,
         )
         self.rows[run_id] = row
         if self.shared:
@@ -346,6 +349,9 @@ class MemoryTx:
 
     def set_attempt(self, row: MemoryRow, epoch: int | None) -> None:
         row.attempt_epoch = epoch
+
+    def set_body_version(self, row: MemoryRow, version: str | None) -> None:
+        row.body_version = version
 
     def set_recoveries(self, row: MemoryRow, recoveries: int) -> None:
         row.recoveries = recoveries

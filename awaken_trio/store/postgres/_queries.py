@@ -68,6 +68,7 @@ COLUMNS: Final = (
     Column("epoch", "bigint", field="epoch"),
     Column("attempt_epoch", "bigint", field="attempt_epoch"),
     Column("recoveries", "bigint", field="recoveries"),
+    Column("body_version", field="body_version"),
     # A named root run written Queued takes a place after every other, from the sequence.
     Column(
         "queued_order",

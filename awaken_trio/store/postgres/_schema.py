@@ -184,9 +184,12 @@ def _to_v4(conn: psycopg.Connection[tuple[object, ...]], schema: sql.Identifier)
 
 
 _V6: Final = (
-    # Version 6: busy threads (``if_busy=``). A start that rejects or supersedes on a busy
-    # thread reads the thread's runs that have not ended; a partial index holds those rows
-    # alone, so the read costs the runs the thread has under way, not its history.
+    # Version 6: run policies. Busy threads (``if_busy=``): a start that rejects or
+    # supersedes on a busy thread reads the thread's runs that have not ended; a partial
+    # index holds those rows alone, so the read costs the runs the thread has under way,
+    # not its history. Body versions: the version of the body a run's first attempt ran
+    # with (NULL in the runs from before: they were run by unversioned bodies).
+    "ALTER TABLE {s}.runs ADD COLUMN body_version text",
     "CREATE INDEX runs_unended_on_thread ON {s}.runs (thread_id, created) WHERE kind <> 'ended'",
 )
 

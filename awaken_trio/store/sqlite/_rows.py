@@ -18,8 +18,8 @@ from .._textrows import TextRow
 
 ROW_COLUMNS: Final = (
     "run_id, thread_id, parent_run_id, root_run_id, name, kind, state, generation, carried,"
-    " carried_pause, resume_value, resume_ticket, epoch, attempt_epoch, recoveries, rowid,"
-    " queued_order IS NOT NULL"
+    " carried_pause, resume_value, resume_ticket, epoch, attempt_epoch, recoveries,"
+    " body_version, rowid, queued_order IS NOT NULL"
 )
 """The columns `row_of` reads, in its order."""
 
@@ -34,6 +34,7 @@ UPDATABLE: Final = (
     "epoch",
     "attempt_epoch",
     "recoveries",
+    "body_version",
 )
 """The run columns a commit may change besides its checkpoint, steps, result and place in
 the queue, in the order of `Row.updatable`."""
@@ -67,6 +68,7 @@ class Row(TextRow):
             self.epoch,
             self.attempt_epoch,
             self.recoveries,
+            self.body_version,
         )
 
 

@@ -167,10 +167,13 @@ def _steps_v5(conn: sqlite3.Connection) -> None:
     conn.execute("CREATE INDEX events_steps ON events (run_id, seq) WHERE kind = 'step'")
 
 
-def _unended_on_thread_v7(conn: sqlite3.Connection) -> None:
-    """Version 7: busy threads (``if_busy=``). A start that rejects or supersedes on a busy
-    thread reads the thread's runs that have not ended; a partial index holds those rows
-    alone, so the read costs the runs the thread has under way, not its history."""
+def _run_policies_v7(conn: sqlite3.Connection) -> None:
+    """Version 7: run policies. Busy threads (``if_busy=``): a start that rejects or
+    supersedes on a busy thread reads the thread's runs that have not ended; a partial
+    index holds those rows alone, so the read costs the runs the thread has under way, not
+    its history. Body versions: the version of the body a run's first attempt ran with
+    (NULL in the runs of a file from before: they were run by unversioned bodies)."""
+    conn.execute("ALTER TABLE runs ADD COLUMN body_version TEXT")
     conn.execute("CREATE INDEX runs_unended_on_thread ON runs (thread_id) WHERE kind != 'ended'")
 
 
@@ -181,7 +184,7 @@ MIGRATIONS: Sequence[Migration] = (
     _queue_by_age_v4,
     _steps_v5,
     create_streams_v6,
-    _unended_on_thread_v7,
+    _run_policies_v7,
 )
 """The schema's history, oldest first: ``MIGRATIONS[i]`` takes a file from version ``i`` to
 ``i + 1``. Append, never edit: a released file may be at any version."""

@@ -58,7 +58,7 @@ from ._rows import UPDATABLE, Row, load_record
 _INSERT_RUNS: Final = (
     "INSERT INTO runs (rowid, run_id, thread_id, parent_run_id, root_run_id, name, input,"
     " kind, state, generation, result, max_steps, carried, carried_pause, resume_value,"
-    " resume_ticket, epoch, attempt_epoch, queued_order)"
+    " resume_ticket, epoch, attempt_epoch, queued_order, body_version)"
     " SELECT * FROM (VALUES {}) WHERE column1 IS NOT NULL"
 )
 
@@ -408,11 +408,12 @@ class Transaction(TextRunTx[Row, _Insert]):
                     row.epoch,
                     row.attempt_epoch,
                     new.queued_order,
+                    row.body_version,
                 )
             )
             row.filed, row.filed_queued = row.updatable(), new.queued_order is not None
         self._inserted.clear()
-        write_rows(self.conn, _INSERT_RUNS, 19, values)
+        write_rows(self.conn, _INSERT_RUNS, 20, values)
 
     def _flush_updates(self) -> None:
         checkpoints, steps, results = self._checkpoints, self._steps, self._results
