@@ -52,15 +52,12 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import trio
+from _harness import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from awaken_trio import EndCause, RunContext, RunState, open_runtime  # noqa: E402
+from awaken_trio import EndCause, RunContext, RunState, open_runtime
 
 WORKER = ROOT / "tests" / "multiprocess" / "worker_process.py"
 DONE = RunState.Ended(EndCause.NaturalEnd())

@@ -30,11 +30,9 @@ import time
 from pathlib import Path
 
 import trio
+from _harness import percentile
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from awaken_trio import LiveCommand, RunContext, open_runtime  # noqa: E402
+from awaken_trio import LiveCommand, RunContext, open_runtime
 
 
 async def _waits(ctx: RunContext) -> object:
@@ -98,11 +96,6 @@ async def _cancels(url: str, db: Path, count: int, idle_before: float) -> list[f
     return latencies
 
 
-def _percentile(values: list[float], fraction: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=10.0, help="idle measurement")
@@ -132,7 +125,7 @@ def main() -> None:
             ms = [1000 * latency for latency in latencies]
             print(
                 f"cross-process cancel ({len(ms)} runs, each after {args.idle_before:g} s idle):"
-                f" p50 {statistics.median(ms):.1f} ms, p99 {_percentile(ms, 0.99):.1f} ms,"
+                f" p50 {statistics.median(ms):.1f} ms, p99 {percentile(ms, 0.99):.1f} ms,"
                 f" worst {max(ms):.1f} ms"
             )
         finally:

@@ -18,29 +18,147 @@ data cache is simulated too (slower), and its misses per run are given.
 Ratio = floor instructions / ours (as the throughput ratio: bigger is better). An
 instruction is not a cycle: the eval loop's branches and cache misses cost more per
 instruction in ours, which runs more distinct code, so the wall-clock ratio is lower.
+
+``--cancel`` counts section 2 of ``bench_runtime.py`` instead: a live cancel among 2,000
+parked runs, ``deliver(Cancel)`` until ``wait()`` returns the committed end, against bare
+Trio's ``scope.cancel()`` until the cancelling task is back (the task leaves its scope and
+sets an event, and the canceller wakes). Only the cancels are counted (500 of them, one at a
+time, with the garbage collector off, as a p50 sees them): valgrind's callgrind starts
+counting when the loop begins and stops when it ends, switched from Python by a two-line C
+library built on the spot (it needs a C compiler and valgrind's headers, which valgrind's
+package installs). Ratio = ours / bare (times the work, as the latency ratio: smaller is
+better).
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
+import gc
+import random
 import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+import trio
+import trio.testing
+
 ROOT = Path(__file__).resolve().parent.parent
 SMALL, LARGE = 500, 2_500
+PARKED, CANCELS = 2_000, 500
+
+_TOGGLE_C = """#include <valgrind/callgrind.h>
+void toggle(void) { CALLGRIND_TOGGLE_COLLECT; }
+"""
 
 
 def _workload(kind: str, n: int) -> None:
     sys.path.insert(0, str(ROOT))
     sys.path.insert(0, str(ROOT / "benchmarks"))
-    import trio
     from bench_runtime import floor_throughput, ours_start_throughput
 
     trio.run(ours_start_throughput if kind == "ours" else floor_throughput, n)
+
+
+async def _ours_cancels(toggle: ctypes.CDLL) -> None:
+    from bench_runtime import parked_body
+
+    from awaken_trio import LiveCommand, open_runtime
+
+    async with open_runtime() as rt:
+        handles = [await rt.start(parked_body) for _ in range(PARKED)]
+        await trio.testing.wait_all_tasks_blocked()
+        chosen = random.Random(1).sample(handles, CANCELS)
+        commands = [LiveCommand.Cancel(handle.run_id) for handle in chosen]
+        deliver = rt.deliver
+        gc.collect()
+        gc.disable()
+        toggle.toggle()
+        for handle, command in zip(chosen, commands, strict=True):
+            deliver(command)
+            await handle.wait()
+        toggle.toggle()
+        gc.enable()
+
+
+async def _bare_cancels(toggle: ctypes.CDLL) -> None:
+    done = [trio.Event()]
+
+    async def parked(task_status: trio.TaskStatus[trio.CancelScope]) -> None:
+        with trio.CancelScope() as scope:
+            task_status.started(scope)
+            await trio.sleep_forever()
+        done[0].set()
+
+    async with trio.open_nursery() as nursery:
+        scopes = [await nursery.start(parked) for _ in range(PARKED)]
+        await trio.testing.wait_all_tasks_blocked()
+        chosen = random.Random(1).sample(scopes, CANCELS)
+        gc.collect()
+        gc.disable()
+        toggle.toggle()
+        for scope in chosen:
+            done[0] = trio.Event()
+            scope.cancel()
+            await done[0].wait()
+        toggle.toggle()
+        gc.enable()
+        nursery.cancel_scope.cancel()
+
+
+def _cancel_workload(kind: str, library: str) -> None:
+    sys.path.insert(0, str(ROOT))
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    toggle = ctypes.CDLL(library)
+    trio.run(_ours_cancels if kind == "cancel" else _bare_cancels, toggle)
+
+
+def _cancel_counts(kind: str, library: str) -> int:
+    """Instructions callgrind counted between the toggles of one ``kind`` process."""
+    command = [
+        "valgrind",
+        "--tool=callgrind",
+        "--collect-atstart=no",
+        "--callgrind-out-file=/dev/null",
+        sys.executable,
+        __file__,
+        "--workload",
+        kind,
+        library,
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, check=True, cwd=ROOT)
+    found = re.search(r"==\d+== Collected : (\d+)", done.stderr)
+    if found is None:
+        raise SystemExit(f"valgrind did not report instructions:\n{done.stderr[-2000:]}")
+    return int(found.group(1))
+
+
+def _count_cancels() -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        source = Path(tmp) / "toggle.c"
+        source.write_text(_TOGGLE_C)
+        library = str(Path(tmp) / "toggle.so")
+        built = subprocess.run(
+            ["cc", "-shared", "-fPIC", "-O1", "-o", library, str(source)],
+            capture_output=True,
+            text=True,
+        )
+        if built.returncode != 0:
+            raise SystemExit(f"the toggle library did not build:\n{built.stderr}")
+        print(
+            f"== instructions per live cancel among {PARKED:,} parked, to the canceller's"
+            f" return ({CANCELS} cancels, gc off)"
+        )
+        bare = _cancel_counts("cancel-bare", library) / CANCELS
+        ours = _cancel_counts("cancel", library) / CANCELS
+    print(f"  {'':28s} {'instructions':>13s}")
+    print(f"  {'bare (scope.cancel + event)':28s} {bare:13,.0f}")
+    print(f"  {'ours (deliver + wait)':28s} {ours:13,.0f}")
+    print(f"  ratio ours/bare              {ours / bare:12.2f}x")
 
 
 def _counts(kind: str, n: int, *, cache: bool) -> dict[str, int]:
@@ -76,14 +194,25 @@ def _per_run(kind: str, *, cache: bool) -> dict[str, float]:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cache", action="store_true", help="simulate the data cache too")
+    parser.add_argument(
+        "--cancel", action="store_true", help="count a live cancel instead of a trivial run"
+    )
     parser.add_argument("--workload", nargs=2, metavar=("KIND", "N"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.workload:
-        _workload(args.workload[0], int(args.workload[1]))
+        if args.workload[0].startswith("cancel"):
+            _cancel_workload(*args.workload)
+        else:
+            _workload(args.workload[0], int(args.workload[1]))
         return 0
     if shutil.which("valgrind") is None:
         print("valgrind is not installed (Debian: apt-get install valgrind)")
         return 1
+    if args.cancel:
+        _count_cancels()
+        given = sys.argv[1:] if argv is None else list(argv)
+        print(f"command: {' '.join(['python', 'benchmarks/bench_instructions.py', *given])}")
+        return 0
     print(f"== instructions per trivial run, start -> committed Ended ({LARGE} - {SMALL} runs)")
     ours = _per_run("ours", cache=args.cache)
     floor = _per_run("floor", cache=args.cache)

@@ -37,12 +37,10 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+import _harness  # noqa: F401  (it puts the checkout first on the import path)
 
-from tests.pg_server import ServerUnavailable, start_server  # noqa: E402
+from tests.pg_server import ServerUnavailable, start_server
 
 CONNECTIONS = (1, 2, 4, 8)
 

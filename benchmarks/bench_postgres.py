@@ -63,7 +63,6 @@ import concurrent.futures
 import contextlib
 import functools
 import importlib
-import json
 import logging
 import os
 import random
@@ -80,12 +79,9 @@ from typing import Any, Final
 
 import attrs
 import trio
+from _harness import ROOT, write_json
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-from awaken_trio import EndCause, RunContext, RunState, open_runtime  # noqa: E402
+from awaken_trio import EndCause, RunContext, RunState, open_runtime
 
 WORKER = ROOT / "tests" / "multiprocess" / "worker_process.py"
 DONE = RunState.Ended(EndCause.NaturalEnd())
@@ -1120,7 +1116,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         server.stop()
     if args.json is not None:
-        args.json.write_text(json.dumps(out, indent=2) + "\n")
+        write_json(args.json, out)
         print(f"\nwrote {args.json}")
     print(f"command: {out['command']}")
     return 0

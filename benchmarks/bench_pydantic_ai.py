@@ -1,46 +1,49 @@
 """What running a pydantic-ai agent as a durable awaken_trio run adds per model call, against
-calling pydantic-ai on plain asyncio in the same process.
+calling pydantic-ai on plain asyncio in the same process, and where it goes.
 
 Run from the repository root (needs the ``pydantic-ai`` extra)::
 
-    python benchmarks/bench_pydantic_ai.py            # three rounds, about a minute
+    python benchmarks/bench_pydantic_ai.py            # three rounds, a minute or two
     python benchmarks/bench_pydantic_ai.py --runs 20  # fewer runs per round
+    python benchmarks/bench_pydantic_ai.py --json out.json  # also write the figures
 
 The agent is pydantic-ai's ``FunctionModel`` (no network), answering at once: each run makes
 ``--rounds-per-run`` tool calls, one per model request, then answers, so a run is
-``rounds + 1`` model requests and ``rounds`` tool calls. Measured, interleaved in each round
-(so a machine that gets busier slows all of them alike), each over the same runs:
+``rounds + 1`` model requests and ``rounds`` tool calls, ``2 * rounds + 1`` steps. Measured
+in each round, the ways interleaved five runs at a time (so a machine that gets busier
+slows all of them alike):
 
 1. ``asyncio``: ``await agent.run(prompt)`` on plain asyncio (``asyncio.run``): the baseline;
 2. ``asyncio+journal``: the same on plain asyncio with a pydantic-ai durability capability
    whose journal is a dict: what pydantic-ai's own durable machinery costs, for any engine;
 3. ``agent_body``: ``runtime.execute(agent_body(agent))`` on the memory store: a durable run
-   per agent run, with its own loop and thread per attempt, every model request and tool
-   call a journaled step;
-4. ``bridge``: what 3 does per model request apart from pydantic-ai, alone: from asyncio,
-   a ``RunContext.step`` through the bridge whose function runs a coroutine back on the
-   loop (two round trips between the threads) and commits its result.
+   per agent run (one at a time, so each starts and stops the bridge's loop and thread),
+   every model request and tool call a journaled step;
+4. ``agent_body/sqlite``: 3 on SQLite (``synchronous=full``, the default): 3 plus the
+   durable writes;
+5. ``steps``, ``steps/sqlite``: a plain Trio body taking the same steps per run, with results
+   the size of the agent's model responses: the steps alone, without the agent or the
+   bridge (on SQLite, a group-committed write each);
+6. ``bridge``: what 3 does per step apart from pydantic-ai and the step, alone: from
+   asyncio, a ``RunContext.step`` through the bridge whose function runs a coroutine back on
+   the loop (two round trips between the threads, four hand-overs) and commits its result.
 
-1-3 report microseconds per model request (a run's time over its model requests), 4
-microseconds per step; the medians of three rounds, and what 3 adds over 2. Target: the
-bridge (4, and 3 over 2) adds under 1 ms per model request.
+1-5 report microseconds per model request (a run's time over its model requests), 6
+microseconds per step; wall and CPU (every thread's), the medians of three rounds, and what
+3 adds over 2 with the parts 5 and 6 explain. Target: the bridge (6) adds under 1 ms per
+model call.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import statistics
-import sys
+import tempfile
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import trio
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
+from _harness import Timing, arguments, interleaved, medians, print_table, write_json
 from pydantic_ai import Agent
 from pydantic_ai.durable_exec import (
     BaseDurabilityCapability,
@@ -49,6 +52,7 @@ from pydantic_ai.durable_exec import (
 )
 from pydantic_ai.messages import (
     ModelMessage,
+    ModelMessagesTypeAdapter,
     ModelResponse,
     TextPart,
     ToolCallPart,
@@ -129,12 +133,20 @@ async def on_asyncio_journal(agent: Agent[None, str], runs: int) -> float:
     return time.perf_counter() - start
 
 
-async def bridge_steps(steps: int) -> float:
+def response_json(agent: Agent[None, str]) -> object:
+    """A model response in its journaled JSON form, as large as the agent's."""
+    messages = ModelMessagesTypeAdapter.dump_python(
+        agent.run_sync("go").all_messages(), mode="json"
+    )
+    return messages[1]
+
+
+async def bridge_steps(steps: int, result: object) -> float:
     """Seconds for ``steps`` steps taken from asyncio through the bridge, as agent_body's
-    backend takes one per model request (its function runs a coroutine on the loop)."""
+    backend takes one per durable unit (its function runs a coroutine back on the loop)."""
 
     async def payload() -> object:
-        return {"parts": [{"content": "hi", "part_kind": "text"}], "kind": "response"}
+        return result
 
     async def unit(ctx: RunContext, bridge: Any) -> object:
         return await bridge.run(payload)
@@ -148,8 +160,8 @@ async def bridge_steps(steps: int) -> float:
                     await bridge.call(ctx.step, "bench.step", unit, ctx, bridge)
                 return time.perf_counter() - start
 
-            result: float = await bridge.run(from_asyncio)
-            return result
+            took: float = await bridge.run(from_asyncio)
+            return took
 
     async with open_runtime(MemoryStore()) as runtime:
         await runtime.execute(body, run_id="bench")
@@ -157,62 +169,97 @@ async def bridge_steps(steps: int) -> float:
         return float(record.result)
 
 
-async def as_runs(agent: Agent[None, str], runs: int) -> float:
+async def steps_alone(store: str, runs: int, steps: int, result: object) -> float:
+    """Seconds for ``runs`` runs of a Trio body taking ``steps`` steps each, whose results
+    are the size of a model response, on ``store``: the steps without the agent or the
+    bridge (on SQLite, the durable write of each)."""
+
+    async def payload() -> object:
+        return result
+
+    async def body(ctx: RunContext) -> None:
+        for _ in range(steps):
+            await ctx.step("bench.step", payload)
+
+    async with open_runtime(store) as runtime:
+        start = time.perf_counter()
+        for _ in range(runs):
+            await runtime.execute(body)
+        return time.perf_counter() - start
+
+
+async def as_runs(agent: Agent[None, str], runs: int, store: str) -> float:
     body = agent_body(agent)
-    async with open_runtime(MemoryStore(), bodies={"bench": body}) as runtime:
+    async with open_runtime(store, bodies={"bench": body}) as runtime:
         start = time.perf_counter()
         for _ in range(runs):
             await runtime.execute(body, input="go")
         return time.perf_counter() - start
 
 
-def _timed(run: Callable[[], object]) -> tuple[float, float]:
-    """Wall and CPU seconds (the process's CPU, every thread's) of ``run()``."""
-    wall, cpu = time.perf_counter(), time.process_time()
-    run()
-    return time.perf_counter() - wall, time.process_time() - cpu
-
-
-def one_round(agent: Agent[None, str], runs: int, requests: int) -> dict[str, tuple[float, float]]:
-    """Wall and CPU microseconds per model request each way (per step for the bridge)."""
-    per = runs * requests / 1e6
-    timings = {
-        "asyncio": _timed(lambda: asyncio.run(on_asyncio(agent, runs))),
-        "asyncio+journal": _timed(lambda: asyncio.run(on_asyncio_journal(agent, runs))),
-        "agent_body": _timed(lambda: trio.run(as_runs, agent, runs)),
-        "bridge": _timed(lambda: trio.run(bridge_steps, runs * requests)),
+def one_round(
+    agent: Agent[None, str], runs: int, tool_calls: int, result: object, sqlite: str
+) -> dict[str, Timing]:
+    """Wall and CPU microseconds per model request each way (per step for the bridge),
+    the ways interleaved five runs at a time."""
+    requests = tool_calls + 1
+    steps = tool_calls + requests  # a step per model request and per tool call
+    chunk = 5
+    ways: dict[str, Callable[[], object]] = {
+        "asyncio": lambda: asyncio.run(on_asyncio(agent, chunk)),
+        "asyncio+journal": lambda: asyncio.run(on_asyncio_journal(agent, chunk)),
+        "agent_body": lambda: trio.run(as_runs, agent, chunk, "memory://"),
+        "agent_body/sqlite": lambda: trio.run(as_runs, agent, chunk, sqlite),
+        "steps": lambda: trio.run(steps_alone, "memory://", chunk, steps, result),
+        "steps/sqlite": lambda: trio.run(steps_alone, sqlite, chunk, steps, result),
+        "bridge": lambda: trio.run(bridge_steps, chunk * steps, result),
     }
-    return {way: (wall / per, cpu / per) for way, (wall, cpu) in timings.items()}
+    turns = max(1, runs // chunk)
+    totals = interleaved(ways, turns)
+    return {
+        way: total.per(turns * chunk * (steps if way == "bridge" else requests))
+        for way, total in totals.items()
+    }
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = arguments(__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--runs", type=int, default=60)
     parser.add_argument("--rounds-per-run", type=int, default=4)
-    parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
     agent = make_agent(args.rounds_per_run)
-    requests = args.rounds_per_run + 1
-    one_round(agent, 5, requests)  # warm up: pydantic-ai builds its schemas on first use
-    rounds = [one_round(agent, args.runs, requests) for _ in range(args.repeat)]
-    wall = {way: statistics.median(r[way][0] for r in rounds) for way in rounds[0]}
-    cpu = {way: statistics.median(r[way][1] for r in rounds) for way in rounds[0]}
-    print(
-        f"{args.runs} runs of {requests} model requests and {args.rounds_per_run} tool calls,"
-        f" medians of {args.repeat} rounds, us per model request (per step for the bridge):"
+    tool_calls = args.rounds_per_run
+    result = response_json(agent)
+    with tempfile.TemporaryDirectory() as tmp:
+        sqlite = f"sqlite:///{tmp}/bench.db"
+        # Warm up: pydantic-ai builds its schemas on first use.
+        one_round(agent, 5, tool_calls, result, sqlite)
+        rounds = [
+            one_round(agent, args.runs, tool_calls, result, sqlite) for _ in range(args.repeat)
+        ]
+    figures = medians(rounds)
+    steps = (2 * tool_calls + 1) / (tool_calls + 1)
+    print_table(
+        f"{args.runs} runs of {tool_calls + 1} model requests and {tool_calls} tool calls"
+        f" ({steps:.1f} steps per model request), medians of {args.repeat} rounds,"
+        " us per model request (per step for the bridge):",
+        figures,
     )
-    print(f"  {'':<16} {'wall':>9} {'cpu':>9}")
-    for way in wall:
-        print(f"  {way:<16} {wall[way]:9.1f} {cpu[way]:9.1f}")
-    for label, values in (("wall", wall), ("cpu", cpu)):
+    for label in ("wall", "cpu"):
+        values = {way: getattr(timing, label) for way, timing in figures.items()}
         added = values["agent_body"] - values["asyncio+journal"]
-        machinery = values["asyncio+journal"] - values["asyncio"]
+        bridge = values["bridge"] * steps
+        store = values["agent_body/sqlite"] - values["agent_body"]
         print(
-            f"  {label}: agent_body adds {added:.1f} over asyncio+journal;"
-            f" pydantic-ai's journal machinery adds {machinery:.1f} over asyncio"
+            f"  {label}: agent_body adds {added:.1f} over asyncio+journal per model request,"
+            f" of which its steps alone (memory store) {values['steps']:.1f} and the bridge"
+            f" {bridge:.1f}; on SQLite the steps cost {values['steps/sqlite']:.1f}"
+            f" (agent_body on SQLite adds {store:.1f} to agent_body on memory)"
         )
-    met = "met" if wall["bridge"] < 1000 else "MISSED"
-    print(f"target (the bridge adds < 1 ms per model request): {wall['bridge']:.1f} us, {met}")
+    bridge_wall = figures["bridge"].wall
+    met = "met" if bridge_wall < 1000 else "MISSED"
+    print(f"target (the bridge adds < 1 ms per model call): {bridge_wall:.1f} us a step, {met}")
+    write_json(args.json, {"us_per_model_request": figures, "bridge_target_met": met == "met"})
 
 
 if __name__ == "__main__":

@@ -26,20 +26,17 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import _harness  # noqa: F401  (it puts the checkout first on the import path)
 import trio
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from awaken_trio import EndCause, RunState  # noqa: E402
-from awaken_trio.store import Commit, Expect, NewRun, open_store  # noqa: E402
+from awaken_trio import EndCause, RunState
+from awaken_trio.store import Commit, Expect, NewRun, open_store
 
 QUEUED = 100
 CALLS = 200

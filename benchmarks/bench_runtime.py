@@ -76,11 +76,10 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import _harness  # noqa: F401  (it puts the checkout first on the import path)
 import outcome
 import trio
 import trio.testing
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from awaken_trio import (
     EndCause,

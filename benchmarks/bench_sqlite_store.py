@@ -23,15 +23,13 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+import _harness  # noqa: F401  (it puts the checkout first on the import path)
 import trio
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from awaken_trio import EndCause, FrozenDict, RunState  # noqa: E402
-from awaken_trio.store import Accepted, Claim, Commit, Expect, Fence, NewRun  # noqa: E402
-from awaken_trio.store.sqlite._session import Synchronous  # noqa: E402
-from awaken_trio.store.sqlite._store import SQLiteStore  # noqa: E402
+from awaken_trio import EndCause, FrozenDict, RunState
+from awaken_trio.store import Accepted, Claim, Commit, Expect, Fence, NewRun
+from awaken_trio.store.sqlite._session import Synchronous
+from awaken_trio.store.sqlite._store import SQLiteStore
 
 OWNER = "bench-owner"
 BATCH = 1024

@@ -50,12 +50,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import _harness  # noqa: F401  (it puts the checkout first on the import path)
 import trio
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from awaken_trio import RunContext, open_runtime  # noqa: E402
+from awaken_trio import RunContext, open_runtime
 
 
 async def parked(ctx: RunContext) -> object:

@@ -47,11 +47,9 @@ from pathlib import Path
 from typing import Any
 
 import trio
+from _harness import ROOT, percentile
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from awaken_trio import RunContext, Runtime, UnknownRun, open_runtime  # noqa: E402
+from awaken_trio import RunContext, Runtime, UnknownRun, open_runtime
 
 TURNS = 3
 
@@ -65,11 +63,6 @@ def _stores(tmp: Path) -> dict[str, Callable[[str], Any]]:
 
 def _ms(seconds: float) -> str:
     return f"{seconds * 1000:.3f} ms"
-
-
-def _percentile(values: Sequence[float], p: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
 
 
 # ---------------------------------------------------------------------------- 1. sending
@@ -151,8 +144,8 @@ def bench_in_process(tmp: Path, count: int, results: list[str]) -> None:
         p50s, p99s = [], []
         for turn in range(TURNS):
             latencies = trio.run(_in_process, url(f"reader-{turn}"), count)
-            p50s.append(_percentile(latencies, 50))
-            p99s.append(_percentile(latencies, 99))
+            p50s.append(percentile(latencies, 0.50))
+            p99s.append(percentile(latencies, 0.99))
         p50, p99 = statistics.median(p50s), statistics.median(p99s)
         verdict = "PASS" if p50 < 0.001 else "MISS"
         print(f"   {name:<7} p50 {_ms(p50)}, p99 {_ms(p99)} (target p50 < 1 ms) {verdict}")
@@ -231,8 +224,8 @@ def bench_elsewhere(tmp: Path, count: int, results: list[str]) -> None:
             p50s, p99s = [], []
             for turn in range(TURNS):
                 latencies = trio.run(_elsewhere, url(turn), count)
-                p50s.append(_percentile(latencies, 50))
-                p99s.append(_percentile(latencies, 99))
+                p50s.append(percentile(latencies, 0.50))
+                p99s.append(percentile(latencies, 0.99))
             p50, p99 = statistics.median(p50s), statistics.median(p99s)
             target = " (target p99 < 20 ms)" if name == "postgres" else " (no target: poll 50 ms)"
             verdict = "" if name != "postgres" else (" PASS" if p99 < 0.020 else " MISS")

@@ -29,15 +29,12 @@ from __future__ import annotations
 import argparse
 import gc
 import math
-import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 
+import _harness  # noqa: F401  (it puts the checkout first on the import path)
 import trio
 from opentelemetry.trace import NoOpTracerProvider, TracerProvider
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from awaken_trio import RunContext, open_runtime
 

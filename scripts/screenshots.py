@@ -1,4 +1,5 @@
-"""The dashboard's screenshots in ``docs/images/``: the runs table and one run's page.
+"""The dashboard's screenshots in ``docs/images/``: the runs table, one run's page, a run
+awaiting input and a failed run.
 
 Builds a store with runs in every state (one running, an agent run with its transcript,
 one awaiting input, one paused, cancelled, stopped and failed runs, a parent with children),
@@ -15,11 +16,17 @@ import sys
 import tempfile
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import trio
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+# The package is imported through a link of a plain name, so the failed run's traceback in
+# the pictures shows /tmp/awaken-trio/awaken_trio/..., not where this checkout happens to be.
+SHOWN_ROOT = Path(tempfile.gettempdir()) / "awaken-trio"
+if not SHOWN_ROOT.exists():
+    SHOWN_ROOT.symlink_to(ROOT, target_is_directory=True)
+sys.path.insert(0, str(SHOWN_ROOT))
 
 from awaken_trio import (  # noqa: E402
     JsonValue,
@@ -34,6 +41,7 @@ from awaken_trio.agent import Agent, ModelReply, ScriptedModel, Tool, ToolCall  
 from tests.ui.browser_helpers import CHROMIUM, browser_page  # noqa: E402
 
 IMAGES = ROOT / "docs" / "images"
+SHOTS = ("runs-table.png", "run-page.png", "run-page-ticket.png", "run-page-failure.png")
 
 
 async def summarise(ctx: RunContext) -> object:
@@ -54,8 +62,24 @@ async def approve(ctx: RunContext) -> object:
     return ctx.resume_value
 
 
-async def fails(ctx: RunContext) -> object:
-    raise ValueError("the source document is empty")
+# The failing job, as an application's module ``jobs/imports.py`` (its traceback's file).
+IMPORTS = """
+import trio
+
+
+def parse_rows(text):
+    if not text.strip():
+        raise ValueError("the source document is empty")
+    return text.splitlines()
+
+
+async def fails(ctx):
+    await trio.sleep(0.1)
+    return {"rows": len(parse_rows(""))}
+"""
+_imports: dict[str, Any] = {}
+exec(compile(IMPORTS, "jobs/imports.py", "exec"), _imports)
+fails = _imports["fails"]
 
 
 async def crawl(ctx: RunContext) -> object:
@@ -141,13 +165,16 @@ async def main(chromium: str) -> None:
                     page.screenshot(path=str(IMAGES / "run-page.png"), full_page=True)
                     page.goto(f"{url}/runs/approve-report")
                     page.wait_for_selector("body[data-live=connected]")
-                    page.click("form[data-control=pause] button")
-                    page.wait_for_selector("#control-result[data-status='409']")
+                    page.wait_for_function("() => Number(document.body.dataset.controlsShown) >= 1")
                     page.screenshot(path=str(IMAGES / "run-page-ticket.png"), full_page=True)
+                    page.goto(f"{url}/runs/import-2026-11-30")
+                    page.wait_for_selector("body[data-live=connected]")
+                    page.wait_for_selector("#failure #traceback")
+                    page.screenshot(path=str(IMAGES / "run-page-failure.png"), full_page=True)
 
             await trio.to_thread.run_sync(photograph)
             nursery.cancel_scope.cancel()
-    for name in ("runs-table.png", "run-page.png", "run-page-ticket.png"):
+    for name in SHOTS:
         print(IMAGES / name)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import pathlib
 import re
+from typing import Final
 
 import attrs
 
@@ -309,3 +310,107 @@ def test_nothing_outside_the_kernel_reads_a_runtimes_private_attributes() -> Non
     kernel may change its insides without breaking them."""
     found = [hit for path in _outside_kernel() for hit in _runtime_insides_read(path)]
     assert found == [], f"a private attribute of a runtime is read outside _core: {found}"
+
+
+# ---------------------------------------------------------------- the faces
+
+FACES = ("_cli", "_ui", "client")
+"""The operator faces: each is built on the public API and the faces' shared package
+(`awaken_trio._face`), never on another face."""
+LAUNCHES: Final[dict[tuple[str, ...], str]] = {("_cli", "_ui.py"): "_ui"}
+"""The one arrow between faces: ``awaken-trio ui`` (the command line's ``ui`` command)
+starts the dashboard through the dashboard package's public names."""
+
+
+def _imported_parts(path: pathlib.Path, package: pathlib.Path) -> list[tuple[int, tuple[str, ...]]]:
+    """Every module of the package an import in ``path`` names, as its parts below the
+    package (``("_ui", "_guard")``), with the line it is on; ``from .. import _ui`` names
+    ``("_ui",)``."""
+    inside = path.parent.relative_to(package).parts
+    found: list[tuple[int, tuple[str, ...]]] = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom):
+            if node.level > 0:
+                base = inside[: len(inside) - (node.level - 1)]
+            elif (node.module or "").split(".")[0] == package.name:
+                base = ()
+            else:
+                continue
+            module = tuple((node.module or "").split(".")) if node.module else ()
+            if node.level == 0:
+                module = module[1:]
+            target = (*base, *module)
+            if target:
+                found.append((node.lineno, target))
+            else:  # from .. import x: the names are modules of the package
+                found.extend((node.lineno, (alias.name,)) for alias in node.names)
+        elif isinstance(node, ast.Import):
+            found.extend(
+                (node.lineno, tuple(alias.name.split(".")[1:]))
+                for alias in node.names
+                if alias.name.split(".")[0] == package.name and "." in alias.name
+            )
+    return sorted(found)
+
+
+def _face_imports(package: pathlib.Path) -> list[str]:
+    """Every import by a module of one face of another face (`FACES`), save `LAUNCHES`,
+    and by the shared package of any face."""
+    found: list[str] = []
+    for face in (*FACES, "_face"):
+        for path in sorted((package / face).rglob("*.py")):
+            where = path.relative_to(package).parts
+            for line, target in _imported_parts(path, package):
+                other = target[0] if target else None
+                if other in FACES and other != face:
+                    if LAUNCHES.get(where) == other and target == (other,):
+                        continue
+                    found.append(f"{'/'.join(where)}:{line} imports {'.'.join(target)}")
+    return found
+
+
+def test_the_face_scan_finds_one_face_importing_another(tmp_path: pathlib.Path) -> None:
+    package = tmp_path / "awaken_trio"
+    for face in (*FACES, "_face"):
+        (package / face).mkdir(parents=True)
+    (package / "_ui" / "_app.py").write_text(
+        "from .._cli._common import failure_of\n"
+        "from .._face.shapes import row_json\n"
+        "def later():\n"
+        "    from awaken_trio.client import Client\n"
+        "    import awaken_trio._cli._shapes\n"
+        "from .. import _cli\n"
+        "from . import _pages\n"
+    )
+    (package / "_cli" / "_ui.py").write_text(
+        "def serve():\n"
+        "    from .._ui import serve_dashboard\n"
+        "    from .._ui._guard import is_loopback\n"
+    )
+    (package / "client" / "_sync.py").write_text("from ..store import open_store\n")
+    (package / "_face" / "shapes.py").write_text("from ..store import x\nfrom .._ui import y\n")
+    assert _face_imports(package) == [
+        "_cli/_ui.py:3 imports _ui._guard",
+        "_ui/_app.py:1 imports _cli._common",
+        "_ui/_app.py:4 imports client",
+        "_ui/_app.py:5 imports _cli._shapes",
+        "_ui/_app.py:6 imports _cli",
+        "_face/shapes.py:2 imports _ui",
+    ]
+
+
+def test_no_face_imports_another_face() -> None:
+    """The command line, the dashboard and the clients share `awaken_trio._face` (the
+    shapes, the failures, the controls table) and import nothing of each other: no cycle,
+    and each wraps a runtime call once, there. The command line's ``ui`` command starting
+    the dashboard (through ``awaken_trio._ui``'s public names) is the one arrow between
+    them."""
+    assert {path.name for path in (PACKAGE / "_face").glob("*.py")} >= {
+        "shapes.py",
+        "failures.py",
+        "controls.py",
+    }
+    found = _face_imports(PACKAGE)
+    assert found == [], (
+        "a face imports another face; move what they share to awaken_trio/_face: " + str(found)
+    )

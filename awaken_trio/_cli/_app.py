@@ -14,7 +14,8 @@ from typing import NoReturn
 import click
 from click.exceptions import NoArgsIsHelpError
 
-from ._common import CommandFailed, Exit, one_line, report
+from .._face.failures import CommandFailed, Exit, one_line
+from ._common import report
 from ._demo import run_demo
 from ._logging import say
 from ._runs import json_option, runs, store_option

@@ -33,10 +33,12 @@ from .. import (
     RunState,
     Runtime,
 )
+from .._face.shapes import dumps, end_of, row_json, state_word
+from .._redact import redact
 from ..agent import Agent, ModelReply, ScriptedModel, Tool, ToolCall
 from ..store import cause_to_json
-from ._common import console, emit, execute, open_cli_runtime, redact
-from ._shapes import dumps, end_of, print_table, row_json, state_word, table
+from ._common import console, emit, execute, open_cli_runtime
+from ._tables import print_table, table
 
 # ---------------------------------------------------------------------------- bodies
 

@@ -40,7 +40,7 @@ from typing import Any, Final, Literal, TextIO, TypeVar, get_args
 
 import click
 
-from ._common import redact
+from .._redact import redact
 
 F = TypeVar("F", bound=Callable[..., Any])
 

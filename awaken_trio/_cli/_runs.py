@@ -8,8 +8,9 @@ such pair.
 
 from __future__ import annotations
 
-import inspect
+import datetime
 import sys
+import time
 import typing
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -21,7 +22,7 @@ from rich.live import Live
 from .. import (
     InvalidArgument,
     InvalidPayload,
-    LiveCommand,
+    JsonValue,
     RunEvent,
     RunRecord,
     RunState,
@@ -29,40 +30,38 @@ from .. import (
     StreamChunk,
 )
 from .._core import check_channel
+from .._face.controls import CONTROLS, ControlName
+from .._face.failures import REFUSALS, CommandFailed, bad_input, failure_of, refused
+from .._face.input import parse_json, shorten, whole_number
+from .._face.shapes import (
+    chunk_json,
+    describe_state,
+    dumps,
+    event_json,
+    format_time,
+    record_json,
+    row_json,
+)
 from ..store import IfBusy, StateKind, state_to_json
 from ._common import (
-    REFUSALS,
     STORE_ENV,
-    CommandFailed,
-    Exit,
+    SecondsRange,
     WholeRange,
-    bad_input,
     console,
     early,
     emit,
     execute,
-    failure_of,
     open_cli_runtime,
-    parse_json,
-    refused,
-    shorten,
     store_url,
     until_signalled,
-    whole_number,
 )
-from ._shapes import (
+from ._tables import (
     EVENT_COLUMNS,
     EVENTS_SHOWN,
     ROW_COLUMNS,
-    chunk_json,
-    describe_state,
-    dumps,
     event_cells,
-    event_json,
     print_table,
-    record_json,
     row_cells,
-    row_json,
     table,
 )
 
@@ -172,6 +171,7 @@ def show(store: str | None, as_json: bool, run_id: str) -> None:
             ("parent", record.parent_run_id or ""),
             ("state", describe_state(record.state)),
             ("generation", str(record.generation)),
+            ("deadline", "" if record.deadline is None else format_time(record.deadline)),
             ("input", dumps(record.input)),
             ("checkpoint", dumps(record.checkpoint)),
             ("result", dumps(record.result)),
@@ -380,6 +380,29 @@ async def _watch_events(runtime: Runtime, run_id: str) -> None:
 @click.option("--thread", "thread_id", metavar="T", help="The run's thread (default: its own).")
 @click.option("--run-id", metavar="ID", help="The run's id (default: a fresh one).")
 @click.option(
+    "--timeout",
+    type=SecondsRange(min=0),
+    metavar="S",
+    help="End the run Stopped(deadline) S seconds from now, whatever its state.",
+)
+@click.option(
+    "--deadline",
+    metavar="ISO8601",
+    help="End the run Stopped(deadline) at this time (2030-01-31T09:00:00+00:00; local"
+    " time without an offset).",
+)
+@click.option(
+    "--queue-timeout",
+    type=SecondsRange(min=0),
+    metavar="S",
+    help="End the run Stopped(queue_timeout) if no worker starts it within S seconds.",
+)
+@click.option(
+    "--not-before",
+    metavar="ISO8601|DURATION",
+    help="Start it no earlier than this time, or this long from now (30m, 12h, 7d).",
+)
+@click.option(
     "--if-busy",
     type=click.Choice(typing.get_args(IfBusy)),
     default="queue",
@@ -394,18 +417,34 @@ def submit(
     input_: str | None,
     thread_id: str | None,
     run_id: str | None,
+    timeout: float | None,
+    deadline: str | None,
+    queue_timeout: float | None,
+    not_before: str | None,
     if_busy: IfBusy,
 ) -> None:
     """Queue a run of the body named NAME for a worker that serves it; print its id."""
     value = (
         None if input_ is None else early(lambda: parse_json(input_, "--input"), as_json=as_json)
     )
+    at = None if deadline is None else early(lambda: parse_time(deadline), as_json=as_json)
+    start_at = (
+        None if not_before is None else early(lambda: parse_start(not_before), as_json=as_json)
+    )
 
     async def run() -> None:
         async with open_cli_runtime(store_url(store), must_exist=False) as runtime:
             try:
                 handle = await runtime.submit(
-                    name, input=value, run_id=run_id, thread_id=thread_id, if_busy=if_busy
+                    name,
+                    input=value,
+                    run_id=run_id,
+                    thread_id=thread_id,
+                    timeout=timeout,
+                    deadline=at,
+                    queue_timeout=queue_timeout,
+                    not_before=start_at,
+                    if_busy=if_busy,
                 )
                 record = await runtime.record(handle.run_id)
             except REFUSALS as exc:
@@ -495,17 +534,59 @@ _LONGEST_DURATION: Final = 10**12
 bound keeps the count far from Python's limit on digits converted)."""
 
 
-def parse_duration(text: str) -> float:
+def parse_duration(text: str, option: str = "--ended-before") -> float:
     """``30m``, ``12h``, ``7d``, ``0s``: a whole number and a unit, in seconds."""
-    number, unit = text[:-1], text[-1:]
-    count = whole_number(number, low=0, high=_LONGEST_DURATION) if unit in _UNITS else None
-    if count is None:
+    found = _duration(text)
+    if found is None:
         raise bad_input(
-            f"--ended-before needs a duration such as 0s, 30m, 12h or 7d (a whole number up"
+            f"{option} needs a duration such as 0s, 30m, 12h or 7d (a whole number up"
             f" to {_LONGEST_DURATION} and one of s, m, h, d), not {shorten(text)}",
             "invalid_argument",
         )
-    return float(count * _UNITS[unit])
+    return found
+
+
+def _duration(text: str) -> float | None:
+    number, unit = text[:-1], text[-1:]
+    count = whole_number(number, low=0, high=_LONGEST_DURATION) if unit in _UNITS else None
+    return None if count is None else float(count * _UNITS[unit])
+
+
+def _iso_time(text: str) -> float | None:
+    """An ISO 8601 date and time as wall-clock seconds (local time without an offset)."""
+    if len(text) > 64:
+        return None
+    try:
+        return datetime.datetime.fromisoformat(text).timestamp()
+    except (ValueError, OverflowError, OSError):
+        return None
+
+
+def parse_time(text: str) -> float:
+    """``--deadline``: an ISO 8601 time."""
+    found = _iso_time(text)
+    if found is None:
+        raise bad_input(
+            f"--deadline needs an ISO 8601 time such as 2030-01-31T09:00:00+00:00 (local"
+            f" time without an offset), not {shorten(text)}",
+            "invalid_argument",
+        )
+    return found
+
+
+def parse_start(text: str) -> float:
+    """``--not-before``: an ISO 8601 time, or a duration from now."""
+    found = _iso_time(text)
+    if found is None:
+        after = _duration(text)
+        if after is None:
+            raise bad_input(
+                f"--not-before needs an ISO 8601 time such as 2030-01-31T09:00:00+00:00, or a"
+                f" duration from now such as 30m, 12h or 7d, not {shorten(text)}",
+                "invalid_argument",
+            )
+        found = time.time() + after
+    return found
 
 
 @runs.command("prune")
@@ -622,21 +703,13 @@ def _one_or_filters(run_id: str | None, filters: dict[str, Any]) -> bool:
     return bool(given)
 
 
-def _cancel_call(reason: str | None) -> Callable[[Runtime, str], Awaitable[object]]:
-    async def cancel(runtime: Runtime, run_id: str) -> object:
-        # The reason is passed only when given, to a runtime whose cancel_run records one.
-        extra: dict[str, Any] = {}
-        if reason is not None:
-            if "reason" not in inspect.signature(runtime.cancel_run).parameters:
-                raise CommandFailed(
-                    Exit.BAD_INPUT,
-                    "invalid_argument",
-                    "this version of awaken_trio records no cancel reason; omit --reason",
-                )
-            extra["reason"] = reason
-        return await runtime.cancel_run(run_id, **extra)
+def _call(name: ControlName, **arguments: JsonValue) -> Callable[[Runtime, str], Awaitable[object]]:
+    """Control ``name``'s call (`CONTROLS`) with these arguments, for any run."""
 
-    return cancel
+    async def call(runtime: Runtime, run_id: str) -> object:
+        return await CONTROLS[name].call(runtime, run_id, arguments)
+
+    return call
 
 
 @runs.command("cancel")
@@ -662,7 +735,7 @@ def cancel(
 ) -> None:
     """Cancel a run wherever it is (cancel_run); or, with filters, every run they select."""
     filters = {"name": name, "state": state, "thread_id": thread_id}
-    call = _cancel_call(reason)
+    call = _call("cancel", reason=reason)
     if _one_or_filters(run_id, filters):
         _end_many(
             store, as_json, filters, dry_run=dry_run, yes=yes, end=call, ended_word="cancelled"
@@ -699,9 +772,7 @@ def stop(
     they select."""
     filters = {"name": name, "state": state, "thread_id": thread_id}
 
-    async def call(runtime: Runtime, run_id: str) -> object:
-        return await runtime.stop_run(run_id, reason)
-
+    call = _call("stop", reason=reason)
     if _one_or_filters(run_id, filters):
         _end_many(store, as_json, filters, dry_run=dry_run, yes=yes, end=call, ended_word="stopped")
         return
@@ -711,11 +782,10 @@ def stop(
     _control(store, as_json, run_id, lambda runtime: call(runtime, run_id))
 
 
-def _send(command: Callable[[], LiveCommand]) -> Action:
-    async def send(runtime: Runtime) -> None:
-        await runtime.send(command())  # (built here: a bad run id is reported as such)
-
-    return send
+def _one(name: ControlName, run_id: str, **arguments: JsonValue) -> Action:
+    """Control ``name``'s call (`CONTROLS`) on run ``run_id``."""
+    call = _call(name, **arguments)
+    return lambda runtime: call(runtime, run_id)
 
 
 @runs.command("pause")
@@ -724,7 +794,7 @@ def _send(command: Callable[[], LiveCommand]) -> Action:
 @click.argument("run_id", metavar="ID")
 def pause(store: str | None, as_json: bool, run_id: str) -> None:
     """Ask the run to pause at its next boundary (send Pause)."""
-    _control(store, as_json, run_id, _send(lambda: LiveCommand.Pause(run_id)))
+    _control(store, as_json, run_id, _one("pause", run_id))
 
 
 @runs.command("wake")
@@ -734,7 +804,7 @@ def pause(store: str | None, as_json: bool, run_id: str) -> None:
 @click.option("--reason", metavar="R", default="", help="Handed to the waiting boundary.")
 def wake(store: str | None, as_json: bool, run_id: str, reason: str) -> None:
     """Wake the run's boundary(wait=True) (send Wake)."""
-    _control(store, as_json, run_id, _send(lambda: LiveCommand.Wake(run_id, reason)))
+    _control(store, as_json, run_id, _one("wake", run_id, reason=reason))
 
 
 @runs.command("message")
@@ -745,7 +815,7 @@ def wake(store: str | None, as_json: bool, run_id: str, reason: str) -> None:
 def message(store: str | None, as_json: bool, run_id: str, payload: str) -> None:
     """Send the run a message, a JSON value its next boundary returns (send Message)."""
     value = early(lambda: parse_json(payload, "the message"), as_json=as_json)
-    _control(store, as_json, run_id, _send(lambda: LiveCommand.Message(run_id, value)))
+    _control(store, as_json, run_id, _one("message", run_id, payload=value))
 
 
 @runs.command("resume")
@@ -762,9 +832,11 @@ def resume(
         None if value is None else early(lambda: parse_json(value, "--value"), as_json=as_json)
     )
 
+    resume_call = _one("resume", run_id, value=resume_value, correlation_id=correlation_id)
+
     async def call(runtime: Runtime) -> None:
         try:
-            await runtime.resume(run_id, resume_value, correlation_id=correlation_id)
+            await resume_call(runtime)
         except InvalidPayload:
             raise  # the ticket refused the value: a refusal, with the run's state
         except InvalidArgument as exc:

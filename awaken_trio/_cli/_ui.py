@@ -17,13 +17,13 @@ from typing import Final
 import click
 import trio
 
+from .._face.failures import bad_input
+from .._redact import redact
 from ._common import (
     WholeRange,
-    bad_input,
     early,
     execute,
     open_cli_runtime,
-    redact,
     store_url,
 )
 from ._logging import LogFormat, command_log, install, log_options
@@ -52,7 +52,7 @@ def check_extra() -> None:
 def check_binding(host: str, port: int, token: str | None) -> None:
     """A token, if given, is long and plain enough to send in a header and a cookie; a
     host that is not loopback needs one; the address can be listened on."""
-    from .._ui._guard import is_loopback
+    from .._ui import is_loopback
 
     if token is not None and not _TOKEN.fullmatch(token):
         raise bad_input(

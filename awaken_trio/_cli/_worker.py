@@ -18,14 +18,14 @@ from typing import Final
 import click
 import trio
 
+from .._face.failures import bad_input
+from .._redact import redact
 from ._common import (
     SecondsRange,
     WholeRange,
-    bad_input,
     early,
     execute,
     open_cli_runtime,
-    redact,
     store_url,
 )
 from ._logging import LogFormat, command_log, install, log_options

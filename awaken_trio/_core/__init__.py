@@ -20,6 +20,7 @@ The names fall into four groups:
 """
 
 from ._actor import run_attempt as run_attempt
+from ._attempt import DEADLINE as DEADLINE
 from ._attempt import NOT_RESUMED as NOT_RESUMED
 from ._attempt import Attempt as Attempt
 from ._attempt import Body as Body
@@ -75,6 +76,7 @@ from ._json import freeze_detail as freeze_detail
 from ._json import scalar_dict as scalar_dict
 from ._observe import AttemptObserver as AttemptObserver
 from ._observe import Attribute as Attribute
+from ._policy import TimeLimit as TimeLimit
 from ._registry import AttemptRegistry as AttemptRegistry
 from ._registry import GateWaiter as GateWaiter
 from ._registry import ThreadGate as ThreadGate
@@ -117,6 +119,7 @@ from ._storage import CommandKind as CommandKind
 from ._storage import Commit as Commit
 from ._storage import CommitResult as CommitResult
 from ._storage import ControlLook as ControlLook
+from ._storage import DeadlineStore as DeadlineStore
 from ._storage import DescendantsEnd as DescendantsEnd
 from ._storage import DurableStore as DurableStore
 from ._storage import EventDraft as EventDraft
@@ -127,6 +130,8 @@ from ._storage import IfBusy as IfBusy
 from ._storage import InlineStore as InlineStore
 from ._storage import ListingStore as ListingStore
 from ._storage import NewRun as NewRun
+from ._storage import Overdue as Overdue
+from ._storage import OverdueLook as OverdueLook
 from ._storage import PruningStore as PruningStore
 from ._storage import Recovered as Recovered
 from ._storage import Rejected as Rejected

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import outcome
 import trio
 
-from ._attempt import SHUTDOWN, Attempt, Body, EndRequest, current_attempt
+from ._attempt import DEADLINE, SHUTDOWN, Attempt, Body, EndRequest, current_attempt
 from ._context import RunContext, current_run
 from ._json import fits_as_it_is
 from ._state import CANCELLED_CAUSE
@@ -64,6 +64,8 @@ async def run_attempt(host: AttemptHost, attempt: Attempt) -> None:
                 # nursery are cancelled with it, and nothing they do reaches further up.
                 attempt.scope = nursery.cancel_scope
                 attempt.children_nursery = nursery
+                if attempt.deadline is not None and attempt.request is None:
+                    _set_deadline(host, attempt, nursery.cancel_scope)
                 if attempt.request is not None:
                     # A pre-start cancel: the body never runs. (The scope was entered just
                     # now, so this request is the only way it can be cancelled yet.)
@@ -84,6 +86,10 @@ async def run_attempt(host: AttemptHost, attempt: Attempt) -> None:
                     # The observation window closes here: a cancel requested from now on
                     # is too late to change how the body ended.
                     cancel_seen = attempt.cancel_reaches(host.closing)
+                    if cancel_seen and attempt.request is None and attempt.deadline_passed():
+                        # Its own deadline cancelled it: that is its end, and its
+                        # children's (theirs is never later).
+                        attempt.request_end(DEADLINE)
                 if attempt.close_children():
                     await attempt.wait_for_admissions()
                 if attempt.children:
@@ -130,6 +136,21 @@ def _conclusion(
     if verdict.interrupt is not None:
         host.interrupted(verdict.interrupt)
     return verdict
+
+
+def _set_deadline(host: AttemptHost, attempt: Attempt, scope: trio.CancelScope) -> None:
+    """Give the attempt's scope the run's deadline as its Trio deadline (so a hung await is
+    interrupted there too; no task or timer of its own): the wall-clock time left, from
+    now on Trio's clock. A deadline already past ends the attempt before its body runs."""
+    assert attempt.deadline is not None
+    try:
+        left = attempt.deadline - host.now()
+    except Exception:  # a failing clock: the timer, or the next attempt, will tell
+        return
+    if left <= 0:
+        attempt.request_end(DEADLINE)
+    else:
+        scope.deadline = trio.current_time() + left
 
 
 def _end_children(host: AttemptHost, attempt: Attempt) -> None:
@@ -214,10 +235,16 @@ def _end_request(host: AttemptHost, attempt: Attempt) -> EndRequest:
         return attempt.request
     if host.shutdown_request is not None:
         return host.shutdown_request
+    if attempt.deadline_passed():
+        # Before its parent: a child's deadline is the earlier of its own and its
+        # parent's, so at their common deadline both scopes expire, and it ends by its own.
+        return DEADLINE
     parent = attempt.parent
     if parent is not None and attempt.ancestor_cancelled():
         if parent.request is not None:
             return parent.request.for_child(parent.run_id)
+        if parent.deadline_passed():
+            return DEADLINE  # (the parent's deadline is never earlier than its child's)
         return EndRequest.parent_ended(parent.run_id)
     if attempt.scope is not None and attempt.scope.cancel_called:
         return EndRequest(CANCELLED_CAUSE, "body", "the body cancelled its own scope")

@@ -26,6 +26,7 @@ from ._attempt import Attempt, Body, ParkedChild
 from ._commands import LiveCommand
 from ._errors import NotActive, RunExists, RuntimeClosed, StoreError, ThreadBusy
 from ._json import FrozenDict, JsonValue, check_payload, freeze_detail
+from ._policy import NO_DEADLINES, Deadlines
 from ._progress import refused
 from ._spec import RunSpec
 from ._state import Awaiting, Ended, Queued, ResumeTicket, RunRecord, wake_at
@@ -241,9 +242,13 @@ class Admissions:
             checkpoint,
             forked_from,
             step_events,
+            spec.deadlines.deadline,
+            spec.deadlines.queue_deadline,
             spec.if_busy,
             version,
         )
+        if spec.deadlines is not NO_DEADLINES:
+            kernel.on_limits(run_id=spec.run_id, limits=spec.deadlines)
         admission = object.__new__(Admission)  # (see _commit_of, "Built by their own __init__")
         Admission.__init__(
             admission,
@@ -303,6 +308,8 @@ class Admissions:
                 wake = wake_at(state.ticket)
                 if wake is not None:
                     kernel.on_scheduled(wake, run_id, state.ticket.correlation_id)
+                if record.deadline is not None:
+                    kernel.on_limits(run_id=run_id, limits=Deadlines(record.deadline))
                 return self._handles.settled(record)
             if isinstance(state, Queued):
                 attempt = self.stored_attempt(record, spec.body, parent=parent)
@@ -362,6 +369,7 @@ class Admissions:
             # A child lives on its root's claim.
             root_run_id=run_id if parent is None else parent.root_run_id,
             fence=None if parent is None else parent.fence,
+            deadline=spec.deadlines.deadline,
         )
         return attempt
 
@@ -383,7 +391,11 @@ class Admissions:
             name=record.name,
             max_steps=record.max_steps,
             parent=parent,
+            deadlines=NO_DEADLINES if record.deadline is None else Deadlines(record.deadline),
         )
+        if record.deadline is not None:
+            # Held here from now on (queued behind its thread, awaiting here later on).
+            self._kernel.on_limits(run_id=record.run_id, limits=spec.deadlines)
         return self.new_attempt(
             spec,
             generation=record.generation + 1,
@@ -397,14 +409,22 @@ class Admissions:
         return check_payload(input, f"input of run {run_id!r}", self._kernel.max_payload_bytes)
 
     async def commit_queued_run(
-        self, run_id: str, new_run: NewRun, source: Literal["submit", "fork"]
+        self,
+        run_id: str,
+        new_run: NewRun,
+        source: Literal["submit", "fork"],
+        *,
+        not_before: float | None = None,
     ) -> CommitResult:
         """Create the run ``Queued`` for any serving runtime that has its body by name
-        (`Runtime.submit`, or a fork whose body is not here)."""
+        (`Runtime.submit`, or a fork whose body is not here), not to start before
+        ``not_before`` if given."""
         detail = _DETAIL_SUBMIT if source == "submit" else DETAIL_FORK
         kernel = self._kernel
         result = await kernel.mailbox.commit(
-            commit_of.queue_new(run_id, new_run, at=kernel.now(), detail=detail),
+            commit_of.queue_new(
+                run_id, new_run, at=kernel.now(), detail=detail, not_before=not_before
+            ),
             functools.partial(self._queued_effect, run_id),
         )
         if isinstance(result, Rejected) and result.reason is RejectReason.BUSY:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextvars
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Literal, Protocol, final
+from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, final
 
 import attrs
 import trio
@@ -40,11 +40,22 @@ current_attempt: contextvars.ContextVar[Attempt | None] = contextvars.ContextVar
 )
 
 EndSource = Literal[
-    "deliver", "send", "cancel_run", "stop_run", "parent", "shutdown", "body", "scope", "lost"
+    "deliver",
+    "send",
+    "cancel_run",
+    "stop_run",
+    "parent",
+    "shutdown",
+    "body",
+    "scope",
+    "lost",
+    "deadline",
+    "queue_timeout",
 ]
 """Who asked an attempt to end: a live cancel (here, or sent from anywhere), the committed
 paths, the parent ending, runtime shutdown, the body cancelling its own scope, an enclosing
-scope nobody named, or the attempt losing its run (its claim, or an end made elsewhere)."""
+scope nobody named, the attempt losing its run (its claim, or an end made elsewhere), or
+the run's own time limits (its deadline, its queue timeout)."""
 
 Disposition = Literal["end", "hand_back", "lost"]
 """What the attempt commits when it stops: its end (``Ended(cause)``), a hand-back (a named
@@ -82,6 +93,8 @@ class EndRequest:
     def detail(self) -> FrozenDict:
         """The terminal event's detail: source and reason (made when the end is committed,
         not when the request is, so a cancel costs nothing it does not need)."""
+        if self.source in _TIME_LIMITS:
+            return scalar_dict({"source": self.source})
         return scalar_dict({"source": self.source, "reason": self.reason})
 
     def scope_reason(self) -> str:
@@ -102,11 +115,21 @@ class EndRequest:
         the child, its source being the parent."""
         if self.disposition == "hand_back":
             return HANDED_BACK_WITH_PARENT
-        if self.source == "shutdown" or self.disposition == "lost":
+        if self.source == "shutdown" or self.source == "deadline" or self.disposition == "lost":
+            # (A child's deadline is never later than its parent's: it has passed too.)
             return self
         why = self.reason or f"{self.source} of its parent"
         return EndRequest.parent_ended(parent_run_id, why)
 
+
+_TIME_LIMITS: Final = frozenset(("deadline", "queue_timeout"))
+
+DEADLINE = EndRequest(Stopped("deadline"), "deadline")
+"""How a run ends at its deadline (detail ``{"source": "deadline"}``), in any state: its
+running attempt's scope deadline, or the runtime that finds it queued or awaiting."""
+
+QUEUE_TIMEOUT = EndRequest(Stopped("queue_timeout"), "queue_timeout")
+"""How a run ends when its first attempt has not started within its ``queue_timeout``."""
 
 SHUTDOWN = EndRequest(Stopped("runtime shutdown"), "shutdown", "runtime shutdown")
 """Why every attempt ends when its runtime closes."""
@@ -311,6 +334,9 @@ class Attempt:
     # made under: the root's, shared by its children.
     root_run_id: str = ""
     fence: Fence | None = None
+    # The run's deadline (wall-clock seconds, the runtime's clock): the attempt's scope
+    # gets it as its Trio deadline, so the body is interrupted there even in a hung await.
+    deadline: float | None = None
     # The generation the store holds while this attempt waits for its thread.
     queued_generation: int | None = None
     gate_waiter: GateWaiter | None = None
@@ -506,6 +532,16 @@ class Attempt:
         cancel status."""
         scope = self.scope
         return (scope is not None and scope.cancel_called) or closing or self.ancestor_cancelled()
+
+    def deadline_passed(self) -> bool:
+        """Whether the attempt's own scope was cancelled by the run's deadline."""
+        scope = self.scope
+        return (
+            self.deadline is not None
+            and scope is not None
+            and scope.cancel_called
+            and trio.current_time() >= scope.deadline
+        )
 
     def ancestor_cancelled(self) -> bool:
         parent = self.parent

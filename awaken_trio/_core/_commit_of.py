@@ -121,6 +121,7 @@ def start(
         (),
         None,
         (),
+        None,  # not_before
         # The first attempt of a run that never started pins its body's version.
         UNSET if attempt.pin is None or not running_now else attempt.pin.version,
     )
@@ -165,9 +166,16 @@ def begin_queued(attempt: Attempt, *, at: float, detail: FrozenDict, under: Unde
     )
 
 
-def queue_new(run_id: str, new_run: NewRun, *, at: float, detail: FrozenDict) -> Commit:
+def queue_new(
+    run_id: str,
+    new_run: NewRun,
+    *,
+    at: float,
+    detail: FrozenDict,
+    not_before: float | None = None,
+) -> Commit:
     """A new run ``Queued`` for any serving runtime with its body (`submit`, a fork whose
-    body is not here)."""
+    body is not here), not to start before ``not_before`` (a delayed start) if given."""
     return Commit(
         run_id=run_id,
         state=QUEUED,
@@ -176,6 +184,7 @@ def queue_new(run_id: str, new_run: NewRun, *, at: float, detail: FrozenDict) ->
         at=at,
         new_run=new_run,
         detail=detail,
+        not_before=not_before,
     )
 
 

@@ -15,6 +15,7 @@ from ._attempt import Attempt, Body, StepCeiling, SuspendAttempt, current_attemp
 from ._errors import ContextMisuse, InvalidArgument, NotActive, NotInRun
 from ._journal import MISSING, Journal
 from ._json import JsonValue, check_payload, freeze_detail
+from ._policy import NO_DEADLINES, check_deadlines
 from ._schema import check_schema
 from ._spec import RunSpec
 from ._state import Awaiting, EventKind, ResumeTicket, RunState
@@ -494,6 +495,9 @@ class RunContext(metaclass=NoPublicConstructor):
         thread_id: str | None = None,
         name: str | None = None,
         max_steps: int | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 - the run's deadline, not this call's
+        deadline: float | None = None,
+        queue_timeout: float | None = None,
         if_busy: IfBusy = "queue",
     ) -> RunHandle:
         """Start a child run inside this attempt's cancel scope.
@@ -502,10 +506,21 @@ class RunContext(metaclass=NoPublicConstructor):
         child's own cancel or failure never reaches this attempt. The child runs on a
         thread of its own unless ``thread_id`` is given; a child given a busy thread
         (its parent's, say) is queued, and if its turn has not come when this attempt
-        ends, it is ended with it without ever running. ``if_busy`` is as for
-        `Runtime.start` (a child never supersedes its own ancestors: `ThreadBusy`).
+        ends, it is ended with it without ever running. ``timeout``, ``deadline`` and
+        ``queue_timeout`` are `Runtime.start`'s; the child's deadline is the earlier of
+        its own and this run's. ``if_busy`` is as for `Runtime.start` (a child never
+        supersedes its own ancestors: `ThreadBusy`).
         """
         a = self._live("start_child()")
+        limits = NO_DEADLINES
+        if timeout is not None or deadline is not None or queue_timeout is not None:
+            limits = check_deadlines(
+                timeout=timeout,
+                deadline=deadline,
+                queue_timeout=queue_timeout,
+                now=self._host.now(),
+                what=f"start_child() in run {a.run_id!r}",
+            )
         spec = RunSpec.checked(
             body,
             input=input,
@@ -516,6 +531,7 @@ class RunContext(metaclass=NoPublicConstructor):
             parent=a,
             max_payload_bytes=self._host.max_payload_bytes,
             if_busy=if_busy,
+            deadlines=limits,
         )
         return await self._host.start_run(spec)
 
@@ -528,6 +544,9 @@ class RunContext(metaclass=NoPublicConstructor):
         thread_id: str | None = None,
         name: str | None = None,
         max_steps: int | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 - the run's deadline, not this call's
+        deadline: float | None = None,
+        queue_timeout: float | None = None,
         if_busy: IfBusy = "queue",
     ) -> RunState:
         """Start a child run and wait for it; its committed state comes back as a value."""
@@ -538,6 +557,9 @@ class RunContext(metaclass=NoPublicConstructor):
             thread_id=thread_id,
             name=name,
             max_steps=max_steps,
+            timeout=timeout,
+            deadline=deadline,
+            queue_timeout=queue_timeout,
             if_busy=if_busy,
         )
         return await handle.wait()

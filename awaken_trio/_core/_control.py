@@ -30,6 +30,7 @@ from ._errors import (
 from ._handle import RunHandle
 from ._journal import read_steps
 from ._json import FrozenDict, JsonValue
+from ._policy import NO_DEADLINES, Deadlines
 from ._schema import check_value
 from ._spec import RunSpec
 from ._state import (
@@ -73,6 +74,8 @@ class Control:
         self._handles = supervisor.handles
         self._store = kernel.store
         self._registry = kernel.registry
+        self._scheduler = supervisor.scheduler
+        self._expiry = supervisor.expiry
         self.handle = self._handles.handle
         self.load = kernel.load
 
@@ -155,7 +158,9 @@ class Control:
         input: JsonValue,
         run_id: str | None,
         thread_id: str | None,
-        if_busy: IfBusy,
+        not_before: float | None,
+        limits: Deadlines = NO_DEADLINES,
+        if_busy: IfBusy = "queue",
     ) -> RunHandle:
         admissions = self._admissions
         admissions.actors_nursery()  # refuses once shutdown has begun
@@ -163,8 +168,20 @@ class Control:
         input = admissions.checked_input(input, run_id)
         thread_id = thread_id or run_id
         await trio.lowlevel.checkpoint()
-        new_run = NewRun(thread_id, None, name, input, None, run_id, if_busy=if_busy)
-        result = await admissions.commit_queued_run(run_id, new_run, "submit")
+        new_run = NewRun(
+            thread_id,
+            None,
+            name,
+            input,
+            None,
+            run_id,
+            deadline=limits.deadline,
+            queue_deadline=limits.queue_deadline,
+            if_busy=if_busy,
+        )
+        result = await admissions.commit_queued_run(
+            run_id, new_run, "submit", not_before=not_before
+        )
         if isinstance(result, Rejected):
             record = await self.load(run_id)
             if (record.name, record.input, record.thread_id, record.parent_run_id) != (
@@ -175,8 +192,18 @@ class Control:
             ):
                 raise RunExists(run_id)
             return await self.handle_from_now(run_id, thread_id)
-        self._kernel.store_changed_elsewhere()  # serving loops look again
-        return self._handles.remote(run_id, thread_id, 1, 0)
+        if not_before is None:
+            self._kernel.store_changed_elsewhere()  # serving loops look again
+        else:
+            # Serving loops here look again when its time comes (one timer for them all).
+            self._scheduler.eligible_at(not_before)
+        handle = self._handles.remote(run_id, thread_id, 1, 0)
+        if limits is not NO_DEADLINES:
+            self._scheduler.limits(run_id=run_id, limits=limits)
+            if limits.deadline is not None and limits.deadline <= self._kernel.now():
+                # Already past at the call: committed, and ended at once.
+                await self._expiry.expire(run_id, "deadline")
+        return handle
 
     async def fork(
         self, run_id: str, *, at: int | None, new_run_id: str | None, thread_id: str | None
@@ -358,6 +385,15 @@ class Control:
         admissions.actors_nursery()  # refuses once shutdown has begun
         await trio.lowlevel.checkpoint()
         record = await self.load(run_id)
+        if (
+            record.deadline is not None
+            and isinstance(record.state, Awaiting)
+            and record.deadline <= self._kernel.now()
+        ):
+            # Past its deadline: it has ended, or ends now (nothing had yet), as any run
+            # that has ended answers a resume.
+            await self._expiry.expire(run_id, "deadline")
+            raise NotAwaiting(run_id, (await self.load(run_id)).state)
         ticket = self._check_ticket(record, correlation_id)
         if ticket.accepts is not None:
             check_value(ticket.accepts, value, f"the resume value for run {run_id!r}")

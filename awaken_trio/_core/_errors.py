@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import re
+from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
     from ._state import RunState
+
+
+_ACRONYM_BOUNDARY: Final = re.compile(r"(?<=[A-Z])(?=[A-Z][a-z])|(?<=[a-z0-9])(?=[A-Z])")
 
 
 class AwakenError(Exception):
@@ -216,6 +220,19 @@ class RunError(AwakenError):
         self.code = code
         self.message = message
         super().__init__(f"{code}: {message}" if message else code)
+
+    @staticmethod
+    def code_of(exc: BaseException) -> str:
+        """The stable snake_case name of any error: a `RunError`'s ``code``, else its class
+        name in snake_case, acronyms kept together (``ValueError`` -> ``value_error``,
+        ``HTTPError`` -> ``http_error``, ``OAuth2TokenError`` -> ``o_auth2_token_error``).
+
+        It is the ``code`` of the ``Failed`` end a body's error gives its run, and the
+        ``"error"`` of the command line's and the dashboard's error objects.
+        """
+        if isinstance(exc, RunError):
+            return exc.code
+        return _ACRONYM_BOUNDARY.sub("_", type(exc).__name__).lower()
 
 
 class MaxStepsReached(AwakenError):

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from ._handle import RunHandle
     from ._spec import RunSpec
     from ._state import Ended, RunEvent, RunRecord
-    from ._storage import Fence, Store, StoredCommand
+    from ._storage import Fence, Overdue, Store, StoredCommand
     from ._streams import StreamOutbox
     from ._verdict import Verdict
     from ._versions import BodyVersions
@@ -245,6 +245,11 @@ class ServingHost(Protocol):
 
     def watched(self) -> Watched:
         """The attempts here that stored commands and ends made elsewhere may reach."""
+        ...
+
+    async def end_overdue(self, found: Overdue) -> None:
+        """End a run the store found past a time limit (`DeadlineStore.overdue`), unless it
+        moved on meanwhile. Raises `StoreError` if the store failed."""
         ...
 
     def apply_stored(self, command: StoredCommand) -> None:

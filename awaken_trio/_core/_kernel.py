@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, final
+from typing import TYPE_CHECKING, Protocol, final
 
 import trio
 from trio_util import RepeatedEvent
@@ -22,6 +22,7 @@ from ._claims import ClaimPolicy
 from ._commits import CommitMailbox
 from ._errors import InvalidArgument, UnknownRun
 from ._json import JsonValue
+from ._policy import Deadlines
 from ._registry import AttemptRegistry, ThreadGate
 from ._state import RunRecord
 from ._storage import Store, read_store
@@ -36,6 +37,14 @@ if TYPE_CHECKING:
 Clock = Callable[[], float]
 VerifierFactory = Callable[[str, str, int], "OwnershipVerifier | None"]
 Scheduled = Callable[[float, str, str], None]
+
+
+class OnLimits(Protocol):
+    """Told of a run's time limits, to end it at them (`Scheduler.limits`)."""
+
+    def __call__(self, *, run_id: str, limits: Deadlines) -> None: ...
+
+
 """Told of every scheduled resume (``ctx.sleep``) committed here: wake time, run, ticket."""
 
 
@@ -61,6 +70,7 @@ class Kernel:
         observer: AttemptObserver | None,
         on_scheduled: Scheduled,
         on_interrupt: Callable[[BaseException], None],
+        on_limits: OnLimits,
     ) -> None:
         self.store = store
         self.mailbox = mailbox
@@ -72,6 +82,8 @@ class Kernel:
         # Told of every attempt that starts here (tracing); None costs one test per attempt.
         self.observer = observer
         self.on_scheduled = on_scheduled
+        # A run this runtime holds has time limits: end it at them unless it has ended.
+        self.on_limits = on_limits
         self.on_interrupt = on_interrupt
         self.registry = AttemptRegistry()
         self.gate = ThreadGate()

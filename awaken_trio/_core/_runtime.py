@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import final
+from typing import TYPE_CHECKING, final
 
 import attrs
 import trio
@@ -20,6 +20,13 @@ from ._events import EventStream
 from ._handle import RunHandle
 from ._host import Serve
 from ._json import JsonValue, check_payload
+from ._policy import (
+    NO_DEADLINES,
+    Deadlines,
+    check_deadlines,
+    check_not_before,
+    refuse_not_before,
+)
 from ._spec import RunSpec
 from ._state import (
     CANCELLED_CAUSE,
@@ -38,6 +45,9 @@ from ._streams import StreamReader, check_read
 from ._supervisor import Supervisor
 from ._util import NoPublicConstructor, safe_repr
 from ._validate import check_body, check_id, check_if_busy
+
+if TYPE_CHECKING:
+    from ._kernel import Kernel
 
 _COMMANDS = frozenset((Cancel, Pause, Wake, Message))
 
@@ -100,6 +110,10 @@ class Runtime(metaclass=NoPublicConstructor):
         thread_id: str | None = None,
         name: str | None = None,
         max_steps: int | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 - the run's deadline, not this call's
+        deadline: float | None = None,
+        queue_timeout: float | None = None,
+        not_before: float | None = None,
         if_busy: IfBusy = "queue",
     ) -> RunHandle:
         """Commit a new run and start its first attempt.
@@ -116,6 +130,12 @@ class Runtime(metaclass=NoPublicConstructor):
             name: a label kept with the record.
             max_steps: the run's budget of ``boundary()`` calls, across all its attempts;
                 the call that would exceed it ends the run ``Ended(MaxSteps())``.
+            timeout: the run's deadline in seconds from now: it ends
+                ``Stopped("deadline")`` then, in whatever state (`RunRecord.deadline`).
+            deadline: the same as a wall-clock time (give one of the two).
+            queue_timeout: seconds its first attempt may wait for its thread; it ends
+                ``Stopped("queue_timeout")`` if it has not started by then.
+            not_before: `submit`'s alone: refused here.
             if_busy: when another run on the thread is running or queued: ``"queue"``
                 waits for it, ``"reject"`` raises `ThreadBusy`, ``"supersede"`` ends the
                 thread's other unended runs ``Stopped("superseded")`` in the same commit
@@ -126,42 +146,22 @@ class Runtime(metaclass=NoPublicConstructor):
             thread. InvalidArgument, InvalidBody, InvalidPayload: a bad argument (nothing
             is committed). RuntimeClosed: the runtime is closing.
         """
-        spec = self._root_spec(
-            body,
-            input=input,
-            run_id=run_id,
-            thread_id=thread_id,
-            name=name,
-            max_steps=max_steps,
-            if_busy=if_busy,
-        )
-        return self._handle(await self._admissions.begin_run(spec))
-
-    def _root_spec(
-        self,
-        body: Body,
-        *,
-        input: JsonValue,
-        run_id: str | None,
-        thread_id: str | None,
-        name: str | None,
-        max_steps: int | None,
-        if_busy: IfBusy,
-    ) -> RunSpec:
-        """The checked spec of a root run `start` or `execute` begins (called from this
-        runtime's own Trio run only)."""
+        refuse_not_before(not_before, "start()")
         self._in_own_run()
-        return RunSpec.checked(
+        limits = _limits(self._kernel, timeout, deadline, queue_timeout, "start()")
+        spec = _root_spec(
+            self._kernel,
             body,
             input=input,
             run_id=run_id,
             thread_id=thread_id,
             name=name,
             max_steps=max_steps,
-            parent=None,
-            max_payload_bytes=self._kernel.max_payload_bytes,
             if_busy=if_busy,
         )
+        if limits is not NO_DEADLINES:
+            spec = attrs.evolve(spec, deadlines=limits)
+        return self._handle(await self._admissions.begin_run(spec))
 
     async def execute(
         self,
@@ -172,6 +172,10 @@ class Runtime(metaclass=NoPublicConstructor):
         thread_id: str | None = None,
         name: str | None = None,
         max_steps: int | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 - the run's deadline, not this call's
+        deadline: float | None = None,
+        queue_timeout: float | None = None,
+        not_before: float | None = None,
         if_busy: IfBusy = "queue",
     ) -> RunState:
         """`start`, then wait: the committed state (``Awaiting`` or ``Ended``) of the attempt.
@@ -179,7 +183,11 @@ class Runtime(metaclass=NoPublicConstructor):
         The run belongs to the runtime, not to the caller: cancelling this call stops the
         waiting, not the run (use `deliver` or `cancel_run` for that).
         """
-        spec = self._root_spec(
+        refuse_not_before(not_before, "execute()")
+        self._in_own_run()
+        limits = _limits(self._kernel, timeout, deadline, queue_timeout, "execute()")
+        spec = _root_spec(
+            self._kernel,
             body,
             input=input,
             run_id=run_id,
@@ -188,6 +196,8 @@ class Runtime(metaclass=NoPublicConstructor):
             max_steps=max_steps,
             if_busy=if_busy,
         )
+        if limits is not NO_DEADLINES:
+            spec = attrs.evolve(spec, deadlines=limits)
         return await self._control.execute(spec)
 
     # ------------------------------------------------------------------ durable runs
@@ -200,15 +210,10 @@ class Runtime(metaclass=NoPublicConstructor):
         version: str | None = None,
         compatible: tuple[str | None, ...] = (),
     ) -> None:
-        """Register ``body`` under ``name``: runs can then be submitted by that name,
-        served here, and recovered here when their owner is lost. A run started with a
-        registered body carries its name.
-
-        A run's first attempt pins the ``version`` of the body it runs with
-        (`RunRecord.body_version`); every later attempt (recovery, resume, scheduled
-        wake) starts only with a body whose version is the pinned one or lists it in
-        ``compatible`` (None there: runs pinned by an unversioned body). A runtime that
-        has no such body leaves the run for one that has.
+        """Register ``body`` under ``name`` (at ``version``): runs can then be submitted by
+        that name, served and recovered here; a run started with it carries its name. A
+        run's first attempt pins the version (`RunRecord.body_version`); a later attempt
+        starts only with a body of that version or listing it in ``compatible``.
 
         Raises:
             InvalidArgument: the name is registered for another body or at another
@@ -231,6 +236,10 @@ class Runtime(metaclass=NoPublicConstructor):
         input: JsonValue = None,
         run_id: str | None = None,
         thread_id: str | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 - the run's deadline, not this call's
+        deadline: float | None = None,
+        queue_timeout: float | None = None,
+        not_before: float | None = None,
         if_busy: IfBusy = "queue",
     ) -> RunHandle:
         """Commit a run ``Queued`` for any serving runtime that has a body named ``name``.
@@ -241,6 +250,20 @@ class Runtime(metaclass=NoPublicConstructor):
         after the handle was made, whichever runtime runs it (at once the end of a run
         that had already ended).
 
+        ``not_before`` delays the start: the run is committed ``Queued`` now and no
+        runtime starts it before that time (wall-clock seconds, the runtime's clock).
+        Cancel and stop end it as any queued run. ``timeout``, ``deadline`` and
+        ``queue_timeout`` are `start`'s (a queue timeout counts from now, not from
+        ``not_before``); any serving runtime ends the run at them.
+
+        ``if_busy`` is as for `start`; a repeated submit of the same run never supersedes
+        nor is rejected.
+
+        Raises:
+            RunExists: ``run_id`` is taken by a different run.
+            ThreadBusy: ``if_busy="reject"`` and another run on the thread is running or
+                queued (nothing is committed).
+            InvalidArgument: a bad argument (nothing is committed).
         ``if_busy`` is as for `start`; a repeated submit of the same run never supersedes
         nor is rejected.
 
@@ -257,8 +280,17 @@ class Runtime(metaclass=NoPublicConstructor):
             check_id(thread_id, "thread_id")
         if if_busy != "queue":
             check_if_busy(if_busy)
+        what = f"submit() of {name!r}"
+        when = check_not_before(not_before, what)
+        limits = _limits(self._kernel, timeout, deadline, queue_timeout, what)
         return await self._control.submit(
-            name, input=input, run_id=run_id, thread_id=thread_id, if_busy=if_busy
+            name,
+            input=input,
+            run_id=run_id,
+            thread_id=thread_id,
+            not_before=when,
+            limits=limits,
+            if_busy=if_busy,
         )
 
     async def fork(
@@ -633,6 +665,46 @@ class Runtime(metaclass=NoPublicConstructor):
         )
 
 
+def _limits(
+    kernel: Kernel, timeout: object, deadline: object, queue_timeout: object, what: str
+) -> Deadlines:
+    """The time limits asked for, absolute by the runtime's clock; checked first."""
+    if timeout is None and deadline is None and queue_timeout is None:
+        return NO_DEADLINES
+    return check_deadlines(
+        timeout=timeout,
+        deadline=deadline,
+        queue_timeout=queue_timeout,
+        now=kernel.now(),
+        what=what,
+    )
+
+
+def _root_spec(
+    kernel: Kernel,
+    body: Body,
+    *,
+    input: JsonValue,
+    run_id: str | None,
+    thread_id: str | None,
+    name: str | None,
+    max_steps: int | None,
+    if_busy: IfBusy,
+) -> RunSpec:
+    """The checked spec of a root run `Runtime.start` or `Runtime.execute` begins."""
+    return RunSpec.checked(
+        body,
+        input=input,
+        run_id=run_id,
+        thread_id=thread_id,
+        name=name,
+        max_steps=max_steps,
+        parent=None,
+        max_payload_bytes=kernel.max_payload_bytes,
+        if_busy=if_busy,
+    )
+
+
 def request_end_here(runtime: Runtime, run_id: str, request: EndRequest) -> bool:
     """Ask the run's attempt here to end as ``request`` says, in this very step (what
     `Runtime.cancel_run` and `Runtime.stop_run` ask once they have yielded), for tools that
@@ -646,9 +718,15 @@ def request_end_here(runtime: Runtime, run_id: str, request: EndRequest) -> bool
 
 
 async def start_kernel_services(services: trio.Nursery, runtime: Runtime) -> None:
-    """The kernel's own background tasks, on every store: scheduled resumes (``ctx.sleep``)
-    and the stream flusher."""
-    await services.start(runtime._supervisor.scheduler.run, runtime._scheduled_resume)
+    """The kernel's own background tasks, on every store: the timer of scheduled resumes
+    (``ctx.sleep``) and delayed starts, and the stream flusher."""
+    supervisor = runtime._supervisor
+    await services.start(
+        supervisor.scheduler.run,
+        runtime._scheduled_resume,
+        supervisor.kernel.store_changed_elsewhere,
+        supervisor.expiry.expire,
+    )
     await services.start(runtime._supervisor.flusher.run)
 
 

@@ -21,11 +21,12 @@ from ._errors import RuntimeClosed, StoreError
 from ._host import ClaimSettings, HeardEnd, ServedRun, Watched
 from ._json import freeze_detail
 from ._state import Awaiting, Ended, Queued, Running, RunRecord
-from ._storage import Expect, Fence, Rejected, RejectReason, Store, StoredCommand
+from ._storage import Expect, Fence, Overdue, Rejected, RejectReason, Store, StoredCommand
 from ._versions import BodyVersions
 
 if TYPE_CHECKING:
     from ._admit import Admissions
+    from ._expire import Expiry
     from ._kernel import Kernel
 
 _DETAIL_SERVED = freeze_detail({"source": "serve"}, "detail")
@@ -37,9 +38,10 @@ _DETAIL_RECOVERED = freeze_detail({"source": "recovery"}, "detail")
 class Serving:
     """`ServingHost` over the kernel (see the module docstring)."""
 
-    def __init__(self, kernel: Kernel, admissions: Admissions) -> None:
+    def __init__(self, kernel: Kernel, admissions: Admissions, expiry: Expiry) -> None:
         self._kernel = kernel
         self._admissions = admissions
+        self._expiry = expiry
         self.store: Store = kernel.store
         self.claims: ClaimSettings | None = kernel.claims.settings
         self.now = kernel.now
@@ -70,6 +72,9 @@ class Serving:
                 a for a in (*kernel.registry.all(), *kernel.queued.values()) if a.phase != "sealed"
             )
         )
+
+    async def end_overdue(self, found: Overdue) -> None:
+        await self._expiry.end_stored(found.record, found.limit)
 
     def apply_stored(self, command: StoredCommand) -> None:
         attempt = self._kernel.attempt_here(command.run_id)

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, final
 import attrs
 
 from ._json import JsonValue, check_payload
+from ._policy import NO_DEADLINES, Deadlines
 from ._storage import IfBusy
 from ._validate import (
     check_body,
@@ -46,6 +47,9 @@ class RunSpec:
     parent: Attempt | None = None
     # What its first commit does when its thread is busy (DESIGN §3.8).
     if_busy: IfBusy = "queue"
+    # Its time limits, absolute (a child's deadline already the earlier of its own and
+    # its parent's).
+    deadlines: Deadlines = NO_DEADLINES
 
     @classmethod
     def checked(
@@ -60,6 +64,7 @@ class RunSpec:
         parent: Attempt | None,
         max_payload_bytes: int,
         if_busy: IfBusy = "queue",
+        deadlines: Deadlines = NO_DEADLINES,
     ) -> RunSpec:
         """Check a caller's arguments for a new run (nothing is committed if one is bad).
 
@@ -82,6 +87,8 @@ class RunSpec:
             # (The common input, None, fits any limit of at least its own 4 bytes: no
             # description of it is made for an error that cannot happen.)
             input = check_payload(input, f"input of run {run_id!r}", max_payload_bytes)
+        if parent is not None and parent.deadline is not None:
+            deadlines = deadlines.within(parent.deadline)
         spec = object.__new__(cls)  # (a class called with keywords costs twice as much)
         cls.__init__(
             spec,
@@ -93,5 +100,6 @@ class RunSpec:
             max_steps=max_steps,
             parent=parent,
             if_busy=if_busy,
+            deadlines=deadlines,
         )
         return spec

@@ -218,6 +218,13 @@ class RunRecord:
     # Where a forked run (`Runtime.fork`) came from: ``{"run_id": ..., "seq": ...}``, the
     # source run and the event whose checkpoint its first attempt started from.
     forked_from: JsonValue = attrs.field(default=None, converter=_payload)
+    # A queued run's earliest start (wall-clock seconds, the runtime's clock): no runtime
+    # starts its next attempt before then. Set by a delayed start (``submit(not_before=)``)
+    # and by a run waiting to retry; None when it may start now, and in every other state.
+    not_before: float | None = None
+    # The run's deadline (wall-clock seconds, the runtime's clock): it ends
+    # ``Stopped("deadline")`` then, whatever its state. None: no deadline.
+    deadline: float | None = None
     # The version of the body its first attempt ran with (`Runtime.register`'s
     # ``version``), None for an unversioned body or a run that never started.
     body_version: str | None = None

@@ -52,6 +52,7 @@ import trio
 
 from ._errors import AwakenError, StoreError
 from ._json import EMPTY_DICT, JsonValue
+from ._policy import TimeLimit
 from ._state import Ended, ResumeTicket, RunEvent, RunRecord, RunState, StreamChunk
 from ._util import safe_repr
 
@@ -140,6 +141,10 @@ class NewRun:
     checkpoint: JsonValue = None
     forked_from: JsonValue = None
     step_events: tuple[Mapping[str, JsonValue], ...] = ()
+    # The run's time limits (`RunRecord.deadline`; the time its first attempt must have
+    # started by), wall-clock seconds of the runtime's clock, fixed at its creation.
+    deadline: float | None = None
+    queue_deadline: float | None = None
     # What the commit does when the run's thread is busy (another run on it is running or
     # queued): ``"queue"`` nothing (the run waits its turn), ``"reject"`` refuse the commit
     # (`RejectReason.BUSY`), ``"supersede"`` end every other unended run of the thread
@@ -270,7 +275,9 @@ class Commit:
             attempt, takes its tree with it); ``"not_resumed"`` ends them
             ``Ended(Stopped("not resumed by parent"))`` (the end of a later attempt of a
             run whose earlier attempt handed children back that this one did not take
-            back, DESIGN rule 22: every child this attempt had has ended by then). None
+            back, DESIGN rule 22: every child this attempt had has ended by then);
+            ``"deadline"`` ends them ``Ended(Stopped("deadline"))`` (detail ``source:
+            "deadline"``: the run's deadline came, and a descendant's is never later). None
             leaves them to their attempts.
         chunks: stream chunks the attempt sent (`StreamDraft`, one or more per channel, in
             the order they were sent), written with the commit at each channel's next
@@ -278,6 +285,12 @@ class Commit:
         body_version: the version of the body the run's first attempt runs with, pinned
             on the run (`RunRecord.body_version`) by the commit that starts that attempt;
             `UNSET` for every other commit.
+        not_before: a ``Queued`` commit's earliest start: no runtime starts the run's next
+            attempt before this time (the runtime's clock, as a scheduled ticket's
+            ``wake_at``); `Store.runnable` leaves the run out until then. It is the one
+            "not eligible before" mark of a queued run: a delayed start
+            (``submit(not_before=T)``) sets it, and so does a run waiting to retry (its
+            ``retry_at``). Every other commit of the run clears it (None: no wait).
     """
 
     run_id: str
@@ -306,6 +319,7 @@ class Commit:
     delivered: tuple[int, ...] = ()
     end_descendants: DescendantsEnd | None = None
     chunks: tuple[StreamDraft, ...] = ()
+    not_before: float | None = None
     body_version: str | _Unset | None = UNSET
 
 
@@ -314,7 +328,7 @@ IfBusy = Literal["queue", "reject", "supersede"]
 
 IF_BUSY: Final[tuple[IfBusy, ...]] = ("queue", "reject", "supersede")
 
-DescendantsEnd = Literal["parent_ended", "not_resumed"]
+DescendantsEnd = Literal["parent_ended", "not_resumed", "deadline"]
 """How a commit ends the run's unended descendants (`Commit.end_descendants`)."""
 
 
@@ -404,7 +418,8 @@ class Store(Protocol):
         first, at most ``limit``: ``Queued`` runs whose thread is free and that nobody
         holds a live claim on (leases by the store's clock), and ``Awaiting`` runs whose
         ``scheduled_action`` ticket is due (``payload["wake_at"] <= now``, ``now`` being the
-        runtime's clock, which ticket times are read from)."""
+        runtime's clock, which ticket times are read from). A queued run whose
+        ``not_before`` (`Commit.not_before`) is later than ``now`` is not runnable yet."""
         ...
 
     async def aclose(self) -> None:
@@ -626,6 +641,42 @@ class StepStore(Store, Protocol):
     async def step_events(self, run_id: str) -> list[RunEvent]:
         """The run's committed events of kind ``"step"``, oldest first (none for a run the
         store does not hold)."""
+        ...
+
+
+@final
+@attrs.frozen
+class Overdue:
+    """A run past one of its time limits (`DeadlineStore.overdue`): ``limit`` says which."""
+
+    record: RunRecord
+    limit: TimeLimit
+
+
+@final
+@attrs.frozen
+class OverdueLook:
+    """What one look for runs past their time limits found (`DeadlineStore.overdue`): the
+    runs, and the earliest limit after ``now`` of a run it would find (None: none)."""
+
+    runs: tuple[Overdue, ...] = ()
+    next_at: float | None = None
+
+
+@runtime_checkable
+class DeadlineStore(Store, Protocol):
+    """A store that finds the runs past their time limits through an index (every serving
+    loop turn asks it): the memory, SQLite and PostgreSQL stores do. On a store without
+    it, a run's limits are kept by the runtimes that hold it alone."""
+
+    async def overdue(self, now: float, limit: int) -> OverdueLook:
+        """Root runs no attempt runs that are past a time limit by ``now`` (the runtime's
+        clock, which deadlines are read from), at most ``limit``, each once: ``Queued`` or
+        ``Awaiting`` ones whose ``deadline`` is at or before ``now`` (`Overdue.limit`
+        ``"deadline"``), and ``Queued`` ones whose first attempt has not started
+        (generation 0) whose queue deadline is (``"queue_timeout"``; a run past both is
+        found for its deadline); and the earliest such limit still to come, so a serving
+        loop can look again then."""
         ...
 
 

@@ -33,6 +33,7 @@ from ._admit import Admissions
 from ._attempt import HAND_BACK, HANDED_BACK_WITH_PARENT, SHUTDOWN, Attempt, EndRequest
 from ._claims import ClaimPolicy
 from ._commits import CommitMailbox
+from ._expire import Expiry
 from ._finish import FinishBoundary
 from ._handle import RunHandle
 from ._handles import Handles
@@ -94,13 +95,16 @@ class Supervisor:
             verifier_factory=verifier_factory,
             observer=observer,
             on_scheduled=self.scheduler.schedule,
+            on_limits=self.scheduler.limits,
             on_interrupt=self.interrupted,
         )
         self.handles = Handles(kernel)
         self.finish_boundary = finish = FinishBoundary(kernel)
         self.admissions = admissions = Admissions(kernel, finish, self.handles, self)
         self.progress = progress = Progress(kernel)
-        self.serving = Serving(kernel, admissions)
+        # Runs meet their time limits: the timer's and the serving loops' ends.
+        self.expiry = Expiry(kernel, admissions, finish)
+        self.serving = Serving(kernel, admissions, self.expiry)
         self.start_run = admissions.start_run
         self.begin_queued = admissions.begin_queued
         self.load_commands = admissions.load_commands

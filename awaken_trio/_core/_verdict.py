@@ -15,7 +15,6 @@ The order is fixed, and it is what makes a run's end explainable:
 from __future__ import annotations
 
 import enum
-import re
 import traceback
 from typing import Any, final
 
@@ -48,7 +47,6 @@ from ._util import safe_repr, safe_str
 
 _INTERRUPTS = (KeyboardInterrupt, SystemExit)
 _NOT_ERRORS = (trio.Cancelled, SuspendAttempt, StepCeiling, MaxStepsReached)
-_ACRONYM_BOUNDARY = re.compile(r"(?<=[A-Z])(?=[A-Z][a-z])|(?<=[a-z0-9])(?=[A-Z])")
 _MAX_MESSAGE = 4000
 
 NATURAL_END: RunState = Ended(NaturalEnd())  # frozen, so one instance serves every run
@@ -89,17 +87,6 @@ class Verdict:
     interrupt: BaseException | None = None
     # The body's error a ``Failed`` end comes from: logged once its end is committed.
     error: BaseException | None = None
-
-
-def error_code(exc: BaseException) -> str:
-    """A `RunError`'s code, else the class name in snake_case, acronyms kept together.
-
-    ``ValueError`` -> ``value_error``, ``HTTPError`` -> ``http_error``,
-    ``OAuth2TokenError`` -> ``o_auth2_token_error``.
-    """
-    if isinstance(exc, RunError):
-        return exc.code
-    return _ACRONYM_BOUNDARY.sub("_", type(exc).__name__).lower()
 
 
 def error_message(exc: BaseException) -> str:
@@ -263,7 +250,7 @@ def failure(error: BaseException, pending: EndRequest | None) -> Verdict:
     if pending is not None:
         detail["pending"] = dict(pending.detail)
     return Verdict(
-        Ended(Failed(error_code(error), message)),
+        Ended(Failed(RunError.code_of(error), message)),
         detail=freeze_detail(detail, "a failure detail"),
         error=error,
     )

@@ -1,8 +1,9 @@
 """The dashboard's ASGI app: the JSON API of DESIGN §3.6, the live stream, the pages.
 
 Every answer is built from the shapes the command line prints with ``--json``
-(`awaken_trio._cli._shapes`), and every control is the call ``awaken-trio runs ...`` makes,
-so the page, the API and the command line cannot disagree. A refusal is the command line's
+(`awaken_trio._face.shapes`), and every control is the call of the controls table
+(`awaken_trio._face.controls`) that ``awaken-trio runs ...`` makes too, so the page, the
+API and the command line cannot disagree. A refusal is the command line's
 error object (``{"error", "message", "state"}``) with 409, an unknown run 404, bad input
 400; the store failing 503.
 
@@ -25,37 +26,41 @@ import trio
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, Response, StreamingResponse
+from starlette.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import Route, request_response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .. import (
     InvalidArgument,
     JsonValue,
-    LiveCommand,
     RunEvent,
     RunRecord,
-    RunState,
     Runtime,
     StoreError,
     StreamGap,
     UnknownRun,
 )
-from .._cli._common import (
+from .._core import check_channel
+from .._face.controls import (
+    CONTROL_NAMES,
+    CONTROLS,
+    ControlSpec,
+    control_named,
+    none_offered,
+    unavailable,
+)
+from .._face.failures import (
     REFUSALS,
     CommandFailed,
     Exit,
     bad_input,
     error_json,
     failure_of,
-    parse_json,
     refused,
-    shorten,
-    whole_number,
 )
-from .._cli._shapes import dumps, event_json, record_json, row_json
-from .._cli._words import DASHBOARD
-from .._core import check_channel
+from .._face.input import parse_json, shorten, whole_number
+from .._face.shapes import dumps, event_json, record_json, row_json
+from .._face.words import DASHBOARD
 from ..store import StateKind, state_to_json
 from . import _pages
 from ._guard import Guard
@@ -80,9 +85,6 @@ READ_METHODS: Final = ("GET", "HEAD")
 """What every resource but a control answers to (HEAD: the headers of a GET)."""
 CONTROL_METHODS: Final = ("POST",)
 """What a control answers to: never HEAD, never GET, whatever the route."""
-
-Control = Callable[[Runtime, str, dict[str, JsonValue]], Awaitable[RunState | None]]
-
 
 # ---------------------------------------------------------------------------- answers
 
@@ -261,60 +263,21 @@ async def json_body(request: Request, allowed: dict[str, bool]) -> dict[str, Jso
     return body
 
 
-def text_field(body: dict[str, JsonValue], key: str) -> str | None:
-    value = body.get(key)
-    if value is not None and not isinstance(value, str):
-        raise _bad(f"{key!r} must be a string, not {type(value).__name__}")
-    return value
-
-
 # ---------------------------------------------------------------------------- controls
 
 
-async def _cancel(runtime: Runtime, run_id: str, body: dict[str, JsonValue]) -> RunState:
-    return await runtime.cancel_run(run_id, reason=text_field(body, "reason"))
-
-
-async def _stop(runtime: Runtime, run_id: str, body: dict[str, JsonValue]) -> RunState:
-    reason = text_field(body, "reason")
-    if not reason:
-        raise _bad("'reason' must be a non-empty string: why the run is stopped")
-    return await runtime.stop_run(run_id, reason)
-
-
-async def _pause(runtime: Runtime, run_id: str, body: dict[str, JsonValue]) -> None:
-    await runtime.send(LiveCommand.Pause(run_id))
-
-
-async def _wake(runtime: Runtime, run_id: str, body: dict[str, JsonValue]) -> None:
-    await runtime.send(LiveCommand.Wake(run_id, text_field(body, "reason") or ""))
-
-
-async def _message(runtime: Runtime, run_id: str, body: dict[str, JsonValue]) -> None:
-    await runtime.send(LiveCommand.Message(run_id, body["payload"]))
-
-
-async def _resume(runtime: Runtime, run_id: str, body: dict[str, JsonValue]) -> None:
-    correlation_id = text_field(body, "correlation_id")
-    await runtime.resume(run_id, body.get("value"), correlation_id=correlation_id)
-
-
-@attrs.frozen
-class ControlSpec:
-    """A control: its call, and the keys of its body (mapped to whether each is required)."""
-
-    call: Control
-    keys: dict[str, bool]
-
-
-CONTROLS: Final = {
-    "cancel": ControlSpec(_cancel, {"reason": False}),
-    "stop": ControlSpec(_stop, {"reason": True}),
-    "pause": ControlSpec(_pause, {}),
-    "wake": ControlSpec(_wake, {"reason": False}),
-    "message": ControlSpec(_message, {"payload": True}),
-    "resume": ControlSpec(_resume, {"value": False, "correlation_id": False}),
-}
+def checked_arguments(spec: ControlSpec, body: dict[str, JsonValue]) -> dict[str, JsonValue]:
+    """A control's body, each key of the kind its argument takes (see `Argument`)."""
+    for key, argument in spec.arguments.items():
+        value = body.get(key)
+        if argument.kind == "json" or value is None:
+            continue
+        if not isinstance(value, str):
+            raise _bad(f"{key!r} must be a string, not {type(value).__name__}")
+    for key, argument in spec.arguments.items():
+        if argument.kind == "reason" and not body.get(key):
+            raise _bad(f"{key!r} must be a non-empty string: why the run is stopped")
+    return body
 
 
 # ---------------------------------------------------------------------------- API
@@ -346,9 +309,10 @@ async def api_run(runtime: Runtime, hub: EventHub, request: Request) -> Response
         return await _streams(runtime, hub, request, run_id, rest[1:])
     if not run_id or len(rest) > 1 or (rest and rest[0] not in ("events", *CONTROLS)):
         raise HTTPException(404)
-    if rest and rest[0] in CONTROLS:
+    name = control_named(rest[0]) if rest else None
+    if name is not None:
         _allow(request, CONTROL_METHODS)
-        return await _control(runtime, run_id, CONTROLS[rest[0]], request)
+        return await _control(runtime, run_id, CONTROLS[name], request)
     _allow(request, READ_METHODS)
     if rest == ["events"]:
         return await _events(runtime, run_id, request)
@@ -363,10 +327,11 @@ def _allow(request: Request, methods: tuple[str, ...]) -> None:
 
 
 async def _control(runtime: Runtime, run_id: str, spec: ControlSpec, request: Request) -> Response:
-    body = await json_body(request, spec.keys)
+    keys = {key: argument.required for key, argument in spec.arguments.items()}
+    body = await json_body(request, keys)
     await _record(runtime, run_id)  # an unknown run is 404, whatever the control
     try:
-        state = await spec.call(runtime, run_id, body)
+        state = await spec.call(runtime, run_id, checked_arguments(spec, body))
         if state is None:
             state = await runtime.state(run_id)
     except REFUSALS as exc:
@@ -533,6 +498,41 @@ async def page_run(runtime: Runtime, hub: EventHub, request: Request) -> Respons
     return HTMLResponse(page)
 
 
+async def ui_controls(runtime: Runtime, hub: EventHub, request: Request) -> Response:
+    """``GET /ui/controls/{id}``: what a run's page redraws its controls from: the run's
+    committed state, for each control why that state does not allow it (None when it
+    does; see `unavailable`), and why none is offered (``none``; None when one is)."""
+    parts = run_path(request, "/ui/controls/")
+    if len(parts) != 1 or not parts[0]:
+        raise HTTPException(404)
+    query_params(request, ())
+    state = (await _record(runtime, parts[0])).state
+    controls: dict[str, JsonValue] = {name: unavailable(name, state) for name in CONTROL_NAMES}
+    answer = {"state": state_to_json(state), "controls": controls, "none": none_offered(state)}
+    return json_response(answer)
+
+
+async def search(runtime: Runtime, hub: EventHub, request: Request) -> Response:
+    """``GET /search?run_id=ID``: the run's page (a redirect), or a page saying no run
+    has that id."""
+    params = query_params(request, ("run_id", "token"))
+    run_id = params.get("run_id", "").strip()
+    if not run_id:
+        raise _bad("give the id of the run to go to: /search?run_id=ID")
+    try:
+        await runtime.record(run_id)
+    except UnknownRun:
+        raise Failure(
+            bad_input(
+                f"no run has the id {shorten(run_id)} in this store; check the id, or find"
+                " the run in the table by its name or thread",
+                "unknown_run",
+            ),
+            404,
+        ) from None
+    return RedirectResponse(run_url(run_id), status_code=303)
+
+
 @attrs.frozen
 class Descendants:
     """A run's descendants, oldest first, and whether the scan stopped before it could
@@ -637,6 +637,8 @@ def dashboard_app(runtime: Runtime, hub: EventHub, *, token: str | None = None) 
         Route("/", page(page_runs), methods=["GET"]),
         Route("/runs/{rest:path}", page(page_run), methods=["GET"]),
         Route("/ui/table", api(ui_table), methods=["GET"]),
+        Route("/ui/controls/{rest:path}", api(ui_controls), methods=["GET"]),
+        Route("/search", page(search), methods=["GET"]),
         Route("/api/runs", api(api_runs), methods=["GET"]),
         Route("/api/runs/{rest:path}", _EveryMethod(api(api_run))),
         Route("/api/stream", api(api_stream), methods=["GET"]),

@@ -29,7 +29,7 @@ import attrs
 from starlette.datastructures import Headers, MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .._cli._shapes import dumps
+from .._face.shapes import dumps
 
 COOKIE: Final = "awaken_trio_ui"
 SECURITY_HEADERS: Final = (

@@ -20,7 +20,7 @@ import attrs
 import trio
 
 from .. import RunEvent, Runtime
-from .._cli._shapes import event_summary
+from .._face.shapes import event_summary
 
 SUBSCRIBER_BUFFER: Final = 1000
 """Events a page's stream may fall behind by before the stream is closed (the page

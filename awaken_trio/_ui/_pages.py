@@ -16,17 +16,19 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 from urllib.parse import quote, urlencode
 
-from .. import JsonValue, RunEvent, RunRecord, RunState
-from .._cli._shapes import (
+from .. import EndCause, JsonValue, RunEvent, RunRecord, RunState
+from .._core import Awaiting
+from .._face.controls import CONTROL_NAMES, CONTROLS, ControlName, none_offered, unavailable
+from .._face.shapes import (
     END_OF_TIMES_SHOWN,
     FIRST_TIME_SHOWN,
     describe_state,
     end_of,
+    format_duration,
     format_time,
     record_json,
     state_word,
 )
-from .._core import Awaiting
 from ..store import state_to_json
 
 TRAIL_SHOWN: Final = 500
@@ -78,11 +80,22 @@ def _age(created_at: float | None, now: float) -> str:
     return f"{seconds}s"
 
 
+def state_classes(state: Mapping[str, Any]) -> str:
+    """The classes a state is drawn with (its JSON shape): ``state state-ended
+    cause-failed``. A failure is red, a cancel or stop apart from a natural end (as the
+    page's script's ``stateClasses``)."""
+    kind = str(state["kind"])
+    classes = f"state state-{kind}"
+    if kind == "ended":
+        classes += f" cause-{state['cause']['kind']}"
+    return classes
+
+
 def _state_cell(state: RunState) -> str:
     word = state_word(state)
     end = end_of(state)
     text = f"{word}: {end}" if end else word
-    return f'<span class="state state-{esc(word)}">{esc(text)}</span>'
+    return f'<span class="{esc(state_classes(state_to_json(state)))}">{esc(text)}</span>'
 
 
 # ---------------------------------------------------------------------------- runs
@@ -111,6 +124,9 @@ def runs_page(rows: Sequence[Mapping[str, Any]], params: Mapping[str, str], limi
         f'<label>name <input name="name" value="{esc(params.get("name", ""))}"></label>'
         f'<label>thread <input name="thread" value="{esc(params.get("thread", ""))}"></label>'
         '<button type="submit">filter</button></form>'
+        '<form id="search" class="filters search" method="get" action="/search">'
+        '<label>run id <input name="run_id" required placeholder="go to a run by its id">'
+        '</label><button type="submit">go</button></form>'
         '<table id="runs"><thead><tr><th>run</th><th>state</th><th>gen</th><th>thread</th>'
         "<th>name</th><th>last event</th><th>age</th></tr></thead>"
         f'<tbody id="runs-body">{body_rows}</tbody></table>'
@@ -130,7 +146,7 @@ def _table_row(row: Mapping[str, Any], now: float) -> str:
         f'<tr data-run-id="{esc(record["run_id"])}"'
         f' data-created-at="{esc("" if created is None else created)}">'
         f'<td><a href="{esc(run_href(record["run_id"]))}">{esc(record["run_id"])}</a></td>'
-        f'<td class="state state-{esc(record["state"]["kind"])}">{esc(state)}</td>'
+        f'<td class="{esc(state_classes(record["state"]))}">{esc(state)}</td>'
         f"<td>{esc(record['generation'])}</td>"
         f"<td>{esc(record['thread_id'])}</td>"
         f"<td>{esc(record['name'] or '')}</td>"
@@ -176,6 +192,10 @@ def run_page(
     if record.parent_run_id is not None:
         parent = record.parent_run_id
         facts.append(("parent", f'<a href="{esc(run_href(parent))}">{esc(parent)}</a>'))
+    if record.deadline is not None:
+        facts.append(
+            ("deadline", f'<span id="run-deadline">{esc(format_time(record.deadline))}</span>')
+        )
     if isinstance(record.forked_from, Mapping):
         source = str(record.forked_from.get("run_id"))
         seq = esc(record.forked_from.get("seq"))
@@ -184,11 +204,13 @@ def run_page(
     body = (
         f"<h1>Run <code>{esc(record.run_id)}</code></h1>"
         f'<dl class="facts">{dl}</dl>'
-        f"{_ticket(state)}{_controls(state)}{_streams(channels)}"
+        f"{_failure(events)}{_ticket(state)}{_controls(record.run_id, state)}"
+        f"{_streams(channels)}"
         f"<h2>Children</h2>{_tree(record.run_id, tree, truncated)}"
         f"{_transcript(record.checkpoint, record.result)}"
         "<h2>Record</h2>"
         f'<pre id="record" class="json">{esc(pretty(_record_shown(record)))}</pre>'
+        f"<h2>Timeline</h2>{_timeline(events)}"
         f"<h2>Events</h2>{_trail(events)}"
     )
     last_seq = events[-1].seq if events else 0
@@ -217,26 +239,126 @@ def _ticket(state: RunState) -> str:
     )
 
 
-def _controls(state: RunState) -> str:
-    resume_value = _resume_hint(state) if isinstance(state, Awaiting) else ""
+CONFIRMATIONS: Final[Mapping[ControlName, str]] = {
+    "cancel": "Cancel run {run_id}? It ends now, wherever it runs, as cancelled;"
+    " this cannot be undone.",
+    "stop": "Stop run {run_id}? It ends now, wherever it runs, as stopped with your reason;"
+    " this cannot be undone.",
+}
+"""What the page asks before a control that ends the run (`ControlSpec.ends_run`)."""
+
+
+def _controls(run_id: str, state: RunState) -> str:
+    """A form per control; those the committed state does not allow are disabled, with
+    why (`unavailable`); the script redraws them as the state changes (``/ui/controls``)."""
+    forms = "".join(_control_form(run_id, name, state) for name in CONTROL_NAMES)
+    none = none_offered(state)
     return (
-        '<section id="controls" class="controls"><h2>Controls</h2>'
-        '<form data-control="cancel"><input name="reason" placeholder="reason (optional)">'
-        '<button type="submit">cancel</button></form>'
-        '<form data-control="stop"><input name="reason" placeholder="reason" required>'
-        '<button type="submit">stop</button></form>'
-        '<form data-control="pause"><button type="submit">pause</button></form>'
-        '<form data-control="wake"><input name="reason" placeholder="reason (optional)">'
-        '<button type="submit">wake</button></form>'
-        '<form data-control="message"><textarea name="payload" data-json="1" rows="1"'
-        ' placeholder="message: a JSON value, e.g. &quot;hello&quot;"></textarea>'
-        '<button type="submit">message</button></form>'
-        '<form data-control="resume"><textarea name="value" data-json="1" rows="2"'
-        f' placeholder="resume value: a JSON value">{esc(resume_value)}</textarea>'
-        '<input name="correlation_id" placeholder="correlation id (default: the live ticket)">'
-        '<button type="submit">resume</button></form>'
+        f'<section id="controls" class="controls{" none-offered" if none else ""}">'
+        f'<h2>Controls</h2><p id="no-controls" class="note">{esc(none or "")}</p>{forms}'
         '<div id="control-result" class="result hidden" role="status"></div></section>'
     )
+
+
+def _control_form(run_id: str, name: ControlName, state: RunState) -> str:
+    why = unavailable(name, state)
+    attributes = f' data-control="{name}" class="control{" unavailable" if why else ""}"'
+    if CONTROLS[name].ends_run:
+        attributes += f' data-confirm="{esc(CONFIRMATIONS[name].format(run_id=run_id))}"'
+    return (
+        f"<form{attributes}><fieldset{' disabled' if why else ''}>"
+        f'{_control_fields(name, state)}<button type="submit">{name}</button></fieldset>'
+        f'<span class="why">{esc(why or "")}</span></form>'
+    )
+
+
+def _control_fields(name: ControlName, state: RunState) -> str:
+    match name:
+        case "cancel":
+            return '<input name="reason" placeholder="reason (optional)">'
+        case "stop":
+            return '<input name="reason" placeholder="reason" required>'
+        case "wake":
+            return '<input name="reason" placeholder="reason (optional)">'
+        case "message":
+            return (
+                '<textarea name="payload" data-json="1" rows="1"'
+                ' placeholder="message: a JSON value, e.g. &quot;hello&quot;"></textarea>'
+            )
+        case "resume":
+            hint = _resume_hint(state) if isinstance(state, Awaiting) else ""
+            return (
+                '<textarea name="value" data-json="1" rows="2"'
+                f' placeholder="resume value: a JSON value">{esc(hint)}</textarea>'
+                '<input name="correlation_id"'
+                ' placeholder="correlation id (default: the live ticket)">'
+            )
+    return ""
+
+
+def failed_event(events: Sequence[RunEvent]) -> RunEvent | None:
+    """The terminal event of a failed run (it carries the traceback), else None."""
+    for event in reversed(events):
+        if isinstance(event.state, RunState.Ended):
+            return event if isinstance(event.state.cause, EndCause.Failed) else None
+    return None
+
+
+def _failure(events: Sequence[RunEvent]) -> str:
+    """A failed run's error, the attempt that failed, and its traceback (from its terminal
+    event); the script fills the same section when a run fails while its page is open."""
+    event = failed_event(events)
+    if event is None:
+        return '<section id="failure" class="hidden"></section>'
+    assert isinstance(event.state, RunState.Ended)
+    traceback = event.detail.get("traceback")
+    shown = (
+        f'<pre id="traceback" class="traceback">{esc(traceback)}</pre>'
+        if isinstance(traceback, str) and traceback
+        else '<p id="traceback" class="note">no traceback was stored with this failure</p>'
+    )
+    return (
+        '<section id="failure" class="failure"><h2>Failure</h2><dl class="facts">'
+        f'<dt>error</dt><dd id="failure-error">{esc(describe_state(event.state))}</dd>'
+        f'<dt>attempt</dt><dd id="failure-attempt">generation {event.generation}'
+        f" (event {event.seq}, {esc(format_time(event.at))})</dd></dl>{shown}</section>"
+    )
+
+
+def timeline_key(state: Mapping[str, Any]) -> str:
+    """What a timeline entry stands for (a state's JSON shape): a new entry starts where
+    this changes (as the page's script's ``timelineKey``)."""
+    kind = str(state["kind"])
+    if kind == "running":
+        return f"running {state['generation']}"
+    if kind == "awaiting":
+        return f"awaiting {state['ticket']['correlation_id']}"
+    return kind
+
+
+def _timeline(events: Sequence[RunEvent]) -> str:
+    """The run's states one after another (each attempt, each wait, its end), when each
+    began after the run's first event and how long it lasted."""
+    entries: list[tuple[RunEvent, Mapping[str, Any]]] = []
+    key = None
+    for event in events:
+        state = state_to_json(event.state)
+        if timeline_key(state) != key:
+            key = timeline_key(state)
+            entries.append((event, state))
+    start = events[0].at if events else 0.0
+    items = []
+    for index, (event, shape) in enumerate(entries):
+        following = entries[index + 1][0].at if index + 1 < len(entries) else None
+        lasted = "" if following is None else format_duration(following - event.at)
+        items.append(
+            f'<li class="{esc(state_classes(shape))}" data-at="{esc(event.at)}"'
+            f' data-key="{esc(timeline_key(shape))}">'
+            f'<span class="tl-at">+{esc(format_duration(event.at - start))}</span>'
+            f'<span class="tl-state">{esc(describe_state(event.state))}</span>'
+            f'<span class="tl-for">{esc(lasted and f"for {lasted}")}</span></li>'
+        )
+    return f'<ol id="timeline" class="timeline" data-start="{esc(start)}">{"".join(items)}</ol>'
 
 
 def _streams(channels: Sequence[str]) -> str:

@@ -29,8 +29,8 @@ from .. import (
     StreamGap,
     UnknownRun,
 )
-from .._cli._common import bad_input, error_json, failure_of
-from .._cli._shapes import chunk_json, dumps
+from .._face.failures import bad_input, error_json, failure_of
+from .._face.shapes import chunk_json, dumps
 
 BUFFER: Final = 1000
 """Chunks a client may fall behind by before its stream is closed."""

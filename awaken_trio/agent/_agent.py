@@ -37,6 +37,7 @@ from awaken_trio import (
     MaxStepsReached,
     ResumeTicket,
     RunContext,
+    RunError,
 )
 
 from ._model import Model, ModelError, ModelReply
@@ -44,7 +45,6 @@ from ._tokens import TokenSink, streaming_tokens
 from ._tools import (
     SubAgentTool,
     Tool,
-    error_code,
     error_content,
     error_message,
     result_content,
@@ -414,7 +414,7 @@ class Agent:
         try:
             value = await tool.call(thaw(call.arguments), ctx)
         except Exception as exc:
-            code = error_code(exc)
+            code = RunError.code_of(exc)
             content = error_content(code, error_message(exc))
             finished = {**detail, "ok": False, "error": code}
         else:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, final
 from urllib.parse import urlsplit
 
 from awaken_trio import FrozenDict, InvalidArgument, InvalidPayload, JsonValue
+from awaken_trio._redact import redact_url
 
 from ._model import ModelError, ModelReply, ToolCall, parse_arguments
 from ._tokens import send_token
@@ -168,7 +169,7 @@ class OpenAIChatModel:
         self._headers = _merged_headers(headers, extra_headers)
 
     def __repr__(self) -> str:
-        return f"OpenAIChatModel({self.model!r}, base_url={_shown_url(self.base_url)!r})"
+        return f"OpenAIChatModel({self.model!r}, base_url={redact_url(self.base_url)!r})"
 
     async def infer(
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]
@@ -189,7 +190,7 @@ class OpenAIChatModel:
             raise transport_error(exc, self.base_url) from exc
         except httpx.InvalidURL as exc:
             raise ModelError(
-                "provider_error", f"bad base_url {_shown_url(self.base_url)!r}: {exc}"
+                "provider_error", f"bad base_url {redact_url(self.base_url)!r}: {exc}"
             ) from exc
 
     def _body(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> dict[str, Any]:
@@ -549,19 +550,6 @@ def _host(base_url: str) -> str:
     if ":" in host:
         host = f"[{host}]"  # IPv6
     return host if port is None else f"{host}:{port}"
-
-
-def _shown_url(url: str) -> str:
-    """``url`` with the password of its ``user:password@`` part replaced by ``***``."""
-    scheme, sep, rest = url.partition("://")
-    # The user part ends at the last '@' before the query: a password may hold an
-    # unescaped '/' or '@', and hiding too much is better than showing any of it.
-    head = re.split(r"[?#]", rest, maxsplit=1)[0] if sep else ""
-    at = head.rfind("@")
-    if at <= 0 or head.startswith("/") or ":" not in head[:at]:
-        return url
-    user = head[:at].partition(":")[0]
-    return f"{scheme}{sep}{user}:***{rest[at:]}"
 
 
 def status_error(status: int, raw: bytes, headers: httpx.Headers) -> ModelError:

@@ -29,7 +29,6 @@ Permission = Literal["auto", "ask", "client"]
 _PERMISSIONS = ("auto", "ask", "client")
 # What OpenAI-compatible providers accept as a function name.
 _TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
-_ACRONYM_BOUNDARY = re.compile(r"(?<=[A-Z])(?=[A-Z][a-z])|(?<=[a-z0-9])(?=[A-Z])")
 _MAX_MESSAGE = 2000
 _NO_PARAMETERS = FrozenDict({"type": "object", "properties": {}})
 
@@ -183,13 +182,6 @@ class SubAgentTool:
 
 
 # --------------------------------------------------------------------------- tool messages
-
-
-def error_code(exc: BaseException) -> str:
-    """A `RunError`'s code, else the exception class in snake_case (acronyms kept)."""
-    if isinstance(exc, RunError):
-        return exc.code
-    return _ACRONYM_BOUNDARY.sub("_", type(exc).__name__).lower()
 
 
 def error_message(exc: BaseException) -> str:

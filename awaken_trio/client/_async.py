@@ -201,11 +201,27 @@ class AsyncClient:
         input: JsonValue = None,
         run_id: str | None = None,
         thread_id: str | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 - the run's deadline, not this call's
+        deadline: float | None = None,
+        queue_timeout: float | None = None,
+        not_before: float | None = None,
         if_busy: IfBusy = "queue",
     ) -> str:
-        """`Client.submit`: the run id of a run committed ``Queued``."""
+        """`Client.submit`: the run id of a run committed ``Queued`` (with the same
+        options)."""
         return await self._run(
-            lambda runtime: ops.submit(runtime, name, input, run_id, thread_id, if_busy)
+            lambda runtime: ops.submit(
+                runtime,
+                name,
+                input,
+                run_id,
+                thread_id,
+                timeout=timeout,
+                deadline=deadline,
+                queue_timeout=queue_timeout,
+                not_before=not_before,
+                if_busy=if_busy,
+            )
         )
 
     async def fork(

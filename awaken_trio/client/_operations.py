@@ -1,15 +1,14 @@
 """What each client call does in the Trio thread, given the client's runtime.
 
-Both clients hand these to `RuntimeThread.call`; they are the runtime's own calls, with the
-few answers a caller outside Trio needs in another shape (a run id instead of a handle, the
+Both clients hand these to `RuntimeThread.call`; they are the runtime's own calls (a
+control's, through the faces' controls table, `awaken_trio._face.controls`), with the few
+answers a caller outside Trio needs in another shape (a run id instead of a handle, the
 state a resume committed, a list of events instead of a stream).
 """
 
 from __future__ import annotations
 
-import inspect
 import math
-from collections.abc import Awaitable, Callable
 
 import trio
 
@@ -28,6 +27,7 @@ from .._core import (
     RuntimeClosed,
     safe_repr,
 )
+from .._face.controls import control
 
 _PAGE = 1000
 """How many events one store read asks for."""
@@ -62,10 +62,23 @@ async def submit(
     input: JsonValue,
     run_id: str | None,
     thread_id: str | None,
+    *,
+    timeout: float | None = None,  # noqa: ASYNC109 - the run's deadline, not this call's
+    deadline: float | None = None,
+    queue_timeout: float | None = None,
+    not_before: float | None = None,
     if_busy: IfBusy = "queue",
 ) -> str:
     handle = await runtime.submit(
-        name, input=input, run_id=run_id, thread_id=thread_id, if_busy=if_busy
+        name,
+        input=input,
+        run_id=run_id,
+        thread_id=thread_id,
+        timeout=timeout,
+        deadline=deadline,
+        queue_timeout=queue_timeout,
+        not_before=not_before,
+        if_busy=if_busy,
     )
     return handle.run_id
 
@@ -76,29 +89,20 @@ async def fork(runtime: Runtime, run_id: str, at: int | None, new_run_id: str | 
 
 
 async def cancel_run(runtime: Runtime, run_id: str, reason: str | None) -> RunState:
-    if reason is None:
-        return await runtime.cancel_run(run_id)
-    if "reason" not in inspect.signature(runtime.cancel_run).parameters:
-        raise InvalidArgument(
-            f"cancel_run() of run {run_id!r} was given a reason, and this version of the"
-            " runtime records none; call it without reason, or use stop_run(run_id, reason)"
-        )
-    # Through a plain callable: the type-checked signature may predate ``reason``.
-    cancel: Callable[..., Awaitable[RunState]] = runtime.cancel_run
-    return await cancel(run_id, reason=reason)
+    return await control(runtime, "cancel", run_id, {"reason": reason})
 
 
 async def stop_run(runtime: Runtime, run_id: str, reason: str) -> RunState:
-    return await runtime.stop_run(run_id, reason)
+    return await control(runtime, "stop", run_id, {"reason": reason})
 
 
 async def resume(
     runtime: Runtime, run_id: str, value: JsonValue, correlation_id: str | None
 ) -> RunState:
-    await runtime.resume(run_id, value, correlation_id=correlation_id)
     # The client has no bodies, so the resume was committed Queued for a serving runtime;
-    # read back after it, the state may already be that runtime's next commit.
-    return await runtime.state(run_id)
+    # read back after it (`control`), the state may already be that runtime's next commit.
+    arguments: dict[str, JsonValue] = {"value": value, "correlation_id": correlation_id}
+    return await control(runtime, "resume", run_id, arguments)
 
 
 async def send(runtime: Runtime, command: LiveCommand) -> None:

@@ -140,14 +140,30 @@ class Client:
         input: JsonValue = None,
         run_id: str | None = None,
         thread_id: str | None = None,
+        timeout: float | None = None,
+        deadline: float | None = None,
+        queue_timeout: float | None = None,
+        not_before: float | None = None,
         if_busy: IfBusy = "queue",
     ) -> str:
         """Commit a run ``Queued`` for a serving runtime with a body named ``name``; its
         run id. Idempotent by ``run_id`` (`Runtime.submit`); `RunExists` if it differs.
-        ``if_busy`` as for `Runtime.submit` (`ThreadBusy` when ``"reject"`` finds the
-        thread busy)."""
+        ``timeout``/``deadline``, ``queue_timeout`` and ``not_before`` are
+        `Runtime.submit`'s (times are wall-clock seconds, ``time.time()`` scale), and so is
+        ``if_busy`` (`ThreadBusy` when ``"reject"`` finds the thread busy)."""
         return self._run(
-            lambda runtime: ops.submit(runtime, name, input, run_id, thread_id, if_busy)
+            lambda runtime: ops.submit(
+                runtime,
+                name,
+                input,
+                run_id,
+                thread_id,
+                timeout=timeout,
+                deadline=deadline,
+                queue_timeout=queue_timeout,
+                not_before=not_before,
+                if_busy=if_busy,
+            )
         )
 
     def fork(self, run_id: str, *, at: int | None = None, new_run_id: str | None = None) -> str:

@@ -62,7 +62,10 @@ class Bridge:
         self._loop = loop
         self._token = token
         self._name = name
-        self._send, self._requests = trio.open_memory_channel[_TrioCall](float("inf"))
+        # Where the Trio calls asyncio asks for run, while the bridge is open, and the
+        # context they start in (the opening task's: they belong to its run).
+        self._nursery: trio.Nursery | None = None
+        self._context = contextvars.copy_context()
         # Why the attempt stops, once a Trio call raised something that ends it.
         self._stop: BaseException | None = None
         # The asyncio tasks Trio waits for (`run`), cancelled when the attempt stops.
@@ -133,7 +136,7 @@ class Bridge:
         assert loop is self._loop, "Bridge.call is for the bridge's own loop"
         answer: asyncio.Future[outcome.Outcome[T]] = loop.create_future()
         request = _TrioCall(fn, args, kwargs, answer, loop)
-        self._token.run_sync_soon(self._send.send_nowait, request)
+        self._token.run_sync_soon(self._start, request)
         try:
             result = await answer
         except asyncio.CancelledError:
@@ -141,10 +144,16 @@ class Bridge:
             raise
         return result.unwrap()
 
-    async def _serve(self, nursery: trio.Nursery) -> None:
-        """Start each Trio call asyncio asks for, as a task of the attempt's nursery."""
-        async for request in self._requests:
-            nursery.start_soon(self._answer, request)
+    def _start(self, request: _TrioCall) -> None:
+        """Start a Trio call asyncio asks for, as a task of the attempt (a callback on the
+        Trio thread: it never raises). Once the bridge has closed, asyncio is told the call
+        was cancelled."""
+        nursery = self._nursery
+        if nursery is None:
+            request.abandon()
+        else:
+            # A task copies the context it is started from: the opening task's.
+            self._context.run(nursery.start_soon, self._answer, request)
 
     async def _answer(self, request: _TrioCall) -> None:
         with trio.CancelScope() as scope:
@@ -291,12 +300,16 @@ async def open_asyncio_bridge(name: str) -> AsyncIterator[Bridge]:
     host.users += 1
     bridge = Bridge(host.loop, token, name)
     try:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(bridge._serve, nursery)
-            try:
-                yield bridge
-            finally:
-                nursery.cancel_scope.cancel()
+        try:
+            async with trio.open_nursery() as nursery:
+                bridge._nursery = nursery
+                try:
+                    yield bridge
+                finally:
+                    nursery.cancel_scope.cancel()
+        finally:
+            # (No checkpoint since the nursery closed: no call could have been started.)
+            bridge._nursery = None
     finally:
         host.users -= 1
         if host.users == 0:

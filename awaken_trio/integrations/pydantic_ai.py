@@ -1,6 +1,6 @@
 """pydantic-ai agents as durable awaken_trio runs (the ``[pydantic-ai]`` extra).
 
-``agent_body(agent, *, deps=None)`` turns a pydantic-ai ``Agent`` into a run body::
+``agent_body(agent, *, deps=None, stream=None)`` turns a pydantic-ai ``Agent`` into a run body::
 
     from pydantic_ai import Agent
     from awaken_trio.integrations.pydantic_ai import agent_body
@@ -18,7 +18,8 @@ How it works:
   and the attempt ends only once that task has finished, so nothing of it is left running
   on any thread; the loop and its thread are gone once no run uses them. The bridge was
   chosen by measuring: see the bridge's module docstring and
-  ``benchmarks/bench_pydantic_ai.py`` (about 0.3 ms per model request).
+  ``benchmarks/bench_pydantic_ai.py`` (about 0.3 ms of CPU per step: four hand-overs
+  between the threads).
 - **Every model request and tool call is a step.** The integration is a pydantic-ai
   durability engine (a ``BaseDurabilityCapability`` whose operation backend is
   `RunContext.step`), added to each run of the agent: pydantic-ai hands every model
@@ -45,16 +46,29 @@ How it works:
   "messages": [...]}``: the run's new messages in that same form (`load_messages` turns
   them back into pydantic-ai's messages, say for the next run's history). An output pydantic cannot
   turn into JSON ends the run ``Failed("invalid_payload", ...)``.
-- **Streams.** Streamed model output is not sent anywhere yet: this release of awaken_trio
-  has no run streams for it to go to.
+- **Tokens.** With ``agent_body(agent, stream=True)`` (or by default, for a model that
+  answers streamed requests only) each model request is a streamed one and the text of
+  the reply goes to the run's ``"agent.tokens"`` stream as it arrives (`RunContext.stream`;
+  a chunk per piece of text), live, before the request's step is committed. The journal
+  does not depend on it: a streamed request is the same step (same name, the same whole
+  response as its result) as a plain one, so a run replays whichever way its earlier
+  attempts ran. A request replayed from the journal is not streamed again: after a later
+  attempt's ``"reset"`` chunk the stream carries that attempt's new requests alone (the
+  committed replies are in the run's steps and its result's messages). A request
+  cancelled mid-stream leaves the text it had sent, and no step.
 """
 
 from __future__ import annotations
 
 import contextvars
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+import dataclasses
+import logging
+import threading
+from collections.abc import AsyncIterable, Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Final, Generic, Literal, final
+
+import trio
 
 try:
     import pydantic_core
@@ -64,24 +78,42 @@ except ImportError as exc:  # pragma: no cover - the extra is installed wherever
         "awaken_trio.integrations.pydantic_ai needs pydantic-ai; from a checkout:"
         " pip install -e '.[pydantic-ai]'"
     ) from exc
+from pydantic_ai.agent import EventStreamHandler
 from pydantic_ai.durable_exec import (
     JSON_CODEC,
     BaseDurabilityCapability,
+    CallableOperationBackend,
     DurabilityEngineSpec,
     DurableOperationId,
-    JournalCallableOperationBackend,
+    JournalOperationNamer,
     ModelRequestId,
     RoleBasedOperationConfig,
 )
-from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ToolCallPart
+from pydantic_ai.messages import (
+    AgentStreamEvent,
+    ModelMessage,
+    ModelMessagesTypeAdapter,
+    PartDeltaEvent,
+    PartStartEvent,
+    TextPart,
+    TextPartDelta,
+    ToolCallPart,
+)
+from pydantic_ai.models.function import FunctionModel
 from pydantic_ai.tools import AgentDepsT
+from pydantic_ai.tools import RunContext as AgentContext
 
-from .. import InvalidArgument, InvalidPayload, JsonValue, RunContext
+from .. import InvalidArgument, InvalidPayload, JsonValue, RunContext, StreamWriter
 from ._asyncio_bridge import Bridge, open_asyncio_bridge
 
 __all__ = ["AgentBody", "agent_body", "load_messages"]
 
 ENGINE_NAME: Final = "awaken_trio"
+
+TOKENS_CHANNEL: Final = "agent.tokens"
+"""The stream channel the text of streamed model replies goes to."""
+
+logger = logging.getLogger("awaken_trio.integrations.pydantic_ai")
 
 _DECISION: Final = {
     "oneOf": [
@@ -116,13 +148,24 @@ _IN_RUN: contextvars.ContextVar[bool] = contextvars.ContextVar(
 
 
 @final
-class _StepBackend(JournalCallableOperationBackend[None]):
+class _StepNamer(JournalOperationNamer):
+    """pydantic-ai's journal names, but a streamed model request is journaled under the name
+    of a plain one (``<agent>__model.request``): its result is the same whole response, so a
+    run replays its committed requests whether its earlier attempts streamed them or not."""
+
+    def operation_name(self, operation_id: DurableOperationId) -> str:
+        if isinstance(operation_id, ModelRequestId) and operation_id.streaming:
+            operation_id = dataclasses.replace(operation_id, streaming=False)
+        return super().operation_name(operation_id)
+
+
+@final
+class _StepBackend(CallableOperationBackend[None]):
     """pydantic-ai's operation backend: each durable unit is one `RunContext.step`."""
 
     def __init__(self, run: _AgentRun, *, agent_name: str, default_model_id: str | None) -> None:
         super().__init__(
-            agent_name=agent_name,
-            default_model_id=default_model_id,
+            namer=_StepNamer(agent_name, default_model_id=default_model_id or "default"),
             config=RoleBasedOperationConfig(model=None, event=None, capability=None, tool=None),
         )
         self._run = run
@@ -137,9 +180,15 @@ class _StepBackend(JournalCallableOperationBackend[None]):
         config: None,
     ) -> object:
         run = self._run
-        model_request = isinstance(operation_id, ModelRequestId)
-        payload = await run.bridge.call(run.ctx.step, name, run.unit, body, model_request)
-        # A step's result is frozen; pydantic builds its values in place, from plain ones.
+        request: _Request = "other"
+        if isinstance(operation_id, ModelRequestId):
+            request = "streamed" if operation_id.streaming else "plain"
+        ran: list[object] = []
+        payload = await run.bridge.call(run.ctx.step, name, run.unit, body, request, ran)
+        if ran:
+            # The unit ran in this attempt: what it returned is what was committed.
+            return ran[0]
+        # Replayed: a step's result is frozen, and pydantic builds its values in place.
         return _thaw(payload)
 
 
@@ -171,6 +220,15 @@ class _Durability(BaseDurabilityCapability[AgentDepsT], Generic[AgentDepsT]):
     def in_durable_context(self) -> bool:
         return _IN_RUN.get()
 
+    @property
+    def has_wrap_run_event_stream(self) -> bool:
+        # Asking for the run's events is what makes pydantic-ai stream its model requests.
+        return (self._run.stream and self.in_durable_context) or super().has_wrap_run_event_stream
+
+    def _model_stream_event_handler(self) -> EventStreamHandler[AgentDepsT]:
+        # Inside a streamed model request's unit, on the loop: its text goes to the run.
+        return self._run.tokens.consume
+
     def get_durable_operation_backend(self) -> _StepBackend:
         return _StepBackend(self._run, agent_name=self.name, default_model_id=self.default_model_id)
 
@@ -192,13 +250,95 @@ async def _now() -> str:
     return now_utc().isoformat()
 
 
+_Request = Literal["plain", "streamed", "other"]
+"""What a durable unit is: a model request (streamed or not), or anything else."""
+
+
+@final
+class _Tokens:
+    """The text of one attempt's streamed model replies, sent as it arrives from the loop's
+    thread to the run's ``"agent.tokens"`` stream, in order.
+
+    The writer is opened in the attempt's Trio task that starts a streamed request
+    (`open`); the loop's thread hands text over (`put`), and the Trio thread sends it, one
+    chunk a piece, in one callback for whatever arrived since the last one. Text that
+    arrives once the attempt's writer is closed is dropped: the attempt has ended.
+    """
+
+    def __init__(self, ctx: RunContext, token: trio.lowlevel.TrioToken) -> None:
+        self._ctx = ctx
+        self._token = token
+        self._writer: StreamWriter | None = None
+        self._off = False
+        self._lock = threading.Lock()
+        self._pending: list[str] = []
+
+    def open(self) -> None:
+        """Open the writer (Trio thread, in a task of the attempt)."""
+        if self._writer is not None or self._off:
+            return
+        try:
+            self._writer = self._ctx.stream(TOKENS_CHANNEL)
+        except InvalidArgument as exc:  # a store that keeps no streams
+            self._off = True
+            logger.warning(
+                "pydantic-ai agent: run %r: its tokens are not streamed: %s",
+                self._ctx.run_id,
+                exc,
+                extra={"run_id": self._ctx.run_id},
+            )
+
+    async def consume(
+        self, agent_ctx: AgentContext[Any], events: AsyncIterable[AgentStreamEvent]
+    ) -> None:
+        """pydantic-ai's handler of a streamed request's events (loop thread): text parts
+        and their deltas go to the stream."""
+        if self._writer is None:
+            return  # (pydantic-ai reads the rest of the stream itself)
+        async for event in events:
+            if isinstance(event, PartStartEvent) and isinstance(event.part, TextPart):
+                self._put(event.part.content)
+            elif isinstance(event, PartDeltaEvent) and isinstance(event.delta, TextPartDelta):
+                self._put(event.delta.content_delta)
+
+    def _put(self, text: str) -> None:
+        if not text:
+            return
+        with self._lock:
+            self._pending.append(text)
+            first = len(self._pending) == 1
+        if first:
+            # (The Trio run is alive: the attempt waits for the request's task to finish.)
+            self._token.run_sync_soon(self._send)
+
+    def _send(self) -> None:
+        """Send what the loop handed over (Trio thread; never raises: a Trio callback)."""
+        with self._lock:
+            pending, self._pending = self._pending, []
+        writer = self._writer
+        if writer is None or writer.closed:
+            return
+        for text in pending:
+            try:
+                writer.send(text)
+            except InvalidPayload as exc:  # a piece larger than any payload: not shown live
+                logger.warning(
+                    "pydantic-ai agent: run %r: a token was not streamed: %s",
+                    self._ctx.run_id,
+                    exc,
+                    extra={"run_id": self._ctx.run_id},
+                )
+
+
 @final
 class _AgentRun:
     """What one attempt of an agent body holds while pydantic-ai runs."""
 
-    def __init__(self, ctx: RunContext, bridge: Bridge) -> None:
+    def __init__(self, ctx: RunContext, bridge: Bridge, *, stream: bool) -> None:
         self.ctx = ctx
         self.bridge = bridge
+        self.stream = stream
+        self.tokens = _Tokens(ctx, trio.lowlevel.current_trio_token())
         self._runs = 0
 
     def next_run_id(self) -> str:
@@ -207,14 +347,22 @@ class _AgentRun:
         self._runs += 1
         return f"{self.ctx.run_id}:{self._runs}"
 
-    async def unit(self, body: Callable[[], Awaitable[object]], model_request: bool) -> object:
-        """A durable unit that was not journaled: run it on the loop. A new model request
-        passes a boundary first (a pause takes effect there; ``max_steps`` counts it)."""
-        if model_request:
+    async def unit(
+        self, body: Callable[[], Awaitable[object]], request: _Request, ran: list[object]
+    ) -> object:
+        """A durable unit that was not journaled: run it on the loop (its result is also
+        put in ``ran``). A new model request passes a boundary first (a pause takes effect
+        there; ``max_steps`` counts it); a streamed one sends its text to the run's
+        ``"agent.tokens"`` stream as it arrives."""
+        if request != "other":
             unread = await self.ctx.boundary()
             if unread:
                 await self.ctx.emit("pydantic_ai.messages_unread", {"messages": unread})
-        return await self.bridge.run(_awaited, body)
+            if request == "streamed":
+                self.tokens.open()
+        result = await self.bridge.run(_awaited, body)
+        ran.append(result)
+        return result
 
 
 def _thaw(value: JsonValue) -> JsonValue:
@@ -234,9 +382,10 @@ async def _awaited(body: Callable[[], Awaitable[object]]) -> object:
 class AgentBody(Generic[AgentDepsT]):
     """A run body that runs a pydantic-ai agent (made by `agent_body`)."""
 
-    def __init__(self, agent: Agent[AgentDepsT, Any], deps: AgentDepsT) -> None:
+    def __init__(self, agent: Agent[AgentDepsT, Any], deps: AgentDepsT, *, stream: bool) -> None:
         self.agent = agent
         self.deps = deps
+        self.stream = stream
         self.__name__ = f"agent_body({agent.name})"
 
     def __repr__(self) -> str:
@@ -249,7 +398,7 @@ class AgentBody(Generic[AgentDepsT]):
         assert name is not None  # checked by agent_body
         async with open_asyncio_bridge(ctx.run_id) as bridge:
             bridge.set_in_tasks(_IN_RUN, True)
-            run = _AgentRun(ctx, bridge)
+            run = _AgentRun(ctx, bridge, stream=self.stream)
             durability: _Durability[AgentDepsT] = _Durability(run, name)
             messages: list[ModelMessage] = list(history)
             answers: DeferredToolResults | None = None
@@ -290,16 +439,23 @@ def agent_body(
     agent: Agent[AgentDepsT, Any],
     *,
     deps: AgentDepsT = None,  # type: ignore[assignment]  # (as pydantic-ai's own run())
+    stream: bool | None = None,
 ) -> AgentBody[AgentDepsT]:
     """A durable run body that runs ``agent`` (see the module docstring).
 
     Register it by a name (``open_runtime(..., bodies={"support": agent_body(agent)})``),
     so a run can be recovered, resumed and forked by any worker that has it. ``deps`` is
-    handed to every run of the agent (it is the worker's: never journaled).
+    handed to every run of the agent (it is the worker's: never journaled). With
+    ``stream=True`` the model's requests are streamed ones (the model must stream:
+    ``FunctionModel`` needs a ``stream_function``) and the text of each reply goes to the
+    run's ``"agent.tokens"`` stream as it arrives; the journal is the same either way.
+    ``None`` (the default) streams when the agent's model answers streamed requests only
+    (a ``FunctionModel`` with a ``stream_function`` and no ``function``), else not.
 
     Raises:
         InvalidArgument: ``agent`` is not a pydantic-ai ``Agent``, or has no ``name`` (its
-            name is part of every step's name: the journal's key).
+            name is part of every step's name: the journal's key); ``stream`` is not a bool
+            or None.
     """
     if not isinstance(agent, Agent):
         raise InvalidArgument(f"agent_body() needs a pydantic-ai Agent, not {type(agent).__name__}")
@@ -308,7 +464,12 @@ def agent_body(
             "agent_body() needs an agent with a name (Agent(..., name='support')): the name is"
             " part of every journaled step's name, so it must stay the same across deploys"
         )
-    return AgentBody(agent, deps)
+    if stream is None:
+        model = agent.model
+        stream = isinstance(model, FunctionModel) and model.function is None
+    elif type(stream) is not bool:
+        raise InvalidArgument(f"agent_body(): stream must be a bool or None, not {stream!r}")
+    return AgentBody(agent, deps, stream=stream)
 
 
 # ---------------------------------------------------------------------------- input, output

@@ -7,7 +7,8 @@ in this process; `open_store` turns a URL into a store, importing a backend only
 scheme is first used; `state_to_json`, `cause_to_json` and `ticket_to_json` give the JSON
 shapes the stores keep (and the command line prints). A store may also offer listing
 (`ListingStore`), forking (`ForkingStore`: the checkpoint as of any event), retention
-(`PruningStore`) and reading a run's journaled steps by their kind (`StepStore`); the
+(`PruningStore`), reading a run's journaled steps by their kind (`StepStore`) and
+finding the runs past their time limits (`DeadlineStore`, `Overdue`, `OverdueLook`); the
 runtime uses them where a store has them. `awaken_trio.testing` has
 the contract suites every store passes.
 """
@@ -21,6 +22,7 @@ from .._core import CommandKind as CommandKind
 from .._core import Commit as Commit
 from .._core import CommitResult as CommitResult
 from .._core import ControlLook as ControlLook
+from .._core import DeadlineStore as DeadlineStore
 from .._core import DescendantsEnd as DescendantsEnd
 from .._core import DurableStore as DurableStore
 from .._core import EventDraft as EventDraft
@@ -31,6 +33,8 @@ from .._core import IfBusy as IfBusy
 from .._core import InlineStore as InlineStore
 from .._core import ListingStore as ListingStore
 from .._core import NewRun as NewRun
+from .._core import Overdue as Overdue
+from .._core import OverdueLook as OverdueLook
 from .._core import PruningStore as PruningStore
 from .._core import Recovered as Recovered
 from .._core import Rejected as Rejected
@@ -59,6 +63,7 @@ __all__ = [
     "Commit",
     "CommitResult",
     "ControlLook",
+    "DeadlineStore",
     "DescendantsEnd",
     "DurableStore",
     "EventDraft",
@@ -70,6 +75,8 @@ __all__ = [
     "ListingStore",
     "MemoryStore",
     "NewRun",
+    "Overdue",
+    "OverdueLook",
     "PruningStore",
     "Recovered",
     "RejectReason",

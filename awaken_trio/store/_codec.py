@@ -350,7 +350,8 @@ NO_MESSAGES: Final = "[]"
 
 RECORD_COLUMNS: Final = (
     "r.run_id, r.thread_id, r.parent_run_id, r.name, r.state, r.generation, r.result,"
-    " r.checkpoint, r.input, r.steps, r.max_steps, r.forked_from, r.body_version"
+    " r.checkpoint, r.input, r.steps, r.max_steps, r.forked_from, r.not_before, r.deadline,"
+    " r.body_version"
 )
 
 
@@ -385,6 +386,8 @@ def record_of(found: Sequence[Any]) -> RunRecord:
         steps,
         cap,
         forked_from,
+        not_before,
+        deadline,
         body_version,
     ) = found
     return RunRecord(
@@ -400,6 +403,8 @@ def record_of(found: Sequence[Any]) -> RunRecord:
         steps=steps,
         max_steps=cap,
         forked_from=None if forked_from is None else load_raw(forked_from, "a fork origin"),
+        not_before=not_before,
+        deadline=deadline,
         body_version=body_version,
     )
 

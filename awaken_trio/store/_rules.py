@@ -45,6 +45,7 @@ import attrs
 
 from .._core import (
     CANCELLED_CAUSE,
+    DEADLINE,
     NOT_RESUMED,
     UNSET,
     Accepted,
@@ -312,11 +313,14 @@ class RunTx(Protocol[RowT]):
         state: RunState,
         generation: int,
         result: JsonValue,
+        *,
+        not_before: float | None = None,
     ) -> RowT:
         """Insert a run (``run_id`` is new to the store): its identity, input, step cap and
         fork origin from ``new`` (``root_run_id`` defaulting to ``run_id``), its state and
-        generation, its result (None unless it is created ended); steps 0, checkpoint None,
-        epoch 0, no attempt, nothing carried, no resume, no ticket. The new row."""
+        generation, its result (None unless it is created ended), its ``not_before`` (a
+        queued run's earliest start, `Commit.not_before`); steps 0, checkpoint None, epoch
+        0, no attempt, nothing carried, no resume, no ticket. The new row."""
         ...
 
     def put_state(
@@ -327,10 +331,13 @@ class RunTx(Protocol[RowT]):
         *,
         steps: int | None = None,
         result: JsonValue = UNSET,
+        not_before: float | None = None,
     ) -> None:
-        """Set the run's state and generation; its ``steps`` unless None, its result
-        unless `UNSET`. The store keeps its own indexes here (a queued named root enters
-        the queue it hands runs out from, an ended run the ones it forgets by)."""
+        """Set the run's state and generation, and its ``not_before`` (a queued run's
+        earliest start, `Commit.not_before`; None for no wait, which every other state
+        has); its ``steps`` unless None, its result unless `UNSET`. The store keeps its
+        own indexes here (a queued named root enters the queue it hands runs out from, an
+        ended run the ones it forgets by)."""
         ...
 
     def put_checkpoint(self, row: RowT, checkpoint: JsonValue, seq: int) -> None:
@@ -462,6 +469,9 @@ NOT_RESUMED_END: Final[RunState] = Ended(NOT_RESUMED.cause)
 """How a handed-back descendant ends when its parent's later attempt ends without having
 taken it back (rule 22)."""
 
+DEADLINE_END: Final[RunState] = Ended(DEADLINE.cause)
+"""How a descendant of a run ended at its deadline ends: its own deadline has come too."""
+
 HANDED_BACK_DETAIL: Final = scalar_dict(
     {"source": "recovery", "reason": "handed back with its parent"}
 )
@@ -478,6 +488,8 @@ def descendants_end(how: DescendantsEnd, run_id: str) -> tuple[RunState, Mapping
     """The state and detail ``Commit.end_descendants`` ends ``run_id``'s descendants with."""
     if how == "not_resumed":
         return NOT_RESUMED_END, NOT_RESUMED.detail
+    if how == "deadline":
+        return DEADLINE_END, DEADLINE.detail
     return PARENT_ENDED, parent_detail(run_id)
 
 
@@ -660,7 +672,12 @@ def create(tx: RunTx[RowT], commit: Commit, new: NewRun, now: float) -> Accepted
     state = commit.state
     kind = KIND_OF[type(state)]
     row = tx.create(
-        run_id, new, state, commit.generation, commit.result if kind == "ended" else None
+        run_id,
+        new,
+        state,
+        commit.generation,
+        commit.result if kind == "ended" else None,
+        not_before=commit.not_before if kind == "queued" else None,
     )
     epoch = claim_effects(tx, row, commit, kind, now)
     stored: Sequence[JsonValue] = ()
@@ -710,6 +727,7 @@ def update(tx: RunTx[RowT], row: RowT, commit: Commit, now: float) -> Accepted:
         commit.generation,
         steps=commit.steps,
         result=commit.result if kind == "ended" else UNSET,
+        not_before=commit.not_before if kind == "queued" else None,
     )
     epoch = claim_effects(tx, row, commit, kind, now)
     if commit.body_version is not UNSET and row.body_version != commit.body_version:

@@ -106,10 +106,19 @@ class TextRow:
     epoch: int
     attempt_epoch: int | None
     recoveries: int
+    # A queued run's earliest start (`Commit.not_before`), None when it may start now.
+    not_before: float | None
     body_version: str | None
 
     @classmethod
-    def created(cls, run_id: str, new: NewRun, state: RunState, generation: int) -> Self:
+    def created(
+        cls,
+        run_id: str,
+        new: NewRun,
+        state: RunState,
+        generation: int,
+        not_before: float | None = None,
+    ) -> Self:
         """The row of a run ``new`` creates: nothing carried, no resume, epoch 0, no
         attempt."""
         return cls(
@@ -128,6 +137,7 @@ class TextRow:
             0,
             None,
             0,
+            not_before,
             new.body_version,
         )
 
@@ -348,11 +358,13 @@ class TextRunTx(abc.ABC, Generic[R, N]):
         *,
         steps: int | None = None,
         result: JsonValue = UNSET,
+        not_before: float | None = None,
     ) -> None:
         run_id = row.run_id
         row.kind = kind = state_kind(state)
         row.state_text = dump_state(state)
         row.generation = generation
+        row.not_before = not_before
         if kind == ENDED:
             self._ended.append(row)
         if steps is not None:

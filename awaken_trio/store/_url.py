@@ -4,11 +4,11 @@ application that never names ``sqlite://`` or ``postgresql://`` never imports th
 from __future__ import annotations
 
 import os
-import re
 from typing import Literal
 from urllib.parse import parse_qsl, unquote
 
 from .._core import InvalidArgument, Store, safe_repr
+from .._redact import redact_url
 from .memory import MemoryStore
 
 _SQLITE = "sqlite:///"
@@ -16,29 +16,6 @@ _SQLITE_FORMS = (
     "'sqlite:///relative/path.db' or 'sqlite:////absolute/path.db',"
     " optionally with '?synchronous=normal' or '?synchronous=full'"
 )
-
-
-# Query parameters that carry a secret (libpq's ``password``, tokens).
-_SECRET_PARAMETER = re.compile(
-    r"(?i)([?&](?:password|passwd|pwd|pass|secret|token|api_key|apikey|access_token)=)[^&#]*"
-)
-
-
-def redact_url(url: str) -> str:
-    """``url`` as it may be shown: the password of its ``user:password@`` part (and of a
-    ``password=`` query parameter) replaced by ``***``. Everything shown of a store URL
-    (errors, reprs) goes through here."""
-    scheme, sep, rest = url.partition("://")
-    if sep:
-        # The user part ends at the last '@' before the query: a password may hold an
-        # unescaped '/' or '@', and hiding too much is better than showing any of it.
-        head = re.split(r"[?#]", rest, maxsplit=1)[0]
-        at = head.rfind("@")
-        if at > 0 and not head.startswith("/"):
-            user, colon, _ = head[:at].partition(":")
-            if colon:
-                rest = f"{user}:***{rest[at:]}"
-    return _SECRET_PARAMETER.sub(r"\1***", scheme + sep + rest)
 
 
 def _shown(url: str) -> str:

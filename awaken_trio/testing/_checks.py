@@ -174,6 +174,9 @@ def _new(
     claim: Claim | None = None,
     fence: Fence | None = None,
     thread_guard: bool = False,
+    not_before: float | None = None,
+    deadline: float | None = None,
+    queue_deadline: float | None = None,
 ) -> Commit:
     """A commit creating ``run_id`` (named ``job``, on its own thread, by default)."""
     return create(
@@ -188,6 +191,9 @@ def _new(
         claim=claim,
         fence=fence,
         thread_guard=thread_guard,
+        not_before=not_before,
+        deadline=deadline,
+        queue_deadline=queue_deadline,
     )
 
 

@@ -60,6 +60,7 @@ class Fields(TypedDict, total=False):
     delivered: tuple[int, ...]
     end_descendants: DescendantsEnd | None
     body_version: str | None
+    not_before: float | None
 
 
 def asking(run_id: str, correlation_id: str = "c1") -> ResumeTicket:
@@ -101,9 +102,13 @@ def create(
     fence: Fence | None = None,
     thread_guard: bool = False,
     if_busy: IfBusy = "queue",
+    not_before: float | None = None,
+    deadline: float | None = None,
+    queue_deadline: float | None = None,
 ) -> Commit:
     """A run created (``Running(generation)`` unless ``state`` says otherwise), on a
-    thread of its own unless ``thread`` is given."""
+    thread of its own unless ``thread`` is given; a queued one not to start before
+    ``not_before`` if given; with its time limits if given."""
     return Commit(
         run_id=run_id,
         state=Running(generation) if state is None else state,
@@ -111,12 +116,21 @@ def create(
         expect=Expect(new=True),
         at=at,
         new_run=NewRun(
-            thread or f"thread-{run_id}", parent, name, input, max_steps, root, if_busy=if_busy
+            thread or f"thread-{run_id}",
+            parent,
+            name,
+            input,
+            max_steps,
+            root,
+            deadline=deadline,
+            queue_deadline=queue_deadline,
+            if_busy=if_busy,
         ),
         detail={"source": "start"} if detail is None else detail,
         claim=claim,
         fence=fence,
         thread_guard=thread_guard,
+        not_before=not_before,
     )
 
 

@@ -11,9 +11,11 @@ from .. import (
 )
 from ..store import (
     Claim,
+    DeadlineStore,
     DurableStore,
     Expect,
     Fence,
+    OverdueLook,
     Rejected,
     RejectReason,
     StoredCommand,
@@ -125,6 +127,81 @@ class RunnableChecks:
         ]  # s3 is queued now (after q1), and no longer scheduled
         await _accepted(store, end("s5", CANCELLED, at=7.0))
         assert [r.run_id for r in await store.runnable(NAMES, 8.0, 10)] == ["q1", "s3", "s8"]
+
+    async def test_runnable_passes_over_a_queued_run_until_its_not_before(
+        self, store: DurableStore
+    ) -> None:
+        # A delayed start (or a retry's wait): queued at once, handed out from its time
+        # on (``now``, the runtime's clock), in its place; the runs behind it go first.
+        await _accepted(store, _new("later", Queued(), generation=0, at=1.0, not_before=7.0))
+        await _accepted(store, _new("now", Queued(), generation=0, at=2.0))
+        assert (await _loaded(store, "later")).not_before == 7.0
+        assert (await _loaded(store, "now")).not_before is None
+        assert [r.run_id for r in await store.runnable(NAMES, 6.5, 10)] == ["now"]
+        assert [r.run_id for r in await store.runnable(NAMES, 7.0, 10)] == ["later", "now"]
+        # The limit counts the runs handed out, not the ones passed over.
+        assert [r.run_id for r in await store.runnable(NAMES, 6.5, 1)] == ["now"]
+        # Queued again with a new time (a retry's wait), it waits again; any other commit
+        # clears it: a run that started has no wait left.
+        await _accepted(store, run("later", 1, claim=Claim("a", LIVE)))
+        assert (await _loaded(store, "later")).not_before is None
+        await _accepted(store, queue("later", 1, not_before=9.0, release=True))
+        assert (await _loaded(store, "later")).not_before == 9.0
+        assert [r.run_id for r in await store.runnable(NAMES, 8.0, 10)] == ["now"]
+        assert [r.run_id for r in await store.runnable(NAMES, 9.5, 10)] == ["later", "now"]
+        # Ended while it waits: it is never handed out, and keeps no time.
+        await _accepted(store, end("later", CANCELLED))
+        assert (await _loaded(store, "later")).not_before is None
+        assert [r.run_id for r in await store.runnable(NAMES, 9.5, 10)] == ["now"]
+
+    async def test_overdue_finds_the_roots_past_a_time_limit_that_no_attempt_runs(
+        self, store: DurableStore
+    ) -> None:
+        # Every serving loop turn asks: a durable store answers through an index.
+        assert isinstance(store, DeadlineStore), "a durable store finds runs past their limits"
+        await _accepted(store, _new("queued", Queued(), generation=0, deadline=5.0))
+        await _accepted(store, _new("never", Queued(), generation=0, queue_deadline=4.0))
+        await _accepted(
+            store, _new("both", Queued(), generation=0, deadline=3.0, queue_deadline=3.5)
+        )
+        await _accepted(store, _new("running", deadline=2.0))
+        await _accepted(store, _new("awaits", deadline=6.0))
+        await _accepted(store, pause("awaits", asking("awaits")))
+        await _accepted(store, _new("later", Queued(), generation=0, deadline=50.0))
+        await _accepted(store, _new("free", Queued(), generation=0))
+        await _accepted(store, _new("p", deadline=2.0))
+        await _accepted(
+            store, _new("child", Queued(), generation=0, parent="p", root="p", deadline=1.0)
+        )
+        # (A running root meets its deadline in its attempt; a child is its holder's.)
+        look = await store.overdue(6.0, 10)
+        found = {(o.record.run_id, o.limit) for o in look.runs}
+        assert found == {
+            ("queued", "deadline"),
+            ("never", "queue_timeout"),
+            ("both", "deadline"),
+            ("awaits", "deadline"),
+        }
+        assert look.next_at == 50.0
+        by_id = {o.record.run_id: o.record for o in look.runs}
+        assert by_id["queued"] == await _loaded(store, "queued")
+        assert by_id["queued"].deadline == 5.0
+        assert [o.record.run_id for o in (await store.overdue(3.0, 10)).runs] == ["both"]
+        # (The next limit of a run found now counts too: it is still to come.)
+        assert (await store.overdue(3.0, 10)).next_at == 3.5
+        assert len((await store.overdue(6.0, 2)).runs) == 2
+        # A queue deadline no longer counts once the run started; any end takes it out.
+        await _accepted(store, run("never", 1, claim=Claim("a", LIVE)))
+        await _accepted(store, queue("never", 1, release=True))
+        await _accepted(store, end("queued", CANCELLED, 0))
+        assert {o.record.run_id for o in (await store.overdue(6.0, 10)).runs} == {
+            "both",
+            "awaits",
+        }
+        await _accepted(store, end("both", CANCELLED, 0))
+        await _accepted(store, end("awaits", CANCELLED))
+        assert await store.overdue(6.0, 10) == OverdueLook((), 50.0)
+        assert (await store.overdue(60.0, 10)).next_at is None
 
     async def test_runnable_returns_at_most_limit_runs(self, store: DurableStore) -> None:
         await _accepted(store, _new("q1", Queued(), generation=0, at=1.0))

@@ -3,11 +3,13 @@
 their claim, which stop at once).
 
 Each pass, on a durable store, first deals with runs whose owner was lost (the store ends
-what can never run again and claims the rest for a new attempt here), then takes runnable
-runs: queued ones on a free thread, and awaiting ones whose scheduled resume is due. Passes
-run when something committed here, when the store changed elsewhere, when an attempt ends,
-and, while nothing changes, after a wait that grows from ``poll`` seconds to a second
-(a lease that lapses changes nothing in the store; see ``_cadence``).
+what can never run again and claims the rest for a new attempt here), then ends the runs
+past their deadline or queue timeout that no attempt runs (whatever their bodies: one
+indexed read of the store, `DeadlineStore.overdue`), then takes runnable runs: queued ones
+on a free thread, and awaiting ones whose scheduled resume is due. Passes run when
+something committed here, when the store changed elsewhere, when an attempt ends, and,
+while nothing changes, after a wait that grows from ``poll`` seconds to a second (a lease
+that lapses changes nothing in the store; see ``_cadence``).
 
 A store that fails (a write lock held past the busy timeout, a full disk, a server that
 went away) does not end serving: the failure is logged (logger ``awaken_trio.worker``), the
@@ -28,6 +30,7 @@ import trio
 from .._core import (
     AwakenError,
     Backoff,
+    DeadlineStore,
     DurableStore,
     Fence,
     RunRecord,
@@ -64,8 +67,9 @@ async def serve(
         local = host.changed_event()
         for run_id in [r for r, run in active.items() if not run.counts_toward_concurrency()]:
             del active[run_id]
+        next_limit: float | None = None
         try:
-            failed = await _one_pass(host, concurrency, active)
+            failed, next_limit = await _one_pass(host, concurrency, active)
         except RuntimeClosed:
             return
         except StoreError as exc:
@@ -81,20 +85,27 @@ async def serve(
             await trio.sleep(delay)
             continue
         failures = 0
-        if await host.changed(local, interval=idle.wait(idle_looks)):
+        interval = idle.wait(idle_looks)
+        if next_limit is not None:
+            # A run's time limit comes before the next idle look: look then.
+            interval = min(interval, max(next_limit - host.now(), 0.0))
+        if await host.changed(local, interval=interval):
             idle_looks = 0
         else:
             idle_looks += 1  # nothing changed: look less often, until something does
 
 
-async def _one_pass(host: ServingHost, concurrency: int, active: dict[str, ServedRun]) -> bool:
-    """One look at the store: recover, then admit what is runnable. Whether an admission
-    failed on the store (each failure is logged with its run id); a failed look itself
-    raises `StoreError`."""
+async def _one_pass(
+    host: ServingHost, concurrency: int, active: dict[str, ServedRun]
+) -> tuple[bool, float | None]:
+    """One look at the store: recover, end the runs past their time limits, then admit
+    what is runnable. Whether an admission or an end failed on the store (each failure is
+    logged with its run id), and when the next time limit the store knows of comes; a
+    failed look itself raises `StoreError`."""
     names = host.names()
     if not names:
         await trio.lowlevel.checkpoint()
-        return False
+        return False, None
     failed = False
     store = host.store
     claims = host.claims
@@ -118,9 +129,13 @@ async def _one_pass(host: ServingHost, concurrency: int, active: dict[str, Serve
             fence = Fence(run_id, claims.owner, recovered.epoch)
             # Its claim, if the admission fails on the store, lapses: it is recovered again.
             failed |= not await _admit(host, recovered.record, active, fence)
+    next_limit = None
+    if isinstance(store, DeadlineStore):
+        ended_failed, next_limit = await _end_overdue(host, store)
+        failed |= ended_failed
     free = concurrency - len(active)
     if free <= 0:
-        return failed
+        return failed, next_limit
     found = store.runnable(names, host.now(), free)
     runnable = await _from_store(found, "finding runnable runs")
     # Admitted side by side, so their commits share transactions (one fsync for all).
@@ -132,7 +147,38 @@ async def _one_pass(host: ServingHost, concurrency: int, active: dict[str, Serve
                 continue  # its thread is taken: its turn comes, oldest first, when it frees
             threads.add(record.thread_id)
             nursery.start_soon(_admit_into, host, record, active, admitted)
-    return failed or not all(admitted)
+    return failed or not all(admitted), next_limit
+
+
+OVERDUE_BATCH = 64
+"""The most runs past a time limit one pass ends (the next pass takes the rest)."""
+
+
+async def _end_overdue(host: ServingHost, store: DeadlineStore) -> tuple[bool, float | None]:
+    """End the runs past a time limit that no attempt runs, whatever their bodies (one
+    indexed read of the store); whether an end failed on the store (logged; the run is
+    found again at a later pass), and when the next limit comes (None: none known)."""
+    look = await _from_store(
+        store.overdue(host.now(), OVERDUE_BATCH), "finding runs past their time limits"
+    )
+    failed = False
+    for found in look.runs:
+        run_id = found.record.run_id
+        try:
+            await host.end_overdue(found)
+        except StoreError as exc:
+            logger.error(
+                "serving: run %r could not be ended at its %s: %s",
+                run_id,
+                found.limit.replace("_", " "),
+                exc,
+                exc_info=exc,
+                extra={"run_id": run_id},
+            )
+            failed = True
+    if len(look.runs) >= OVERDUE_BATCH:
+        return failed, host.now()  # more to end: look again at once
+    return failed, look.next_at
 
 
 async def _admit_into(

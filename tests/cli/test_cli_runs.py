@@ -81,11 +81,11 @@ async def test_submit_list_and_show_print_the_codec_shapes(store: str) -> None:
         "result",
         "checkpoint",
         "forked_from",
-        "body_version",
+        "deadline",
         "events",
     }
-    assert record["body_version"] is None
     assert record["forked_from"] is None
+    assert record["deadline"] is None
     assert record["result"] is None
     assert [event["kind"] for event in record["events"]] == ["committed"]
     assert set(record["events"][0]) == EVENT_KEYS

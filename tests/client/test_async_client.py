@@ -4,6 +4,7 @@ and what cancelling one of its calls does (it abandons the wait and changes no r
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -201,3 +202,18 @@ def test_submit_takes_the_busy_thread_policies(backend: str) -> None:
             assert await client.state("m3") == QUEUED
 
     anyio.run(main, backend=backend)
+
+
+def test_submit_takes_the_runs_time_limits_and_a_delayed_start() -> None:
+    async def main() -> None:
+        async with AsyncClient() as client:
+            now = time.time()
+            run_id = await client.submit("job", deadline=now + 50, not_before=now + 10)
+            record = await client.record(run_id)
+            assert (record.deadline, record.not_before) == (now + 50, now + 10)
+            late = await client.submit("job", timeout=0.05)
+            assert await client.wait(late, timeout=30) == RunState.Ended(
+                EndCause.Stopped("deadline")
+            )
+
+    anyio.run(main, backend="asyncio")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import signal
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -316,3 +317,26 @@ def test_submit_takes_the_busy_thread_policies() -> None:
         assert client.events("m1")[-1].detail == {"superseded_by": "m3"}
         with pytest.raises(InvalidArgument, match="if_busy"):
             client.submit("job", if_busy="later")  # type: ignore[arg-type]
+
+
+def test_submit_takes_the_runs_time_limits_and_a_delayed_start() -> None:
+    with Client() as client:
+        before = time.time()
+        run_id = client.submit(
+            "job", run_id="lim", timeout=3600, queue_timeout=60, not_before=before + 120
+        )
+        record = client.record(run_id)
+        assert record.deadline is not None
+        assert before + 3600 <= record.deadline <= time.time() + 3600
+        assert record.not_before == before + 120
+        assert client.state(run_id) == QUEUED
+        # Past already: committed, and ended at once.
+        past = client.submit("job", deadline=before - 1)
+        assert client.state(past) == RunState.Ended(EndCause.Stopped("deadline"))
+        # Nothing served it within its queue timeout: the client's runtime ends it.
+        late = client.submit("job", queue_timeout=0.05)
+        assert client.wait(late, timeout=30) == RunState.Ended(EndCause.Stopped("queue_timeout"))
+        with pytest.raises(InvalidArgument, match="not both"):
+            client.submit("job", run_id="both", timeout=1, deadline=before + 5)
+        with pytest.raises(UnknownRun):
+            client.record("both")

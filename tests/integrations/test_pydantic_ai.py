@@ -481,3 +481,39 @@ async def test_an_error_of_a_trio_call_reaches_asyncio_as_itself() -> None:
 async def runtime_on_memory() -> AsyncIterator[Runtime]:
     async with open_runtime(MemoryStore()) as runtime:
         yield runtime
+
+
+async def test_a_trio_call_asked_for_after_its_bridge_closed_is_cancelled_on_asyncio() -> None:
+    import asyncio
+
+    from awaken_trio.integrations._asyncio_bridge import open_asyncio_bridge
+
+    ran: list[bool] = []
+    outcomes: list[str] = []
+
+    async def trio_side() -> None:
+        ran.append(True)
+
+    async with open_asyncio_bridge("keeper") as keeper:  # keeps the loop running
+        async with open_asyncio_bridge("closing") as closing:
+
+            async def late_caller(go: asyncio.Event) -> None:
+                await go.wait()
+                try:
+                    await closing.call(trio_side)
+                except asyncio.CancelledError:
+                    outcomes.append("cancelled")
+
+            async def leave_a_task_behind() -> asyncio.Event:
+                go = asyncio.Event()
+                keep.append(asyncio.get_running_loop().create_task(late_caller(go)))
+                return go
+
+            keep: list[asyncio.Task[None]] = []
+            go = await closing.run(leave_a_task_behind)
+        closing.loop.call_soon_threadsafe(go.set)
+        await until(lambda: bool(outcomes))
+        assert keeper.loop is closing.loop
+    assert outcomes == ["cancelled"]
+    assert ran == []
+    assert bridge_threads() == []

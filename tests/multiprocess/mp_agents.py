@@ -10,6 +10,11 @@ What the model does is read from the run's prompt:
   (the worker is killed there; the next worker finds the marker and goes on);
 - ``slow-tool``: ``lookup`` takes a second (a pause can be sent while it runs).
 
+``pa_tokens`` is the same agent on a model that streams (``agent_body(..., stream=True)``):
+it says ``Let me look.`` before asking for ``lookup``, then answers ``found `` and
+``<lookup's value>`` in two pieces; with ``hang-once:<path>`` it waits forever between the
+two, once per marker file.
+
 Every request, tool call and cancellation is printed (``model <run_id>``, ``tool
 <run_id>``, ``hanging <run_id>``, ``cancelled <run_id>``), flushed, so a test in another
 process sees what ran where.
@@ -19,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 from pydantic_ai import Agent
@@ -31,7 +37,7 @@ from pydantic_ai.messages import (
     ToolReturnPart,
     UserPromptPart,
 )
-from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 
 from awaken_trio import current_context
 from awaken_trio.integrations.pydantic_ai import agent_body
@@ -104,4 +110,30 @@ def _prompt_of_run() -> str:
     return value if isinstance(value, str) else ""
 
 
-AGENT_BODIES = {"pa": agent_body(agent)}
+async def _streamed(
+    messages: list[ModelMessage], info: AgentInfo
+) -> AsyncIterator[str | DeltaToolCalls]:
+    run_id = current_context().run_id
+    print("model", run_id, flush=True)
+    returns = {
+        part.tool_name: part.content
+        for message in messages
+        for part in message.parts
+        if isinstance(part, ToolReturnPart)
+    }
+    if "lookup" not in returns:
+        yield "Let me look."
+        yield {0: DeltaToolCall("lookup", '{"key": "k"}', tool_call_id="c1")}
+        return
+    yield "found "
+    prompt = _prompt(messages)
+    if prompt.startswith("hang-once:") and _first(prompt):
+        print("hanging", run_id, flush=True)
+        await asyncio.sleep(3600)
+    yield str(returns["lookup"])
+
+
+streaming: Agent[None, str] = Agent(FunctionModel(stream_function=_streamed), name="pa_tokens")
+streaming.tool_plain(lookup)
+
+AGENT_BODIES = {"pa": agent_body(agent), "pa_tokens": agent_body(streaming, stream=True)}

@@ -73,6 +73,44 @@ async def test_after_kill_9_the_agent_goes_on_without_calling_the_model_again(
     assert generation > 1
 
 
+async def test_after_kill_9_mid_reply_the_stream_resets_and_the_reply_is_streamed_anew(
+    control: Runtime, cluster: Cluster, tmp_path: Path
+) -> None:
+    first = await cluster.start("w1", agents=True)
+    marker = tmp_path / "hung"
+    await control.submit("pa_tokens", input=f"hang-once:{marker}", run_id="s")
+    await until_line(first, "hanging", "s")
+
+    async def tokens() -> list[tuple[str, object]]:
+        return [
+            (chunk.kind, chunk.value)
+            async for chunk in control.read_stream("s", "agent.tokens", follow=False)
+        ]
+
+    async def half_reply_written() -> bool:
+        return await tokens() == [("data", "Let me look."), ("data", "found ")]
+
+    # The text of the answer's first piece is on the stream; its step is not committed.
+    await wait_for(half_reply_written, "the first piece of the answer on the stream")
+    await first.kill()
+
+    second = await cluster.start("w2", agents=True)
+    assert await until_state(control, "s", is_ended) == NATURAL
+    assert (await control.record("s")).result["output"] == "found value of k"
+    # The second worker asked the model once: the first request and the lookup replayed.
+    assert [line.words[:2] for line in second.lines if line.words[0] in ("model", "tool")] == [
+        ["model", "s"]
+    ]
+    assert await tokens() == [
+        ("data", "Let me look."),
+        ("data", "found "),
+        ("reset", None),
+        ("data", "found "),
+        ("data", "value of k"),
+        ("end", None),
+    ]
+
+
 async def test_a_cancel_from_another_process_reaches_the_models_request(
     control: Runtime, cluster: Cluster
 ) -> None:

@@ -11,7 +11,12 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from awaken_trio.store.sqlite._reads import _QUEUED
+from awaken_trio.store.sqlite._reads import (
+    _NEXT_LIMIT,
+    _PAST_DEADLINE,
+    _PAST_QUEUE_DEADLINE,
+    _QUEUED,
+)
 from awaken_trio.store.sqlite._store import SQLiteStore
 
 
@@ -27,9 +32,38 @@ async def test_runnable_reads_the_queue_in_order_from_its_index(tmp_path: Path) 
             str(row[-1])
             for row in conn.execute(
                 "EXPLAIN QUERY PLAN " + _QUEUED,
-                {"names": '["job"]', "lease_now": 0.0, "limit": 8},
+                {"names": '["job"]', "lease_now": 0.0, "now": 0.0, "limit": 8},
             )
         ]
     assert plan[0] == "SEARCH r USING INDEX runs_queue_by_age (kind=?)", plan
     assert not any("TEMP B-TREE" in step for step in plan), plan
     assert not any(step == "SCAN r" for step in plan), plan
+
+
+async def test_the_look_for_runs_past_their_limits_searches_their_partial_indexes(
+    tmp_path: Path,
+) -> None:
+    # Every serving loop turn looks for the root runs past a deadline or a queue timeout:
+    # each statement reads the partial index that holds its candidates alone, never a
+    # scan of every run, and the runs past a limit come in the index's order (no sort).
+    path = tmp_path / "runs.db"
+    async with SQLiteStore(path):
+        pass
+    params = {"now": 5.0, "limit": 8}
+    with sqlite3.connect(path) as conn:
+        plans = {
+            name: [str(row[-1]) for row in conn.execute("EXPLAIN QUERY PLAN " + statement, params)]
+            for name, statement in (
+                ("deadline", _PAST_DEADLINE),
+                ("queue", _PAST_QUEUE_DEADLINE),
+                ("next", _NEXT_LIMIT),
+            )
+        }
+    [deadline] = plans["deadline"]
+    assert deadline.startswith("SEARCH r USING INDEX runs_past_deadline (deadline"), plans
+    [queue] = plans["queue"]
+    assert queue.startswith("SEARCH r USING INDEX runs_past_queue_deadline (queue_deadline"), plans
+    assert any("runs_past_deadline (deadline>?)" in step for step in plans["next"]), plans
+    assert any("runs_past_queue_deadline (queue_deadline>?)" in step for step in plans["next"])
+    for steps in plans.values():
+        assert not any(step == "SCAN r" or "TEMP B-TREE" in step for step in steps), plans

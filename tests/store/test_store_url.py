@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from awaken_trio import InvalidArgument, open_runtime
+from awaken_trio._redact import redact_url
 from awaken_trio.store import open_store
-from awaken_trio.store._url import redact_url
 
 SECRET = "s3cr/et"
 

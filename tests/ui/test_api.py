@@ -10,7 +10,7 @@ import pytest
 import trio
 
 from awaken_trio import EndCause, LiveCommand, RunRecord, RunState, StoreError
-from awaken_trio._cli._shapes import event_json, record_json, row_json
+from awaken_trio._face.shapes import event_json, record_json, row_json
 from awaken_trio.store import state_to_json
 from tests.ui.ui_helpers import XSS, api, asks, dashboard, page, settle, steps, waits
 from tests.wrapped_stores import WrappedStore

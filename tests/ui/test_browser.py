@@ -87,7 +87,7 @@ async def test_the_runs_table_follows_a_worker_process_and_new_runs(
         nursery.cancel_scope.cancel()
 
 
-async def test_cancel_on_a_runs_page_ends_it_cancelled_and_a_refusal_is_shown(
+async def test_cancel_on_a_runs_page_ends_it_cancelled_and_then_offers_no_control(
     store: str, tmp_path: Path
 ) -> None:
     async with open_runtime(store) as runtime:
@@ -97,6 +97,7 @@ async def test_cancel_on_a_runs_page_ends_it_cancelled_and_a_refusal_is_shown(
 
         def browse() -> tuple[str, str]:
             with browser_page(tmp_path / "profile") as page:
+                page.on("dialog", lambda dialog: dialog.accept())  # "Cancel run live?"
                 page.goto(f"{server.url}/runs/live")
                 page.wait_for_selector("body[data-live=connected]")
                 page.wait_for_function(
@@ -109,16 +110,14 @@ async def test_cancel_on_a_runs_page_ends_it_cancelled_and_a_refusal_is_shown(
                 page.wait_for_function(
                     "() => document.getElementById('run-state').textContent === 'ended: cancelled'"
                 )
-                # The run has ended: a pause is refused, and the page says so and why.
-                page.click("form[data-control=pause] button")
-                page.wait_for_selector("#control-result[data-status='409']")
-                refusal = page.text_content("#control-result strong") or ""
-                return committed, refusal
+                # The run has ended: no control is offered any more, and the page says why.
+                page.wait_for_selector("#no-controls:visible")
+                assert not page.is_visible("form[data-control=pause]")
+                return committed, page.text_content("#no-controls") or ""
 
-        committed, refusal = await trio.to_thread.run_sync(browse)
+        committed, why = await trio.to_thread.run_sync(browse)
         assert committed == "committed: ended: cancelled"
-        assert refusal.startswith("refused (409): not_active")
-        assert refusal.endswith("[committed state: ended: cancelled]")
+        assert why == "the run has ended (cancelled): no control can change it"
         async with open_runtime(store) as runtime:
             assert await runtime.state("live") == RunState.Ended(EndCause.Cancelled())
             events = [e async for e in runtime.events("live", follow=False)]
@@ -173,6 +172,7 @@ async def test_a_page_opened_once_with_the_token_keeps_it_out_of_the_address_and
                 address = page.url
                 page.click('#runs-body a[href="/runs/t1"]')
                 page.wait_for_selector("body[data-live=connected]")
+                page.on("dialog", lambda dialog: dialog.accept())  # "Stop run t1?"
                 page.fill("form[data-control=stop] input[name=reason]", "from the page")
                 page.click("form[data-control=stop] button")
                 page.wait_for_selector("#control-result[data-status='200']")

@@ -9,7 +9,7 @@ import re
 import pytest
 
 from awaken_trio import LiveCommand, RunContext
-from awaken_trio._cli._shapes import SUMMARY_LENGTH
+from awaken_trio._face.shapes import SUMMARY_LENGTH
 from awaken_trio.agent import Agent, ModelReply, ScriptedModel, Tool, ToolCall
 from tests.ui.ui_helpers import asks, caught_up, dashboard, page, parent, settle
 
@@ -148,3 +148,17 @@ async def test_an_awaiting_runs_page_shows_its_live_ticket_with_what_it_accepts(
         events = re.findall(r"<tr><td>(\d+)</td>", text)
         assert events == sorted(events, key=int)
         assert len(events) >= 2
+
+
+async def test_a_runs_page_shows_its_deadline() -> None:
+    async with dashboard() as d:
+        await d.runtime.submit("steps", run_id="limited", deadline=4102444800.0)  # 2100
+        await d.runtime.submit("steps", run_id="free")
+        text = (await d.http.get(page("limited"))).text
+        shown = re.search(r'<dt>deadline</dt><dd><span id="run-deadline">([^<]*)<', text)
+        assert shown is not None
+        assert shown.group(1).startswith(("2099-12-31", "2100-01-01"))  # the local date
+        assert "&quot;deadline&quot;: 4102444800.0" in text  # the record, as JSON
+        free = (await d.http.get(page("free"))).text
+        assert 'id="run-deadline"' not in free
+        assert "&quot;deadline&quot;: null" in free

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from awaken_trio import RunContext
-from awaken_trio._cli._shapes import format_time
+from awaken_trio._face.shapes import format_time
 from tests.ui.ui_helpers import caught_up, dashboard, page, settle
 
 pytestmark = pytest.mark.usefixtures("autojump_clock")

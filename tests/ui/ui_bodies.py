@@ -37,3 +37,14 @@ async def talks(ctx: RunContext) -> object:
 
 
 bodies["talks"] = talks
+
+
+async def fails(ctx: RunContext) -> object:
+    """Steps until a message says "fail", then raises."""
+    while True:
+        await trio.sleep(0.05)
+        if "fail" in await ctx.boundary():
+            raise ValueError("the source document is empty")
+
+
+bodies["fails"] = fails

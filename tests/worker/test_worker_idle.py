@@ -51,9 +51,9 @@ async def test_an_idle_serving_loop_backs_off_and_wakes_at_once_for_new_work(
     passes: list[float] = []
     one_pass = _serve._one_pass
 
-    async def counted(*args: Any) -> None:
+    async def counted(*args: Any) -> tuple[bool, float | None]:
         passes.append(trio.current_time())
-        await one_pass(*args)
+        return await one_pass(*args)
 
     monkeypatch.setattr(_serve, "_one_pass", counted)
     idle = 30.0

@@ -56,6 +56,48 @@
     return state.kind;
   }
 
+  // As the server's state_classes: a failure red, a cancel or stop apart from a natural end.
+  function stateClasses(state) {
+    let classes = "state state-" + state.kind;
+    if (state.kind === "ended") {
+      classes += " cause-" + state.cause.kind;
+    }
+    return classes;
+  }
+
+  // As the server's format_duration.
+  function formatDuration(seconds) {
+    if (!Number.isFinite(seconds) || seconds < 0) {
+      return "";
+    }
+    if (seconds < 59.95) {
+      return seconds.toFixed(1) + "s";
+    }
+    const whole = Math.max(60, Math.floor(seconds)); // (59.95 and up: a minute)
+    const two = (n) => String(n).padStart(2, "0");
+    for (const [unit, size, smaller, smallSize] of [
+      ["d", 86400, "h", 3600],
+      ["h", 3600, "m", 60],
+      ["m", 60, "s", 1],
+    ]) {
+      if (whole >= size) {
+        return Math.floor(whole / size) + unit + " " + two(Math.floor((whole % size) / smallSize)) + smaller;
+      }
+    }
+    return "";
+  }
+
+  // As the server's timeline_key: a new timeline entry starts where this changes.
+  function timelineKey(state) {
+    if (state.kind === "running") {
+      return "running " + state.generation;
+    }
+    if (state.kind === "awaiting") {
+      return "awaiting " + state.ticket.correlation_id;
+    }
+    return state.kind;
+  }
+
   // As the server's format_time: a time as local date and time (or the time of day alone),
   // and a time no calendar date stands for (before the year 1, from the year 10000, not
   // finite: a deadline of 1e18, an odd clock's events) as its number.
@@ -150,7 +192,7 @@
         const first = document.createElement("td");
         first.appendChild(link);
         tr.appendChild(first);
-        tr.appendChild(cell(shortState(row.state), "state state-" + row.state.kind));
+        tr.appendChild(cell(shortState(row.state), stateClasses(row.state)));
         tr.appendChild(cell(String(row.generation)));
         tr.appendChild(cell(row.thread_id));
         tr.appendChild(cell(row.name || ""));
@@ -206,7 +248,93 @@
     const record = document.getElementById("record");
     const ticket = document.getElementById("ticket");
     const result = document.getElementById("control-result");
+    const failure = document.getElementById("failure");
+    const timeline = document.getElementById("timeline");
     let seq = Number(body.dataset.seq || "0");
+
+    // A failed run's error, its failing attempt and its traceback, from its terminal event
+    // (as the server's _failure).
+    function showFailure(event) {
+      if (event.state.kind !== "ended" || event.state.cause.kind !== "failed") {
+        return;
+      }
+      failure.replaceChildren();
+      failure.className = "failure";
+      const title = document.createElement("h2");
+      title.textContent = "Failure";
+      const facts = document.createElement("dl");
+      facts.className = "facts";
+      for (const [label, id, value] of [
+        ["error", "failure-error", describeState(event.state)],
+        ["attempt", "failure-attempt",
+         "generation " + event.generation + " (event " + event.seq + ", " + formatTime(event.at, true) + ")"],
+      ]) {
+        const dt = document.createElement("dt");
+        dt.textContent = label;
+        const dd = document.createElement("dd");
+        dd.id = id;
+        dd.textContent = value;
+        facts.append(dt, dd);
+      }
+      let shown;
+      if (typeof event.detail.traceback === "string" && event.detail.traceback) {
+        shown = document.createElement("pre");
+        shown.className = "traceback";
+        shown.textContent = event.detail.traceback;
+      } else {
+        shown = document.createElement("p");
+        shown.className = "note";
+        shown.textContent = "no traceback was stored with this failure";
+      }
+      shown.id = "traceback";
+      failure.append(title, facts, shown);
+    }
+
+    // One entry per state the run went through (as the server's _timeline).
+    function addToTimeline(event) {
+      const key = timelineKey(event.state);
+      const last = timeline.lastElementChild;
+      if (last && last.dataset.key === key) {
+        return;
+      }
+      if (!timeline.dataset.start || !last) {
+        timeline.dataset.start = String(event.at);
+      }
+      if (last) {
+        last.querySelector(".tl-for").textContent =
+          "for " + formatDuration(event.at - Number(last.dataset.at));
+      }
+      const li = document.createElement("li");
+      li.className = stateClasses(event.state);
+      li.dataset.at = String(event.at);
+      li.dataset.key = key;
+      for (const [className, text] of [
+        ["tl-at", "+" + formatDuration(event.at - Number(timeline.dataset.start))],
+        ["tl-state", describeState(event.state)],
+        ["tl-for", ""],
+      ]) {
+        const span = document.createElement("span");
+        span.className = className;
+        span.textContent = text;
+        li.appendChild(span);
+      }
+      timeline.appendChild(li);
+    }
+
+    // The controls the committed state allows; the others disabled, with why (and when
+    // none is, one line saying why in place of them all).
+    function showControls(controls, none) {
+      const section = document.getElementById("controls");
+      section.classList.toggle("none-offered", Boolean(none));
+      document.getElementById("no-controls").textContent = none || "";
+      for (const form of document.querySelectorAll("form[data-control]")) {
+        const why = controls[form.dataset.control] || "";
+        form.querySelector("fieldset").disabled = why !== "";
+        form.classList.toggle("unavailable", why !== "");
+        form.querySelector(".why").textContent = why;
+      }
+      body.dataset.controlsShown = String(Number(body.dataset.controlsShown || "0") + 1);
+    }
 
     function showTicket(state) {
       ticket.replaceChildren();
@@ -258,6 +386,8 @@
       tr.appendChild(td);
       tr.appendChild(cell(at));
       events.appendChild(tr);
+      addToTimeline(event);
+      showFailure(event);
     }
 
     // At most one reload in flight; events that arrive meanwhile cause one more after it
@@ -283,10 +413,15 @@
     }
 
     async function reloadOnce() {
-      const [recordAnswer, eventsAnswer] = await Promise.all([
+      const [recordAnswer, eventsAnswer, controlsAnswer] = await Promise.all([
         fetch(apiRun),
         fetch(apiRun + "/events?after=" + seq),
+        fetch("/ui/controls/" + encodeURIComponent(runId)),
       ]);
+      if (controlsAnswer.ok) {
+        const answer = await controlsAnswer.json();
+        showControls(answer.controls, answer.none);
+      }
       if (recordAnswer.ok) {
         const data = await recordAnswer.json();
         stateText.textContent = describeState(data.state);
@@ -358,6 +493,17 @@
     for (const form of document.querySelectorAll("form[data-control]")) {
       form.addEventListener("submit", async function (submitted) {
         submitted.preventDefault();
+        // A control that ends the run is sent only once confirmed.
+        if (form.dataset.confirm && !window.confirm(form.dataset.confirm)) {
+          result.replaceChildren();
+          result.classList.remove("hidden", "ok", "refused");
+          const line = document.createElement("strong");
+          line.textContent = "not sent: " + form.dataset.control + " was not confirmed";
+          result.appendChild(line);
+          result.dataset.status = "unconfirmed";
+          result.dataset.error = "";
+          return;
+        }
         const payload = {};
         for (const field of form.querySelectorAll("input, textarea")) {
           const text = field.value.trim();

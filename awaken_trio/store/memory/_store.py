@@ -21,6 +21,8 @@ from ..._core import (
     CommitResult,
     InvalidArgument,
     JsonValue,
+    Overdue,
+    OverdueLook,
     Recovered,
     Rejected,
     RunEvent,
@@ -247,7 +249,7 @@ class MemoryStore:
             if len(out) >= limit:
                 return out
             row = rows[run_id]
-            if row.name not in names:
+            if row.name not in names or (row.not_before is not None and row.not_before > now):
                 continue
             held = tx.claims.get(run_id)
             if held is not None and held.lease_until >= lease_now:
@@ -262,6 +264,28 @@ class MemoryStore:
             if row.name in names:
                 out.append(row.record())
         return out
+
+    async def overdue(self, now: float, limit: int) -> OverdueLook:
+        """The root runs past a time limit (`DeadlineStore.overdue`), from the index of
+        the unended runs that have one."""
+        await trio.lowlevel.checkpoint()
+        rows = self._tx.rows
+        runs: list[Overdue] = []
+        upcoming: list[float] = []
+        for run_id in self._tx.limited:
+            row = rows[run_id]
+            due = row.deadline if row.kind == "queued" or row.kind == "awaiting" else None
+            queue_due = row.queue_deadline if row.kind == "queued" and row.generation == 0 else None
+            upcoming.extend(t for t in (due, queue_due) if t is not None and t > now)
+            if due is not None and due <= now:
+                found: Overdue | None = Overdue(row.record(), "deadline")
+            elif queue_due is not None and queue_due <= now:
+                found = Overdue(row.record(), "queue_timeout")
+            else:
+                found = None
+            if found is not None and len(runs) < limit:
+                runs.append(found)
+        return OverdueLook(tuple(runs), min(upcoming, default=None))
 
     async def list_runs(
         self,

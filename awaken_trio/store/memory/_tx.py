@@ -94,6 +94,12 @@ class MemoryRow:
     recoveries: int = 0
     # The order runs were created in: queued runs start oldest first.
     created: int = 0
+    # A queued run's earliest start (`Commit.not_before`: a delayed start, a retry's
+    # wait); None when it may start now.
+    not_before: float | None = None
+    # Its time limits (`NewRun.deadline`, `NewRun.queue_deadline`), fixed at creation.
+    deadline: float | None = None
+    queue_deadline: float | None = None
     events: list[Entry] = attrs.field(factory=list)
     forked_from: JsonValue = None
     body_version: str | None = None
@@ -125,6 +131,8 @@ class MemoryRow:
             steps=self.steps,
             max_steps=self.max_steps,
             forked_from=self.forked_from,
+            not_before=self.not_before,
+            deadline=self.deadline,
             body_version=self.body_version,
         )
 
@@ -155,6 +163,8 @@ class MemoryTx:
     # runs on each thread (shared stores), each run's children in the order they were made.
     queued: dict[str, None] = attrs.field(factory=dict)
     scheduled: dict[str, float] = attrs.field(factory=dict)
+    # Root runs with a time limit that have not ended (`MemoryStore.overdue` reads these).
+    limited: dict[str, None] = attrs.field(factory=dict)
     on_thread: dict[str, set[str]] = attrs.field(factory=dict)
     children_of: dict[str, list[str]] = attrs.field(factory=dict)
     claims: dict[str, ClaimRow] = attrs.field(factory=dict)
@@ -267,6 +277,8 @@ class MemoryTx:
         state: RunState,
         generation: int,
         result: JsonValue,
+        *,
+        not_before: float | None = None,
     ) -> MemoryRow:
         kind = KIND_OF[type(state)]
         row = object.__new__(MemoryRow)  # (a class called with keywords costs twice as much)
@@ -284,6 +296,9 @@ class MemoryTx:
             generation=generation,
             result=result,
             created=self.seq,
+            not_before=not_before,
+            deadline=new.deadline,
+            queue_deadline=new.queue_deadline,
             forked_from=new.forked_from,
             body_version=new.body_version,
         )
@@ -297,6 +312,8 @@ class MemoryTx:
             self.queued[run_id] = None
         if kind == "ended":
             self.ended.append(run_id)
+        elif parent is None and (new.deadline is not None or new.queue_deadline is not None):
+            self.limited[run_id] = None
         return row
 
     def put_state(
@@ -307,9 +324,11 @@ class MemoryTx:
         *,
         steps: int | None = None,
         result: JsonValue = UNSET,
+        not_before: float | None = None,
     ) -> None:
         kind = KIND_OF[type(state)]
         row.state, row.kind, row.generation = state, kind, generation
+        row.not_before = not_before
         if steps is not None:
             row.steps = steps
         if result is not UNSET:
@@ -321,6 +340,7 @@ class MemoryTx:
                 self.queued.pop(row.run_id, None)
         if kind == "ended":
             self.ended.append(row.run_id)
+            self.limited.pop(row.run_id, None)
 
     def put_checkpoint(self, row: MemoryRow, checkpoint: JsonValue, seq: int) -> None:
         row.checkpoint = checkpoint

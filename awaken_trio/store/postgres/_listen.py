@@ -30,6 +30,7 @@ from typing import Any, Final, final
 import psycopg
 
 from ..._core import Backoff, Ended, HeardEnd, safe_repr
+from ..._redact import redact_secret
 from .._codec import CodecError, state_from_json
 from ._queries import Queries
 
@@ -239,14 +240,11 @@ class Listener:
 
 def _scrub(exc: BaseException, conninfo: str) -> str:
     """An error's text without the connection's password, wherever libpq put it."""
-    text = safe_repr(exc)
     try:
         password = psycopg.conninfo.conninfo_to_dict(conninfo).get("password")
     except psycopg.Error:
         password = None
-    if password:
-        text = text.replace(str(password), "***")
-    return text
+    return redact_secret(safe_repr(exc), None if password is None else str(password))
 
 
 scrub = _scrub

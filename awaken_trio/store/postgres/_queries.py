@@ -76,12 +76,15 @@ COLUMNS: Final = (
         field="in_queue",
         value="CASE WHEN {} THEN nextval('{s}.queue_places') END",
     ),
+    Column("not_before", "float8", field="not_before"),
     Column("input", updated=False),
     Column("result", kept=True),
     Column("checkpoint", kept=True),
     Column("steps", "bigint", kept=True),
     Column("max_steps", "bigint", updated=False),
     Column("forked_from", updated=False),
+    Column("deadline", "float8", updated=False),
+    Column("queue_deadline", "float8", updated=False),
 )
 """The columns of ``runs`` a write sends: an insert every one, an update those `updated`
 (each layout in this order, the ones read from the row first)."""
@@ -254,6 +257,8 @@ class Queries:
     step_events: bytes
     queued: bytes
     due: bytes
+    past_deadline: bytes
+    next_limit: bytes
     list_runs: str
     """A template: its ``{where}`` is the filters a call asks for (`_reads.list_runs`)."""
     states: bytes

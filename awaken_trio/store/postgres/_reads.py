@@ -14,6 +14,8 @@ from ..._core import (
     CheckpointAt,
     Ended,
     InvalidArgument,
+    Overdue,
+    OverdueLook,
     RunEvent,
     RunRecord,
     RunState,
@@ -58,12 +60,30 @@ def runnable(
     if limit <= 0 or not names:
         return []
     with conn.transaction():  # one snapshot for both queries
-        params = {"names": names, "lease_now": lease_now, "limit": limit}
+        params = {"names": names, "lease_now": lease_now, "now": now, "limit": limit}
         out = [record_of(found) for found in conn.execute(r.queued, params).fetchall()]
         if len(out) < limit:
             due = {"names": names, "now": now, "limit": limit - len(out)}
             out.extend(record_of(found) for found in conn.execute(r.due, due).fetchall())
     return out
+
+
+def overdue(conn: Conn, r: Queries, now: float, limit: int) -> OverdueLook:
+    """``now`` is the runtime's clock (deadlines are read from it)."""
+    if limit <= 0:
+        return OverdueLook()
+    with conn.transaction():  # one snapshot for both statements
+        params = {"now": now, "limit": limit}
+        found = conn.execute(r.past_deadline, params).fetchall()
+        (next_at,) = conn.execute(r.next_limit, {"now": now}).fetchone() or (None,)
+    runs: list[Overdue] = []
+    seen: set[str] = set()
+    for kind, *columns in found:
+        record = record_of(columns)
+        if record.run_id not in seen and len(runs) < limit:
+            seen.add(record.run_id)
+            runs.append(Overdue(record, kind))
+    return OverdueLook(tuple(runs), next_at)
 
 
 def list_runs(

@@ -184,7 +184,41 @@ def _to_v4(conn: psycopg.Connection[tuple[object, ...]], schema: sql.Identifier)
 
 
 _V6: Final = (
-    # Version 6: run policies. Busy threads (``if_busy=``): a start that rejects or
+    # Version 6: a queued run's earliest start (not_before: a delayed start, a run waiting
+    # to retry). The serving loop's walk of the queue (runs_queue_by_age) passes over a
+    # run whose time has not come. A schema from before has none: every run may start now.
+    "ALTER TABLE {s}.runs ADD COLUMN not_before float8",
+)
+
+
+def _to_v6(conn: psycopg.Connection[tuple[object, ...]], schema: sql.Identifier) -> None:
+    for statement in _V6:
+        conn.execute(sql.SQL(statement).format(s=schema))
+
+
+_V7: Final = (
+    # Version 7: runs' time limits, fixed when a run is created: deadline (it ends
+    # Stopped("deadline") then) and queue_deadline (it ends Stopped("queue_timeout") then
+    # unless its first attempt has started). Every serving loop turn looks for the root
+    # runs past one that no attempt runs, through a partial index holding those runs alone.
+    # A schema from before has no limits: its runs keep none.
+    "ALTER TABLE {s}.runs ADD COLUMN deadline float8",
+    "ALTER TABLE {s}.runs ADD COLUMN queue_deadline float8",
+    "CREATE INDEX runs_past_deadline ON {s}.runs (deadline) WHERE deadline IS NOT NULL"
+    " AND parent_run_id IS NULL AND kind IN ('queued', 'awaiting')",
+    "CREATE INDEX runs_past_queue_deadline ON {s}.runs (queue_deadline)"
+    " WHERE queue_deadline IS NOT NULL AND parent_run_id IS NULL AND kind = 'queued'"
+    " AND generation = 0",
+)
+
+
+def _to_v7(conn: psycopg.Connection[tuple[object, ...]], schema: sql.Identifier) -> None:
+    for statement in _V7:
+        conn.execute(sql.SQL(statement).format(s=schema))
+
+
+_V8: Final = (
+    # Version 8: run policies. Busy threads (``if_busy=``): a start that rejects or
     # supersedes on a busy thread reads the thread's runs that have not ended; a partial
     # index holds those rows alone, so the read costs the runs the thread has under way,
     # not its history. Body versions: the version of the body a run's first attempt ran
@@ -194,8 +228,8 @@ _V6: Final = (
 )
 
 
-def _to_v6(conn: psycopg.Connection[tuple[object, ...]], schema: sql.Identifier) -> None:
-    for statement in _V6:
+def _to_v8(conn: psycopg.Connection[tuple[object, ...]], schema: sql.Identifier) -> None:
+    for statement in _V8:
         conn.execute(sql.SQL(statement).format(s=schema))
 
 
@@ -206,6 +240,8 @@ MIGRATIONS: Sequence[Migration] = (
     _to_v4,
     streams_v5,
     _to_v6,
+    _to_v7,
+    _to_v8,
 )
 """The schema's history, oldest first: ``MIGRATIONS[i]`` takes a schema from version ``i``
 to ``i + 1``. Append, never edit."""

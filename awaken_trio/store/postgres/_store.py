@@ -29,6 +29,7 @@ from ..._core import (
     ControlLook,
     HeardEnd,
     JsonValue,
+    OverdueLook,
     Recovered,
     Rejected,
     RunEvent,
@@ -277,6 +278,13 @@ class PostgresStore:
         """The run's ``step`` events, oldest first (`StepStore`), through their index."""
         return await self._read(
             lambda c, r: reads.step_events(c, r, run_id), f"the steps of {run_id!r}"
+        )
+
+    async def overdue(self, now: float, limit: int) -> OverdueLook:
+        """The root runs past a time limit (`DeadlineStore.overdue`), read from the partial
+        indexes of the runs that have one."""
+        return await self._read(
+            lambda c, r: reads.overdue(c, r, now, limit), "the runs past their time limits"
         )
 
     async def runnable(self, names: Collection[str], now: float, limit: int) -> list[RunRecord]:

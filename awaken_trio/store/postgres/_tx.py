@@ -86,6 +86,8 @@ class _Insert(NamedTuple):
     result: str
     max_steps: int | None
     forked_from: str | None
+    deadline: float | None
+    queue_deadline: float | None
 
 
 @final
@@ -434,15 +436,28 @@ class PgTx(TextRunTx[TextRow, _Insert]):
     # ------------------------------------------------------------------ writing
 
     def create(
-        self, run_id: str, new: NewRun, state: RunState, generation: int, result: JsonValue
+        self,
+        run_id: str,
+        new: NewRun,
+        state: RunState,
+        generation: int,
+        result: JsonValue,
+        *,
+        not_before: float | None = None,
     ) -> TextRow:
-        row = self._created(TextRow.created(run_id, new, state, generation))
+        row = self._created(TextRow.created(run_id, new, state, generation, not_before))
         siblings = None if new.parent_run_id is None else self._children.get(new.parent_run_id)
         if siblings is not None:
             siblings.append(run_id)
         forked_from = None if new.forked_from is None else dump_json(new.forked_from)
         self._inserted[run_id] = _Insert(
-            row, dump_json(new.input), dump_json(result), new.max_steps, forked_from
+            row,
+            dump_json(new.input),
+            dump_json(result),
+            new.max_steps,
+            forked_from,
+            new.deadline,
+            new.queue_deadline,
         )
         if new.checkpoint is not None:
             self._checkpoints[run_id] = dump_json(new.checkpoint)
@@ -504,6 +519,8 @@ class PgTx(TextRunTx[TextRow, _Insert]):
                     "steps": steps.pop(run_id, 0),
                     "max_steps": new.max_steps,
                     "forked_from": new.forked_from,
+                    "deadline": new.deadline,
+                    "queue_deadline": new.queue_deadline,
                 }
                 inserts.append(INSERTED.row(row, given))
             conn.execute(q.insert_runs, (rows_json(inserts),))

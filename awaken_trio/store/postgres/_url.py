@@ -10,7 +10,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import attrs
 
 from ..._core import InvalidArgument
-from .._url import redact_url
+from ..._redact import redact_conninfo
 
 SCHEMES: Final = ("postgresql://", "postgres://")
 DEFAULT_SCHEMA: Final = "awaken"
@@ -24,15 +24,6 @@ FORMS: Final = (
 )
 _OURS: Final = ("schema", "pool_size")
 _SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
-_KEYWORD_PASSWORD = re.compile(r"(?i)(\bpassword\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)")
-
-
-def redact(conninfo: str) -> str:
-    """``conninfo`` as it may be shown: a URL's password, or a keyword string's
-    ``password=``, replaced by ``***``."""
-    if conninfo.startswith(SCHEMES):
-        return redact_url(conninfo)
-    return _KEYWORD_PASSWORD.sub(r"\1***", conninfo)
 
 
 @final
@@ -58,7 +49,7 @@ def parse(url: str, *, schema: str | None = None, pool_size: int | None = None) 
     """
     if not isinstance(url, str) or not url.strip():
         raise InvalidArgument(f"a PostgreSQL store needs a URL or conninfo string; use {FORMS}")
-    shown = redact(url)
+    shown = redact_conninfo(url)
     found: dict[str, str] = {}
     conninfo = url
     if url.startswith(SCHEMES):
@@ -92,7 +83,7 @@ def parse(url: str, *, schema: str | None = None, pool_size: int | None = None) 
     try:
         psycopg.conninfo.conninfo_to_dict(conninfo)
     except psycopg.ProgrammingError as exc:
-        message = str(exc).replace(url, shown).replace(conninfo, redact(conninfo))
+        message = str(exc).replace(url, shown).replace(conninfo, redact_conninfo(conninfo))
         raise InvalidArgument(
             f"malformed PostgreSQL store URL {shown!r}: {message}; use {FORMS}"
         ) from None
@@ -124,4 +115,6 @@ def parse(url: str, *, schema: str | None = None, pool_size: int | None = None) 
             f"PostgreSQL store URL {shown!r}: pool_size must be from 1 to {MAX_POOL_SIZE},"
             f" not {size!r}"
         )
-    return Target(conninfo=conninfo, shown=redact(conninfo), schema=chosen_schema, pool_size=size)
+    return Target(
+        conninfo=conninfo, shown=redact_conninfo(conninfo), schema=chosen_schema, pool_size=size
+    )

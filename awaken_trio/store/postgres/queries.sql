@@ -48,7 +48,7 @@ SELECT o.* FROM unnest(%b::text[]) AS k(id) CROSS JOIN LATERAL
 
 -- unended --
 -- The runs on a thread that have not ended, oldest first (read after the thread's lock is
--- taken: a start that rejects or supersedes on a busy thread; schema version 6's partial
+-- taken: a start that rejects or supersedes on a busy thread; schema version 8's partial
 -- index holds these rows alone).
 SELECT run_id FROM {s}.runs WHERE thread_id = %s AND kind <> 'ended' ORDER BY created;
 
@@ -210,9 +210,11 @@ SELECT {event_columns} FROM {s}.events WHERE run_id = %s AND kind = 'step' ORDER
 -- transaction has locked (most often another worker claiming it now) is skipped, so
 -- workers looking at once are handed different runs. (OFFSET 0: asked of each candidate,
 -- through the index of live attempts by thread, not made into a join that reads every run
--- to find them.)
+-- to find them.) A run whose not_before (a delayed start, a retry's wait) is later than
+-- now (the runtime's clock) is passed over, read from the same walk of the queue.
 SELECT {record_columns} FROM {s}.runs r
 WHERE r.queued_order IS NOT NULL AND r.name = ANY(%(names)b)
+  AND (r.not_before IS NULL OR r.not_before <= %(now)s)
   AND NOT EXISTS (SELECT 1 FROM {s}.claims c WHERE c.run_id = r.run_id
     AND c.lease_until >= %(lease_now)s)
   AND NOT EXISTS (SELECT 1 FROM {s}.runs o JOIN {s}.claims c ON c.run_id = o.root_run_id
@@ -227,6 +229,32 @@ SELECT {record_columns} FROM {s}.tickets t JOIN {s}.runs r ON r.run_id = t.run_i
 WHERE t.wake_at IS NOT NULL AND t.wake_at <= %(now)s
   AND r.parent_run_id IS NULL AND r.name = ANY(%(names)b)
 ORDER BY t.wake_at, t.put_order LIMIT %(limit)s FOR UPDATE OF r SKIP LOCKED;
+
+-- past_deadline --
+-- Root runs past a time limit that no attempt runs (DeadlineStore.overdue): queued or
+-- awaiting ones past their deadline, then queued ones that never started past their queue
+-- deadline, each read from the partial index that holds its candidates alone (the
+-- conditions repeat the indexes' own so the planner can use them), up to now, at most a
+-- batch; and, in the same statement, the earliest limit still to come.
+(SELECT 'deadline' AS limit_kind, {record_columns} FROM {s}.runs r
+ WHERE r.deadline IS NOT NULL AND r.parent_run_id IS NULL
+   AND r.kind IN ('queued', 'awaiting') AND r.deadline <= %(now)s
+ ORDER BY r.deadline LIMIT %(limit)s)
+UNION ALL
+(SELECT 'queue_timeout', {record_columns} FROM {s}.runs r
+ WHERE r.queue_deadline IS NOT NULL AND r.parent_run_id IS NULL AND r.kind = 'queued'
+   AND r.generation = 0 AND r.queue_deadline <= %(now)s
+ ORDER BY r.queue_deadline LIMIT %(limit)s);
+
+-- next_limit --
+-- The earliest time limit after now of a run past_deadline would find.
+SELECT LEAST(
+  (SELECT min(r.deadline) FROM {s}.runs r WHERE r.deadline IS NOT NULL
+     AND r.parent_run_id IS NULL AND r.kind IN ('queued', 'awaiting')
+     AND r.deadline > %(now)s),
+  (SELECT min(r.queue_deadline) FROM {s}.runs r WHERE r.queue_deadline IS NOT NULL
+     AND r.parent_run_id IS NULL AND r.kind = 'queued' AND r.generation = 0
+     AND r.queue_deadline > %(now)s));
 
 -- list_runs --
 -- Runs newest first; {where} is the filters a call asks for, joined in when it is made

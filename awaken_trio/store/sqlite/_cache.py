@@ -58,9 +58,9 @@ class Marks(NamedTuple):
 
 _ROW_WIDTH: Final = ROW_COLUMNS.count(",") + 1
 # The NULLs that pad a part of `_READ` of 3, 4 or 5 columns to a run row's width.
-_NONE_14: Final = ", NULL" * (_ROW_WIDTH - 3)
-_NONE_13: Final = ", NULL" * (_ROW_WIDTH - 4)
-_NONE_12: Final = ", NULL" * (_ROW_WIDTH - 5)
+_NONE_15: Final = ", NULL" * (_ROW_WIDTH - 3)
+_NONE_14: Final = ", NULL" * (_ROW_WIDTH - 4)
+_NONE_13: Final = ", NULL" * (_ROW_WIDTH - 5)
 
 # Everything a transaction reads, in one statement (so one call into SQLite: see
 # ``sqlite/_bulk.py``), by tag: 0 the marks, 1 runs by id, 2 live attempts by thread, 3 claims
@@ -69,14 +69,14 @@ _READ: Final = (
     "SELECT 0, data_version,"
     " MAX(COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'events'), 0),"
     " COALESCE((SELECT MAX(seq) FROM events), 0)),"
-    f" (SELECT COALESCE(MAX(rowid), 0) FROM runs){_NONE_14} FROM pragma_data_version"
+    f" (SELECT COALESCE(MAX(rowid), 0) FROM runs){_NONE_15} FROM pragma_data_version"
     f" UNION ALL SELECT 1, {ROW_COLUMNS} FROM runs"
     " WHERE run_id IN (SELECT value FROM json_each(?1))"
-    f" UNION ALL SELECT 2, thread_id, run_id, root_run_id, attempt_epoch{_NONE_13} FROM runs"
+    f" UNION ALL SELECT 2, thread_id, run_id, root_run_id, attempt_epoch{_NONE_14} FROM runs"
     " WHERE attempt_epoch IS NOT NULL AND thread_id IN (SELECT value FROM json_each(?2))"
-    f" UNION ALL SELECT 3, run_id, owner, epoch, lease_until{_NONE_13} FROM claims"
+    f" UNION ALL SELECT 3, run_id, owner, epoch, lease_until{_NONE_14} FROM claims"
     " WHERE run_id IN (SELECT value FROM json_each(?3))"
-    f" UNION ALL SELECT 4, run_id, id, kind, payload, delivered{_NONE_12} FROM inbox"
+    f" UNION ALL SELECT 4, run_id, id, kind, payload, delivered{_NONE_13} FROM inbox"
     " WHERE run_id IN (SELECT value FROM json_each(?4))"
 )
 

@@ -13,6 +13,8 @@ from typing import Final
 from ..._core import (
     CheckpointAt,
     InvalidArgument,
+    Overdue,
+    OverdueLook,
     RunEvent,
     RunRecord,
     RunState,
@@ -95,10 +97,12 @@ def step_events(conn: sqlite3.Connection, run_id: str) -> list[RunEvent]:
 # attempt occupies, oldest run first (a run released back to the queue keeps its place).
 # Only queued runs have a queued_order, and all of them are kind 'queued': the equality
 # lets SQLite read them from runs_queue_by_age in rowid order (no scan of every run, no
-# sort), stopping at the limit.
+# sort), stopping at the limit. A run whose not_before (a delayed start, a retry's wait) is
+# later than now (the runtime's clock) is passed over in the same walk.
 _QUEUED: Final = f"""
     SELECT {RECORD_COLUMNS} FROM runs r
     WHERE r.queued_order IS NOT NULL AND r.kind = 'queued'
+      AND (r.not_before IS NULL OR r.not_before <= :now)
       AND r.name IN (SELECT value FROM json_each(:names))
       AND NOT EXISTS (
           SELECT 1 FROM claims c WHERE c.run_id = r.run_id AND c.lease_until >= :lease_now)
@@ -122,6 +126,49 @@ _DUE: Final = f"""
 """
 
 
+# Root runs past a time limit that no attempt runs (`DeadlineStore.overdue`): each half reads
+# the partial index that holds its candidates alone (the conditions repeat the indexes'
+# own, so SQLite may use them), from the earliest limit up to now, and stops at the limit.
+_PAST_DEADLINE: Final = f"""
+    SELECT {RECORD_COLUMNS} FROM runs r
+    WHERE r.deadline IS NOT NULL AND r.parent_run_id IS NULL
+      AND r.kind IN ('queued', 'awaiting') AND r.deadline <= :now
+    ORDER BY r.deadline LIMIT :limit
+"""
+_PAST_QUEUE_DEADLINE: Final = f"""
+    SELECT {RECORD_COLUMNS} FROM runs r
+    WHERE r.queue_deadline IS NOT NULL AND r.parent_run_id IS NULL AND r.kind = 'queued'
+      AND r.generation = 0 AND r.queue_deadline <= :now
+    ORDER BY r.queue_deadline LIMIT :limit
+"""
+# The earliest limit still to come, read from the first entry after now of each index.
+_NEXT_LIMIT: Final = """
+    SELECT MIN(t) FROM (
+      SELECT MIN(r.deadline) AS t FROM runs r WHERE r.deadline IS NOT NULL
+        AND r.parent_run_id IS NULL AND r.kind IN ('queued', 'awaiting') AND r.deadline > :now
+      UNION ALL
+      SELECT MIN(r.queue_deadline) FROM runs r WHERE r.queue_deadline IS NOT NULL
+        AND r.parent_run_id IS NULL AND r.kind = 'queued' AND r.generation = 0
+        AND r.queue_deadline > :now)
+"""
+
+
+def overdue(conn: sqlite3.Connection, now: float, limit: int) -> OverdueLook:
+    """``now`` is the runtime's clock (deadlines are read from it)."""
+    params = {"now": now, "limit": max(limit, 0)}
+    runs = [Overdue(record_of(found), "deadline") for found in conn.execute(_PAST_DEADLINE, params)]
+    seen = {found.record.run_id for found in runs}
+    if len(runs) < limit:
+        params["limit"] = limit - len(runs)
+        runs.extend(
+            Overdue(record, "queue_timeout")
+            for record in map(record_of, conn.execute(_PAST_QUEUE_DEADLINE, params))
+            if record.run_id not in seen
+        )
+    (next_at,) = conn.execute(_NEXT_LIMIT, {"now": now}).fetchone()
+    return OverdueLook(tuple(runs), next_at)
+
+
 def runnable(
     conn: sqlite3.Connection, names: Collection[str], now: float, lease_now: float, limit: int
 ) -> list[RunRecord]:
@@ -130,7 +177,7 @@ def runnable(
     if limit <= 0 or not names:
         return []
     wanted = dump_json(list(names))
-    queued = {"names": wanted, "lease_now": lease_now, "limit": limit}
+    queued = {"names": wanted, "lease_now": lease_now, "now": now, "limit": limit}
     out = [record_of(found) for found in conn.execute(_QUEUED, queued)]
     if len(out) < limit:
         params = {"names": wanted, "now": now, "limit": limit - len(out)}

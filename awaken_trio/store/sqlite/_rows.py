@@ -19,7 +19,8 @@ from .._textrows import TextRow
 ROW_COLUMNS: Final = (
     "run_id, thread_id, parent_run_id, root_run_id, name, kind, state, generation, carried,"
     " carried_pause, resume_value, resume_ticket, epoch, attempt_epoch, recoveries,"
-    " body_version, rowid, queued_order IS NOT NULL"
+    " not_before, body_version, rowid,"
+    " queued_order IS NOT NULL"
 )
 """The columns `row_of` reads, in its order."""
 
@@ -34,6 +35,7 @@ UPDATABLE: Final = (
     "epoch",
     "attempt_epoch",
     "recoveries",
+    "not_before",
     "body_version",
 )
 """The run columns a commit may change besides its checkpoint, steps, result and place in
@@ -68,6 +70,7 @@ class Row(TextRow):
             self.epoch,
             self.attempt_epoch,
             self.recoveries,
+            self.not_before,
             self.body_version,
         )
 

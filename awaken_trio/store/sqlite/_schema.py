@@ -167,8 +167,37 @@ def _steps_v5(conn: sqlite3.Connection) -> None:
     conn.execute("CREATE INDEX events_steps ON events (run_id, seq) WHERE kind = 'step'")
 
 
-def _run_policies_v7(conn: sqlite3.Connection) -> None:
-    """Version 7: run policies. Busy threads (``if_busy=``): a start that rejects or
+def _not_before_v7(conn: sqlite3.Connection) -> None:
+    """Version 7: a queued run's earliest start (``not_before``: a delayed start, a run
+    waiting to retry). The serving loop's walk of the queue (``runs_queue_by_age``) passes
+    over a run whose time has not come. A file from before has none: every run may start
+    now."""
+    conn.execute("ALTER TABLE runs ADD COLUMN not_before REAL")
+
+
+def _deadlines_v8(conn: sqlite3.Connection) -> None:
+    """Version 8: runs' time limits. ``deadline`` (the run ends ``Stopped("deadline")``
+    then) and ``queue_deadline`` (it ends ``Stopped("queue_timeout")`` then unless its first
+    attempt has started), fixed when the run is created. Every serving loop turn looks for
+    the root runs past one that no attempt runs: each look is a search of a partial index
+    that holds those runs alone (``runs_past_deadline``: queued or awaiting roots with a
+    deadline; ``runs_past_queue_deadline``: queued roots that never started with a queue
+    deadline), never a scan. A file from before has no limits: its runs keep none."""
+    conn.execute("ALTER TABLE runs ADD COLUMN deadline REAL")
+    conn.execute("ALTER TABLE runs ADD COLUMN queue_deadline REAL")
+    conn.execute(
+        "CREATE INDEX runs_past_deadline ON runs (deadline) WHERE deadline IS NOT NULL"
+        " AND parent_run_id IS NULL AND kind IN ('queued', 'awaiting')"
+    )
+    conn.execute(
+        "CREATE INDEX runs_past_queue_deadline ON runs (queue_deadline)"
+        " WHERE queue_deadline IS NOT NULL AND parent_run_id IS NULL AND kind = 'queued'"
+        " AND generation = 0"
+    )
+
+
+def _run_policies_v9(conn: sqlite3.Connection) -> None:
+    """Version 9: run policies. Busy threads (``if_busy=``): a start that rejects or
     supersedes on a busy thread reads the thread's runs that have not ended; a partial
     index holds those rows alone, so the read costs the runs the thread has under way, not
     its history. Body versions: the version of the body a run's first attempt ran with
@@ -184,7 +213,9 @@ MIGRATIONS: Sequence[Migration] = (
     _queue_by_age_v4,
     _steps_v5,
     create_streams_v6,
-    _run_policies_v7,
+    _not_before_v7,
+    _deadlines_v8,
+    _run_policies_v9,
 )
 """The schema's history, oldest first: ``MIGRATIONS[i]`` takes a file from version ``i`` to
 ``i + 1``. Append, never edit: a released file may be at any version."""

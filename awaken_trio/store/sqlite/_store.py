@@ -23,6 +23,7 @@ from ..._core import (
     CommitResult,
     InvalidArgument,
     JsonValue,
+    OverdueLook,
     Recovered,
     Rejected,
     RunEvent,
@@ -261,6 +262,11 @@ class SQLiteStore:
         wanted = list(names)
         clock = self._lease_clock
         return await self._read(lambda conn: reads.runnable(conn, wanted, now, clock(), limit))
+
+    async def overdue(self, now: float, limit: int) -> OverdueLook:
+        """The root runs past a time limit (`DeadlineStore.overdue`), read from the partial
+        indexes of the runs that have one, in one read transaction."""
+        return await self._read(lambda conn: reads.overdue(conn, now, limit))
 
     async def list_runs(
         self,

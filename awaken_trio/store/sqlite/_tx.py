@@ -58,7 +58,8 @@ from ._rows import UPDATABLE, Row, load_record
 _INSERT_RUNS: Final = (
     "INSERT INTO runs (rowid, run_id, thread_id, parent_run_id, root_run_id, name, input,"
     " kind, state, generation, result, max_steps, carried, carried_pause, resume_value,"
-    " resume_ticket, epoch, attempt_epoch, queued_order, body_version)"
+    " resume_ticket, epoch, attempt_epoch, queued_order, not_before, deadline, queue_deadline,"
+    " body_version)"
     " SELECT * FROM (VALUES {}) WHERE column1 IS NOT NULL"
 )
 
@@ -116,6 +117,8 @@ class _Insert:
     result: str
     max_steps: int | None
     queued_order: int | None
+    deadline: float | None
+    queue_deadline: float | None
 
 
 @final
@@ -232,7 +235,7 @@ class Transaction(TextRunTx[Row, _Insert]):
         return self._read(command_run_ids=(run_id,))[run_id]
 
     def _read_unended(self, thread_id: str) -> list[str]:
-        # (The index of schema version 7, runs_unended_on_thread, holds these rows alone.)
+        # (The index of schema version 9, runs_unended_on_thread, holds these rows alone.)
         return [
             run_id
             for (run_id,) in self.conn.execute(
@@ -281,14 +284,22 @@ class Transaction(TextRunTx[Row, _Insert]):
         state: RunState,
         generation: int,
         result: JsonValue,
+        *,
+        not_before: float | None = None,
     ) -> Row:
         """Create the run (new to the file)."""
         self.begin()
-        row = self._created(Row.created(run_id, new, state, generation))
+        row = self._created(Row.created(run_id, new, state, generation, not_before))
         self._last_rowid += 1
         row.rowid = self._last_rowid
         self._inserted[run_id] = _Insert(
-            row, dump_json(new.input), dump_json(result), new.max_steps, self._queued_order(row)
+            row,
+            dump_json(new.input),
+            dump_json(result),
+            new.max_steps,
+            self._queued_order(row),
+            new.deadline,
+            new.queue_deadline,
         )
         if new.forked_from is not None:
             self._forks[run_id] = [NULL, dump_json(new.forked_from)]
@@ -408,12 +419,15 @@ class Transaction(TextRunTx[Row, _Insert]):
                     row.epoch,
                     row.attempt_epoch,
                     new.queued_order,
+                    row.not_before,
+                    new.deadline,
+                    new.queue_deadline,
                     row.body_version,
                 )
             )
             row.filed, row.filed_queued = row.updatable(), new.queued_order is not None
         self._inserted.clear()
-        write_rows(self.conn, _INSERT_RUNS, 20, values)
+        write_rows(self.conn, _INSERT_RUNS, 23, values)
 
     def _flush_updates(self) -> None:
         checkpoints, steps, results = self._checkpoints, self._steps, self._results

@@ -88,7 +88,7 @@ async def test_a_look_for_work_asks_each_candidate_for_its_threads_live_attempts
 ) -> None:
     # Not one join that reads every run to find the live attempts.
     await _store_of(pg_url)
-    params = {"names": ["job"], "lease_now": 0.0, "limit": 8}
+    params = {"names": ["job"], "lease_now": 0.0, "now": 0.0, "limit": 8}
     await _assert_reached_by(pg_url, Queries.of("awaken").queued, params, "runs_live_on_thread")
 
 
@@ -109,3 +109,18 @@ async def test_the_stores_connections_compile_no_jit(pg_url: str) -> None:
                     lambda conn: conn.execute("SHOW jit").fetchone(), write=write
                 )
                 assert found == ("off",)
+
+
+async def test_a_look_for_runs_past_their_limits_reads_their_partial_indexes(
+    pg_url: str,
+) -> None:
+    # Every serving loop turn asks for the root runs past a deadline or a queue timeout:
+    # through the partial indexes that hold those runs alone, never a scan of every run.
+    await _store_of(pg_url)
+    q = Queries.of("awaken")
+    params = {"now": 0.0, "limit": 8}
+    for statement in (q.past_deadline, q.next_limit):
+        plan = await trio.to_thread.run_sync(_generic_plan, pg_url, statement, params)
+        assert "Seq Scan" not in plan, plan
+        assert "runs_past_deadline" in plan, plan
+        assert "runs_past_queue_deadline" in plan, plan

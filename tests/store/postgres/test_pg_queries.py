@@ -95,6 +95,7 @@ def test_an_insert_sets_every_column_and_an_update_those_that_change() -> None:
         "attempt_epoch",
         "recoveries",
         "queued_order",
+        "not_before",
         "result",
         "checkpoint",
         "steps",

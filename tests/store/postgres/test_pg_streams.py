@@ -69,7 +69,7 @@ async def test_a_schema_from_before_streams_is_migrated_and_its_runs_stream(pg_u
     with psycopg.connect(pg_url, autocommit=True) as conn:
         version = conn.execute("SELECT value FROM awaken.meta WHERE key = 'version'").fetchone()
     assert version == (str(schema.LATEST),)
-    assert schema.LATEST >= 5
+    assert schema.LATEST >= 5  # streams came with version 5
 
 
 async def test_another_stores_stream_write_is_heard_while_the_relay_rests(pg_url: str) -> None:

@@ -1,23 +1,17 @@
-"""What the commands print: the JSON shapes of DESIGN §3.3 (built on the store codec's
-state encoding) and the same values as short text and tables for people."""
+"""What every face shows: the JSON shapes of DESIGN §3.3 (built on the store codec's
+state encoding), which the command line prints with ``--json``, the dashboard's API
+answers and its pages are drawn from; and the same values as short text for people."""
 
 from __future__ import annotations
 
 import json
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Final
-
-from rich.console import Console
-from rich.table import Table
 
 from .. import EndCause, JsonValue, RunEvent, RunRecord, RunState, StreamChunk
 from ..store import state_to_json
-
-EVENTS_SHOWN: Final = 20
-"""How many of a run's last events ``runs show`` prints."""
-
 
 # ---------------------------------------------------------------------------- JSON
 
@@ -40,6 +34,7 @@ def record_json(record: RunRecord) -> dict[str, JsonValue]:
         "checkpoint": record.checkpoint,
         "forked_from": record.forked_from,
         "body_version": record.body_version,
+        "deadline": record.deadline,
     }
 
 
@@ -109,6 +104,34 @@ def _js_number(value: float) -> str:
     return repr(value)
 
 
+def format_duration(seconds: float) -> str:
+    """A length of time for people: ``0.4s``, ``12.0s``, ``3m 04s``, ``2h 03m``, ``3d 04h``
+    (as the page's script's ``formatDuration``); a negative or unknown one is ``""``."""
+    if not math.isfinite(seconds) or seconds < 0:
+        return ""
+    if seconds < 59.95:  # (what would show as 60.0s is a minute)
+        return f"{seconds:.1f}s"
+    whole = max(60, int(seconds))  # (59.95 and up: a minute)
+    for unit, size, smaller, small_size in (
+        ("d", 86400, "h", 3600),
+        ("h", 3600, "m", 60),
+        ("m", 60, "s", 1),
+    ):
+        if whole >= size:
+            return f"{whole // size}{unit} {whole % size // small_size:02d}{smaller}"
+    raise AssertionError("unreachable: a minute or more has a unit")
+
+
+def cause_word(state: RunState) -> str:
+    """How a run ended, as the cause's kind (``natural_end``, ``failed``, ``cancelled``
+    ...), or ``""`` while it has not: what the dashboard colours a row by."""
+    if not isinstance(state, RunState.Ended):
+        return ""
+    kind = state_to_json(state)["cause"]
+    assert isinstance(kind, Mapping)
+    return str(kind["kind"])
+
+
 def describe_cause(cause: EndCause) -> str:
     match cause:
         case EndCause.Stopped(reason):
@@ -159,64 +182,3 @@ def event_summary(kind: str, detail: Mapping[str, JsonValue]) -> str:
     shown = {key: value for key, value in detail.items() if key != "traceback"}
     text = f"{kind} {dumps(shown)}" if shown else kind
     return text if len(text) <= SUMMARY_LENGTH else text[: SUMMARY_LENGTH - 1] + "…"
-
-
-# ---------------------------------------------------------------------------- tables
-
-ROW_COLUMNS: Final = ("run", "name", "thread", "parent", "state", "end", "gen")
-
-
-def row_cells(record: RunRecord) -> list[str]:
-    return [
-        record.run_id,
-        record.name or "",
-        record.thread_id,
-        record.parent_run_id or "",
-        state_word(record.state),
-        end_of(record.state),
-        str(record.generation),
-    ]
-
-
-EVENT_COLUMNS: Final = ("seq", "run", "gen", "kind", "state", "detail")
-
-
-def event_cells(event: RunEvent) -> list[str]:
-    return [
-        str(event.seq),
-        event.run_id,
-        str(event.generation),
-        event.kind,
-        describe_state(event.state),
-        describe_detail(event.detail),
-    ]
-
-
-def table(columns: Sequence[str], rows: Sequence[Sequence[str]], title: str | None = None) -> Table:
-    """A rich table of text cells (drawn only on a terminal)."""
-    out = Table(title=title, title_justify="left", expand=False)
-    for column in columns:
-        out.add_column(column, overflow="fold")
-    for row in rows:
-        out.add_row(*row)
-    return out
-
-
-def print_table(
-    console: Console,
-    columns: Sequence[str],
-    rows: Sequence[Sequence[str]],
-    title: str | None = None,
-) -> None:
-    """A table: drawn by rich on a terminal; elsewhere plain lines, tab-separated after a
-    header line, so scripts can cut them (no escape codes, no box characters)."""
-    if console.is_terminal:
-        console.print(table(columns, rows, title))
-        return
-    # Written as they are: rich's console would expand the tabs to spaces.
-    file = console.file
-    if title:
-        file.write(f"{title}\n")
-    for line in (columns, *rows):
-        file.write("\t".join(line) + "\n")
-    file.flush()

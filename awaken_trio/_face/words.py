@@ -26,7 +26,7 @@ from .. import (
     TicketMismatch,
     UnknownRun,
 )
-from ._shapes import describe_cause, describe_state, format_time
+from .shapes import describe_cause, describe_state, format_time
 
 
 @attrs.frozen
