@@ -94,6 +94,7 @@ def test_an_insert_sets_every_column_and_an_update_those_that_change() -> None:
         "epoch",
         "attempt_epoch",
         "recoveries",
+        "body_version",
         "queued_order",
         "not_before",
         "result",
