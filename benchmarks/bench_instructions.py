@@ -22,7 +22,9 @@ instruction in ours, which runs more distinct code, so the wall-clock ratio is l
 ``--cancel`` counts section 2 of ``bench_runtime.py`` instead: a live cancel among 2,000
 parked runs, ``deliver(Cancel)`` until ``wait()`` returns the committed end, against bare
 Trio's ``scope.cancel()`` until the cancelling task is back (the task leaves its scope and
-sets an event, and the canceller wakes). Only the cancels are counted (500 of them, one at a
+sets an event, and the canceller wakes), and against the floor of this design (the same,
+each task parked in a nursery of its own and setting the event inside it, as an attempt
+answers ``wait()`` before its nursery closes). Only the cancels are counted (500 of them, one at a
 time, with the garbage collector off, as a p50 sees them): valgrind's callgrind starts
 counting when the loop begins and stops when it ends, switched from Python by a two-line C
 library built on the spot (it needs a C compiler and valgrind's headers, which valgrind's
@@ -110,11 +112,45 @@ async def _bare_cancels(toggle: ctypes.CDLL) -> None:
         nursery.cancel_scope.cancel()
 
 
+async def _floor_cancels(toggle: ctypes.CDLL) -> None:
+    done = [trio.Event()]
+
+    async def parked(task_status: trio.TaskStatus[trio.CancelScope]) -> None:
+        async with trio.open_nursery() as nursery:
+            task_status.started(nursery.cancel_scope)
+            try:
+                await trio.sleep_forever()
+            finally:
+                done[0].set()
+
+    async with trio.open_nursery() as nursery:
+        scopes = [await nursery.start(parked) for _ in range(PARKED)]
+        await trio.testing.wait_all_tasks_blocked()
+        chosen = random.Random(1).sample(scopes, CANCELS)
+        gc.collect()
+        gc.disable()
+        toggle.toggle()
+        for scope in chosen:
+            done[0] = trio.Event()
+            scope.cancel()
+            await done[0].wait()
+        toggle.toggle()
+        gc.enable()
+        nursery.cancel_scope.cancel()
+
+
+_CANCEL_WORKLOADS = {
+    "cancel": _ours_cancels,
+    "cancel-bare": _bare_cancels,
+    "cancel-floor": _floor_cancels,
+}
+
+
 def _cancel_workload(kind: str, library: str) -> None:
     sys.path.insert(0, str(ROOT))
     sys.path.insert(0, str(ROOT / "benchmarks"))
     toggle = ctypes.CDLL(library)
-    trio.run(_ours_cancels if kind == "cancel" else _bare_cancels, toggle)
+    trio.run(_CANCEL_WORKLOADS[kind], toggle)
 
 
 def _cancel_counts(kind: str, library: str) -> int:
@@ -154,11 +190,14 @@ def _count_cancels() -> None:
             f" return ({CANCELS} cancels, gc off)"
         )
         bare = _cancel_counts("cancel-bare", library) / CANCELS
+        floor = _cancel_counts("cancel-floor", library) / CANCELS
         ours = _cancel_counts("cancel", library) / CANCELS
-    print(f"  {'':28s} {'instructions':>13s}")
-    print(f"  {'bare (scope.cancel + event)':28s} {bare:13,.0f}")
-    print(f"  {'ours (deliver + wait)':28s} {ours:13,.0f}")
-    print(f"  ratio ours/bare              {ours / bare:12.2f}x")
+    print(f"  {'':30s} {'instructions':>13s}")
+    print(f"  {'bare (scope.cancel + event)':30s} {bare:13,.0f}")
+    print(f"  {'floor (the same, a nursery each)':30s} {floor:13,.0f}")
+    print(f"  {'ours (deliver + wait)':30s} {ours:13,.0f}")
+    print(f"  ratio ours/bare                {ours / bare:12.2f}x")
+    print(f"  ratio ours/floor               {ours / floor:12.2f}x")
 
 
 def _counts(kind: str, n: int, *, cache: bool) -> dict[str, int]:

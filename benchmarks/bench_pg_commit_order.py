@@ -1,5 +1,7 @@
 """What numbering events in commit order costs on PostgreSQL: write transactions per second
-through one shared counters row, against the same transactions numbered by a sequence.
+numbered as the store numbers them (a ticket, a sequence and a watermark), and through one
+shared counters row (how the store numbered them before schema version 6), against the
+same transactions numbered by a bare sequence.
 
 Run from the repository root (needs the PostgreSQL 15 server binaries, as the tests do, and
 the ``postgres`` extra)::
@@ -8,25 +10,29 @@ the ``postgres`` extra)::
     python benchmarks/bench_pg_commit_order.py --quick   # 1 s
 
 The PostgreSQL store gives every event a seq that must never become visible after a greater
-one did (followers read events by seq: ``store/postgres/_tx.py``'s docstring). Its commit
-pipeline takes the one ``counters`` row (``UPDATE ... RETURNING``), writes the events after it, and
-commits, so the row is held until ``COMMIT`` returns, and ``COMMIT`` includes the WAL flush.
-No two write transactions of one database can be in that stretch at once, so the server
-cannot flush the WAL of several of them together (group commit): a second connection still
-adds (one writes its statements while the other flushes), more do not, and write
-transactions a second stop near one per flush, whatever the number of connections.
+one did (followers read events by seq: ``store/postgres/_order.py``'s docstring). Numbering
+them under one ``counters`` row (``UPDATE ... RETURNING``, then the events, then ``COMMIT``)
+held that row until ``COMMIT`` returned, and ``COMMIT`` includes the WAL flush: no two write
+transactions of one database could be in that stretch at once, so the server could not
+flush the WAL of several of them together (group commit). The store now takes a shared
+ticket lock and its seqs from a sequence, commits, and waits (in the same round trip) until
+its seq is at or below the readers' watermark: no lock is shared by every writer.
 
-This measures that ceiling on a throwaway server (the system's PostgreSQL with its defaults,
+This measures all three on a throwaway server (the system's PostgreSQL with its defaults,
 fsync on, ``synchronous_commit = on``), with 1, 2, 4 and 8 connections, each in a thread of
-its own committing one transaction after another:
+its own committing one transaction after another, each transaction one round trip
+(``BEGIN``, the statement, ``COMMIT`` pipelined):
 
-- ``counter row``: the store's shape: ``UPDATE counters SET last_seq = last_seq + 1 ...
-  RETURNING``, one ``INSERT`` of an event numbered by it, ``COMMIT``;
-- ``sequence``: the same ``INSERT`` numbered by ``nextval``, ``COMMIT``: no row is shared, so
-  the server flushes the WAL of several transactions at once (the order in which seqs
-  become visible is then no longer the seq order, which is what the counter row buys).
+- ``ours``: the store's shape (its schema, made by the store's migrations): an ``INSERT`` of
+  an event numbered by ``next_seq`` (its ticket, then ``nextval``), ``COMMIT``, then
+  ``await_seq`` (the wait for the watermark) after it;
+- ``counter row``: ``UPDATE counters SET last_seq = last_seq + 1 ... RETURNING``, one
+  ``INSERT`` of an event numbered by it, ``COMMIT``;
+- ``sequence``: the same ``INSERT`` numbered by ``nextval``, ``COMMIT``: no order at all for
+  readers (the ceiling).
 
-Each figure is the median of three rounds. The ratio is counter row / sequence.
+Each figure is the median of three rounds; the ratios are ours / sequence and counter row /
+sequence.
 """
 
 from __future__ import annotations
@@ -56,13 +62,19 @@ _BY_COUNTER = (
     " INSERT INTO events SELECT last_seq, %s FROM c"
 )
 _BY_SEQUENCE = "INSERT INTO sequenced VALUES (nextval('event_seq'), %s)"
+_BY_TICKET = "INSERT INTO ticketed VALUES (ordered.next_seq(%s), %s)"
+_SETTLE = "SELECT ordered.await_seq(%s, currval('ordered.event_seqs'))"
 
 
-def _rate(url: str, statement: str, connections: int, seconds: float) -> float:
-    """Transactions a second, ``connections`` threads committing ``statement`` each."""
+def _rate(
+    url: str, statement: str, connections: int, seconds: float, *, space: int | None = None
+) -> float:
+    """Transactions a second, ``connections`` threads committing ``statement`` each (with
+    ``space``: the store's ticket first, and its wait for the watermark after ``COMMIT``)."""
     import psycopg
 
-    conns = [psycopg.connect(url) for _ in range(connections)]
+    conns = [psycopg.connect(url, autocommit=True) for _ in range(connections)]
+    params: tuple[object, ...] = ("an event",) if space is None else (space, "an event")
     counts = [0] * connections
     failed: list[BaseException] = []
     start = threading.Barrier(connections + 1)
@@ -74,8 +86,12 @@ def _rate(url: str, statement: str, connections: int, seconds: float) -> float:
         n = 0
         try:
             while not stop.is_set():
-                conn.execute(statement, ("an event",))
-                conn.commit()
+                with conn.pipeline():
+                    conn.execute("BEGIN")
+                    conn.execute(statement, params)
+                    conn.execute("COMMIT")
+                    if space is not None:
+                        conn.execute(_SETTLE, (space,))
                 n += 1
         except BaseException as exc:  # shown by the measuring thread
             failed.append(exc)
@@ -114,21 +130,34 @@ def main(argv: Sequence[str] | None = None) -> int:
     with server:
         import psycopg
 
+        from awaken_trio.store.postgres._order import ticket_space
+        from awaken_trio.store.postgres._schema import open_schema
+
         url = server.create_database("commit_order")
         with psycopg.connect(url, autocommit=True) as conn:
             for statement in _SCHEMA:
                 conn.execute(statement)
+            open_schema(conn, "ordered", "the benchmark's database")
+            conn.execute("CREATE TABLE ticketed (seq bigint PRIMARY KEY, detail text NOT NULL)")
+        space = ticket_space("ordered")
         print("== write transactions a second, each connection committing one after another ==")
-        print(f"  {'connections':>11}  {'counter row':>11}  {'sequence':>9}  ratio")
+        print(
+            f"  {'connections':>11}  {'ours':>7}  {'counter row':>11}  {'sequence':>9}"
+            "  ours/seq  counter/seq"
+        )
         for connections in CONNECTIONS:
-            found: dict[str, list[float]] = {"counter": [], "sequence": []}
-            for _ in range(3):  # in turns, so both see the machine alike
+            found: dict[str, list[float]] = {"ours": [], "counter": [], "sequence": []}
+            for _ in range(3):  # in turns, so all see the machine alike
+                found["ours"].append(_rate(url, _BY_TICKET, connections, seconds, space=space))
                 found["counter"].append(_rate(url, _BY_COUNTER, connections, seconds))
                 found["sequence"].append(_rate(url, _BY_SEQUENCE, connections, seconds))
+            ours = statistics.median(found["ours"])
             counter = statistics.median(found["counter"])
             sequence = statistics.median(found["sequence"])
-            ratio = counter / sequence
-            print(f"  {connections:>11}  {counter:>11,.0f}  {sequence:>9,.0f}  {ratio:.2f}")
+            print(
+                f"  {connections:>11}  {ours:>7,.0f}  {counter:>11,.0f}  {sequence:>9,.0f}"
+                f"  {ours / sequence:>8.2f}  {counter / sequence:>11.2f}"
+            )
     command = " ".join(["python", *sys.argv])
     print(f"command: {command}")
     return 0

@@ -543,6 +543,7 @@ def bench_backlog(stores: Stores, n: int, out: Figures, *, statements: bool) -> 
             if watched:
                 cpu = (_server_cpu(stores.server) - cpu_before) / n
                 top = _admin(url, _TOP_STATEMENTS)
+                handed = _admin(url, _HANDED_OUT)
         row: Figures = {"runs/s": rate, "machine CPU busy": load[0] if load else None}
         busy = f"   machine CPU busy {load[0]:.0%}" if load else ""
         print(f"  {kind:10s} {rate:7,.0f}{busy}")
@@ -550,6 +551,9 @@ def bench_backlog(stores: Stores, n: int, out: Figures, *, statements: bool) -> 
             spent = sum(float(str(ms)) for _, ms, _ in top) / n
             row |= {"server ms/run": spent, "server CPU ms/run": cpu * 1000}
             print(f"  {'':10s} server time {spent:.3f} ms a run, server CPU {cpu * 1000:.3f} ms")
+            per_claimed = float(str(handed[0][0] or 0)) / n
+            row["runs handed out per run claimed"] = per_claimed
+            print(f"  {'':10s} runs handed out per run claimed {per_claimed:.2f}")
             for calls, ms, query in top[:8]:
                 share = float(str(ms)) / n * 1000
                 print(f"  {'':10s} {share:7.1f} us/run {int(str(calls)) / n:5.2f}/run  {query}")
@@ -560,6 +564,15 @@ _TOP_STATEMENTS = (
     "SELECT calls, total_exec_time, left(regexp_replace(query, '\\s+', ' ', 'g'), 70)"
     " FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database"
     " WHERE datname = current_database()) ORDER BY total_exec_time DESC"
+)
+
+
+_HANDED_OUT = (
+    # The rows the looks for work returned (queued runs, and due ones), every run claimed
+    # once: the runs handed out per run claimed.
+    "SELECT sum(rows) FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database"
+    " WHERE datname = current_database()) AND (query LIKE '%r.queued_order IS NOT NULL%'"
+    " OR query LIKE '%t.wake_at <= %')"
 )
 
 

@@ -26,7 +26,6 @@ from ._attempt import Attempt as Attempt
 from ._attempt import Body as Body
 from ._attempt import EndRequest as EndRequest
 from ._attempt import OwnershipVerifier as OwnershipVerifier
-from ._attempt import current_attempt as current_attempt
 from ._attempt import lost as lost
 from ._backoff import Backoff as Backoff
 from ._claims import ClaimedAttempt as ClaimedAttempt
@@ -37,6 +36,7 @@ from ._commands import stored_form as stored_form
 from ._commits import CommitMailbox as CommitMailbox
 from ._commits import CommitStatistics as CommitStatistics
 from ._context import RunContext as RunContext
+from ._context import attempt_in as attempt_in
 from ._context import current_context as current_context
 from ._errors import AwakenError as AwakenError
 from ._errors import ContextMisuse as ContextMisuse

@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING, Any
 import outcome
 import trio
 
-from ._attempt import DEADLINE, SHUTDOWN, Attempt, Body, EndRequest, current_attempt
+from ._attempt import DEADLINE, SHUTDOWN, Attempt, Body, EndRequest
 from ._context import RunContext, current_run
 from ._json import fits_as_it_is
-from ._state import CANCELLED_CAUSE
+from ._state import CANCELLED_CAUSE, ended
 from ._util import safe_repr
 from ._verdict import NATURAL_END, Verdict, decide, internal_failure, natural_end
 
@@ -62,7 +62,6 @@ async def run_attempt(host: AttemptHost, attempt: Attempt) -> None:
             async with trio.open_nursery() as nursery:
                 # The nursery's scope is the attempt's token: children started into this
                 # nursery are cancelled with it, and nothing they do reaches further up.
-                attempt.scope = nursery.cancel_scope
                 attempt.children_nursery = nursery
                 if attempt.deadline is not None and attempt.request is None:
                     _set_deadline(host, attempt, nursery.cancel_scope)
@@ -71,18 +70,19 @@ async def run_attempt(host: AttemptHost, attempt: Attempt) -> None:
                     # now, so this request is the only way it can be cancelled yet.)
                     nursery.cancel_scope.cancel(reason=attempt.request.scope_reason())
                     cancel_seen = True
-                elif host.closing or attempt.ancestor_cancelled():
+                elif host.closing or (attempt.parent is not None and attempt.ancestor_cancelled()):
                     cancel_seen = True
                 else:
-                    ctx = RunContext._create(host, attempt)
-                    token = current_attempt.set(attempt)
-                    ctx_token = current_run.set(ctx)
+                    # (Built by its own __init__: `_create` is a call more, on every run.)
+                    ctx = object.__new__(RunContext)
+                    RunContext.__init__(ctx, host, attempt)
+                    # Set, not reset later by its token: a parked run keeps no token.
+                    current_run.set(ctx)
                     result = await _capture_body(attempt.body, ctx)
                     # The task's context must not keep the attempt: the attempt holds the
                     # scope that holds this task, and that cycle would outlive the run
                     # until a full garbage collection.
-                    current_run.reset(ctx_token)
-                    current_attempt.reset(token)
+                    current_run.set(None)
                     # The observation window closes here: a cancel requested from now on
                     # is too late to change how the body ended.
                     cancel_seen = attempt.cancel_reaches(host.closing)
@@ -211,6 +211,16 @@ def _verdict(
         if fits_as_it_is(result.value, host.max_payload_bytes):
             return Verdict(NATURAL_END, result.value)  # (positional: cheaper, on every run's path)
         return natural_end(result.value, attempt.run_id, host.max_payload_bytes)
+    if (
+        request is not None
+        and cancel_seen
+        and request.disposition == "end"
+        and type(result) is outcome.Error
+        and type(result.error) is trio.Cancelled
+    ):
+        # The common cancel, decided at once (what `decide` concludes for it: the request
+        # made of the attempt is the cause, and the body's `Cancelled` adds nothing).
+        return Verdict(ended(request.cause), None, (), request.detail)
     return decide(
         result,
         cancelled=_end_request(host, attempt) if cancel_seen else None,

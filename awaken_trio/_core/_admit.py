@@ -247,8 +247,6 @@ class Admissions:
             spec.if_busy,
             version,
         )
-        if spec.deadlines is not NO_DEADLINES:
-            kernel.on_limits(run_id=spec.run_id, limits=spec.deadlines)
         admission = object.__new__(Admission)  # (see _commit_of, "Built by their own __init__")
         Admission.__init__(
             admission,
@@ -258,7 +256,13 @@ class Admissions:
             new_run=new_run,
         )
         result = await self.admit(admission)
-        return result if isinstance(result, Rejected) else attempt
+        if isinstance(result, Rejected):
+            return result
+        if spec.deadlines is not NO_DEADLINES and not attempt.started:
+            # Queued here: its scope will carry its deadline once it runs; until then the
+            # timer keeps both of its limits (a running attempt needs none).
+            kernel.on_limits(run_id=spec.run_id, limits=spec.deadlines)
+        return attempt
 
     async def _take_back(self, spec: RunSpec, parent: Attempt) -> RunHandle:
         """Rule 22: ``parent``'s run already has a child of ``spec.run_id`` (an earlier
@@ -393,9 +397,6 @@ class Admissions:
             parent=parent,
             deadlines=NO_DEADLINES if record.deadline is None else Deadlines(record.deadline),
         )
-        if record.deadline is not None:
-            # Held here from now on (queued behind its thread, awaiting here later on).
-            self._kernel.on_limits(run_id=record.run_id, limits=spec.deadlines)
         return self.new_attempt(
             spec,
             generation=record.generation + 1,
@@ -518,9 +519,6 @@ class Admissions:
             attempt.queued_generation = generation - 1
         if admission.fence is not None:
             attempt.fence = admission.fence
-        # The effect of the commit, in its step: a partial rather than a closure, as it lives
-        # as long as the commit waits for the mailbox.
-        on_commit = functools.partial(self._admitted_effect, admission)
         commit = commit_of.start(
             attempt,
             running_now=is_running,
@@ -531,11 +529,18 @@ class Admissions:
             under=kernel.claims.start_under(attempt) if is_running else None,
         )
         mailbox = kernel.mailbox
+        on_commit = None
         try:
             # Applied here if the store needs no I/O (no coroutine for a call that never
-            # yields), else through the mailbox: the same commit, effects and answer.
-            result = mailbox.commit_now(commit, on_commit)
-            if result is None:
+            # yields, and its effect called at once, in the same step), else through the
+            # mailbox: the same commit, effects and answer.
+            result = mailbox.commit_now(commit)
+            if result is not None:
+                self._admitted(admission, result)
+            else:
+                # The effect of the commit, in its step: a partial rather than a closure,
+                # as it lives as long as the commit waits for the mailbox.
+                on_commit = functools.partial(self._admitted_effect, admission)
                 result = await mailbox.commit(commit, on_commit)
             if (
                 isinstance(result, Rejected)
@@ -554,6 +559,8 @@ class Admissions:
                 # queue for it) so no run of ours starts on it meanwhile.
                 if not gate.try_acquire(thread_id, attempt):
                     attempt.gate_waiter = gate.enqueue(thread_id, attempt)
+                if on_commit is None:
+                    on_commit = functools.partial(self._admitted_effect, admission)
                 result = await mailbox.commit(queued, on_commit)
             if isinstance(result, Accepted):
                 # The actor is spawned by the admitting task, so its body starts only after
@@ -562,6 +569,10 @@ class Admissions:
                 # step; through the mailbox the task spawns once it has its answer (its
                 # wait cannot be interrupted, and the reservation holds the nursery).
                 nursery.start_soon(run_attempt, self._host, attempt)
+                if attempt.deadline is not None and not attempt.started and new_run is None:
+                    # Queued here: no scope carries its deadline while it waits, so the
+                    # timer does (a new run's limits are its `_begin`'s).
+                    kernel.on_limits(run_id=run_id, limits=Deadlines(attempt.deadline))
             return result
         except BaseException:
             if not attempt.started and run_id not in kernel.queued:

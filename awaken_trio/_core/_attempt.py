@@ -3,7 +3,6 @@ it to end."""
 
 from __future__ import annotations
 
-import contextvars
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, final
 
@@ -32,12 +31,6 @@ if TYPE_CHECKING:
     from ._streams import StreamOutbox
 
 Body = Callable[["RunContext"], Awaitable[Any]]
-
-# The attempt whose body (or a task that body started) is running. Trio copies a task's
-# context into the tasks it spawns, so tasks inside an attempt see their attempt here.
-current_attempt: contextvars.ContextVar[Attempt | None] = contextvars.ContextVar(
-    "awaken_trio_current_attempt", default=None
-)
 
 EndSource = Literal[
     "deliver",
@@ -88,14 +81,21 @@ class EndRequest:
     disposition: Disposition = "end"
     # With the "lost" disposition: the attempt's claim is not its own any more.
     claim_lost: bool = False
+    # `detail`, once made (a shared request makes it once).
+    _detail: FrozenDict | None = attrs.field(default=None, init=False, eq=False, repr=False)
 
     @property
     def detail(self) -> FrozenDict:
         """The terminal event's detail: source and reason (made when the end is committed,
         not when the request is, so a cancel costs nothing it does not need)."""
-        if self.source in _TIME_LIMITS:
-            return scalar_dict({"source": self.source})
-        return scalar_dict({"source": self.source, "reason": self.reason})
+        detail = self._detail
+        if detail is None:
+            if self.source in _TIME_LIMITS:
+                detail = scalar_dict({"source": self.source})
+            else:
+                detail = scalar_dict({"source": self.source, "reason": self.reason})
+            object.__setattr__(self, "_detail", detail)  # (a cache of its own fields)
+        return detail
 
     def scope_reason(self) -> str:
         return f"{self.source}: {self.reason or type(self.cause).__name__}"
@@ -341,9 +341,6 @@ class Attempt:
     queued_generation: int | None = None
     gate_waiter: GateWaiter | None = None
 
-    # The token: the cancel scope of the attempt's own nursery (children live inside it).
-    # It exists once the actor runs; a request that comes earlier is honoured on entry.
-    scope: trio.CancelScope | None = attrs.field(default=None, init=False)
     # While queued for its thread, the attempt waits inside this scope instead.
     queue_scope: trio.CancelScope | None = attrs.field(default=None, init=False)
     completion: Completion = attrs.field(factory=Completion, init=False)
@@ -356,6 +353,7 @@ class Attempt:
     suspension_checkpoint: JsonValue = attrs.field(default=UNSET, init=False)
     # Children not yet ended, and admissions under way (made on the first child).
     children: Children | None = attrs.field(default=None, init=False)
+    # The attempt's own nursery, once its actor entered it: its scope is the token (`scope`).
     children_nursery: trio.Nursery | None = attrs.field(default=None, init=False)
     # The seq of the event that admitted the attempt: its end is what follows.
     start_seq: int = attrs.field(default=0, init=False)
@@ -374,6 +372,14 @@ class Attempt:
     streams: StreamOutbox | None = attrs.field(default=None, init=False)
     # The run's journaled steps as this attempt sees them (made at its first ctx.step).
     journal: Journal | None = attrs.field(default=None, init=False)
+
+    @property
+    def scope(self) -> trio.CancelScope | None:
+        """The token: the cancel scope of the attempt's own nursery (children live inside
+        it). It exists once the actor runs; a request that comes earlier is honoured on
+        entry. (Read from the nursery: one field less on every parked run.)"""
+        nursery = self.children_nursery
+        return None if nursery is None else nursery.cancel_scope
 
     def request_end(self, request: EndRequest) -> None:
         """Cancel the attempt's scope as ``request`` says. The first request wins: a later
@@ -531,7 +537,11 @@ class Attempt:
         lives in, so this is Trio's effective cancellation, read without walking Trio's
         cancel status."""
         scope = self.scope
-        return (scope is not None and scope.cancel_called) or closing or self.ancestor_cancelled()
+        return (
+            (scope is not None and scope.cancel_called)
+            or closing
+            or (self.parent is not None and self.ancestor_cancelled())
+        )
 
     def deadline_passed(self) -> bool:
         """Whether the attempt's own scope was cancelled by the run's deadline."""

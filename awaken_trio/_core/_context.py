@@ -11,11 +11,11 @@ from typing import TYPE_CHECKING, NoReturn, ParamSpec, TypeVar, final, overload
 
 import trio
 
-from ._attempt import Attempt, Body, StepCeiling, SuspendAttempt, current_attempt
+from ._attempt import Attempt, Body, StepCeiling, SuspendAttempt
 from ._errors import ContextMisuse, InvalidArgument, NotActive, NotInRun
 from ._journal import MISSING, Journal
 from ._json import JsonValue, check_payload, freeze_detail
-from ._policy import NO_DEADLINES, check_deadlines
+from ._policy import NO_DEADLINES, check_deadlines, refuse_not_before
 from ._schema import check_schema
 from ._spec import RunSpec
 from ._state import Awaiting, EventKind, ResumeTicket, RunState
@@ -36,11 +36,19 @@ T = TypeVar("T")
 
 # The context of the run whose body (or a task that body started, or a thread a sync step
 # of it runs on) is running: Trio copies a task's context into the tasks it spawns, and
-# `trio.to_thread.run_sync` into its thread. Set and reset by the run's actor, as
-# `current_attempt` is.
+# `trio.to_thread.run_sync` into its thread. Set and reset by the run's actor. It is the
+# one variable a run sets (each one set costs every parked run a token and a copy of the
+# context's map): the attempt a task belongs to is its context's (`attempt_in`).
 current_run: contextvars.ContextVar[RunContext | None] = contextvars.ContextVar(
     "awaken_trio_current_run", default=None
 )
+
+
+def attempt_in(context: contextvars.Context) -> Attempt | None:
+    """The attempt a task whose context is ``context`` belongs to (its body's task, or a
+    task that body started), or None."""
+    ctx = context.get(current_run)
+    return None if ctx is None else ctx._attempt
 
 
 @final
@@ -176,7 +184,8 @@ class RunContext(metaclass=NoPublicConstructor):
                 f"its attempt {a.generation} has ended; {action} is only"
                 " possible while the attempt runs",
             )
-        caller = current_attempt.get()
+        caller_ctx = current_run.get()
+        caller = None if caller_ctx is None else caller_ctx._attempt
         if caller is not a:
             where = (
                 "a task outside any run"
@@ -498,6 +507,7 @@ class RunContext(metaclass=NoPublicConstructor):
         timeout: float | None = None,  # noqa: ASYNC109 - the run's deadline, not this call's
         deadline: float | None = None,
         queue_timeout: float | None = None,
+        not_before: float | None = None,
         if_busy: IfBusy = "queue",
     ) -> RunHandle:
         """Start a child run inside this attempt's cancel scope.
@@ -508,10 +518,12 @@ class RunContext(metaclass=NoPublicConstructor):
         (its parent's, say) is queued, and if its turn has not come when this attempt
         ends, it is ended with it without ever running. ``timeout``, ``deadline`` and
         ``queue_timeout`` are `Runtime.start`'s; the child's deadline is the earlier of
-        its own and this run's. ``if_busy`` is as for `Runtime.start` (a child never
+        its own and this run's. A child starts now: ``not_before`` is refused
+        (`InvalidArgument`). ``if_busy`` is as for `Runtime.start` (a child never
         supersedes its own ancestors: `ThreadBusy`).
         """
         a = self._live("start_child()")
+        refuse_not_before(not_before, "start_child()", child=True)
         limits = NO_DEADLINES
         if timeout is not None or deadline is not None or queue_timeout is not None:
             limits = check_deadlines(
@@ -547,6 +559,7 @@ class RunContext(metaclass=NoPublicConstructor):
         timeout: float | None = None,  # noqa: ASYNC109 - the run's deadline, not this call's
         deadline: float | None = None,
         queue_timeout: float | None = None,
+        not_before: float | None = None,
         if_busy: IfBusy = "queue",
     ) -> RunState:
         """Start a child run and wait for it; its committed state comes back as a value."""
@@ -560,6 +573,7 @@ class RunContext(metaclass=NoPublicConstructor):
             timeout=timeout,
             deadline=deadline,
             queue_timeout=queue_timeout,
+            not_before=not_before,
             if_busy=if_busy,
         )
         return await handle.wait()

@@ -465,12 +465,19 @@ class Control:
         return ticket
 
 
+_DELIVERED = EndRequest(CANCELLED_CAUSE, "deliver")
+"""A live cancel with no reason: one request for all of them (a value; its detail is made once)."""
+
+
 def _apply(attempt: Attempt, command: LiveCommand) -> None:
     """Apply a live command delivered in this process."""
     kind = type(command)
     if kind is Cancel:
         assert isinstance(command, Cancel)
-        attempt.request_end(EndRequest(CANCELLED_CAUSE, "deliver", command.reason))
+        reason = command.reason
+        attempt.request_end(
+            _DELIVERED if reason is None else EndRequest(CANCELLED_CAUSE, "deliver", reason)
+        )
         return
     if kind is Pause:
         attempt.pause_requested = True

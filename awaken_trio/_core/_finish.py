@@ -22,6 +22,7 @@ from . import _commit_of as commit_of
 from ._admit import with_clock_error
 from ._attempt import Attempt, EndRequest, ParkedChild
 from ._errors import RuntimeClosed, StoreError
+from ._policy import Deadlines
 from ._progress import fenced
 from ._state import Awaiting, EventKind, Queued, RunState, wake_at
 from ._storage import Accepted, CommitResult, DescendantsEnd, Rejected, RejectReason
@@ -122,9 +123,11 @@ class FinishBoundary:
             )
         mailbox = kernel.mailbox
         try:
-            effect = functools.partial(self._ended_effect, attempt, state)
-            result = mailbox.commit_now(commit, effect)  # as in `Admissions.admit`
-            if result is None:
+            result = mailbox.commit_now(commit)  # as in `Admissions.admit`
+            if result is not None:
+                self._ended(attempt, state, result)
+            else:
+                effect = functools.partial(self._ended_effect, attempt, state)
                 result = await mailbox.commit(commit, effect)
         except (StoreError, RuntimeClosed) as exc:
             self.settle(attempt, CommitFailed.of(exc, messages))
@@ -202,6 +205,9 @@ class FinishBoundary:
                 wake = wake_at(state.ticket)
                 if wake is not None:
                     kernel.on_scheduled(wake, attempt.run_id, state.ticket.correlation_id)
+                if attempt.deadline is not None:
+                    # Awaiting here: the timer ends it at its deadline unless it moves on.
+                    kernel.on_limits(run_id=attempt.run_id, limits=Deadlines(attempt.deadline))
             attempt.completion.set(state)
             return
         if type(how) is CommitFailed:

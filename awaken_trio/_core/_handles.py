@@ -23,8 +23,11 @@ class Handles:
         self._follow = self.follow_end
 
     def handle(self, attempt: Attempt) -> RunHandle:
-        """A handle on an attempt admitted here."""
-        return RunHandle._create(
+        """A handle on an attempt admitted here (one per run: built by its own
+        ``__init__``, as `_create` is a call more)."""
+        handle = object.__new__(RunHandle)
+        RunHandle.__init__(
+            handle,
             attempt.run_id,
             attempt.thread_id,
             attempt.generation,
@@ -33,6 +36,7 @@ class Handles:
             self._follow,
             attempt.start_seq,
         )
+        return handle
 
     def remote(self, run_id: str, thread_id: str, generation: int, since: int) -> RunHandle:
         """A handle on a run whose attempt runs wherever a runtime picks it up: it follows

@@ -106,14 +106,16 @@ def check_not_before(not_before: object, what: str) -> float | None:
     return _when(not_before, "not_before", what)
 
 
-def refuse_not_before(not_before: object, what: str) -> None:
+def refuse_not_before(not_before: object, what: str, *, child: bool = False) -> None:
     """`start` and its kin run the run here and now: a delayed start is `submit`'s.
 
     Raises:
         InvalidArgument: ``not_before`` was given.
     """
     if not_before is not None:
-        raise InvalidArgument(
-            f"{what} starts the run now, so it takes no not_before=; submit it by name with"
-            " runtime.submit(name, not_before=...) to start it later"
+        later = (
+            "start it when the parent's body is ready to (after an await of its own)"
+            if child
+            else "submit it by name with runtime.submit(name, not_before=...) to start it later"
         )
+        raise InvalidArgument(f"{what} starts the run now, so it takes no not_before=; {later}")

@@ -122,6 +122,18 @@ def format_duration(seconds: float) -> str:
     raise AssertionError("unreachable: a minute or more has a unit")
 
 
+def run_duration(
+    created_at: float | None, started_at: float | None, ended_at: float | None, now: float
+) -> float | None:
+    """How long a run has run: from its first ``Running`` (else its creation) to its end
+    (else ``now``); None while it has neither run nor ended (queued, its age says how long).
+    As the page's script's ``runDuration``."""
+    begun = started_at if started_at is not None else created_at
+    if begun is None or (started_at is None and ended_at is None):
+        return None
+    return (now if ended_at is None else ended_at) - begun
+
+
 def cause_word(state: RunState) -> str:
     """How a run ended, as the cause's kind (``natural_end``, ``failed``, ``cancelled``
     ...), or ``""`` while it has not: what the dashboard colours a row by."""

@@ -453,6 +453,8 @@ async def table_rows(
             {
                 "row": row_json(record),
                 "created_at": None if activity is None else activity.created_at,
+                "started_at": None if activity is None else activity.started_at,
+                "ended_at": None if activity is None else activity.ended_at,
                 "last_event": None
                 if activity is None
                 else {

@@ -4,9 +4,9 @@ page.
 Each open page holds a server-sent-events stream. Rather than each stream reading the
 store's whole history (`Runtime.events` starts at the first event), one task follows
 ``runtime.events(follow=True)`` and hands each new event to every subscriber's bounded
-channel. It also keeps, per run, when its first event was committed and what its last one
-was (its kind and detail, in short): the runs table's "age" and "last event" columns, which
-the run records do not hold.
+channel. It also keeps, per run, when its first event was committed, when it first ran and
+ended, and what its last event was (its kind and detail, in short): the runs table's
+"created", "duration" and "last event" columns, which the run records do not hold.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Final
 import attrs
 import trio
 
-from .. import RunEvent, Runtime
+from .. import RunEvent, RunState, Runtime
 from .._face.shapes import event_summary
 
 SUBSCRIBER_BUFFER: Final = 1000
@@ -34,13 +34,16 @@ first), so a long-lived dashboard does not grow without limit."""
 @attrs.frozen
 class Activity:
     """What the runs table shows of a run's events: when the first was committed (its age),
-    and the kind, time and seq of the last, and its kind and detail in short (`text`)."""
+    when it first ran and when it ended (its duration), and the kind, time and seq of the
+    last, and its kind and detail in short (`text`)."""
 
     created_at: float
     last_kind: str
     last_at: float
     last_seq: int
     last_text: str
+    started_at: float | None = None
+    ended_at: float | None = None
 
 
 class EventHub:
@@ -113,8 +116,18 @@ class EventHub:
         self._seq = event.seq
         known = self._activity.pop(event.run_id, None)
         created = event.at if known is None else known.created_at
+        started = None if known is None else known.started_at
+        if started is None and isinstance(event.state, RunState.Running):
+            started = event.at
+        ended = event.at if isinstance(event.state, RunState.Ended) else None
         self._activity[event.run_id] = Activity(
-            created, event.kind, event.at, event.seq, event_summary(event.kind, event.detail)
+            created,
+            event.kind,
+            event.at,
+            event.seq,
+            event_summary(event.kind, event.detail),
+            started_at=started,
+            ended_at=ended,
         )
         while len(self._activity) > ACTIVITY_KEPT:
             self._activity.popitem(last=False)

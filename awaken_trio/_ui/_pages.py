@@ -27,6 +27,7 @@ from .._face.shapes import (
     format_duration,
     format_time,
     record_json,
+    run_duration,
     state_word,
 )
 from ..store import state_to_json
@@ -128,7 +129,8 @@ def runs_page(rows: Sequence[Mapping[str, Any]], params: Mapping[str, str], limi
         '<label>run id <input name="run_id" required placeholder="go to a run by its id">'
         '</label><button type="submit">go</button></form>'
         '<table id="runs"><thead><tr><th>run</th><th>state</th><th>gen</th><th>thread</th>'
-        "<th>name</th><th>last event</th><th>age</th></tr></thead>"
+        "<th>name</th><th>last event</th><th>age</th><th>created</th><th>duration</th>"
+        "</tr></thead>"
         f'<tbody id="runs-body">{body_rows}</tbody></table>'
         f'<p class="empty{" hidden" if rows else ""}" id="no-runs">no runs</p>'
         f'<nav class="pager">{"".join(pager)}</nav>'
@@ -142,17 +144,31 @@ def _table_row(row: Mapping[str, Any], now: float) -> str:
     last = row["last_event"]
     state = state_to_json_text(record["state"])
     created = row["created_at"]
+    started = row["started_at"]
+    ended = row["ended_at"]
     return (
         f'<tr data-run-id="{esc(record["run_id"])}"'
-        f' data-created-at="{esc("" if created is None else created)}">'
+        f' data-created-at="{esc("" if created is None else created)}"'
+        f' data-started-at="{esc("" if started is None else started)}"'
+        f' data-ended-at="{esc("" if ended is None else ended)}">'
         f'<td><a href="{esc(run_href(record["run_id"]))}">{esc(record["run_id"])}</a></td>'
         f'<td class="{esc(state_classes(record["state"]))}">{esc(state)}</td>'
         f"<td>{esc(record['generation'])}</td>"
         f"<td>{esc(record['thread_id'])}</td>"
         f"<td>{esc(record['name'] or '')}</td>"
         f"<td>{esc('' if last is None else last['text'])}</td>"
-        f'<td class="age">{esc(_age(created, now))}</td></tr>'
+        f'<td class="age">{esc(_age(created, now))}</td>'
+        f'<td class="created">{esc("" if created is None else format_time(created))}</td>'
+        f'<td class="duration">{esc(_lasted(created, started, ended, now))}</td></tr>'
     )
+
+
+def _lasted(
+    created_at: float | None, started_at: float | None, ended_at: float | None, now: float
+) -> str:
+    """A row's duration cell (see `run_duration`)."""
+    seconds = run_duration(created_at, started_at, ended_at, now)
+    return "" if seconds is None else format_duration(seconds)
 
 
 def state_to_json_text(state: Mapping[str, Any]) -> str:
@@ -192,6 +208,7 @@ def run_page(
     if record.parent_run_id is not None:
         parent = record.parent_run_id
         facts.append(("parent", f'<a href="{esc(run_href(parent))}">{esc(parent)}</a>'))
+    facts.append(("times", _times(events)))
     if record.deadline is not None:
         facts.append(
             ("deadline", f'<span id="run-deadline">{esc(format_time(record.deadline))}</span>')
@@ -216,6 +233,41 @@ def run_page(
     last_seq = events[-1].seq if events else 0
     return _layout(
         f"run {record.run_id}", body, page="run", run_id=record.run_id, seq=str(last_seq)
+    )
+
+
+def run_times(events: Sequence[RunEvent]) -> tuple[float | None, float | None, float | None]:
+    """When the run was created (its first event), first ran and ended, from its events."""
+    created = events[0].at if events else None
+    started = next((e.at for e in events if isinstance(e.state, RunState.Running)), None)
+    ended = next((e.at for e in events if isinstance(e.state, RunState.Ended)), None)
+    return created, started, ended
+
+
+def _times(events: Sequence[RunEvent]) -> str:
+    """The run's times: created, started, ended and how long it ran; the script keeps them
+    up to date (``data-`` attributes, as the runs table's rows)."""
+    created, started, ended = run_times(events)
+
+    def shown(at: float | None) -> str:
+        return "" if at is None else format_time(at)
+
+    def data(at: float | None) -> str:
+        return "" if at is None else str(at)
+
+    parts = "".join(
+        f'<span class="{name}">{label} <span id="run-{name}">{esc(shown(at))}</span></span>'
+        for name, label, at in (
+            ("created", "created", created),
+            ("started", "started", started),
+            ("ended", "ended", ended),
+        )
+    )
+    return (
+        f'<span id="run-times" class="times" data-created-at="{esc(data(created))}"'
+        f' data-started-at="{esc(data(started))}" data-ended-at="{esc(data(ended))}">'
+        f'{parts}<span class="duration">ran <span id="run-duration">'
+        f"{esc(_lasted(created, started, ended, time.time()))}</span></span></span>"
     )
 
 

@@ -3,7 +3,7 @@ virtual clock, watched step by step, with one command delivered just before a ch
 
 The watcher is a `trio.abc.Instrument`. A step belongs to the explored run when the task is
 the actor of one of its attempts (`run_attempt`, the body's own task) or a task whose context
-holds an attempt (`current_attempt`: Trio copies a task's context into the tasks it
+holds an attempt (`attempt_in`: Trio copies a task's context into the tasks it
 spawns, so the tasks a body starts, and its child runs' tasks, carry it). Only this run's
 tasks exist in the ``trio.run``, so every such step is one of the explored tree's.
 
@@ -48,7 +48,7 @@ from .._core import (
     RunState,
     Runtime,
     Stopped,
-    current_attempt,
+    attempt_in,
     request_end_here,
     run_attempt,
 )
@@ -222,7 +222,7 @@ class _Probe(trio.abc.Instrument):
 
     def before_task_step(self, task: trio.lowlevel.Task) -> None:
         self.stepping = None
-        attempt = task.context.get(current_attempt)
+        attempt = attempt_in(task.context)
         actor = getattr(task.coro, "cr_code", None) is _ACTOR_CODE
         if attempt is None and not actor:
             return

@@ -246,6 +246,25 @@ async def test_bad_limits_are_refused_naming_the_option_and_nothing_is_committed
         assert await history(rt) == []
 
 
+async def test_a_child_takes_no_not_before(autojump_clock: trio.testing.MockClock) -> None:
+    refused: list[str] = []
+
+    async def parent(ctx: RunContext) -> object:
+        for call in (ctx.start_child, ctx.run_child):
+            try:
+                await call(quick, run_id="c", not_before=trio.current_time() + 5)
+            except InvalidArgument as exc:
+                refused.append(str(exc))
+        return None
+
+    async with runtime() as rt:
+        assert await rt.execute(parent, run_id="p") == NATURAL
+        assert len(refused) == 2
+        assert all("start_child() starts the run now" in why for why in refused)
+        with pytest.raises(UnknownRun):
+            await rt.record("c")
+
+
 # --------------------------------------------------------------------------- children
 
 

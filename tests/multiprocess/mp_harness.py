@@ -139,10 +139,12 @@ class Cluster:
         max_recoveries: int = 3,
         clock_offset: float = 0.0,
         agents: bool = False,
+        ready_within: float = WAIT,
     ) -> Worker:
-        """Start a worker and return once it says it is serving (``ready <name>``);
-        ``clock_offset`` puts its runtime's clock that many seconds off the wall clock;
-        ``agents`` has it serve the pydantic-ai agents of ``mp_agents.py`` too."""
+        """Start a worker and return once it says it is serving (``ready <name>``, within
+        ``ready_within`` seconds); ``clock_offset`` puts its runtime's clock that many
+        seconds off the wall clock; ``agents`` has it serve the pydantic-ai agents of
+        ``mp_agents.py`` too."""
         command = [
             sys.executable,
             str(WORKER),
@@ -170,7 +172,7 @@ class Cluster:
         self.workers.append(worker)
         self._nursery.start_soon(worker._read)
         await wait_for(
-            lambda: _ready(worker, name), f"worker {name} to print 'ready'", seconds=WAIT
+            lambda: _ready(worker, name), f"worker {name} to print 'ready'", seconds=ready_within
         )
         return worker
 
@@ -359,20 +361,22 @@ def held_by(db: StoreAt, pid: int) -> dict[str, int]:
 
 
 def writable_now(db: StoreAt) -> bool:
-    """Whether another connection can take the store's write lock at once (the file's, or
-    PostgreSQL's counters row every write transaction holds): a worker stopped while it
-    held it would block every other process until it is continued."""
+    """Whether no process holds what every other one would wait for: the file's write lock,
+    or on PostgreSQL a sealing writer's ticket (readers' watermark and every writer's
+    answer wait for it: ``store/postgres/_order.py``). A worker stopped while it held it
+    would block every other process until it is continued."""
     if not isinstance(db, Path):
         import psycopg
 
-        with psycopg.connect(db) as pg:
-            try:
-                pg.execute("SELECT 1 FROM awaken.counters FOR UPDATE NOWAIT")
-            except psycopg.errors.LockNotAvailable:
-                return False
-            finally:
-                pg.rollback()
-            return True
+        from awaken_trio.store.postgres._order import ticket_space
+
+        with psycopg.connect(db, autocommit=True) as pg:
+            found = pg.execute(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'"
+                " AND classid::bigint = (%s::bigint & 4294967295) AND objsubid = 2",
+                (ticket_space("awaken"),),
+            ).fetchone()
+            return found is not None and int(found[0]) == 0
     conn = sqlite3.connect(str(db), timeout=0.0, isolation_level=None)
     try:
         conn.execute("BEGIN IMMEDIATE")

@@ -20,6 +20,7 @@ import os
 import random
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -50,6 +51,7 @@ from tests.multiprocess.mp_harness import (
     store_url,
     terminal,
 )
+from tests.pg_server import PgServer
 
 # Real worker processes: run by `.ci/run` (pytest -m slow), not by the README's command.
 pytestmark = pytest.mark.slow
@@ -124,13 +126,43 @@ async def send_message(control: Runtime, chaos: Chaos, run_id: str, text: str) -
     return True
 
 
+@attrs.frozen
+class Faults:
+    """What else happens partway, beyond the kill -9 at 40% of the runs submitted: a worker
+    stalled (SIGSTOP, then SIGCONT ``stall`` seconds later) at 55%, and the server
+    restarted (``restart``, blocking: run in a thread) at 70%."""
+
+    stall: float | None = None
+    restart: Callable[[], None] | None = None
+    ready_within: float = 30.0
+    """Seconds a worker started (the replacement too) may take to say it serves: many
+    processes on a small machine start slowly."""
+
+
 async def operate(
-    control: Runtime, chaos: Chaos, rng: random.Random, cluster: Cluster, db: StoreAt
+    control: Runtime,
+    chaos: Chaos,
+    rng: random.Random,
+    cluster: Cluster,
+    db: StoreAt,
+    faults: Faults = Faults(),
 ) -> None:
-    """Random operations on runs submitted so far; the kill -9 partway."""
+    """Random operations on runs submitted so far; the kill -9 partway, and ``faults``."""
+    stalled = restarted = False
     for n in range(OPERATIONS):
         if chaos.victim is None and len(chaos.submitted) >= RUNS * 0.4:
-            await kill_one(control, chaos, rng, cluster, db)
+            await kill_one(control, chaos, rng, cluster, db, faults.ready_within)
+        if faults.stall is not None and not stalled and len(chaos.submitted) >= RUNS * 0.55:
+            stalled = True
+            stalled_worker = rng.choice(cluster.alive)
+            stalled_worker.stop()
+            chaos.done["stalled"] += 1
+            await trio.sleep(faults.stall)
+            stalled_worker.cont()
+        if faults.restart is not None and not restarted and len(chaos.submitted) >= RUNS * 0.7:
+            restarted = True
+            await trio.to_thread.run_sync(faults.restart)
+            chaos.done["server restarted"] += 1
         live = [r for r in chaos.submitted[-300:] if r not in chaos.ended]
         if not live:
             await trio.sleep(0.01)
@@ -186,7 +218,12 @@ async def operate(
 
 
 async def kill_one(
-    control: Runtime, chaos: Chaos, rng: random.Random, cluster: Cluster, db: StoreAt
+    control: Runtime,
+    chaos: Chaos,
+    rng: random.Random,
+    cluster: Cluster,
+    db: StoreAt,
+    ready_within: float,
 ) -> None:
     victim = rng.choice(cluster.alive)
     await victim.kill()
@@ -196,7 +233,7 @@ async def kill_one(
     # time of the read is held by its new owner, and is not counted).
     chaos.victim_runs.update(held_by(db, victim.pid))
     if rng.random() < 0.5:
-        await cluster.start("replacement", concurrency=CONCURRENCY)
+        await cluster.start("replacement", concurrency=CONCURRENCY, ready_within=ready_within)
         chaos.replaced = True
 
 
@@ -260,18 +297,38 @@ def messages_kept(record_checkpoint: Any, record_result: Any) -> list[Any]:
 
 
 async def test_chaos_over_three_worker_processes(durable_at: StoreAt) -> None:
-    db, url = durable_at, store_url(durable_at)
+    await _chaos(durable_at, workers=WORKERS, concurrency=CONCURRENCY)
+
+
+async def test_chaos_over_sixteen_worker_processes_on_one_postgresql_server(
+    pg_server: PgServer, pg_url: str
+) -> None:
+    """Sixteen workers, each its own process with its own pool, as sixteen machines would
+    be, on one server: besides the kill -9, one worker stalled past its lease (SIGSTOP,
+    then SIGCONT: its late commits are fenced) and the server restarted under them."""
+    await _chaos(
+        pg_url,
+        workers=16,
+        concurrency=20,  # 320 slots: room for every parker, as the three workers have
+        faults=Faults(stall=6.0, restart=pg_server.restart, ready_within=180.0),
+    )
+
+
+async def _chaos(db: StoreAt, *, workers: int, concurrency: int, faults: Faults = Faults()) -> None:
+    url = store_url(db)
     seed = int(os.environ.get("AWAKEN_CHAOS_SEED", random.randrange(2**32)))
     print(f"chaos seed {seed} (rerun with AWAKEN_CHAOS_SEED={seed})")
     rng = random.Random(seed)
     chaos = Chaos(seed, plan(rng))
     began = time.perf_counter()
     async with control_runtime(url) as control, open_cluster(url) as cluster:
-        for i in range(WORKERS):
-            await cluster.start(f"w{i + 1}", concurrency=CONCURRENCY)
+        for i in range(workers):
+            await cluster.start(
+                f"w{i + 1}", concurrency=concurrency, ready_within=faults.ready_within
+            )
         async with trio.open_nursery() as nursery:
             nursery.start_soon(submit_all, control, chaos)
-            await operate(control, chaos, rng, cluster, db)
+            await operate(control, chaos, rng, cluster, db, faults)
         await finish_everything(control, chaos)
         driven = time.perf_counter() - began
         events = await history(control)

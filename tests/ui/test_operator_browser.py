@@ -12,6 +12,7 @@ import pytest
 import trio
 
 from awaken_trio import EndCause, LiveCommand, RunState, open_runtime
+from awaken_trio._face.shapes import format_duration, format_time
 from tests.ui.browser_helpers import browser_page, need_browser
 from tests.ui.server_helpers import ui_server, worker
 from tests.ui.test_browser import until_state
@@ -141,7 +142,9 @@ async def test_a_failure_shows_its_traceback_and_is_red_and_a_cancel_is_apart(
                 await control.send(LiveCommand.Message("done", "finish"))
                 await control.cancel_run("gone")
 
-        def browse() -> tuple[str, str, str, dict[str, str], dict[str, str]]:
+        Seen = tuple[str, str, str, dict[str, str], dict[str, str], dict[str, list[str]]]
+
+        def browse() -> Seen:
             with browser_page(tmp_path / "profile") as page:
                 # Open while it runs: the failure is drawn by the script as it happens.
                 page.goto(f"{server.url}/runs/bad")
@@ -171,9 +174,16 @@ async def test_a_failure_shows_its_traceback_and_is_red_and_a_cancel_is_apart(
                     "rows => Object.fromEntries(rows.map(r => [r.dataset.runId,"
                     " r.querySelector('td.state').className]))",
                 )
-                return live, rendered, attempt, colours, classes
+                page.wait_for_function("() => Number(document.body.dataset.refreshed) >= 1")
+                times: dict[str, list[str]] = page.eval_on_selector_all(
+                    "#runs-body tr",
+                    "rows => Object.fromEntries(rows.map(r => [r.dataset.runId,"
+                    " [r.querySelector('td.created').textContent,"
+                    " r.querySelector('td.duration').textContent]]))",
+                )
+                return live, rendered, attempt, colours, classes, times
 
-        live, rendered, attempt, colours, classes = await trio.to_thread.run_sync(browse)
+        live, rendered, attempt, colours, classes, times = await trio.to_thread.run_sync(browse)
         for traceback in (live, rendered):
             assert traceback.startswith("Traceback (most recent call last)")
             assert "ValueError: the source document is empty" in traceback
@@ -187,6 +197,13 @@ async def test_a_failure_shows_its_traceback_and_is_red_and_a_cancel_is_apart(
         }
         assert colours["bad"] == "rgb(180, 35, 24)"  # red
         assert len(set(colours.values())) == 3  # a cancel apart from a natural end
+        # The script draws each row's created time and duration as the server would.
+        async with open_runtime(store) as runtime:
+            for run_id in ("bad", "done", "gone"):
+                events = [e async for e in runtime.events(run_id, follow=False)]
+                started = next(e.at for e in events if isinstance(e.state, RunState.Running))
+                ran = format_duration(events[-1].at - started)
+                assert times[run_id] == [format_time(events[0].at), ran]
 
 
 LAST_KEY_IS = (

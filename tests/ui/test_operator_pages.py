@@ -10,9 +10,9 @@ import re
 
 import pytest
 
-from awaken_trio import LiveCommand, RunContext
+from awaken_trio import LiveCommand, RunContext, RunState
 from awaken_trio._face.controls import CONTROL_NAMES, unavailable
-from awaken_trio._face.shapes import format_duration
+from awaken_trio._face.shapes import format_duration, format_time
 from tests.ui.ui_helpers import XSS, asks, caught_up, dashboard, page, settle, waits
 
 pytestmark = pytest.mark.usefixtures("autojump_clock")
@@ -168,6 +168,32 @@ async def test_failures_cancels_and_natural_ends_are_drawn_apart_in_the_table() 
             "gone": "state state-ended cause-cancelled",
             "done": "state state-ended cause-natural_end",
         }
+
+
+async def test_each_row_and_run_page_shows_when_it_was_created_and_how_long_it_ran() -> None:
+    async with dashboard() as d:
+        await d.runtime.start(waits, run_id="w")
+        await d.runtime.submit("steps", run_id="q")  # queued: nobody serves it here
+        await settle(d.runtime, "w", "running")
+        await d.runtime.send(LiveCommand.Wake("w"))
+        await settle(d.runtime, "w", "ended")
+        await caught_up(d)
+        events = [e async for e in d.runtime.events("w", follow=False)]
+        started = next(e.at for e in events if isinstance(e.state, RunState.Running))
+        text = (await d.http.get("/")).text
+        for run_id, duration in (("w", format_duration(events[-1].at - started)), ("q", "")):
+            row = text[text.index(f'<tr data-run-id="{run_id}"') :]
+            row = row[: row.index("</tr>")]
+            assert '<td class="created">' in row
+            assert f'<td class="duration">{duration}</td>' in row
+        page_text = (await d.http.get(page("w"))).text
+        assert f'<span id="run-started">{format_time(started)}</span>' in page_text
+        assert f'<span id="run-ended">{format_time(events[-1].at)}</span>' in page_text
+        shown = format_duration(events[-1].at - started)
+        assert f'<span id="run-duration">{shown}</span>' in page_text
+        queued = (await d.http.get(page("q"))).text
+        assert '<span id="run-started"></span>' in queued
+        assert '<span id="run-duration"></span>' in queued
 
 
 async def test_the_search_goes_to_a_run_by_its_id_and_says_when_none_has_it() -> None:

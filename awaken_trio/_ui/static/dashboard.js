@@ -138,6 +138,31 @@
     return seconds + "s";
   }
 
+  // As the server's run_duration: from the first running (else the creation) to the end
+  // (else now); null while the run has neither run nor ended. Times are data- attribute
+  // text, "" for none.
+  function runDuration(createdAt, startedAt, endedAt) {
+    const begun = startedAt !== "" ? startedAt : createdAt;
+    if (begun === "" || (startedAt === "" && endedAt === "")) {
+      return null;
+    }
+    const end = endedAt !== "" ? Number(endedAt) : Date.now() / 1000;
+    return end - Number(begun);
+  }
+
+  function lasted(data) {
+    const seconds = runDuration(data.createdAt || "", data.startedAt || "", data.endedAt || "");
+    return seconds === null ? "" : formatDuration(seconds);
+  }
+
+  function timeText(at) {
+    return at === null || at === undefined || at === "" ? "" : formatTime(Number(at), true);
+  }
+
+  function dataTime(at) {
+    return at === null || at === undefined ? "" : String(at);
+  }
+
   function cell(text, className) {
     const td = document.createElement("td");
     td.textContent = text;
@@ -185,7 +210,9 @@
         const row = item.row;
         const tr = document.createElement("tr");
         tr.dataset.runId = row.run_id;
-        tr.dataset.createdAt = item.created_at === null ? "" : String(item.created_at);
+        tr.dataset.createdAt = dataTime(item.created_at);
+        tr.dataset.startedAt = dataTime(item.started_at);
+        tr.dataset.endedAt = dataTime(item.ended_at);
         const link = document.createElement("a");
         link.href = runHref(row.run_id);
         link.textContent = row.run_id;
@@ -198,6 +225,8 @@
         tr.appendChild(cell(row.name || ""));
         tr.appendChild(cell(item.last_event ? item.last_event.text : ""));
         tr.appendChild(cell(age(item.created_at), "age"));
+        tr.appendChild(cell(timeText(item.created_at), "created"));
+        tr.appendChild(cell(lasted(tr.dataset), "duration"));
         fresh.appendChild(tr);
       }
       tbody.replaceChildren(fresh);
@@ -232,6 +261,10 @@
         const cellAge = tr.querySelector("td.age");
         if (cellAge) {
           cellAge.textContent = age(tr.dataset.createdAt);
+        }
+        const cellDuration = tr.querySelector("td.duration");
+        if (cellDuration) {
+          cellDuration.textContent = lasted(tr.dataset);
         }
       }
     }, 5000);
@@ -289,6 +322,29 @@
       shown.id = "traceback";
       failure.append(title, facts, shown);
     }
+
+    // Its times (as the server's _times): set by the events that start and end it.
+    const times = document.getElementById("run-times");
+
+    function showTimes(event) {
+      if (event && times.dataset.createdAt === "") {
+        times.dataset.createdAt = String(event.at);
+      }
+      if (event && event.state.kind === "running" && times.dataset.startedAt === "") {
+        times.dataset.startedAt = String(event.at);
+      }
+      if (event && event.state.kind === "ended") {
+        times.dataset.endedAt = String(event.at);
+      }
+      document.getElementById("run-created").textContent = timeText(times.dataset.createdAt);
+      document.getElementById("run-started").textContent = timeText(times.dataset.startedAt);
+      document.getElementById("run-ended").textContent = timeText(times.dataset.endedAt);
+      document.getElementById("run-duration").textContent = lasted(times.dataset);
+    }
+
+    window.setInterval(function () {
+      showTimes(null);
+    }, 5000);
 
     // One entry per state the run went through (as the server's _timeline).
     function addToTimeline(event) {
@@ -388,6 +444,7 @@
       events.appendChild(tr);
       addToTimeline(event);
       showFailure(event);
+      showTimes(event);
     }
 
     // At most one reload in flight; events that arrive meanwhile cause one more after it

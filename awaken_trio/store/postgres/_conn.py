@@ -38,6 +38,7 @@ import trio
 
 from ..._core import Backoff, StoreError
 from ._listen import scrub
+from ._order import Numbered
 from ._queries import Queries
 from ._schema import open_schema
 from ._url import Target
@@ -138,10 +139,10 @@ written, and run again it reads what the other committed (the rules then refuse 
 class LostCommit(Exception):
     """A write transaction's ``COMMIT`` was sent and its answer lost: whether it landed is
     to be looked up (by ``token``, once server process ``pid`` has ended). ``landed`` is
-    what the write answers if it did, given the seq its events start after and the
+    what the write answers if it did, given the seqs its events were given and the
     store's count of writes before it."""
 
-    def __init__(self, token: uuid.UUID, pid: int, landed: Callable[[int, int], Any]) -> None:
+    def __init__(self, token: uuid.UUID, pid: int, landed: Callable[[Numbered, int], Any]) -> None:
         super().__init__(token, pid)
         self.token = token
         self.pid = pid
@@ -388,11 +389,11 @@ class Connections:
             )
             await trio.sleep(pause)
 
-    def _look_up(self, conn: Conn, token: uuid.UUID, pid: int) -> tuple[int, int] | None:
+    def _look_up(self, conn: Conn, token: uuid.UUID, pid: int) -> tuple[Numbered, int] | None:
         """After a commit whose answer was lost: end the server process that ran it, if it
         is still there (it may still be committing, or about to), and wait until it has
-        gone, so its outcome is final; then whether ``token`` landed (its events' base and
-        the writes count before it)."""
+        gone, so its outcome is final; then whether ``token`` landed (its events' seqs, once
+        they have settled, and the writes count before it)."""
         q = self._queries
         with contextlib.suppress(psycopg.errors.InsufficientPrivilege):
             conn.execute(q.terminate, (pid,))
@@ -405,4 +406,9 @@ class Connections:
                 )
             time.sleep(0.01)
         found = conn.execute(q.was_written, (token,)).fetchone()
-        return None if found is None else (int(found[0]), int(found[1]) - 1)
+        if found is None:
+            return None
+        seqs, base, writes = tuple(int(s) for s in found[0]), int(found[1]), int(found[2])
+        if seqs:
+            conn.execute(q.settle_seq, (q.space, seqs[-1]))
+        return Numbered(seqs, base), writes - 1

@@ -22,6 +22,7 @@ from psycopg import sql
 
 from .._codec import RECORD_COLUMNS
 from .._textrows import EVENT_COLUMNS, TextRow
+from ._order import ticket_space
 
 # ============================================================================ columns
 
@@ -142,16 +143,26 @@ UPDATED: Final = Layout([c for c in COLUMNS if c.updated])
 _EVENT_TYPES: Final = {"seq": "bigint", "generation": "bigint", "at": "float8"}
 EVENTS: Final = Layout(
     [
-        Column(name, _EVENT_TYPES.get(name, "text"), value="c.base + {}" if name == "seq" else "{}")
+        Column(
+            name,
+            _EVENT_TYPES.get(name, "text"),
+            value="{s}.next_seq(%(space)s)" if name == "seq" else "{}",
+        )
         for name in EVENT_COLUMNS
     ]
 )
-"""An event as `TextRunTx.event` queues it (its seq numbered from the transaction's
-base)."""
+"""An event as `TextRunTx.event` queues it: its seq from the sequence, in the order of the
+transaction's numbers (``_order``'s docstring)."""
+_NUMBERED: Final = "CASE WHEN {} = 0 THEN c.base ELSE c.seqs[({})::integer] END"
 HISTORY: Final = Layout(
-    [Column("run_id"), Column("seq", "bigint", value="c.base + {}"), Column("checkpoint")]
+    [
+        Column("run_id"),
+        Column("seq", "bigint", value=_NUMBERED),
+        Column("checkpoint"),
+    ]
 )
-"""A checkpoint kept as of an event, numbered as the events are."""
+"""A checkpoint kept as of an event: the seq its transaction's number was given (0, the
+seq before the transaction's first)."""
 
 ROW_COLUMNS: Final = ", ".join(
     next(c.name for c in COLUMNS if c.field == f.name) for f in attrs.fields(TextRow)
@@ -171,6 +182,8 @@ def rows_json(rows: Sequence[Sequence[Any]]) -> str:
 _FRAGMENTS: Final[Mapping[str, str]] = {
     "row_columns": ROW_COLUMNS,
     "record_columns": RECORD_COLUMNS,
+    # As many NULLs as a record has columns: a row of another shape in a union of records.
+    "record_nulls": ", ".join(["NULL"] * (RECORD_COLUMNS.count(",") + 1)),
     "event_columns": ", ".join(EVENT_COLUMNS),
     "insert_names": INSERTED.names,
     "insert_values": INSERTED.values,
@@ -222,6 +235,8 @@ class Queries:
     schema: sql.Identifier
     channel: str
     """The channel the store's commits NOTIFY (its listener's)."""
+    space: int
+    """The first key of the store's ticket locks (`_order.ticket_space`)."""
     server_now: bytes
     configure: bytes
     lock_threads: bytes
@@ -247,6 +262,9 @@ class Queries:
     insert_chunks: bytes
     drop_chunks: bytes
     seal: bytes
+    settle: bytes
+    settle_seq: bytes
+    forget_writers: bytes
     forget_written: bytes
     terminate: bytes
     still_running: bytes
@@ -258,7 +276,9 @@ class Queries:
     queued: bytes
     due: bytes
     past_deadline: bytes
-    next_limit: bytes
+    look_async: bytes
+    reserve: bytes
+    forget_reserved: bytes
     list_runs: str
     """A template: its ``{where}`` is the filters a call asks for (`_reads.list_runs`)."""
     states: bytes
@@ -294,12 +314,12 @@ class Queries:
             name: composed(text) for name, text in _TEXTS.items() if name != "list_runs"
         }
         statements["list_runs"] = _TEXTS["list_runs"]
-        return cls(schema=s, channel=channel, **statements)
+        return cls(schema=s, channel=channel, space=ticket_space(schema), **statements)
 
 
 def _check_names() -> None:
     """Every statement the file names is a field of `Queries`, and every field is named."""
-    fields = {f.name for f in attrs.fields(Queries)} - {"schema", "channel"}
+    fields = {f.name for f in attrs.fields(Queries)} - {"schema", "channel", "space"}
     if fields != _TEXTS.keys():
         missing, extra = sorted(fields - _TEXTS.keys()), sorted(_TEXTS.keys() - fields)
         raise ImportError(f"queries.sql does not match Queries: missing {missing}, extra {extra}")

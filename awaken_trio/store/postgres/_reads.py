@@ -5,7 +5,7 @@ connection, in a worker thread. Every payload comes back frozen."""
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Sequence
-from typing import Any, final
+from typing import Any, Final, final
 
 import attrs
 from psycopg import sql
@@ -40,31 +40,61 @@ def load(conn: Conn, r: Queries, run_id: str) -> RunRecord | None:
 def events_after(
     conn: Conn, r: Queries, seq: int, run_id: str | None, limit: int
 ) -> list[RunEvent]:
+    """The events after ``seq`` up to the watermark (``_order``), in seq order."""
     limit = max(limit, 0)
     if run_id is None:
-        found = conn.execute(r.events, (seq, limit)).fetchall()
+        found = conn.execute(r.events, (r.space, seq, limit)).fetchall()
     else:
-        found = conn.execute(r.events_of_run, (run_id, seq, limit)).fetchall()
+        found = conn.execute(r.events_of_run, (r.space, seq, run_id, limit)).fetchall()
     return [event_of(row) for row in found]
+
+
+def settle(conn: Conn, r: Queries, seq: int) -> None:
+    """Return once every seq up to ``seq`` is final: at or below the watermark (``_order``)."""
+    conn.execute(r.settle_seq, (r.space, seq))
 
 
 def step_events(conn: Conn, r: Queries, run_id: str) -> list[RunEvent]:
     return [event_of(row) for row in conn.execute(r.step_events, (run_id,)).fetchall()]
 
 
+RESERVED_FOR: Final = 5.0
+"""Seconds a look keeps the runs it handed out from other runtimes' looks: long enough for
+the runtime to claim them, short enough that runs it does not claim (it stopped, or
+found them taken) are soon handed to others."""
+
+
 def runnable(
-    conn: Conn, r: Queries, names: list[str], now: float, lease_now: float, limit: int
+    conn: Conn,
+    r: Queries,
+    names: list[str],
+    now: float,
+    lease_now: float,
+    limit: int,
+    *,
+    by: str,
+    sweep: bool = False,
 ) -> list[RunRecord]:
     """``now`` is the runtime's clock (scheduled tickets are due by it); ``lease_now`` the
-    server's (leases)."""
+    server's (leases, reservations). The runs found are reserved for ``by`` (its looks
+    still see them; others' skip them) for `RESERVED_FOR` seconds; ``sweep`` also forgets
+    the reservations that have passed."""
     if limit <= 0 or not names:
         return []
-    with conn.transaction():  # one snapshot for both queries
-        params = {"names": names, "lease_now": lease_now, "now": now, "limit": limit}
+    with conn.transaction():  # one snapshot for both queries, the rows locked to the end
+        conn.execute(r.look_async)
+        params = {"names": names, "lease_now": lease_now, "now": now, "limit": limit, "by": by}
         out = [record_of(found) for found in conn.execute(r.queued, params).fetchall()]
         if len(out) < limit:
-            due = {"names": names, "now": now, "limit": limit - len(out)}
+            due = {"names": names, "now": now, "lease_now": lease_now, "by": by}
+            due["limit"] = limit - len(out)
             out.extend(record_of(found) for found in conn.execute(r.due, due).fetchall())
+        if out:
+            ids = [record.run_id for record in out]
+            until = lease_now + RESERVED_FOR
+            conn.execute(r.reserve, {"ids": ids, "by": by, "until": until})
+        if sweep:
+            conn.execute(r.forget_reserved, (lease_now,))
     return out
 
 
@@ -72,13 +102,14 @@ def overdue(conn: Conn, r: Queries, now: float, limit: int) -> OverdueLook:
     """``now`` is the runtime's clock (deadlines are read from it)."""
     if limit <= 0:
         return OverdueLook()
-    with conn.transaction():  # one snapshot for both statements
-        params = {"now": now, "limit": limit}
-        found = conn.execute(r.past_deadline, params).fetchall()
-        (next_at,) = conn.execute(r.next_limit, {"now": now}).fetchone() or (None,)
+    found = conn.execute(r.past_deadline, {"now": now, "limit": limit}).fetchall()
     runs: list[Overdue] = []
     seen: set[str] = set()
-    for kind, *columns in found:
+    next_at = None
+    for kind, upcoming, *columns in found:
+        if kind == "next":
+            next_at = upcoming
+            continue
         record = record_of(columns)
         if record.run_id not in seen and len(runs) < limit:
             seen.add(record.run_id)

@@ -23,6 +23,7 @@ import psycopg
 from psycopg import sql
 
 from ..._core import StoreError
+from ._order import to_v8 as order_v8
 from ._streams import to_v5 as streams_v5
 
 APPLICATION: Final = "awaken_trio"
@@ -217,8 +218,25 @@ def _to_v7(conn: psycopg.Connection[tuple[object, ...]], schema: sql.Identifier)
         conn.execute(sql.SQL(statement).format(s=schema))
 
 
-_V8: Final = (
-    # Version 8: run policies. Busy threads (``if_busy=``): a start that rejects or
+_V9: Final = (
+    # Version 9: a look for work takes the runs it hands out out of the queue for a few
+    # seconds (``reserve`` in queries.sql): other runtimes' looks skip them, so four
+    # workers looking at once are handed different runs, not the same ones to race for.
+    """CREATE TABLE {s}.reserved (
+        run_id text PRIMARY KEY,
+        by text NOT NULL,
+        until double precision NOT NULL
+    )""",
+)
+
+
+def _to_v9(conn: psycopg.Connection[tuple[object, ...]], schema: sql.Identifier) -> None:
+    for statement in _V9:
+        conn.execute(sql.SQL(statement).format(s=schema))
+
+
+_V10: Final = (
+    # Version 10: run policies. Busy threads (``if_busy=``): a start that rejects or
     # supersedes on a busy thread reads the thread's runs that have not ended; a partial
     # index holds those rows alone, so the read costs the runs the thread has under way,
     # not its history. Body versions: the version of the body a run's first attempt ran
@@ -228,8 +246,8 @@ _V8: Final = (
 )
 
 
-def _to_v8(conn: psycopg.Connection[tuple[object, ...]], schema: sql.Identifier) -> None:
-    for statement in _V8:
+def _to_v10(conn: psycopg.Connection[tuple[object, ...]], schema: sql.Identifier) -> None:
+    for statement in _V10:
         conn.execute(sql.SQL(statement).format(s=schema))
 
 
@@ -241,7 +259,9 @@ MIGRATIONS: Sequence[Migration] = (
     streams_v5,
     _to_v6,
     _to_v7,
-    _to_v8,
+    order_v8,
+    _to_v9,
+    _to_v10,
 )
 """The schema's history, oldest first: ``MIGRATIONS[i]`` takes a schema from version ``i``
 to ``i + 1``. Append, never edit."""

@@ -44,6 +44,7 @@ from . import _reads as reads
 from . import _streams as streams
 from ._conn import Conn, Connections, LostCommit
 from ._listen import Listener
+from ._order import Numbered
 from ._queries import Queries
 from ._tx import PgTx, thread_locks
 from ._url import parse
@@ -71,8 +72,9 @@ class PostgresStore:
     ``apply`` is one transaction per batch (two round trips: the clock and the rows the
     batch touches, ``... WHERE run_id = ANY(%b) FOR UPDATE``; every write and the commit in
     one pipeline), so the runtime's group commit costs one commit per batch. Transactions
-    on different runs and threads run side by side; only their commits are serialised, to
-    keep event seqs in order (``_tx``). Lease times are the server's clock, read in each
+    on different runs and threads run side by side, their commits too: event seqs come
+    from a sequence, and readers read them only up to a watermark below which every seq is
+    final (``_order``). Lease times are the server's clock, read in each
     transaction. Other runtimes learn of a commit by
     ``LISTEN``/``NOTIFY`` (`wait_for_change`), and look anyway now and then.
 
@@ -110,6 +112,7 @@ class PostgresStore:
         self._reported = 0
         self._reconnects_seen = 0
         self._on_stream: Callable[[], None] | None = None
+        self._looks = 0
 
     def __repr__(self) -> str:
         t = self._target
@@ -179,7 +182,7 @@ class PostgresStore:
         self,
         fn: Callable[[PgTx, float], T],
         what: str,
-        settle: Callable[[T, PgTx | int], T] | None = None,
+        settle: Callable[[T, Numbered], T] | None = None,
         batch: Sequence[Commit] = (),
     ) -> T:
         """Run ``fn`` (the rules) in one write transaction (retried as `Connections.write`
@@ -191,6 +194,7 @@ class PostgresStore:
         queries = self._queries
         locks, sender = self._thread_locks, self._sender
         outcome: list[tuple[int, bool]] = []  # (writes before, whether it wrote)
+        unsettled: list[int] = []  # the last seq of a commit whose wait did not finish
 
         def attempt(conn: Conn) -> T:
             tx = PgTx(conn, queries, thread_locks=locks, sender=sender, offset=offset, clock=fixed)
@@ -205,20 +209,26 @@ class PostgresStore:
                 if committing and (conn.broken or conn.closed):
                     wrote = tx.wrote
                     raise LostCommit(
-                        tx.token, pid, lambda base, before: landed(result, wrote, base, before)
+                        tx.token, pid, lambda seqs, before: landed(result, wrote, seqs, before)
                     ) from exc
                 tx.abort()
                 raise
             outcome.append((tx.writes, tx.wrote))
-            return result if settle is None else settle(result, tx)
+            if tx.unsettled:
+                unsettled.append(tx.numbered.seqs[-1])
+            return result if settle is None else settle(result, tx.numbered)
 
-        def landed(result: T, wrote: bool, base: int, before: int) -> T:
+        def landed(result: T, wrote: bool, seqs: Numbered, before: int) -> T:
             self._saw_own(before, wrote)
-            return result if settle is None else settle(result, base)
+            return result if settle is None else settle(result, seqs)
 
         result = await self._conns.write(attempt, what)
         if outcome:  # (else a lost commit that landed: `landed` saw it)
             self._saw_own(*outcome[-1])
+        if unsettled:
+            # Its answer is followed from: not before every smaller seq is final (``_order``).
+            last = unsettled[-1]
+            await self._read(lambda c, q: reads.settle(c, q, last), "the order of events")
         return result
 
     def _saw_own(self, before: int, wrote: bool) -> None:
@@ -295,8 +305,10 @@ class PostgresStore:
 
         def read(c: Conn, r: Queries) -> list[RunRecord]:
             lease_now = (reads.server_now(c, r) if fixed is None else fixed()) + offset
-            return reads.runnable(c, r, wanted, now, lease_now, limit)
+            return reads.runnable(c, r, wanted, now, lease_now, limit, by=by, sweep=sweep)
 
+        self._looks += 1
+        by, sweep = self._sender, self._looks % 64 == 0
         return await self._read(read, "runnable runs")
 
     async def list_runs(
@@ -482,11 +494,12 @@ class PostgresStore:
             raise
 
 
-def _settle(results: list[CommitResult], tx: PgTx | int) -> list[CommitResult]:
-    """``results`` with the seqs their transaction's commit gave (``tx``'s base, or the
-    base a lost commit's token kept): the rules number a transaction's events from 1."""
-    base = tx if isinstance(tx, int) else tx.base
+def _settle(results: list[CommitResult], numbered: Numbered) -> list[CommitResult]:
+    """``results`` with the seqs their transaction's commit gave (its own, or those a lost
+    commit's token kept): the rules number a transaction's events from 1."""
     return [
-        attrs.evolve(r, last_seq=base + r.last_seq) if isinstance(r, Accepted) and r.last_seq else r
+        attrs.evolve(r, last_seq=numbered.seq(r.last_seq))
+        if isinstance(r, Accepted) and r.last_seq
+        else r
         for r in results
     ]

@@ -13,8 +13,9 @@ every result back (a flush, not a Sync, so nothing commits early); only the end 
    round trip; the live
    attempts on the threads of existing runs it guards take one more;
 2. `PgTx.commit` queues every write (one statement per kind of row, many rows each), one
-   statement that takes the counters row, writes the events, keeps the token and notifies,
-   and ``COMMIT``, and syncs: one round trip.
+   statement that numbers (each seq with its ticket) and writes the events, counts the
+   write, keeps the token and notifies, ``COMMIT`` and the wait for the seqs to settle,
+   and syncs: one round trip.
 
 The isolation the rules assume (``_rules``'s docstring) comes from locks on what a
 transaction reads, so write transactions on different runs run side by side:
@@ -27,15 +28,16 @@ transaction reads, so write transactions on different runs run side by side:
   released or recovered by another transaction is left to it, and one whose renewal
   committed meanwhile no longer matches.
 
-Events are another matter: followers read them by seq (`Store.events_after` with a cursor),
-so a seq must never become visible after a greater one did. A transaction numbers its
-events from 1 as it writes them, and its commit pipeline first takes the store's one
-``counters`` row (``UPDATE ... RETURNING``), which gives the seq its events start after,
-then writes them, and commits: the row is held from there to the end of ``COMMIT`` only,
-which is the one part of a write that is serialised, and commits become visible in seq
-order. What a transaction answers (`Accepted.last_seq`) is renumbered with that base
-(`settle`). A deadlock between two transactions (rare: locks taken in a different order by
-lazy reads) is detected by the server and the loser is run again from the start.
+Events are another matter: followers read them by seq, so a seq must never become visible
+after a greater one did. No lock every writer takes gives that (``_order``'s docstring has
+the proof): a transaction numbers its events from 1 as it writes them; its commit pipeline
+takes (``seal``) its seqs from a sequence in that order, each with its ticket, commits,
+and in the same round trip waits until its seqs are at or below the readers' watermark
+(``settle``: at once, unless a writer sealing at the same moment has not committed yet).
+What a transaction answers (`Accepted.last_seq`) is renumbered with the seqs it was given
+(`Numbered`, `settle`). A deadlock between two transactions (rare: locks taken in a
+different order by lazy reads) is detected by the server and the loser is run again from
+the start.
 
 A read the transaction's cache cannot answer goes to the server: a run row or a claim it
 has not read is one it has not written (every write starts from a read), so it needs no
@@ -69,6 +71,7 @@ from .._textrows import EVENT_WIDTH, NULL, CommandRow, TextRow, TextRunTx
 from . import _streams as streams
 from ._conn import StoreConnection
 from ._listen import CONTROL, STREAM
+from ._order import Numbered
 from ._queries import INSERTED, UPDATED, Queries, rows_json
 
 Conn = StoreConnection
@@ -116,10 +119,12 @@ class PgTx(TextRunTx[TextRow, _Insert]):
         self._offset = offset
         self._clock = clock
         self.now = 0.0
-        self.base = 0
-        """The seq this transaction's events start after, once it committed (`settle`)."""
+        self.numbered = Numbered((), 0)
+        """The seqs this transaction's events were given, once it committed."""
         self.writes = 0
         """The store's count of write transactions before this one, once it committed."""
+        self.unsettled = False
+        """Whether it committed but its wait for its seqs to settle did not finish."""
         self.controls = False
         """Whether the transaction stored a command (its NOTIFY says so: `CONTROL`)."""
         self.streamed = False
@@ -157,24 +162,36 @@ class PgTx(TextRunTx[TextRow, _Insert]):
         return self.now
 
     def commit(self) -> None:
-        """Send every queued write, then take the counters row and write the events, and
-        commit, in one pipeline (the row is held from its ``UPDATE`` to the end of
-        ``COMMIT``: see the module's docstring)."""
+        """Send every queued write, then number (with their tickets) and write the events,
+        commit, and wait for the seqs to settle, in one pipeline (the module's
+        docstring)."""
         conn = self.conn
         q = self.q
         counted = None
         self.flush()
+        numbering = bool(self._events)
         if self.wrote:
             if self.token.int % 64 == 0:  # now and then: forget old tokens
                 conn.execute(q.forget_written)
+            if self.token.int % 1024 == 1:  # and fold the rows of ended server processes
+                conn.execute(q.forget_writers)
             counted = conn.execute(q.seal, self._sealing())
-        conn.execute("COMMIT")
-        self._pipeline.close()  # the one Sync: every result comes back, or the first error
+        committed = conn.execute("COMMIT")
+        if numbering:
+            conn.execute(q.settle, (q.space,))  # (after COMMIT: its own transaction)
+        try:
+            self._pipeline.close()  # the one Sync: every result comes back, or the first error
+        except psycopg.Error:
+            if not numbering or not _succeeded(committed):
+                raise
+            # Committed; only the wait for its seqs failed (a cancelled query, a connection
+            # lost after COMMIT's answer came): the store waits for them otherwise.
+            self.unsettled = True
         if counted is not None:
             found = counted.fetchone()
             assert found is not None
-            self.base, writes = int(found[0]), int(found[1])
-            self.writes = writes - 1
+            self.numbered = Numbered(tuple(found[1]), int(found[0]))
+            self.writes = int(found[2])
 
     def abort(self) -> None:
         """Leave the pipeline and roll back, after an error anywhere in the transaction
@@ -198,7 +215,7 @@ class PgTx(TextRunTx[TextRow, _Insert]):
         # runtime that is not the attempt's (the attempt clears the mark with its own end).
         live = [row for row in self._ended if row.attempt_epoch is not None]
         return {
-            "n": self._last_seq,
+            "space": self.q.space,
             "events": rows_json(
                 [
                     # (seq, run, thread, generation, kind, state, detail, at)
@@ -227,11 +244,6 @@ class PgTx(TextRunTx[TextRow, _Insert]):
             ),
             "ends": _announced(live),
         }
-
-    def seq(self, number: int) -> int:
-        """The store's seq of this transaction's event ``number`` (0: the seq before its
-        first), once it committed."""
-        return self.base + number
 
     # ------------------------------------------------------------------ reading
 
@@ -577,6 +589,12 @@ class PgTx(TextRunTx[TextRow, _Insert]):
         if self._streams.queued:
             self.streamed = True
             streams.write_queue(conn, q.insert_chunks, q.drop_chunks, self._streams)
+
+
+def _succeeded(cursor: psycopg.Cursor[tuple[Any, ...]]) -> bool:
+    """Whether the statement ``cursor`` ran in a pipeline that failed had succeeded."""
+    result = cursor.pgresult
+    return result is not None and result.status == psycopg.pq.ExecStatus.COMMAND_OK
 
 
 def _columns(rows: list[tuple[Any, ...]], width: int) -> tuple[list[Any], ...]:

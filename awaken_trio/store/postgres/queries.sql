@@ -48,7 +48,7 @@ SELECT o.* FROM unnest(%b::text[]) AS k(id) CROSS JOIN LATERAL
 
 -- unended --
 -- The runs on a thread that have not ended, oldest first (read after the thread's lock is
--- taken: a start that rejects or supersedes on a busy thread; schema version 8's partial
+-- taken: a start that rejects or supersedes on a busy thread; schema version 10's partial
 -- index holds these rows alone).
 SELECT run_id FROM {s}.runs WHERE thread_id = %s AND kind <> 'ended' ORDER BY created;
 
@@ -149,24 +149,52 @@ USING unnest(%b::text[], %b::text[], %b::bigint[]) AS d(run_id, channel, before)
 WHERE c.run_id = d.run_id AND c.channel = d.channel AND c.last_offset < d.before;
 
 -- seal --
--- The end of a write transaction, in one statement: take the counters row (held to the
--- end of COMMIT), number the events and the checkpoints kept by seq from its base, keep
--- the token, and NOTIFY (sent at COMMIT).
-WITH c AS (
-  UPDATE {s}.counters SET last_seq = last_seq + %(n)s, writes = writes + 1
-  WHERE id = 1 RETURNING last_seq - %(n)s AS base, writes),
+-- The end of a write transaction, in one statement: count the write in this server
+-- process's row, number the events from the sequence in their order, each seq with its
+-- ticket (``next_seq``; a SELECT's volatile expressions are evaluated after its ORDER BY), keep the checkpoints by the seqs of their
+-- events (0: the seq before the transaction's first, or the last handed out when it wrote
+-- none), keep the token with the seqs, and NOTIFY (sent at COMMIT). No row is shared with
+-- another writer.
+WITH w AS (
+  INSERT INTO {s}.writes (pid, n) VALUES (pg_backend_pid(), 1)
+  ON CONFLICT (pid) DO UPDATE SET n = {s}.writes.n + 1),
+b AS (SELECT coalesce(sum(n), 0) AS writes FROM {s}.writes),
 e AS (
   INSERT INTO {s}.events ({event_names})
-  SELECT {event_values} FROM c, jsonb_array_elements(%(events)s::jsonb) AS t(j)),
+  SELECT {event_values} FROM jsonb_array_elements(%(events)s::jsonb) WITH ORDINALITY
+    AS t(j, n) ORDER BY n
+  RETURNING seq),
+c AS (
+  SELECT coalesce(array_agg(seq ORDER BY seq), ARRAY[]::bigint[]) AS seqs,
+    coalesce(min(seq) - 1, (SELECT last_value FROM {s}.event_seqs)) AS base FROM e),
 h AS (
   INSERT INTO {s}.checkpoints ({history_names})
   SELECT {history_values} FROM c, jsonb_array_elements(%(history)s::jsonb) AS t(j)
   ON CONFLICT (run_id, seq) DO UPDATE SET checkpoint = EXCLUDED.checkpoint),
-w AS (
-  INSERT INTO {s}.written (token, seq_base, writes) SELECT %(token)s, c.base, c.writes FROM c)
-SELECT c.base, c.writes, pg_notify(%(channel)s, %(sender)s
+k AS (
+  INSERT INTO {s}.written (token, seq_base, writes, seqs)
+  SELECT %(token)s, c.base, b.writes + 1, c.seqs FROM b, c)
+SELECT c.base, c.seqs, b.writes, pg_notify(%(channel)s, %(sender)s
   || CASE WHEN %(ends)s = '' THEN '' ELSE E'\n' || c.base::text || E'\n' || %(ends)s END)
-FROM c;
+FROM b, c;
+
+-- settle --
+-- After COMMIT, in its round trip: wait until this writer's last seq is at or below the
+-- watermark, so the seqs it answers are safe to follow from (``_order``'s docstring).
+SELECT {s}.await_seq(%s, currval('{s}.event_seqs'));
+
+-- settle_seq --
+-- The same wait for a given seq (a commit whose answer was lost, looked up).
+SELECT {s}.await_seq(%s, %s);
+
+-- forget_writers --
+-- Now and then: the rows of server processes that ended, folded into row 0 (the sum
+-- stays as it was).
+WITH gone AS (
+  DELETE FROM {s}.writes w WHERE w.pid <> 0
+    AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = w.pid)
+  RETURNING n)
+UPDATE {s}.writes SET n = n + (SELECT coalesce(sum(n), 0) FROM gone) WHERE pid = 0;
 
 -- forget_written --
 -- Now and then: the tokens of write transactions older than any lost answer.
@@ -183,8 +211,9 @@ SELECT pg_terminate_backend(%s);
 SELECT 1 FROM pg_stat_activity WHERE pid = %s;
 
 -- was_written --
--- Whether a write transaction committed, by its token: its events' base and writes count.
-SELECT seq_base, writes FROM {s}.written WHERE token = %s;
+-- Whether a write transaction committed, by its token: its events' seqs and base, and
+-- the writes count with it.
+SELECT seqs, seq_base, writes FROM {s}.written WHERE token = %s;
 
 
 -- ============================================================================ reads
@@ -194,10 +223,11 @@ SELECT seq_base, writes FROM {s}.written WHERE token = %s;
 SELECT {record_columns} FROM {s}.runs r WHERE r.run_id = %s;
 
 -- events --
-SELECT {event_columns} FROM {s}.events WHERE seq > %s ORDER BY seq LIMIT %s;
+-- Every run's events after a cursor, up to the watermark (``_order``'s docstring).
+SELECT {event_columns} FROM {s}.events_after(%s, %s, NULL, %s);
 
 -- events_of_run --
-SELECT {event_columns} FROM {s}.events WHERE run_id = %s AND seq > %s ORDER BY seq LIMIT %s;
+SELECT {event_columns} FROM {s}.events_after(%s, %s, %s, %s);
 
 -- step_events --
 -- A run's journaled steps (ctx.step): the literal kind lets the planner read them from the
@@ -205,18 +235,22 @@ SELECT {event_columns} FROM {s}.events WHERE run_id = %s AND seq > %s ORDER BY s
 SELECT {event_columns} FROM {s}.events WHERE run_id = %s AND kind = 'step' ORDER BY seq;
 
 -- queued --
--- Queued named root runs nobody holds a live claim on, whose thread no other run's live
--- attempt occupies, oldest run first (the order they were created). A run another
--- transaction has locked (most often another worker claiming it now) is skipped, so
--- workers looking at once are handed different runs. (OFFSET 0: asked of each candidate,
--- through the index of live attempts by thread, not made into a join that reads every run
--- to find them.) A run whose not_before (a delayed start, a retry's wait) is later than
+-- Queued named root runs nobody holds a live claim on, that no other runtime's look
+-- reserved a moment ago, whose thread no other run's live attempt occupies, oldest run
+-- first (the order they were created). A run another transaction has locked (most often
+-- another worker looking or claiming it now) is skipped, so workers looking at once are
+-- handed different runs. (OFFSET 0: asked of each candidate, through the index of live
+-- attempts by thread and the reservations' key, not made into a join that reads every run
+-- or every reservation to find them: measured, a join made a look over a backlog of
+-- 5,000 runs cost ten times as much.) A run whose not_before (a delayed start, a retry's wait) is later than
 -- now (the runtime's clock) is passed over, read from the same walk of the queue.
 SELECT {record_columns} FROM {s}.runs r
 WHERE r.queued_order IS NOT NULL AND r.name = ANY(%(names)b)
   AND (r.not_before IS NULL OR r.not_before <= %(now)s)
   AND NOT EXISTS (SELECT 1 FROM {s}.claims c WHERE c.run_id = r.run_id
     AND c.lease_until >= %(lease_now)s)
+  AND NOT EXISTS (SELECT 1 FROM {s}.reserved v WHERE v.run_id = r.run_id
+    AND v.until >= %(lease_now)s AND v.by <> %(by)s OFFSET 0)
   AND NOT EXISTS (SELECT 1 FROM {s}.runs o JOIN {s}.claims c ON c.run_id = o.root_run_id
     WHERE o.thread_id = r.thread_id AND o.attempt_epoch IS NOT NULL
     AND o.run_id <> r.run_id AND c.epoch = o.attempt_epoch
@@ -228,33 +262,49 @@ ORDER BY r.created LIMIT %(limit)s FOR UPDATE OF r SKIP LOCKED;
 SELECT {record_columns} FROM {s}.tickets t JOIN {s}.runs r ON r.run_id = t.run_id
 WHERE t.wake_at IS NOT NULL AND t.wake_at <= %(now)s
   AND r.parent_run_id IS NULL AND r.name = ANY(%(names)b)
+  AND NOT EXISTS (SELECT 1 FROM {s}.reserved v WHERE v.run_id = r.run_id
+    AND v.until >= %(lease_now)s AND v.by <> %(by)s OFFSET 0)
 ORDER BY t.wake_at, t.put_order LIMIT %(limit)s FOR UPDATE OF r SKIP LOCKED;
 
+-- look_async --
+-- A look's reservations are hints (a lost one costs a race the rules settle): its commit
+-- does not wait for the WAL flush.
+SET LOCAL synchronous_commit = off;
+
+-- reserve --
+-- The runs a look hands out, taken out of other runtimes' looks until a moment passes
+-- (their rows are locked by the look, so no other look read them meanwhile).
+INSERT INTO {s}.reserved (run_id, by, until)
+SELECT unnest(%(ids)b::text[]), %(by)s, %(until)s
+ON CONFLICT (run_id) DO UPDATE SET by = EXCLUDED.by, until = EXCLUDED.until;
+
+-- forget_reserved --
+-- Now and then: reservations that have passed.
+DELETE FROM {s}.reserved WHERE until < %s;
+
 -- past_deadline --
--- Root runs past a time limit that no attempt runs (DeadlineStore.overdue): queued or
--- awaiting ones past their deadline, then queued ones that never started past their queue
--- deadline, each read from the partial index that holds its candidates alone (the
--- conditions repeat the indexes' own so the planner can use them), up to now, at most a
--- batch; and, in the same statement, the earliest limit still to come.
-(SELECT 'deadline' AS limit_kind, {record_columns} FROM {s}.runs r
+-- Root runs past a time limit that no attempt runs (DeadlineStore.overdue), in one
+-- statement: queued or awaiting ones past their deadline, then queued ones that never
+-- started past their queue deadline, each read from the partial index that holds its
+-- candidates alone (the conditions repeat the indexes' own so the planner can use them), up
+-- to now, at most a batch; then one row with the earliest limit still to come.
+(SELECT 'deadline' AS limit_kind, NULL::float8 AS next_at, {record_columns} FROM {s}.runs r
  WHERE r.deadline IS NOT NULL AND r.parent_run_id IS NULL
    AND r.kind IN ('queued', 'awaiting') AND r.deadline <= %(now)s
  ORDER BY r.deadline LIMIT %(limit)s)
 UNION ALL
-(SELECT 'queue_timeout', {record_columns} FROM {s}.runs r
+(SELECT 'queue_timeout', NULL, {record_columns} FROM {s}.runs r
  WHERE r.queue_deadline IS NOT NULL AND r.parent_run_id IS NULL AND r.kind = 'queued'
    AND r.generation = 0 AND r.queue_deadline <= %(now)s
- ORDER BY r.queue_deadline LIMIT %(limit)s);
-
--- next_limit --
--- The earliest time limit after now of a run past_deadline would find.
-SELECT LEAST(
+ ORDER BY r.queue_deadline LIMIT %(limit)s)
+UNION ALL
+SELECT 'next', LEAST(
   (SELECT min(r.deadline) FROM {s}.runs r WHERE r.deadline IS NOT NULL
      AND r.parent_run_id IS NULL AND r.kind IN ('queued', 'awaiting')
      AND r.deadline > %(now)s),
   (SELECT min(r.queue_deadline) FROM {s}.runs r WHERE r.queue_deadline IS NOT NULL
      AND r.parent_run_id IS NULL AND r.kind = 'queued' AND r.generation = 0
-     AND r.queue_deadline > %(now)s));
+     AND r.queue_deadline > %(now)s)), {record_nulls};
 
 -- list_runs --
 -- Runs newest first; {where} is the filters a call asks for, joined in when it is made
@@ -284,19 +334,20 @@ SELECT checkpoint FROM {s}.checkpoints WHERE run_id = %s AND seq <= %s
 ORDER BY seq DESC LIMIT 1;
 
 -- writes --
-SELECT writes FROM {s}.counters WHERE id = 1;
+-- The count of write transactions: every server process's row, in one snapshot.
+SELECT coalesce(sum(n), 0) FROM {s}.writes;
 
 -- look_commands --
 -- A look's reads, skipped by the server when no write landed since the last (the count
 -- the store last knew) unless asked to read anyway.
 SELECT id, run_id, kind, payload, reason, at FROM {s}.inbox
-WHERE (%(anyway)s OR (SELECT writes FROM {s}.counters WHERE id = 1) <> %(known)s)
+WHERE (%(anyway)s OR (SELECT coalesce(sum(n), 0) FROM {s}.writes) <> %(known)s)
   AND id > %(after)s AND run_id = ANY(%(ids)b) ORDER BY id;
 
 -- look_ended --
 SELECT x.* FROM unnest(%(running)b::text[]) AS k(id) CROSS JOIN LATERAL
   (SELECT run_id, state FROM {s}.runs WHERE run_id = k.id AND kind = 'ended' OFFSET 0) x
-WHERE %(anyway)s OR (SELECT writes FROM {s}.counters WHERE id = 1) <> %(known)s;
+WHERE %(anyway)s OR (SELECT coalesce(sum(n), 0) FROM {s}.writes) <> %(known)s;
 
 -- run_kind --
 SELECT kind FROM {s}.runs WHERE run_id = %s;
@@ -345,7 +396,8 @@ t AS (DELETE FROM {s}.tickets WHERE run_id = ANY(%(ids)b)),
 i AS (DELETE FROM {s}.inbox WHERE run_id = ANY(%(ids)b)),
 c AS (DELETE FROM {s}.claims WHERE run_id = ANY(%(ids)b)),
 h AS (DELETE FROM {s}.checkpoints WHERE run_id = ANY(%(ids)b)),
-k AS (DELETE FROM {s}.stream_chunks WHERE run_id = ANY(%(ids)b))
+k AS (DELETE FROM {s}.stream_chunks WHERE run_id = ANY(%(ids)b)),
+v AS (DELETE FROM {s}.reserved WHERE run_id = ANY(%(ids)b))
 DELETE FROM {s}.runs WHERE run_id = ANY(%(ids)b);
 
 

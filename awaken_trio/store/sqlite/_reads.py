@@ -126,22 +126,25 @@ _DUE: Final = f"""
 """
 
 
-# Root runs past a time limit that no attempt runs (`DeadlineStore.overdue`): each half reads
-# the partial index that holds its candidates alone (the conditions repeat the indexes'
-# own, so SQLite may use them), from the earliest limit up to now, and stops at the limit.
+# Root runs past a time limit that no attempt runs (`DeadlineStore.overdue`), in one
+# statement: the queued or awaiting roots past their deadline, then the queued roots that
+# never started past their queue deadline, each part read from the partial index that holds
+# its candidates alone (its conditions repeat the index's own, so SQLite may use it), from
+# the earliest limit up to now, stopping at the batch; then one row with the earliest limit
+# still to come (the first entry after now of each index).
+_RECORD_WIDTH: Final = RECORD_COLUMNS.count(",") + 1
 _PAST_DEADLINE: Final = f"""
-    SELECT {RECORD_COLUMNS} FROM runs r
+    SELECT 'deadline', NULL, {RECORD_COLUMNS} FROM runs r
     WHERE r.deadline IS NOT NULL AND r.parent_run_id IS NULL
       AND r.kind IN ('queued', 'awaiting') AND r.deadline <= :now
     ORDER BY r.deadline LIMIT :limit
 """
 _PAST_QUEUE_DEADLINE: Final = f"""
-    SELECT {RECORD_COLUMNS} FROM runs r
+    SELECT 'queue_timeout', NULL, {RECORD_COLUMNS} FROM runs r
     WHERE r.queue_deadline IS NOT NULL AND r.parent_run_id IS NULL AND r.kind = 'queued'
       AND r.generation = 0 AND r.queue_deadline <= :now
     ORDER BY r.queue_deadline LIMIT :limit
 """
-# The earliest limit still to come, read from the first entry after now of each index.
 _NEXT_LIMIT: Final = """
     SELECT MIN(t) FROM (
       SELECT MIN(r.deadline) AS t FROM runs r WHERE r.deadline IS NOT NULL
@@ -151,21 +154,25 @@ _NEXT_LIMIT: Final = """
         AND r.parent_run_id IS NULL AND r.kind = 'queued' AND r.generation = 0
         AND r.queue_deadline > :now)
 """
+OVERDUE: Final = (
+    f"SELECT * FROM ({_PAST_DEADLINE}) UNION ALL SELECT * FROM ({_PAST_QUEUE_DEADLINE})"
+    f" UNION ALL SELECT 'next', ({_NEXT_LIMIT}){', NULL' * _RECORD_WIDTH}"
+)
 
 
 def overdue(conn: sqlite3.Connection, now: float, limit: int) -> OverdueLook:
     """``now`` is the runtime's clock (deadlines are read from it)."""
-    params = {"now": now, "limit": max(limit, 0)}
-    runs = [Overdue(record_of(found), "deadline") for found in conn.execute(_PAST_DEADLINE, params)]
-    seen = {found.record.run_id for found in runs}
-    if len(runs) < limit:
-        params["limit"] = limit - len(runs)
-        runs.extend(
-            Overdue(record, "queue_timeout")
-            for record in map(record_of, conn.execute(_PAST_QUEUE_DEADLINE, params))
-            if record.run_id not in seen
-        )
-    (next_at,) = conn.execute(_NEXT_LIMIT, {"now": now}).fetchone()
+    runs: list[Overdue] = []
+    seen: set[str] = set()
+    next_at = None
+    for kind, upcoming, *columns in conn.execute(OVERDUE, {"now": now, "limit": max(limit, 0)}):
+        if kind == "next":
+            next_at = upcoming
+            continue
+        record = record_of(columns)
+        if record.run_id not in seen and len(runs) < limit:  # (past both: its deadline)
+            seen.add(record.run_id)
+            runs.append(Overdue(record, kind))
     return OverdueLook(tuple(runs), next_at)
 
 

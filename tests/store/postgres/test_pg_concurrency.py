@@ -1,6 +1,6 @@
 """Write transactions on the PostgreSQL store run side by side: what still holds when many
 stores (each its own pool, as runtimes in other processes have) write at once. The locks
-each transaction takes (claims, rows, threads; the counters row at commit only) are real
+each transaction takes (claims, rows, threads; no lock all writers share) are real
 server locks here, so these tests race real transactions. Real time, bounded by
 ``trio.fail_after``."""
 
@@ -195,7 +195,9 @@ async def test_a_commit_answers_with_the_seqs_it_was_given(stores: list[Postgres
     answered = [r.last_seq for r in results if isinstance(r, Accepted)]
     assert sorted(answered) == sorted(by_run.values())
     for i in range(WRITERS):
-        assert by_run[f"b{i}"] == by_run[f"a{i}"] + 1  # one transaction's events together
+        # One transaction's events in the order it queued them (other transactions' seqs,
+        # taken at the same moment from the one sequence, may fall between them).
+        assert by_run[f"b{i}"] > by_run[f"a{i}"]
 
 
 async def test_recovery_leaves_a_claim_another_transaction_holds(

@@ -210,14 +210,15 @@ async def test_a_commit_whose_connection_broke_before_commit_is_applied_once(
 async def test_a_hanging_query_is_cancelled_on_the_server_with_its_caller(
     store: PostgresStore, pg_url: str
 ) -> None:
-    """Another connection holds the row every write transaction locks: the store's write
-    waits. Its caller gives up; the query must not go on waiting on the server (it would
-    hold a pooled connection, and then write, long after its caller left)."""
+    """Another connection holds the events table, which a write that writes events locks
+    (for a moment, to insert): the store's write waits. Its caller gives up; the query
+    must not go on waiting on the server (it would hold a pooled connection, and then
+    write, long after its caller left)."""
     await store.open()
     holder = await trio.to_thread.run_sync(lambda: psycopg.connect(pg_url))
     try:
         await trio.to_thread.run_sync(
-            lambda: holder.execute("SELECT 1 FROM awaken.counters FOR UPDATE")
+            lambda: holder.execute("LOCK TABLE awaken.events IN EXCLUSIVE MODE")
         )
 
         def waiting() -> int:

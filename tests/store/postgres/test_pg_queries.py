@@ -25,7 +25,7 @@ from awaken_trio.store.postgres._queries import (
 
 def test_every_statement_in_the_file_composes_for_a_schema() -> None:
     queries = Queries.of("team a")
-    names = {f.name for f in attrs.fields(Queries)} - {"schema", "channel", "list_runs"}
+    names = {f.name for f in attrs.fields(Queries)} - {"schema", "channel", "space", "list_runs"}
     for name in names:
         text = getattr(queries, name)
         assert isinstance(text, bytes), name
@@ -38,7 +38,7 @@ def test_every_statement_in_the_file_composes_for_a_schema() -> None:
 
 
 def test_the_file_and_the_queries_name_the_same_statements() -> None:
-    fields = {f.name for f in attrs.fields(Queries)} - {"schema", "channel"}
+    fields = {f.name for f in attrs.fields(Queries)} - {"schema", "channel", "space"}
     assert set(_queries._TEXTS) == fields
 
 
@@ -113,7 +113,8 @@ def test_the_rows_read_are_the_text_rows_fields_in_order() -> None:
 
 def test_the_events_are_sealed_in_the_order_they_are_queued() -> None:
     assert EVENTS.names.split(", ") == list(EVENT_COLUMNS)
-    assert EVENTS.values.startswith("c.base + (j->>0)::bigint")
+    # (Numbered from the sequence, in the events' order: `_order`.)
+    assert EVENTS.values.startswith("{s}.next_seq(%(space)s)")
 
 
 def test_a_layout_lists_the_columns_read_from_the_row_first() -> None:

@@ -1,0 +1,78 @@
+"""A look for work on the PostgreSQL store takes the runs it hands out out of other
+runtimes' looks for a moment (``reserved``, schema version 7): workers looking at once are
+handed different runs, the looking runtime still sees its own, and runs it did not claim
+go to others once the moment has passed. Real time, bounded by ``trio.fail_after``."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack
+
+import pytest
+import trio
+
+from awaken_trio import RunState
+from awaken_trio.store import Accepted, Commit, Expect, NewRun
+from awaken_trio.store.postgres._reads import RESERVED_FOR
+from awaken_trio.store.postgres._store import PostgresStore
+
+
+def _new(run_id: str) -> Commit:
+    return Commit(
+        run_id=run_id,
+        state=RunState.Queued(),
+        generation=0,
+        expect=Expect(new=True),
+        at=1.0,
+        new_run=NewRun(thread_id=f"t-{run_id}", parent_run_id=None, name="job"),
+    )
+
+
+@pytest.fixture
+async def offset() -> list[float]:
+    return [0.0]
+
+
+@pytest.fixture
+async def stores(pg_url: str, offset: list[float]) -> AsyncIterator[list[PostgresStore]]:
+    async with AsyncExitStack() as stack:
+        yield [
+            await stack.enter_async_context(
+                PostgresStore(pg_url, pool_size=2, lease_offset=lambda: offset[0])
+            )
+            for _ in range(4)
+        ]
+
+
+async def test_workers_looking_at_once_are_handed_different_runs(
+    stores: list[PostgresStore],
+) -> None:
+    results = await stores[0].apply([_new(f"r{i}") for i in range(40)])
+    assert all(isinstance(r, Accepted) for r in results)
+    found: list[list[str]] = []
+
+    async def look(store: PostgresStore) -> None:
+        records = await store.runnable({"job"}, 2.0, 10)
+        found.append([r.run_id for r in records])
+
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            for store in stores:
+                nursery.start_soon(look, store)
+    handed = [run_id for one in found for run_id in one]
+    assert len(handed) == len(set(handed)) == 40  # each run to one worker, all handed out
+
+
+async def test_the_looking_runtime_sees_its_own_and_others_see_them_after_a_moment(
+    stores: list[PostgresStore], offset: list[float]
+) -> None:
+    here, there = stores[0], stores[1]
+    await here.apply([_new("a"), _new("b")])
+    with trio.fail_after(30):
+        assert [r.run_id for r in await here.runnable({"job"}, 2.0, 1)] == ["a"]
+        assert [r.run_id for r in await there.runnable({"job"}, 2.0, 10)] == ["b"]
+        # Not claimed: its own look hands it out again ...
+        assert [r.run_id for r in await here.runnable({"job"}, 2.0, 10)] == ["a"]
+        assert [r.run_id for r in await there.runnable({"job"}, 2.0, 10)] == ["b"]
+        offset[0] = RESERVED_FOR + 1.0  # ... and once the moment has passed, so do others'
+        assert [r.run_id for r in await stores[2].runnable({"job"}, 2.0, 10)] == ["a", "b"]

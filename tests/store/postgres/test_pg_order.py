@@ -1,0 +1,251 @@
+"""Event seqs on the PostgreSQL store without a lock every writer takes (``_order``): under
+concurrent writers on a real server, a follower sees every committed event exactly once and
+in seq order, a writer's answer is never followed by a smaller seq committing, and the
+watermark holds readers back exactly while a writer that took seqs has not committed.
+Real time, bounded by ``trio.fail_after``; the races are seeded."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack
+
+import psycopg
+import pytest
+import trio
+
+from awaken_trio import RunEvent, RunState
+from awaken_trio.store import Accepted, Commit, Expect, NewRun
+from awaken_trio.store.postgres._order import ticket_space
+from awaken_trio.store.postgres._store import PostgresStore
+
+WRITERS = 4
+
+
+def _new(run_id: str) -> Commit:
+    return Commit(
+        run_id=run_id,
+        state=RunState.Queued(),
+        generation=0,
+        expect=Expect(new=True),
+        at=1.0,
+        new_run=NewRun(thread_id=f"t-{run_id}", parent_run_id=None, name="job"),
+    )
+
+
+@pytest.fixture
+async def stores(pg_url: str) -> AsyncIterator[list[PostgresStore]]:
+    async with AsyncExitStack() as stack:
+        yield [
+            await stack.enter_async_context(PostgresStore(pg_url, pool_size=2))
+            for _ in range(WRITERS + 1)
+        ]
+
+
+def _committed(url: str) -> list[int]:
+    with psycopg.connect(url, autocommit=True) as conn:
+        return [int(seq) for (seq,) in conn.execute("SELECT seq FROM awaken.events ORDER BY seq")]
+
+
+def _below(url: str, seq: int) -> int:
+    with psycopg.connect(url, autocommit=True) as conn:
+        found = conn.execute("SELECT count(*) FROM awaken.events WHERE seq < %s", (seq,))
+        row = found.fetchone()
+        assert row is not None
+        return int(row[0])
+
+
+async def _until_committed(url: str, seqs: list[int]) -> None:
+    """Poll (under the caller's ``fail_after``) until the table holds exactly ``seqs``."""
+    while True:
+        if await trio.to_thread.run_sync(_committed, url) == seqs:
+            return
+        await trio.sleep(0.01)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+async def test_a_follower_sees_every_committed_event_once_in_order(
+    stores: list[PostgresStore], pg_url: str, seed: int
+) -> None:
+    """Writers in separate pools commit batches of random sizes at random moments while a
+    follower reads after its cursor: its seqs strictly increase, and once the writers are
+    done it has read exactly the events the table holds. Every answer a writer had was,
+    when it came, above every seq that would ever commit below it."""
+    rng = random.Random(seed)
+    follower, writers = stores[0], stores[1:]
+    seen: list[RunEvent] = []
+    answers: list[tuple[int, int]] = []  # (a commit's last seq, events below it then)
+    done = trio.Event()
+
+    async def follow() -> None:
+        cursor = 0
+        while True:
+            finished = done.is_set()
+            events = await follower.events_after(cursor, limit=rng.randint(1, 50))
+            for event in events:
+                assert event.seq > cursor, "a seq shown after a greater one"
+                cursor = event.seq
+                seen.append(event)
+            if finished and not events:
+                return
+            await trio.lowlevel.checkpoint()
+
+    async def write(i: int, store: PostgresStore) -> None:
+        own = random.Random(seed * 100 + i)
+        for n in range(25):
+            batch = [_new(f"w{i}-{n}-{k}") for k in range(own.randint(1, 6))]
+            results = await store.apply(batch)
+            assert all(isinstance(r, Accepted) for r in results)
+            last = max(r.last_seq for r in results if isinstance(r, Accepted))
+            below = await trio.to_thread.run_sync(_below, pg_url, last)
+            answers.append((last, below))
+            await trio.sleep(own.random() * 0.005)
+
+    with trio.fail_after(120):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(follow)
+            async with trio.open_nursery() as writing:
+                for i, store in enumerate(writers):
+                    writing.start_soon(write, i, store)
+            done.set()
+    committed = await trio.to_thread.run_sync(_committed, pg_url)
+    assert [e.seq for e in seen] == committed  # each once, in order, none missed
+    assert len(committed) == len({e.run_id for e in seen})  # one event a run created
+    for last, below in answers:
+        assert await trio.to_thread.run_sync(_below, pg_url, last) == below
+
+
+async def test_readers_wait_for_a_writer_that_took_seqs_and_the_answer_waits_too(
+    stores: list[PostgresStore], pg_url: str
+) -> None:
+    """A writer holds a ticket and a seq, uncommitted, while another writer commits a
+    greater seq: readers see neither until the first commits, and the second's answer
+    waits for it."""
+    store = stores[0]
+    [first] = await store.apply([_new("before")])
+    assert isinstance(first, Accepted)
+    space = ticket_space("awaken")
+    holder = await trio.to_thread.run_sync(lambda: psycopg.connect(pg_url))
+    try:
+
+        def take_a_seq() -> int:
+            holder.execute(
+                "SELECT pg_advisory_xact_lock_shared(%s, (last_value & 2147483647)::integer)"
+                " FROM awaken.event_seqs",
+                (space,),
+            )
+            found = holder.execute("SELECT nextval('awaken.event_seqs')").fetchone()
+            assert found is not None
+            return int(found[0])
+
+        held = await trio.to_thread.run_sync(take_a_seq)
+        answered: list[int] = []
+
+        async def second() -> None:
+            [result] = await stores[1].apply([_new("after")])
+            assert isinstance(result, Accepted)
+            answered.append(result.last_seq)
+
+        with trio.fail_after(30):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(second)
+                await _until_committed(pg_url, [first.last_seq, held + 1])  # the second's
+                # ... but is held back from readers, and has not answered.
+                assert [e.seq for e in await store.events_after(0)] == [first.last_seq]
+                assert [e.seq for e in await store.events_after(0, "after")] == []
+                assert answered == []
+                await trio.to_thread.run_sync(holder.rollback)  # the held seq is a gap
+        assert answered == [held + 1]
+        assert [e.seq for e in await store.events_after(0)] == [first.last_seq, held + 1]
+    finally:
+        await trio.to_thread.run_sync(holder.close)
+
+
+async def test_the_writes_count_survives_folding_ended_processes(
+    stores: list[PostgresStore], pg_url: str
+) -> None:
+    """The count of writes is summed over server processes' rows; folding the rows of
+    processes that ended into row 0 leaves the sum (`version`) where it was."""
+    store, other = stores[0], stores[1]
+    start = await store.version()
+    for n in range(3):
+        await other.apply([_new(f"r{n}")])
+    moved = await store.version()
+    assert moved > start
+
+    def fold() -> tuple[int, int]:
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute("INSERT INTO awaken.writes (pid, n) VALUES (-1, 5)")  # a gone one
+            before = conn.execute("SELECT sum(n) FROM awaken.writes").fetchone()
+            from awaken_trio.store.postgres._queries import Queries
+
+            conn.execute(Queries.of("awaken").forget_writers)
+            after = conn.execute("SELECT sum(n) FROM awaken.writes").fetchone()
+            gone = conn.execute("SELECT count(*) FROM awaken.writes WHERE pid = -1").fetchone()
+            assert before is not None
+            assert after is not None
+            assert gone is not None
+            assert int(gone[0]) == 0
+            return int(before[0]), int(after[0])
+
+    before, after = await trio.to_thread.run_sync(fold)
+    assert before == after
+    assert await store.version() == moved + 1  # the row added by hand is a write it saw
+    assert await store.version() == moved + 1
+
+
+async def test_an_older_store_keeps_its_events_seqs_and_count(
+    pg_url: str,
+) -> None:
+    """A store written before seqs came from a sequence (its last seq and writes count in
+    the counters row) opens with its events readable, the next seq after its last, and
+    its writes count where it was."""
+    from awaken_trio.store.postgres._schema import LATEST, MIGRATIONS, open_schema
+
+    def create_v7() -> None:
+        with psycopg.connect(pg_url) as conn:
+            open_schema(conn, "awaken", "the test database", MIGRATIONS[:7])
+            conn.execute(
+                "INSERT INTO awaken.events VALUES"
+                " (3, 'old', 't-old', 0, 'committed', '{\"kind\": \"queued\"}', '{}', 1.0)"
+            )
+            conn.execute("UPDATE awaken.counters SET last_seq = 3, writes = 11 WHERE id = 1")
+
+    await trio.to_thread.run_sync(create_v7)
+    with trio.fail_after(30):
+        async with PostgresStore(pg_url) as store:
+            assert [e.seq for e in await store.events_after(0)] == [3]
+            assert await store.version() == 0
+            [result] = await store.apply([_new("new")])
+            assert isinstance(result, Accepted)
+            assert result.last_seq == 4
+            assert [e.seq for e in await store.events_after(0)] == [3, 4]
+
+    def read() -> tuple[object, ...]:
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            found = conn.execute(
+                "SELECT (SELECT value FROM awaken.meta WHERE key = 'version'),"
+                " (SELECT sum(n) FROM awaken.writes),"
+                " (SELECT count(*) FROM pg_tables WHERE schemaname = 'awaken'"
+                "  AND tablename = 'counters')"
+            ).fetchone()
+            assert found is not None
+            return tuple(found)
+
+    assert await trio.to_thread.run_sync(read) == (str(LATEST), 12, 0)
+
+
+async def test_a_commit_whose_wait_for_its_seqs_fails_is_answered_once(
+    stores: list[PostgresStore],
+) -> None:
+    """The wait after ``COMMIT`` fails (here: its statement raises): the commit landed, so
+    it is answered, not run again, once the store has waited for its seqs otherwise."""
+    import attrs
+
+    store = stores[0]
+    store._queries = attrs.evolve(store._queries, settle=b"SELECT 1 / (%s * 0)")
+    with trio.fail_after(30):
+        [result] = await store.apply([_new("once")])
+    assert isinstance(result, Accepted)
+    events = await stores[1].events_after(0)
+    assert [(e.run_id, e.seq) for e in events] == [("once", result.last_seq)]
