@@ -34,6 +34,7 @@ from ._core import OwnershipVerifier as OwnershipVerifier
 from ._core import ResumeTicket as ResumeTicket
 from ._core import RunAlreadyEnded as RunAlreadyEnded
 from ._core import RunContext as RunContext
+from ._core import RunCounts as RunCounts
 from ._core import RunError as RunError
 from ._core import RunEvent as RunEvent
 from ._core import RunExists as RunExists
@@ -53,6 +54,8 @@ from ._core import TicketExpired as TicketExpired
 from ._core import TicketMismatch as TicketMismatch
 from ._core import UnknownRun as UnknownRun
 from ._core import VersionedBody as VersionedBody
+from ._core import UnknownWorker as UnknownWorker
+from ._core import WorkerRecord as WorkerRecord
 from ._core import current_context as current_context
 from ._core import fixup_module_metadata as _fixup_module_metadata
 from ._open import open_runtime as open_runtime
@@ -81,6 +84,7 @@ __all__ = [
     "ResumeTicket",
     "RunAlreadyEnded",
     "RunContext",
+    "RunCounts",
     "RunError",
     "RunEvent",
     "RunExists",
@@ -100,6 +104,8 @@ __all__ = [
     "TicketMismatch",
     "UnknownRun",
     "VersionedBody",
+    "UnknownWorker",
+    "WorkerRecord",
     "current_context",
     "open_runtime",
 ]

@@ -21,6 +21,7 @@ from ._logging import say
 from ._runs import json_option, runs, store_option
 from ._ui import ui
 from ._worker import worker
+from ._workers import workers
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -46,6 +47,7 @@ def demo(store: str | None, as_json: bool) -> None:
 cli.add_command(worker)
 cli.add_command(runs)
 cli.add_command(ui)
+cli.add_command(workers)
 
 
 def usage_failure(exc: click.UsageError) -> CommandFailed:

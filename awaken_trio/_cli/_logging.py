@@ -112,6 +112,14 @@ def say(text: str) -> None:
         click.echo(text, err=True)
 
 
+def set_context(**fields: Any) -> None:
+    """Give every later ``json`` line of the installed handler these keys (a record's own
+    ``extra`` wins): ``worker_id`` once the worker has one."""
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, LineHandler):
+            handler.context.update(fields)
+
+
 def _thread_failed(args: threading.ExceptHookArgs) -> None:
     if args.exc_type is SystemExit:
         return  # (as Python's own hook: a thread's normal way out)
@@ -147,6 +155,9 @@ class LineHandler(logging.Handler):
         self.render: Callable[[logging.LogRecord], str] = (
             self._json if log_format == "json" else self._text
         )
+        self.context: dict[str, Any] = {}
+        """Keys every ``json`` line carries unless its record has its own (`set_context`:
+        the worker's id, once it has one)."""
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
@@ -209,6 +220,8 @@ class LineHandler(logging.Handler):
             "message": redact(_message(record)),
         }
         for key, value in _extras(record).items():
+            data.setdefault(key, _jsonable(value))
+        for key, value in self.context.items():
             data.setdefault(key, _jsonable(value))
         exception = _exception(record)
         if exception is not None:

@@ -13,13 +13,14 @@ import sys
 import time
 import typing
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final, get_args
 
 import click
 from rich.live import Live
 
 from .. import (
+    EndCause,
     InvalidArgument,
     InvalidPayload,
     JsonValue,
@@ -27,6 +28,7 @@ from .. import (
     RunRecord,
     RunState,
     Runtime,
+    StoreError,
     StreamChunk,
 )
 from .._core import check_channel
@@ -37,12 +39,14 @@ from .._face.shapes import (
     chunk_json,
     describe_state,
     dumps,
+    duration_of,
     event_json,
     format_time,
     record_json,
     row_json,
+    when,
 )
-from ..store import IfBusy, StateKind, state_to_json
+from ..store import CauseKind, IfBusy, RunFilter, StateKind, state_to_json
 from ._common import (
     STORE_ENV,
     SecondsRange,
@@ -65,7 +69,8 @@ from ._tables import (
     table,
 )
 
-STATE_KINDS: Final[tuple[str, ...]] = get_args(StateKind)
+STATE_KINDS: Final[tuple[str, ...]] = (*get_args(StateKind), *get_args(CauseKind))
+"""What ``--state`` takes: a state kind, or an end cause kind (the ended runs with it)."""
 
 store_option = click.option(
     "--store",
@@ -82,7 +87,7 @@ json_option = click.option(
 state_filter = click.option(
     "--state",
     type=click.Choice(STATE_KINDS),
-    help="Only runs in this state.",
+    help="Only runs in this state, or that ended with this cause.",
 )
 thread_filter = click.option("--thread", "thread_id", metavar="T", help="Only runs on thread T.")
 name_filter = click.option("--name", metavar="N", help="Only runs named N.")
@@ -116,7 +121,7 @@ def runs() -> None:
 def list_runs(
     store: str | None,
     as_json: bool,
-    state: StateKind | None,
+    state: RunFilter | None,
     thread_id: str | None,
     name: str | None,
     limit: int,
@@ -142,6 +147,16 @@ async def _listed(runtime: Runtime, before: str | None, **filters: Any) -> list[
         return await runtime.list_runs(before=before, **filters)
     except REFUSALS as exc:  # an unknown `before`
         raise await refused(runtime, exc, before) from None
+
+
+async def _served(runtime: Runtime, name: str) -> bool:
+    """Whether a live worker (serving: not draining, stopped or lost) serves ``name``; True
+    when the store keeps no workers (nothing to tell)."""
+    try:
+        workers = await runtime.list_workers()
+    except (InvalidArgument, StoreError):
+        return True
+    return any(w.state == "serving" and name in w.bodies for w in workers)
 
 
 @runs.command("show")
@@ -171,6 +186,11 @@ def show(store: str | None, as_json: bool, run_id: str) -> None:
             ("parent", record.parent_run_id or ""),
             ("state", describe_state(record.state)),
             ("generation", str(record.generation)),
+            ("created", when(record.created_at)),
+            ("started", when(record.started_at)),
+            ("ended", when(record.ended_at)),
+            ("duration", duration_of(record, time.time())),
+            ("worker", record.worker_id or ""),
             ("deadline", "" if record.deadline is None else format_time(record.deadline)),
             ("input", dumps(record.input)),
             ("checkpoint", dumps(record.checkpoint)),
@@ -181,8 +201,25 @@ def show(store: str | None, as_json: bool, run_id: str) -> None:
         for label, value in fields:
             out.print(f"{label:<11}{value}", soft_wrap=True)
         print_table(out, EVENT_COLUMNS, [event_cells(e) for e in last], title="last events")
+        traceback = _traceback(record, last)
+        if traceback is not None:
+            out.print("traceback:", soft_wrap=True)
+            out.print(traceback, soft_wrap=True, markup=False, highlight=False)
 
     execute(run, as_json=as_json)
+
+
+def _traceback(record: RunRecord, last: Sequence[RunEvent]) -> str | None:
+    """A failed run's stored traceback: its terminal event's ``detail["traceback"]``."""
+    if not isinstance(record.state, RunState.Ended):
+        return None
+    if not isinstance(record.state.cause, EndCause.Failed):
+        return None
+    for event in reversed(last):
+        if event.state.is_ended:
+            found = event.detail.get("traceback")
+            return found if isinstance(found, str) else None
+    return None
 
 
 @runs.command("events")
@@ -449,7 +486,14 @@ def submit(
                 record = await runtime.record(handle.run_id)
             except REFUSALS as exc:
                 raise await refused(runtime, exc, run_id) from None
+            served = await _served(runtime, name)
         emit(dumps(row_json(record)) if as_json else record.run_id)
+        if not served and not record.state.is_ended:
+            click.echo(
+                f"awaken-trio: warning: no live worker serves {name!r}; the run waits"
+                " queued until one does (`awaken-trio workers list` shows the workers)",
+                err=True,
+            )
 
     execute(run, as_json=as_json)
 
@@ -728,7 +772,7 @@ def cancel(
     run_id: str | None,
     reason: str | None,
     name: str | None,
-    state: StateKind | None,
+    state: RunFilter | None,
     thread_id: str | None,
     dry_run: bool,
     yes: bool,
@@ -763,7 +807,7 @@ def stop(
     run_id: str | None,
     reason: str,
     name: str | None,
-    state: StateKind | None,
+    state: RunFilter | None,
     thread_id: str | None,
     dry_run: bool,
     yes: bool,

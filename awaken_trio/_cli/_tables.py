@@ -3,6 +3,7 @@ terminal and as tab-separated lines elsewhere."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Final
 
@@ -10,7 +11,14 @@ from rich.console import Console
 from rich.table import Table
 
 from .. import RunEvent, RunRecord
-from .._face.shapes import describe_detail, describe_state, end_of, state_word
+from .._face.shapes import (
+    describe_detail,
+    describe_state,
+    duration_of,
+    end_of,
+    state_word,
+    when,
+)
 
 EVENTS_SHOWN: Final = 20
 """How many of a run's last events ``runs show`` prints."""
@@ -18,10 +26,20 @@ EVENTS_SHOWN: Final = 20
 
 # ---------------------------------------------------------------------------- tables
 
-ROW_COLUMNS: Final = ("run", "name", "thread", "parent", "state", "end", "gen")
+ROW_COLUMNS: Final = (
+    "run",
+    "name",
+    "thread",
+    "parent",
+    "state",
+    "end",
+    "gen",
+    "created",
+    "duration",
+)
 
 
-def row_cells(record: RunRecord) -> list[str]:
+def row_cells(record: RunRecord, now: float | None = None) -> list[str]:
     return [
         record.run_id,
         record.name or "",
@@ -30,6 +48,8 @@ def row_cells(record: RunRecord) -> list[str]:
         state_word(record.state),
         end_of(record.state),
         str(record.generation),
+        when(record.created_at),
+        duration_of(record, time.time() if now is None else now),
     ]
 
 

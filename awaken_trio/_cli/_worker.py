@@ -18,6 +18,7 @@ from typing import Final
 import click
 import trio
 
+from .. import Runtime
 from .._face.failures import bad_input
 from .._redact import redact
 from ._common import (
@@ -28,7 +29,7 @@ from ._common import (
     open_cli_runtime,
     store_url,
 )
-from ._logging import LogFormat, command_log, install, log_options
+from ._logging import LogFormat, command_log, install, log_options, set_context
 from ._runs import store_option
 
 DEFAULT_ATTR: Final = "bodies"
@@ -140,7 +141,9 @@ async def serve(
                 ) as runtime,
                 trio.open_nursery() as serving,
             ):
-                await serving.start(partial(runtime.serve, concurrency=concurrency))
+                set_context(worker_id=runtime.worker_id)
+                drained = trio.Event()
+                await serving.start(_serve_until_drained, runtime, concurrency, drained, stopping)
                 command_log.info(
                     "awaken-trio worker: serving %s from %s (concurrency %d, pid %d);"
                     " Ctrl-C or SIGTERM to stop",
@@ -148,12 +151,32 @@ async def serve(
                     redact(url),
                     concurrency,
                     os.getpid(),
+                    extra={"worker_id": runtime.worker_id, "event": "start"},
                 )
                 await stopping.wait()
-                command_log.info("awaken-trio worker: stopping; releasing claims")
+                if not drained.is_set():
+                    command_log.info("awaken-trio worker: stopping; releasing claims")
                 serving.cancel_scope.cancel()
             command_log.info("awaken-trio worker: stopped, claims released")
             watcher.cancel_scope.cancel()
+
+
+async def _serve_until_drained(
+    runtime: Runtime,
+    concurrency: int,
+    drained: trio.Event,
+    stopping: trio.Event,
+    *,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve; once drained (`workers drain`), stop as a signal would, exit 0."""
+    await runtime.serve(concurrency=concurrency, task_status=task_status)
+    command_log.info(
+        "awaken-trio worker: drained; stopping",
+        extra={"worker_id": runtime.worker_id, "event": "drained"},
+    )
+    drained.set()
+    stopping.set()
 
 
 async def _watch_signals(signals: AsyncIterator[int], stopping: trio.Event) -> None:

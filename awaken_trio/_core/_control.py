@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Coroutine
 from typing import Any, final
 
+import attrs
 import trio
 
 from ._admit import DETAIL_FORK, Here, Stored
@@ -26,6 +27,7 @@ from ._errors import (
     TicketExpired,
     TicketMismatch,
     UnknownRun,
+    UnknownWorker,
 )
 from ._handle import RunHandle
 from ._journal import read_steps
@@ -39,6 +41,7 @@ from ._state import (
     Ended,
     EventKind,
     ResumeTicket,
+    RunCounts,
     RunEvent,
     Running,
     RunRecord,
@@ -46,13 +49,16 @@ from ._state import (
 )
 from ._storage import (
     Accepted,
+    CountingStore,
     ForkingStore,
     IfBusy,
     ListingStore,
     NewRun,
     PruningStore,
     Rejected,
-    StateKind,
+    RunFilter,
+    WorkerRecord,
+    WorkerStore,
     read_store,
 )
 from ._supervisor import Supervisor
@@ -111,7 +117,7 @@ class Control:
     async def list_runs(
         self,
         *,
-        state: StateKind | None,
+        state: RunFilter | None,
         thread_id: str | None,
         name: str | None,
         limit: int,
@@ -131,6 +137,34 @@ class Control:
             ),
             "the list of runs",
         )
+
+    def _workers(self) -> WorkerStore:
+        store = self._store
+        if not isinstance(store, WorkerStore):
+            raise InvalidArgument(
+                f"{safe_repr(store)} keeps no workers: it has no list_workers() method"
+                " (see awaken_trio.store.WorkerStore)"
+            )
+        return store
+
+    async def list_workers(self, *, ended: bool) -> list[WorkerRecord]:
+        return await read_store(self._workers().list_workers(ended=ended), "the workers")
+
+    async def drain_worker(self, worker_id: str) -> WorkerRecord:
+        found = await read_store(self._workers().drain_worker(worker_id), f"worker {worker_id!r}")
+        if found is None:
+            raise UnknownWorker(worker_id)
+        return found
+
+    async def count_runs(self) -> RunCounts:
+        store = self._store
+        if not isinstance(store, CountingStore):
+            raise InvalidArgument(
+                f"{safe_repr(store)} cannot count its runs: it has no count_runs() method"
+                " (see awaken_trio.store.CountingStore)"
+            )
+        found = await read_store(store.count_runs(), "the counts of runs")
+        return RunCounts(**{a.name: int(found.get(a.name, 0)) for a in attrs.fields(RunCounts)})
 
     def active_attempt_run_id(self, thread_id: str) -> str | None:
         attempt = self._registry.on_thread(thread_id)

@@ -40,6 +40,18 @@ class UnknownRun(AwakenError):
         )
 
 
+class UnknownWorker(AwakenError):
+    """No worker with that id is known to this runtime's store (never registered, or
+    stopped more than a day ago and deleted)."""
+
+    def __init__(self, worker_id: str) -> None:
+        self.worker_id = worker_id
+        super().__init__(
+            f"worker {worker_id!r} is unknown to this runtime's store; list the workers"
+            " (runtime.list_workers(), or awaken-trio workers list) for their ids"
+        )
+
+
 class RunExists(AwakenError):
     """A run was started with an id that is already taken."""
 

@@ -20,6 +20,7 @@ from ._events import EventStream
 from ._handle import RunHandle
 from ._host import Serve
 from ._json import JsonValue, check_payload
+from ._operator import OperatorCalls
 from ._policy import (
     NO_DEADLINES,
     Deadlines,
@@ -30,6 +31,7 @@ from ._policy import (
 from ._spec import RunSpec
 from ._state import (
     CANCELLED_CAUSE,
+    CAUSE_KINDS,
     RunRecord,
     RunState,
     Stopped,
@@ -37,6 +39,7 @@ from ._state import (
 from ._storage import (
     STATE_KINDS,
     IfBusy,
+    RunFilter,
     StateKind,
     StreamingStore,
     read_store,
@@ -65,7 +68,7 @@ class RuntimeStatistics:
 
 
 @final
-class Runtime(metaclass=NoPublicConstructor):
+class Runtime(OperatorCalls, metaclass=NoPublicConstructor):
     """Runs bodies as actors, one attempt at a time per thread. Get one from `open_runtime`."""
 
     _obtained_from = "open a runtime with 'async with open_runtime() as runtime'"
@@ -356,8 +359,9 @@ class Runtime(metaclass=NoPublicConstructor):
         """Claim and run runs whose body is registered here, at most ``concurrency`` root
         attempts at once (children do not count): queued runs, due scheduled resumes, and
         on a durable store runs whose owner was lost (re-executed from their checkpoint,
-        or ended if they can never run again). Returns only when cancelled; with
-        ``await nursery.start(runtime.serve)`` once it is claiming.
+        or ended if they can never run again). Returns when cancelled, or once drained
+        (`drain_worker`: its runs finished); with ``await nursery.start(runtime.serve)``
+        once it is claiming. On a durable store it keeps a worker row while it serves.
         """
         self._in_own_run()
         if type(concurrency) is not int or concurrency < 1:
@@ -531,7 +535,7 @@ class Runtime(metaclass=NoPublicConstructor):
     async def list_runs(
         self,
         *,
-        state: StateKind | None = None,
+        state: RunFilter | None = None,
         thread_id: str | None = None,
         name: str | None = None,
         limit: int = 50,
@@ -542,7 +546,9 @@ class Runtime(metaclass=NoPublicConstructor):
 
         Args:
             state: only runs whose committed state is of this kind: ``"queued"``,
-                ``"running"``, ``"awaiting"`` or ``"ended"``.
+                ``"running"``, ``"awaiting"`` or ``"ended"``; or only ended runs whose
+                cause is of this kind: ``"natural_end"``, ``"max_steps"``,
+                ``"cancelled"``, ``"stopped"``, ``"failed"``, ``"indeterminate"``.
             thread_id: only runs on this thread.
             name: only runs with this name.
             limit: at most this many (a positive int).
@@ -554,9 +560,10 @@ class Runtime(metaclass=NoPublicConstructor):
                 has no ``list_runs``; see `awaken_trio.store.ListingStore`).
             UnknownRun: ``before`` names a run the store does not hold.
         """
-        if state is not None and state not in STATE_KINDS:
+        if state is not None and state not in STATE_KINDS and state not in CAUSE_KINDS:
             raise InvalidArgument(
-                f"unknown state {safe_repr(state)}; list runs by one of {', '.join(STATE_KINDS)}"
+                f"unknown state {safe_repr(state)}; list runs by a state"
+                f" ({', '.join(STATE_KINDS)}) or an end cause ({', '.join(CAUSE_KINDS)})"
             )
         if thread_id is not None:
             check_id(thread_id, "thread_id")

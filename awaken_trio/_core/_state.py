@@ -13,7 +13,7 @@ The variants of `RunState` and `EndCause` are subclasses reachable as class attr
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar, Final, Literal, final
 
 import attrs
@@ -218,6 +218,16 @@ class RunRecord:
     # Where a forked run (`Runtime.fork`) came from: ``{"run_id": ..., "seq": ...}``, the
     # source run and the event whose checkpoint its first attempt started from.
     forked_from: JsonValue = attrs.field(default=None, converter=_payload)
+    # When the run was created, last committed, first ``Running`` and ended (its terminal
+    # commit), read from the runtime's clock like events' ``at``; None when not (yet)
+    # known (a run written by a release that kept no times has only what its events say).
+    created_at: float | None = None
+    updated_at: float | None = None
+    started_at: float | None = None
+    ended_at: float | None = None
+    # The worker (`WorkerRecord.worker_id`) that holds the run's claim, or held it last;
+    # None for a run never claimed.
+    worker_id: str | None = None
     # A queued run's earliest start (wall-clock seconds, the runtime's clock): no runtime
     # starts its next attempt before then. Set by a delayed start (``submit(not_before=)``)
     # and by a run waiting to retry; None when it may start now, and in every other state.
@@ -293,6 +303,90 @@ class StreamChunk:
     kind: ChunkKind
     value: JsonValue = attrs.field(converter=_payload)
     at: float
+
+
+CauseKind = Literal["natural_end", "max_steps", "cancelled", "stopped", "failed", "indeterminate"]
+"""An `EndCause` variant by the name the stores and the JSON shapes give it."""
+
+CAUSE_KINDS: Final[tuple[CauseKind, ...]] = (
+    "natural_end",
+    "max_steps",
+    "cancelled",
+    "stopped",
+    "failed",
+    "indeterminate",
+)
+
+_CAUSE_KIND: Final[Mapping[type[EndCause], CauseKind]] = {
+    NaturalEnd: "natural_end",
+    MaxSteps: "max_steps",
+    Cancelled: "cancelled",
+    Stopped: "stopped",
+    Failed: "failed",
+    Indeterminate: "indeterminate",
+}
+
+
+def cause_kind(cause: EndCause) -> CauseKind:
+    """The kind of an end cause (``"natural_end"``, ``"failed"``, ...)."""
+    return _CAUSE_KIND[type(cause)]
+
+
+@final
+@attrs.frozen
+class RunCounts(Mapping[str, int]):
+    """How many runs a store holds in each state, and how many of the ended ones ended
+    with each cause (`Runtime.count_runs`). A frozen value, read by attribute or as a
+    read-only mapping keyed by the kinds `Runtime.list_runs` filters by::
+
+        counts = await runtime.count_runs()
+        counts.failed == counts["failed"]
+        dict(counts)  # {"queued": 0, "running": 2, ..., "indeterminate": 0}
+
+    Every kind is present (0 when no run has it); the causes add up to ``ended``.
+    """
+
+    queued: int = 0
+    running: int = 0
+    awaiting: int = 0
+    ended: int = 0
+    natural_end: int = 0
+    max_steps: int = 0
+    cancelled: int = 0
+    stopped: int = 0
+    failed: int = 0
+    indeterminate: int = 0
+
+    @property
+    def total(self) -> int:
+        """Every run the store holds."""
+        return self.queued + self.running + self.awaiting + self.ended
+
+    def __getitem__(self, kind: str) -> int:
+        if kind not in _COUNTED:
+            raise KeyError(kind)
+        value: int = getattr(self, kind)
+        return value
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(_COUNTED)
+
+    def __len__(self) -> int:
+        return len(_COUNTED)
+
+
+_COUNTED: Final = (
+    "queued",
+    "running",
+    "awaiting",
+    "ended",
+    "natural_end",
+    "max_steps",
+    "cancelled",
+    "stopped",
+    "failed",
+    "indeterminate",
+)
 
 
 CANCELLED_CAUSE: EndCause = Cancelled()

@@ -51,9 +51,9 @@ import attrs
 import trio
 
 from ._errors import AwakenError, StoreError
-from ._json import EMPTY_DICT, JsonValue
+from ._json import EMPTY_DICT, FrozenDict, JsonValue
 from ._policy import TimeLimit
-from ._state import Ended, ResumeTicket, RunEvent, RunRecord, RunState, StreamChunk
+from ._state import CauseKind, Ended, ResumeTicket, RunEvent, RunRecord, RunState, StreamChunk
 from ._util import safe_repr
 
 T = TypeVar("T")
@@ -556,6 +556,10 @@ StateKind = Literal["queued", "running", "awaiting", "ended"]
 
 STATE_KINDS: Final[tuple[StateKind, ...]] = ("queued", "running", "awaiting", "ended")
 
+RunFilter = StateKind | CauseKind
+"""What `ListingStore.list_runs` selects runs by: the kind of their committed state, or,
+among ended runs, the kind of their end cause."""
+
 
 @runtime_checkable
 class ListingStore(Store, Protocol):
@@ -565,16 +569,127 @@ class ListingStore(Store, Protocol):
     async def list_runs(
         self,
         *,
-        state: StateKind | None = None,
+        state: RunFilter | None = None,
         thread_id: str | None = None,
         name: str | None = None,
         limit: int = 50,
         before: str | None = None,
     ) -> list[RunRecord]:
         """Runs, newest first (in the order they were created), at most ``limit``; only
-        those whose committed state is of kind ``state``, on ``thread_id``, with ``name``,
-        when given; with ``before``, only runs created before that run (a page after the
-        one that ended with it; none when the store does not hold it)."""
+        those whose committed state is of kind ``state`` (or that ended with a cause of
+        that kind), on ``thread_id``, with ``name``, when given; with ``before``, only
+        runs created before that run (a page after the one that ended with it; none when
+        the store does not hold it)."""
+        ...
+
+
+WorkerState = Literal["serving", "draining", "stopped", "lost"]
+"""A worker's state (`WorkerRecord.state`): ``lost`` is decided when the row is read."""
+
+WORKER_STATES: Final[tuple[WorkerState, ...]] = ("serving", "draining", "stopped", "lost")
+
+LOST_AFTER_LEASES: Final = 3
+"""A worker not seen for this many of its leases (the store's clock) reads ``lost``."""
+
+WORKERS_KEPT: Final = 86400.0
+"""Seconds an ended worker's row is kept (stopped, or lost for that long) before a serving
+runtime deletes it."""
+
+
+def _bodies(value: Mapping[str, str | None]) -> FrozenDict:
+    return FrozenDict(dict(value))
+
+
+@final
+@attrs.frozen
+class WorkerRecord:
+    """One worker (a runtime that serves) as the store holds it (`Runtime.list_workers`).
+
+    ``worker_id`` is new each time a runtime starts serving; ``host`` and ``pid`` say
+    where it runs; ``started_at`` and ``last_seen`` are the store's clock, as leases are
+    (``last_seen`` renewed with its claims, at least every third of its lease);
+    ``bodies`` maps each body name it serves to that body's version (None for none);
+    ``concurrency`` is its limit, ``active`` the root attempts it ran when last seen;
+    ``state`` is ``"serving"``, ``"draining"`` (asked to claim nothing new), ``"stopped"``,
+    or ``"lost"`` (not seen for 3 leases: crashed, killed or cut off).
+    """
+
+    worker_id: str
+    host: str
+    pid: int
+    state: WorkerState
+    started_at: float
+    last_seen: float
+    bodies: FrozenDict = attrs.field(converter=_bodies)
+    concurrency: int
+    active: int
+
+
+@final
+@attrs.frozen
+class WorkerInfo:
+    """What a serving runtime registers about itself (`WorkerStore.register_worker`)."""
+
+    worker_id: str
+    host: str
+    pid: int
+    bodies: FrozenDict = attrs.field(converter=_bodies)
+    concurrency: int
+    lease: float
+
+
+@runtime_checkable
+class WorkerStore(Store, Protocol):
+    """A store that keeps a row per serving runtime (DESIGN §3.11): every store this
+    package ships does. Times are the store's clock; a row's ``lease`` decides when it
+    reads ``lost`` (`LOST_AFTER_LEASES`). ``DurableStore.renew`` also marks the owner's
+    row seen (its ``last_seen``, and ``active`` the claims it renewed), in the same
+    transaction: a worker holding claims writes nothing more to be seen."""
+
+    async def register_worker(self, worker: WorkerInfo) -> None:
+        """Insert the worker's row, ``serving``, started and seen now (a row with its id
+        is replaced)."""
+        ...
+
+    async def worker_seen(self, worker_id: str, active: int) -> WorkerState | None:
+        """Mark the worker seen now with ``active`` root attempts; its stored state
+        (``serving``, ``draining`` or ``stopped``), or None when it has no row."""
+        ...
+
+    async def worker_state(self, worker_id: str) -> WorkerState | None:
+        """The worker's stored state (never ``lost``: that is decided by readers), or None
+        when it has no row."""
+        ...
+
+    async def list_workers(self, *, ended: bool = False) -> list[WorkerRecord]:
+        """The workers, the most recently started first: those serving, draining or lost,
+        and with ``ended`` the stopped ones too."""
+        ...
+
+    async def drain_worker(self, worker_id: str) -> WorkerRecord | None:
+        """Ask a ``serving`` worker to drain (its state becomes ``draining``); any other
+        is left as it is. The worker's record after, or None when it has no row."""
+        ...
+
+    async def end_worker(self, worker_id: str) -> None:
+        """Mark the worker ``stopped``, seen now, with no active attempt."""
+        ...
+
+    async def forget_workers(self, age: float) -> int:
+        """Delete the rows of workers stopped, or last seen, more than ``age`` seconds
+        ago; how many."""
+        ...
+
+
+@runtime_checkable
+class CountingStore(Store, Protocol):
+    """A store that counts its runs by state and end cause (`Runtime.count_runs`): every
+    store this package ships does."""
+
+    async def count_runs(self) -> Mapping[str, int]:
+        """How many runs the store holds of each state kind (``"queued"``, ``"running"``,
+        ``"awaiting"``, ``"ended"``) and each end cause kind (``"natural_end"``, ...);
+        a kind with no run may be left out."""
         ...
 
 

@@ -10,7 +10,7 @@ import time
 from collections.abc import Mapping
 from typing import Final
 
-from .. import EndCause, JsonValue, RunEvent, RunRecord, RunState, StreamChunk
+from .. import EndCause, JsonValue, RunEvent, RunRecord, RunState, StreamChunk, WorkerRecord
 from ..store import state_to_json
 
 # ---------------------------------------------------------------------------- JSON
@@ -24,6 +24,9 @@ def row_json(record: RunRecord) -> dict[str, JsonValue]:
         "name": record.name,
         "state": state_to_json(record.state),
         "generation": record.generation,
+        "created_at": record.created_at,
+        "started_at": record.started_at,
+        "ended_at": record.ended_at,
     }
 
 
@@ -33,8 +36,25 @@ def record_json(record: RunRecord) -> dict[str, JsonValue]:
         "result": record.result,
         "checkpoint": record.checkpoint,
         "forked_from": record.forked_from,
+        "updated_at": record.updated_at,
+        "worker_id": record.worker_id,
         "body_version": record.body_version,
         "deadline": record.deadline,
+    }
+
+
+def worker_json(worker: WorkerRecord) -> dict[str, JsonValue]:
+    """A worker as ``--json`` and ``GET /api/workers`` give it (DESIGN §3.6)."""
+    return {
+        "worker_id": worker.worker_id,
+        "host": worker.host,
+        "pid": worker.pid,
+        "state": worker.state,
+        "started_at": worker.started_at,
+        "last_seen": worker.last_seen,
+        "bodies": dict(worker.bodies),
+        "concurrency": worker.concurrency,
+        "active": worker.active,
     }
 
 
@@ -194,3 +214,14 @@ def event_summary(kind: str, detail: Mapping[str, JsonValue]) -> str:
     shown = {key: value for key, value in detail.items() if key != "traceback"}
     text = f"{kind} {dumps(shown)}" if shown else kind
     return text if len(text) <= SUMMARY_LENGTH else text[: SUMMARY_LENGTH - 1] + "…"
+
+
+def when(at: float | None) -> str:
+    """A time as `format_time` shows it, ``""`` when not known."""
+    return "" if at is None else format_time(at)
+
+
+def duration_of(record: RunRecord, now: float) -> str:
+    """A run's `run_duration` for people (`format_duration`), ``""`` while it has none."""
+    seconds = run_duration(record.created_at, record.started_at, record.ended_at, now)
+    return "" if seconds is None else format_duration(seconds)

@@ -59,15 +59,16 @@ from .._face.failures import (
     refused,
 )
 from .._face.input import parse_json, shorten, whole_number
-from .._face.shapes import dumps, event_json, record_json, row_json
+from .._face.shapes import dumps, event_json, record_json, row_json, worker_json
 from .._face.words import DASHBOARD
-from ..store import StateKind, state_to_json
+from ..store import CauseKind, StateKind, state_to_json
 from . import _pages
 from ._guard import Guard
 from ._hub import EventHub
 from ._streams import ChunkEvents, first_page, resume_after
 
-STATE_KINDS: Final[tuple[str, ...]] = get_args(StateKind)
+STATE_KINDS: Final[tuple[str, ...]] = (*get_args(StateKind), *get_args(CauseKind))
+"""What ``state=`` filters by: a state kind, or an end cause kind."""
 PAGE_DEFAULT: Final = 50
 PAGE_MAX: Final = 500
 EVENTS_DEFAULT: Final = 1000
@@ -293,6 +294,22 @@ async def api_runs(runtime: Runtime, hub: EventHub, request: Request) -> Respons
         query["before"] = records[-1].run_id
         headers["Link"] = f'</api/runs?{urlencode(query)}>; rel="next"'
     return json_response([row_json(record) for record in records], headers=headers)
+
+
+async def api_counts(runtime: Runtime, hub: EventHub, request: Request) -> Response:
+    """``GET /api/counts``: how many runs are in each state and ended with each cause, one
+    JSON object (`Runtime.count_runs`), with ``"total"``."""
+    query_params(request, ())
+    counts = await runtime.count_runs()
+    return json_response({**dict(counts), "total": counts.total})
+
+
+async def api_workers(runtime: Runtime, hub: EventHub, request: Request) -> Response:
+    """``GET /api/workers``: the workers serving, draining or lost, the most recently
+    started first (``?all=1``: the stopped ones too), as ``workers list --json``."""
+    params = query_params(request, ("all",))
+    ended = params.get("all") in ("1", "true")
+    return json_response([worker_json(w) for w in await runtime.list_workers(ended=ended)])
 
 
 async def api_run(runtime: Runtime, hub: EventHub, request: Request) -> Response:
@@ -642,6 +659,8 @@ def dashboard_app(runtime: Runtime, hub: EventHub, *, token: str | None = None) 
         Route("/ui/controls/{rest:path}", api(ui_controls), methods=["GET"]),
         Route("/search", page(search), methods=["GET"]),
         Route("/api/runs", api(api_runs), methods=["GET"]),
+        Route("/api/counts", api(api_counts), methods=["GET"]),
+        Route("/api/workers", api(api_workers), methods=["GET"]),
         Route("/api/runs/{rest:path}", _EveryMethod(api(api_run))),
         Route("/api/stream", api(api_stream), methods=["GET"]),
         Route("/static/dashboard.js", _static("dashboard.js", "text/javascript"), methods=["GET"]),

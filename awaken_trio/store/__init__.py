@@ -16,12 +16,14 @@ the contract suites every store passes.
 from .._core import UNSET as UNSET
 from .._core import Accepted as Accepted
 from .._core import BodyVersions as BodyVersions
+from .._core import CauseKind as CauseKind
 from .._core import CheckpointAt as CheckpointAt
 from .._core import Claim as Claim
 from .._core import CommandKind as CommandKind
 from .._core import Commit as Commit
 from .._core import CommitResult as CommitResult
 from .._core import ControlLook as ControlLook
+from .._core import CountingStore as CountingStore
 from .._core import DeadlineStore as DeadlineStore
 from .._core import DescendantsEnd as DescendantsEnd
 from .._core import DurableStore as DurableStore
@@ -39,6 +41,7 @@ from .._core import PruningStore as PruningStore
 from .._core import Recovered as Recovered
 from .._core import Rejected as Rejected
 from .._core import RejectReason as RejectReason
+from .._core import RunFilter as RunFilter
 from .._core import StateKind as StateKind
 from .._core import StepStore as StepStore
 from .._core import Store as Store
@@ -46,6 +49,9 @@ from .._core import StoredCommand as StoredCommand
 from .._core import StreamDraft as StreamDraft
 from .._core import StreamingStore as StreamingStore
 from .._core import StreamPage as StreamPage
+from .._core import WorkerInfo as WorkerInfo
+from .._core import WorkerState as WorkerState
+from .._core import WorkerStore as WorkerStore
 from .._core import fixup_module_metadata as _fixup_module_metadata
 from ._codec import cause_to_json as cause_to_json
 from ._codec import state_to_json as state_to_json
@@ -57,12 +63,14 @@ __all__ = [
     "UNSET",
     "Accepted",
     "BodyVersions",
+    "CauseKind",
     "CheckpointAt",
     "Claim",
     "CommandKind",
     "Commit",
     "CommitResult",
     "ControlLook",
+    "CountingStore",
     "DeadlineStore",
     "DescendantsEnd",
     "DurableStore",
@@ -81,6 +89,7 @@ __all__ = [
     "Recovered",
     "RejectReason",
     "Rejected",
+    "RunFilter",
     "StateKind",
     "StepStore",
     "Store",
@@ -88,6 +97,9 @@ __all__ = [
     "StreamDraft",
     "StreamPage",
     "StreamingStore",
+    "WorkerInfo",
+    "WorkerState",
+    "WorkerStore",
     "cause_to_json",
     "open_store",
     "state_to_json",

@@ -350,8 +350,8 @@ NO_MESSAGES: Final = "[]"
 
 RECORD_COLUMNS: Final = (
     "r.run_id, r.thread_id, r.parent_run_id, r.name, r.state, r.generation, r.result,"
-    " r.checkpoint, r.input, r.steps, r.max_steps, r.forked_from, r.not_before, r.deadline,"
-    " r.body_version"
+    " r.checkpoint, r.input, r.steps, r.max_steps, r.forked_from, r.created_at, r.updated_at,"
+    " r.started_at, r.ended_at, r.worker_id, r.not_before, r.deadline, r.body_version"
 )
 
 
@@ -386,6 +386,11 @@ def record_of(found: Sequence[Any]) -> RunRecord:
         steps,
         cap,
         forked_from,
+        created_at,
+        updated_at,
+        started_at,
+        ended_at,
+        worker_id,
         not_before,
         deadline,
         body_version,
@@ -403,6 +408,11 @@ def record_of(found: Sequence[Any]) -> RunRecord:
         steps=steps,
         max_steps=cap,
         forked_from=None if forked_from is None else load_raw(forked_from, "a fork origin"),
+        created_at=created_at,
+        updated_at=updated_at,
+        started_at=started_at,
+        ended_at=ended_at,
+        worker_id=worker_id,
         not_before=not_before,
         deadline=deadline,
         body_version=body_version,

@@ -45,12 +45,14 @@ import attrs
 
 from .._core import (
     CANCELLED_CAUSE,
+    CAUSE_KINDS,
     DEADLINE,
     NOT_RESUMED,
     UNSET,
     Accepted,
     Awaiting,
     BodyVersions,
+    CauseKind,
     ChunkKind,
     CommandKind,
     Commit,
@@ -68,11 +70,13 @@ from .._core import (
     Rejected,
     RejectReason,
     ResumeTicket,
+    RunFilter,
     Running,
     RunRecord,
     RunState,
     StateKind,
     Stopped,
+    cause_kind,
     freeze_detail,
     scalar_dict,
 )
@@ -313,6 +317,7 @@ class RunTx(Protocol[RowT]):
         state: RunState,
         generation: int,
         result: JsonValue,
+        at: float,
         *,
         not_before: float | None = None,
     ) -> RowT:
@@ -320,7 +325,9 @@ class RunTx(Protocol[RowT]):
         fork origin from ``new`` (``root_run_id`` defaulting to ``run_id``), its state and
         generation, its result (None unless it is created ended), its ``not_before`` (a
         queued run's earliest start, `Commit.not_before`); steps 0, checkpoint None, epoch
-        0, no attempt, nothing carried, no resume, no ticket. The new row."""
+        0, no attempt, nothing carried, no resume, no ticket, no worker. Its times
+        (`RunRecord.created_at` ...) are ``at``, as `put_state` would set them. The new
+        row."""
         ...
 
     def put_state(
@@ -329,15 +336,18 @@ class RunTx(Protocol[RowT]):
         state: RunState,
         generation: int,
         *,
+        at: float,
         steps: int | None = None,
         result: JsonValue = UNSET,
         not_before: float | None = None,
     ) -> None:
         """Set the run's state and generation, and its ``not_before`` (a queued run's
         earliest start, `Commit.not_before`; None for no wait, which every other state
-        has); its ``steps`` unless None, its result unless `UNSET`. The store keeps its
-        own indexes here (a queued named root enters the queue it hands runs out from, an
-        ended run the ones it forgets by)."""
+        has); its ``steps`` unless None, its result unless `UNSET`; its times as of ``at``
+        (the commit's): ``updated_at``, and ``started_at`` on its first ``Running``,
+        ``ended_at`` when it ends. The store keeps its own indexes here (a queued named
+        root enters the queue it hands runs out from, an ended run the ones it forgets
+        by)."""
         ...
 
     def put_checkpoint(self, row: RowT, checkpoint: JsonValue, seq: int) -> None:
@@ -369,6 +379,11 @@ class RunTx(Protocol[RowT]):
 
     def set_recoveries(self, row: RowT, recoveries: int) -> None:
         """Record how many times the run's owner was lost."""
+        ...
+
+    def set_worker(self, row: RowT, worker_id: str) -> None:
+        """Record the owner of the claim just granted on the run (`RunRecord.worker_id`);
+        it stays after the claim is released."""
         ...
 
     def set_body_version(self, row: RowT, version: str | None) -> None:
@@ -445,6 +460,20 @@ KIND_OF: Final[Mapping[type[RunState], StateKind]] = {
 def state_kind(state: RunState) -> StateKind:
     """The kind of a committed state."""
     return KIND_OF[type(state)]
+
+
+def cause_of(state: RunState) -> CauseKind:
+    """The kind of an ended state's cause."""
+    assert isinstance(state, Ended)
+    return cause_kind(state.cause)
+
+
+def run_matches(kind: StateKind, state: RunState, wanted: RunFilter) -> bool:
+    """Whether a run whose committed state is ``state`` (of ``kind``) is one `list_runs`
+    selects by ``wanted``: a state kind, or the kind of an end cause."""
+    if kind == wanted:
+        return True
+    return kind == "ended" and wanted in CAUSE_KINDS and cause_of(state) == wanted
 
 
 def kind_of_variant(variant: type[RunState]) -> StateKind | None:
@@ -677,6 +706,7 @@ def create(tx: RunTx[RowT], commit: Commit, new: NewRun, now: float) -> Accepted
         state,
         commit.generation,
         commit.result if kind == "ended" else None,
+        commit.at,
         not_before=commit.not_before if kind == "queued" else None,
     )
     epoch = claim_effects(tx, row, commit, kind, now)
@@ -725,6 +755,7 @@ def update(tx: RunTx[RowT], row: RowT, commit: Commit, now: float) -> Accepted:
         row,
         state,
         commit.generation,
+        at=commit.at,
         steps=commit.steps,
         result=commit.result if kind == "ended" else UNSET,
         not_before=commit.not_before if kind == "queued" else None,
@@ -790,6 +821,7 @@ def claim_effects(
     if claim is not None:
         epoch = row.epoch + 1
         tx.set_epoch(row, epoch)
+        tx.set_worker(row, claim.owner)
         tx.set_claim(row.run_id, ClaimRow(claim.owner, epoch, now + claim.lease))
     if kind == "running":
         if epoch is None:
@@ -902,7 +934,7 @@ def end_row(
     messages = [*carried.messages(), *tx.drop_commands(row.run_id)]
     was_awaiting = row.kind == "awaiting"
     generation = row.generation
-    tx.put_state(row, state, generation)
+    tx.put_state(row, state, generation, at=at)
     tx.keep_resume(row, NO_RESUME)
     if attempt_stops:
         tx.set_attempt(row, None)
@@ -937,7 +969,7 @@ def hand_back_descendants(tx: RunTx[RowT], ancestor: str, at: float) -> None:
         assert row is not None  # a run is forgotten only with its whole tree
         if row.kind == "running":
             generation = row.generation
-            tx.put_state(row, QUEUED, generation)
+            tx.put_state(row, QUEUED, generation, at=at)
             tx.set_attempt(row, None)
             tx.event(row, generation, EventKind.COMMITTED, HANDED_BACK_DETAIL, at)
 
@@ -1042,6 +1074,7 @@ def recover(
         hand_back_descendants(tx, run_id, at)
         epoch = root.epoch + 1
         tx.set_epoch(root, epoch)
+        tx.set_worker(root, owner)
         tx.set_claim(run_id, ClaimRow(owner, epoch, lease_until))
         recovered.append(Recovered(tx.record(run_id), epoch))
     return recovered

@@ -30,6 +30,7 @@ import attrs
 
 from .._core import (
     UNSET,
+    CauseKind,
     ChunkKind,
     JsonValue,
     NewRun,
@@ -59,6 +60,7 @@ from ._rules import (
     ClaimRow,
     HeldResume,
     StreamHead,
+    cause_of,
     state_kind,
 )
 from ._streams import ChunkRows
@@ -106,6 +108,13 @@ class TextRow:
     epoch: int
     attempt_epoch: int | None
     recoveries: int
+    # `RunRecord`'s times and last owner (None where a file written before them holds
+    # none); an update writes them when they change.
+    created_at: float | None
+    updated_at: float | None
+    started_at: float | None
+    ended_at: float | None
+    worker_id: str | None
     # A queued run's earliest start (`Commit.not_before`), None when it may start now.
     not_before: float | None
     body_version: str | None
@@ -117,17 +126,19 @@ class TextRow:
         new: NewRun,
         state: RunState,
         generation: int,
+        at: float,
         not_before: float | None = None,
     ) -> Self:
-        """The row of a run ``new`` creates: nothing carried, no resume, epoch 0, no
-        attempt."""
+        """The row of a run ``new`` creates at ``at``: nothing carried, no resume, epoch 0,
+        no attempt, no worker."""
+        kind = state_kind(state)
         return cls(
             run_id,
             new.thread_id,
             new.parent_run_id,
             new.root_run_id or run_id,
             new.name,
-            state_kind(state),
+            kind,
             dump_state(state),
             generation,
             NO_MESSAGES,
@@ -137,6 +148,11 @@ class TextRow:
             0,
             None,
             0,
+            at,
+            at,
+            at if kind == "running" else None,
+            at if kind == ENDED else None,
+            None,
             not_before,
             new.body_version,
         )
@@ -144,6 +160,14 @@ class TextRow:
     @property
     def state(self) -> RunState:
         return load_state(self.state_text)  # (decoded texts are cached by `load_state`)
+
+    @property
+    def cause(self) -> CauseKind | None:
+        """The kind of an ended run's cause (the column `list_runs` filters and counts
+        ended runs by), else None."""
+        if self.kind != ENDED:
+            return None
+        return cause_of(self.state)
 
     @property
     def named_root(self) -> bool:
@@ -356,6 +380,7 @@ class TextRunTx(abc.ABC, Generic[R, N]):
         state: RunState,
         generation: int,
         *,
+        at: float,
         steps: int | None = None,
         result: JsonValue = UNSET,
         not_before: float | None = None,
@@ -364,9 +389,13 @@ class TextRunTx(abc.ABC, Generic[R, N]):
         row.kind = kind = state_kind(state)
         row.state_text = dump_state(state)
         row.generation = generation
+        row.updated_at = at
         row.not_before = not_before
         if kind == ENDED:
+            row.ended_at = at
             self._ended.append(row)
+        elif kind == "running" and row.started_at is None:
+            row.started_at = at
         if steps is not None:
             self._steps[run_id] = steps
         if result is not UNSET:
@@ -400,6 +429,11 @@ class TextRunTx(abc.ABC, Generic[R, N]):
     def set_recoveries(self, row: R, recoveries: int) -> None:
         row.recoveries = recoveries
         self._change(row)
+
+    def set_worker(self, row: R, worker_id: str) -> None:
+        if row.worker_id != worker_id:
+            row.worker_id = worker_id
+            self._change(row)
 
     def set_body_version(self, row: R, version: str | None) -> None:
         row.body_version = version

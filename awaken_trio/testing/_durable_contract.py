@@ -16,6 +16,8 @@ from ._durable_claims import ClaimChecks, RecoveryChecks, ThreadGuardChecks
 from ._durable_work import CommandChecks, ElsewhereChecks, RunnableChecks
 from ._store_busy import SupersedeClaimChecks
 from ._store_contract import StoreContract
+from ._store_listing import WorkerOfRunChecks
+from ._workers_contract import WorkerChecks
 
 
 @pytest.mark.trio
@@ -27,6 +29,8 @@ class DurableStoreContract(
     CommandChecks,
     ElsewhereChecks,
     SupersedeClaimChecks,
+    WorkerOfRunChecks,
+    WorkerChecks,
     StoreContract,
 ):
     """The rules every `DurableStore` enforces, on top of `StoreContract`'s. Subclass it

@@ -11,6 +11,7 @@ import pytest
 
 from ..store import Store
 from ._store_busy import BodyVersionChecks, BusyThreadChecks
+from ._store_listing import ListingChecks, TimesChecks
 from ._store_runs import CarriedChecks, CreationChecks, FenceChecks, TicketChecks
 from ._store_writes import EventChecks, PayloadChecks, ReadChecks
 
@@ -26,6 +27,8 @@ class StoreContract(
     ReadChecks,
     BusyThreadChecks,
     BodyVersionChecks,
+    TimesChecks,
+    ListingChecks,
 ):
     """The rules every `Store` enforces, as tests. Subclass it and override ``store``.
 

@@ -91,6 +91,9 @@ class CreationChecks:
             result=None,
             checkpoint=None,
             input={"q": [1, 2]},
+            created_at=12.5,
+            updated_at=12.5,
+            started_at=12.5,
         )
         assert await store.load("r1") == record
         assert accepted.taken_messages == ()

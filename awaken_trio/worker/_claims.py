@@ -28,9 +28,11 @@ from .._core import (
     LiveCommand,
     Rejected,
     RunRecord,
+    RunState,
     ServingHost,
     StoredCommand,
     StoredCommandLoads,
+    cause_kind,
     stored_form,
 )
 
@@ -87,6 +89,8 @@ class ClaimBook:
     ) -> None:
         if attempt.parent is not None:
             return  # a child lives on its root's claim
+        if isinstance(result, Accepted):
+            _log_end(attempt.run_id, self.settings.owner, result.state)
         if (released and isinstance(result, Accepted)) or attempt.fence is None:
             self.held.pop(attempt.run_id, None)  # dropped by the end's own commit, or none
         else:
@@ -116,6 +120,31 @@ class ClaimBook:
 
     async def load_commands(self, attempt: ClaimedAttempt) -> None:
         await self._loads.load(attempt)  # with the other attempts beginning now, in one read
+
+
+def _log_end(run_id: str, worker_id: str, state: RunState) -> None:
+    """One line for a root attempt's committed end here: the run ended (with its cause),
+    awaits (with the ticket's reason), or went back to the queue (released)."""
+    extra: dict[str, object] = {"run_id": run_id, "worker_id": worker_id}
+    match state:
+        case RunState.Ended(cause):
+            kind = cause_kind(cause)
+            logger.info(
+                "run %r ended: %s", run_id, kind, extra={**extra, "event": "end", "cause": kind}
+            )
+        case RunState.Awaiting(ticket):
+            logger.info(
+                "run %r awaits: %s",
+                run_id,
+                ticket.reason,
+                extra={**extra, "event": "await", "reason": ticket.reason},
+            )
+        case RunState.Queued():
+            logger.info(
+                "run %r released: back to the queue for another worker",
+                run_id,
+                extra={**extra, "event": "release"},
+            )
 
 
 @final
@@ -180,7 +209,11 @@ class ClaimKeeper:
                     "claims: the claim on run %r was lost (lease expired or superseded):"
                     " its attempt stops here and commits nothing more",
                     run_id,
-                    extra={"run_id": run_id},
+                    extra={
+                        "run_id": run_id,
+                        "worker_id": self._settings.owner,
+                        "event": "lost_claim",
+                    },
                 )
             else:
                 # Its attempt ended while the renewal was in flight, and its end commit

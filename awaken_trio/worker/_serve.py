@@ -34,12 +34,15 @@ from .._core import (
     DurableStore,
     Fence,
     RunRecord,
+    RunState,
     RuntimeClosed,
     ServedRun,
     ServingHost,
     StoreError,
+    WorkerStore,
 )
 from ._cadence import serve_backoff
+from ._presence import Presence
 
 T = TypeVar("T")
 
@@ -55,7 +58,39 @@ async def serve(
     *,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
+    """Serve until cancelled, or, on a store that keeps worker rows, until this worker was
+    asked to drain and its runs have finished (`presence`)."""
+    store, claims = host.store, host.claims
+    if claims is None or not isinstance(store, WorkerStore) or not store.durable:
+        await _serve(host, concurrency, None, task_status)
+        return
+    presence = Presence(store, claims, host.names(), concurrency)
     active: dict[str, ServedRun] = {}
+    await presence.register()
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(presence.beat, active)
+            await _serve(host, concurrency, presence, task_status, active)
+            nursery.cancel_scope.cancel()
+        logger.info(
+            "worker %s: drained, stopped serving",
+            presence.worker_id,
+            extra={"worker_id": presence.worker_id, "event": "drained"},
+        )
+    finally:
+        await presence.end()
+
+
+async def _serve(
+    host: ServingHost,
+    concurrency: int,
+    presence: Presence | None,
+    task_status: trio.TaskStatus[None],
+    active: dict[str, ServedRun] | None = None,
+) -> None:
+    """The loop; returns when drained (only with a ``presence``)."""
+    if active is None:
+        active = {}
     started = False
     failures = 0  # failed passes in a row
     idle_looks = 0  # looks in a row that found nothing changed
@@ -69,7 +104,14 @@ async def serve(
             del active[run_id]
         next_limit: float | None = None
         try:
-            failed, next_limit = await _one_pass(host, concurrency, active)
+            if presence is not None and await presence.drain_requested():
+                if not active:
+                    if not started:
+                        task_status.started()
+                    return
+                failed = False  # claims nothing new: waits for its runs to finish
+            else:
+                failed, next_limit = await _one_pass(host, concurrency, active)
         except RuntimeClosed:
             return
         except StoreError as exc:
@@ -124,7 +166,7 @@ async def _one_pass(
             logger.info(
                 "serving: recovering run %r: its owner was lost",
                 run_id,
-                extra={"run_id": run_id},
+                extra={"run_id": run_id, "worker_id": claims.owner, "event": "recovery"},
             )
             fence = Fence(run_id, claims.owner, recovered.epoch)
             # Its claim, if the admission fails on the store, lapses: it is recovered again.
@@ -205,6 +247,18 @@ async def _admit(
         return False
     if run is not None:
         active[run.run_id] = run
+        claims = host.claims
+        logger.info(
+            "serving: claimed run %r (%s, attempt %d)",
+            record.run_id,
+            record.name,
+            record.generation + (not isinstance(record.state, RunState.Running)),
+            extra={
+                "run_id": record.run_id,
+                "worker_id": None if claims is None else claims.owner,
+                "event": "claim",
+            },
+        )
     return True
 
 

@@ -13,7 +13,17 @@ import trio
 from awaken_trio import Runtime
 from tests.cli.cli_helpers import cli, environment
 
-ROW_KEYS = {"run_id", "thread_id", "parent_run_id", "name", "state", "generation"}
+ROW_KEYS = {
+    "run_id",
+    "thread_id",
+    "parent_run_id",
+    "name",
+    "state",
+    "generation",
+    "created_at",
+    "started_at",
+    "ended_at",
+}
 EVENT_KEYS = {"seq", "run_id", "thread_id", "generation", "kind", "state", "detail", "at"}
 
 
@@ -32,7 +42,12 @@ async def test_submit_list_and_show_print_the_codec_shapes(store: str) -> None:
         "--json",
     )
     assert first.code == 0, first.stderr
-    assert first.json() == {
+    row = first.json()
+    assert isinstance(row.pop("created_at"), float)
+    assert first.json() | {"created_at": None} == {
+        "created_at": None,
+        "started_at": None,
+        "ended_at": None,
         "run_id": "s-1",
         "thread_id": "s-1",
         "parent_run_id": None,
@@ -81,9 +96,13 @@ async def test_submit_list_and_show_print_the_codec_shapes(store: str) -> None:
         "result",
         "checkpoint",
         "forked_from",
+        "updated_at",
+        "worker_id",
         "deadline",
         "events",
     }
+    assert record["updated_at"] == record["created_at"]
+    assert record["worker_id"] is None  # never claimed
     assert record["forked_from"] is None
     assert record["deadline"] is None
     assert record["result"] is None
@@ -300,7 +319,11 @@ async def test_fork_prints_the_new_runs_row_and_refuses_a_bad_seq_or_an_unknown_
         "--json",
     )
     assert done.code == 0, done.stderr
-    assert done.json() == {
+    assert isinstance(done.json()["created_at"], float)
+    assert done.json() | {"created_at": None} == {
+        "created_at": None,
+        "started_at": None,
+        "ended_at": None,
         "run_id": "k-f",
         "thread_id": "k-f",
         "parent_run_id": None,

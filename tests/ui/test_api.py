@@ -10,7 +10,7 @@ import pytest
 import trio
 
 from awaken_trio import EndCause, LiveCommand, RunRecord, RunState, StoreError
-from awaken_trio._face.shapes import event_json, record_json, row_json
+from awaken_trio._face.shapes import event_json, record_json, row_json, worker_json
 from awaken_trio.store import state_to_json
 from tests.ui.ui_helpers import XSS, api, asks, dashboard, page, settle, steps, waits
 from tests.wrapped_stores import WrappedStore
@@ -46,6 +46,45 @@ async def test_the_list_filters_by_state_name_and_thread() -> None:
         assert await ids(name="waits") == ["b"]
         assert await ids(thread="t2") == ["c", "b"]
         assert await ids(thread="t2", state="queued") == ["b"]
+
+
+async def test_the_list_filters_by_end_cause_and_the_counts_add_up() -> None:
+    async with dashboard() as d:
+        await d.runtime.submit("steps", run_id="a")
+        await d.runtime.submit("waits", run_id="b")
+        await d.runtime.submit("asks", run_id="c")
+        await d.runtime.cancel_run("a")
+        await d.runtime.stop_run("b", "enough")
+        answer = await d.http.get("/api/runs", params={"state": "cancelled"})
+        assert [row["run_id"] for row in answer.json()] == ["a"]
+        answer = await d.http.get("/api/runs", params={"state": "stopped"})
+        assert [row["run_id"] for row in answer.json()] == ["b"]
+        assert (await d.http.get("/api/runs", params={"state": "failed"})).json() == []
+        counts = await d.http.get("/api/counts")
+        assert counts.status_code == 200
+        assert counts.json() == {
+            "queued": 1,
+            "running": 0,
+            "awaiting": 0,
+            "ended": 2,
+            "natural_end": 0,
+            "max_steps": 0,
+            "cancelled": 1,
+            "stopped": 1,
+            "failed": 0,
+            "indeterminate": 0,
+            "total": 3,
+        }
+        assert (await d.http.get("/api/counts", params={"x": "1"})).status_code == 400
+
+
+async def test_the_workers_are_a_json_array() -> None:
+    async with dashboard() as d:
+        answer = await d.http.get("/api/workers")
+        assert answer.status_code == 200
+        assert answer.json() == [worker_json(w) for w in await d.runtime.list_workers()]
+        assert (await d.http.get("/api/workers", params={"all": "1"})).status_code == 200
+        assert (await d.http.get("/api/workers", params={"x": "1"})).status_code == 400
 
 
 async def test_pages_follow_one_another_by_before_and_the_link_header() -> None:

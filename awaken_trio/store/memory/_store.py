@@ -9,7 +9,7 @@ from __future__ import annotations
 import bisect
 from collections import deque
 from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import final
+from typing import Any, final
 
 import attrs
 import trio
@@ -26,14 +26,18 @@ from ..._core import (
     Recovered,
     Rejected,
     RunEvent,
+    RunFilter,
     RunRecord,
     RunState,
-    StateKind,
     StoredCommand,
     StreamChunk,
     StreamPage,
+    WorkerInfo,
+    WorkerRecord,
+    WorkerState,
 )
 from .. import _rules as rules
+from .._workers import bodies_text, worker_of
 from ._tx import Entry, MemoryTx, Segment
 
 
@@ -70,6 +74,8 @@ class MemoryStore:
     # the store's.
     _tx: MemoryTx = attrs.field(init=False)
     _version: int = attrs.field(default=0, init=False)
+    # Worker rows by id, oldest registered first: the `WORKER_COLUMNS` values.
+    _workers: dict[str, list[Any]] = attrs.field(factory=dict, init=False)
 
     def __attrs_post_init__(self) -> None:
         if type(self.max_ended_runs) is not int or self.max_ended_runs < 1:
@@ -290,7 +296,7 @@ class MemoryStore:
     async def list_runs(
         self,
         *,
-        state: StateKind | None = None,
+        state: RunFilter | None = None,
         thread_id: str | None = None,
         name: str | None = None,
         limit: int = 50,
@@ -310,7 +316,7 @@ class MemoryStore:
                 continue
             row = rows[run_id]
             if (
-                (state is None or row.kind == state)
+                (state is None or rules.run_matches(row.kind, row.state, state))
                 and (thread_id is None or row.thread_id == thread_id)
                 and (name is None or row.name == name)
             ):
@@ -319,6 +325,19 @@ class MemoryStore:
                     break
         return out
 
+    async def count_runs(self) -> dict[str, int]:
+        """How many runs the store keeps of each state kind and end cause kind
+        (`CountingStore.count_runs`)."""
+        await trio.lowlevel.checkpoint()
+        counts: dict[str, int] = {}
+        for row in self._tx.rows.values():
+            kind = row.kind
+            counts[kind] = counts.get(kind, 0) + 1
+            if kind == "ended":
+                cause = rules.cause_of(row.state)
+                counts[cause] = counts.get(cause, 0) + 1
+        return counts
+
     async def aclose(self) -> None:
         """Close the store; it holds nothing outside this process, so nothing is flushed."""
         await trio.lowlevel.checkpoint()
@@ -326,10 +345,89 @@ class MemoryStore:
     # ------------------------------------------------------------------ claims
 
     async def renew(self, owner: str, held: Mapping[str, int], lease: float) -> list[str]:
-        """Extend ``owner``'s live claims by ``lease``; the run ids whose claims were lost."""
+        """Extend ``owner``'s live claims by ``lease``; the run ids whose claims were lost.
+        The owner's worker row, if it has one, is seen now."""
         await trio.lowlevel.checkpoint()
         self._version += 1
-        return rules.renew(self._tx, owner, held, self.lease_clock(), lease)
+        now = self.lease_clock()
+        lost = rules.renew(self._tx, owner, held, now, lease)
+        self._seen(owner, len(held) - len(lost), now)
+        return lost
+
+    # ------------------------------------------------------------------ workers
+
+    def _seen(self, worker_id: str, active: int, now: float) -> WorkerState | None:
+        row = self._workers.get(worker_id)
+        if row is None:
+            return None
+        row[5], row[8] = now, active
+        stored: WorkerState = row[3]
+        return stored
+
+    async def register_worker(self, worker: WorkerInfo) -> None:
+        """`WorkerStore.register_worker`."""
+        await trio.lowlevel.checkpoint()
+        now = self.lease_clock()
+        self._workers.pop(worker.worker_id, None)  # (re-inserted last: newest)
+        self._workers[worker.worker_id] = [
+            worker.worker_id,
+            worker.host,
+            worker.pid,
+            "serving",
+            now,
+            now,
+            bodies_text(worker.bodies),
+            worker.concurrency,
+            0,
+            worker.lease,
+        ]
+
+    async def worker_seen(self, worker_id: str, active: int) -> WorkerState | None:
+        """`WorkerStore.worker_seen`."""
+        await trio.lowlevel.checkpoint()
+        return self._seen(worker_id, active, self.lease_clock())
+
+    async def worker_state(self, worker_id: str) -> WorkerState | None:
+        """`WorkerStore.worker_state`."""
+        await trio.lowlevel.checkpoint()
+        row = self._workers.get(worker_id)
+        return None if row is None else row[3]
+
+    async def list_workers(self, *, ended: bool = False) -> list[WorkerRecord]:
+        """`WorkerStore.list_workers`."""
+        await trio.lowlevel.checkpoint()
+        now = self.lease_clock()
+        return [
+            worker_of(tuple(row), now)
+            for row in reversed(self._workers.values())
+            if ended or row[3] != "stopped"
+        ]
+
+    async def drain_worker(self, worker_id: str) -> WorkerRecord | None:
+        """`WorkerStore.drain_worker`."""
+        await trio.lowlevel.checkpoint()
+        row = self._workers.get(worker_id)
+        if row is None:
+            return None
+        if row[3] == "serving":
+            row[3] = "draining"
+        return worker_of(tuple(row), self.lease_clock())
+
+    async def end_worker(self, worker_id: str) -> None:
+        """`WorkerStore.end_worker`."""
+        await trio.lowlevel.checkpoint()
+        row = self._workers.get(worker_id)
+        if row is not None:
+            row[3], row[5], row[8] = "stopped", self.lease_clock(), 0
+
+    async def forget_workers(self, age: float) -> int:
+        """`WorkerStore.forget_workers`."""
+        await trio.lowlevel.checkpoint()
+        before = self.lease_clock() - age
+        gone = [w for w, row in self._workers.items() if row[5] < before]
+        for worker_id in gone:
+            del self._workers[worker_id]
+        return len(gone)
 
     async def release(self, owner: str, run_id: str) -> None:
         """Drop ``owner``'s claim on ``run_id``, leaving the run for another runtime."""

@@ -111,6 +111,12 @@ class MemoryRow:
     # The run's ``step`` events (`MemoryStore.step_events`), a subset of ``events`` in seq
     # order. Made on the first: most runs never journal a step.
     step_entries: list[Entry] | None = None
+    # `RunRecord`'s times (the runtime's clock) and the last owner of its claim.
+    created_at: float | None = None
+    updated_at: float | None = None
+    started_at: float | None = None
+    ended_at: float | None = None
+    worker_id: str | None = None
 
     @property
     def named_root(self) -> bool:
@@ -131,6 +137,11 @@ class MemoryRow:
             steps=self.steps,
             max_steps=self.max_steps,
             forked_from=self.forked_from,
+            created_at=self.created_at,
+            updated_at=self.updated_at,
+            started_at=self.started_at,
+            ended_at=self.ended_at,
+            worker_id=self.worker_id,
             not_before=self.not_before,
             deadline=self.deadline,
             body_version=self.body_version,
@@ -277,6 +288,7 @@ class MemoryTx:
         state: RunState,
         generation: int,
         result: JsonValue,
+        at: float,
         *,
         not_before: float | None = None,
     ) -> MemoryRow:
@@ -300,6 +312,10 @@ class MemoryTx:
             deadline=new.deadline,
             queue_deadline=new.queue_deadline,
             forked_from=new.forked_from,
+            created_at=at,
+            updated_at=at,
+            started_at=at if kind == "running" else None,
+            ended_at=at if kind == "ended" else None,
             body_version=new.body_version,
         )
         self.rows[run_id] = row
@@ -322,12 +338,19 @@ class MemoryTx:
         state: RunState,
         generation: int,
         *,
+        at: float,
         steps: int | None = None,
         result: JsonValue = UNSET,
         not_before: float | None = None,
     ) -> None:
         kind = KIND_OF[type(state)]
         row.state, row.kind, row.generation = state, kind, generation
+        row.updated_at = at
+        if kind == "running":
+            if row.started_at is None:
+                row.started_at = at
+        elif kind == "ended":
+            row.ended_at = at
         row.not_before = not_before
         if steps is not None:
             row.steps = steps
@@ -375,6 +398,9 @@ class MemoryTx:
 
     def set_recoveries(self, row: MemoryRow, recoveries: int) -> None:
         row.recoveries = recoveries
+
+    def set_worker(self, row: MemoryRow, worker_id: str) -> None:
+        row.worker_id = worker_id
 
     def set_claim(self, run_id: str, claim: ClaimRow | None) -> None:
         if claim is None:

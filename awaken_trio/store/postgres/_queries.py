@@ -22,6 +22,7 @@ from psycopg import sql
 
 from .._codec import RECORD_COLUMNS
 from .._textrows import EVENT_COLUMNS, TextRow
+from .._workers import WORKER_COLUMNS
 from ._order import ticket_space
 
 # ============================================================================ columns
@@ -69,6 +70,12 @@ COLUMNS: Final = (
     Column("epoch", "bigint", field="epoch"),
     Column("attempt_epoch", "bigint", field="attempt_epoch"),
     Column("recoveries", "bigint", field="recoveries"),
+    Column("created_at", "float8", field="created_at", updated=False),
+    Column("updated_at", "float8", field="updated_at"),
+    Column("started_at", "float8", field="started_at"),
+    Column("ended_at", "float8", field="ended_at"),
+    Column("worker_id", field="worker_id"),
+    Column("cause", field="cause"),
     Column("body_version", field="body_version"),
     # A named root run written Queued takes a place after every other, from the sequence.
     Column(
@@ -182,6 +189,7 @@ def rows_json(rows: Sequence[Sequence[Any]]) -> str:
 _FRAGMENTS: Final[Mapping[str, str]] = {
     "row_columns": ROW_COLUMNS,
     "record_columns": RECORD_COLUMNS,
+    "worker_columns": WORKER_COLUMNS,
     # As many NULLs as a record has columns: a row of another shape in a union of records.
     "record_nulls": ", ".join(["NULL"] * (RECORD_COLUMNS.count(",") + 1)),
     "event_columns": ", ".join(EVENT_COLUMNS),
@@ -281,6 +289,7 @@ class Queries:
     forget_reserved: bytes
     list_runs: str
     """A template: its ``{where}`` is the filters a call asks for (`_reads.list_runs`)."""
+    count_runs: bytes
     states: bytes
     commands: bytes
     last_event: bytes
@@ -300,6 +309,14 @@ class Queries:
     prune: bytes
     listen: bytes
     ping: bytes
+    register_worker: bytes
+    worker_seen: bytes
+    worker_state: bytes
+    list_workers: bytes
+    list_live_workers: bytes
+    drain_worker: bytes
+    end_worker: bytes
+    forget_workers: bytes
 
     @classmethod
     def of(cls, schema: str) -> Queries:

@@ -11,6 +11,7 @@ import attrs
 from psycopg import sql
 
 from ..._core import (
+    CAUSE_KINDS,
     CheckpointAt,
     Ended,
     InvalidArgument,
@@ -130,8 +131,15 @@ def list_runs(
         return []
     clauses: list[sql.Composable] = []
     params: dict[str, object] = {"limit": limit}
-    if state is not None:
+    if state in CAUSE_KINDS:
+        clauses.append(sql.SQL("r.cause = %(state)s"))  # runs_by_cause
+        params["state"] = state
+    elif state == "ended":
         clauses.append(sql.SQL("r.kind = %(state)s"))
+        params["state"] = state
+    elif state is not None:
+        # The partial index's own condition, so the planner may use runs_unended.
+        clauses.append(sql.SQL("r.kind = %(state)s AND r.kind <> 'ended'"))
         params["state"] = state
     if thread_id is not None:
         clauses.append(sql.SQL("r.thread_id = %(thread_id)s"))
@@ -150,6 +158,17 @@ def list_runs(
     where = sql.SQL("WHERE ") + sql.SQL(" AND ").join(clauses) if clauses else sql.SQL("")
     query = sql.SQL(r.list_runs).format(s=r.schema, where=where)
     return [record_of(row) for row in conn.execute(query, params).fetchall()]
+
+
+def count_runs(conn: Conn, r: Queries) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    ended = 0
+    for kind, n in conn.execute(r.count_runs).fetchall():
+        counts[str(kind)] = int(n)
+        if kind in CAUSE_KINDS:
+            ended += int(n)
+    counts["ended"] = ended
+    return counts
 
 
 def states(conn: Conn, r: Queries, run_ids: Collection[str]) -> dict[str, RunState]:

@@ -236,7 +236,64 @@ def _to_v9(conn: psycopg.Connection[tuple[object, ...]], schema: sql.Identifier)
 
 
 _V10: Final = (
-    # Version 10: run policies. Busy threads (``if_busy=``): a start that rejects or
+    # Version 10: a run's times (created, last updated, first running, ended: the runtime's
+    # clock, as events' ``at``), the worker that held its claim last, and its end cause's
+    # kind. A run written before keeps the times its events tell (None where it has none),
+    # its current claim's owner as its worker, and the cause its state names.
+    "ALTER TABLE {s}.runs ADD COLUMN created_at float8, ADD COLUMN updated_at float8,"
+    " ADD COLUMN started_at float8, ADD COLUMN ended_at float8, ADD COLUMN worker_id text,"
+    " ADD COLUMN cause text",
+    """UPDATE {s}.runs r SET
+        created_at = e.first_at,
+        updated_at = e.last_at,
+        started_at = e.started_at,
+        ended_at = CASE WHEN r.kind = 'ended' THEN e.last_at END
+    FROM (SELECT run_id, min(at) AS first_at, max(at) AS last_at,
+                 min(at) FILTER (WHERE state::jsonb->>'kind' = 'running') AS started_at
+          FROM {s}.events GROUP BY run_id) e
+    WHERE e.run_id = r.run_id""",
+    "UPDATE {s}.runs r SET worker_id = c.owner FROM {s}.claims c WHERE c.run_id = r.run_id",
+    "UPDATE {s}.runs SET cause = state::jsonb->'cause'->>'kind' WHERE kind = 'ended'",
+    # Ended runs by cause (an entry written once, when the run ends) and unended runs by
+    # kind, each newest first: a filter by either reads only the runs it lists, and the
+    # counts read the indexes.
+    "CREATE INDEX runs_by_cause ON {s}.runs (cause, created) WHERE cause IS NOT NULL",
+    "CREATE INDEX runs_unended ON {s}.runs (kind, created) WHERE kind <> 'ended'",
+)
+
+
+def _to_v10(conn: psycopg.Connection[tuple[object, ...]], schema: sql.Identifier) -> None:
+    for statement in _V10:
+        conn.execute(sql.SQL(statement).format(s=schema))
+
+
+_V11: Final = (
+    # Version 11: the workers (DESIGN §3.11), a row per serving runtime; its times are the
+    # server's clock, as leases are, and its own lease decides when it reads lost.
+    """CREATE TABLE {s}.workers (
+        worker_id text PRIMARY KEY,
+        host text NOT NULL,
+        pid bigint NOT NULL,
+        state text NOT NULL CHECK (state IN ('serving', 'draining', 'stopped')),
+        started_at float8 NOT NULL,
+        last_seen float8 NOT NULL,
+        bodies text NOT NULL,
+        concurrency bigint NOT NULL,
+        active bigint NOT NULL DEFAULT 0,
+        lease float8 NOT NULL
+    )""",
+    "CREATE INDEX workers_live ON {s}.workers (started_at) WHERE state <> 'stopped'",
+    "CREATE INDEX workers_by_seen ON {s}.workers (last_seen)",
+)
+
+
+def _to_v11(conn: psycopg.Connection[tuple[object, ...]], schema: sql.Identifier) -> None:
+    for statement in _V11:
+        conn.execute(sql.SQL(statement).format(s=schema))
+
+
+_V12: Final = (
+    # Version 12: run policies. Busy threads (``if_busy=``): a start that rejects or
     # supersedes on a busy thread reads the thread's runs that have not ended; a partial
     # index holds those rows alone, so the read costs the runs the thread has under way,
     # not its history. Body versions: the version of the body a run's first attempt ran
@@ -246,8 +303,8 @@ _V10: Final = (
 )
 
 
-def _to_v10(conn: psycopg.Connection[tuple[object, ...]], schema: sql.Identifier) -> None:
-    for statement in _V10:
+def _to_v12(conn: psycopg.Connection[tuple[object, ...]], schema: sql.Identifier) -> None:
+    for statement in _V12:
         conn.execute(sql.SQL(statement).format(s=schema))
 
 
@@ -262,6 +319,8 @@ MIGRATIONS: Sequence[Migration] = (
     order_v8,
     _to_v9,
     _to_v10,
+    _to_v11,
+    _to_v12,
 )
 """The schema's history, oldest first: ``MIGRATIONS[i]`` takes a schema from version ``i``
 to ``i + 1``. Append, never edit."""

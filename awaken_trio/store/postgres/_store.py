@@ -33,13 +33,17 @@ from ..._core import (
     Recovered,
     Rejected,
     RunEvent,
+    RunFilter,
     RunRecord,
     RunState,
-    StateKind,
     StoredCommand,
     StreamPage,
+    WorkerInfo,
+    WorkerRecord,
+    WorkerState,
 )
 from .. import _rules as rules
+from .._workers import bodies_text, worker_of
 from . import _reads as reads
 from . import _streams as streams
 from ._conn import Conn, Connections, LostCommit
@@ -314,7 +318,7 @@ class PostgresStore:
     async def list_runs(
         self,
         *,
-        state: StateKind | None = None,
+        state: RunFilter | None = None,
         thread_id: str | None = None,
         name: str | None = None,
         limit: int = 50,
@@ -323,6 +327,10 @@ class PostgresStore:
         return await self._read(
             lambda c, r: reads.list_runs(c, r, state, thread_id, name, limit, before), "runs"
         )
+
+    async def count_runs(self) -> dict[str, int]:
+        """Runs by state kind and end cause kind (`CountingStore.count_runs`)."""
+        return await self._read(reads.count_runs, "the counts of runs")
 
     async def prune(self, ended_before: float, *, dry_run: bool = False) -> int:
         """Delete the ended trees (`PruningStore.prune`) in one transaction."""
@@ -338,10 +346,85 @@ class PostgresStore:
     # ------------------------------------------------------------------ DurableStore
 
     async def renew(self, owner: str, held: Mapping[str, int], lease: float) -> list[str]:
+        """`DurableStore.renew`; the owner's worker row, if it has one, is seen in the same
+        transaction (one more statement in its pipeline, on that row alone)."""
         claims = dict(held)
-        return await self._write(
-            lambda tx, now: rules.renew(tx, owner, claims, now, lease), "a renewal"
-        )
+
+        def renew(tx: PgTx, now: float) -> list[str]:
+            lost = rules.renew(tx, owner, claims, now, lease)
+            active = len(claims) - len(lost)
+            tx.conn.execute(tx.q.worker_seen, {"now": now, "active": active, "worker_id": owner})
+            return lost
+
+        return await self._write(renew, "a renewal")
+
+    # ------------------------------------------------------------------ WorkerStore
+    # Each is one statement by key on the worker's row (or the workers' indexes), safe to
+    # repeat: run as the reads are, on a connection in autocommit.
+
+    def _now(self, c: Conn, r: Queries) -> float:
+        fixed = self._lease_clock
+        return (reads.server_now(c, r) if fixed is None else fixed()) + self._offset()
+
+    async def register_worker(self, worker: WorkerInfo) -> None:
+        def run(c: Conn, r: Queries) -> None:
+            c.execute(
+                r.register_worker,
+                {
+                    "worker_id": worker.worker_id,
+                    "host": worker.host,
+                    "pid": worker.pid,
+                    "now": self._now(c, r),
+                    "bodies": bodies_text(worker.bodies),
+                    "concurrency": worker.concurrency,
+                    "lease": worker.lease,
+                },
+            )
+
+        await self._read(run, f"the registration of worker {worker.worker_id!r}")
+
+    async def worker_seen(self, worker_id: str, active: int) -> WorkerState | None:
+        def run(c: Conn, r: Queries) -> WorkerState | None:
+            params = {"now": self._now(c, r), "active": active, "worker_id": worker_id}
+            found = c.execute(r.worker_seen, params).fetchone()
+            return None if found is None else found[0]
+
+        return await self._read(run, f"worker {worker_id!r}")
+
+    async def worker_state(self, worker_id: str) -> WorkerState | None:
+        def run(c: Conn, r: Queries) -> WorkerState | None:
+            found = c.execute(r.worker_state, (worker_id,)).fetchone()
+            return None if found is None else found[0]
+
+        return await self._read(run, f"worker {worker_id!r}")
+
+    async def list_workers(self, *, ended: bool = False) -> list[WorkerRecord]:
+        def run(c: Conn, r: Queries) -> list[WorkerRecord]:
+            now = self._now(c, r)
+            found = c.execute(r.list_workers if ended else r.list_live_workers).fetchall()
+            return [worker_of(row, now) for row in found]
+
+        return await self._read(run, "the workers")
+
+    async def drain_worker(self, worker_id: str) -> WorkerRecord | None:
+        def run(c: Conn, r: Queries) -> WorkerRecord | None:
+            now = self._now(c, r)
+            found = c.execute(r.drain_worker, (worker_id,)).fetchone()
+            return None if found is None else worker_of(found, now)
+
+        return await self._read(run, f"worker {worker_id!r}")
+
+    async def end_worker(self, worker_id: str) -> None:
+        def run(c: Conn, r: Queries) -> None:
+            c.execute(r.end_worker, {"now": self._now(c, r), "worker_id": worker_id})
+
+        await self._read(run, f"worker {worker_id!r}")
+
+    async def forget_workers(self, age: float) -> int:
+        def run(c: Conn, r: Queries) -> int:
+            return c.execute(r.forget_workers, (self._now(c, r) - age,)).rowcount
+
+        return await self._read(run, "the ended workers")
 
     async def release(self, owner: str, run_id: str) -> None:
         await self._write(lambda tx, now: rules.release(tx, owner, run_id), "a release")

@@ -454,10 +454,11 @@ class PgTx(TextRunTx[TextRow, _Insert]):
         state: RunState,
         generation: int,
         result: JsonValue,
+        at: float,
         *,
         not_before: float | None = None,
     ) -> TextRow:
-        row = self._created(TextRow.created(run_id, new, state, generation, not_before))
+        row = self._created(TextRow.created(run_id, new, state, generation, at, not_before))
         siblings = None if new.parent_run_id is None else self._children.get(new.parent_run_id)
         if siblings is not None:
             siblings.append(run_id)

@@ -311,6 +311,13 @@ SELECT 'next', LEAST(
 -- (`_reads.list_runs`).
 SELECT {record_columns} FROM {s}.runs r {where} ORDER BY r.created DESC LIMIT %(limit)s;
 
+-- count_runs --
+-- Unended runs by kind, ended ones by cause: each half reads its partial index alone
+-- (runs_unended, runs_by_cause); the ended count is the sum of the causes'.
+SELECT kind, count(*) FROM {s}.runs WHERE kind <> 'ended' GROUP BY kind
+UNION ALL
+SELECT cause, count(*) FROM {s}.runs WHERE cause IS NOT NULL GROUP BY cause;
+
 -- states --
 -- By key, one index probe per key (as `rows`: why there).
 SELECT x.* FROM unnest(%b::text[]) AS k(id) CROSS JOIN LATERAL
@@ -409,3 +416,47 @@ LISTEN {channel};
 -- ping --
 -- The listener's own notice: heard back, its connection is alive.
 SELECT pg_notify(%s, %s);
+
+-- register_worker --
+-- A serving runtime's row (DESIGN §3.11), replaced when one registers again with its id.
+-- One row by key: no lock beyond it.
+INSERT INTO {s}.workers (worker_id, host, pid, state, started_at, last_seen, bodies,
+  concurrency, active, lease)
+VALUES (%(worker_id)s, %(host)s, %(pid)s, 'serving', %(now)s, %(now)s, %(bodies)s,
+  %(concurrency)s, 0, %(lease)s)
+ON CONFLICT (worker_id) DO UPDATE SET host = EXCLUDED.host, pid = EXCLUDED.pid,
+  state = 'serving', started_at = EXCLUDED.started_at, last_seen = EXCLUDED.last_seen,
+  bodies = EXCLUDED.bodies, concurrency = EXCLUDED.concurrency, active = 0,
+  lease = EXCLUDED.lease;
+
+-- worker_seen --
+-- The worker was seen now (with a renewal, in its transaction; or alone, holding no
+-- claim); its stored state. By key.
+UPDATE {s}.workers SET last_seen = %(now)s, active = %(active)s
+WHERE worker_id = %(worker_id)s RETURNING state;
+
+-- worker_state --
+SELECT state FROM {s}.workers WHERE worker_id = %s;
+
+-- list_workers --
+-- Every worker, the most recently started first.
+SELECT {worker_columns} FROM {s}.workers ORDER BY started_at DESC, worker_id;
+
+-- list_live_workers --
+-- The workers that have not stopped, through the partial index workers_live, however
+-- many stopped ones are kept.
+SELECT {worker_columns} FROM {s}.workers WHERE state <> 'stopped'
+ORDER BY started_at DESC, worker_id;
+
+-- drain_worker --
+-- Ask a serving worker to drain; the row after (a worker in any other state is left).
+UPDATE {s}.workers SET state = CASE WHEN state = 'serving' THEN 'draining' ELSE state END
+WHERE worker_id = %s RETURNING {worker_columns};
+
+-- end_worker --
+UPDATE {s}.workers SET state = 'stopped', last_seen = %(now)s, active = 0
+WHERE worker_id = %(worker_id)s;
+
+-- forget_workers --
+-- Ended workers kept long enough (stopped, or not seen since): through workers_by_seen.
+DELETE FROM {s}.workers WHERE last_seen < %s;

@@ -56,11 +56,10 @@ class Marks(NamedTuple):
     last_rowid: int  # the largest rowid of runs (a new run's is the next)
 
 
-_ROW_WIDTH: Final = ROW_COLUMNS.count(",") + 1
-# The NULLs that pad a part of `_READ` of 3, 4 or 5 columns to a run row's width.
-_NONE_15: Final = ", NULL" * (_ROW_WIDTH - 3)
-_NONE_14: Final = ", NULL" * (_ROW_WIDTH - 4)
-_NONE_13: Final = ", NULL" * (_ROW_WIDTH - 5)
+_WIDTH: Final = ROW_COLUMNS.count(",") + 1  # the widest part: a run's row
+_NONE_15: Final = ", NULL" * (_WIDTH - 3)
+_NONE_14: Final = ", NULL" * (_WIDTH - 4)
+_NONE_13: Final = ", NULL" * (_WIDTH - 5)
 
 # Everything a transaction reads, in one statement (so one call into SQLite: see
 # ``sqlite/_bulk.py``), by tag: 0 the marks, 1 runs by id, 2 live attempts by thread, 3 claims

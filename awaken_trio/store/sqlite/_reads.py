@@ -11,6 +11,7 @@ from collections.abc import Collection
 from typing import Final
 
 from ..._core import (
+    CAUSE_KINDS,
     CheckpointAt,
     InvalidArgument,
     Overdue,
@@ -200,15 +201,23 @@ def list_runs(
     limit: int,
     before: str | None,
 ) -> list[RunRecord]:
-    """Newest first, by rowid (the order runs were created in): one query that walks the
-    table backwards and stops at ``limit`` matches (no index covers the filters; the walk
-    stops as soon as the page is full)."""
+    """Newest first, by rowid (the order runs were created in): one query that stops at
+    ``limit`` matches. An end cause is read from ``runs_by_cause`` and an unended kind
+    from ``runs_unended`` (their entries with one key are in rowid order: no sort), so
+    either costs the runs it lists, however many others the file holds; ``ended`` and no
+    filter walk the table backwards, where ended runs are most of what it holds."""
     if limit <= 0:
         return []
     clauses = []
     params: dict[str, object] = {"limit": limit}
-    if state is not None:
-        clauses.append("r.kind = :state")
+    if state in CAUSE_KINDS:
+        clauses.append("r.cause = :state")
+        params["state"] = state
+    elif state is not None:
+        # The second term is the partial index's own condition, which lets SQLite use it.
+        clauses.append(
+            "r.kind = :state" if state == "ended" else "r.kind = :state AND r.kind != 'ended'"
+        )
         params["state"] = state
     if thread_id is not None:
         clauses.append("r.thread_id = :thread_id")
@@ -226,6 +235,22 @@ def list_runs(
         params,
     )
     return [record_of(row) for row in found]
+
+
+def count_runs(conn: sqlite3.Connection) -> dict[str, int]:
+    """Two reads of the partial indexes alone: the unended runs by kind, the ended ones by
+    cause (their sum is the ended count)."""
+    counts: dict[str, int] = dict(
+        conn.execute("SELECT kind, COUNT(*) FROM runs WHERE kind != 'ended' GROUP BY kind")
+    )
+    ended = 0
+    for cause, n in conn.execute(
+        "SELECT cause, COUNT(*) FROM runs WHERE cause IS NOT NULL GROUP BY cause"
+    ):
+        counts[cause] = n
+        ended += n
+    counts["ended"] = ended
+    return counts
 
 
 def states(conn: sqlite3.Connection, run_ids: Collection[str]) -> dict[str, RunState]:

@@ -19,7 +19,7 @@ from .._textrows import TextRow
 ROW_COLUMNS: Final = (
     "run_id, thread_id, parent_run_id, root_run_id, name, kind, state, generation, carried,"
     " carried_pause, resume_value, resume_ticket, epoch, attempt_epoch, recoveries,"
-    " not_before, body_version, rowid,"
+    " created_at, updated_at, started_at, ended_at, worker_id, not_before, body_version, rowid,"
     " queued_order IS NOT NULL"
 )
 """The columns `row_of` reads, in its order."""
@@ -35,6 +35,11 @@ UPDATABLE: Final = (
     "epoch",
     "attempt_epoch",
     "recoveries",
+    "updated_at",
+    "started_at",
+    "ended_at",
+    "worker_id",
+    "cause",
     "not_before",
     "body_version",
 )
@@ -70,6 +75,11 @@ class Row(TextRow):
             self.epoch,
             self.attempt_epoch,
             self.recoveries,
+            self.updated_at,
+            self.started_at,
+            self.ended_at,
+            self.worker_id,
+            self.cause,
             self.not_before,
             self.body_version,
         )

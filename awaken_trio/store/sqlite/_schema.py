@@ -21,6 +21,7 @@ import attrs
 
 from ..._core import StoreError
 from ._streams import create_v6 as create_streams_v6
+from ._workers import create_v10 as create_workers_v10
 
 APPLICATION: Final = "awaken_trio"
 APPLICATION_ID: Final = 0x41574B4E  # "AWKN": the header field SQLite reserves for this
@@ -167,6 +168,38 @@ def _steps_v5(conn: sqlite3.Connection) -> None:
     conn.execute("CREATE INDEX events_steps ON events (run_id, seq) WHERE kind = 'step'")
 
 
+def _times_v9(conn: sqlite3.Connection) -> None:
+    """Version 9: a run's times (`RunRecord.created_at`, ``updated_at``, ``started_at``,
+    ``ended_at``), the worker that held its claim last (``worker_id``), and its end cause's
+    kind (``cause``, what `list_runs` filters and `count_runs` counts ended runs by).
+
+    A run written before keeps its times as its events tell them: created at its first
+    event, updated at its last, started at its first ``running`` one, ended at its last
+    when it has ended (None where its events were never written); its worker is its
+    current claim's owner, if it has one. ``cause`` is read from its state.
+
+    Two partial indexes: ended runs by cause (each entry written once, when the run ends)
+    and unended runs by kind, so a filter by either, newest first, reads only the runs it
+    lists, and the counts read an index, never the table."""
+    for column in ("created_at", "updated_at", "started_at", "ended_at"):
+        conn.execute(f"ALTER TABLE runs ADD COLUMN {column} REAL")
+    conn.execute("ALTER TABLE runs ADD COLUMN worker_id TEXT")
+    conn.execute("ALTER TABLE runs ADD COLUMN cause TEXT")
+    conn.execute(
+        """UPDATE runs SET
+            created_at = (SELECT MIN(e.at) FROM events e WHERE e.run_id = runs.run_id),
+            updated_at = (SELECT MAX(e.at) FROM events e WHERE e.run_id = runs.run_id),
+            started_at = (SELECT MIN(e.at) FROM events e WHERE e.run_id = runs.run_id
+                          AND json_extract(e.state, '$.kind') = 'running'),
+            ended_at = CASE WHEN kind = 'ended' THEN
+                (SELECT MAX(e.at) FROM events e WHERE e.run_id = runs.run_id) END,
+            worker_id = (SELECT c.owner FROM claims c WHERE c.run_id = runs.run_id),
+            cause = CASE WHEN kind = 'ended' THEN json_extract(state, '$.cause.kind') END"""
+    )
+    conn.execute("CREATE INDEX runs_by_cause ON runs (cause) WHERE cause IS NOT NULL")
+    conn.execute("CREATE INDEX runs_unended ON runs (kind) WHERE kind != 'ended'")
+
+
 def _not_before_v7(conn: sqlite3.Connection) -> None:
     """Version 7: a queued run's earliest start (``not_before``: a delayed start, a run
     waiting to retry). The serving loop's walk of the queue (``runs_queue_by_age``) passes
@@ -196,8 +229,8 @@ def _deadlines_v8(conn: sqlite3.Connection) -> None:
     )
 
 
-def _run_policies_v9(conn: sqlite3.Connection) -> None:
-    """Version 9: run policies. Busy threads (``if_busy=``): a start that rejects or
+def _run_policies_v11(conn: sqlite3.Connection) -> None:
+    """Version 11: run policies. Busy threads (``if_busy=``): a start that rejects or
     supersedes on a busy thread reads the thread's runs that have not ended; a partial
     index holds those rows alone, so the read costs the runs the thread has under way, not
     its history. Body versions: the version of the body a run's first attempt ran with
@@ -215,7 +248,9 @@ MIGRATIONS: Sequence[Migration] = (
     create_streams_v6,
     _not_before_v7,
     _deadlines_v8,
-    _run_policies_v9,
+    _times_v9,
+    create_workers_v10,
+    _run_policies_v11,
 )
 """The schema's history, oldest first: ``MIGRATIONS[i]`` takes a file from version ``i`` to
 ``i + 1``. Append, never edit: a released file may be at any version."""

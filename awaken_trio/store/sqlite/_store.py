@@ -27,18 +27,22 @@ from ..._core import (
     Recovered,
     Rejected,
     RunEvent,
+    RunFilter,
     RunRecord,
     RunState,
-    StateKind,
     StoredCommand,
     StoreError,
     StreamPage,
+    WorkerInfo,
+    WorkerRecord,
+    WorkerState,
     safe_repr,
 )
 from .. import _rules as rules
 from . import _reads as reads
 from . import _schema as schema
 from . import _streams as streams
+from . import _workers as workers
 from ._prune import prune
 from ._session import Session, Synchronous
 from ._thread import ResourceThread
@@ -271,7 +275,7 @@ class SQLiteStore:
     async def list_runs(
         self,
         *,
-        state: StateKind | None = None,
+        state: RunFilter | None = None,
         thread_id: str | None = None,
         name: str | None = None,
         limit: int = 50,
@@ -282,12 +286,56 @@ class SQLiteStore:
             lambda conn: reads.list_runs(conn, state, thread_id, name, limit, before)
         )
 
+    async def count_runs(self) -> dict[str, int]:
+        """Runs by state kind and end cause kind (`CountingStore.count_runs`), read from
+        two partial indexes."""
+        return await self._read(reads.count_runs)
+
     # ------------------------------------------------------------------ DurableStore
 
     async def renew(self, owner: str, held: Mapping[str, int], lease: float) -> list[str]:
+        """`DurableStore.renew`; the owner's worker row, if it has one, is seen in the same
+        transaction."""
         held = dict(held)
         clock = self._lease_clock
-        return await self._write(lambda tx: rules.renew(tx, owner, held, clock(), lease))
+
+        def renew(tx: Transaction) -> list[str]:
+            now = clock()
+            lost = rules.renew(tx, owner, held, now, lease)
+            tx.flush()
+            workers.seen(tx.conn, owner, len(held) - len(lost), now)
+            return lost
+
+        return await self._write(renew)
+
+    # ------------------------------------------------------------------ WorkerStore
+
+    async def register_worker(self, worker: WorkerInfo) -> None:
+        clock = self._lease_clock
+        await self._write(lambda tx: workers.register(tx.conn, worker, clock()))
+
+    async def worker_seen(self, worker_id: str, active: int) -> WorkerState | None:
+        clock = self._lease_clock
+        return await self._write(lambda tx: workers.seen(tx.conn, worker_id, active, clock()))
+
+    async def worker_state(self, worker_id: str) -> WorkerState | None:
+        return await self._read(lambda conn: workers.state(conn, worker_id))
+
+    async def list_workers(self, *, ended: bool = False) -> list[WorkerRecord]:
+        clock = self._lease_clock
+        return await self._read(lambda conn: workers.listed(conn, ended, clock()))
+
+    async def drain_worker(self, worker_id: str) -> WorkerRecord | None:
+        clock = self._lease_clock
+        return await self._write(lambda tx: workers.drain(tx.conn, worker_id, clock()))
+
+    async def end_worker(self, worker_id: str) -> None:
+        clock = self._lease_clock
+        await self._write(lambda tx: workers.end(tx.conn, worker_id, clock()))
+
+    async def forget_workers(self, age: float) -> int:
+        clock = self._lease_clock
+        return await self._write(lambda tx: workers.forget(tx.conn, clock() - age))
 
     async def release(self, owner: str, run_id: str) -> None:
         await self._write(lambda tx: rules.release(tx, owner, run_id))

@@ -58,8 +58,8 @@ from ._rows import UPDATABLE, Row, load_record
 _INSERT_RUNS: Final = (
     "INSERT INTO runs (rowid, run_id, thread_id, parent_run_id, root_run_id, name, input,"
     " kind, state, generation, result, max_steps, carried, carried_pause, resume_value,"
-    " resume_ticket, epoch, attempt_epoch, queued_order, not_before, deadline, queue_deadline,"
-    " body_version)"
+    " resume_ticket, epoch, attempt_epoch, queued_order, created_at, updated_at, started_at,"
+    " ended_at, worker_id, cause, not_before, deadline, queue_deadline, body_version)"
     " SELECT * FROM (VALUES {}) WHERE column1 IS NOT NULL"
 )
 
@@ -284,12 +284,13 @@ class Transaction(TextRunTx[Row, _Insert]):
         state: RunState,
         generation: int,
         result: JsonValue,
+        at: float,
         *,
         not_before: float | None = None,
     ) -> Row:
         """Create the run (new to the file)."""
         self.begin()
-        row = self._created(Row.created(run_id, new, state, generation, not_before))
+        row = self._created(Row.created(run_id, new, state, generation, at, not_before))
         self._last_rowid += 1
         row.rowid = self._last_rowid
         self._inserted[run_id] = _Insert(
@@ -419,6 +420,12 @@ class Transaction(TextRunTx[Row, _Insert]):
                     row.epoch,
                     row.attempt_epoch,
                     new.queued_order,
+                    row.created_at,
+                    row.updated_at,
+                    row.started_at,
+                    row.ended_at,
+                    row.worker_id,
+                    row.cause,
                     row.not_before,
                     new.deadline,
                     new.queue_deadline,
@@ -427,7 +434,7 @@ class Transaction(TextRunTx[Row, _Insert]):
             )
             row.filed, row.filed_queued = row.updatable(), new.queued_order is not None
         self._inserted.clear()
-        write_rows(self.conn, _INSERT_RUNS, 23, values)
+        write_rows(self.conn, _INSERT_RUNS, 29, values)
 
     def _flush_updates(self) -> None:
         checkpoints, steps, results = self._checkpoints, self._steps, self._results

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import AsyncExitStack
+from contextlib import AsyncExitStack, suppress
 from functools import partial
 
 import psycopg
@@ -285,10 +285,12 @@ async def test_a_transaction_the_server_rolls_back_in_a_deadlock_is_run_again(
                     await trio.sleep(0.01)
                 # The store's transaction holds a's claim and waits for b's: closing the
                 # circle makes the server end one of the two.
-                try:
+                # The store's rerun can take a's claim again before the holder's waiting
+                # request is granted, closing a second circle; the server may end the
+                # holder's side of that one. Either way the batch must land whole, and the
+                # log below shows the store was rolled back at least once.
+                with suppress(psycopg.errors.DeadlockDetected):
                     await trio.to_thread.run_sync(lock, "a")
-                except psycopg.errors.DeadlockDetected:  # pragma: no cover - the other way
-                    pytest.fail("the server chose the holder; the store was not rolled back")
                 await trio.to_thread.run_sync(holder.rollback)
     finally:
         await trio.to_thread.run_sync(holder.close)

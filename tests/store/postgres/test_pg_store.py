@@ -220,7 +220,7 @@ async def test_the_queue_is_read_oldest_first_from_its_index(pg_url: str) -> Non
             conn.execute("ANALYZE awaken.runs")
             rows = conn.execute(
                 b"EXPLAIN " + Queries.of("awaken").queued,
-                {"names": ["job"], "lease_now": 0.0, "now": 0.0, "limit": 8},
+                {"names": ["job"], "lease_now": 0.0, "now": 0.0, "limit": 8, "by": "w"},
             ).fetchall()
             return [str(line) for (line,) in rows]
 

@@ -1,0 +1,64 @@
+"""The calls an operator makes of a runtime: how many runs are in each state and ended with
+each cause, and the workers serving the store (DESIGN §3.11). `Runtime` inherits them;
+each checks its arguments and makes one call to the runtime's `Control`."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ._state import RunCounts
+from ._storage import WorkerRecord
+from ._validate import check_id
+
+if TYPE_CHECKING:
+    from ._control import Control
+    from ._kernel import Kernel
+
+
+class OperatorCalls:
+    """`Runtime`'s operator calls (see the module docstring)."""
+
+    if TYPE_CHECKING:
+        _control: Control
+        _kernel: Kernel
+
+        def _in_own_run(self) -> None: ...
+
+    async def count_runs(self) -> RunCounts:
+        """How many runs the store holds in each state, and how many of the ended ones
+        ended with each cause (read from indexes on SQLite and PostgreSQL).
+
+        Raises:
+            InvalidArgument: the store cannot count its runs (it has no ``count_runs``;
+                see `awaken_trio.store.CountingStore`).
+        """
+        self._in_own_run()
+        return await self._control.count_runs()
+
+    @property
+    def worker_id(self) -> str | None:
+        """The id this runtime claims runs under on a durable store, and its worker row's
+        while it serves (`WorkerRecord.worker_id`, `RunRecord.worker_id`); None on a store
+        without claims."""
+        settings = self._kernel.claims.settings
+        return None if settings is None else settings.owner
+
+    async def list_workers(self, *, ended: bool = False) -> list[WorkerRecord]:
+        """The runtimes that serve this store (DESIGN §3.11), the most recently started
+        first: serving, draining or lost (not seen for 3 of its leases, by the store's
+        clock); with ``ended``, those stopped in the last day too."""
+        self._in_own_run()
+        return await self._control.list_workers(ended=ended)
+
+    async def drain_worker(self, worker_id: str) -> WorkerRecord:
+        """Ask a worker, in any process, to claim nothing new (within a few ``poll``
+        intervals), let its active runs finish, then stop serving (its ``serve()``
+        returns). Its record after the request: ``draining``; a worker already stopped or
+        lost is left as it is (its record says so).
+
+        Raises:
+            UnknownWorker: the store holds no worker with that id.
+        """
+        self._in_own_run()
+        check_id(worker_id, "worker_id")
+        return await self._control.drain_worker(worker_id)
