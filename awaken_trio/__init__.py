@@ -53,8 +53,8 @@ from ._core import ThreadBusy as ThreadBusy
 from ._core import TicketExpired as TicketExpired
 from ._core import TicketMismatch as TicketMismatch
 from ._core import UnknownRun as UnknownRun
-from ._core import VersionedBody as VersionedBody
 from ._core import UnknownWorker as UnknownWorker
+from ._core import VersionedBody as VersionedBody
 from ._core import WorkerRecord as WorkerRecord
 from ._core import current_context as current_context
 from ._core import fixup_module_metadata as _fixup_module_metadata
@@ -103,8 +103,8 @@ __all__ = [
     "TicketExpired",
     "TicketMismatch",
     "UnknownRun",
-    "VersionedBody",
     "UnknownWorker",
+    "VersionedBody",
     "WorkerRecord",
     "current_context",
     "open_runtime",

@@ -40,7 +40,6 @@ from ._storage import (
     STATE_KINDS,
     IfBusy,
     RunFilter,
-    StateKind,
     StreamingStore,
     read_store,
 )
@@ -224,12 +223,6 @@ class Runtime(OperatorCalls, metaclass=NoPublicConstructor):
             InvalidBody: ``body`` is not an async callable.
         """
         self._kernel.register(name, body, version=version, compatible=compatible)
-
-    def body_versions(self) -> dict[str, str | None]:
-        """The names bodies are registered under here, each with its version (None for
-        an unversioned body): what a worker serves."""
-        kernel = self._kernel
-        return {name: kernel.versions_of(name).version for name in kernel.named}
 
     @trio.lowlevel.enable_ki_protection
     async def submit(

@@ -64,7 +64,7 @@ async def serve(
     if claims is None or not isinstance(store, WorkerStore) or not store.durable:
         await _serve(host, concurrency, None, task_status)
         return
-    presence = Presence(store, claims, host.names(), concurrency)
+    presence = Presence(store, claims, host.served(), concurrency)
     active: dict[str, ServedRun] = {}
     await presence.register()
     try:
