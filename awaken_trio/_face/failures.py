@@ -28,6 +28,7 @@ from .. import (
     Runtime,
     StoreError,
     StreamGap,
+    ThreadBusy,
     TicketExpired,
     TicketMismatch,
     UnknownRun,
@@ -63,6 +64,7 @@ REFUSALS: Final = (
     UnknownRun,
     RunExists,
     StreamGap,
+    ThreadBusy,
 )
 """Errors by which a run's committed state refuses a request (exit 1). `InvalidPayload` is
 an `InvalidArgument`, so it must be matched before it."""
