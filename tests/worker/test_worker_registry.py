@@ -67,7 +67,10 @@ async def test_a_workers_row_names_the_version_of_each_body_it_serves(
     autojump_clock: trio.testing.MockClock,
     shared_store: MemoryStore,
 ) -> None:
-    bodies = {"short": VersionedBody(short, version="2", compatible=("1",)), "long": long}
+    bodies: Mapping[str, Any] = {
+        "short": VersionedBody(short, version="2", compatible=("1",)),
+        "long": long,
+    }
     async with (
         shared_runtime(shared_store, bodies=bodies) as worker,
         shared_runtime(shared_store) as client,
