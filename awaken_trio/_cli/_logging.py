@@ -206,9 +206,10 @@ class LineHandler(logging.Handler):
                 if said and said in message
                 else f" [{_one_line(exception)}]"
             )
-        for block in (self._traceback(record), _run_traceback(record)):
-            if block:
-                line += "\n" + "\n".join(f"  {row}" for row in redact(block).splitlines())
+        # A run's stored traceback is the same frames as its exception's: written once.
+        block = _run_traceback(record) or self._traceback(record)
+        if block:
+            line += "\n" + "\n".join(f"  {row}" for row in redact(block).splitlines())
         return line
 
     def _json(self, record: logging.LogRecord) -> str:
@@ -227,7 +228,7 @@ class LineHandler(logging.Handler):
         if exception is not None:
             data["exception"] = redact(exception)
         block = self._traceback(record)
-        if block:
+        if block and not _run_traceback(record):  # a run's stored traceback is the same
             data["exception_traceback"] = redact(block)
         return json.dumps(data, ensure_ascii=False, default=_safe_str)
 

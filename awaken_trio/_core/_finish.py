@@ -27,7 +27,15 @@ from ._progress import fenced
 from ._state import Awaiting, EventKind, Queued, RunState, wake_at
 from ._storage import Accepted, CommitResult, DescendantsEnd, Rejected, RejectReason
 from ._util import safe_repr
-from ._verdict import HANDED_BACK, CommitFailed, Committed, Lost, Settlement, Verdict
+from ._verdict import (
+    HANDED_BACK,
+    CommitFailed,
+    Committed,
+    Lost,
+    Settlement,
+    Verdict,
+    format_traceback,
+)
 
 if TYPE_CHECKING:
     from ._kernel import Kernel
@@ -300,12 +308,14 @@ run, with its claim still its own): the claim is released."""
 
 
 def _log_failure(attempt: Attempt, error: BaseException) -> None:
-    """A body's error, once its run's ``Failed`` end is committed: never silent (DESIGN §3)."""
+    """A body's error, once its run's ``Failed`` end is committed: never silent (DESIGN §3).
+    The record carries the traceback its terminal event stores as ``extra["traceback"]``
+    (the run's data, which an operator's log shows at any level) besides ``exc_info``."""
     logger.error(
         "run %r attempt %d failed: %s",
         attempt.run_id,
         attempt.generation,
         safe_repr(error),
         exc_info=error,
-        extra={"run_id": attempt.run_id},
+        extra={"run_id": attempt.run_id, "traceback": format_traceback(error)},
     )

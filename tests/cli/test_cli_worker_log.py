@@ -77,19 +77,24 @@ async def log_of_a_failed_run(tmp_path: Path, run_id: str, *options: str) -> str
 
 
 @pytest.mark.parametrize("level", ["INFO", "DEBUG"])
-async def test_a_failed_run_is_one_line_and_its_traceback_is_shown_only_at_debug(
+async def test_a_failed_run_is_one_line_with_its_traceback_under_it_once(
     tmp_path: Path, level: str
 ) -> None:
+    # The run's failure traceback is the run's data (the one its terminal event stores),
+    # written under the failure's line at any level, and once, even at DEBUG where the
+    # record's own exception would be written too.
     log = await log_of_a_failed_run(tmp_path, "f-1", "--log-level", level)
     assert PASSWORD not in log
     assert "bob:***@" in log
-    if level == "INFO":
-        assert "Traceback" not in log
-        assert_text_lines(log)
-        [failed] = [line for line in log.splitlines() if "ValueError" in line]
-        assert "run_id=f-1" in failed
-    else:
-        assert "Traceback (most recent call last)" in log  # the switch works
+    assert log.count("Traceback (most recent call last)") == 1, log
+    records = [line for line in log.splitlines() if not line.startswith("  ")]
+    assert_text_lines("\n".join(records))
+    [failed] = [line for line in records if "attempt 1 failed" in line]
+    assert "run_id=f-1" in failed
+    lines = log.splitlines()
+    under = lines[lines.index(failed) + 1 :]
+    assert under[0] == "  Traceback (most recent call last):", under[:3]
+    assert any(line.startswith("  ValueError") for line in under), under
 
 
 async def test_with_json_every_line_is_an_object_the_start_line_too(tmp_path: Path) -> None:
@@ -102,7 +107,9 @@ async def test_with_json_every_line_is_an_object_the_start_line_too(tmp_path: Pa
     assert failure
     assert all(data.get("run_id") == "f-2" for data in failure), failure
     assert PASSWORD not in log
-    assert "Traceback" not in log
+    [failed] = [data for data in failure if "failed" in str(data["message"])]
+    assert str(failed["traceback"]).startswith("Traceback (most recent call last)")
+    assert "exception_traceback" not in failed  # the same frames, written once
 
 
 @pytest.fixture
