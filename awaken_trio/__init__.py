@@ -49,10 +49,12 @@ from ._core import StreamChunk as StreamChunk
 from ._core import StreamGap as StreamGap
 from ._core import StreamReader as StreamReader
 from ._core import StreamWriter as StreamWriter
+from ._core import ThreadBusy as ThreadBusy
 from ._core import TicketExpired as TicketExpired
 from ._core import TicketMismatch as TicketMismatch
 from ._core import UnknownRun as UnknownRun
 from ._core import UnknownWorker as UnknownWorker
+from ._core import VersionedBody as VersionedBody
 from ._core import WorkerRecord as WorkerRecord
 from ._core import current_context as current_context
 from ._core import fixup_module_metadata as _fixup_module_metadata
@@ -97,10 +99,12 @@ __all__ = [
     "StreamGap",
     "StreamReader",
     "StreamWriter",
+    "ThreadBusy",
     "TicketExpired",
     "TicketMismatch",
     "UnknownRun",
     "UnknownWorker",
+    "VersionedBody",
     "WorkerRecord",
     "current_context",
     "open_runtime",

@@ -35,6 +35,7 @@ from ._core import (
     Store,
     Supervisor,
     VerifierFactory,
+    VersionedBody,
     raise_block_exit,
     run_mailbox,
     safe_repr,
@@ -61,7 +62,7 @@ async def open_runtime(
     store: str | os.PathLike[str] | Store = "memory://",
     *,
     clock: Clock = time.time,
-    bodies: Mapping[str, Body] | None = None,
+    bodies: Mapping[str, Body | VersionedBody] | None = None,
     lease: float = 30.0,
     poll: float = 0.05,
     max_recoveries: int = 3,
@@ -151,7 +152,10 @@ async def open_runtime(
     )
     runtime = Runtime._create(supervisor, serve)
     for name, body in (bodies or {}).items():
-        runtime.register(name, body)
+        if isinstance(body, VersionedBody):
+            runtime.register(name, body.body, version=body.version, compatible=body.compatible)
+        else:
+            runtime.register(name, body)
     caller_error: BaseException | None = None
     internal_error: BaseException | None = None
     try:

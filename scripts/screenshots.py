@@ -1,5 +1,5 @@
 """The dashboard's screenshots in ``docs/images/``: the runs table, one run's page, a run
-awaiting input and a failed run.
+awaiting input, a failed run and the workers page.
 
 Builds a store with runs in every state (one running, an agent run with its transcript,
 one awaiting input, one paused, cancelled, stopped and failed runs, a parent with children),
@@ -41,7 +41,13 @@ from awaken_trio.agent import Agent, ModelReply, ScriptedModel, Tool, ToolCall  
 from tests.ui.browser_helpers import CHROMIUM, browser_page  # noqa: E402
 
 IMAGES = ROOT / "docs" / "images"
-SHOTS = ("runs-table.png", "run-page.png", "run-page-ticket.png", "run-page-failure.png")
+SHOTS = (
+    "runs-table.png",
+    "run-page.png",
+    "run-page-ticket.png",
+    "run-page-failure.png",
+    "workers.png",
+)
 
 
 async def summarise(ctx: RunContext) -> object:
@@ -171,6 +177,9 @@ async def main(chromium: str) -> None:
                     page.wait_for_selector("body[data-live=connected]")
                     page.wait_for_selector("#failure #traceback")
                     page.screenshot(path=str(IMAGES / "run-page-failure.png"), full_page=True)
+                    page.goto(f"{url}/workers")
+                    page.wait_for_selector("#workers-body .worker-serving")
+                    page.screenshot(path=str(IMAGES / "workers.png"), full_page=True)
 
             await trio.to_thread.run_sync(photograph)
             nursery.cancel_scope.cancel()

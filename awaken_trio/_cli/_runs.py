@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime
 import sys
 import time
+import typing
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final, get_args
@@ -45,7 +46,7 @@ from .._face.shapes import (
     row_json,
     when,
 )
-from ..store import CauseKind, RunFilter, StateKind, state_to_json
+from ..store import CauseKind, IfBusy, RunFilter, StateKind, state_to_json
 from ._common import (
     STORE_ENV,
     SecondsRange,
@@ -195,6 +196,8 @@ def show(store: str | None, as_json: bool, run_id: str) -> None:
             ("checkpoint", dumps(record.checkpoint)),
             ("result", dumps(record.result)),
         ]
+        if record.body_version is not None:
+            fields.append(("version", record.body_version))  # of its body (DESIGN §3.8)
         for label, value in fields:
             out.print(f"{label:<11}{value}", soft_wrap=True)
         print_table(out, EVENT_COLUMNS, [event_cells(e) for e in last], title="last events")
@@ -436,6 +439,14 @@ async def _watch_events(runtime: Runtime, run_id: str) -> None:
     metavar="ISO8601|DURATION",
     help="Start it no earlier than this time, or this long from now (30m, 12h, 7d).",
 )
+@click.option(
+    "--if-busy",
+    type=click.Choice(typing.get_args(IfBusy)),
+    default="queue",
+    show_default=True,
+    help="When the thread has a running or queued run: wait for it (queue), refuse with"
+    " exit 1 (reject), or stop every other run of the thread and run instead (supersede).",
+)
 def submit(
     store: str | None,
     as_json: bool,
@@ -447,6 +458,7 @@ def submit(
     deadline: str | None,
     queue_timeout: float | None,
     not_before: str | None,
+    if_busy: IfBusy,
 ) -> None:
     """Queue a run of the body named NAME for a worker that serves it; print its id."""
     value = (
@@ -469,6 +481,7 @@ def submit(
                     deadline=at,
                     queue_timeout=queue_timeout,
                     not_before=start_at,
+                    if_busy=if_busy,
                 )
                 record = await runtime.record(handle.run_id)
             except REFUSALS as exc:

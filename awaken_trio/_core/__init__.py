@@ -53,6 +53,7 @@ from ._errors import RunExists as RunExists
 from ._errors import RuntimeClosed as RuntimeClosed
 from ._errors import StoreError as StoreError
 from ._errors import StreamGap as StreamGap
+from ._errors import ThreadBusy as ThreadBusy
 from ._errors import TicketExpired as TicketExpired
 from ._errors import TicketMismatch as TicketMismatch
 from ._errors import UnknownRun as UnknownRun
@@ -113,6 +114,7 @@ from ._state import cause_kind as cause_kind
 from ._state import ended as ended
 from ._state import wake_at as wake_at
 from ._storage import DURABLE_METHODS as DURABLE_METHODS
+from ._storage import IF_BUSY as IF_BUSY
 from ._storage import LOST_AFTER_LEASES as LOST_AFTER_LEASES
 from ._storage import STATE_KINDS as STATE_KINDS
 from ._storage import STORE_METHODS as STORE_METHODS
@@ -134,6 +136,7 @@ from ._storage import EventDraft as EventDraft
 from ._storage import Expect as Expect
 from ._storage import Fence as Fence
 from ._storage import ForkingStore as ForkingStore
+from ._storage import IfBusy as IfBusy
 from ._storage import InlineStore as InlineStore
 from ._storage import ListingStore as ListingStore
 from ._storage import NewRun as NewRun
@@ -169,3 +172,5 @@ from ._util import fixup_module_metadata as fixup_module_metadata
 from ._util import safe_repr as safe_repr
 from ._validate import check_body as check_body
 from ._validate import new_run_id as new_run_id
+from ._versions import BodyVersions as BodyVersions
+from ._versions import VersionedBody as VersionedBody

@@ -24,7 +24,7 @@ from ._actor import run_attempt
 from ._admission import Admission
 from ._attempt import Attempt, Body, ParkedChild
 from ._commands import LiveCommand
-from ._errors import NotActive, RunExists, RuntimeClosed, StoreError
+from ._errors import NotActive, RunExists, RuntimeClosed, StoreError, ThreadBusy
 from ._json import FrozenDict, JsonValue, check_payload, freeze_detail
 from ._policy import NO_DEADLINES, Deadlines
 from ._progress import refused
@@ -174,6 +174,8 @@ class Admissions:
         attempt = await self._begin(spec)
         if isinstance(attempt, Rejected):
             # (A run that exists is refused ENDED if it has ended, EXISTS otherwise.)
+            if attempt.reason is RejectReason.BUSY:
+                raise thread_busy(spec.thread_id, attempt)
             if spec.parent is None or attempt.reason not in _TAKEN_IF_A_CHILD:
                 raise RunExists(spec.run_id)
             return await self._take_back(spec, spec.parent)
@@ -204,6 +206,8 @@ class Admissions:
             detail=detail,
         )
         if isinstance(attempt, Rejected):
+            if attempt.reason is RejectReason.BUSY:
+                raise thread_busy(spec.thread_id, attempt)
             raise RunExists(spec.run_id)
         return attempt
 
@@ -226,6 +230,7 @@ class Admissions:
             name = kernel.name_of(spec.body)
             if name is not None:
                 spec = attrs.evolve(spec, name=name)
+        version = kernel.version_for(spec.name, spec.body) if kernel.versions else None
         attempt = self.new_attempt(spec, generation=1, steps=0, checkpoint=checkpoint)
         new_run = NewRun(
             spec.thread_id,
@@ -239,6 +244,8 @@ class Admissions:
             step_events,
             spec.deadlines.deadline,
             spec.deadlines.queue_deadline,
+            spec.if_busy,
+            version,
         )
         admission = object.__new__(Admission)  # (see _commit_of, "Built by their own __init__")
         Admission.__init__(
@@ -415,11 +422,19 @@ class Admissions:
         ``not_before`` if given."""
         detail = _DETAIL_SUBMIT if source == "submit" else DETAIL_FORK
         kernel = self._kernel
-        return await kernel.mailbox.commit(
+        result = await kernel.mailbox.commit(
             commit_of.queue_new(
                 run_id, new_run, at=kernel.now(), detail=detail, not_before=not_before
-            )
+            ),
+            functools.partial(self._queued_effect, run_id),
         )
+        if isinstance(result, Rejected) and result.reason is RejectReason.BUSY:
+            raise thread_busy(new_run.thread_id, result)
+        return result
+
+    def _queued_effect(self, run_id: str, result: CommitResult) -> None:
+        if isinstance(result, Accepted) and result.superseded:
+            self._kernel.superseded(result.superseded, run_id)
 
     # ------------------------------------------------------------------ resumes
 
@@ -576,6 +591,8 @@ class Admissions:
             return
         run_id = attempt.run_id
         attempt.start_seq = result.last_seq
+        if result.superseded:
+            kernel.superseded(result.superseded, run_id)
         if attempt.queued_generation is None:  # committed Running
             if admission.take_handover:
                 attempt.resume_value = result.resume_value
@@ -647,6 +664,13 @@ class Admissions:
         if attempt.commands_before:
             # (Its own admission created the run otherwise: nothing could be stored before.)
             await self._kernel.claims.load_commands(attempt)
+
+
+def thread_busy(thread_id: str, rejected: Rejected) -> ThreadBusy:
+    """The error of a start refused because its thread is busy (``if_busy="reject"``)."""
+    assert rejected.holder is not None
+    assert rejected.state is not None
+    return ThreadBusy(thread_id, rejected.holder, rejected.state)
 
 
 def refusal(attempt: Attempt) -> Exception:

@@ -152,6 +152,14 @@ NOT_RESUMED = EndRequest(Stopped("not resumed by parent"), "parent", "not resume
 attempt ends without having taken it back (rule 22)."""
 
 
+@final
+@attrs.frozen
+class BodyPin:
+    """The body version an attempt pins on its run (DESIGN §3.8)."""
+
+    version: str | None
+
+
 def lost(why: str, *, claim_lost: bool) -> EndRequest:
     """The attempt has lost its run (``why``): it stops and commits nothing. With
     ``claim_lost`` its claim is no longer its own to release (it lapsed, or another runtime
@@ -357,6 +365,9 @@ class Attempt:
     relayed: bool = attrs.field(default=False, init=False)
     # What the runtime's observer keeps for this attempt once it started (tracing on).
     span: AttemptSpan | None = attrs.field(default=None, init=False)
+    # The body version its first Running commit pins on a run that never started (a
+    # submitted run a serving runtime starts); None: nothing to pin.
+    pin: BodyPin | None = attrs.field(default=None, init=False)
     # The chunks its stream writers sent; made on the first ``ctx.stream()``.
     streams: StreamOutbox | None = attrs.field(default=None, init=False)
     # The run's journaled steps as this attempt sees them (made at its first ctx.step).

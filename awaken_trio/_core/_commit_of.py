@@ -117,6 +117,13 @@ def start(
         claim,
         False,
         running_now and under is not None,  # thread_guard
+        (),
+        (),
+        None,
+        (),
+        None,  # not_before
+        # The first attempt of a run that never started pins its body's version.
+        UNSET if attempt.pin is None or not running_now else attempt.pin.version,
     )
     return commit
 
@@ -155,6 +162,7 @@ def begin_queued(attempt: Attempt, *, at: float, detail: FrozenDict, under: Unde
         fence=fence,
         claim=claim,
         thread_guard=under is not None,
+        body_version=UNSET if attempt.pin is None else attempt.pin.version,
     )
 
 

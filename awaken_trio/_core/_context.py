@@ -19,6 +19,7 @@ from ._policy import NO_DEADLINES, check_deadlines, refuse_not_before
 from ._schema import check_schema
 from ._spec import RunSpec
 from ._state import Awaiting, EventKind, ResumeTicket, RunState
+from ._storage import IfBusy
 from ._streams import StreamOutbox, StreamWriter, check_channel
 from ._util import NoPublicConstructor, safe_repr
 from ._validate import check_deadline, check_id, is_async_callable
@@ -507,6 +508,7 @@ class RunContext(metaclass=NoPublicConstructor):
         deadline: float | None = None,
         queue_timeout: float | None = None,
         not_before: float | None = None,
+        if_busy: IfBusy = "queue",
     ) -> RunHandle:
         """Start a child run inside this attempt's cancel scope.
 
@@ -517,7 +519,8 @@ class RunContext(metaclass=NoPublicConstructor):
         ends, it is ended with it without ever running. ``timeout``, ``deadline`` and
         ``queue_timeout`` are `Runtime.start`'s; the child's deadline is the earlier of
         its own and this run's. A child starts now: ``not_before`` is refused
-        (`InvalidArgument`).
+        (`InvalidArgument`). ``if_busy`` is as for `Runtime.start` (a child never
+        supersedes its own ancestors: `ThreadBusy`).
         """
         a = self._live("start_child()")
         refuse_not_before(not_before, "start_child()", child=True)
@@ -539,6 +542,7 @@ class RunContext(metaclass=NoPublicConstructor):
             max_steps=max_steps,
             parent=a,
             max_payload_bytes=self._host.max_payload_bytes,
+            if_busy=if_busy,
             deadlines=limits,
         )
         return await self._host.start_run(spec)
@@ -556,6 +560,7 @@ class RunContext(metaclass=NoPublicConstructor):
         deadline: float | None = None,
         queue_timeout: float | None = None,
         not_before: float | None = None,
+        if_busy: IfBusy = "queue",
     ) -> RunState:
         """Start a child run and wait for it; its committed state comes back as a value."""
         handle = await self.start_child(
@@ -569,5 +574,6 @@ class RunContext(metaclass=NoPublicConstructor):
             deadline=deadline,
             queue_timeout=queue_timeout,
             not_before=not_before,
+            if_busy=if_busy,
         )
         return await handle.wait()

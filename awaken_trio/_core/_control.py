@@ -51,6 +51,7 @@ from ._storage import (
     Accepted,
     CountingStore,
     ForkingStore,
+    IfBusy,
     ListingStore,
     NewRun,
     PruningStore,
@@ -193,6 +194,7 @@ class Control:
         thread_id: str | None,
         not_before: float | None,
         limits: Deadlines = NO_DEADLINES,
+        if_busy: IfBusy = "queue",
     ) -> RunHandle:
         admissions = self._admissions
         admissions.actors_nursery()  # refuses once shutdown has begun
@@ -209,6 +211,7 @@ class Control:
             run_id,
             deadline=limits.deadline,
             queue_deadline=limits.queue_deadline,
+            if_busy=if_busy,
         )
         result = await admissions.commit_queued_run(
             run_id, new_run, "submit", not_before=not_before
@@ -429,7 +432,7 @@ class Control:
         if ticket.accepts is not None:
             check_value(ticket.accepts, value, f"the resume value for run {run_id!r}")
         if body is None:
-            body = self._kernel.body_for(run_id, record.name)
+            body = self._kernel.body_for_record(record)
             if body is None:
                 if record.name is None:
                     # No runtime can ever find its body by name: queued, it would wait forever.

@@ -138,6 +138,22 @@ class RunAlreadyEnded(AwakenError):
         )
 
 
+class ThreadBusy(AwakenError):
+    """A start or submit with ``if_busy="reject"`` found its thread busy: another run on it
+    is running or queued. ``run_id`` and ``state`` are that run's (the running one, else the
+    first queued one); ``thread_id`` the thread. Nothing was committed."""
+
+    def __init__(self, thread_id: str, run_id: str, state: RunState) -> None:
+        self.thread_id = thread_id
+        self.run_id = run_id
+        self.state = state
+        super().__init__(
+            f"thread {thread_id!r} is busy: run {run_id!r} on it is {state!r}; nothing was"
+            " committed. Wait for that run, or pass if_busy='queue' to run after it or"
+            " if_busy='supersede' to stop it and run instead"
+        )
+
+
 class RuntimeClosed(AwakenError):
     """The runtime is shutting down or closed and accepts no new attempts."""
 
@@ -218,7 +234,7 @@ class RunError(AwakenError):
         super().__init__(f"{code}: {message}" if message else code)
 
     @staticmethod
-    def code_of(exc: BaseException) -> str:
+    def error_code(exc: BaseException) -> str:
         """The stable snake_case name of any error: a `RunError`'s ``code``, else its class
         name in snake_case, acronyms kept together (``ValueError`` -> ``value_error``,
         ``HTTPError`` -> ``http_error``, ``OAuth2TokenError`` -> ``o_auth2_token_error``).

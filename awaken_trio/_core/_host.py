@@ -13,7 +13,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Protocol, final
 
 import attrs
@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from ._storage import Fence, Overdue, Store, StoredCommand
     from ._streams import StreamOutbox
     from ._verdict import Verdict
+    from ._versions import BodyVersions
 
 
 class AttemptHost(Protocol):
@@ -212,6 +213,11 @@ class ServingHost(Protocol):
 
     def names(self) -> list[str]:
         """The names bodies are registered under here."""
+        ...
+
+    def served(self) -> Mapping[str, BodyVersions]:
+        """The names bodies are registered under here, each with the versions of runs
+        its body may run (what `DurableStore.recover` is given as its ``names``)."""
         ...
 
     def now(self) -> float:

@@ -28,6 +28,7 @@ from ._state import RunRecord
 from ._storage import Store, read_store
 from ._util import safe_repr
 from ._validate import check_body, check_id
+from ._versions import UNVERSIONED, BodyVersions, checked_versions
 
 if TYPE_CHECKING:
     from ._attempt import Attempt, Body, EndRequest, OwnershipVerifier
@@ -87,8 +88,10 @@ class Kernel:
         self.registry = AttemptRegistry()
         self.gate = ThreadGate()
         self.queued: dict[str, Attempt] = {}
-        # Bodies by name (`register`): what lets a run be submitted, served and recovered.
+        # Bodies by name (`register`): what lets a run be submitted, served and recovered;
+        # and the versions of those registered with one (DESIGN §3.8).
         self.named: dict[str, Body] = {}
+        self.versions: dict[str, BodyVersions] = {}
         # The bodies of runs committed Awaiting here, for their resume.
         self.awaiting_bodies: dict[str, Body] = {}
         # Messages of attempts whose last commit failed: discarded, with an event, by
@@ -166,6 +169,16 @@ class Kernel:
         attempt.request_end(lost(why, claim_lost=True))
         return True
 
+    def superseded(self, run_ids: tuple[str, ...], by: str) -> None:
+        """A commit of the new run ``by`` ended ``run_ids``, the other runs of its thread
+        (``if_busy="supersede"``): their attempts here stop and commit nothing (the store
+        holds their end); each then lets its claim go, which frees the thread."""
+        why = f"superseded by run {by!r}"
+        for run_id in run_ids:
+            attempt = self.attempt_here(run_id)
+            if attempt is not None:
+                attempt.request_end(lost(why, claim_lost=False))
+
     def lose_attempt(self, attempt: Attempt, why: str) -> None:
         """A commit of ``attempt`` was fenced: its whole tree has lost the root's claim."""
         root = attempt
@@ -182,17 +195,62 @@ class Kernel:
 
     # ------------------------------------------------------------------ bodies by name
 
-    def register(self, name: str, body: Body) -> None:
-        """Give ``body`` a name runs can be submitted, served and recovered by."""
+    def register(
+        self, name: str, body: Body, *, version: str | None = None, compatible: object = ()
+    ) -> None:
+        """Give ``body`` a name runs can be submitted, served and recovered by, at
+        ``version`` (and able to run the runs pinned to a version in ``compatible``)."""
         check_id(name, "a body's name")
         check_body(body)
+        versions = checked_versions(name, version, compatible)
         known = self.named.get(name)
         if known is not None and not same_body(known, body):
             raise InvalidArgument(
                 f"the name {name!r} is registered for another body ({safe_repr(known)});"
                 " register each body under a name of its own"
             )
+        had = self.versions.get(name, UNVERSIONED)
+        if known is not None and had != versions:
+            raise InvalidArgument(
+                f"the body {name!r} is registered at version {had.version!r} already; one"
+                " runtime serves one version of a name (run the other in another runtime)"
+            )
         self.named[name] = body
+        if versions is not UNVERSIONED:
+            self.versions[name] = versions
+
+    def versions_of(self, name: str) -> BodyVersions:
+        """The versions of the body registered under ``name`` (`UNVERSIONED` by default)."""
+        return self.versions.get(name, UNVERSIONED) if self.versions else UNVERSIONED
+
+    def version_for(self, name: str | None, body: Body) -> str | None:
+        """The version a new run of ``body`` started here pins: its registered one, when
+        ``body`` is the body registered under ``name``."""
+        if name is None:
+            return None
+        known = self.named.get(name)
+        if known is None or not same_body(known, body):
+            return None
+        return self.versions_of(name).version
+
+    def body_for_record(self, record: RunRecord) -> Body | None:
+        """The body to start the stored run's next attempt with here: the one it awaits a
+        resume with, else the one registered under its name if it may run the run
+        (`named_body_for`). None: leave the run for another runtime."""
+        body = self.awaiting_bodies.get(record.run_id)
+        return body if body is not None else self.named_body_for(record)
+
+    def named_body_for(self, record: RunRecord) -> Body | None:
+        """The body registered under the run's name, if it may run the run: a run that
+        never started takes any version; one that did, only a body that accepts the
+        version its first attempt pinned."""
+        name = record.name
+        if name is None:
+            return None
+        body = self.named.get(name)
+        if body is None or record.generation == 0:
+            return body
+        return body if self.versions_of(name).accepts(record.body_version) else None
 
     def name_of(self, body: Body) -> str | None:
         """The name ``body`` is registered under, if any (the first, if several)."""

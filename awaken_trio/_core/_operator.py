@@ -1,6 +1,7 @@
 """The calls an operator makes of a runtime: how many runs are in each state and ended with
-each cause, and the workers serving the store (DESIGN §3.11). `Runtime` inherits them;
-each checks its arguments and makes one call to the runtime's `Control`."""
+each cause, the bodies it serves with their versions, and the workers serving the store
+(DESIGN §3.11). `Runtime` inherits them; each reads the runtime's kernel or makes one call
+to its `Control`."""
 
 from __future__ import annotations
 
@@ -34,6 +35,12 @@ class OperatorCalls:
         """
         self._in_own_run()
         return await self._control.count_runs()
+
+    def body_versions(self) -> dict[str, str | None]:
+        """The names bodies are registered under here, each with its version (None for
+        an unversioned body): what a worker serves."""
+        kernel = self._kernel
+        return {name: kernel.versions_of(name).version for name in kernel.named}
 
     @property
     def worker_id(self) -> str | None:

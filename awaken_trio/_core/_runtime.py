@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import final
+from typing import TYPE_CHECKING, final
 
 import attrs
 import trio
@@ -38,6 +38,7 @@ from ._state import (
 )
 from ._storage import (
     STATE_KINDS,
+    IfBusy,
     RunFilter,
     StreamingStore,
     read_store,
@@ -45,7 +46,10 @@ from ._storage import (
 from ._streams import StreamReader, check_read
 from ._supervisor import Supervisor
 from ._util import NoPublicConstructor, safe_repr
-from ._validate import check_body, check_id
+from ._validate import check_body, check_id, check_if_busy
+
+if TYPE_CHECKING:
+    from ._kernel import Kernel
 
 _COMMANDS = frozenset((Cancel, Pause, Wake, Message))
 
@@ -112,6 +116,7 @@ class Runtime(OperatorCalls, metaclass=NoPublicConstructor):
         deadline: float | None = None,
         queue_timeout: float | None = None,
         not_before: float | None = None,
+        if_busy: IfBusy = "queue",
     ) -> RunHandle:
         """Commit a new run and start its first attempt.
 
@@ -133,58 +138,32 @@ class Runtime(OperatorCalls, metaclass=NoPublicConstructor):
             queue_timeout: seconds its first attempt may wait for its thread; it ends
                 ``Stopped("queue_timeout")`` if it has not started by then.
             not_before: `submit`'s alone: refused here.
+            if_busy: when another run on the thread is running or queued: ``"queue"``
+                waits for it, ``"reject"`` raises `ThreadBusy`, ``"supersede"`` ends the
+                thread's other unended runs ``Stopped("superseded")`` in the same commit
+                (this run starts once the old attempt has stopped).
 
         Raises:
-            RunExists: ``run_id`` is taken. InvalidArgument, InvalidBody, InvalidPayload:
-            a bad argument (nothing is committed). RuntimeClosed: the runtime is closing.
+            RunExists: ``run_id`` is taken. ThreadBusy: ``if_busy="reject"`` on a busy
+            thread. InvalidArgument, InvalidBody, InvalidPayload: a bad argument (nothing
+            is committed). RuntimeClosed: the runtime is closing.
         """
         refuse_not_before(not_before, "start()")
-        limits = self._limits(timeout, deadline, queue_timeout, "start()")
-        spec = self._root_spec(
-            body, input=input, run_id=run_id, thread_id=thread_id, name=name, max_steps=max_steps
-        )
-        if limits is not NO_DEADLINES:
-            spec = attrs.evolve(spec, deadlines=limits)
-        return self._handle(await self._admissions.begin_run(spec))
-
-    def _limits(
-        self, timeout: object, deadline: object, queue_timeout: object, what: str
-    ) -> Deadlines:
-        """The time limits asked for, absolute by this runtime's clock; checked first."""
-        if timeout is None and deadline is None and queue_timeout is None:
-            return NO_DEADLINES
         self._in_own_run()
-        return check_deadlines(
-            timeout=timeout,
-            deadline=deadline,
-            queue_timeout=queue_timeout,
-            now=self._kernel.now(),
-            what=what,
-        )
-
-    def _root_spec(
-        self,
-        body: Body,
-        *,
-        input: JsonValue,
-        run_id: str | None,
-        thread_id: str | None,
-        name: str | None,
-        max_steps: int | None,
-    ) -> RunSpec:
-        """The checked spec of a root run `start` or `execute` begins (called from this
-        runtime's own Trio run only)."""
-        self._in_own_run()
-        return RunSpec.checked(
+        limits = _limits(self._kernel, timeout, deadline, queue_timeout, "start()")
+        spec = _root_spec(
+            self._kernel,
             body,
             input=input,
             run_id=run_id,
             thread_id=thread_id,
             name=name,
             max_steps=max_steps,
-            parent=None,
-            max_payload_bytes=self._kernel.max_payload_bytes,
+            if_busy=if_busy,
         )
+        if limits is not NO_DEADLINES:
+            spec = attrs.evolve(spec, deadlines=limits)
+        return self._handle(await self._admissions.begin_run(spec))
 
     async def execute(
         self,
@@ -199,6 +178,7 @@ class Runtime(OperatorCalls, metaclass=NoPublicConstructor):
         deadline: float | None = None,
         queue_timeout: float | None = None,
         not_before: float | None = None,
+        if_busy: IfBusy = "queue",
     ) -> RunState:
         """`start`, then wait: the committed state (``Awaiting`` or ``Ended``) of the attempt.
 
@@ -206,9 +186,17 @@ class Runtime(OperatorCalls, metaclass=NoPublicConstructor):
         waiting, not the run (use `deliver` or `cancel_run` for that).
         """
         refuse_not_before(not_before, "execute()")
-        limits = self._limits(timeout, deadline, queue_timeout, "execute()")
-        spec = self._root_spec(
-            body, input=input, run_id=run_id, thread_id=thread_id, name=name, max_steps=max_steps
+        self._in_own_run()
+        limits = _limits(self._kernel, timeout, deadline, queue_timeout, "execute()")
+        spec = _root_spec(
+            self._kernel,
+            body,
+            input=input,
+            run_id=run_id,
+            thread_id=thread_id,
+            name=name,
+            max_steps=max_steps,
+            if_busy=if_busy,
         )
         if limits is not NO_DEADLINES:
             spec = attrs.evolve(spec, deadlines=limits)
@@ -216,16 +204,25 @@ class Runtime(OperatorCalls, metaclass=NoPublicConstructor):
 
     # ------------------------------------------------------------------ durable runs
 
-    def register(self, name: str, body: Body) -> None:
-        """Register ``body`` under ``name``: runs can then be submitted by that name,
-        served here, and recovered here when their owner is lost. A run started with a
-        registered body carries its name.
+    def register(
+        self,
+        name: str,
+        body: Body,
+        *,
+        version: str | None = None,
+        compatible: tuple[str | None, ...] = (),
+    ) -> None:
+        """Register ``body`` under ``name`` (at ``version``): runs can then be submitted by
+        that name, served and recovered here; a run started with it carries its name. A
+        run's first attempt pins the version (`RunRecord.body_version`); a later attempt
+        starts only with a body of that version or listing it in ``compatible``.
 
         Raises:
-            InvalidArgument: the name is registered for another body, or is not a valid id.
+            InvalidArgument: the name is registered for another body or at another
+                version, or is not a valid id; a bad version.
             InvalidBody: ``body`` is not an async callable.
         """
-        self._kernel.register(name, body)
+        self._kernel.register(name, body, version=version, compatible=compatible)
 
     @trio.lowlevel.enable_ki_protection
     async def submit(
@@ -239,6 +236,7 @@ class Runtime(OperatorCalls, metaclass=NoPublicConstructor):
         deadline: float | None = None,
         queue_timeout: float | None = None,
         not_before: float | None = None,
+        if_busy: IfBusy = "queue",
     ) -> RunHandle:
         """Commit a run ``Queued`` for any serving runtime that has a body named ``name``.
 
@@ -254,9 +252,21 @@ class Runtime(OperatorCalls, metaclass=NoPublicConstructor):
         ``queue_timeout`` are `start`'s (a queue timeout counts from now, not from
         ``not_before``); any serving runtime ends the run at them.
 
+        ``if_busy`` is as for `start`; a repeated submit of the same run never supersedes
+        nor is rejected.
+
         Raises:
             RunExists: ``run_id`` is taken by a different run.
+            ThreadBusy: ``if_busy="reject"`` and another run on the thread is running or
+                queued (nothing is committed).
             InvalidArgument: a bad argument (nothing is committed).
+        ``if_busy`` is as for `start`; a repeated submit of the same run never supersedes
+        nor is rejected.
+
+        Raises:
+            RunExists: ``run_id`` is taken by a different run.
+            ThreadBusy: ``if_busy="reject"`` and another run on the thread is running or
+                queued (nothing is committed).
         """
         self._in_own_run()
         check_id(name, "name")
@@ -264,11 +274,19 @@ class Runtime(OperatorCalls, metaclass=NoPublicConstructor):
             check_id(run_id, "run_id")
         if thread_id is not None:
             check_id(thread_id, "thread_id")
+        if if_busy != "queue":
+            check_if_busy(if_busy)
         what = f"submit() of {name!r}"
         when = check_not_before(not_before, what)
-        limits = self._limits(timeout, deadline, queue_timeout, what)
+        limits = _limits(self._kernel, timeout, deadline, queue_timeout, what)
         return await self._control.submit(
-            name, input=input, run_id=run_id, thread_id=thread_id, not_before=when, limits=limits
+            name,
+            input=input,
+            run_id=run_id,
+            thread_id=thread_id,
+            not_before=when,
+            limits=limits,
+            if_busy=if_busy,
         )
 
     async def fork(
@@ -645,6 +663,46 @@ class Runtime(OperatorCalls, metaclass=NoPublicConstructor):
             awaiting_bodies=len(kernel.awaiting_bodies),
             supervisor=kernel.mailbox.statistics(),
         )
+
+
+def _limits(
+    kernel: Kernel, timeout: object, deadline: object, queue_timeout: object, what: str
+) -> Deadlines:
+    """The time limits asked for, absolute by the runtime's clock; checked first."""
+    if timeout is None and deadline is None and queue_timeout is None:
+        return NO_DEADLINES
+    return check_deadlines(
+        timeout=timeout,
+        deadline=deadline,
+        queue_timeout=queue_timeout,
+        now=kernel.now(),
+        what=what,
+    )
+
+
+def _root_spec(
+    kernel: Kernel,
+    body: Body,
+    *,
+    input: JsonValue,
+    run_id: str | None,
+    thread_id: str | None,
+    name: str | None,
+    max_steps: int | None,
+    if_busy: IfBusy,
+) -> RunSpec:
+    """The checked spec of a root run `Runtime.start` or `Runtime.execute` begins."""
+    return RunSpec.checked(
+        body,
+        input=input,
+        run_id=run_id,
+        thread_id=thread_id,
+        name=name,
+        max_steps=max_steps,
+        parent=None,
+        max_payload_bytes=kernel.max_payload_bytes,
+        if_busy=if_busy,
+    )
 
 
 def request_end_here(runtime: Runtime, run_id: str, request: EndRequest) -> bool:

@@ -9,18 +9,20 @@ kernel's admissions and state.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, final
 
 import trio
 
 from . import _commit_of as commit_of
 from ._admission import Admission
-from ._attempt import lost
+from ._attempt import BodyPin, lost
 from ._errors import RuntimeClosed, StoreError
 from ._host import ClaimSettings, HeardEnd, ServedRun, Watched
 from ._json import freeze_detail
 from ._state import Awaiting, Ended, Queued, Running, RunRecord
 from ._storage import Expect, Fence, Overdue, Rejected, RejectReason, Store, StoredCommand
+from ._versions import BodyVersions
 
 if TYPE_CHECKING:
     from ._admit import Admissions
@@ -55,6 +57,10 @@ class Serving:
 
     def names(self) -> list[str]:
         return list(self._kernel.named)
+
+    def served(self) -> Mapping[str, BodyVersions]:
+        kernel = self._kernel
+        return {name: kernel.versions_of(name) for name in kernel.named}
 
     def thread_taken(self, thread_id: str) -> bool:
         return self._kernel.gate.holder(thread_id) is not None
@@ -101,7 +107,7 @@ class Serving:
         took for it). None if it is not this runtime's to start after all: no body here,
         another runtime took it first, or its thread is busy elsewhere."""
         kernel = self._kernel
-        body = kernel.body_for(record.run_id, record.name)
+        body = kernel.body_for_record(record)
         state = record.state
         if body is None:
             await self._give_back(record.run_id, fence)
@@ -118,6 +124,9 @@ class Serving:
             expect = Expect(generation=record.generation, state=Queued)
             detail = _DETAIL_SERVED
         attempt = self._admissions.stored_attempt(record, body, ticket=ticket)
+        if record.generation == 0 and kernel.versions:
+            # Its first attempt: the version of the body that runs it is pinned on it.
+            attempt.pin = BodyPin(kernel.versions_of(record.name or "").version)
         admission = Admission(
             attempt=attempt,
             expect=expect,

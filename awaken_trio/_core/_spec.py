@@ -8,7 +8,15 @@ import attrs
 
 from ._json import JsonValue, check_payload
 from ._policy import NO_DEADLINES, Deadlines
-from ._validate import check_body, check_id, check_max_steps, check_name, new_run_id
+from ._storage import IfBusy
+from ._validate import (
+    check_body,
+    check_id,
+    check_if_busy,
+    check_max_steps,
+    check_name,
+    new_run_id,
+)
 
 if TYPE_CHECKING:
     from ._attempt import Attempt, Body
@@ -20,7 +28,8 @@ _NULL_BYTES = len("null")
 @final
 @attrs.frozen(kw_only=True)
 class RunSpec:
-    """What a run is started with: its body, input, ids, name, step budget and parent.
+    """What a run is started with: its body, input, ids, name, step budget, parent, and
+    what its start does on a busy thread.
 
     Invariant: built by `checked` from a caller's arguments, or from a record the store
     holds (whose values were checked when they were committed): every field has passed its
@@ -36,6 +45,8 @@ class RunSpec:
     max_steps: int | None = None
     # The attempt a child run lives in (None: a top-level run).
     parent: Attempt | None = None
+    # What its first commit does when its thread is busy (DESIGN §3.8).
+    if_busy: IfBusy = "queue"
     # Its time limits, absolute (a child's deadline already the earlier of its own and
     # its parent's).
     deadlines: Deadlines = NO_DEADLINES
@@ -52,6 +63,7 @@ class RunSpec:
         max_steps: int | None,
         parent: Attempt | None,
         max_payload_bytes: int,
+        if_busy: IfBusy = "queue",
         deadlines: Deadlines = NO_DEADLINES,
     ) -> RunSpec:
         """Check a caller's arguments for a new run (nothing is committed if one is bad).
@@ -68,6 +80,8 @@ class RunSpec:
             check_name(name)
         if max_steps is not None:
             check_max_steps(max_steps)
+        if if_busy != "queue":
+            check_if_busy(if_busy)
         run_id = run_id or new_run_id()
         if input is not None or max_payload_bytes < _NULL_BYTES:
             # (The common input, None, fits any limit of at least its own 4 bytes: no
@@ -85,6 +99,7 @@ class RunSpec:
             name=name,
             max_steps=max_steps,
             parent=parent,
+            if_busy=if_busy,
             deadlines=deadlines,
         )
         return spec

@@ -235,6 +235,9 @@ class RunRecord:
     # The run's deadline (wall-clock seconds, the runtime's clock): it ends
     # ``Stopped("deadline")`` then, whatever its state. None: no deadline.
     deadline: float | None = None
+    # The version of the body its first attempt ran with (`Runtime.register`'s
+    # ``version``), None for an unversioned body or a run that never started.
+    body_version: str | None = None
 
 
 class EventKind(enum.StrEnum):

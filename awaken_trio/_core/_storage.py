@@ -86,6 +86,9 @@ class RejectReason(enum.StrEnum):
     or its lease expired), or asks for a claim another owner holds."""
     THREAD_BUSY = "thread_busy"
     """Another run's attempt is live on the run's thread."""
+    BUSY = "busy"
+    """The commit creates a run with ``if_busy="reject"`` (`NewRun.if_busy`) and another
+    run on its thread is running or queued (`Rejected.holder` names it)."""
 
 
 @final
@@ -142,6 +145,14 @@ class NewRun:
     # started by), wall-clock seconds of the runtime's clock, fixed at its creation.
     deadline: float | None = None
     queue_deadline: float | None = None
+    # What the commit does when the run's thread is busy (another run on it is running or
+    # queued): ``"queue"`` nothing (the run waits its turn), ``"reject"`` refuse the commit
+    # (`RejectReason.BUSY`), ``"supersede"`` end every other unended run of the thread
+    # ``Stopped("superseded")`` in the same transaction (`Accepted.superseded`).
+    if_busy: IfBusy = "queue"
+    # The version of the body its first attempt runs with, when it is created Running or
+    # queued here (`RunRecord.body_version`).
+    body_version: str | None = None
 
 
 @final
@@ -271,6 +282,9 @@ class Commit:
         chunks: stream chunks the attempt sent (`StreamDraft`, one or more per channel, in
             the order they were sent), written with the commit at each channel's next
             offsets: fenced like the commit, so a rejected commit writes none of them.
+        body_version: the version of the body the run's first attempt runs with, pinned
+            on the run (`RunRecord.body_version`) by the commit that starts that attempt;
+            `UNSET` for every other commit.
         not_before: a ``Queued`` commit's earliest start: no runtime starts the run's next
             attempt before this time (the runtime's clock, as a scheduled ticket's
             ``wake_at``); `Store.runnable` leaves the run out until then. It is the one
@@ -306,7 +320,13 @@ class Commit:
     end_descendants: DescendantsEnd | None = None
     chunks: tuple[StreamDraft, ...] = ()
     not_before: float | None = None
+    body_version: str | _Unset | None = UNSET
 
+
+IfBusy = Literal["queue", "reject", "supersede"]
+"""What a start or submit does when its run's thread is busy (DESIGN §3.8)."""
+
+IF_BUSY: Final[tuple[IfBusy, ...]] = ("queue", "reject", "supersede")
 
 DescendantsEnd = Literal["parent_ended", "not_resumed", "deadline"]
 """How a commit ends the run's unended descendants (`Commit.end_descendants`)."""
@@ -327,6 +347,8 @@ class Accepted:
             replaces was running with.
         resume_ticket: the ticket that resume answered.
         epoch: the epoch of the claim the commit took (``claim``), else None.
+        superseded: the runs the commit ended ``Stopped("superseded")`` (a new run
+            created with ``if_busy="supersede"``), in the order they were ended.
 
     A store answers with what the runtime needs, not with the whole record or the
     events (read them with `Store.load` and `Store.events_after`), so a commit never
@@ -342,16 +364,19 @@ class Accepted:
     resume_ticket: ResumeTicket | None = attrs.field(default=None, kw_only=True)
     epoch: int | None = attrs.field(default=None, kw_only=True)
     taken_pause: bool = attrs.field(default=False, kw_only=True)
+    superseded: tuple[str, ...] = attrs.field(default=(), kw_only=True)
 
 
 @final
 @attrs.frozen
 class Rejected:
     """The commit was fenced off; nothing changed. ``state`` is the committed state that
-    fenced it (None for an unknown run)."""
+    fenced it (None for an unknown run); for `RejectReason.BUSY`, the state of the run
+    that keeps the thread busy, ``holder``."""
 
     reason: RejectReason
     state: RunState | None
+    holder: str | None = attrs.field(default=None, kw_only=True)
 
 
 CommitResult = Accepted | Rejected

@@ -14,6 +14,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from ._errors import InvalidArgument, InvalidBody
+from ._storage import IF_BUSY, IfBusy
 from ._util import safe_repr
 
 if TYPE_CHECKING:
@@ -140,3 +141,14 @@ def check_deadline(deadline: object, what: str) -> float | None:
             f"{what}: deadline must be finite wall-clock seconds or None, not {deadline!r}"
         )
     return float(deadline)  # type: ignore[arg-type]
+
+
+def check_if_busy(value: object) -> IfBusy:
+    """A busy-thread policy (``if_busy=``): one of `IF_BUSY`."""
+    if type(value) is not str or value not in IF_BUSY:
+        raise InvalidArgument(
+            f"if_busy must be one of {', '.join(repr(v) for v in IF_BUSY)}, not"
+            f" {safe_repr(value)}: 'queue' waits for the thread, 'reject' raises ThreadBusy,"
+            " 'supersede' stops the thread's other runs"
+        )
+    return value

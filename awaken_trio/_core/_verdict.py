@@ -250,7 +250,7 @@ def failure(error: BaseException, pending: EndRequest | None) -> Verdict:
     if pending is not None:
         detail["pending"] = dict(pending.detail)
     return Verdict(
-        Ended(Failed(RunError.code_of(error), message)),
+        Ended(Failed(RunError.error_code(error), message)),
         detail=freeze_detail(detail, "a failure detail"),
         error=error,
     )

@@ -28,6 +28,7 @@ from .. import (
     Runtime,
     StoreError,
     StreamGap,
+    ThreadBusy,
     TicketExpired,
     TicketMismatch,
     UnknownRun,
@@ -63,6 +64,7 @@ REFUSALS: Final = (
     UnknownRun,
     RunExists,
     StreamGap,
+    ThreadBusy,
 )
 """Errors by which a run's committed state refuses a request (exit 1). `InvalidPayload` is
 an `InvalidArgument`, so it must be matched before it."""
@@ -88,7 +90,7 @@ def failure_of(
     committed ``state`` when it is known."""
     said = refusal_message(exc, state, words) if isinstance(exc, AwakenError) else None
     message = one_line(str(exc) if said is None else said)
-    name = RunError.code_of(exc)
+    name = RunError.error_code(exc)
     if isinstance(exc, REFUSALS):
         return CommandFailed(Exit.REFUSED, name, message, state)
     if isinstance(exc, InvalidArgument):

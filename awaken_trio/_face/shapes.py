@@ -38,6 +38,7 @@ def record_json(record: RunRecord) -> dict[str, JsonValue]:
         "forked_from": record.forked_from,
         "updated_at": record.updated_at,
         "worker_id": record.worker_id,
+        "body_version": record.body_version,
         "deadline": record.deadline,
     }
 

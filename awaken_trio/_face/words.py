@@ -21,6 +21,7 @@ from .. import (
     RunAlreadyEnded,
     RunExists,
     RunState,
+    ThreadBusy,
     TicketExpired,
     TicketMismatch,
     UnknownRun,
@@ -45,6 +46,8 @@ class Words:
     """What to check when a run is not in the store."""
     new_run_id: str
     """How to start a run under another id."""
+    busy: str
+    """What to do about the run that keeps a thread busy (``{run_id}``)."""
 
 
 COMMAND_LINE: Final = Words(
@@ -55,6 +58,8 @@ COMMAND_LINE: Final = Words(
     look="see it with `runs show {run_id}`",
     find="check the run id (`runs list` lists them) and --store",
     new_run_id="give another --run-id, or leave --run-id out for a fresh one",
+    busy="wait for it (`runs show {run_id}`), or submit with --if-busy queue to run after"
+    " it, or --if-busy supersede to stop it and run instead",
 )
 DASHBOARD: Final = Words(
     end="end it with cancel or stop",
@@ -63,6 +68,7 @@ DASHBOARD: Final = Words(
     look="see its committed state and events on its page",
     find="check the run id",
     new_run_id="give another run id",
+    busy="wait for it, or end it with cancel or stop",
 )
 
 
@@ -109,6 +115,11 @@ def refusal_message(exc: AwakenError, state: RunState | None, words: Words) -> s
             )
         case RunExists():
             return f"run {run_id!r} already exists; {fill(words.new_run_id)}"
+        case ThreadBusy():
+            return (
+                f"thread {exc.thread_id!r} is busy: run {run_id!r} on it is"
+                f" {describe_state(exc.state)}; nothing was committed. {fill(words.busy)}"
+            )
         case InvalidPayload():
             return None
     return None

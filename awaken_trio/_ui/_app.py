@@ -461,17 +461,15 @@ async def _stream(hub: EventHub, only: str | None) -> AsyncIterator[str]:
 async def table_rows(
     runtime: Runtime, hub: EventHub, filters: dict[str, Any]
 ) -> list[dict[str, JsonValue]]:
-    """The runs table's rows: each run's row with its activity (the age and last event
-    the hub knows)."""
+    """The runs table's rows: each run's row (with its times) and the last event the hub
+    knows of it."""
     rows: list[dict[str, JsonValue]] = []
     for record in await listed(runtime, filters):
         activity = hub.activity(record.run_id)
         rows.append(
             {
                 "row": row_json(record),
-                "created_at": None if activity is None else activity.created_at,
-                "started_at": None if activity is None else activity.started_at,
-                "ended_at": None if activity is None else activity.ended_at,
+                "created_at": record.created_at,
                 "last_event": None
                 if activity is None
                 else {
@@ -497,7 +495,17 @@ async def page_runs(runtime: Runtime, hub: EventHub, request: Request) -> Respon
     params.pop("token", None)
     filters = list_filters(params)
     rows = await table_rows(runtime, hub, filters)
-    return HTMLResponse(_pages.runs_page(rows, params, filters["limit"]))
+    counts = await runtime.count_runs()
+    return HTMLResponse(_pages.runs_page(rows, params, filters["limit"], counts))
+
+
+async def page_workers(runtime: Runtime, hub: EventHub, request: Request) -> Response:
+    """``GET /workers``: the workers page (``?all=1``: the stopped ones too); its script
+    redraws it from ``GET /api/workers`` (a worker's heartbeats are not events)."""
+    params = query_params(request, ("all", "token"))
+    ended = params.get("all") in ("1", "true")
+    workers = [worker_json(w) for w in await runtime.list_workers(ended=ended)]
+    return HTMLResponse(_pages.workers_page(workers, ended=ended))
 
 
 async def page_run(runtime: Runtime, hub: EventHub, request: Request) -> Response:
@@ -658,6 +666,7 @@ def dashboard_app(runtime: Runtime, hub: EventHub, *, token: str | None = None) 
         Route("/ui/table", api(ui_table), methods=["GET"]),
         Route("/ui/controls/{rest:path}", api(ui_controls), methods=["GET"]),
         Route("/search", page(search), methods=["GET"]),
+        Route("/workers", page(page_workers), methods=["GET"]),
         Route("/api/runs", api(api_runs), methods=["GET"]),
         Route("/api/counts", api(api_counts), methods=["GET"]),
         Route("/api/workers", api(api_workers), methods=["GET"]),

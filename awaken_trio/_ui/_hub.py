@@ -4,9 +4,8 @@ page.
 Each open page holds a server-sent-events stream. Rather than each stream reading the
 store's whole history (`Runtime.events` starts at the first event), one task follows
 ``runtime.events(follow=True)`` and hands each new event to every subscriber's bounded
-channel. It also keeps, per run, when its first event was committed, when it first ran and
-ended, and what its last event was (its kind and detail, in short): the runs table's
-"created", "duration" and "last event" columns, which the run records do not hold.
+channel. It also keeps, per run, what its last event was (its kind and detail, in short):
+the runs table's "last event" column, which the run records do not hold.
 """
 
 from __future__ import annotations
@@ -19,7 +18,7 @@ from typing import Final
 import attrs
 import trio
 
-from .. import RunEvent, RunState, Runtime
+from .. import RunEvent, Runtime
 from .._face.shapes import event_summary
 
 SUBSCRIBER_BUFFER: Final = 1000
@@ -42,8 +41,6 @@ class Activity:
     last_at: float
     last_seq: int
     last_text: str
-    started_at: float | None = None
-    ended_at: float | None = None
 
 
 class EventHub:
@@ -116,18 +113,8 @@ class EventHub:
         self._seq = event.seq
         known = self._activity.pop(event.run_id, None)
         created = event.at if known is None else known.created_at
-        started = None if known is None else known.started_at
-        if started is None and isinstance(event.state, RunState.Running):
-            started = event.at
-        ended = event.at if isinstance(event.state, RunState.Ended) else None
         self._activity[event.run_id] = Activity(
-            created,
-            event.kind,
-            event.at,
-            event.seq,
-            event_summary(event.kind, event.detail),
-            started_at=started,
-            ended_at=ended,
+            created, event.kind, event.at, event.seq, event_summary(event.kind, event.detail)
         )
         while len(self._activity) > ACTIVITY_KEPT:
             self._activity.popitem(last=False)

@@ -23,12 +23,14 @@ from .._face.shapes import (
     END_OF_TIMES_SHOWN,
     FIRST_TIME_SHOWN,
     describe_state,
+    duration_of,
     end_of,
     format_duration,
     format_time,
     record_json,
     run_duration,
     state_word,
+    when,
 )
 from ..store import state_to_json
 
@@ -62,6 +64,7 @@ def _layout(title: str, body: str, **data: str) -> str:
         '<script src="/static/dashboard.js" defer></script>'
         f"</head><body{attributes}>"
         '<header><a class="brand" href="/">awaken-trio</a>'
+        '<nav class="pages"><a href="/">runs</a><a href="/workers">workers</a></nav>'
         '<span id="live" class="live" title="live updates">connecting…</span></header>'
         f"<main>{body}</main></body></html>\n"
     )
@@ -102,14 +105,67 @@ def _state_cell(state: RunState) -> str:
 # ---------------------------------------------------------------------------- runs
 
 
-def runs_page(rows: Sequence[Mapping[str, Any]], params: Mapping[str, str], limit: int) -> str:
-    """The runs table, newest first, with its filter form and pager."""
+FILTERS: Final = (
+    ("", "any"),
+    ("queued", "queued"),
+    ("running", "running"),
+    ("awaiting", "awaiting"),
+    ("ended", "ended (any cause)"),
+    ("natural_end", "ended: natural end"),
+    ("failed", "ended: failed"),
+    ("cancelled", "ended: cancelled"),
+    ("stopped", "ended: stopped"),
+    ("max_steps", "ended: max steps"),
+    ("indeterminate", "ended: indeterminate"),
+)
+"""What the runs table filters by (``state=``): a state kind or an end cause kind."""
+COUNTED_STATES: Final = ("queued", "running", "awaiting", "ended")
+COUNTED_CAUSES: Final = (
+    "natural_end",
+    "failed",
+    "cancelled",
+    "stopped",
+    "max_steps",
+    "indeterminate",
+)
+
+
+def counts_bar(counts: Mapping[str, int], chosen: str) -> str:
+    """How many runs are in each state and ended with each cause, each a link to the
+    table filtered by it (as the page's script's ``showCounts``)."""
+
+    def link(kind: str, label: str, classes: str) -> str:
+        here = " chosen" if kind == chosen else ""
+        return (
+            f'<a class="count {classes}{here}" data-kind="{kind}" href="/?state={kind}">'
+            f"{esc(label)} <b>{esc(counts.get(kind, 0))}</b></a>"
+        )
+
+    states = "".join(link(kind, kind, f"state-{kind}") for kind in COUNTED_STATES)
+    causes = "".join(
+        link(kind, kind.replace("_", " "), f"state-ended cause-{kind}") for kind in COUNTED_CAUSES
+    )
+    return (
+        f'<nav id="counts" class="counts">{states}<span class="causes">{causes}</span>'
+        f'<span class="total">{esc(sum(counts.get(k, 0) for k in COUNTED_STATES))} runs</span>'
+        "</nav>"
+    )
+
+
+def runs_page(
+    rows: Sequence[Mapping[str, Any]],
+    params: Mapping[str, str],
+    limit: int,
+    counts: Mapping[str, int],
+) -> str:
+    """The runs table, newest first, with the counts per state and end cause, its filter
+    form, the search by run id and the pager."""
     now = time.time()
     body_rows = "".join(_table_row(row, now) for row in rows)
     state = params.get("state", "")
     options = "".join(
-        f'<option value="{kind}"{" selected" if kind == state else ""}>{kind or "any"}</option>'
-        for kind in ("", "queued", "running", "awaiting", "ended")
+        f'<option value="{kind}"{" selected" if kind == state else ""}>{esc(label)}</option>'
+        for kind, label in FILTERS
     )
     pager = []
     if params.get("before"):
@@ -120,6 +176,7 @@ def runs_page(rows: Sequence[Mapping[str, Any]], params: Mapping[str, str], limi
         pager.append(f'<a id="older" href="/?{esc(urlencode(older))}">older →</a>')
     body = (
         "<h1>Runs</h1>"
+        f"{counts_bar(counts, state)}"
         '<form id="filters" class="filters" method="get" action="/">'
         f'<label>state <select name="state">{options}</select></label>'
         f'<label>name <input name="name" value="{esc(params.get("name", ""))}"></label>'
@@ -143,9 +200,9 @@ def _table_row(row: Mapping[str, Any], now: float) -> str:
     record = row["row"]
     last = row["last_event"]
     state = state_to_json_text(record["state"])
-    created = row["created_at"]
-    started = row["started_at"]
-    ended = row["ended_at"]
+    created = record["created_at"]
+    started = record["started_at"]
+    ended = record["ended_at"]
     return (
         f'<tr data-run-id="{esc(record["run_id"])}"'
         f' data-created-at="{esc("" if created is None else created)}"'
@@ -166,7 +223,7 @@ def _table_row(row: Mapping[str, Any], now: float) -> str:
 def _lasted(
     created_at: float | None, started_at: float | None, ended_at: float | None, now: float
 ) -> str:
-    """A row's duration cell (see `run_duration`)."""
+    """A row's duration cell (`run_duration`, from the row's JSON)."""
     seconds = run_duration(created_at, started_at, ended_at, now)
     return "" if seconds is None else format_duration(seconds)
 
@@ -208,7 +265,7 @@ def run_page(
     if record.parent_run_id is not None:
         parent = record.parent_run_id
         facts.append(("parent", f'<a href="{esc(run_href(parent))}">{esc(parent)}</a>'))
-    facts.append(("times", _times(events)))
+    facts.append(("times", _times(record)))
     if record.deadline is not None:
         facts.append(
             ("deadline", f'<span id="run-deadline">{esc(format_time(record.deadline))}</span>')
@@ -236,38 +293,27 @@ def run_page(
     )
 
 
-def run_times(events: Sequence[RunEvent]) -> tuple[float | None, float | None, float | None]:
-    """When the run was created (its first event), first ran and ended, from its events."""
-    created = events[0].at if events else None
-    started = next((e.at for e in events if isinstance(e.state, RunState.Running)), None)
-    ended = next((e.at for e in events if isinstance(e.state, RunState.Ended)), None)
-    return created, started, ended
-
-
-def _times(events: Sequence[RunEvent]) -> str:
+def _times(record: RunRecord) -> str:
     """The run's times: created, started, ended and how long it ran; the script keeps them
-    up to date (``data-`` attributes, as the runs table's rows)."""
-    created, started, ended = run_times(events)
-
-    def shown(at: float | None) -> str:
-        return "" if at is None else format_time(at)
+    up to date from its events (``data-`` attributes, as the runs table's rows)."""
 
     def data(at: float | None) -> str:
         return "" if at is None else str(at)
 
     parts = "".join(
-        f'<span class="{name}">{label} <span id="run-{name}">{esc(shown(at))}</span></span>'
-        for name, label, at in (
-            ("created", "created", created),
-            ("started", "started", started),
-            ("ended", "ended", ended),
+        f'<span class="{name}">{name} <span id="run-{name}">{esc(when(at))}</span></span>'
+        for name, at in (
+            ("created", record.created_at),
+            ("started", record.started_at),
+            ("ended", record.ended_at),
         )
     )
     return (
-        f'<span id="run-times" class="times" data-created-at="{esc(data(created))}"'
-        f' data-started-at="{esc(data(started))}" data-ended-at="{esc(data(ended))}">'
+        f'<span id="run-times" class="times" data-created-at="{esc(data(record.created_at))}"'
+        f' data-started-at="{esc(data(record.started_at))}"'
+        f' data-ended-at="{esc(data(record.ended_at))}">'
         f'{parts}<span class="duration">ran <span id="run-duration">'
-        f"{esc(_lasted(created, started, ended, time.time()))}</span></span></span>"
+        f"{esc(duration_of(record, time.time()))}</span></span></span>"
     )
 
 
@@ -522,6 +568,68 @@ def _event_row(event: RunEvent) -> str:
     return (
         f"<tr><td>{event.seq}</td><td>{event.generation}</td><td>{esc(event.kind)}</td>"
         f"<td>{esc(text)}</td><td><code>{esc(detail)}</code></td><td>{esc(at)}</td></tr>"
+    )
+
+
+# ---------------------------------------------------------------------------- workers
+
+WORKER_COLUMNS: Final = (
+    "worker",
+    "state",
+    "host",
+    "pid",
+    "bodies",
+    "concurrency",
+    "active",
+    "started",
+    "last seen",
+)
+
+
+def workers_page(workers: Sequence[Mapping[str, Any]], *, ended: bool) -> str:
+    """The workers (§3.11): each runtime that serves, its state (a lost one red), where it
+    runs, what it serves and how busy it is, the newest first."""
+    rows = "".join(_worker_row(worker) for worker in workers)
+    head = "".join(f"<th>{esc(column)}</th>" for column in WORKER_COLUMNS)
+    checked = " checked" if ended else ""
+    body = (
+        "<h1>Workers</h1>"
+        '<form id="worker-filters" class="filters" method="get" action="/workers">'
+        f'<label class="inline"><input type="checkbox" name="all" value="1"{checked}>'
+        " the stopped ones too</label>"
+        '<button type="submit">show</button></form>'
+        f'<table id="workers"><thead><tr>{head}</tr></thead>'
+        f'<tbody id="workers-body">{rows}</tbody></table>'
+        f'<p class="empty{" hidden" if workers else ""}" id="no-workers">no workers: start one'
+        " with <code>awaken-trio worker MODULE --store URL</code></p>"
+    )
+    return _layout("workers", body, page="workers", query="all=1" if ended else "")
+
+
+def worker_bodies(bodies: Mapping[str, Any]) -> str:
+    """A worker's bodies in short: ``a, b (v2)`` (as the page's script's ``bodiesText``)."""
+    return ", ".join(
+        name if version is None else f"{name} ({version})" for name, version in bodies.items()
+    )
+
+
+def _worker_row(worker: Mapping[str, Any]) -> str:
+    state = str(worker["state"])
+    cells = (
+        esc(worker["worker_id"]),
+        f'<span class="worker-state worker-{esc(state)}">{esc(state)}</span>',
+        esc(worker["host"]),
+        esc(worker["pid"]),
+        esc(worker_bodies(worker["bodies"])),
+        esc(worker["concurrency"]),
+        esc(worker["active"]),
+        esc(when(worker["started_at"])),
+        esc(when(worker["last_seen"])),
+    )
+    return (
+        f'<tr data-worker-id="{esc(worker["worker_id"])}">'
+        + "".join(f"<td>{cell}</td>" for cell in cells)
+        + "</tr>"
     )
 
 

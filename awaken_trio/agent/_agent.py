@@ -414,7 +414,7 @@ class Agent:
         try:
             value = await tool.call(thaw(call.arguments), ctx)
         except Exception as exc:
-            code = RunError.code_of(exc)
+            code = RunError.error_code(exc)
             content = error_content(code, error_message(exc))
             finished = {**detail, "ok": False, "error": code}
         else:

@@ -13,6 +13,7 @@ import trio
 
 from .._core import (
     Clock,
+    IfBusy,
     JsonValue,
     LiveCommand,
     RunEvent,
@@ -204,6 +205,7 @@ class AsyncClient:
         deadline: float | None = None,
         queue_timeout: float | None = None,
         not_before: float | None = None,
+        if_busy: IfBusy = "queue",
     ) -> str:
         """`Client.submit`: the run id of a run committed ``Queued`` (with the same
         options)."""
@@ -218,6 +220,7 @@ class AsyncClient:
                 deadline=deadline,
                 queue_timeout=queue_timeout,
                 not_before=not_before,
+                if_busy=if_busy,
             )
         )
 

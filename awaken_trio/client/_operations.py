@@ -16,6 +16,7 @@ from .._core import (
     Awaiting,
     Ended,
     EventKind,
+    IfBusy,
     InvalidArgument,
     JsonValue,
     LiveCommand,
@@ -66,6 +67,7 @@ async def submit(
     deadline: float | None = None,
     queue_timeout: float | None = None,
     not_before: float | None = None,
+    if_busy: IfBusy = "queue",
 ) -> str:
     handle = await runtime.submit(
         name,
@@ -76,6 +78,7 @@ async def submit(
         deadline=deadline,
         queue_timeout=queue_timeout,
         not_before=not_before,
+        if_busy=if_busy,
     )
     return handle.run_id
 

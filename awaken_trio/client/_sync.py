@@ -11,6 +11,7 @@ import outcome
 
 from .._core import (
     Clock,
+    IfBusy,
     JsonValue,
     LiveCommand,
     RunEvent,
@@ -143,11 +144,13 @@ class Client:
         deadline: float | None = None,
         queue_timeout: float | None = None,
         not_before: float | None = None,
+        if_busy: IfBusy = "queue",
     ) -> str:
         """Commit a run ``Queued`` for a serving runtime with a body named ``name``; its
         run id. Idempotent by ``run_id`` (`Runtime.submit`); `RunExists` if it differs.
         ``timeout``/``deadline``, ``queue_timeout`` and ``not_before`` are
-        `Runtime.submit`'s (times are wall-clock seconds, ``time.time()`` scale)."""
+        `Runtime.submit`'s (times are wall-clock seconds, ``time.time()`` scale), and so is
+        ``if_busy`` (`ThreadBusy` when ``"reject"`` finds the thread busy)."""
         return self._run(
             lambda runtime: ops.submit(
                 runtime,
@@ -159,6 +162,7 @@ class Client:
                 deadline=deadline,
                 queue_timeout=queue_timeout,
                 not_before=not_before,
+                if_busy=if_busy,
             )
         )
 

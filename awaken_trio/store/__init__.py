@@ -15,6 +15,7 @@ the contract suites every store passes.
 
 from .._core import UNSET as UNSET
 from .._core import Accepted as Accepted
+from .._core import BodyVersions as BodyVersions
 from .._core import CauseKind as CauseKind
 from .._core import CheckpointAt as CheckpointAt
 from .._core import Claim as Claim
@@ -30,6 +31,7 @@ from .._core import EventDraft as EventDraft
 from .._core import Expect as Expect
 from .._core import Fence as Fence
 from .._core import ForkingStore as ForkingStore
+from .._core import IfBusy as IfBusy
 from .._core import InlineStore as InlineStore
 from .._core import ListingStore as ListingStore
 from .._core import NewRun as NewRun
@@ -60,6 +62,7 @@ from .memory import MemoryStore as MemoryStore
 __all__ = [
     "UNSET",
     "Accepted",
+    "BodyVersions",
     "CauseKind",
     "CheckpointAt",
     "Claim",
@@ -75,6 +78,7 @@ __all__ = [
     "Expect",
     "Fence",
     "ForkingStore",
+    "IfBusy",
     "InlineStore",
     "ListingStore",
     "MemoryStore",

@@ -351,7 +351,7 @@ NO_MESSAGES: Final = "[]"
 RECORD_COLUMNS: Final = (
     "r.run_id, r.thread_id, r.parent_run_id, r.name, r.state, r.generation, r.result,"
     " r.checkpoint, r.input, r.steps, r.max_steps, r.forked_from, r.created_at, r.updated_at,"
-    " r.started_at, r.ended_at, r.worker_id, r.not_before, r.deadline"
+    " r.started_at, r.ended_at, r.worker_id, r.not_before, r.deadline, r.body_version"
 )
 
 
@@ -393,6 +393,7 @@ def record_of(found: Sequence[Any]) -> RunRecord:
         worker_id,
         not_before,
         deadline,
+        body_version,
     ) = found
     return RunRecord(
         run_id=run_id,
@@ -414,6 +415,7 @@ def record_of(found: Sequence[Any]) -> RunRecord:
         worker_id=worker_id,
         not_before=not_before,
         deadline=deadline,
+        body_version=body_version,
     )
 
 

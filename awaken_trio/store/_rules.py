@@ -51,6 +51,7 @@ from .._core import (
     UNSET,
     Accepted,
     Awaiting,
+    BodyVersions,
     CauseKind,
     ChunkKind,
     CommandKind,
@@ -74,6 +75,7 @@ from .._core import (
     RunRecord,
     RunState,
     StateKind,
+    Stopped,
     cause_kind,
     freeze_detail,
     scalar_dict,
@@ -189,6 +191,12 @@ class StoredRun(Protocol):
         """How many times the run's owner was lost."""
         ...
 
+    @property
+    def body_version(self) -> str | None:
+        """The version of the body its first attempt ran with (None: unversioned, or
+        never started)."""
+        ...
+
 
 RowT = TypeVar("RowT", bound=StoredRun)
 """A store's own row type."""
@@ -253,6 +261,14 @@ class RunTx(Protocol[RowT]):
     def children(self, parent: str) -> list[str]:
         """The runs created with ``parent`` as their parent, oldest first (in the order
         they were created)."""
+        ...
+
+    def unended_on_thread(self, thread_id: str) -> list[RowT]:
+        """The runs on ``thread_id`` that have not ended (queued, running or awaiting),
+        oldest first (in the order they were created), this transaction's writes included.
+        Read only for a new run with a busy-thread policy (`NewRun.if_busy`), so a store
+        may answer it with a query of its own; one that locks rows locks these, and
+        serialises two transactions that read the same thread (as for `thread_busy`)."""
         ...
 
     def expired_claims(self, now: float) -> Iterable[str]:
@@ -368,6 +384,10 @@ class RunTx(Protocol[RowT]):
     def set_worker(self, row: RowT, worker_id: str) -> None:
         """Record the owner of the claim just granted on the run (`RunRecord.worker_id`);
         it stays after the claim is released."""
+        ...
+
+    def set_body_version(self, row: RowT, version: str | None) -> None:
+        """Pin the version of the body the run's first attempt runs with."""
         ...
 
     def set_claim(self, run_id: str, claim: ClaimRow | None) -> None:
@@ -502,6 +522,15 @@ def descendants_end(how: DescendantsEnd, run_id: str) -> tuple[RunState, Mapping
     return PARENT_ENDED, parent_detail(run_id)
 
 
+SUPERSEDED: Final[RunState] = Ended(Stopped("superseded"))
+"""How a run ends when a new run of its thread supersedes it (``if_busy="supersede"``)."""
+
+
+def superseded_detail(run_id: str) -> Mapping[str, JsonValue]:
+    """The detail of a run's end when the new run ``run_id`` superseded it."""
+    return scalar_dict({"superseded_by": run_id})
+
+
 def owner_lost(why: str) -> RunState:
     """How a run whose owner was lost ends when it is not recovered."""
     return Ended(Indeterminate(why))
@@ -543,15 +572,79 @@ def apply_one(tx: RunTx[RowT], commit: Commit, now: float) -> CommitResult:
         new = commit.new_run
         if not commit.expect.new or new is None:
             return Rejected(RejectReason.UNKNOWN, None)
-        if commit.thread_guard and tx.thread_busy(new.thread_id, commit.run_id, now):
-            return Rejected(RejectReason.THREAD_BUSY, None)
-        if commit.fence is not None and not fence_holds(tx, commit.fence, now):
-            return Rejected(RejectReason.FENCED, None)
-        return create(tx, commit, new, now)
+        if new.if_busy == "queue":  # the common case: the thread's runs are not read
+            if commit.thread_guard and tx.thread_busy(new.thread_id, commit.run_id, now):
+                return Rejected(RejectReason.THREAD_BUSY, None)
+            if commit.fence is not None and not fence_holds(tx, commit.fence, now):
+                return Rejected(RejectReason.FENCED, None)
+            return create(tx, commit, new, now)
+        return create_if_busy(tx, commit, new, now)
     rejected = fence(tx, row, commit, now)
     if rejected is not None:
         return rejected
     return update(tx, row, commit, now)
+
+
+def create_if_busy(tx: RunTx[RowT], commit: Commit, new: NewRun, now: float) -> CommitResult:
+    """Create a run whose busy-thread policy is ``"reject"`` or ``"supersede"`` (DESIGN
+    §3.8). Its thread is busy while another run on it is running or queued (an awaiting
+    one does not count). ``"reject"`` refuses the commit then (`RejectReason.BUSY`, naming
+    the running run, else the first queued one). ``"supersede"`` ends every other unended
+    run of the thread (running, queued or awaiting, their descendants first) ``Stopped(
+    "superseded")`` before the new run is written, in this transaction; a running one's
+    attempt stays marked live, so the thread is busy until its owner has stopped it (the
+    new run waits for that as for any busy thread). An ancestor of the new run on the
+    thread is never superseded: the commit is refused ``BUSY`` instead. Every fence is
+    checked before the first write."""
+    run_id, thread_id = commit.run_id, new.thread_id
+    others = [row for row in tx.unended_on_thread(thread_id) if row.run_id != run_id]
+    if new.if_busy == "reject":
+        holder = _holder(others)
+        if holder is not None:
+            return Rejected(RejectReason.BUSY, holder.state, holder=holder.run_id)
+    elif new.parent_run_id is not None:
+        ancestors = _ancestors(tx, new.parent_run_id)
+        for row in others:
+            if row.run_id in ancestors:
+                return Rejected(RejectReason.BUSY, row.state, holder=row.run_id)
+    if commit.thread_guard and tx.thread_busy(thread_id, run_id, now):
+        return Rejected(RejectReason.THREAD_BUSY, None)
+    if commit.fence is not None and not fence_holds(tx, commit.fence, now):
+        return Rejected(RejectReason.FENCED, None)
+    if new.if_busy != "supersede" or not others:
+        return create(tx, commit, new, now)
+    detail = superseded_detail(run_id)
+    superseded: list[str] = []
+    for row in others:
+        if row.kind == "ended":  # a descendant of one superseded before it
+            continue
+        end_descendants(tx, row.run_id, commit.at, PARENT_ENDED, parent_detail(row.run_id))
+        end_row(tx, row, SUPERSEDED, detail, commit.at, attempt_stops=False)
+        superseded.append(row.run_id)
+    accepted = create(tx, commit, new, now)
+    accepted.superseded = tuple(superseded)
+    return accepted
+
+
+def _holder(others: Sequence[RowT]) -> RowT | None:
+    """The run that makes a thread busy: the running one, else the first queued one."""
+    queued = None
+    for row in others:
+        if row.kind == "running":
+            return row
+        if queued is None and row.kind == "queued":
+            queued = row
+    return queued
+
+
+def _ancestors(tx: RunTx[RowT], parent_run_id: str) -> set[str]:
+    found: set[str] = set()
+    at: str | None = parent_run_id
+    while at is not None and at not in found:
+        found.add(at)
+        row = tx.row(at)
+        at = None if row is None else row.parent_run_id
+    return found
 
 
 def fence(tx: RunTx[RowT], row: RowT, commit: Commit, now: float) -> Rejected | None:
@@ -668,6 +761,8 @@ def update(tx: RunTx[RowT], row: RowT, commit: Commit, now: float) -> Accepted:
         not_before=commit.not_before if kind == "queued" else None,
     )
     epoch = claim_effects(tx, row, commit, kind, now)
+    if commit.body_version is not UNSET and row.body_version != commit.body_version:
+        tx.set_body_version(row, commit.body_version)
     stored: Sequence[JsonValue] = ()
     # The resume (an answered ticket and its value) stays with the run until it next
     # awaits or ends, so every attempt that starts meanwhile, a recovered or released
@@ -822,18 +917,27 @@ def end_streams(tx: RunTx[RowT], run_id: str, generation: int, at: float) -> Non
 
 
 def end_row(
-    tx: RunTx[RowT], row: RowT, state: RunState, detail: Mapping[str, JsonValue], at: float
+    tx: RunTx[RowT],
+    row: RowT,
+    state: RunState,
+    detail: Mapping[str, JsonValue],
+    at: float,
+    *,
+    attempt_stops: bool = True,
 ) -> None:
-    """End a run that has no attempt to do it (an owner lost, an ancestor ended elsewhere):
-    its carried and stored messages are discarded in an event, its ticket and whatever a
-    queued resume left are dropped, its attempt is no longer live."""
+    """End a run that has no attempt to do it (an owner lost, an ancestor ended elsewhere,
+    a new run superseded it): its carried and stored messages are discarded in an event,
+    its ticket and whatever a queued resume left are dropped, and its attempt is no longer
+    live, unless ``attempt_stops`` is False: an attempt that may still run (a superseded
+    run's) keeps its thread busy until its owner lets its claim go or the lease lapses."""
     carried = tx.take_carried(row)
     messages = [*carried.messages(), *tx.drop_commands(row.run_id)]
     was_awaiting = row.kind == "awaiting"
     generation = row.generation
     tx.put_state(row, state, generation, at=at)
     tx.keep_resume(row, NO_RESUME)
-    tx.set_attempt(row, None)
+    if attempt_stops:
+        tx.set_attempt(row, None)
     if was_awaiting:
         tx.set_ticket(row, None)
     if messages:
@@ -945,8 +1049,8 @@ def recover(
         running = root.kind == "running"
         losses = root.recoveries + 1
         recoverable = running and root.name is not None and losses <= max_recoveries
-        if recoverable and root.name not in names:
-            continue  # left for a runtime that has the body
+        if recoverable and not _serves(names, root):
+            continue  # left for a runtime that has the body (at a version that may run it)
         dealt += 1
         if not running:
             # A stale claim: nothing to recover. A queued root keeps its tree for its next
@@ -974,6 +1078,28 @@ def recover(
         tx.set_claim(run_id, ClaimRow(owner, epoch, lease_until))
         recovered.append(Recovered(tx.record(run_id), epoch))
     return recovered
+
+
+def names_held(names: Collection[str]) -> Collection[str]:
+    """A copy of the ``names`` given to `recover` that a store may hold across threads:
+    the names with their `BodyVersions` when it maps them (a serving runtime's), else a
+    frozen set."""
+    if isinstance(names, Mapping):
+        return dict(names)
+    return frozenset(names)
+
+
+def _serves(names: Collection[str], root: StoredRun) -> bool:
+    """Whether a runtime that registered ``names`` has a body that may run ``root``: one
+    of its name and, when ``names`` maps names to `BodyVersions` (a serving runtime's),
+    one that accepts the version the run's first attempt pinned."""
+    name = root.name
+    if name not in names:
+        return False
+    if isinstance(names, Mapping):
+        versions = names[name]
+        return isinstance(versions, BodyVersions) and versions.accepts(root.body_version)
+    return True
 
 
 def post_command(

@@ -117,6 +117,7 @@ class TextRow:
     worker_id: str | None
     # A queued run's earliest start (`Commit.not_before`), None when it may start now.
     not_before: float | None
+    body_version: str | None
 
     @classmethod
     def created(
@@ -153,6 +154,7 @@ class TextRow:
             at if kind == ENDED else None,
             None,
             not_before,
+            new.body_version,
         )
 
     @property
@@ -247,6 +249,11 @@ class TextRunTx(abc.ABC, Generic[R, N]):
         writes included (a store flushes first)."""
 
     @abc.abstractmethod
+    def _read_unended(self, thread_id: str) -> list[str]:
+        """The runs on ``thread_id`` that have not ended, oldest first (called after a
+        flush; a store that locks rows locks the thread first, as `_read_thread` does)."""
+
+    @abc.abstractmethod
     def _read_commands(self, run_id: str) -> list[CommandRow]:
         """The run's stored commands, oldest first (called after a flush)."""
 
@@ -291,6 +298,15 @@ class TextRunTx(abc.ABC, Generic[R, N]):
                 if held is not None and held.epoch == epoch and held.lease_until >= now:
                     return True
         return False
+
+    def unended_on_thread(self, thread_id: str) -> list[R]:
+        self.flush()  # the query reads states this transaction may have changed
+        found = []
+        for run_id in self._read_unended(thread_id):
+            row = self.row(run_id)
+            if row is not None and row.kind != ENDED:
+                found.append(row)
+        return found
 
     def take_carried(self, row: R) -> Carried:
         if row.carried == NO_MESSAGES and not row.carried_pause:
@@ -418,6 +434,10 @@ class TextRunTx(abc.ABC, Generic[R, N]):
         if row.worker_id != worker_id:
             row.worker_id = worker_id
             self._change(row)
+
+    def set_body_version(self, row: R, version: str | None) -> None:
+        row.body_version = version
+        self._change(row)
 
     def set_attempt(self, row: R, epoch: int | None) -> None:
         """Mark the run's attempt live at ``epoch``, or not live (None)."""

@@ -20,6 +20,7 @@ from ..store import (
     EventDraft,
     Expect,
     Fence,
+    IfBusy,
     NewRun,
 )
 
@@ -58,6 +59,7 @@ class Fields(TypedDict, total=False):
     consumed: tuple[int, ...]
     delivered: tuple[int, ...]
     end_descendants: DescendantsEnd | None
+    body_version: str | None
     not_before: float | None
 
 
@@ -99,6 +101,7 @@ def create(
     claim: Claim | None = None,
     fence: Fence | None = None,
     thread_guard: bool = False,
+    if_busy: IfBusy = "queue",
     not_before: float | None = None,
     deadline: float | None = None,
     queue_deadline: float | None = None,
@@ -121,6 +124,7 @@ def create(
             root,
             deadline=deadline,
             queue_deadline=queue_deadline,
+            if_busy=if_busy,
         ),
         detail={"source": "start"} if detail is None else detail,
         claim=claim,

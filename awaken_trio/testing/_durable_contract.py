@@ -14,6 +14,7 @@ from ..store import DurableStore
 from ._checks import Elapse
 from ._durable_claims import ClaimChecks, RecoveryChecks, ThreadGuardChecks
 from ._durable_work import CommandChecks, ElsewhereChecks, RunnableChecks
+from ._store_busy import SupersedeClaimChecks
 from ._store_contract import StoreContract
 from ._store_listing import WorkerOfRunChecks
 from ._workers_contract import WorkerChecks
@@ -27,6 +28,7 @@ class DurableStoreContract(
     RunnableChecks,
     CommandChecks,
     ElsewhereChecks,
+    SupersedeClaimChecks,
     WorkerOfRunChecks,
     WorkerChecks,
     StoreContract,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 
 from ..store import Store
+from ._store_busy import BodyVersionChecks, BusyThreadChecks
 from ._store_listing import ListingChecks, TimesChecks
 from ._store_runs import CarriedChecks, CreationChecks, FenceChecks, TicketChecks
 from ._store_writes import EventChecks, PayloadChecks, ReadChecks
@@ -24,6 +25,8 @@ class StoreContract(
     EventChecks,
     PayloadChecks,
     ReadChecks,
+    BusyThreadChecks,
+    BodyVersionChecks,
     TimesChecks,
     ListingChecks,
 ):

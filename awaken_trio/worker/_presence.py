@@ -15,13 +15,14 @@ import contextlib
 import logging
 import os
 import socket
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from typing import Final, final
 
 import trio
 
 from .._core import (
     WORKERS_KEPT,
+    BodyVersions,
     ClaimSettings,
     WorkerInfo,
     WorkerState,
@@ -42,14 +43,18 @@ class Presence:
     """This runtime's worker row, as its serving loop keeps it."""
 
     def __init__(
-        self, store: WorkerStore, settings: ClaimSettings, names: list[str], concurrency: int
+        self,
+        store: WorkerStore,
+        settings: ClaimSettings,
+        served: Mapping[str, BodyVersions],
+        concurrency: int,
     ) -> None:
         self.store = store
         self.info = WorkerInfo(
             worker_id=settings.owner,
             host=socket.gethostname(),
             pid=os.getpid(),
-            bodies=dict.fromkeys(sorted(names)),
+            bodies={name: served[name].version for name in sorted(served)},
             concurrency=concurrency,
             lease=settings.lease,
         )

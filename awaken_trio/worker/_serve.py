@@ -64,7 +64,7 @@ async def serve(
     if claims is None or not isinstance(store, WorkerStore) or not store.durable:
         await _serve(host, concurrency, None, task_status)
         return
-    presence = Presence(store, claims, host.names(), concurrency)
+    presence = Presence(store, claims, host.served(), concurrency)
     active: dict[str, ServedRun] = {}
     await presence.register()
     try:
@@ -156,8 +156,10 @@ async def _one_pass(
         # the events recovery writes.
         at = host.now()
         free = concurrency - len(active)
+        # (The names with their versions: a run pinned to a version no body here runs is
+        # left for a runtime whose body does.)
         lost = store.recover(
-            claims.owner, names, at, claims.lease, claims.max_recoveries, max(free, 0)
+            claims.owner, host.served(), at, claims.lease, claims.max_recoveries, max(free, 0)
         )
         for recovered in await _from_store(lost, "recovering the runs of lost owners"):
             run_id = recovered.record.run_id

@@ -3,9 +3,12 @@ working directory, as ``awaken-trio worker cli_bodies`` does)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import trio
 
-from awaken_trio import JsonValue, RunContext
+from awaken_trio import JsonValue, RunContext, VersionedBody
+from awaken_trio._core import Body
 
 
 async def steps(ctx: RunContext) -> object:
@@ -64,3 +67,45 @@ async def fails(ctx: RunContext) -> object:
 
 
 bodies["fails"] = fails
+
+
+async def chat(ctx: RunContext) -> object:
+    """Answers one chat message (input: ``{"log": path, "slow": bool}``), writing to the log
+    when its attempt starts and when it has stopped, so a test can see that two attempts
+    of one thread never overlapped."""
+    assert isinstance(ctx.input, dict)
+    log = Path(str(ctx.input["log"]))
+    _note(log, f"start {ctx.run_id}")
+    try:
+        if ctx.input.get("slow"):
+            await trio.sleep_forever()
+        return {"answered": ctx.run_id}
+    finally:
+        with trio.CancelScope(shield=True):
+            await trio.sleep(0.3)  # a model call's cleanup
+        _note(log, f"stop {ctx.run_id}")
+
+
+def _note(log: Path, line: str) -> None:
+    with log.open("a") as file:
+        file.write(f"{line}\n")
+
+
+bodies["chat"] = chat
+
+
+def _versioned(version: str) -> Body:
+    async def ask_twice(ctx: RunContext) -> object:
+        """Awaits one answer, then ends saying which version of the body ran each
+        attempt."""
+        seen = [*(ctx.checkpoint or {"ran": []})["ran"], version]
+        await ctx.boundary({"ran": seen})
+        if ctx.resumed_ticket is None:
+            await ctx.await_input("user_input")
+        return {"ran": seen}
+
+    return ask_twice
+
+
+versioned_v1 = {"versioned": VersionedBody(_versioned("1"), version="1")}
+versioned_v2 = {"versioned": VersionedBody(_versioned("2"), version="2")}

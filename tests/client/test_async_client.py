@@ -17,6 +17,7 @@ from awaken_trio import (
     RunState,
     RuntimeClosed,
     StoreError,
+    ThreadBusy,
     UnknownRun,
 )
 from awaken_trio.client import AsyncClient
@@ -186,6 +187,21 @@ def test_fork_answers_with_the_new_run_id() -> None:
     fork, origin, name = asyncio.run(main())
     assert (fork, name) == ("f", "job")
     assert origin == {"run_id": "src", "seq": 1}
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_submit_takes_the_busy_thread_policies(backend: str) -> None:
+    async def main() -> None:
+        async with AsyncClient() as client:
+            await client.submit("job", run_id="m1", thread_id="chat")
+            with pytest.raises(ThreadBusy):
+                await client.submit("job", run_id="m2", thread_id="chat", if_busy="reject")
+            await client.submit("job", run_id="m3", thread_id="chat", if_busy="supersede")
+            superseded = RunState.Ended(EndCause.Stopped("superseded"))
+            assert await client.state("m1") == superseded
+            assert await client.state("m3") == QUEUED
+
+    anyio.run(main, backend=backend)
 
 
 def test_submit_takes_the_runs_time_limits_and_a_delayed_start() -> None:

@@ -22,6 +22,7 @@ from awaken_trio import (
     RunState,
     RuntimeClosed,
     StoreError,
+    ThreadBusy,
     UnknownRun,
 )
 from awaken_trio.client import Client, ClientMisuse
@@ -301,6 +302,21 @@ def test_fork_commits_a_queued_fork_and_answers_with_its_id() -> None:
             client.fork(source, at=10**6)
         with pytest.raises(RunExists):
             client.fork(source, new_run_id="f")
+
+
+def test_submit_takes_the_busy_thread_policies() -> None:
+    with Client() as client:
+        client.submit("job", run_id="m1", thread_id="chat")
+        with pytest.raises(ThreadBusy) as caught:
+            client.submit("job", run_id="m2", thread_id="chat", if_busy="reject")
+        assert (caught.value.run_id, caught.value.state) == ("m1", QUEUED)
+        with pytest.raises(UnknownRun):
+            client.record("m2")
+        assert client.submit("job", run_id="m3", thread_id="chat", if_busy="supersede") == "m3"
+        assert client.state("m1") == RunState.Ended(EndCause.Stopped("superseded"))
+        assert client.events("m1")[-1].detail == {"superseded_by": "m3"}
+        with pytest.raises(InvalidArgument, match="if_busy"):
+            client.submit("job", if_busy="later")  # type: ignore[arg-type]
 
 
 def test_submit_takes_the_runs_time_limits_and_a_delayed_start() -> None:

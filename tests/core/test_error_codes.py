@@ -1,4 +1,4 @@
-"""`RunError.code_of`: the one name an error goes by, in a run's `Failed` end and in the
+"""`RunError.error_code`: the one name an error goes by, in a run's `Failed` end and in the
 faces' error objects."""
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ class OAuth2TokenError(Exception):
     ],
 )
 def test_code_of_names_any_error(exc: BaseException, code: str) -> None:
-    assert RunError.code_of(exc) == code
+    assert RunError.error_code(exc) == code
 
 
 async def test_a_failed_run_ends_with_the_code_of_its_error() -> None:
@@ -45,4 +45,4 @@ async def test_a_failed_run_ends_with_the_code_of_its_error() -> None:
 
     async with open_runtime() as runtime:
         state = await runtime.execute(body)
-    assert state == RunState.Ended(EndCause.Failed(RunError.code_of(HTTPError()), "teapot"))
+    assert state == RunState.Ended(EndCause.Failed(RunError.error_code(HTTPError()), "teapot"))

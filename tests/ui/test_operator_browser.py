@@ -301,3 +301,102 @@ async def test_a_run_is_found_by_its_id(store: str, tmp_path: Path) -> None:
         assert heading == "needle/1"
         assert status == 404
         assert missing.startswith("no run has the id 'nothing-like-it' in this store")
+
+
+async def test_the_counts_and_a_cause_filter_find_the_failed_runs(
+    store: str, tmp_path: Path
+) -> None:
+    async with open_runtime(store) as runtime:
+        await runtime.submit("fails", run_id="bad")
+        await runtime.submit("steps", run_id="done")
+        await runtime.submit("steps", run_id="live")
+    async with ui_server(store) as server, worker(store):
+        for run_id in ("bad", "done", "live"):
+            await until_state(store, run_id, RunState.Running)
+
+        async def end_them() -> None:
+            async with open_runtime(store) as control:
+                await control.send(LiveCommand.Message("done", "finish"))
+                await control.send(LiveCommand.Message("bad", "fail"))
+            await until_state(store, "bad", RunState.Ended)
+
+        def counted(page: Page) -> dict[str, str]:
+            found: dict[str, str] = page.eval_on_selector_all(
+                "#counts a.count",
+                "links => Object.fromEntries(links.map(a => [a.dataset.kind,"
+                " a.querySelector('b').textContent]))",
+            )
+            return found
+
+        def browse() -> tuple[dict[str, str], dict[str, str], list[str], str]:
+            with browser_page(tmp_path / "profile") as page:
+                page.goto(f"{server.url}/")
+                page.wait_for_selector("body[data-live=connected]")
+                before = counted(page)
+                # The counts follow the commits, drawn by the script.
+                trio.from_thread.run(end_them)
+                page.wait_for_function(
+                    "() => document.querySelector('#counts a[data-kind=failed] b')"
+                    ".textContent === '1'"
+                )
+                page.wait_for_function(
+                    "() => document.querySelector('#counts a[data-kind=natural_end] b')"
+                    ".textContent === '1'"
+                )
+                after = counted(page)
+                page.select_option("#filters select[name=state]", "failed")
+                page.click("#filters button")
+                page.wait_for_selector("body[data-live=connected]")
+                rows = page.eval_on_selector_all(
+                    "#runs-body tr", "rows => rows.map(r => r.dataset.runId)"
+                )
+                # A count is a link to the table filtered by it.
+                page.click("#counts a[data-kind=running]")
+                page.wait_for_selector("body[data-live=connected]")
+                return before, after, rows, page.url
+
+        before, after, rows, address = await trio.to_thread.run_sync(browse)
+        assert (before["running"], before["ended"], before["failed"]) == ("3", "0", "0")
+        assert (after["running"], after["ended"]) == ("1", "2")
+        assert (after["failed"], after["natural_end"], after["cancelled"]) == ("1", "1", "0")
+        assert rows == ["bad"]
+        assert address == f"{server.url}/?state=running"
+
+
+async def test_the_workers_page_follows_a_worker_from_serving_to_stopped(
+    store: str, tmp_path: Path
+) -> None:
+    async with open_runtime(store) as runtime:
+        await runtime.submit("steps", run_id="s")
+    async with ui_server(store) as server, worker(store) as process:
+        await until_state(store, "s", RunState.Running)
+
+        async def drain() -> None:
+            async with open_runtime(store) as control:
+                [serving] = await control.list_workers()
+                await control.send(LiveCommand.Message("s", "finish"))
+                await control.drain_worker(serving.worker_id)
+
+        def row(page: Page) -> list[str]:
+            cells: list[str] = page.eval_on_selector_all(
+                "#workers-body tr:first-child td", "tds => tds.map(td => td.textContent)"
+            )
+            return cells
+
+        def browse() -> tuple[list[str], list[str]]:
+            with browser_page(tmp_path / "profile") as page:
+                page.goto(f"{server.url}/workers?all=1")
+                page.wait_for_selector("#workers-body .worker-serving")
+                serving = row(page)
+                trio.from_thread.run(drain)
+                # Redrawn from /api/workers as the worker drains, then stops.
+                page.wait_for_selector("#workers-body .worker-stopped")
+                return serving, row(page)
+
+        serving, stopped = await trio.to_thread.run_sync(browse)
+        assert await process.wait() == 0  # a drained worker stops serving and exits
+        assert serving[1] == "serving"
+        assert serving[3] == str(process.process.pid)
+        assert "steps" in serving[4].split(", ")
+        assert stopped[0] == serving[0]
+        assert stopped[1] == "stopped"

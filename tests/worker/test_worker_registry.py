@@ -18,6 +18,7 @@ from awaken_trio import (
     RunState,
     Runtime,
     UnknownWorker,
+    VersionedBody,
     WorkerRecord,
     open_runtime,
 )
@@ -60,6 +61,24 @@ async def test_a_serving_runtime_is_a_worker_and_its_runs_name_it(
         assert stopped.state == "stopped"
         assert await client.list_workers() == []
         assert client.worker_id != worker.worker_id
+
+
+async def test_a_workers_row_names_the_version_of_each_body_it_serves(
+    autojump_clock: trio.testing.MockClock,
+    shared_store: MemoryStore,
+) -> None:
+    bodies: Mapping[str, Any] = {
+        "short": VersionedBody(short, version="2", compatible=("1",)),
+        "long": long,
+    }
+    async with (
+        shared_runtime(shared_store, bodies=bodies) as worker,
+        shared_runtime(shared_store) as client,
+        serving(worker),
+    ):
+        (found,) = await client.list_workers()
+        assert found.bodies == {"long": None, "short": "2"}
+        assert worker.body_versions() == {"long": None, "short": "2"}
 
 
 async def test_drain_lets_active_runs_finish_claims_nothing_new_then_stops(

@@ -30,6 +30,7 @@ from awaken_trio import (
     RunHandle,
     RunState,
     Runtime,
+    VersionedBody,
     open_runtime,
 )
 from awaken_trio.store import Store
@@ -52,7 +53,7 @@ OWNER_LOST = RunState.Ended(EndCause.Indeterminate("owner lost"))
 def shared_runtime(
     store: Store,
     *,
-    bodies: Mapping[str, Body] | None = None,
+    bodies: Mapping[str, Body | VersionedBody] | None = None,
     lease: float = LEASE,
     poll: float = POLL,
     max_recoveries: int = 3,

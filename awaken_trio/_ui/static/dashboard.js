@@ -204,15 +204,23 @@
     let pending = false;
     let again = false;
 
+    // As the server's counts_bar.
+    function showCounts(counts) {
+      for (const link of document.querySelectorAll("#counts a.count")) {
+        link.querySelector("b").textContent = String(counts[link.dataset.kind] || 0);
+      }
+      document.querySelector("#counts .total").textContent = counts.total + " runs";
+    }
+
     function render(rows) {
       const fresh = document.createDocumentFragment();
       for (const item of rows) {
         const row = item.row;
         const tr = document.createElement("tr");
         tr.dataset.runId = row.run_id;
-        tr.dataset.createdAt = dataTime(item.created_at);
-        tr.dataset.startedAt = dataTime(item.started_at);
-        tr.dataset.endedAt = dataTime(item.ended_at);
+        tr.dataset.createdAt = dataTime(row.created_at);
+        tr.dataset.startedAt = dataTime(row.started_at);
+        tr.dataset.endedAt = dataTime(row.ended_at);
         const link = document.createElement("a");
         link.href = runHref(row.run_id);
         link.textContent = row.run_id;
@@ -225,7 +233,7 @@
         tr.appendChild(cell(row.name || ""));
         tr.appendChild(cell(item.last_event ? item.last_event.text : ""));
         tr.appendChild(cell(age(item.created_at), "age"));
-        tr.appendChild(cell(timeText(item.created_at), "created"));
+        tr.appendChild(cell(timeText(row.created_at), "created"));
         tr.appendChild(cell(lasted(tr.dataset), "duration"));
         fresh.appendChild(tr);
       }
@@ -242,7 +250,13 @@
       }
       pending = true;
       try {
-        const answer = await fetch("/ui/table?" + query, { headers: { Accept: "application/json" } });
+        const [answer, counted] = await Promise.all([
+          fetch("/ui/table?" + query, { headers: { Accept: "application/json" } }),
+          fetch("/api/counts", { headers: { Accept: "application/json" } }),
+        ]);
+        if (counted.ok) {
+          showCounts(await counted.json());
+        }
         if (answer.ok) {
           render(await answer.json());
         }
@@ -708,9 +722,76 @@
     return findStreams;
   }
 
+  // ---------------------------------------------------------------- the workers
+
+  // A worker's heartbeats are not events: the page reads /api/workers now and then.
+  function workersPage() {
+    const tbody = document.getElementById("workers-body");
+    const empty = document.getElementById("no-workers");
+    const query = body.dataset.query || "";
+
+    // As the server's worker_bodies.
+    function bodiesText(bodies) {
+      return Object.entries(bodies)
+        .map(([name, version]) => (version === null ? name : name + " (" + version + ")"))
+        .join(", ");
+    }
+
+    function render(workers) {
+      const fresh = document.createDocumentFragment();
+      for (const worker of workers) {
+        const tr = document.createElement("tr");
+        tr.dataset.workerId = worker.worker_id;
+        tr.appendChild(cell(worker.worker_id));
+        const state = document.createElement("span");
+        state.className = "worker-state worker-" + worker.state;
+        state.textContent = worker.state;
+        const stateCell = document.createElement("td");
+        stateCell.appendChild(state);
+        tr.appendChild(stateCell);
+        tr.appendChild(cell(worker.host));
+        tr.appendChild(cell(String(worker.pid)));
+        tr.appendChild(cell(bodiesText(worker.bodies)));
+        tr.appendChild(cell(String(worker.concurrency)));
+        tr.appendChild(cell(String(worker.active)));
+        tr.appendChild(cell(timeText(worker.started_at)));
+        tr.appendChild(cell(timeText(worker.last_seen)));
+        fresh.appendChild(tr);
+      }
+      tbody.replaceChildren(fresh);
+      empty.classList.toggle("hidden", workers.length > 0);
+      body.dataset.refreshed = String(Number(body.dataset.refreshed || "0") + 1);
+    }
+
+    async function reload() {
+      try {
+        const answer = await fetch("/api/workers?" + query, { headers: { Accept: "application/json" } });
+        if (answer.ok) {
+          render(await answer.json());
+          live.textContent = "live";
+          live.className = "live connected";
+          body.dataset.live = "connected";
+        }
+      } catch (error) {
+        live.textContent = "reconnecting…";
+        live.className = "live";
+        body.dataset.live = "reconnecting";
+      }
+    }
+
+    reload();
+    window.setInterval(function () {
+      if (!document.hidden) {
+        reload();
+      }
+    }, 2000);
+  }
+
   if (body.dataset.page === "runs") {
     runsPage();
   } else if (body.dataset.page === "run") {
     runPage();
+  } else if (body.dataset.page === "workers") {
+    workersPage();
   }
 })();

@@ -102,6 +102,7 @@ class MemoryRow:
     queue_deadline: float | None = None
     events: list[Entry] = attrs.field(factory=list)
     forked_from: JsonValue = None
+    body_version: str | None = None
     # The run's checkpoints, each with the seq of the last event its commit wrote (the
     # store's last seq when it wrote none), in seq order: the checkpoint as of an event is
     # the last one at or before it (`checkpoint_at`). Forgotten with the run. Made on the
@@ -143,7 +144,12 @@ class MemoryRow:
             worker_id=self.worker_id,
             not_before=self.not_before,
             deadline=self.deadline,
+            body_version=self.body_version,
         )
+
+
+def _created(row: MemoryRow) -> int:
+    return row.created
 
 
 @final
@@ -216,6 +222,20 @@ class MemoryTx:
 
     def children(self, parent: str) -> list[str]:
         return list(self.children_of.get(parent, ()))
+
+    def unended_on_thread(self, thread_id: str) -> list[MemoryRow]:
+        # A shared store indexes its runs by thread; a store of one runtime looks through
+        # its runs (read only for a start with a busy-thread policy).
+        rows = self.rows
+        if self.shared:
+            candidates: Iterable[MemoryRow] = [
+                rows[run_id] for run_id in self.on_thread.get(thread_id, ())
+            ]
+        else:
+            candidates = rows.values()
+        found = [row for row in candidates if row.thread_id == thread_id and row.kind != "ended"]
+        found.sort(key=_created)
+        return found
 
     def expired_claims(self, now: float) -> list[str]:
         expired = sorted((c.lease_until, r) for r, c in self.claims.items() if c.lease_until < now)
@@ -296,6 +316,7 @@ class MemoryTx:
             updated_at=at,
             started_at=at if kind == "running" else None,
             ended_at=at if kind == "ended" else None,
+            body_version=new.body_version,
         )
         self.rows[run_id] = row
         if self.shared:
@@ -371,6 +392,9 @@ class MemoryTx:
 
     def set_attempt(self, row: MemoryRow, epoch: int | None) -> None:
         row.attempt_epoch = epoch
+
+    def set_body_version(self, row: MemoryRow, version: str | None) -> None:
+        row.body_version = version
 
     def set_recoveries(self, row: MemoryRow, recoveries: int) -> None:
         row.recoveries = recoveries

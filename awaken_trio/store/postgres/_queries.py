@@ -76,6 +76,7 @@ COLUMNS: Final = (
     Column("ended_at", "float8", field="ended_at"),
     Column("worker_id", field="worker_id"),
     Column("cause", field="cause"),
+    Column("body_version", field="body_version"),
     # A named root run written Queued takes a place after every other, from the sequence.
     Column(
         "queued_order",
@@ -250,6 +251,7 @@ class Queries:
     rows: bytes
     claims: bytes
     live: bytes
+    unended: bytes
     ending_commands: bytes
     children: bytes
     children_of: bytes

@@ -293,7 +293,23 @@ def _to_v11(conn: psycopg.Connection[tuple[object, ...]], schema: sql.Identifier
 
 
 _V12: Final = (
-    # Version 12: a look's reservation holds for the run's generation as it was handed
+    # Version 12: run policies. Busy threads (``if_busy=``): a start that rejects or
+    # supersedes on a busy thread reads the thread's runs that have not ended; a partial
+    # index holds those rows alone, so the read costs the runs the thread has under way,
+    # not its history. Body versions: the version of the body a run's first attempt ran
+    # with (NULL in the runs from before: they were run by unversioned bodies).
+    "ALTER TABLE {s}.runs ADD COLUMN body_version text",
+    "CREATE INDEX runs_unended_on_thread ON {s}.runs (thread_id, created) WHERE kind <> 'ended'",
+)
+
+
+def _to_v12(conn: psycopg.Connection[tuple[object, ...]], schema: sql.Identifier) -> None:
+    for statement in _V12:
+        conn.execute(sql.SQL(statement).format(s=schema))
+
+
+_V13: Final = (
+    # Version 13: a look's reservation holds for the run's generation as it was handed
     # out, so a run claimed since (whose generation moved on) is free to the next look
     # once it is runnable again (a durable sleep that came due, say), whoever reserved it.
     # Reservations from before hold for generation 0 and pass within seconds.
@@ -301,8 +317,8 @@ _V12: Final = (
 )
 
 
-def _to_v12(conn: psycopg.Connection[tuple[object, ...]], schema: sql.Identifier) -> None:
-    for statement in _V12:
+def _to_v13(conn: psycopg.Connection[tuple[object, ...]], schema: sql.Identifier) -> None:
+    for statement in _V13:
         conn.execute(sql.SQL(statement).format(s=schema))
 
 
@@ -319,6 +335,7 @@ MIGRATIONS: Sequence[Migration] = (
     _to_v10,
     _to_v11,
     _to_v12,
+    _to_v13,
 )
 """The schema's history, oldest first: ``MIGRATIONS[i]`` takes a schema from version ``i``
 to ``i + 1``. Append, never edit."""

@@ -438,7 +438,7 @@ class PostgresStore:
         max_recoveries: int,
         limit: int,
     ) -> list[Recovered]:
-        wanted = frozenset(names)
+        wanted = rules.names_held(names)
         fixed, offset = self._lease_clock, self._offset()
 
         def any_expired(c: Conn, r: Queries) -> bool:

@@ -406,6 +406,15 @@ class PgTx(TextRunTx[TextRow, _Insert]):
     def _read_thread(self, thread_id: str) -> None:
         self._read_threads((thread_id,))  # (flushes first)
 
+    def _read_unended(self, thread_id: str) -> list[str]:
+        # The thread's lock first, as for its live attempts: two transactions that read
+        # the same thread's runs are serialised (the rows themselves are locked as the
+        # rules read them).
+        if thread_id not in self._threads:
+            self._take_live(self._lock_threads((thread_id,)))
+        found = self.conn.execute(self.q.unended, (thread_id,)).fetchall()
+        return [run_id for (run_id,) in found]
+
     def _read_commands(self, run_id: str) -> list[CommandRow]:
         self._read([], [], ending=(run_id,))
         return self._commands.pop(run_id)

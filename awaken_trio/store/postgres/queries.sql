@@ -46,6 +46,12 @@ SELECT o.* FROM unnest(%b::text[]) AS k(id) CROSS JOIN LATERAL
   (SELECT thread_id, run_id, root_run_id, attempt_epoch FROM {s}.runs
    WHERE attempt_epoch IS NOT NULL AND thread_id = k.id OFFSET 0) o;
 
+-- unended --
+-- The runs on a thread that have not ended, oldest first (read after the thread's lock is
+-- taken: a start that rejects or supersedes on a busy thread; schema version 10's partial
+-- index holds these rows alone).
+SELECT run_id FROM {s}.runs WHERE thread_id = %s AND kind <> 'ended' ORDER BY created;
+
 -- ending_commands --
 -- The stored commands of the runs a batch ends.
 SELECT id, run_id, kind, payload, delivered FROM {s}.inbox

@@ -229,6 +229,16 @@ def _deadlines_v8(conn: sqlite3.Connection) -> None:
     )
 
 
+def _run_policies_v11(conn: sqlite3.Connection) -> None:
+    """Version 11: run policies. Busy threads (``if_busy=``): a start that rejects or
+    supersedes on a busy thread reads the thread's runs that have not ended; a partial
+    index holds those rows alone, so the read costs the runs the thread has under way, not
+    its history. Body versions: the version of the body a run's first attempt ran with
+    (NULL in the runs of a file from before: they were run by unversioned bodies)."""
+    conn.execute("ALTER TABLE runs ADD COLUMN body_version TEXT")
+    conn.execute("CREATE INDEX runs_unended_on_thread ON runs (thread_id) WHERE kind != 'ended'")
+
+
 MIGRATIONS: Sequence[Migration] = (
     _create_v1,
     _inbox_delivered_v2,
@@ -240,6 +250,7 @@ MIGRATIONS: Sequence[Migration] = (
     _deadlines_v8,
     _times_v9,
     create_workers_v10,
+    _run_policies_v11,
 )
 """The schema's history, oldest first: ``MIGRATIONS[i]`` takes a file from version ``i`` to
 ``i + 1``. Append, never edit: a released file may be at any version."""

@@ -349,7 +349,7 @@ class SQLiteStore:
         max_recoveries: int,
         limit: int,
     ) -> list[Recovered]:
-        wanted = frozenset(names)
+        wanted = rules.names_held(names)
         clock = self._lease_clock
         return await self._write(
             lambda tx: rules.recover(tx, owner, wanted, clock(), at, lease, max_recoveries, limit)

@@ -59,7 +59,7 @@ _INSERT_RUNS: Final = (
     "INSERT INTO runs (rowid, run_id, thread_id, parent_run_id, root_run_id, name, input,"
     " kind, state, generation, result, max_steps, carried, carried_pause, resume_value,"
     " resume_ticket, epoch, attempt_epoch, queued_order, created_at, updated_at, started_at,"
-    " ended_at, worker_id, cause, not_before, deadline, queue_deadline)"
+    " ended_at, worker_id, cause, not_before, deadline, queue_deadline, body_version)"
     " SELECT * FROM (VALUES {}) WHERE column1 IS NOT NULL"
 )
 
@@ -233,6 +233,16 @@ class Transaction(TextRunTx[Row, _Insert]):
 
     def _read_commands(self, run_id: str) -> list[CommandRow]:
         return self._read(command_run_ids=(run_id,))[run_id]
+
+    def _read_unended(self, thread_id: str) -> list[str]:
+        # (The index of schema version 9, runs_unended_on_thread, holds these rows alone.)
+        return [
+            run_id
+            for (run_id,) in self.conn.execute(
+                "SELECT run_id FROM runs WHERE thread_id = ? AND kind != 'ended' ORDER BY rowid",
+                (thread_id,),
+            )
+        ]
 
     def _read_heads(self, run_ids: list[str]) -> None:
         streams.read_heads(self.conn, self._streams, run_ids)
@@ -419,11 +429,12 @@ class Transaction(TextRunTx[Row, _Insert]):
                     row.not_before,
                     new.deadline,
                     new.queue_deadline,
+                    row.body_version,
                 )
             )
             row.filed, row.filed_queued = row.updatable(), new.queued_order is not None
         self._inserted.clear()
-        write_rows(self.conn, _INSERT_RUNS, 28, values)
+        write_rows(self.conn, _INSERT_RUNS, 29, values)
 
     def _flush_updates(self) -> None:
         checkpoints, steps, results = self._checkpoints, self._steps, self._results

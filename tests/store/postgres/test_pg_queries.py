@@ -99,6 +99,7 @@ def test_an_insert_sets_every_column_and_an_update_those_that_change() -> None:
         "ended_at",
         "worker_id",
         "cause",
+        "body_version",
         "queued_order",
         "not_before",
         "result",
