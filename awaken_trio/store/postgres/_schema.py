@@ -308,6 +308,20 @@ def _to_v12(conn: psycopg.Connection[tuple[object, ...]], schema: sql.Identifier
         conn.execute(sql.SQL(statement).format(s=schema))
 
 
+_V13: Final = (
+    # Version 13: a look's reservation holds for the run's generation as it was handed
+    # out, so a run claimed since (whose generation moved on) is free to the next look
+    # once it is runnable again (a durable sleep that came due, say), whoever reserved it.
+    # Reservations from before hold for generation 0 and pass within seconds.
+    "ALTER TABLE {s}.reserved ADD COLUMN generation bigint NOT NULL DEFAULT 0",
+)
+
+
+def _to_v13(conn: psycopg.Connection[tuple[object, ...]], schema: sql.Identifier) -> None:
+    for statement in _V13:
+        conn.execute(sql.SQL(statement).format(s=schema))
+
+
 MIGRATIONS: Sequence[Migration] = (
     _create_v1,
     _to_v2,
@@ -321,6 +335,7 @@ MIGRATIONS: Sequence[Migration] = (
     _to_v10,
     _to_v11,
     _to_v12,
+    _to_v13,
 )
 """The schema's history, oldest first: ``MIGRATIONS[i]`` takes a schema from version ``i``
 to ``i + 1``. Append, never edit."""

@@ -250,7 +250,7 @@ WHERE r.queued_order IS NOT NULL AND r.name = ANY(%(names)b)
   AND NOT EXISTS (SELECT 1 FROM {s}.claims c WHERE c.run_id = r.run_id
     AND c.lease_until >= %(lease_now)s)
   AND NOT EXISTS (SELECT 1 FROM {s}.reserved v WHERE v.run_id = r.run_id
-    AND v.until >= %(lease_now)s AND v.by <> %(by)s OFFSET 0)
+    AND v.generation = r.generation AND v.until >= %(lease_now)s AND v.by <> %(by)s OFFSET 0)
   AND NOT EXISTS (SELECT 1 FROM {s}.runs o JOIN {s}.claims c ON c.run_id = o.root_run_id
     WHERE o.thread_id = r.thread_id AND o.attempt_epoch IS NOT NULL
     AND o.run_id <> r.run_id AND c.epoch = o.attempt_epoch
@@ -263,7 +263,7 @@ SELECT {record_columns} FROM {s}.tickets t JOIN {s}.runs r ON r.run_id = t.run_i
 WHERE t.wake_at IS NOT NULL AND t.wake_at <= %(now)s
   AND r.parent_run_id IS NULL AND r.name = ANY(%(names)b)
   AND NOT EXISTS (SELECT 1 FROM {s}.reserved v WHERE v.run_id = r.run_id
-    AND v.until >= %(lease_now)s AND v.by <> %(by)s OFFSET 0)
+    AND v.generation = r.generation AND v.until >= %(lease_now)s AND v.by <> %(by)s OFFSET 0)
 ORDER BY t.wake_at, t.put_order LIMIT %(limit)s FOR UPDATE OF r SKIP LOCKED;
 
 -- look_async --
@@ -275,15 +275,19 @@ SET LOCAL synchronous_commit = off;
 -- Of the runs a look locked, those another look reserved: read in a statement of its own,
 -- after the locks, so it sees a reservation committed after the look's first statement
 -- began (its rows were unlocked when that look committed, and this look then took them).
-SELECT run_id FROM {s}.reserved
-WHERE run_id = ANY(%(ids)b) AND until >= %(lease_now)s AND by <> %(by)s;
+SELECT v.run_id FROM {s}.reserved v JOIN {s}.runs r ON r.run_id = v.run_id
+WHERE v.run_id = ANY(%(ids)b) AND v.generation = r.generation
+  AND v.until >= %(lease_now)s AND v.by <> %(by)s;
 
 -- reserve --
 -- The runs a look hands out, taken out of other runtimes' looks until a moment passes
 -- (their rows are locked by the look, so no other look read them meanwhile).
-INSERT INTO {s}.reserved (run_id, by, until)
-SELECT unnest(%(ids)b::text[]), %(by)s, %(until)s
-ON CONFLICT (run_id) DO UPDATE SET by = EXCLUDED.by, until = EXCLUDED.until;
+-- A reservation holds for the run's generation as it was handed out: once the run is
+-- claimed and runs (its generation moves on), a look later finds it free again.
+INSERT INTO {s}.reserved (run_id, by, until, generation)
+SELECT r.run_id, %(by)s, %(until)s, r.generation FROM {s}.runs r WHERE r.run_id = ANY(%(ids)b)
+ON CONFLICT (run_id) DO UPDATE SET
+  by = EXCLUDED.by, until = EXCLUDED.until, generation = EXCLUDED.generation;
 
 -- forget_reserved --
 -- Now and then: reservations that have passed.

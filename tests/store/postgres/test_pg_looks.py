@@ -76,3 +76,25 @@ async def test_the_looking_runtime_sees_its_own_and_others_see_them_after_a_mome
         assert [r.run_id for r in await there.runnable({"job"}, 2.0, 10)] == ["b"]
         offset[0] = RESERVED_FOR + 1.0  # ... and once the moment has passed, so do others'
         assert [r.run_id for r in await stores[2].runnable({"job"}, 2.0, 10)] == ["a", "b"]
+
+
+async def test_a_reservation_holds_for_the_generation_it_was_handed_out_at(
+    stores: list[PostgresStore], pg_url: str
+) -> None:
+    """A run handed out, then claimed and run (its generation moved on), is free to the
+    next look once it is runnable again, whoever reserved it (here its generation is moved
+    by hand, the run left runnable)."""
+    import psycopg
+
+    here, there = stores[0], stores[1]
+    await here.apply([_new("a")])
+    with trio.fail_after(30):
+        assert [r.run_id for r in await here.runnable({"job"}, 2.0, 10)] == ["a"]
+        assert await there.runnable({"job"}, 2.0, 10) == []
+
+        def move_on() -> None:
+            with psycopg.connect(pg_url, autocommit=True) as conn:
+                conn.execute("UPDATE awaken.runs SET generation = 1 WHERE run_id = 'a'")
+
+        await trio.to_thread.run_sync(move_on)
+        assert [r.run_id for r in await there.runnable({"job"}, 2.0, 10)] == ["a"]
