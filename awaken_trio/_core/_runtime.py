@@ -150,19 +150,18 @@ class Runtime(OperatorCalls, metaclass=NoPublicConstructor):
         """
         refuse_not_before(not_before, "start()")
         self._in_own_run()
-        limits = _limits(self._kernel, timeout, deadline, queue_timeout, "start()")
         spec = _root_spec(
             self._kernel,
             body,
+            "start()",
             input=input,
             run_id=run_id,
             thread_id=thread_id,
             name=name,
             max_steps=max_steps,
             if_busy=if_busy,
+            limits=(timeout, deadline, queue_timeout),
         )
-        if limits is not NO_DEADLINES:
-            spec = attrs.evolve(spec, deadlines=limits)
         return self._handle(await self._admissions.begin_run(spec))
 
     async def execute(
@@ -187,19 +186,18 @@ class Runtime(OperatorCalls, metaclass=NoPublicConstructor):
         """
         refuse_not_before(not_before, "execute()")
         self._in_own_run()
-        limits = _limits(self._kernel, timeout, deadline, queue_timeout, "execute()")
         spec = _root_spec(
             self._kernel,
             body,
+            "execute()",
             input=input,
             run_id=run_id,
             thread_id=thread_id,
             name=name,
             max_steps=max_steps,
             if_busy=if_busy,
+            limits=(timeout, deadline, queue_timeout),
         )
-        if limits is not NO_DEADLINES:
-            spec = attrs.evolve(spec, deadlines=limits)
         return await self._control.execute(spec)
 
     # ------------------------------------------------------------------ durable runs
@@ -683,6 +681,7 @@ def _limits(
 def _root_spec(
     kernel: Kernel,
     body: Body,
+    what: str,
     *,
     input: JsonValue,
     run_id: str | None,
@@ -690,9 +689,13 @@ def _root_spec(
     name: str | None,
     max_steps: int | None,
     if_busy: IfBusy,
+    limits: tuple[object, object, object],
 ) -> RunSpec:
-    """The checked spec of a root run `Runtime.start` or `Runtime.execute` begins."""
-    return RunSpec.checked(
+    """The checked spec of a root run `Runtime.start` or `Runtime.execute` (``what``)
+    begins, with its time limits (``timeout``, ``deadline``, ``queue_timeout`` as given),
+    checked first."""
+    deadlines = _limits(kernel, *limits, what)
+    spec = RunSpec.checked(
         body,
         input=input,
         run_id=run_id,
@@ -703,6 +706,7 @@ def _root_spec(
         max_payload_bytes=kernel.max_payload_bytes,
         if_busy=if_busy,
     )
+    return spec if deadlines is NO_DEADLINES else attrs.evolve(spec, deadlines=deadlines)
 
 
 def request_end_here(runtime: Runtime, run_id: str, request: EndRequest) -> bool:
