@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
 
 import pytest
 import trio
@@ -28,6 +28,7 @@ from awaken_trio.store import (
     NewRun,
     Rejected,
     RejectReason,
+    RunFilter,
     Store,
 )
 from awaken_trio.testing import DurableStoreContract, StoreContract, StreamStoreContract
@@ -81,6 +82,24 @@ class _ApplyNow:
         self, seq: int, run_id: str | None = None, limit: int = 1000
     ) -> list[RunEvent]:
         return await self.inner.events_after(seq, run_id, limit)
+
+    # The listing and counting reads, so the contract's checks of what an applied commit
+    # leaves behind (its times, its end cause) run on this path too.
+    async def list_runs(
+        self,
+        *,
+        state: RunFilter | None = None,
+        thread_id: str | None = None,
+        name: str | None = None,
+        limit: int = 50,
+        before: str | None = None,
+    ) -> list[RunRecord]:
+        return await self.inner.list_runs(
+            state=state, thread_id=thread_id, name=name, limit=limit, before=before
+        )
+
+    async def count_runs(self) -> Mapping[str, int]:
+        return await self.inner.count_runs()
 
     async def aclose(self) -> None:
         await self.inner.aclose()
