@@ -178,7 +178,10 @@ async def _one_pass(
     free = concurrency - len(active)
     if free <= 0:
         return failed, next_limit
-    found = store.runnable(names, host.now(), free)
+    # The names with their versions (a mapping is a collection of its names): a store
+    # that hands out runs for a while (PostgreSQL's looks reserve them) leaves a run
+    # pinned to a version no body here accepts for a runtime whose body does.
+    found = store.runnable(host.served(), host.now(), free)
     runnable = await _from_store(found, "finding runnable runs")
     # Admitted side by side, so their commits share transactions (one fsync for all).
     threads: set[str] = set()

@@ -99,12 +99,14 @@ async def test_submit_list_and_show_print_the_codec_shapes(store: str) -> None:
         "updated_at",
         "worker_id",
         "deadline",
+        "body_version",
         "events",
     }
     assert record["updated_at"] == record["created_at"]
     assert record["worker_id"] is None  # never claimed
     assert record["forked_from"] is None
     assert record["deadline"] is None
+    assert record["body_version"] is None  # never run
     assert record["result"] is None
     assert [event["kind"] for event in record["events"]] == ["committed"]
     assert set(record["events"][0]) == EVENT_KEYS

@@ -47,7 +47,9 @@ async def test_a_drained_worker_finishes_its_run_then_exits_0(tmp_path: Path) ->
         (row,) = await live_workers(store)
         assert row["pid"] == worker.pid
         assert row["state"] == "serving"
-        assert row["bodies"] == dict.fromkeys(["asks", "fails", "steps", "stubborn", "waits"])
+        assert row["bodies"] == dict.fromkeys(
+            ["asks", "chat", "fails", "steps", "stubborn", "waits"]
+        )
         assert set(row) == {
             "worker_id",
             "host",

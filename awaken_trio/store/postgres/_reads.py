@@ -4,7 +4,7 @@ connection, in a worker thread. Every payload comes back frozen."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any, Final, final
 
 import attrs
@@ -75,6 +75,7 @@ def runnable(
     *,
     by: str,
     sweep: bool = False,
+    served: Mapping[str, Any] | None = None,
 ) -> list[RunRecord]:
     """``now`` is the runtime's clock (scheduled tickets are due by it); ``lease_now`` the
     server's (leases, reservations). The runs found are reserved for ``by`` (its looks
@@ -90,6 +91,10 @@ def runnable(
             due = {"names": names, "now": now, "lease_now": lease_now, "by": by}
             due["limit"] = limit - len(out)
             out.extend(record_of(found) for found in conn.execute(r.due, due).fetchall())
+        if served is not None:
+            # A run that has started takes only a body that accepts its pinned version
+            # (the kernel's rule, `Kernel.named_body_for`): the others are not reserved.
+            out = [record for record in out if _may_run(served, record)]
         if out:
             ids = [record.run_id for record in out]
             # A look that began before another committed its reservations reads them
@@ -104,6 +109,13 @@ def runnable(
         if sweep:
             conn.execute(r.forget_reserved, (lease_now,))
     return out
+
+
+def _may_run(served: Mapping[str, Any], record: RunRecord) -> bool:
+    if record.generation == 0:
+        return True
+    versions = served.get(record.name or "")
+    return versions is None or bool(versions.accepts(record.body_version))
 
 
 def overdue(conn: Conn, r: Queries, now: float, limit: int) -> OverdueLook:

@@ -303,13 +303,18 @@ class PostgresStore:
 
     async def runnable(self, names: Collection[str], now: float, limit: int) -> list[RunRecord]:
         wanted = list(names)
+        # Given with their versions (`ServingHost.served`), a look reserves only the runs
+        # those bodies may run: a run pinned to another version stays free for others.
+        served = names if isinstance(names, Mapping) else None
         offset = self._offset()
 
         fixed = self._lease_clock
 
         def read(c: Conn, r: Queries) -> list[RunRecord]:
             lease_now = (reads.server_now(c, r) if fixed is None else fixed()) + offset
-            return reads.runnable(c, r, wanted, now, lease_now, limit, by=by, sweep=sweep)
+            return reads.runnable(
+                c, r, wanted, now, lease_now, limit, by=by, sweep=sweep, served=served
+            )
 
         self._looks += 1
         by, sweep = self._sender, self._looks % 64 == 0
