@@ -47,7 +47,15 @@ def report(failure: CommandFailed, *, as_json: bool, log: logging.Logger | None 
         committed = "unknown run" if failure.state is None else describe_state(failure.state)
         text += f" [committed state: {committed}]"
     if log is not None:
-        log.error("%s", text, extra={"error": failure.error})
+        # The error behind the failure rides on the record at DEBUG, so its traceback is
+        # written then (and only then, as for every record), whichever path noticed it.
+        behind = failure.__cause__ or failure.__context__
+        log.error(
+            "%s",
+            text,
+            extra={"error": failure.error},
+            exc_info=behind if behind is not None and log.isEnabledFor(logging.DEBUG) else None,
+        )
         return
     click.echo(text, err=True)
 
@@ -172,8 +180,10 @@ def execute(
         report(failure, as_json=as_json, log=log)
         sys.exit(failure.code)
     except AwakenError as exc:
-        report(failure_of(exc), as_json=as_json, log=log)
-        sys.exit(failure_of(exc).code)
+        refused = failure_of(exc)
+        refused.__cause__ = exc
+        report(refused, as_json=as_json, log=log)
+        sys.exit(refused.code)
 
 
 def _sole_leaf(group: BaseExceptionGroup[BaseException]) -> BaseException:

@@ -655,7 +655,8 @@ def prune(store: str | None, as_json: bool, ended_before: str, dry_run: bool) ->
         if as_json:
             emit(dumps({"deleted": deleted}))
         else:
-            emit(f"{deleted} runs {'would be deleted' if dry_run else 'deleted'}")
+            runs = "run" if deleted == 1 else "runs"
+            emit(f"{deleted} {runs} {'would be deleted' if dry_run else 'deleted'}")
 
     execute(run, as_json=as_json)
 

@@ -367,6 +367,9 @@ async def test_prune_deletes_ended_runs_and_counts_them_with_dry_run(tmp_path: P
     assert (done.code, done.stdout) == (0, "2 runs deleted\n"), done.stderr
     rows = (await cli("runs", "list", "--store", store, "--json")).json()
     assert [row["run_id"] for row in rows] == ["p-q"]  # the queued run stays
+    assert (await cli("runs", "cancel", "p-q", "--store", store)).code == 0
+    one = await cli("runs", "prune", "--ended-before", "0s", "--dry-run", "--store", store)
+    assert (one.code, one.stdout) == (0, "1 run would be deleted\n"), one.stderr
     for bad in ("7", "3w", "-1d", "1.5h", "d"):
         refused = await cli("runs", "prune", "--ended-before", bad, "--store", store, "--json")
         assert refused.code == 2, (bad, refused.stderr)

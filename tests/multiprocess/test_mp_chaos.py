@@ -36,6 +36,7 @@ from awaken_trio import (
     RunEvent,
     RunState,
     Runtime,
+    StoreError,
     TicketMismatch,
 )
 from tests.multiprocess.mp_harness import (
@@ -105,10 +106,25 @@ def plan(rng: random.Random) -> list[Plan]:
 
 async def submit_all(control: Runtime, chaos: Chaos) -> None:
     for p in chaos.plans:
-        await control.submit(p.body, input=p.input, run_id=p.run_id, thread_id=p.thread_id)
+        await submit_surely(control, p)
         chaos.submitted.append(p.run_id)
         if len(chaos.submitted) % 50 == 0:
             await trio.sleep(0.02)  # a steady stream rather than one burst
+
+
+async def submit_surely(control: Runtime, p: Plan) -> None:
+    """Submit ``p``, again while the store fails (the server restarting under it, the
+    submit in flight answered "outcome unknown"): a submit under a fixed run id is
+    idempotent, so a repeat either finds the run committed or commits it, as an application
+    would do it."""
+    with trio.fail_after(60):
+        while True:
+            try:
+                await control.submit(p.body, input=p.input, run_id=p.run_id, thread_id=p.thread_id)
+            except StoreError:
+                await trio.sleep(0.1)
+            else:
+                return
 
 
 async def note_if_ended(control: Runtime, chaos: Chaos, run_id: str) -> None:
