@@ -35,6 +35,7 @@ from ._core import ResumeTicket as ResumeTicket
 from ._core import RunAlreadyEnded as RunAlreadyEnded
 from ._core import RunContext as RunContext
 from ._core import RunCounts as RunCounts
+from ._core import RetryPolicy as RetryPolicy
 from ._core import RunError as RunError
 from ._core import RunEvent as RunEvent
 from ._core import RunExists as RunExists
@@ -82,6 +83,7 @@ __all__ = [
     "NotInRun",
     "OwnershipVerifier",
     "ResumeTicket",
+    "RetryPolicy",
     "RunAlreadyEnded",
     "RunContext",
     "RunCounts",

@@ -77,6 +77,7 @@ from ._json import freeze_detail as freeze_detail
 from ._json import scalar_dict as scalar_dict
 from ._observe import AttemptObserver as AttemptObserver
 from ._observe import Attribute as Attribute
+from ._policy import RetryPolicy as RetryPolicy
 from ._policy import TimeLimit as TimeLimit
 from ._registry import AttemptRegistry as AttemptRegistry
 from ._registry import GateWaiter as GateWaiter

@@ -1,5 +1,6 @@
 """Run policies a caller gives a new run: its time limits (``timeout=``, ``deadline=``,
-``queue_timeout=``) and a delayed start (``not_before=``), checked once into values.
+``queue_timeout=``), a delayed start (``not_before=``) and its retries (``retry=``),
+checked once into values.
 
 Every time here is absolute, wall-clock seconds read from the runtime's clock (the scale of
 a ticket's ``deadline`` and ``wake_at``), so it means the same in every process that reads
@@ -9,11 +10,13 @@ the run, and survives recovery and resume.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Final, Literal, final
 
 import attrs
 
 from ._errors import InvalidArgument
+from ._json import JsonValue
 from ._util import safe_repr
 
 TimeLimit = Literal["deadline", "queue_timeout"]
@@ -119,3 +122,130 @@ def refuse_not_before(not_before: object, what: str, *, child: bool = False) -> 
             else "submit it by name with runtime.submit(name, not_before=...) to start it later"
         )
         raise InvalidArgument(f"{what} starts the run now, so it takes no not_before=; {later}")
+
+
+def _retry_attempts(instance: object, attribute: attrs.Attribute[int], value: object) -> None:
+    if type(value) is not int or value < 1:
+        raise InvalidArgument(
+            f"RetryPolicy: attempts counts every attempt, the first included: a whole number"
+            f" >= 1 (1: no retry), not {safe_repr(value)}"
+        )
+
+
+def _retry_seconds(instance: object, attribute: attrs.Attribute[float], value: object) -> None:
+    _seconds(value, attribute.name, "RetryPolicy")
+
+
+def _retry_factor(instance: object, attribute: attrs.Attribute[float], value: object) -> None:
+    if type(value) not in (int, float) or not math.isfinite(value) or value < 1:  # type: ignore[arg-type,operator]
+        raise InvalidArgument(
+            "RetryPolicy: factor multiplies each wait by itself, a finite number >= 1"
+            f" (1: every wait is backoff), not {safe_repr(value)}"
+        )
+
+
+def _retry_codes(value: object) -> tuple[str, ...] | None:
+    """``codes`` as a tuple (a list or any iterable of strings is taken), or None."""
+    if value is None:
+        return None
+    if isinstance(value, str) or not hasattr(value, "__iter__"):
+        raise InvalidArgument(
+            "RetryPolicy: codes is a tuple of failure codes (e.g. ('timeout',"
+            f" 'rate_limited')), or None for every code, not {safe_repr(value)}"
+        )
+    codes = tuple(value)
+    for code in codes:
+        if type(code) is not str or not code:
+            raise InvalidArgument(
+                f"RetryPolicy: each of codes must be a failure code, a non-empty string, not"
+                f" {safe_repr(code)}"
+            )
+    return codes
+
+
+@final
+@attrs.frozen
+class RetryPolicy:
+    """How a run whose body fails is tried again (DESIGN §3.8): a frozen value, stored with
+    the run, so whichever runtime runs the next attempt follows it.
+
+    An attempt that ends ``Failed`` because its body raised (with a failure code in
+    ``codes``, or any code when ``codes`` is None) while attempts remain is not the run's
+    end: the failure is committed in a ``retry_scheduled`` event and the run waits
+    ``Queued`` until the backoff has passed, then starts again (generation + 1) from its
+    last checkpoint. The last failure ends it ``Failed``. A cancel, a stop, a deadline or a
+    shutdown is never retried, and a run whose next try would start after its deadline
+    ends with its failure.
+
+    Attributes:
+        attempts: every attempt the run may make, the first included (1: no retry).
+        backoff: seconds before the first retry.
+        factor: each later wait is the one before times this (>= 1).
+        max_backoff: no wait is longer than this.
+        codes: the failure codes (`RunError.error_code`: a `RunError`'s ``code``, else the
+            exception's snake_case class name) that are retried; None: every code.
+
+    Raises:
+        InvalidArgument: ``attempts`` below 1, a negative or non-finite wait, a ``factor``
+            below 1, ``codes`` not a tuple of strings.
+    """
+
+    attempts: int = attrs.field(default=3, validator=_retry_attempts)
+    backoff: float = attrs.field(default=1.0, validator=_retry_seconds)
+    factor: float = attrs.field(default=2.0, validator=_retry_factor)
+    max_backoff: float = attrs.field(default=60.0, validator=_retry_seconds)
+    codes: tuple[str, ...] | None = attrs.field(default=None, converter=_retry_codes)
+
+    def wait(self, failed: int) -> float:
+        """Seconds to wait after the ``failed``-th attempt (1-based) fails, before the next:
+        ``backoff``, then times ``factor`` each time, at most ``max_backoff``."""
+        try:
+            return min(self.backoff * self.factor ** (failed - 1), self.max_backoff)
+        except OverflowError:
+            return self.max_backoff
+
+    def retries(self, code: str, failed: int) -> bool:
+        """Whether the run is tried again after its ``failed``-th attempt (1-based) failed
+        with ``code``."""
+        return failed < self.attempts and (self.codes is None or code in self.codes)
+
+    def to_json(self) -> dict[str, JsonValue]:
+        """The policy as the store keeps it (a JSON object; `from_json` reads it back)."""
+        return {
+            "attempts": self.attempts,
+            "backoff": self.backoff,
+            "factor": self.factor,
+            "max_backoff": self.max_backoff,
+            "codes": None if self.codes is None else list(self.codes),
+        }
+
+    @classmethod
+    def from_json(cls, data: object) -> RetryPolicy:
+        """The policy `to_json` wrote.
+
+        Raises:
+            InvalidArgument: ``data`` is not such an object.
+        """
+        if not isinstance(data, Mapping):
+            raise InvalidArgument(f"a stored retry policy must be a JSON object, not {safe_repr(data)}")
+        return cls(
+            attempts=data.get("attempts", 3),
+            backoff=data.get("backoff", 1.0),
+            factor=data.get("factor", 2.0),
+            max_backoff=data.get("max_backoff", 60.0),
+            codes=data.get("codes"),
+        )
+
+
+def check_retry(retry: object, what: str) -> RetryPolicy | None:
+    """A caller's ``retry=`` (None: no retry).
+
+    Raises:
+        InvalidArgument: not a `RetryPolicy`.
+    """
+    if retry is None or type(retry) is RetryPolicy:
+        return retry
+    raise InvalidArgument(
+        f"{what}: retry= takes a RetryPolicy (e.g. RetryPolicy(attempts=3, backoff=1.0)),"
+        f" or None for no retry, not {safe_repr(retry)}"
+    )

@@ -19,6 +19,7 @@ from typing import Any, ClassVar, Final, Literal, final
 import attrs
 
 from ._json import FrozenDict, JsonValue, check_json, freeze_detail
+from ._policy import RetryPolicy
 
 
 def _payload(value: object) -> JsonValue:
@@ -238,6 +239,12 @@ class RunRecord:
     # The version of the body its first attempt ran with (`Runtime.register`'s
     # ``version``), None for an unversioned body or a run that never started.
     body_version: str | None = None
+    # How the run is tried again when its body fails (``retry=``), None: it is not.
+    retry: RetryPolicy | None = None
+    # Retries scheduled so far: the attempts that failed and were tried again (counted
+    # apart from recoveries from a lost owner). A run waiting to retry is ``Queued`` with
+    # ``not_before`` its ``retry_at``.
+    retries: int = 0
 
 
 class EventKind(enum.StrEnum):
@@ -253,6 +260,10 @@ class EventKind(enum.StrEnum):
     STEP = "step"
     """A journaled step's result (``ctx.step``), detail ``{"name", "index", "result"}``: a
     later attempt of the run gets it back without running the step again."""
+    RETRY_SCHEDULED = "retry_scheduled"
+    """An attempt failed and the run is tried again (``retry=RetryPolicy(...)``), detail
+    ``{"code", "message", "traceback", "attempt", "retry_at"}``: written right before the
+    commit that puts the run back ``Queued`` until ``retry_at``."""
 
 
 @final

@@ -52,7 +52,7 @@ import trio
 
 from ._errors import AwakenError, StoreError
 from ._json import EMPTY_DICT, FrozenDict, JsonValue
-from ._policy import TimeLimit
+from ._policy import RetryPolicy, TimeLimit
 from ._state import CauseKind, Ended, ResumeTicket, RunEvent, RunRecord, RunState, StreamChunk
 from ._util import safe_repr
 
@@ -153,6 +153,9 @@ class NewRun:
     # The version of the body its first attempt runs with, when it is created Running or
     # queued here (`RunRecord.body_version`).
     body_version: str | None = None
+    # How the run is tried again when its body fails (`RunRecord.retry`), fixed at its
+    # creation; None: it is not.
+    retry: RetryPolicy | None = None
 
 
 @final
@@ -291,6 +294,9 @@ class Commit:
             "not eligible before" mark of a queued run: a delayed start
             (``submit(not_before=T)``) sets it, and so does a run waiting to retry (its
             ``retry_at``). Every other commit of the run clears it (None: no wait).
+        retries: the run's count of retries scheduled (`RunRecord.retries`), set by the
+            commit that puts a failed attempt's run back ``Queued`` to try it again; None
+            keeps the committed count.
     """
 
     run_id: str
@@ -321,6 +327,7 @@ class Commit:
     chunks: tuple[StreamDraft, ...] = ()
     not_before: float | None = None
     body_version: str | _Unset | None = UNSET
+    retries: int | None = None
 
 
 IfBusy = Literal["queue", "reject", "supersede"]

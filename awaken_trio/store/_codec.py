@@ -34,12 +34,14 @@ from .._core import (
     FrozenDict,
     FrozenList,
     Indeterminate,
+    InvalidArgument,
     InvalidPayload,
     JsonValue,
     MaxSteps,
     NaturalEnd,
     Queued,
     ResumeTicket,
+    RetryPolicy,
     RunEvent,
     Running,
     RunRecord,
@@ -351,7 +353,8 @@ NO_MESSAGES: Final = "[]"
 RECORD_COLUMNS: Final = (
     "r.run_id, r.thread_id, r.parent_run_id, r.name, r.state, r.generation, r.result,"
     " r.checkpoint, r.input, r.steps, r.max_steps, r.forked_from, r.created_at, r.updated_at,"
-    " r.started_at, r.ended_at, r.worker_id, r.not_before, r.deadline, r.body_version"
+    " r.started_at, r.ended_at, r.worker_id, r.not_before, r.deadline, r.body_version,"
+    " r.retry, r.retries"
 )
 
 
@@ -368,6 +371,28 @@ def event_of(found: Sequence[Any]) -> RunEvent:
         detail=load_wrapped(detail, "an event detail", DETAIL_WRAPPING),
         at=at,
     )
+
+
+def dump_retry(policy: RetryPolicy | None) -> str | None:
+    """A run's retry policy as its ``retry`` column keeps it (JSON text; None: none)."""
+    return None if policy is None else dump_json(policy.to_json())
+
+
+def load_retry(text: str) -> RetryPolicy:
+    """The retry policy `dump_retry` wrote.
+
+    Raises:
+        StoreError: the column holds something else (the file was written by something
+            that is not this library).
+    """
+    try:
+        return RetryPolicy.from_json(json.loads(text))
+    except (ValueError, InvalidArgument) as exc:
+        raise StoreError(
+            f"a run's stored retry policy is unreadable ({exc}); the store was changed by"
+            " something other than awaken_trio",
+            outcome_unknown=False,
+        ) from None
 
 
 def record_of(found: Sequence[Any]) -> RunRecord:
@@ -394,6 +419,8 @@ def record_of(found: Sequence[Any]) -> RunRecord:
         not_before,
         deadline,
         body_version,
+        retry,
+        retries,
     ) = found
     return RunRecord(
         run_id=run_id,
@@ -416,6 +443,8 @@ def record_of(found: Sequence[Any]) -> RunRecord:
         not_before=not_before,
         deadline=deadline,
         body_version=body_version,
+        retry=None if retry is None else load_retry(retry),
+        retries=retries,
     )
 
 

@@ -390,6 +390,10 @@ class RunTx(Protocol[RowT]):
         """Pin the version of the body the run's first attempt runs with."""
         ...
 
+    def set_retries(self, row: RowT, retries: int) -> None:
+        """Record how many retries of the run were scheduled (`Commit.retries`)."""
+        ...
+
     def set_claim(self, run_id: str, claim: ClaimRow | None) -> None:
         """Put the run's claim (it replaces any), or drop it (None)."""
         ...
@@ -763,6 +767,8 @@ def update(tx: RunTx[RowT], row: RowT, commit: Commit, now: float) -> Accepted:
     epoch = claim_effects(tx, row, commit, kind, now)
     if commit.body_version is not UNSET and row.body_version != commit.body_version:
         tx.set_body_version(row, commit.body_version)
+    if commit.retries is not None:
+        tx.set_retries(row, commit.retries)
     stored: Sequence[JsonValue] = ()
     # The resume (an answered ticket and its value) stays with the run until it next
     # awaits or ends, so every attempt that starts meanwhile, a recovered or released

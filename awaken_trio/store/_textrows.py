@@ -118,6 +118,8 @@ class TextRow:
     # A queued run's earliest start (`Commit.not_before`), None when it may start now.
     not_before: float | None
     body_version: str | None
+    # Retries scheduled so far (`Commit.retries`).
+    retries: int
 
     @classmethod
     def created(
@@ -155,6 +157,7 @@ class TextRow:
             None,
             not_before,
             new.body_version,
+            0,
         )
 
     @property
@@ -437,6 +440,10 @@ class TextRunTx(abc.ABC, Generic[R, N]):
 
     def set_body_version(self, row: R, version: str | None) -> None:
         row.body_version = version
+        self._change(row)
+
+    def set_retries(self, row: R, retries: int) -> None:
+        row.retries = retries
         self._change(row)
 
     def set_attempt(self, row: R, epoch: int | None) -> None:

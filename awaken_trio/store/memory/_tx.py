@@ -24,6 +24,7 @@ from ..._core import (
     JsonValue,
     NewRun,
     ResumeTicket,
+    RetryPolicy,
     RunRecord,
     RunState,
     StateKind,
@@ -103,6 +104,10 @@ class MemoryRow:
     events: list[Entry] = attrs.field(factory=list)
     forked_from: JsonValue = None
     body_version: str | None = None
+    # How it is tried again when its body fails (`NewRun.retry`, fixed at creation), and
+    # the retries scheduled so far.
+    retry: RetryPolicy | None = None
+    retries: int = 0
     # The run's checkpoints, each with the seq of the last event its commit wrote (the
     # store's last seq when it wrote none), in seq order: the checkpoint as of an event is
     # the last one at or before it (`checkpoint_at`). Forgotten with the run. Made on the
@@ -145,6 +150,8 @@ class MemoryRow:
             not_before=self.not_before,
             deadline=self.deadline,
             body_version=self.body_version,
+            retry=self.retry,
+            retries=self.retries,
         )
 
 
@@ -317,6 +324,7 @@ class MemoryTx:
             started_at=at if kind == "running" else None,
             ended_at=at if kind == "ended" else None,
             body_version=new.body_version,
+            retry=new.retry,
         )
         self.rows[run_id] = row
         if self.shared:
@@ -395,6 +403,9 @@ class MemoryTx:
 
     def set_body_version(self, row: MemoryRow, version: str | None) -> None:
         row.body_version = version
+
+    def set_retries(self, row: MemoryRow, retries: int) -> None:
+        row.retries = retries
 
     def set_recoveries(self, row: MemoryRow, recoveries: int) -> None:
         row.recoveries = recoveries

@@ -77,6 +77,7 @@ COLUMNS: Final = (
     Column("worker_id", field="worker_id"),
     Column("cause", field="cause"),
     Column("body_version", field="body_version"),
+    Column("retries", "bigint", field="retries"),
     # A named root run written Queued takes a place after every other, from the sequence.
     Column(
         "queued_order",
@@ -93,6 +94,7 @@ COLUMNS: Final = (
     Column("forked_from", updated=False),
     Column("deadline", "float8", updated=False),
     Column("queue_deadline", "float8", updated=False),
+    Column("retry", updated=False),
 )
 """The columns of ``runs`` a write sends: an insert every one, an update those `updated`
 (each layout in this order, the ones read from the row first)."""

@@ -322,6 +322,20 @@ def _to_v13(conn: psycopg.Connection[tuple[object, ...]], schema: sql.Identifier
         conn.execute(sql.SQL(statement).format(s=schema))
 
 
+_V14: Final = (
+    # Version 14: retries. A run's retry policy (``retry=``, JSON text, fixed at its
+    # creation) and the retries scheduled so far. Runs from before have no policy and no
+    # retries.
+    "ALTER TABLE {s}.runs ADD COLUMN retry text",
+    "ALTER TABLE {s}.runs ADD COLUMN retries bigint NOT NULL DEFAULT 0",
+)
+
+
+def _to_v14(conn: psycopg.Connection[tuple[object, ...]], schema: sql.Identifier) -> None:
+    for statement in _V14:
+        conn.execute(sql.SQL(statement).format(s=schema))
+
+
 MIGRATIONS: Sequence[Migration] = (
     _create_v1,
     _to_v2,
@@ -336,6 +350,7 @@ MIGRATIONS: Sequence[Migration] = (
     _to_v11,
     _to_v12,
     _to_v13,
+    _to_v14,
 )
 """The schema's history, oldest first: ``MIGRATIONS[i]`` takes a schema from version ``i``
 to ``i + 1``. Append, never edit."""

@@ -65,7 +65,7 @@ from ..._core import (
     RunRecord,
     RunState,
 )
-from .._codec import dump_json, record_of
+from .._codec import dump_json, dump_retry, record_of
 from .._rules import ClaimRow
 from .._textrows import EVENT_WIDTH, NULL, CommandRow, TextRow, TextRunTx
 from . import _streams as streams
@@ -91,6 +91,7 @@ class _Insert(NamedTuple):
     forked_from: str | None
     deadline: float | None
     queue_deadline: float | None
+    retry: str | None  # the policy's JSON text (`dump_retry`)
 
 
 @final
@@ -471,6 +472,7 @@ class PgTx(TextRunTx[TextRow, _Insert]):
             forked_from,
             new.deadline,
             new.queue_deadline,
+            dump_retry(new.retry),
         )
         if new.checkpoint is not None:
             self._checkpoints[run_id] = dump_json(new.checkpoint)
@@ -534,6 +536,7 @@ class PgTx(TextRunTx[TextRow, _Insert]):
                     "forked_from": new.forked_from,
                     "deadline": new.deadline,
                     "queue_deadline": new.queue_deadline,
+                    "retry": new.retry,
                 }
                 inserts.append(INSERTED.row(row, given))
             conn.execute(q.insert_runs, (rows_json(inserts),))

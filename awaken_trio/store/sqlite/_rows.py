@@ -19,7 +19,8 @@ from .._textrows import TextRow
 ROW_COLUMNS: Final = (
     "run_id, thread_id, parent_run_id, root_run_id, name, kind, state, generation, carried,"
     " carried_pause, resume_value, resume_ticket, epoch, attempt_epoch, recoveries,"
-    " created_at, updated_at, started_at, ended_at, worker_id, not_before, body_version, rowid,"
+    " created_at, updated_at, started_at, ended_at, worker_id, not_before, body_version, retries,"
+    " rowid,"
     " queued_order IS NOT NULL"
 )
 """The columns `row_of` reads, in its order."""
@@ -42,6 +43,7 @@ UPDATABLE: Final = (
     "cause",
     "not_before",
     "body_version",
+    "retries",
 )
 """The run columns a commit may change besides its checkpoint, steps, result and place in
 the queue, in the order of `Row.updatable`."""
@@ -82,6 +84,7 @@ class Row(TextRow):
             self.cause,
             self.not_before,
             self.body_version,
+            self.retries,
         )
 
 

@@ -239,6 +239,14 @@ def _run_policies_v11(conn: sqlite3.Connection) -> None:
     conn.execute("CREATE INDEX runs_unended_on_thread ON runs (thread_id) WHERE kind != 'ended'")
 
 
+def _retries_v12(conn: sqlite3.Connection) -> None:
+    """Version 12: retries. A run's retry policy (``retry=``, JSON text, fixed at its
+    creation) and the retries scheduled so far. The runs of a file from before have no
+    policy and no retries."""
+    conn.execute("ALTER TABLE runs ADD COLUMN retry TEXT")
+    conn.execute("ALTER TABLE runs ADD COLUMN retries INTEGER NOT NULL DEFAULT 0")
+
+
 MIGRATIONS: Sequence[Migration] = (
     _create_v1,
     _inbox_delivered_v2,
@@ -251,6 +259,7 @@ MIGRATIONS: Sequence[Migration] = (
     _times_v9,
     create_workers_v10,
     _run_policies_v11,
+    _retries_v12,
 )
 """The schema's history, oldest first: ``MIGRATIONS[i]`` takes a file from version ``i`` to
 ``i + 1``. Append, never edit: a released file may be at any version."""

@@ -46,7 +46,7 @@ from ..._core import (
     RunRecord,
     RunState,
 )
-from .._codec import dump_json
+from .._codec import dump_json, dump_retry
 from .._textrows import EVENT_COLUMNS, EVENT_WIDTH, NULL, CommandRow, TextRunTx
 from . import _streams as streams
 from ._bulk import insert_rows, write_rows
@@ -59,7 +59,8 @@ _INSERT_RUNS: Final = (
     "INSERT INTO runs (rowid, run_id, thread_id, parent_run_id, root_run_id, name, input,"
     " kind, state, generation, result, max_steps, carried, carried_pause, resume_value,"
     " resume_ticket, epoch, attempt_epoch, queued_order, created_at, updated_at, started_at,"
-    " ended_at, worker_id, cause, not_before, deadline, queue_deadline, body_version)"
+    " ended_at, worker_id, cause, not_before, deadline, queue_deadline, body_version, retry,"
+    " retries)"
     " SELECT * FROM (VALUES {}) WHERE column1 IS NOT NULL"
 )
 
@@ -119,6 +120,7 @@ class _Insert:
     queued_order: int | None
     deadline: float | None
     queue_deadline: float | None
+    retry: str | None  # the policy's JSON text (`dump_retry`)
 
 
 @final
@@ -301,6 +303,7 @@ class Transaction(TextRunTx[Row, _Insert]):
             self._queued_order(row),
             new.deadline,
             new.queue_deadline,
+            dump_retry(new.retry),
         )
         if new.forked_from is not None:
             self._forks[run_id] = [NULL, dump_json(new.forked_from)]
@@ -430,11 +433,13 @@ class Transaction(TextRunTx[Row, _Insert]):
                     new.deadline,
                     new.queue_deadline,
                     row.body_version,
+                    new.retry,
+                    row.retries,
                 )
             )
             row.filed, row.filed_queued = row.updatable(), new.queued_order is not None
         self._inserted.clear()
-        write_rows(self.conn, _INSERT_RUNS, 29, values)
+        write_rows(self.conn, _INSERT_RUNS, 31, values)
 
     def _flush_updates(self) -> None:
         checkpoints, steps, results = self._checkpoints, self._steps, self._results

@@ -100,6 +100,7 @@ def test_an_insert_sets_every_column_and_an_update_those_that_change() -> None:
         "worker_id",
         "cause",
         "body_version",
+        "retries",
         "queued_order",
         "not_before",
         "result",
