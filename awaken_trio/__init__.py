@@ -32,10 +32,10 @@ from ._core import NotAwaiting as NotAwaiting
 from ._core import NotInRun as NotInRun
 from ._core import OwnershipVerifier as OwnershipVerifier
 from ._core import ResumeTicket as ResumeTicket
+from ._core import RetryPolicy as RetryPolicy
 from ._core import RunAlreadyEnded as RunAlreadyEnded
 from ._core import RunContext as RunContext
 from ._core import RunCounts as RunCounts
-from ._core import RetryPolicy as RetryPolicy
 from ._core import RunError as RunError
 from ._core import RunEvent as RunEvent
 from ._core import RunExists as RunExists

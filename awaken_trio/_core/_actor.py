@@ -16,15 +16,25 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
+import attrs
 import outcome
 import trio
 
-from ._attempt import DEADLINE, SHUTDOWN, Attempt, Body, EndRequest
+from ._attempt import DEADLINE, RETRIED_WITH_PARENT, SHUTDOWN, Attempt, Body, EndRequest
 from ._context import RunContext, current_run
+from ._errors import RunError
 from ._json import fits_as_it_is
 from ._state import CANCELLED_CAUSE, ended
 from ._util import safe_repr
-from ._verdict import NATURAL_END, Verdict, decide, internal_failure, natural_end
+from ._verdict import (
+    NATURAL_END,
+    Ending,
+    Verdict,
+    classify,
+    decide,
+    internal_failure,
+    natural_end,
+)
 
 if TYPE_CHECKING:
     from ._host import AttemptHost
@@ -90,6 +100,10 @@ async def run_attempt(host: AttemptHost, attempt: Attempt) -> None:
                         # Its own deadline cancelled it: that is its end, and its
                         # children's (theirs is never later).
                         attempt.request_end(DEADLINE)
+                    elif attempt.retry is not None and type(result) is outcome.Error:
+                        # Decided before its children are ended: a failure with a retry
+                        # to come hands them back with it, for its next attempt.
+                        _plan_retry(host, attempt, result.error, cancel_seen)
                 if attempt.close_children():
                     await attempt.wait_for_admissions()
                 if attempt.children:
@@ -159,6 +173,8 @@ def _end_children(host: AttemptHost, attempt: Attempt) -> None:
     request = attempt.request or host.shutdown_request
     if request is not None:
         child_request = request.for_child(attempt.run_id)
+    elif attempt.retry is not None and attempt.retry.retry_at is not None:
+        child_request = RETRIED_WITH_PARENT
     else:
         child_request = EndRequest.parent_ended(attempt.run_id)
     assert attempt.children is not None
@@ -166,6 +182,31 @@ def _end_children(host: AttemptHost, attempt: Attempt) -> None:
         child.request_end(child_request)
     assert attempt.scope is not None
     attempt.scope.cancel(reason=f"parent run {attempt.run_id!r} ended")
+
+
+def _plan_retry(
+    host: AttemptHost, attempt: Attempt, error: BaseException, cancel_seen: bool
+) -> None:
+    """Decide whether the run is tried again after its body raised ``error``: a failure
+    (not a cancel, a suspension or an interrupt, and nobody asked the attempt to end) with
+    a code the policy retries and tries left, whose next try can start before the run's
+    deadline. The attempt's plan then says when; its end commits the retry."""
+    plan = attempt.retry
+    assert plan is not None
+    if cancel_seen or attempt.request is not None or host.closing:
+        return
+    try:
+        classified = classify(error)
+        if classified.ending is not Ending.FAILURE:
+            return
+        if not plan.policy.retries(RunError.error_code(classified.error), plan.attempt):
+            return
+        retry_at = host.now() + plan.policy.wait(plan.attempt)
+    except Exception:  # a failing clock (or error): no retry, so the failure is the end
+        return
+    if attempt.deadline is not None and retry_at >= attempt.deadline:
+        return  # it would be ended at its deadline before its next try
+    attempt.retry = attrs.evolve(plan, retry_at=retry_at)
 
 
 async def _wait_for_thread(attempt: Attempt) -> bool:

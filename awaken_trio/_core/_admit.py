@@ -22,7 +22,7 @@ import trio
 from . import _commit_of as commit_of
 from ._actor import run_attempt
 from ._admission import Admission
-from ._attempt import Attempt, Body, ParkedChild
+from ._attempt import Attempt, Body, ParkedChild, RetryPlan
 from ._commands import LiveCommand
 from ._errors import NotActive, RunExists, RuntimeClosed, StoreError, ThreadBusy
 from ._json import FrozenDict, JsonValue, check_payload, freeze_detail
@@ -246,6 +246,7 @@ class Admissions:
             spec.deadlines.queue_deadline,
             spec.if_busy,
             version,
+            spec.retry,
         )
         admission = object.__new__(Admission)  # (see _commit_of, "Built by their own __init__")
         Admission.__init__(
@@ -347,8 +348,10 @@ class Admissions:
         checkpoint: JsonValue,
         resume_value: JsonValue = None,
         ticket: ResumeTicket | None = None,
+        retries: int = 0,
     ) -> Attempt:
-        """The attempt ``generation`` of the run ``spec`` describes (not yet admitted)."""
+        """The attempt ``generation`` of the run ``spec`` describes (not yet admitted),
+        after ``retries`` retries of the run."""
         run_id, thread_id, parent = spec.run_id, spec.thread_id, spec.parent
         verifier = None
         factory = self._kernel.verifier_factory
@@ -374,6 +377,7 @@ class Admissions:
             root_run_id=run_id if parent is None else parent.root_run_id,
             fence=None if parent is None else parent.fence,
             deadline=spec.deadlines.deadline,
+            retry=None if spec.retry is None else RetryPlan(spec.retry, retries),
         )
         return attempt
 
@@ -396,6 +400,7 @@ class Admissions:
             max_steps=record.max_steps,
             parent=parent,
             deadlines=NO_DEADLINES if record.deadline is None else Deadlines(record.deadline),
+            retry=record.retry,
         )
         return self.new_attempt(
             spec,
@@ -404,6 +409,7 @@ class Admissions:
             checkpoint=record.checkpoint,
             resume_value=resume_value,
             ticket=ticket,
+            retries=record.retries,
         )
 
     def checked_input(self, input: JsonValue, run_id: str) -> JsonValue:

@@ -12,11 +12,13 @@ import trio
 from ._errors import StoreError
 from ._inbox import Inbox, TakenMessages
 from ._json import FrozenDict, JsonValue, scalar_dict
+from ._policy import RetryPolicy
 from ._state import (
     CANCELLED_CAUSE,
     Awaiting,
     EndCause,
     Indeterminate,
+    Queued,
     ResumeTicket,
     RunState,
     Stopped,
@@ -44,11 +46,13 @@ EndSource = Literal[
     "lost",
     "deadline",
     "queue_timeout",
+    "retry",
 ]
 """Who asked an attempt to end: a live cancel (here, or sent from anywhere), the committed
 paths, the parent ending, runtime shutdown, the body cancelling its own scope, an enclosing
-scope nobody named, the attempt losing its run (its claim, or an end made elsewhere), or
-the run's own time limits (its deadline, its queue timeout)."""
+scope nobody named, the attempt losing its run (its claim, or an end made elsewhere), the
+run's own time limits (its deadline, its queue timeout), or its parent failing with a
+retry to come (the child is handed back with it)."""
 
 Disposition = Literal["end", "hand_back", "lost"]
 """What the attempt commits when it stops: its end (``Ended(cause)``), a hand-back (a named
@@ -114,7 +118,7 @@ class EndRequest:
         shutdown stops the child, a lost run loses its children too, anything else cancels
         the child, its source being the parent."""
         if self.disposition == "hand_back":
-            return HANDED_BACK_WITH_PARENT
+            return self if self.source == "retry" else HANDED_BACK_WITH_PARENT
         if self.source == "shutdown" or self.source == "deadline" or self.disposition == "lost":
             # (A child's deadline is never later than its parent's: it has passed too.)
             return self
@@ -147,6 +151,14 @@ HANDED_BACK_WITH_PARENT = EndRequest(
 back to ``Queued`` with its checkpoint, a queued or awaiting one stays as the store holds it,
 and the parent's next attempt takes it back by starting it again under its run id."""
 
+RETRIED_WITH_PARENT = EndRequest(
+    Stopped("parent retried"), "retry", "handed back with its parent", disposition="hand_back"
+)
+"""Why a descendant of a run whose attempt failed with a retry to come leaves with that
+attempt: as at a hand-back (rule 22), a running one goes back to ``Queued`` with its
+checkpoint, a queued or awaiting one stays as the store holds it, and the parent's next
+attempt takes it back by starting it again under its run id."""
+
 NOT_RESUMED = EndRequest(Stopped("not resumed by parent"), "parent", "not resumed by parent")
 """How a child an earlier attempt of its parent handed back ends when the parent's later
 attempt ends without having taken it back (rule 22)."""
@@ -171,10 +183,30 @@ def lost(why: str, *, claim_lost: bool) -> EndRequest:
 @final
 @attrs.frozen
 class ParkedChild:
-    """A child of an attempt that is committed ``Awaiting`` (it has no attempt of its own):
-    it is ended with its parent, fenced by the generation it awaits in."""
+    """A child of an attempt that is committed ``Awaiting``, or ``Queued`` to retry (it has
+    no attempt of its own): it is ended with its parent, fenced by the generation and the
+    state it waits in."""
 
     generation: int
+    waiting: type[Awaiting] | type[Queued] = Awaiting
+
+
+@final
+@attrs.frozen
+class RetryPlan:
+    """A run's retry policy as one of its attempts carries it: the policy, the retries
+    scheduled before this attempt, and, once its body failed in a way the policy retries,
+    when the run is tried again (``retry_at``, the runtime's clock)."""
+
+    policy: RetryPolicy
+    retries: int = 0
+    retry_at: float | None = None
+
+    @property
+    def attempt(self) -> int:
+        """This attempt's number among the run's tries (1-based; recoveries and resumes
+        continue a try, they do not start one)."""
+        return self.retries + 1
 
 
 @final
@@ -337,6 +369,8 @@ class Attempt:
     # The run's deadline (wall-clock seconds, the runtime's clock): the attempt's scope
     # gets it as its Trio deadline, so the body is interrupted there even in a hung await.
     deadline: float | None = None
+    # How the run is tried again if this attempt's body fails (None: it is not).
+    retry: RetryPlan | None = None
     # The generation the store holds while this attempt waits for its thread.
     queued_generation: int | None = None
     gate_waiter: GateWaiter | None = None

@@ -332,9 +332,12 @@ def end(
     release: bool,
     descendants: DescendantsEnd | None,
     chunks: tuple[StreamDraft, ...] = (),
+    not_before: float | None = None,
+    retries: int | None = None,
 ) -> Commit:
     """The attempt's end at the finish boundary: ``verdict.state`` (``Awaiting``,
-    ``Ended``, or ``Queued`` for a hand-back). ``messages`` are the ones it held and did not
+    ``Ended``, or ``Queued`` for a hand-back, or for a retry: not before ``not_before``,
+    the run's count of retries set to ``retries``). ``messages`` are the ones it held and did not
     read: carried to the next attempt by a suspension or a hand-back, discarded (with an
     event) by a terminal end. A pause the attempt could not honour (it ended at an await)
     waits for the next attempt's first boundary, as its unread messages do. ``chunks`` are
@@ -383,6 +386,9 @@ def end(
         (),
         descendants,
         chunks,
+        not_before,
+        UNSET,
+        retries,
     )
     return commit
 

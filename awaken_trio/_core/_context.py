@@ -15,7 +15,7 @@ from ._attempt import Attempt, Body, StepCeiling, SuspendAttempt
 from ._errors import ContextMisuse, InvalidArgument, NotActive, NotInRun
 from ._journal import MISSING, Journal
 from ._json import JsonValue, check_payload, freeze_detail
-from ._policy import NO_DEADLINES, check_deadlines, refuse_not_before
+from ._policy import NO_DEADLINES, RetryPolicy, check_deadlines, refuse_not_before
 from ._schema import check_schema
 from ._spec import RunSpec
 from ._state import Awaiting, EventKind, ResumeTicket, RunState
@@ -509,6 +509,7 @@ class RunContext(metaclass=NoPublicConstructor):
         queue_timeout: float | None = None,
         not_before: float | None = None,
         if_busy: IfBusy = "queue",
+        retry: RetryPolicy | None = None,
     ) -> RunHandle:
         """Start a child run inside this attempt's cancel scope.
 
@@ -520,7 +521,10 @@ class RunContext(metaclass=NoPublicConstructor):
         ``queue_timeout`` are `Runtime.start`'s; the child's deadline is the earlier of
         its own and this run's. A child starts now: ``not_before`` is refused
         (`InvalidArgument`). ``if_busy`` is as for `Runtime.start` (a child never
-        supersedes its own ancestors: `ThreadBusy`).
+        supersedes its own ancestors: `ThreadBusy`). ``retry`` is as for
+        `Runtime.start`: a child waiting to retry is this attempt's still (it is tried
+        again under it, and ended with it), and its handle's ``wait()`` waits through its
+        retries.
         """
         a = self._live("start_child()")
         refuse_not_before(not_before, "start_child()", child=True)
@@ -544,6 +548,7 @@ class RunContext(metaclass=NoPublicConstructor):
             max_payload_bytes=self._host.max_payload_bytes,
             if_busy=if_busy,
             deadlines=limits,
+            retry=retry,
         )
         return await self._host.start_run(spec)
 
@@ -561,6 +566,7 @@ class RunContext(metaclass=NoPublicConstructor):
         queue_timeout: float | None = None,
         not_before: float | None = None,
         if_busy: IfBusy = "queue",
+        retry: RetryPolicy | None = None,
     ) -> RunState:
         """Start a child run and wait for it; its committed state comes back as a value."""
         handle = await self.start_child(
@@ -575,5 +581,6 @@ class RunContext(metaclass=NoPublicConstructor):
             queue_timeout=queue_timeout,
             not_before=not_before,
             if_busy=if_busy,
+            retry=retry,
         )
         return await handle.wait()

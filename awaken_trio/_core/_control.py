@@ -32,7 +32,7 @@ from ._errors import (
 from ._handle import RunHandle
 from ._journal import read_steps
 from ._json import FrozenDict, JsonValue
-from ._policy import NO_DEADLINES, Deadlines
+from ._policy import NO_DEADLINES, Deadlines, RetryPolicy
 from ._schema import check_value
 from ._spec import RunSpec
 from ._state import (
@@ -195,6 +195,7 @@ class Control:
         not_before: float | None,
         limits: Deadlines = NO_DEADLINES,
         if_busy: IfBusy = "queue",
+        retry: RetryPolicy | None = None,
     ) -> RunHandle:
         admissions = self._admissions
         admissions.actors_nursery()  # refuses once shutdown has begun
@@ -212,6 +213,7 @@ class Control:
             deadline=limits.deadline,
             queue_deadline=limits.queue_deadline,
             if_busy=if_busy,
+            retry=retry,
         )
         result = await admissions.commit_queued_run(
             run_id, new_run, "submit", not_before=not_before
@@ -286,6 +288,7 @@ class Control:
                 max_steps=source.max_steps,
                 parent=None,
                 max_payload_bytes=self._kernel.max_payload_bytes,
+                retry=source.retry,
             )
             attempt = await admissions.begin_run(
                 spec,
@@ -305,6 +308,7 @@ class Control:
             found.checkpoint,
             forked_from,
             steps,
+            retry=source.retry,
         )
         result = await admissions.commit_queued_run(new_id, new_run, "fork")
         if isinstance(result, Rejected):

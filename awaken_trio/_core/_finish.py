@@ -20,24 +20,35 @@ import trio
 
 from . import _commit_of as commit_of
 from ._admit import with_clock_error
-from ._attempt import Attempt, EndRequest, ParkedChild
+from ._attempt import Attempt, EndRequest, ParkedChild, RetryPlan
 from ._errors import RuntimeClosed, StoreError
+from ._json import freeze_detail
 from ._policy import Deadlines
 from ._progress import fenced
-from ._state import Awaiting, EventKind, Queued, RunState, wake_at
-from ._storage import Accepted, CommitResult, DescendantsEnd, Rejected, RejectReason
+from ._state import Awaiting, Ended, EventKind, Failed, Queued, RunState, wake_at
+from ._storage import (
+    Accepted,
+    CommitResult,
+    DescendantsEnd,
+    EventDraft,
+    Rejected,
+    RejectReason,
+)
 from ._util import safe_repr
 from ._verdict import (
     HANDED_BACK,
+    QUEUED,
     CommitFailed,
     Committed,
     Lost,
+    Retrying,
     Settlement,
     Verdict,
     format_traceback,
 )
 
 if TYPE_CHECKING:
+    from ._claims import ClaimPolicy
     from ._kernel import Kernel
 
 logger = logging.getLogger("awaken_trio")
@@ -112,16 +123,36 @@ class FinishBoundary:
             messages = (*stranded, *messages)
         at, clock_error = kernel.now_for_end()
         release = claims.releases_at_end(attempt)
-        commit = commit_of.end(
-            attempt,
-            verdict,
-            at=at,
-            detail=with_clock_error(verdict.detail, clock_error),
-            messages=messages,
-            release=release,
-            descendants=None if type(state) is Queued else claims.descendants_at_end(attempt),
-            chunks=chunks,
-        )
+        plan = attempt.retry
+        if plan is not None and plan.retry_at is not None and verdict.error is not None:
+            # A failure the policy retries: not the run's end (the plan was made when the
+            # body raised, and its children were handed back for the next attempt).
+            verdict = _retried(verdict, plan)
+            state = verdict.state
+            commit = commit_of.end(
+                attempt,
+                verdict,
+                at=at,
+                detail=with_clock_error(verdict.detail, clock_error),
+                messages=messages,
+                release=release,
+                descendants=None,
+                chunks=chunks,
+                not_before=plan.retry_at,
+                retries=plan.attempt,
+            )
+        else:
+            commit = commit_of.end(
+                attempt,
+                verdict,
+                at=at,
+                detail=with_clock_error(verdict.detail, clock_error),
+                messages=messages,
+                release=release,
+                descendants=None if type(state) is Queued else _descendants_end(claims, attempt),
+                chunks=chunks,
+            )
+        assert state is not None
         # The span counts the messages this end discards that the runtime held; those only
         # the store holds (sent from another runtime, not yet relayed here) are added to
         # the terminal event by the store itself, and are not in this count.
@@ -145,7 +176,7 @@ class FinishBoundary:
             self.settle(attempt, CommitFailed.of(error))
             return
         if verdict.error is not None and isinstance(result, Accepted):
-            _log_failure(attempt, verdict.error)
+            _log_failure(attempt, verdict.error, retry_at=None if plan is None else plan.retry_at)
         if isinstance(result, Rejected) and result.reason is RejectReason.FENCED:
             fenced(attempt, "its end")
             claims.forget(attempt.run_id)  # another runtime's claim now: hands off
@@ -159,8 +190,12 @@ class FinishBoundary:
             # The claim is no longer ours: another runtime holds the truth now.
             self.settle(attempt, _LOST_CLAIM)
         elif type(state) is Queued and isinstance(result, Accepted):
-            # Handed back for another runtime at shutdown.
-            self.settle(attempt, HANDED_BACK)
+            plan = attempt.retry
+            if plan is not None and plan.retry_at is not None:
+                self.settle(attempt, Retrying(attempt.generation, plan.retry_at))
+            else:
+                # Handed back for another runtime at shutdown.
+                self.settle(attempt, HANDED_BACK)
         else:
             assert result.state is not None
             self.settle(attempt, Committed(result.state))
@@ -173,8 +208,10 @@ class FinishBoundary:
             # for the parent's next attempt to take back (rule 22); a run ended elsewhere
             # has had its tree ended with it.
             return
+        if request is None and attempt.retry is not None and attempt.retry.retry_at is not None:
+            return  # failed with a retry to come: they are handed back with it, likewise
         parked = [
-            (child_id, child.generation)
+            (child_id, child)
             for child_id, child in attempt.children.entries.items()
             if isinstance(child, ParkedChild)
         ]
@@ -186,11 +223,11 @@ class FinishBoundary:
             kernel = self._kernel
             child_request = kernel.shutdown_request or EndRequest.parent_ended(attempt.run_id)
         with trio.CancelScope(shield=True):
-            for child_id, generation in parked:
-                # A store failure leaves the child Awaiting; it can never be resumed without
-                # its parent's attempt, and cancel_run/stop_run still end it.
+            for child_id, child in parked:
+                # A store failure leaves the child waiting; it can never be resumed (or
+                # retried) without its parent's attempt, and cancel_run/stop_run still end it.
                 with contextlib.suppress(StoreError, RuntimeClosed):
-                    await self.commit_end(child_id, generation, Awaiting, child_request)
+                    await self.commit_end(child_id, child.generation, child.waiting, child_request)
                 attempt.children.entries.pop(child_id, None)
 
     def settle(self, attempt: Attempt, how: Settlement) -> None:
@@ -218,6 +255,14 @@ class FinishBoundary:
                     kernel.on_limits(run_id=attempt.run_id, limits=Deadlines(attempt.deadline))
             attempt.completion.set(state)
             return
+        if type(how) is Retrying:
+            # Its body is kept here, and this runtime tries it again when its time comes
+            # (a serving runtime with its body may, too: the store's fence picks one).
+            kernel.awaiting_bodies[attempt.run_id] = attempt.body
+            self._let_go(attempt, None, retrying=how.generation)
+            kernel.on_retry(how.retry_at, attempt.run_id, how.generation)
+            attempt.completion.defer_to_store()
+            return
         if type(how) is CommitFailed:
             kernel.claims.commit_failed(attempt)
             if how.messages:
@@ -237,7 +282,9 @@ class FinishBoundary:
         self._let_go(attempt, None)
         attempt.completion.defer_to_store()
 
-    def _let_go(self, attempt: Attempt, state: RunState | None) -> None:
+    def _let_go(
+        self, attempt: Attempt, state: RunState | None, *, retrying: int | None = None
+    ) -> None:
         kernel = self._kernel
         attempt.phase = "sealed"
         kernel.registry.deregister(attempt)
@@ -251,6 +298,9 @@ class FinishBoundary:
             if isinstance(state, Awaiting):
                 # Still the parent's, to be ended with it.
                 siblings[run_id] = ParkedChild(attempt.generation)
+            elif retrying is not None:
+                # Queued to retry: still the parent's, tried again under it or ended with it.
+                siblings[run_id] = ParkedChild(retrying, Queued)
             else:
                 del siblings[run_id]
 
@@ -307,15 +357,68 @@ _NOTHING_COMMITTED = Rejected(RejectReason.STALE, None)
 run, with its claim still its own): the claim is released."""
 
 
-def _log_failure(attempt: Attempt, error: BaseException) -> None:
-    """A body's error, once its run's ``Failed`` end is committed: never silent (DESIGN §3).
-    The record carries the traceback its terminal event stores as ``extra["traceback"]``
-    (the run's data, which an operator's log shows at any level) besides ``exc_info``."""
-    logger.error(
-        "run %r attempt %d failed: %s",
+def _log_failure(attempt: Attempt, error: BaseException, *, retry_at: float | None) -> None:
+    """A body's error, once its run's ``Failed`` end (or its retry) is committed: never
+    silent (DESIGN §3): at ERROR for an end, at WARNING for a failure that is retried. The
+    record carries the traceback the event stores as ``extra["traceback"]`` (the run's
+    data, which an operator's log shows at any level) besides ``exc_info``."""
+    extra = {"run_id": attempt.run_id, "traceback": format_traceback(error)}
+    if retry_at is None:
+        logger.error(
+            "run %r attempt %d failed: %s",
+            attempt.run_id,
+            attempt.generation,
+            safe_repr(error),
+            exc_info=error,
+            extra=extra,
+        )
+        return
+    plan = attempt.retry
+    assert plan is not None
+    logger.warning(
+        "run %r attempt %d failed (try %d of %d), tried again in %.3gs: %s",
         attempt.run_id,
         attempt.generation,
+        plan.attempt,
+        plan.policy.attempts,
+        plan.policy.wait(plan.attempt),
         safe_repr(error),
         exc_info=error,
-        extra={"run_id": attempt.run_id, "traceback": format_traceback(error)},
+        extra=extra,
+    )
+
+
+def _descendants_end(claims: ClaimPolicy, attempt: Attempt) -> DescendantsEnd | None:
+    """What the end of ``attempt`` does with the run's unended descendants: those an
+    earlier attempt handed back that this one did not take back end with it (rule 22),
+    whether a release, a loss (the claim policy's) or a retry handed them back."""
+    found = claims.descendants_at_end(attempt)
+    if found is None and attempt.retry is not None and attempt.retry.retries > 0:
+        return "not_resumed"
+    return found
+
+
+def _retried(failed: Verdict, plan: RetryPlan) -> Verdict:
+    """The verdict on an attempt whose failure (``failed``, a ``Failed`` end) the run's
+    retry policy tries again: ``Queued``, with a ``retry_scheduled`` event carrying the
+    failure (its code, message and traceback), the try that failed, and ``retry_at``."""
+    state = failed.state
+    assert isinstance(state, Ended)
+    assert isinstance(state.cause, Failed)
+    assert plan.retry_at is not None
+    detail = freeze_detail(
+        {
+            "code": state.cause.code,
+            "message": state.cause.message,
+            "traceback": failed.detail.get("traceback"),
+            "attempt": plan.attempt,
+            "retry_at": plan.retry_at,
+        },
+        "a retry",
+    )
+    return Verdict(
+        QUEUED,
+        events=(*failed.events, EventDraft(EventKind.RETRY_SCHEDULED, detail)),
+        detail=freeze_detail({"source": "retry", "attempt": plan.attempt + 1}, "a retry"),
+        error=failed.error,
     )

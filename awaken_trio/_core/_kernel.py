@@ -37,6 +37,8 @@ if TYPE_CHECKING:
 Clock = Callable[[], float]
 VerifierFactory = Callable[[str, str, int], "OwnershipVerifier | None"]
 Scheduled = Callable[[float, str, str], None]
+Retry = Callable[[float, str, int], None]
+"""Try run ``run_id``, committed ``Queued`` at generation ``g`` to retry, again at a time."""
 
 
 class OnLimits(Protocol):
@@ -69,6 +71,7 @@ class Kernel:
         verifier_factory: VerifierFactory | None,
         observer: AttemptObserver | None,
         on_scheduled: Scheduled,
+        on_retry: Retry,
         on_interrupt: Callable[[BaseException], None],
         on_limits: OnLimits,
     ) -> None:
@@ -82,6 +85,8 @@ class Kernel:
         # Told of every attempt that starts here (tracing); None costs one test per attempt.
         self.observer = observer
         self.on_scheduled = on_scheduled
+        # A run that failed here waits to retry: this runtime tries it again when due.
+        self.on_retry = on_retry
         # A run this runtime holds has time limits: end it at them unless it has ended.
         self.on_limits = on_limits
         self.on_interrupt = on_interrupt
@@ -92,7 +97,8 @@ class Kernel:
         # and the versions of those registered with one (DESIGN §3.8).
         self.named: dict[str, Body] = {}
         self.versions: dict[str, BodyVersions] = {}
-        # The bodies of runs committed Awaiting here, for their resume.
+        # The bodies of runs committed Awaiting here, for their resume, and of runs that
+        # failed here and wait Queued to retry, for their next try.
         self.awaiting_bodies: dict[str, Body] = {}
         # Messages of attempts whose last commit failed: discarded, with an event, by
         # whichever commit ends the run later, so an accepted message never vanishes.

@@ -227,7 +227,9 @@ class RetryPolicy:
             InvalidArgument: ``data`` is not such an object.
         """
         if not isinstance(data, Mapping):
-            raise InvalidArgument(f"a stored retry policy must be a JSON object, not {safe_repr(data)}")
+            raise InvalidArgument(
+                f"a stored retry policy must be a JSON object, not {safe_repr(data)}"
+            )
         return cls(
             attempts=data.get("attempts", 3),
             backoff=data.get("backoff", 1.0),

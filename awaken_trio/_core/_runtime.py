@@ -24,8 +24,10 @@ from ._operator import OperatorCalls
 from ._policy import (
     NO_DEADLINES,
     Deadlines,
+    RetryPolicy,
     check_deadlines,
     check_not_before,
+    check_retry,
     refuse_not_before,
 )
 from ._spec import RunSpec
@@ -117,6 +119,7 @@ class Runtime(OperatorCalls, metaclass=NoPublicConstructor):
         queue_timeout: float | None = None,
         not_before: float | None = None,
         if_busy: IfBusy = "queue",
+        retry: RetryPolicy | None = None,
     ) -> RunHandle:
         """Commit a new run and start its first attempt.
 
@@ -142,6 +145,10 @@ class Runtime(OperatorCalls, metaclass=NoPublicConstructor):
                 waits for it, ``"reject"`` raises `ThreadBusy`, ``"supersede"`` ends the
                 thread's other unended runs ``Stopped("superseded")`` in the same commit
                 (this run starts once the old attempt has stopped).
+            retry: how the run is tried again when its body fails (`RetryPolicy`; the
+                policy is stored with the run). A failed attempt with tries left commits a
+                ``retry_scheduled`` event and waits ``Queued`` for its backoff, then runs
+                again from its last checkpoint; ``wait()`` waits through the retries.
 
         Raises:
             RunExists: ``run_id`` is taken. ThreadBusy: ``if_busy="reject"`` on a busy
@@ -161,6 +168,7 @@ class Runtime(OperatorCalls, metaclass=NoPublicConstructor):
             max_steps=max_steps,
             if_busy=if_busy,
             limits=(timeout, deadline, queue_timeout),
+            retry=retry,
         )
         return self._handle(await self._admissions.begin_run(spec))
 
@@ -178,6 +186,7 @@ class Runtime(OperatorCalls, metaclass=NoPublicConstructor):
         queue_timeout: float | None = None,
         not_before: float | None = None,
         if_busy: IfBusy = "queue",
+        retry: RetryPolicy | None = None,
     ) -> RunState:
         """`start`, then wait: the committed state (``Awaiting`` or ``Ended``) of the attempt.
 
@@ -197,6 +206,7 @@ class Runtime(OperatorCalls, metaclass=NoPublicConstructor):
             max_steps=max_steps,
             if_busy=if_busy,
             limits=(timeout, deadline, queue_timeout),
+            retry=retry,
         )
         return await self._control.execute(spec)
 
@@ -235,6 +245,7 @@ class Runtime(OperatorCalls, metaclass=NoPublicConstructor):
         queue_timeout: float | None = None,
         not_before: float | None = None,
         if_busy: IfBusy = "queue",
+        retry: RetryPolicy | None = None,
     ) -> RunHandle:
         """Commit a run ``Queued`` for any serving runtime that has a body named ``name``.
 
@@ -250,21 +261,15 @@ class Runtime(OperatorCalls, metaclass=NoPublicConstructor):
         ``queue_timeout`` are `start`'s (a queue timeout counts from now, not from
         ``not_before``); any serving runtime ends the run at them.
 
-        ``if_busy`` is as for `start`; a repeated submit of the same run never supersedes
-        nor is rejected.
+        ``if_busy`` and ``retry`` are as for `start` (a run waiting to retry is tried
+        again by any serving runtime with its body); a repeated submit of the same run
+        never supersedes nor is rejected.
 
         Raises:
             RunExists: ``run_id`` is taken by a different run.
             ThreadBusy: ``if_busy="reject"`` and another run on the thread is running or
                 queued (nothing is committed).
             InvalidArgument: a bad argument (nothing is committed).
-        ``if_busy`` is as for `start`; a repeated submit of the same run never supersedes
-        nor is rejected.
-
-        Raises:
-            RunExists: ``run_id`` is taken by a different run.
-            ThreadBusy: ``if_busy="reject"`` and another run on the thread is running or
-                queued (nothing is committed).
         """
         self._in_own_run()
         check_id(name, "name")
@@ -275,6 +280,7 @@ class Runtime(OperatorCalls, metaclass=NoPublicConstructor):
         if if_busy != "queue":
             check_if_busy(if_busy)
         what = f"submit() of {name!r}"
+        check_retry(retry, what)
         when = check_not_before(not_before, what)
         limits = _limits(self._kernel, timeout, deadline, queue_timeout, what)
         return await self._control.submit(
@@ -285,6 +291,7 @@ class Runtime(OperatorCalls, metaclass=NoPublicConstructor):
             not_before=when,
             limits=limits,
             if_busy=if_busy,
+            retry=retry,
         )
 
     async def fork(
@@ -690,6 +697,7 @@ def _root_spec(
     max_steps: int | None,
     if_busy: IfBusy,
     limits: tuple[object, object, object],
+    retry: RetryPolicy | None,
 ) -> RunSpec:
     """The checked spec of a root run `Runtime.start` or `Runtime.execute` (``what``)
     begins, with its time limits (``timeout``, ``deadline``, ``queue_timeout`` as given),
@@ -705,6 +713,7 @@ def _root_spec(
         parent=None,
         max_payload_bytes=kernel.max_payload_bytes,
         if_busy=if_busy,
+        retry=retry,
     )
     return spec if deadlines is NO_DEADLINES else attrs.evolve(spec, deadlines=deadlines)
 
@@ -723,13 +732,14 @@ def request_end_here(runtime: Runtime, run_id: str, request: EndRequest) -> bool
 
 async def start_kernel_services(services: trio.Nursery, runtime: Runtime) -> None:
     """The kernel's own background tasks, on every store: the timer of scheduled resumes
-    (``ctx.sleep``) and delayed starts, and the stream flusher."""
+    (``ctx.sleep``), delayed starts, retries and time limits, and the stream flusher."""
     supervisor = runtime._supervisor
     await services.start(
         supervisor.scheduler.run,
         runtime._scheduled_resume,
         supervisor.kernel.store_changed_elsewhere,
         supervisor.expiry.expire,
+        supervisor.retries.retry,
     )
     await services.start(runtime._supervisor.flusher.run)
 

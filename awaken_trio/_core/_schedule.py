@@ -1,13 +1,16 @@
-"""The runtime's one timer: scheduled resumes (``ctx.sleep``), delayed starts, and the time
-limits of the runs this runtime holds.
+"""The runtime's one timer: scheduled resumes (``ctx.sleep``), delayed starts, retries, and
+the time limits of the runs this runtime holds.
 
 A run this runtime ran that committed a ``scheduled_action`` ticket is resumed here when it
 is due, while the runtime stays open; a serving runtime with its body picks it up
 otherwise. Only one resume wins: the ticket fences it, and a run cancelled or stopped
 before it is due is never resumed. A delayed start submitted here wakes the serving loops
-here at its time. A run with a deadline or a queue timeout that this runtime holds (started,
-submitted, queued or awaiting here) is ended when its time comes, if it has not ended
-(a running attempt's own scope deadline usually comes first).
+here at its time. A run that failed here and waits to retry is tried again here at its
+``retry_at``, while the runtime stays open (a serving runtime with its body may take it
+first: the store's fence lets one start it). A run with a deadline or a queue timeout
+that this runtime holds (started, submitted, queued or awaiting here) is ended when its
+time comes, if it has not ended (a running attempt's own scope deadline usually comes
+first).
 
 However many runs wait, one task sleeps until the earliest time alone: no task or timer of
 its own per run.
@@ -30,9 +33,11 @@ Resume = Callable[[str, str], Awaitable[object]]
 Clock = Callable[[], float]
 Nudge = Callable[[], None]
 Expire = Callable[[str, TimeLimit], Awaitable[object]]
+Retry = Callable[[str, int], Awaitable[object]]
 
-Action = Literal["resume", "eligible", "deadline", "queue_timeout"]
-"""What a due entry does: resume a run, wake the serving loops, end a run at a limit."""
+Action = Literal["resume", "eligible", "deadline", "queue_timeout", "retry"]
+"""What a due entry does: resume a run, wake the serving loops, end a run at a limit, try
+a failed run again."""
 
 
 def _no_nudge() -> None:
@@ -40,6 +45,10 @@ def _no_nudge() -> None:
 
 
 async def _no_expiry(run_id: str, limit: TimeLimit) -> None:
+    await trio.lowlevel.checkpoint()
+
+
+async def _no_retry(run_id: str, generation: int) -> None:
     await trio.lowlevel.checkpoint()
 
 
@@ -71,6 +80,11 @@ class Scheduler:
         serving loops here look at the store again then."""
         self._push(when, "eligible")
 
+    def retry_at(self, when: float, run_id: str, generation: int) -> None:
+        """Try ``run_id`` again at ``when`` if it still waits ``Queued`` at ``generation``
+        to retry (the serving loops here look at the store again then, too)."""
+        self._push(when, "retry", run_id, str(generation))
+
     def limits(self, *, run_id: str, limits: Deadlines) -> None:
         """End ``run_id`` at its deadline, and at its queue deadline unless its first
         attempt has started by then, unless it has ended."""
@@ -87,11 +101,13 @@ class Scheduler:
         resume: Resume,
         nudge: Nudge = _no_nudge,
         expire: Expire = _no_expiry,
+        retry: Retry = _no_retry,
         *,
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
         """Act on each entry once it is due: ``resume(run_id, correlation_id)``,
-        ``nudge()`` for a delayed start, ``expire(run_id, limit)`` at a run's limit."""
+        ``nudge()`` for a delayed start, ``expire(run_id, limit)`` at a run's limit,
+        ``retry(run_id, generation)`` (and ``nudge()``) for a run waiting to retry."""
         task_status.started()
         while True:
             self._changed = trio.Event()
@@ -115,5 +131,8 @@ class Scheduler:
             with contextlib.suppress(AwakenError):
                 if action == "resume":
                     await resume(run_id, correlation_id)
+                elif action == "retry":
+                    nudge()
+                    await retry(run_id, int(correlation_id))
                 else:
                     await expire(run_id, action)

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, final
 import attrs
 
 from ._json import JsonValue, check_payload
-from ._policy import NO_DEADLINES, Deadlines
+from ._policy import NO_DEADLINES, Deadlines, RetryPolicy, check_retry
 from ._storage import IfBusy
 from ._validate import (
     check_body,
@@ -50,6 +50,8 @@ class RunSpec:
     # Its time limits, absolute (a child's deadline already the earlier of its own and
     # its parent's).
     deadlines: Deadlines = NO_DEADLINES
+    # How it is tried again when its body fails (None: it is not).
+    retry: RetryPolicy | None = None
 
     @classmethod
     def checked(
@@ -65,6 +67,7 @@ class RunSpec:
         max_payload_bytes: int,
         if_busy: IfBusy = "queue",
         deadlines: Deadlines = NO_DEADLINES,
+        retry: RetryPolicy | None = None,
     ) -> RunSpec:
         """Check a caller's arguments for a new run (nothing is committed if one is bad).
 
@@ -82,6 +85,8 @@ class RunSpec:
             check_max_steps(max_steps)
         if if_busy != "queue":
             check_if_busy(if_busy)
+        if retry is not None:
+            check_retry(retry, "the run")
         run_id = run_id or new_run_id()
         if input is not None or max_payload_bytes < _NULL_BYTES:
             # (The common input, None, fits any limit of at least its own 4 bytes: no
@@ -101,5 +106,6 @@ class RunSpec:
             parent=parent,
             if_busy=if_busy,
             deadlines=deadlines,
+            retry=retry,
         )
         return spec

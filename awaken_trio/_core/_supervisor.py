@@ -40,6 +40,7 @@ from ._handles import Handles
 from ._json import DEFAULT_MAX_PAYLOAD_BYTES, FrozenDict, JsonValue
 from ._kernel import Clock, Kernel, VerifierFactory
 from ._progress import Progress
+from ._retry import Retries
 from ._schedule import Scheduler
 from ._serving import Serving
 from ._spec import RunSpec
@@ -95,6 +96,7 @@ class Supervisor:
             verifier_factory=verifier_factory,
             observer=observer,
             on_scheduled=self.scheduler.schedule,
+            on_retry=self.scheduler.retry_at,
             on_limits=self.scheduler.limits,
             on_interrupt=self.interrupted,
         )
@@ -104,6 +106,8 @@ class Supervisor:
         self.progress = progress = Progress(kernel)
         # Runs meet their time limits: the timer's and the serving loops' ends.
         self.expiry = Expiry(kernel, admissions, finish)
+        # Runs that failed here are tried again here: the timer's retries.
+        self.retries = Retries(kernel, admissions)
         self.serving = Serving(kernel, admissions, self.expiry)
         self.start_run = admissions.start_run
         self.begin_queued = admissions.begin_queued

@@ -364,7 +364,18 @@ class CommitFailed:
         return cls(error, messages)
 
 
-Settlement = Committed | HandedBack | Lost | CommitFailed
+@final
+@attrs.frozen
+class Retrying:
+    """The attempt failed and the run is tried again: it is committed ``Queued`` (at
+    ``generation``) until ``retry_at``, still its parent's child. Not an end: whoever waits
+    follows the store to the run's end, through its retries."""
+
+    generation: int
+    retry_at: float
+
+
+Settlement = Committed | HandedBack | Retrying | Lost | CommitFailed
 """How an attempt leaves its supervisor (`Supervisor.settle` carries it out)."""
 
 HANDED_BACK = HandedBack()

@@ -776,6 +776,10 @@ def update(tx: RunTx[RowT], row: RowT, commit: Commit, now: float) -> Accepted:
     if kind == "awaiting":
         tx.keep_carried(row, commit.carried_messages, commit.carried_pause)
         tx.keep_resume(row, NO_RESUME)
+    elif kind == "queued" and commit.carried_messages:
+        # An attempt handed back or failed with a retry to come: the messages it held and
+        # did not read go to the run's next attempt.
+        tx.keep_carried(row, commit.carried_messages, commit.carried_pause)
     elif kind == "ended":
         stored = tx.drop_commands(run_id)
         tx.keep_resume(row, NO_RESUME)

@@ -85,29 +85,58 @@ def runnable(
         return []
     with conn.transaction():  # the rows the queries lock stay locked to the end
         conn.execute(r.look_async)
-        params = {"names": names, "lease_now": lease_now, "now": now, "limit": limit, "by": by}
-        out = [record_of(found) for found in conn.execute(r.queued, params).fetchall()]
-        if len(out) < limit:
-            due = {"names": names, "now": now, "lease_now": lease_now, "by": by}
-            due["limit"] = limit - len(out)
-            out.extend(record_of(found) for found in conn.execute(r.due, due).fetchall())
-        if served is not None:
-            # A run that has started takes only a body that accepts its pinned version
-            # (the kernel's rule, `Kernel.named_body_for`): the others are not reserved.
-            out = [record for record in out if _may_run(served, record)]
-        if out:
-            ids = [record.run_id for record in out]
-            # A look that began before another committed its reservations reads them
-            # now, with its rows locked (`reserved_by_others`), and leaves those runs.
-            look = {"ids": ids, "lease_now": lease_now, "by": by}
+        out: list[RunRecord] = []
+        # A look that began before another committed its reservations reads them once its
+        # rows are locked (`reserved_by_others`) and leaves those runs. It then looks again
+        # (a statement of its own, whose snapshot sees those reservations and passes them
+        # over), so runs still free are handed out now rather than at the next poll; its
+        # own rows come back to it (it holds their locks) and are kept once.
+        for _ in range(_PASSES):
+            # (The full limit each time: the rows it kept come back first and count.)
+            found = _look_once(conn, r, names, now, lease_now, limit, by, served)
+            have = {record.run_id for record in out}
+            fresh = [record for record in found if record.run_id not in have]
+            if not fresh:
+                break
+            look = {"ids": [record.run_id for record in fresh], "lease_now": lease_now, "by": by}
             taken = {run_id for (run_id,) in conn.execute(r.reserved_by_others, look)}
-            if taken:
-                out = [record for record in out if record.run_id not in taken]
-                ids = [record.run_id for record in out]
+            free = [record for record in fresh if record.run_id not in taken]
+            out.extend(free[: limit - len(out)])
+            if not taken or len(out) >= limit:
+                break
+        if out:
             until = lease_now + RESERVED_FOR
+            ids = [record.run_id for record in out]
             conn.execute(r.reserve, {"ids": ids, "by": by, "until": until})
         if sweep:
             conn.execute(r.forget_reserved, (lease_now,))
+    return out
+
+
+_PASSES: Final = 3
+"""The most statements a look makes to fill its limit past other looks' reservations."""
+
+
+def _look_once(
+    conn: Conn,
+    r: Queries,
+    names: list[str],
+    now: float,
+    lease_now: float,
+    limit: int,
+    by: str,
+    served: Mapping[str, Any] | None,
+) -> list[RunRecord]:
+    """Queued runs, then due resumes, up to ``limit``, locked by this transaction."""
+    params = {"names": names, "lease_now": lease_now, "now": now, "limit": limit, "by": by}
+    out = [record_of(found) for found in conn.execute(r.queued, params).fetchall()]
+    if len(out) < limit:
+        params["limit"] = limit - len(out)
+        out.extend(record_of(found) for found in conn.execute(r.due, params).fetchall())
+    if served is not None:
+        # A run that has started takes only a body that accepts its pinned version (the
+        # kernel's rule, `Kernel.named_body_for`): the others are not reserved.
+        out = [record for record in out if _may_run(served, record)]
     return out
 
 
