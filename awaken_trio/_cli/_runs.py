@@ -24,6 +24,7 @@ from .. import (
     InvalidArgument,
     InvalidPayload,
     JsonValue,
+    RetryPolicy,
     RunEvent,
     RunRecord,
     RunState,
@@ -37,6 +38,7 @@ from .._face.failures import REFUSALS, CommandFailed, bad_input, failure_of, ref
 from .._face.input import parse_json, shorten, whole_number
 from .._face.shapes import (
     chunk_json,
+    describe_retry,
     describe_state,
     dumps,
     duration_of,
@@ -198,6 +200,9 @@ def show(store: str | None, as_json: bool, run_id: str) -> None:
         ]
         if record.body_version is not None:
             fields.append(("version", record.body_version))  # of its body (DESIGN §3.8)
+        retry = describe_retry(record)
+        if retry is not None:
+            fields.append(("retry", retry))
         for label, value in fields:
             out.print(f"{label:<11}{value}", soft_wrap=True)
         print_table(out, EVENT_COLUMNS, [event_cells(e) for e in last], title="last events")
@@ -207,6 +212,24 @@ def show(store: str | None, as_json: bool, run_id: str) -> None:
             out.print(traceback, soft_wrap=True, markup=False, highlight=False)
 
     execute(run, as_json=as_json)
+
+
+def retry_policy(retries: int | None, backoff: float | None) -> RetryPolicy | None:
+    """``--retries N`` (N retries after the first attempt) and ``--retry-backoff S``.
+
+    Raises:
+        CommandFailed: ``--retry-backoff`` without ``--retries`` (exit 2).
+    """
+    if retries is None:
+        if backoff is not None:
+            raise bad_input(
+                "--retry-backoff sets the wait before a retry: give --retries N too",
+                "invalid_argument",
+            )
+        return None
+    if backoff is None:
+        return RetryPolicy(attempts=retries + 1)
+    return RetryPolicy(attempts=retries + 1, backoff=backoff, max_backoff=max(60.0, backoff))
 
 
 def _traceback(record: RunRecord, last: Sequence[RunEvent]) -> str | None:
@@ -447,6 +470,19 @@ async def _watch_events(runtime: Runtime, run_id: str) -> None:
     help="When the thread has a running or queued run: wait for it (queue), refuse with"
     " exit 1 (reject), or stop every other run of the thread and run instead (supersede).",
 )
+@click.option(
+    "--retries",
+    type=WholeRange(min=0, max=1000),
+    metavar="N",
+    help="Try the run again up to N times when its body fails (the first retry 1s after the"
+    " failure, each wait twice the one before, at most 60s; see --retry-backoff).",
+)
+@click.option(
+    "--retry-backoff",
+    type=SecondsRange(min=0),
+    metavar="S",
+    help="Seconds before the first retry (with --retries; default 1).",
+)
 def submit(
     store: str | None,
     as_json: bool,
@@ -459,6 +495,8 @@ def submit(
     queue_timeout: float | None,
     not_before: str | None,
     if_busy: IfBusy,
+    retries: int | None,
+    retry_backoff: float | None,
 ) -> None:
     """Queue a run of the body named NAME for a worker that serves it; print its id."""
     value = (
@@ -468,6 +506,7 @@ def submit(
     start_at = (
         None if not_before is None else early(lambda: parse_start(not_before), as_json=as_json)
     )
+    retry = early(lambda: retry_policy(retries, retry_backoff), as_json=as_json)
 
     async def run() -> None:
         async with open_cli_runtime(store_url(store), must_exist=False) as runtime:
@@ -482,6 +521,7 @@ def submit(
                     queue_timeout=queue_timeout,
                     not_before=start_at,
                     if_busy=if_busy,
+                    retry=retry,
                 )
                 record = await runtime.record(handle.run_id)
             except REFUSALS as exc:

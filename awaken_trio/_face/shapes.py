@@ -40,6 +40,9 @@ def record_json(record: RunRecord) -> dict[str, JsonValue]:
         "worker_id": record.worker_id,
         "body_version": record.body_version,
         "deadline": record.deadline,
+        "retry": None if record.retry is None else record.retry.to_json(),
+        "retries": record.retries,
+        "not_before": record.not_before,
     }
 
 
@@ -225,3 +228,26 @@ def duration_of(record: RunRecord, now: float) -> str:
     """A run's `run_duration` for people (`format_duration`), ``""`` while it has none."""
     seconds = run_duration(record.created_at, record.started_at, record.ended_at, now)
     return "" if seconds is None else format_duration(seconds)
+
+
+def describe_retry(record: RunRecord) -> str | None:
+    """A run's retry policy and where it stands, for people (None: no policy):
+    ``1 of 2 retries used (3 attempts; waits 1.0s, x2, at most 1m 00s); next try
+    2024-05-01 12:00:03``."""
+    policy = record.retry
+    if policy is None:
+        return None
+    allowed = policy.attempts - 1
+    text = (
+        f"{record.retries} of {allowed} {'retry' if allowed == 1 else 'retries'} used"
+        f" ({policy.attempts} {'attempt' if policy.attempts == 1 else 'attempts'};"
+        f" waits {format_duration(policy.backoff)}, x{policy.factor:g},"
+        f" at most {format_duration(policy.max_backoff)}"
+    )
+    if policy.codes is not None:
+        text += f"; codes {', '.join(policy.codes)}"
+    text += ")"
+    waiting = record.not_before
+    if record.retries and isinstance(record.state, RunState.Queued) and waiting is not None:
+        text += f"; next try {format_time(waiting)}"
+    return text

@@ -22,6 +22,7 @@ from .._face.controls import CONTROL_NAMES, CONTROLS, ControlName, none_offered,
 from .._face.shapes import (
     END_OF_TIMES_SHOWN,
     FIRST_TIME_SHOWN,
+    describe_retry,
     describe_state,
     duration_of,
     end_of,
@@ -270,6 +271,9 @@ def run_page(
         facts.append(
             ("deadline", f'<span id="run-deadline">{esc(format_time(record.deadline))}</span>')
         )
+    retry = describe_retry(record)
+    if retry is not None:
+        facts.append(("retry", f'<span id="run-retry">{esc(retry)}</span>'))
     if isinstance(record.forked_from, Mapping):
         source = str(record.forked_from.get("run_id"))
         seq = esc(record.forked_from.get("seq"))

@@ -16,6 +16,7 @@ from .._core import (
     IfBusy,
     JsonValue,
     LiveCommand,
+    RetryPolicy,
     RunEvent,
     RunRecord,
     RunState,
@@ -206,6 +207,7 @@ class AsyncClient:
         queue_timeout: float | None = None,
         not_before: float | None = None,
         if_busy: IfBusy = "queue",
+        retry: RetryPolicy | None = None,
     ) -> str:
         """`Client.submit`: the run id of a run committed ``Queued`` (with the same
         options)."""
@@ -221,6 +223,7 @@ class AsyncClient:
                 queue_timeout=queue_timeout,
                 not_before=not_before,
                 if_busy=if_busy,
+                retry=retry,
             )
         )
 

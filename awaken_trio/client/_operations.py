@@ -20,6 +20,7 @@ from .._core import (
     InvalidArgument,
     JsonValue,
     LiveCommand,
+    RetryPolicy,
     RunEvent,
     RunRecord,
     RunState,
@@ -68,6 +69,7 @@ async def submit(
     queue_timeout: float | None = None,
     not_before: float | None = None,
     if_busy: IfBusy = "queue",
+    retry: RetryPolicy | None = None,
 ) -> str:
     handle = await runtime.submit(
         name,
@@ -79,6 +81,7 @@ async def submit(
         queue_timeout=queue_timeout,
         not_before=not_before,
         if_busy=if_busy,
+        retry=retry,
     )
     return handle.run_id
 

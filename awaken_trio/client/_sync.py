@@ -14,6 +14,7 @@ from .._core import (
     IfBusy,
     JsonValue,
     LiveCommand,
+    RetryPolicy,
     RunEvent,
     RunRecord,
     RunState,
@@ -145,12 +146,14 @@ class Client:
         queue_timeout: float | None = None,
         not_before: float | None = None,
         if_busy: IfBusy = "queue",
+        retry: RetryPolicy | None = None,
     ) -> str:
         """Commit a run ``Queued`` for a serving runtime with a body named ``name``; its
         run id. Idempotent by ``run_id`` (`Runtime.submit`); `RunExists` if it differs.
         ``timeout``/``deadline``, ``queue_timeout`` and ``not_before`` are
-        `Runtime.submit`'s (times are wall-clock seconds, ``time.time()`` scale), and so is
-        ``if_busy`` (`ThreadBusy` when ``"reject"`` finds the thread busy)."""
+        `Runtime.submit`'s (times are wall-clock seconds, ``time.time()`` scale), and so are
+        ``if_busy`` (`ThreadBusy` when ``"reject"`` finds the thread busy) and ``retry``
+        (a `RetryPolicy`: a worker tries the run again when its body fails)."""
         return self._run(
             lambda runtime: ops.submit(
                 runtime,
@@ -163,6 +166,7 @@ class Client:
                 queue_timeout=queue_timeout,
                 not_before=not_before,
                 if_busy=if_busy,
+                retry=retry,
             )
         )
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import trio
 
-from awaken_trio import JsonValue, RunContext, VersionedBody
+from awaken_trio import JsonValue, RunContext, RunError, VersionedBody
 from awaken_trio._core import Body
 
 
@@ -109,3 +109,17 @@ def _versioned(version: str) -> Body:
 
 versioned_v1 = {"versioned": VersionedBody(_versioned("1"), version="1")}
 versioned_v2 = {"versioned": VersionedBody(_versioned("2"), version="2")}
+
+
+async def flaky(ctx: RunContext) -> object:
+    """Fails its first ``input["fail"]`` tries (code ``flaky``), counting them in its
+    checkpoint (each retry starts from it), then ends with the count."""
+    assert isinstance(ctx.input, dict)
+    tries = int((ctx.checkpoint or {"tries": 0})["tries"]) + 1
+    await ctx.boundary({"tries": tries})
+    if tries <= int(ctx.input["fail"]):
+        raise RunError("flaky", f"try {tries} failed")
+    return {"tries": tries}
+
+
+bodies["flaky"] = flaky

@@ -124,3 +124,63 @@ async def test_bad_limits_are_usage_errors_and_nothing_is_committed(
     assert "Traceback" not in done.stderr
     missing = await cli("runs", "show", "bad-1", "--store", store)
     assert missing.code == 1
+
+
+async def test_submit_with_retries_stores_the_policy_and_show_says_where_it_stands(
+    store: str,
+) -> None:
+    done = await cli(
+        "runs",
+        "submit",
+        "job",
+        "--run-id",
+        "rt-1",
+        "--retries",
+        "2",
+        "--retry-backoff",
+        "0.5",
+        "--store",
+        store,
+        "--json",
+    )
+    assert done.code == 0, done.stderr
+    record = await _record(store, "rt-1")
+    assert record["retry"] == {
+        "attempts": 3,
+        "backoff": 0.5,
+        "factor": 2.0,
+        "max_backoff": 60.0,
+        "codes": None,
+    }
+    assert record["retries"] == 0
+    text = await cli("runs", "show", "rt-1", "--store", store)
+    [line] = [line for line in text.stdout.splitlines() if line.startswith("retry")]
+    assert "0 of 2 retries used (3 attempts; waits 0.5s, x2, at most 1m 00s)" in line
+    plain = await cli("runs", "submit", "job", "--run-id", "rt-2", "--store", store, "--json")
+    assert plain.code == 0
+    assert (await _record(store, "rt-2"))["retry"] is None
+    shown = await cli("runs", "show", "rt-2", "--store", store)
+    assert not [line for line in shown.stdout.splitlines() if line.startswith("retry")]
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["--retries", "-1"], "--retries"),
+        (["--retries", "x"], "--retries"),
+        (["--retries", "2", "--retry-backoff", "-1"], "--retry-backoff"),
+        (["--retry-backoff", "2"], "--retries"),
+    ],
+)
+async def test_bad_retry_options_exit_2_naming_the_option(
+    store: str, args: list[str], named: str
+) -> None:
+    run_id = f"bad-{abs(hash(tuple(args)))}"
+    refused = await cli(
+        "runs", "submit", "job", "--run-id", run_id, *args, "--store", store, "--json"
+    )
+    assert refused.code == 2, refused.stderr
+    assert named in refused.json()["message"]
+    unknown = await cli("runs", "show", run_id, "--store", store, "--json")
+    assert unknown.code != 0  # nothing committed
+    assert unknown.json()["error"] in ("unknown_run", "store_error")

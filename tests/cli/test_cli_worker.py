@@ -153,3 +153,28 @@ async def test_a_bad_worker_target_exits_2(store: str, target: str, says: str) -
     assert done.code == 2, done.stderr
     assert says in done.stderr
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.slow
+async def test_a_worker_retries_a_failing_run_and_logs_each_retry(store: str) -> None:
+    async with background(*worker_args(store), cwd=HERE) as worker:
+        seen = bytearray()
+        await read_until(worker.stderr, SERVING, seen)
+        submitted = await cli(
+            *("runs", "submit", "flaky", "--run-id", "fl-1", "--input", '{"fail": 2}'),
+            *("--retries", "2", "--retry-backoff", "0.1", "--store", store),
+        )
+        assert submitted.code == 0, submitted.stderr
+        ended = await wait_for(store, "fl-1", "ended")
+        log = await read_until(worker.stderr, "try 2 of 3", seen)
+        worker.send_signal(signal.SIGTERM)
+        assert await wait_exit(worker) == 0
+    assert ended["state"] == {"kind": "ended", "cause": {"kind": "natural_end"}}
+    assert ended["result"] == {"tries": 3}
+    assert (ended["retries"], ended["generation"]) == (2, 3)
+    retried = [e for e in ended["events"] if e["kind"] == "retry_scheduled"]
+    assert [e["detail"]["attempt"] for e in retried] == [1, 2]
+    assert all(e["detail"]["code"] == "flaky" for e in retried)
+    assert "WARNING awaken_trio: run 'fl-1' attempt 1 failed (try 1 of 3)" in log
+    text = await cli("runs", "show", "fl-1", "--store", store)
+    assert "2 of 2 retries used" in text.stdout

@@ -14,6 +14,7 @@ import pytest
 from awaken_trio import (
     EndCause,
     LiveCommand,
+    RetryPolicy,
     RunState,
     RuntimeClosed,
     StoreError,
@@ -217,3 +218,14 @@ def test_submit_takes_the_runs_time_limits_and_a_delayed_start() -> None:
             )
 
     anyio.run(main, backend="asyncio")
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_submit_takes_a_retry_policy(backend: str) -> None:
+    async def main() -> tuple[RetryPolicy | None, int]:
+        async with AsyncClient() as client:
+            await client.submit("job", run_id="rt", retry=RetryPolicy(attempts=2))
+            record = await client.record("rt")
+            return record.retry, record.retries
+
+    assert anyio.run(main, backend=backend) == (RetryPolicy(attempts=2), 0)

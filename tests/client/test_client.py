@@ -17,6 +17,7 @@ from awaken_trio import (
     InvalidArgument,
     LiveCommand,
     NotActive,
+    RetryPolicy,
     RunAlreadyEnded,
     RunExists,
     RunState,
@@ -340,3 +341,15 @@ def test_submit_takes_the_runs_time_limits_and_a_delayed_start() -> None:
             client.submit("job", run_id="both", timeout=1, deadline=before + 5)
         with pytest.raises(UnknownRun):
             client.record("both")
+
+
+def test_submit_takes_a_retry_policy_stored_with_the_run() -> None:
+    with Client() as client:
+        policy = RetryPolicy(attempts=4, backoff=0.5, codes=("timeout",))
+        run_id = client.submit("job", run_id="rt", retry=policy)
+        record = client.record(run_id)
+        assert (record.retry, record.retries) == (policy, 0)
+        with pytest.raises(InvalidArgument, match="retry= takes a RetryPolicy"):
+            client.submit("job", run_id="rt-bad", retry=3)  # type: ignore[arg-type]
+        with pytest.raises(UnknownRun):
+            client.record("rt-bad")
