@@ -261,6 +261,11 @@ class FinishBoundary:
             kernel.awaiting_bodies[attempt.run_id] = attempt.body
             self._let_go(attempt, None, retrying=how.generation)
             kernel.on_retry(how.retry_at, attempt.run_id, how.generation)
+            if attempt.deadline is not None:
+                # Queued here until then: the timer ends it at its deadline if its next
+                # try has not started by then (its retry time is earlier, but its thread
+                # may be busy).
+                kernel.on_limits(run_id=attempt.run_id, limits=Deadlines(attempt.deadline))
             attempt.completion.defer_to_store()
             return
         if type(how) is CommitFailed:

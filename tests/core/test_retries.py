@@ -477,3 +477,25 @@ async def test_the_store_failing_the_retry_commit_leaves_the_run_as_last_committ
         assert isinstance(record.state, RunState.Running)
         assert record.retries == 0
         assert retries_of(await history(rt, "r")) == []
+
+
+async def test_a_run_whose_retry_waits_for_a_busy_thread_still_ends_at_its_deadline(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    body = Flaky(1)
+
+    async def hung(ctx: RunContext) -> object:
+        await trio.sleep_forever()
+
+    async with runtime() as rt:
+        t0 = trio.current_time()
+        handle = await rt.start(
+            body, run_id="r", thread_id="t", timeout=20, retry=RetryPolicy(backoff=5)
+        )
+        await trio.sleep(1)  # it failed, and waits to retry at t0 + 5
+        busy = await rt.start(hung, run_id="busy", thread_id="t")
+        assert await settle(handle) == RunState.Ended(EndCause.Stopped("deadline"))
+        assert trio.current_time() == t0 + 20
+        assert body.calls == 1
+        await rt.cancel_run("busy")
+        await settle(busy)

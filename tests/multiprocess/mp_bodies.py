@@ -8,7 +8,7 @@ from typing import Any
 
 import trio
 
-from awaken_trio import JsonValue, RunContext, RunState
+from awaken_trio import JsonValue, RunContext, RunError, RunState
 from awaken_trio._core import Body
 from awaken_trio.agent import Agent, ModelReply, Tool, ToolCall
 
@@ -253,7 +253,21 @@ async def journaled(ctx: RunContext) -> JsonValue:
     ]
 
 
+async def failer(ctx: RunContext) -> JsonValue:
+    """``input = {"fail_at": [generations], "hang_at": [generations]}``: says ``enter``,
+    then parks for ever in a generation of ``hang_at`` (to be killed there), fails (code
+    ``flaky``) in one of ``fail_at``, else ends with its generation."""
+    _say("enter", ctx)
+    if ctx.generation in ctx.input.get("hang_at", []):
+        await trio.sleep_forever()
+    if ctx.generation in ctx.input.get("fail_at", []):
+        _say("fail", ctx)
+        raise RunError("flaky", f"generation {ctx.generation} failed")
+    return {"generation": ctx.generation}
+
+
 BODIES: dict[str, Body] = {
+    "failer": failer,
     "streamer": streamer,
     "journaled": journaled,
     "tree": tree,
