@@ -205,6 +205,9 @@ class FinishBoundary:
             else:
                 # Handed back for another runtime at shutdown.
                 self.settle(attempt, HANDED_BACK)
+        elif type(result.state) is Ended:  # the common end: `settle` of `Committed`
+            self._let_go(attempt, result.state)
+            attempt.completion.set(result.state)
         else:
             assert result.state is not None
             self.settle(attempt, Committed(result.state))
