@@ -48,7 +48,6 @@ from ._verdict import (
 )
 
 if TYPE_CHECKING:
-    from ._claims import ClaimPolicy
     from ._kernel import Kernel
 
 logger = logging.getLogger("awaken_trio")
@@ -142,6 +141,13 @@ class FinishBoundary:
                 retries=plan.attempt,
             )
         else:
+            descendants = None
+            if type(state) is not Queued:
+                # Those an earlier attempt handed back that this one did not take back end
+                # with it (rule 22), whether a release, a loss or a retry handed them back.
+                descendants = claims.descendants_at_end(attempt)
+                if descendants is None and plan is not None and plan.retries:
+                    descendants = "not_resumed"
             commit = commit_of.end(
                 attempt,
                 verdict,
@@ -149,7 +155,7 @@ class FinishBoundary:
                 detail=with_clock_error(verdict.detail, clock_error),
                 messages=messages,
                 release=release,
-                descendants=None if type(state) is Queued else _descendants_end(claims, attempt),
+                descendants=descendants,
                 chunks=chunks,
             )
         assert state is not None
@@ -391,16 +397,6 @@ def _log_failure(attempt: Attempt, error: BaseException, *, retry_at: float | No
         exc_info=error,
         extra=extra,
     )
-
-
-def _descendants_end(claims: ClaimPolicy, attempt: Attempt) -> DescendantsEnd | None:
-    """What the end of ``attempt`` does with the run's unended descendants: those an
-    earlier attempt handed back that this one did not take back end with it (rule 22),
-    whether a release, a loss (the claim policy's) or a retry handed them back."""
-    found = claims.descendants_at_end(attempt)
-    if found is None and attempt.retry is not None and attempt.retry.retries > 0:
-        return "not_resumed"
-    return found
 
 
 def _retried(failed: Verdict, plan: RetryPlan) -> Verdict:
