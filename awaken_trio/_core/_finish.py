@@ -123,41 +123,32 @@ class FinishBoundary:
         at, clock_error = kernel.now_for_end()
         release = claims.releases_at_end(attempt)
         plan = attempt.retry
+        descendants: DescendantsEnd | None = None
+        not_before = retries = None
         if plan is not None and plan.retry_at is not None and verdict.error is not None:
             # A failure the policy retries: not the run's end (the plan was made when the
             # body raised, and its children were handed back for the next attempt).
             verdict = _retried(verdict, plan)
             state = verdict.state
-            commit = commit_of.end(
-                attempt,
-                verdict,
-                at=at,
-                detail=with_clock_error(verdict.detail, clock_error),
-                messages=messages,
-                release=release,
-                descendants=None,
-                chunks=chunks,
-                not_before=plan.retry_at,
-                retries=plan.attempt,
-            )
-        else:
-            descendants = None
-            if type(state) is not Queued:
-                # Those an earlier attempt handed back that this one did not take back end
-                # with it (rule 22), whether a release, a loss or a retry handed them back.
-                descendants = claims.descendants_at_end(attempt)
-                if descendants is None and plan is not None and plan.retries:
-                    descendants = "not_resumed"
-            commit = commit_of.end(
-                attempt,
-                verdict,
-                at=at,
-                detail=with_clock_error(verdict.detail, clock_error),
-                messages=messages,
-                release=release,
-                descendants=descendants,
-                chunks=chunks,
-            )
+            not_before, retries = plan.retry_at, plan.attempt
+        elif type(state) is not Queued:
+            # Those an earlier attempt handed back that this one did not take back end
+            # with it (rule 22), whether a release, a loss or a retry handed them back.
+            descendants = claims.descendants_at_end(attempt)
+            if descendants is None and plan is not None and plan.retries:
+                descendants = "not_resumed"
+        commit = commit_of.end(
+            attempt,
+            verdict,
+            at=at,
+            detail=with_clock_error(verdict.detail, clock_error),
+            messages=messages,
+            release=release,
+            descendants=descendants,
+            chunks=chunks,
+            not_before=not_before,
+            retries=retries,
+        )
         assert state is not None
         # The span counts the messages this end discards that the runtime held; those only
         # the store holds (sent from another runtime, not yet relayed here) are added to
