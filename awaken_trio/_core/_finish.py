@@ -361,7 +361,7 @@ run, with its claim still its own): the claim is released."""
 
 def _log_failure(attempt: Attempt, error: BaseException, *, retry_at: float | None) -> None:
     """A body's error, once its run's ``Failed`` end (or its retry) is committed: never
-    silent (DESIGN §3): at ERROR for an end, at WARNING for a failure that is retried. The
+    silent (DESIGN §3): at ERROR for an end, at INFO for a failure that is retried. The
     record carries the traceback the event stores as ``extra["traceback"]`` (the run's
     data, which an operator's log shows at any level) besides ``exc_info``."""
     extra = {"run_id": attempt.run_id, "traceback": format_traceback(error)}
@@ -377,7 +377,7 @@ def _log_failure(attempt: Attempt, error: BaseException, *, retry_at: float | No
         return
     plan = attempt.retry
     assert plan is not None
-    logger.warning(
+    logger.info(
         "run %r attempt %d failed (try %d of %d), tried again in %.3gs: %s",
         attempt.run_id,
         attempt.generation,

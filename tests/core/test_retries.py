@@ -185,7 +185,7 @@ async def test_the_last_failure_ends_the_run_failed_as_without_a_policy(
 ) -> None:
     body = Flaky(10)
     async with runtime() as rt:
-        with caplog.at_level(logging.WARNING, logger="awaken_trio"):
+        with caplog.at_level(logging.INFO, logger="awaken_trio"):
             state = await rt.execute(body, run_id="r", retry=RetryPolicy(attempts=2))
         assert state == RunState.Ended(EndCause.Failed("flaky", "call 2 failed"))
         assert body.calls == 2
@@ -193,7 +193,7 @@ async def test_the_last_failure_ends_the_run_failed_as_without_a_policy(
         assert (record.generation, record.retries) == (2, 1)
         assert len(retries_of(await history(rt, "r"))) == 1
     warned = [
-        r for r in caplog.records if r.levelno == logging.WARNING and "try 1 of 2" in r.message
+        r for r in caplog.records if r.levelno == logging.INFO and "try 1 of 2" in r.message
     ]
     failed = [r for r in caplog.records if r.levelno == logging.ERROR and "failed" in r.message]
     assert len(warned) == 1
