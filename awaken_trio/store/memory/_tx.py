@@ -65,6 +65,33 @@ class MemoryChannel:
 
 @final
 @attrs.define(eq=False)
+class RowExtras:
+    """The columns of a run that most runs never set, kept apart so a run's row is small
+    (a memory store holds every run it keeps in memory): made on the first of them."""
+
+    # The messages an Awaiting commit carried, and the resume the run's current or next
+    # attempt answers (kept until the run awaits or ends).
+    carried: tuple[JsonValue, ...] = ()
+    carried_pause: bool = False
+    resume_value: JsonValue = None
+    resume_ticket: ResumeTicket | None = None
+    # Claims (shared stores): the last epoch granted, how many times its owner was lost,
+    # and the last owner of its claim.
+    epoch: int = 0
+    recoveries: int = 0
+    worker_id: str | None = None
+    # The run's checkpoints, each with the seq of the last event its commit wrote (the
+    # store's last seq when it wrote none), in seq order: the checkpoint as of an event is
+    # the last one at or before it (`checkpoint_at`). Forgotten with the run. Made on the
+    # first checkpoint: most runs never commit one.
+    history: list[tuple[int, JsonValue]] | None = None
+    # The run's ``step`` events (`MemoryStore.step_events`), a subset of ``events`` in seq
+    # order. Made on the first: most runs never journal a step.
+    step_entries: list[Entry] | None = None
+
+
+@final
+@attrs.define(eq=False)
 class MemoryRow:
     """One run's committed truth, updated in place by each accepted commit (the store
     rules' `StoredRun`); `MemoryStore.load` hands out a frozen `RunRecord` of it."""
@@ -102,27 +129,54 @@ class MemoryRow:
     retries: int = 0
     checkpoint: JsonValue = None
     steps: int = 0
-    # The messages an Awaiting commit carried, and the resume the run's current or next
-    # attempt answers (kept until the run awaits or ends).
-    carried: tuple[JsonValue, ...] = ()
-    carried_pause: bool = False
-    resume_value: JsonValue = None
-    resume_ticket: ResumeTicket | None = None
-    # Claims (shared stores): the last epoch granted, the epoch of the attempt live on the
-    # run (None when none is), and how many times its owner was lost.
-    epoch: int = 0
+    # The epoch of the attempt live on the run (shared stores; None when none is).
     attempt_epoch: int | None = None
-    recoveries: int = 0
     events: list[Entry] = attrs.field(factory=list)
-    # The run's checkpoints, each with the seq of the last event its commit wrote (the
-    # store's last seq when it wrote none), in seq order: the checkpoint as of an event is
-    # the last one at or before it (`checkpoint_at`). Forgotten with the run. Made on the
-    # first checkpoint: most runs never commit one.
-    history: list[tuple[int, JsonValue]] | None = None
-    # The run's ``step`` events (`MemoryStore.step_events`), a subset of ``events`` in seq
-    # order. Made on the first: most runs never journal a step.
-    step_entries: list[Entry] | None = None
-    worker_id: str | None = None
+    # What few runs ever hold (`RowExtras`), made on the first of it.
+    extras: RowExtras | None = None
+
+    def more(self) -> RowExtras:
+        """The run's `RowExtras`, made now if it has none yet."""
+        extras = self.extras
+        if extras is None:
+            extras = self.extras = RowExtras()
+        return extras
+
+    @property
+    def carried(self) -> tuple[JsonValue, ...]:
+        return () if self.extras is None else self.extras.carried
+
+    @property
+    def carried_pause(self) -> bool:
+        return self.extras is not None and self.extras.carried_pause
+
+    @property
+    def resume_value(self) -> JsonValue:
+        return None if self.extras is None else self.extras.resume_value
+
+    @property
+    def resume_ticket(self) -> ResumeTicket | None:
+        return None if self.extras is None else self.extras.resume_ticket
+
+    @property
+    def epoch(self) -> int:
+        return 0 if self.extras is None else self.extras.epoch
+
+    @property
+    def recoveries(self) -> int:
+        return 0 if self.extras is None else self.extras.recoveries
+
+    @property
+    def worker_id(self) -> str | None:
+        return None if self.extras is None else self.extras.worker_id
+
+    @property
+    def history(self) -> list[tuple[int, JsonValue]] | None:
+        return None if self.extras is None else self.extras.history
+
+    @property
+    def step_entries(self) -> list[Entry] | None:
+        return None if self.extras is None else self.extras.step_entries
 
     @property
     def named_root(self) -> bool:
@@ -250,16 +304,18 @@ class MemoryTx:
         return [run_id for _, run_id in expired]
 
     def take_carried(self, row: MemoryRow) -> Carried:
-        if not row.carried and not row.carried_pause:
+        extras = row.extras
+        if extras is None or (not extras.carried and not extras.carried_pause):
             return NOTHING_CARRIED
-        taken = CarriedValues(row.carried, row.carried_pause)
-        row.carried, row.carried_pause = (), False
+        taken = CarriedValues(extras.carried, extras.carried_pause)
+        extras.carried, extras.carried_pause = (), False
         return taken
 
     def held_resume(self, row: MemoryRow) -> HeldResume:
-        if row.resume_value is None and row.resume_ticket is None:
+        extras = row.extras
+        if extras is None or (extras.resume_value is None and extras.resume_ticket is None):
             return NO_RESUME
-        return HeldResume(row.resume_value, row.resume_ticket)
+        return HeldResume(extras.resume_value, extras.resume_ticket)
 
     def drop_commands(self, run_id: str) -> list[JsonValue]:
         commands = self.commands
@@ -376,10 +432,11 @@ class MemoryTx:
 
     def put_checkpoint(self, row: MemoryRow, checkpoint: JsonValue, seq: int) -> None:
         row.checkpoint = checkpoint
-        if row.history is None:
-            row.history = [(seq, checkpoint)]
+        extras = row.more()
+        if extras.history is None:
+            extras.history = [(seq, checkpoint)]
         else:
-            row.history.append((seq, checkpoint))
+            extras.history.append((seq, checkpoint))
 
     def set_ticket(self, row: MemoryRow, ticket: ResumeTicket | None) -> None:
         # The ticket itself lives in the Awaiting state; only the due-time index is kept.
@@ -391,13 +448,17 @@ class MemoryTx:
                 self.scheduled[row.run_id] = when
 
     def keep_carried(self, row: MemoryRow, messages: tuple[JsonValue, ...], pause: bool) -> None:
-        row.carried, row.carried_pause = messages, pause
+        if row.extras is not None or messages or pause:
+            extras = row.more()
+            extras.carried, extras.carried_pause = messages, pause
 
     def keep_resume(self, row: MemoryRow, resume: HeldResume) -> None:
-        row.resume_value, row.resume_ticket = resume
+        if row.extras is not None or resume.value is not None or resume.ticket is not None:
+            extras = row.more()
+            extras.resume_value, extras.resume_ticket = resume
 
     def set_epoch(self, row: MemoryRow, epoch: int) -> None:
-        row.epoch = epoch
+        row.more().epoch = epoch
 
     def set_attempt(self, row: MemoryRow, epoch: int | None) -> None:
         row.attempt_epoch = epoch
@@ -409,10 +470,10 @@ class MemoryTx:
         row.retries = retries
 
     def set_recoveries(self, row: MemoryRow, recoveries: int) -> None:
-        row.recoveries = recoveries
+        row.more().recoveries = recoveries
 
     def set_worker(self, row: MemoryRow, worker_id: str) -> None:
-        row.worker_id = worker_id
+        row.more().worker_id = worker_id
 
     def set_claim(self, run_id: str, claim: ClaimRow | None) -> None:
         if claim is None:
@@ -451,9 +512,10 @@ class MemoryTx:
         self.log.append(entry)
         row.events.append(entry)
         if kind == "step":
-            if row.step_entries is None:
-                row.step_entries = []
-            row.step_entries.append(entry)
+            extras = row.more()
+            if extras.step_entries is None:
+                extras.step_entries = []
+            extras.step_entries.append(entry)
         return seq
 
     def append_chunks(
