@@ -314,6 +314,21 @@ class Completion:
         return trio.lowlevel.Abort.SUCCEEDED
 
 
+@final
+@attrs.define(eq=False)
+class AttemptExtras:
+    """What few attempts of a run hold, kept apart so the attempt every parked run keeps
+    is small: made on the first of it (read through `Attempt`'s properties of the same
+    names)."""
+
+    verifier: OwnershipVerifier | None = None
+    queued_generation: int | None = None
+    suspension_checkpoint: JsonValue = UNSET
+    wake_pending: bool = False
+    relayed: bool = False
+    journal: Journal | None = None
+
+
 Phase = Literal["admitting", "queued", "waiting_elsewhere", "running", "ending", "sealed"]
 """Where an attempt is in its life; it only moves forward (down this list), and any phase
 may go straight to ``"sealed"``.
@@ -347,7 +362,6 @@ class Attempt:
     # few cache lines as possible.
     phase: Phase = attrs.field(default="admitting", init=False)
     pause_requested: bool = attrs.field(default=False, init=False)
-    wake_pending: bool = attrs.field(default=False, init=False)
     # Messages and stored commands; made on the first (most runs get none).
     inbox: Inbox | None = attrs.field(default=None, init=False)
 
@@ -364,7 +378,6 @@ class Attempt:
     steps: int = 0
     # The ticket this attempt answers (a resume), or None for a first attempt.
     ticket: ResumeTicket | None = None
-    verifier: OwnershipVerifier | None = None
     # The run's name, if its body is registered under one (what lets it be recovered).
     name: str | None = None
     # The top of the run's tree, and (durable stores) the claim every commit of the tree is
@@ -376,8 +389,6 @@ class Attempt:
     deadline: float | None = None
     # How the run is tried again if this attempt's body fails (None: it is not).
     retry: RetryPlan | None = None
-    # The generation the store holds while this attempt waits for its thread.
-    queued_generation: int | None = None
     gate_waiter: GateWaiter | None = None
 
     # While queued for its thread, the attempt waits inside this scope instead.
@@ -388,8 +399,6 @@ class Attempt:
     # is sealed (its end commit is fenced by it).
     started: bool = attrs.field(default=False, init=False)
     suspension: Awaiting | None = attrs.field(default=None, init=False)
-    # Progress to commit together with the suspension (``await_input(progress=...)``).
-    suspension_checkpoint: JsonValue = attrs.field(default=UNSET, init=False)
     # Children not yet ended, and admissions under way (made on the first child).
     children: Children | None = attrs.field(default=None, init=False)
     # The attempt's own nursery, once its actor entered it: its scope is the token (`scope`).
@@ -400,8 +409,6 @@ class Attempt:
     # (while it was queued, or for an earlier attempt): false only when the attempt's own
     # admission created the run ``Running``, so nothing could be stored before it.
     commands_before: bool = attrs.field(default=True, init=False)
-    # Durable stores: the relay of other runtimes' commands has read this attempt's.
-    relayed: bool = attrs.field(default=False, init=False)
     # What the runtime's observer keeps for this attempt once it started (tracing on).
     span: AttemptSpan | None = attrs.field(default=None, init=False)
     # The body version its first Running commit pins on a run that never started (a
@@ -409,8 +416,69 @@ class Attempt:
     pin: BodyPin | None = attrs.field(default=None, init=False)
     # The chunks its stream writers sent; made on the first ``ctx.stream()``.
     streams: StreamOutbox | None = attrs.field(default=None, init=False)
-    # The run's journaled steps as this attempt sees them (made at its first ctx.step).
-    journal: Journal | None = attrs.field(default=None, init=False)
+    # What few attempts hold (`AttemptExtras`), made on the first of it.
+    _extras: AttemptExtras | None = attrs.field(default=None, init=False)
+
+    def _more(self) -> AttemptExtras:
+        extras = self._extras
+        if extras is None:
+            extras = self._extras = AttemptExtras()
+        return extras
+
+    @property
+    def wake_pending(self) -> bool:
+        return self._extras is not None and self._extras.wake_pending
+
+    @wake_pending.setter
+    def wake_pending(self, value: bool) -> None:
+        if value or self._extras is not None:
+            self._more().wake_pending = value
+
+    @property
+    def verifier(self) -> OwnershipVerifier | None:
+        return None if self._extras is None else self._extras.verifier
+
+    @verifier.setter
+    def verifier(self, value: OwnershipVerifier | None) -> None:
+        self._more().verifier = value
+
+    @property
+    def queued_generation(self) -> int | None:
+        """The generation the store holds while this attempt waits for its thread."""
+        return None if self._extras is None else self._extras.queued_generation
+
+    @queued_generation.setter
+    def queued_generation(self, value: int | None) -> None:
+        self._more().queued_generation = value
+
+    @property
+    def suspension_checkpoint(self) -> JsonValue:
+        """Progress to commit together with the suspension (``await_input(progress=...)``),
+        or `UNSET`."""
+        return UNSET if self._extras is None else self._extras.suspension_checkpoint
+
+    @suspension_checkpoint.setter
+    def suspension_checkpoint(self, value: JsonValue) -> None:
+        self._more().suspension_checkpoint = value
+
+    @property
+    def relayed(self) -> bool:
+        """Durable stores: the relay of other runtimes' commands has read this attempt's."""
+        return self._extras is not None and self._extras.relayed
+
+    @relayed.setter
+    def relayed(self, value: bool) -> None:
+        self._more().relayed = value
+
+    @property
+    def journal(self) -> Journal | None:
+        """The run's journaled steps as this attempt sees them (made at its first
+        ctx.step)."""
+        return None if self._extras is None else self._extras.journal
+
+    @journal.setter
+    def journal(self, value: Journal | None) -> None:
+        self._more().journal = value
 
     @property
     def scope(self) -> trio.CancelScope | None:

@@ -177,11 +177,12 @@ def _attempt(
         max_steps,
         steps,
         ticket,
-        verifier,
         name,
         root_run_id,
         fence,
         deadline,
         retry,
     )
+    if verifier is not None:
+        attempt.verifier = verifier
     return attempt
