@@ -77,13 +77,13 @@ from ._json import freeze_detail as freeze_detail
 from ._json import scalar_dict as scalar_dict
 from ._observe import AttemptObserver as AttemptObserver
 from ._observe import Attribute as Attribute
+from ._operator import RuntimeStatistics as RuntimeStatistics
 from ._policy import RetryPolicy as RetryPolicy
 from ._policy import TimeLimit as TimeLimit
 from ._registry import AttemptRegistry as AttemptRegistry
 from ._registry import GateWaiter as GateWaiter
 from ._registry import ThreadGate as ThreadGate
 from ._runtime import Runtime as Runtime
-from ._runtime import RuntimeStatistics as RuntimeStatistics
 from ._runtime import raise_block_exit as raise_block_exit
 from ._runtime import request_end_here as request_end_here
 from ._runtime import run_mailbox as run_mailbox

@@ -183,6 +183,23 @@ class Control:
             return state
         return await self._handles.follow_end(attempt.run_id, attempt.start_seq)
 
+    @trio.lowlevel.enable_ki_protection
+    async def execute_root(
+        self,
+        body: Body,
+        input: JsonValue,
+        run_id: str | None,
+        thread_id: str | None,
+        name: str | None,
+        max_steps: int | None,
+    ) -> RunState:
+        """`execute` of the common start (`Admissions.start_root`)."""
+        attempt = await self._admissions.start_root(body, input, run_id, thread_id, name, max_steps)
+        state = await attempt.completion.wait()
+        if state is not None:
+            return state
+        return await self._handles.follow_end(attempt.run_id, attempt.start_seq)
+
     # ------------------------------------------------------------------ durable runs
 
     async def submit(

@@ -5,8 +5,11 @@ to its `Control`."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, final
 
+import attrs
+
+from ._commits import CommitStatistics
 from ._state import RunCounts
 from ._storage import WorkerRecord
 from ._validate import check_id
@@ -14,6 +17,18 @@ from ._validate import check_id
 if TYPE_CHECKING:
     from ._control import Control
     from ._kernel import Kernel
+
+
+@final
+@attrs.frozen
+class RuntimeStatistics:
+    """A snapshot of the runtime's process-local bookkeeping."""
+
+    active_attempts: int
+    queued_runs: int
+    busy_threads: int
+    awaiting_bodies: int
+    supervisor: CommitStatistics
 
 
 class OperatorCalls:
@@ -35,6 +50,19 @@ class OperatorCalls:
         """
         self._in_own_run()
         return await self._control.count_runs()
+
+    def statistics(self) -> RuntimeStatistics:
+        """Counts of what this runtime holds right now (attempts, queued runs, busy threads, the
+        supervisor's mailbox); sync, for monitoring.
+        """
+        kernel = self._kernel
+        return RuntimeStatistics(
+            active_attempts=len(kernel.registry),
+            queued_runs=len(kernel.queued),
+            busy_threads=len(kernel.gate),
+            awaiting_bodies=len(kernel.awaiting_bodies),
+            supervisor=kernel.mailbox.statistics(),
+        )
 
     def body_versions(self) -> dict[str, str | None]:
         """The names bodies are registered under here, each with its version (None for

@@ -9,7 +9,7 @@ import trio
 
 from ._attempt import Body, EndRequest
 from ._commands import Cancel, LiveCommand, Message, Pause, Wake
-from ._commits import CommitMailbox, CommitStatistics
+from ._commits import CommitMailbox
 from ._control import Control
 from ._errors import (
     InvalidArgument,
@@ -54,18 +54,6 @@ if TYPE_CHECKING:
     from ._kernel import Kernel
 
 _COMMANDS = frozenset((Cancel, Pause, Wake, Message))
-
-
-@final
-@attrs.frozen
-class RuntimeStatistics:
-    """A snapshot of the runtime's process-local bookkeeping."""
-
-    active_attempts: int
-    queued_runs: int
-    busy_threads: int
-    awaiting_bodies: int
-    supervisor: CommitStatistics
 
 
 @final
@@ -194,8 +182,17 @@ class Runtime(OperatorCalls, metaclass=NoPublicConstructor):
         The run belongs to the runtime, not to the caller: cancelling this call stops the
         waiting, not the run (use `deliver` or `cancel_run` for that).
         """
-        refuse_not_before(not_before, "execute()")
+        if not_before is not None:
+            refuse_not_before(not_before, "execute()")
         _in_run(self._trio_token)
+        if (
+            timeout is None
+            and deadline is None
+            and queue_timeout is None
+            and retry is None
+            and if_busy == "queue"
+        ):  # the common start, as in `start`
+            return await self._control.execute_root(body, input, run_id, thread_id, name, max_steps)
         spec = _root_spec(
             self._kernel,
             body,
@@ -656,19 +653,6 @@ class Runtime(OperatorCalls, metaclass=NoPublicConstructor):
                 " StreamingStore); the memory, SQLite and PostgreSQL stores do"
             )
         return store
-
-    def statistics(self) -> RuntimeStatistics:
-        """Counts of what this runtime holds right now (attempts, queued runs, busy threads, the
-        supervisor's mailbox); sync, for monitoring.
-        """
-        kernel = self._kernel
-        return RuntimeStatistics(
-            active_attempts=len(kernel.registry),
-            queued_runs=len(kernel.queued),
-            busy_threads=len(kernel.gate),
-            awaiting_bodies=len(kernel.awaiting_bodies),
-            supervisor=kernel.mailbox.statistics(),
-        )
 
 
 def _in_run(own: trio.lowlevel.TrioToken) -> None:

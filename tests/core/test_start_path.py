@@ -164,3 +164,20 @@ async def test_the_common_start_is_one_commit_in_the_callers_step(
         assert rt.statistics().active_attempts == 1
         assert await settle(handle) == DONE
         assert store.batches == [["r"], ["r"]]
+
+
+async def test_execute_takes_the_common_start_too(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    store = InlineFailingStore()
+    async with open_runtime(store) as rt:
+        assert await rt.execute(_done, run_id="r") == DONE
+        assert store.batches == [["r"], ["r"]]
+        store.failing = True
+        with pytest.raises(StoreError, match="disk full"):
+            await rt.execute(_done, run_id="s", thread_id="t")
+        assert rt.statistics().busy_threads == 0
+        store.failing = False
+        with pytest.raises(RunExists):
+            await rt.execute(_done, run_id="r")
+        assert await rt.execute(_done, run_id="s", thread_id="t") == DONE
