@@ -144,6 +144,14 @@ def _conclusion(
     shielded inside, never raises, so the end is committed once, whether inside the
     attempt's nursery or after it). Never raises either."""
     try:
+        if (
+            type(result) is outcome.Value
+            and not cancel_seen
+            and attempt.request is None
+            and attempt.suspension is None
+            and fits_as_it_is(result.value, host.max_payload_bytes)
+        ):
+            return Verdict(NATURAL_END, result.value)  # the common end (as `_verdict` has it)
         verdict = _verdict(host, attempt, result, cancel_seen)
     except Exception as exc:
         verdict = internal_failure(attempt.run_id, f"classifying its end raised {safe_repr(exc)}")

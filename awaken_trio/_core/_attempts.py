@@ -105,8 +105,9 @@ def first_attempt(
     if name is None and kernel.named:
         name = kernel.name_of(body)
     version = kernel.version_for(name, body) if kernel.versions else None
-    factory = kernel.verifier_factory
-    attempt = _attempt(
+    attempt = object.__new__(Attempt)  # (as `_attempt` builds it, a call less)
+    Attempt.__init__(
+        attempt,
         run_id,
         thread_id,
         1,
@@ -118,13 +119,12 @@ def first_attempt(
         max_steps,
         0,
         None,
-        None if factory is None else factory(run_id, thread_id, 1),
         name,
         run_id,
-        None,
-        None,
-        None,
     )
+    factory = kernel.verifier_factory
+    if factory is not None:
+        attempt.verifier = factory(run_id, thread_id, 1)
     new_run = NewRun(
         thread_id,
         None,

@@ -145,11 +145,15 @@ class Kernel:
         try:
             return self.now(), None
         except BaseException as exc:
-            if isinstance(exc, KeyboardInterrupt | SystemExit):
-                self.on_interrupt(exc)
-            elif isinstance(exc, trio.Cancelled):  # pragma: no cover - the clock is sync
-                raise
-            return self._last_at, f"the clock failed: {safe_repr(exc)}"
+            return self.clock_failed(exc)
+
+    def clock_failed(self, exc: BaseException) -> tuple[float, str]:
+        """`now_for_end`'s answer when the clock raised ``exc``."""
+        if isinstance(exc, KeyboardInterrupt | SystemExit):
+            self.on_interrupt(exc)
+        elif isinstance(exc, trio.Cancelled):  # pragma: no cover - the clock is sync
+            raise exc
+        return self._last_at, f"the clock failed: {safe_repr(exc)}"
 
     # ------------------------------------------------------------------ where runs are
 
