@@ -192,9 +192,7 @@ async def test_the_last_failure_ends_the_run_failed_as_without_a_policy(
         record = await rt.record("r")
         assert (record.generation, record.retries) == (2, 1)
         assert len(retries_of(await history(rt, "r"))) == 1
-    warned = [
-        r for r in caplog.records if r.levelno == logging.INFO and "try 1 of 2" in r.message
-    ]
+    warned = [r for r in caplog.records if r.levelno == logging.INFO and "try 1 of 2" in r.message]
     failed = [r for r in caplog.records if r.levelno == logging.ERROR and "failed" in r.message]
     assert len(warned) == 1
     assert warned[0].__dict__["run_id"] == "r"
@@ -548,3 +546,23 @@ async def test_a_clock_that_fails_when_the_retry_is_decided_makes_the_failure_th
         broken = False
         assert state == RunState.Ended(EndCause.Failed("flaky", "failed"))
         assert (await rt.record("r")).retries == 0
+
+
+async def test_a_child_waiting_to_retry_cancelled_by_itself_answers_its_parent(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    child = Flaky(1)
+
+    async def parent(ctx: RunContext) -> object:
+        state = await ctx.run_child(child, run_id="p.c", retry=RetryPolicy(backoff=30))
+        return repr(state)
+
+    async with runtime() as rt:
+        handle = await rt.start(parent, run_id="p")
+        await trio.sleep(1)
+        assert await rt.state("p.c") == QUEUED
+        await rt.cancel_run("p.c")
+        assert await settle(handle) == NATURAL
+        assert (await rt.record("p")).result == repr(CANCELLED)
+        await trio.sleep(60)
+        assert child.calls == 1
