@@ -48,7 +48,6 @@ from ._verdict import (
 )
 
 if TYPE_CHECKING:
-    from ._claims import ClaimPolicy
     from ._kernel import Kernel
 
 logger = logging.getLogger("awaken_trio")
@@ -124,34 +123,32 @@ class FinishBoundary:
         at, clock_error = kernel.now_for_end()
         release = claims.releases_at_end(attempt)
         plan = attempt.retry
+        descendants: DescendantsEnd | None = None
+        not_before = retries = None
         if plan is not None and plan.retry_at is not None and verdict.error is not None:
             # A failure the policy retries: not the run's end (the plan was made when the
             # body raised, and its children were handed back for the next attempt).
             verdict = _retried(verdict, plan)
             state = verdict.state
-            commit = commit_of.end(
-                attempt,
-                verdict,
-                at=at,
-                detail=with_clock_error(verdict.detail, clock_error),
-                messages=messages,
-                release=release,
-                descendants=None,
-                chunks=chunks,
-                not_before=plan.retry_at,
-                retries=plan.attempt,
-            )
-        else:
-            commit = commit_of.end(
-                attempt,
-                verdict,
-                at=at,
-                detail=with_clock_error(verdict.detail, clock_error),
-                messages=messages,
-                release=release,
-                descendants=None if type(state) is Queued else _descendants_end(claims, attempt),
-                chunks=chunks,
-            )
+            not_before, retries = plan.retry_at, plan.attempt
+        elif type(state) is not Queued:
+            # Those an earlier attempt handed back that this one did not take back end
+            # with it (rule 22), whether a release, a loss or a retry handed them back.
+            descendants = claims.descendants_at_end(attempt)
+            if descendants is None and plan is not None and plan.retries:
+                descendants = "not_resumed"
+        commit = commit_of.end(
+            attempt,
+            verdict,
+            at=at,
+            detail=with_clock_error(verdict.detail, clock_error),
+            messages=messages,
+            release=release,
+            descendants=descendants,
+            chunks=chunks,
+            not_before=not_before,
+            retries=retries,
+        )
         assert state is not None
         # The span counts the messages this end discards that the runtime held; those only
         # the store holds (sent from another runtime, not yet relayed here) are added to
@@ -364,7 +361,7 @@ run, with its claim still its own): the claim is released."""
 
 def _log_failure(attempt: Attempt, error: BaseException, *, retry_at: float | None) -> None:
     """A body's error, once its run's ``Failed`` end (or its retry) is committed: never
-    silent (DESIGN §3): at ERROR for an end, at WARNING for a failure that is retried. The
+    silent (DESIGN §3): at ERROR for an end, at INFO for a failure that is retried. The
     record carries the traceback the event stores as ``extra["traceback"]`` (the run's
     data, which an operator's log shows at any level) besides ``exc_info``."""
     extra = {"run_id": attempt.run_id, "traceback": format_traceback(error)}
@@ -380,7 +377,7 @@ def _log_failure(attempt: Attempt, error: BaseException, *, retry_at: float | No
         return
     plan = attempt.retry
     assert plan is not None
-    logger.warning(
+    logger.info(
         "run %r attempt %d failed (try %d of %d), tried again in %.3gs: %s",
         attempt.run_id,
         attempt.generation,
@@ -391,16 +388,6 @@ def _log_failure(attempt: Attempt, error: BaseException, *, retry_at: float | No
         exc_info=error,
         extra=extra,
     )
-
-
-def _descendants_end(claims: ClaimPolicy, attempt: Attempt) -> DescendantsEnd | None:
-    """What the end of ``attempt`` does with the run's unended descendants: those an
-    earlier attempt handed back that this one did not take back end with it (rule 22),
-    whether a release, a loss (the claim policy's) or a retry handed them back."""
-    found = claims.descendants_at_end(attempt)
-    if found is None and attempt.retry is not None and attempt.retry.retries > 0:
-        return "not_resumed"
-    return found
 
 
 def _retried(failed: Verdict, plan: RetryPlan) -> Verdict:
