@@ -192,9 +192,7 @@ async def test_the_last_failure_ends_the_run_failed_as_without_a_policy(
         record = await rt.record("r")
         assert (record.generation, record.retries) == (2, 1)
         assert len(retries_of(await history(rt, "r"))) == 1
-    warned = [
-        r for r in caplog.records if r.levelno == logging.INFO and "try 1 of 2" in r.message
-    ]
+    warned = [r for r in caplog.records if r.levelno == logging.INFO and "try 1 of 2" in r.message]
     failed = [r for r in caplog.records if r.levelno == logging.ERROR and "failed" in r.message]
     assert len(warned) == 1
     assert warned[0].__dict__["run_id"] == "r"

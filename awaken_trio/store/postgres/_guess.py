@@ -13,11 +13,11 @@ expected to find.
 
 A guessed transaction is one pipeline and one round trip:
 
-1. ``BEGIN``, the locks of the threads the batch guards or reads (``lock_threads``, the
-   same statement, keys and order as the two-trip transaction's), then ``as_guessed``: a
-   server-side function that reads what the transaction's reads would have read (with a
-   snapshot taken after the locks, as theirs is) and raises `GUESS_MISSED` when it is not
-   what was guessed;
+1. ``BEGIN``, then ``as_guessed``: a server-side function that takes the locks of the
+   threads the batch guards or reads (the keys and order of the two-trip transaction's
+   ``lock_threads``), reads what the transaction's reads would have read (with snapshots
+   taken after the locks, as theirs are) and raises `GUESS_MISSED` when it is not what was
+   guessed;
 2. the rules, run against the guessed view (`PgTx.begin_guessed`) exactly as they run
    against the rows read: no rule is written twice. A rule that asks for anything the
    guess does not hold (a row, a claim, a thread it did not guess) makes the transaction
@@ -137,13 +137,18 @@ def missed(exc: psycopg.Error) -> bool:
 
 
 _V15: Final = (
-    # The check of a guessed transaction (the module's docstring): raises GUESS_MISSED
-    # unless no run of the ids in ``absent`` exists, no run on the threads in ``free`` has
-    # an attempt marked live, and no run on the threads in ``quiet`` is unended. Each read
-    # by key, as the two-trip transaction's reads are (``rows``, ``live``, ``unended``).
-    f"""CREATE FUNCTION {{s}}.as_guessed(absent text[], free text[], quiet text[])
+    # The check of a guessed transaction (the module's docstring): takes the threads'
+    # locks (``lock_threads``: the keys' order, one lock as each key comes), then raises
+    # GUESS_MISSED unless no run of the ids in ``absent`` exists, no run on the threads in
+    # ``free`` has an attempt marked live, and no run on the threads in ``quiet`` is
+    # unended. Each read by key, as the two-trip transaction's reads are (``rows``,
+    # ``live``, ``unended``), and each with a snapshot of its own, taken after the locks
+    # (a volatile function's statements each take one).
+    f"""CREATE FUNCTION {{s}}.as_guessed(
+      space integer, keys integer[], absent text[], free text[], quiet text[])
     RETURNS void LANGUAGE plpgsql VOLATILE AS $$
     BEGIN
+      PERFORM pg_advisory_xact_lock(space, k) FROM unnest(keys) AS k;
       IF EXISTS (SELECT 1 FROM unnest(absent) AS k(id) CROSS JOIN LATERAL
                    (SELECT 1 FROM {{s}}.runs WHERE run_id = k.id OFFSET 0) r) THEN
         RAISE EXCEPTION 'a run the transaction creates exists'

@@ -174,11 +174,12 @@ class PgTx(TextRunTx[TextRow, _Insert]):
         return self.now
 
     def begin_guessed(self, guess: Guess) -> float:
-        """``BEGIN``, the locks of the threads ``guess`` names and the server's check of
-        it (``as_guessed``), queued, not sent: what the transaction's reads would find is
-        taken to be ``guess`` (``_guess``'s docstring), and `commit` sends everything in
-        one round trip. The transaction's clock (seconds): 0, its lease ends written
-        relative to the server's (``put_claims_now``), or the store's fixed clock."""
+        """``BEGIN`` and the server's check of ``guess`` (``as_guessed``, which takes the
+        locks of the threads it names first), queued, not sent: what the transaction's
+        reads would find is taken to be ``guess`` (``_guess``'s docstring), and `commit`
+        sends everything in one round trip. The transaction's clock (seconds): 0, its lease
+        ends written relative to the server's (``put_claims_now``), or the store's fixed
+        clock."""
         conn = self.conn
         self._begun = True
         self._guess = guess
@@ -189,10 +190,11 @@ class PgTx(TextRunTx[TextRow, _Insert]):
         threads = guess.threads
         for thread_id in threads:
             self._threads[thread_id] = {}
-        if threads:
-            keys = sorted({thread_key(thread_id) for thread_id in threads})
-            conn.execute(self.q.lock_threads, (self._thread_locks, keys))
-        conn.execute(self.q.as_guessed, (list(guess.absent), list(guess.free), list(guess.quiet)))
+        keys = sorted({thread_key(thread_id) for thread_id in threads})
+        conn.execute(
+            self.q.as_guessed,
+            (self._thread_locks, keys, list(guess.absent), list(guess.free), list(guess.quiet)),
+        )
         if self._clock is not None:
             self.now = self._clock() + self._offset
         else:

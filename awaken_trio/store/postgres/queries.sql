@@ -47,11 +47,11 @@ SELECT o.* FROM unnest(%b::text[]) AS k(id) CROSS JOIN LATERAL
    WHERE attempt_epoch IS NOT NULL AND thread_id = k.id OFFSET 0) o;
 
 -- as_guessed --
--- The check of a transaction written on a guess of its reads (``_guess``): raises
--- ``GUESS_MISSED`` unless no run of the first ids exists, no attempt is live on the
--- threads of the second, and no run is unended on the threads of the third. Sent after
--- the threads' locks, in the same pipeline.
-SELECT {s}.as_guessed(%b::text[], %b::text[], %b::text[]);
+-- The check of a transaction written on a guess of its reads (``_guess``): takes the
+-- threads' locks (as `lock_threads`: its first key and the second keys, in order), then
+-- raises ``GUESS_MISSED`` unless no run of the first ids exists, no attempt is live on
+-- the threads of the second, and no run is unended on the threads of the third.
+SELECT {s}.as_guessed(%s::integer, %b::int[], %b::text[], %b::text[], %b::text[]);
 
 -- unended --
 -- The runs on a thread that have not ended, oldest first (read after the thread's lock is
