@@ -598,14 +598,16 @@ def bench_noop(stores: Stores, n: int, rounds: int, out: Figures) -> None:
         rates: dict[str, float] = {}
         cpu: dict[str, dict[str, float]] = {}
         with cpu_busy() as load:
-            spent: dict[str, DrainCpu] = {}
-            ours = _drained(stores, "postgresql", n, 1, NOOP_CONCURRENCY, {"steps": 0}, spent)
-            for c, rate in ours.items():
-                rates[f"ours, {c} worker(s)"] = rate
-                cpu[f"ours, {c} worker(s)"] = {
-                    "drain": spent[c].workers / n * 1e3,
-                    "server": spent[c].server / n * 1e3,
-                }
+            for concurrency in NOOP_CONCURRENCY:
+                spent: dict[str, DrainCpu] = {}
+                ours = _drained(stores, "postgresql", n, 1, concurrency, {"steps": 0}, spent)
+                for c, rate in ours.items():
+                    way = f"ours, {c} worker(s), concurrency {concurrency}"
+                    rates[way] = rate
+                    cpu[way] = {
+                        "drain": spent[c].workers / n * 1e3,
+                        "server": spent[c].server / n * 1e3,
+                    }
             for consumers, batch in PGQUEUER_WAYS:
                 way = f"pgqueuer, {consumers} consumer(s), batch {batch}"
                 (rate, _, drain_cpu, server_cpu), _ = _peer_rates(
