@@ -18,6 +18,13 @@ the clock the canceller reads too):
   look itself found an end committed elsewhere).
 
 Nothing is printed while the cancel travels: each point is a list append.
+
+    python benchmarks/_cancel_owner.py --floor <store-url>
+
+is the floor beside it: a Trio program whose worker thread waits on a ``LISTEN``ing psycopg
+connection (channel `FLOOR_CHANNEL`), as the store's listener does, and prints ``heard
+<payload> <time>`` once the Trio task the notice wakes runs again: what any durable signal
+from another process costs to reach a Trio task through this server, with no store.
 """
 
 from __future__ import annotations
@@ -44,6 +51,7 @@ from tests.multiprocess import mp_bodies  # noqa: E402
 WORKER = ROOT / "tests" / "multiprocess" / "worker_process.py"
 
 POINTS: list[tuple[str, float]] = []
+FLOOR_CHANNEL = "cancel_floor"
 
 
 def _note(point: str) -> None:
@@ -113,7 +121,27 @@ async def traced_reporter(ctx: RunContext) -> JsonValue:
         print(f"cancelled {ctx.run_id} {observed!r}", flush=True)
 
 
+async def floor(url: str) -> None:
+    """Print ``heard <payload> <time>`` for each notice on `FLOOR_CHANNEL`, from the Trio
+    task a worker thread's wait wakes (``ready`` first, once listening)."""
+    conn = psycopg.connect(url, autocommit=True)
+    conn.execute(f"LISTEN {FLOOR_CHANNEL}")
+    print("ready floor", flush=True)
+
+    def wait() -> str:
+        for notice in conn.notifies(stop_after=1):
+            return notice.payload
+        return ""  # pragma: no cover
+
+    while True:
+        payload = await trio.to_thread.run_sync(wait)
+        print(f"heard {payload} {time.time()!r}", flush=True)
+
+
 def main() -> None:
+    if sys.argv[1] == "--floor":
+        trio.run(floor, sys.argv[2])
+        return
     _trace_notifies()
     _trace_listener()
     _trace_relay()

@@ -84,6 +84,7 @@ from _harness import ROOT, percentile, write_json
 from awaken_trio import EndCause, RunContext, RunState, open_runtime
 
 WORKER = ROOT / "tests" / "multiprocess" / "worker_process.py"
+CANCEL_OWNER = ROOT / "benchmarks" / "_cancel_owner.py"
 DONE = RunState.Ended(EndCause.NaturalEnd())
 WORKER_COUNTS = (1, 2, 4)
 STORES = ("postgresql", "sqlite")
@@ -185,15 +186,19 @@ def workers(
     stderr: Any = None,
     gate: bool = False,
     script: Path = WORKER,
+    floor: bool = False,
 ) -> Iterator[list[subprocess.Popen[str]]]:
     """``count`` worker processes serving ``url``, each ready; killed on leaving. With
     ``gate``, each has its runtime open but serves only once `open_gates` is called.
-    ``script`` is the worker's program (``worker_process.py``'s arguments)."""
+    ``script`` is the worker's program (``worker_process.py``'s arguments); with ``floor``,
+    ``_cancel_owner.py --floor`` instead."""
     processes: list[subprocess.Popen[str]] = []
     try:
         for i in range(count):
             process = subprocess.Popen(
-                [
+                [sys.executable, str(CANCEL_OWNER), "--floor", url]
+                if floor
+                else [
                     sys.executable,
                     str(script),
                     url,
@@ -964,8 +969,6 @@ def bench_peers(stores: Stores, dbos_n: int, jobs: int, rounds: int, out: Figure
 # ---------------------------------------------------------------------------- cancel
 
 
-CANCEL_OWNER = ROOT / "benchmarks" / "_cancel_owner.py"
-
 CANCEL_PARTS: Final = (
     ("canceller's read", "asked", "loaded"),
     ("  to its transaction", "loaded", "begin"),
@@ -996,6 +999,8 @@ class CancelSample:
 
     seconds: float
     moments: dict[str, float] = attrs.Factory(dict)
+    owner: list[tuple[str, float]] = attrs.Factory(list)
+    """The owner's moments noted since the last cancel (``_cancel_owner.py``)."""
     path: str = ""
     """How the owner learned of it: ``notice`` (the NOTIFY's ends, before any read),
     ``look`` (a look at the store found it), or ``""`` (not traced)."""
@@ -1020,9 +1025,51 @@ def _cancel_moments(
     return moments, path
 
 
+class _FloorSignal:
+    """The floor of a cross-process cancel (``_cancel_owner.py --floor``): a one-row
+    ``INSERT`` and a ``NOTIFY`` committed in one round trip on a psycopg connection, in a
+    worker thread as the store commits, until a Trio task in the listening process runs."""
+
+    def __init__(self, url: str, listener: subprocess.Popen[str]) -> None:
+        psycopg: Any = importlib.import_module("psycopg")
+        self._conn = psycopg.connect(url)
+        self._conn.execute("CREATE TABLE IF NOT EXISTS floor (id bigserial PRIMARY KEY, body text)")
+        self._conn.commit()
+        self._listener = listener
+        self._i = 0
+
+    def signal(self) -> None:
+        self._i += 1
+        with self._conn.pipeline():
+            self._conn.execute("INSERT INTO floor (body) VALUES (%s)", (f"row {self._i}",))
+            self._conn.execute(f"NOTIFY cancel_floor, 'f{self._i}'")
+            self._conn.execute("COMMIT")
+
+    async def seconds(self) -> float:
+        """One signal's seconds, from asking to the listening Trio task."""
+        assert self._listener.stdout is not None
+        asked = time.time()
+        await trio.to_thread.run_sync(self.signal)
+        line = await trio.to_thread.run_sync(self._listener.stdout.readline)
+        word, payload, heard = line.split()
+        assert word == "heard", line
+        assert payload == f"f{self._i}", line
+        return float(heard) - asked
+
+    def close(self) -> None:
+        self._conn.close()
+
+
 async def _cancel_latencies(
-    url: str, worker: subprocess.Popen[str], samples: int, *, traced: bool
-) -> list[CancelSample]:
+    url: str,
+    worker: subprocess.Popen[str],
+    samples: int,
+    *,
+    traced: bool,
+    floor: subprocess.Popen[str] | None = None,
+) -> tuple[list[CancelSample], list[float]]:
+    """Each cancel's `CancelSample`, and with ``floor`` (the floor's listening process on
+    the same database) the floor's seconds, one after each cancel."""
     from awaken_trio.store.postgres._store import PostgresStore
     from awaken_trio.store.postgres._tx import PgTx
 
@@ -1065,6 +1112,8 @@ async def _cancel_latencies(
         PgTx.begin = timed_begin  # type: ignore[method-assign]
         PgTx.commit = timed_commit  # type: ignore[method-assign]
     body = "traced_reporter" if traced else "reporter"
+    floors: list[float] = []
+    signal = None if floor is None else await trio.to_thread.run_sync(_FloorSignal, url, floor)
     try:
         async with open_runtime(url, poll=0.05) as runtime:
             for i in range(samples):
@@ -1091,12 +1140,30 @@ async def _cancel_latencies(
                 sample = CancelSample(float(observed) - asked)
                 if traced:
                     sample.moments, sample.path = _cancel_moments(asked, owner, a)
+                    sample.owner = owner
                     sample.moments["observed"] = float(observed)
                 found.append(sample)
+                if signal is not None:
+                    await trio.sleep(rng.uniform(0, 0.05))
+                    floors.append(await signal.seconds())
     finally:
+        if signal is not None:
+            signal.close()
         PostgresStore.load, PostgresStore.apply = load, apply  # type: ignore[method-assign]
         PgTx.begin, PgTx.commit = begin, commit  # type: ignore[method-assign]
-    return found
+    return found, floors
+
+
+def _shown_sample(sample: CancelSample) -> Figures:
+    """A traced cancel for the JSON figures: its milliseconds, its path, and each moment
+    (its own and the owner's) in milliseconds after it was asked."""
+    asked = sample.moments["asked"]
+    return {
+        "ms": sample.seconds * 1e3,
+        "path": sample.path,
+        "moments": {k: round((t - asked) * 1e3, 3) for k, t in sample.moments.items()},
+        "owner": [(p, round((t - asked) * 1e3, 3)) for p, t in sample.owner if t > asked - 0.1],
+    }
 
 
 PERCENTILES: Final = (("p50", 0.50), ("p95", 0.95), ("p99", 0.99))
@@ -1130,22 +1197,38 @@ def bench_cancel(
     for kind in stores.measured(table):
         traced = breakdown and kind == "postgresql"
         by_round: list[dict[str, float]] = []
+        floor_by_round: list[dict[str, float]] = []
+        slowest: list[list[Figures]] = []
         parts_by_round: list[dict[str, dict[str, float]]] = []
         paths: dict[str, int] = {}
         for _ in range(rounds):
             url = stores.fresh(kind)
             trio.run(_touch, url)
             extra = ("--poll", "0.05", "--lease", "5")
-            with workers(url, 1, *extra, script=CANCEL_OWNER if traced else WORKER) as (worker,):
-                found = trio.run(
-                    functools.partial(_cancel_latencies, url, worker, samples, traced=traced)
+            with contextlib.ExitStack() as stack:
+                (worker,) = stack.enter_context(
+                    workers(url, 1, *extra, script=CANCEL_OWNER if traced else WORKER)
+                )
+                floor = None
+                if kind == "postgresql":
+                    (floor,) = stack.enter_context(workers(url, 1, script=CANCEL_OWNER, floor=True))
+                found, floors = trio.run(
+                    functools.partial(
+                        _cancel_latencies, url, worker, samples, traced=traced, floor=floor
+                    )
                 )
             delays = [s.seconds * 1e3 for s in found]
             by_round.append({name: percentile(delays, q) for name, q in PERCENTILES})
+            if floors:
+                floor_ms = [f * 1e3 for f in floors]
+                floor_by_round.append({name: percentile(floor_ms, q) for name, q in PERCENTILES})
             for sample in found:
                 paths[sample.path] = paths.get(sample.path, 0) + 1
             if traced:
                 parts_by_round.append(_cancel_parts(found))
+                slowest.append(
+                    [_shown_sample(s) for s in sorted(found, key=lambda s: s.seconds)[-3:]]
+                )
         row: Figures = {
             name: statistics.median(r[name] for r in by_round) for name, _ in PERCENTILES
         }
@@ -1153,6 +1236,14 @@ def bench_cancel(
         shown = "   ".join(f"{name} {row[name]:6.1f} ms" for name, _ in PERCENTILES)
         each = ", ".join(f"{r['p99']:.1f}" for r in by_round)
         print(f"  {kind:10s} {shown}   (p99 of each round: {each})")
+        if floor_by_round:
+            floor_row = {
+                name: statistics.median(r[name] for r in floor_by_round) for name, _ in PERCENTILES
+            }
+            row["floor"] = floor_row | {"rounds": floor_by_round}
+            shown = "   ".join(f"{name} {floor_row[name]:6.1f} ms" for name, _ in PERCENTILES)
+            each = ", ".join(f"{r['p99']:.1f}" for r in floor_by_round)
+            print(f"  {'  floor':10s} {shown}   (p99 of each round: {each})")
         if traced:
             parts = {
                 part: {
@@ -1163,6 +1254,7 @@ def bench_cancel(
             }
             row["parts ms"] = parts
             row["paths"] = paths
+            row["slowest 3 of each round"] = slowest
             print(f"  {'':10s} where it goes (ms; medians of the rounds), by the notice {paths}:")
             print(f"  {'':10s} {'':20s} {'p50':>7s} {'p95':>7s} {'p99':>7s} {'slowest 5%':>11s}")
             for part, figures in parts.items():
