@@ -487,6 +487,10 @@ def kind_of_variant(variant: type[RunState]) -> StateKind | None:
 
 QUEUED: Final[RunState] = Queued()
 
+COMMITTED: Final = EventKind.COMMITTED
+"""The kind of a commit's own event (a member read from its enum class costs a lookup
+through the class's metaclass on every read: read once here for every commit's path)."""
+
 LAPSED: Final = -math.inf
 """The lease of a claim given up while its run is still ``Running``: lapsed at every
 reading, so recovery finds the run."""
@@ -870,7 +874,7 @@ def write_events(
     if not commit.events and not (taken or stored or commit.discarded_messages):
         # The common commit: its own event alone, or none.
         if commit.announce:
-            return tx.event(row, generation, EventKind.COMMITTED, commit.detail, at)
+            return tx.event(row, generation, COMMITTED, commit.detail, at)
         return 0
     last_seq = 0
     for draft in commit.events:
