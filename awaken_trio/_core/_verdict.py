@@ -74,10 +74,15 @@ class Classified:
 
 
 @final
-@attrs.frozen(eq=False)
+@attrs.define(eq=False)
 class Verdict:
     """The state an attempt ends in, with what its terminal commit records. None: the
-    attempt lost its run and commits nothing."""
+    attempt lost its run and commits nothing.
+
+    Decided once and never changed, like the `Commit` it becomes; not a frozen attrs
+    class for the same reason (one is built on every run's path, where a frozen instance
+    costs several times as much to build): treat it as read-only.
+    """
 
     state: RunState | None
     result: JsonValue = None
