@@ -321,6 +321,9 @@ class AttemptExtras:
     is small: made on the first of it (read through `Attempt`'s properties of the same
     names)."""
 
+    max_steps: int | None = None
+    name: str | None = None
+    queue_scope: trio.CancelScope | None = None
     verifier: OwnershipVerifier | None = None
     queued_generation: int | None = None
     suspension_checkpoint: JsonValue = UNSET
@@ -373,13 +376,10 @@ class Attempt:
     input: JsonValue
     checkpoint: JsonValue
     resume_value: JsonValue
-    max_steps: int | None = None
     # Boundaries the run has passed, in all its attempts so far (the budget max_steps caps).
     steps: int = 0
     # The ticket this attempt answers (a resume), or None for a first attempt.
     ticket: ResumeTicket | None = None
-    # The run's name, if its body is registered under one (what lets it be recovered).
-    name: str | None = None
     # The top of the run's tree, and (durable stores) the claim every commit of the tree is
     # made under: the root's, shared by its children.
     root_run_id: str = ""
@@ -391,8 +391,6 @@ class Attempt:
     retry: RetryPlan | None = None
     gate_waiter: GateWaiter | None = None
 
-    # While queued for its thread, the attempt waits inside this scope instead.
-    queue_scope: trio.CancelScope | None = attrs.field(default=None, init=False)
     completion: Completion = attrs.field(factory=Completion, init=False)
     request: EndRequest | None = attrs.field(default=None, init=False)
     # It committed ``Running`` (its body ran or runs): a fact of its history, kept once it
@@ -433,6 +431,37 @@ class Attempt:
     def wake_pending(self, value: bool) -> None:
         if value or self._extras is not None:
             self._more().wake_pending = value
+
+    @property
+    def max_steps(self) -> int | None:
+        """The run's budget of boundaries, across all its attempts (None: no budget)."""
+        return None if self._extras is None else self._extras.max_steps
+
+    @max_steps.setter
+    def max_steps(self, value: int | None) -> None:
+        if value is not None or self._extras is not None:
+            self._more().max_steps = value
+
+    @property
+    def name(self) -> str | None:
+        """The run's name, if its body is registered under one (what lets it be
+        recovered)."""
+        return None if self._extras is None else self._extras.name
+
+    @name.setter
+    def name(self, value: str | None) -> None:
+        if value is not None or self._extras is not None:
+            self._more().name = value
+
+    @property
+    def queue_scope(self) -> trio.CancelScope | None:
+        """While queued for its thread, the attempt waits inside this scope instead."""
+        return None if self._extras is None else self._extras.queue_scope
+
+    @queue_scope.setter
+    def queue_scope(self, value: trio.CancelScope | None) -> None:
+        if value is not None or self._extras is not None:
+            self._more().queue_scope = value
 
     @property
     def verifier(self) -> OwnershipVerifier | None:

@@ -106,22 +106,11 @@ def first_attempt(
         name = kernel.name_of(body)
     version = kernel.version_for(name, body) if kernel.versions else None
     attempt = object.__new__(Attempt)  # (as `_attempt` builds it, a call less)
-    Attempt.__init__(
-        attempt,
-        run_id,
-        thread_id,
-        1,
-        None,
-        body,
-        input,
-        None,
-        None,
-        max_steps,
-        0,
-        None,
-        name,
-        run_id,
-    )
+    Attempt.__init__(attempt, run_id, thread_id, 1, None, body, input, None, None, 0, None, run_id)
+    if max_steps is not None:
+        attempt.max_steps = max_steps
+    if name is not None:
+        attempt.name = name
     factory = kernel.verifier_factory
     if factory is not None:
         attempt.verifier = factory(run_id, thread_id, 1)
@@ -174,10 +163,8 @@ def _attempt(
         input,
         checkpoint,
         resume_value,
-        max_steps,
         steps,
         ticket,
-        name,
         root_run_id,
         fence,
         deadline,
@@ -185,4 +172,8 @@ def _attempt(
     )
     if verifier is not None:
         attempt.verifier = verifier
+    if max_steps is not None:
+        attempt.max_steps = max_steps
+    if name is not None:
+        attempt.name = name
     return attempt
