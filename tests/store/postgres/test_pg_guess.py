@@ -8,7 +8,7 @@ from __future__ import annotations
 import select
 import socket
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import AsyncExitStack
 
 import psycopg
@@ -402,3 +402,48 @@ async def test_an_awaited_start_and_submit_are_written_on_a_guess(
             assert "started" not in read_first
             assert "queued" not in read_first
             await runtime.cancel_run("started")
+
+
+async def test_a_guess_that_does_not_fit_the_batch_gives_way(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Guessed where it should not be (every run taken to be new, no thread read): a rule
+    that reads what the guess does not hold gives the guess up before anything is sent,
+    and a run that exists fails the server's check; both batches land as read first."""
+
+    def everything(batch: Sequence[Commit]) -> _guess.Guess:
+        return _guess.Guess(tuple(commit.run_id for commit in batch), (), ())
+
+    with trio.fail_after(30):
+        async with PostgresStore(pg_url) as store:
+            assert isinstance(await _one(store, _new("root", running=True)), Accepted)
+            monkeypatch.setattr(store_module, "guess_of", everything)
+            # A child under the root's claim: its fence reads the claim (not guessed).
+            child = _new("kid", thread="k", parent="root", fence=Fence("root", "me", 1))
+            assert isinstance(await _one(store, child), Accepted)
+            stale = _new("kid2", thread="k", parent="root", fence=Fence("root", "me", 7))
+            assert await _one(store, stale) == Rejected(RejectReason.FENCED, None)
+            # A commit on the existing root: the check finds the run.
+            queued = Commit(
+                run_id="root",
+                state=RunState.Queued(),
+                generation=1,
+                expect=Expect(generation=1),
+                at=2.0,
+                fence=Fence("root", "me", 1),
+            )
+            assert isinstance(await _one(store, queued), Accepted)
+            record = await store.load("root")
+            assert record is not None
+            assert record.state == RunState.Queued()
+        # The rules compare a claim it read with the transaction's clock: a lease that has
+        # run out (the server's clock moved past it) fences the child, as read first.
+        assert isinstance(await _one_at(pg_url, _new("r2", running=True), 0.0), Accepted)
+        late = _new("kid3", thread="k3", parent="r2", fence=Fence("r2", "me", 1))
+        assert await _one_at(pg_url, late, 2 * LIVE) == Rejected(RejectReason.FENCED, None)
+
+
+async def _one_at(url: str, commit: Commit, offset: float) -> CommitResult:
+    """``commit`` applied by a store whose clock is ``offset`` seconds past the server's."""
+    async with PostgresStore(url, lease_offset=lambda: offset) as store:
+        return await _one(store, commit)
