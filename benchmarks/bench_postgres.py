@@ -79,11 +79,12 @@ from typing import Any, Final
 
 import attrs
 import trio
-from _harness import ROOT, write_json
+from _harness import ROOT, percentile, write_json
 
 from awaken_trio import EndCause, RunContext, RunState, open_runtime
 
 WORKER = ROOT / "tests" / "multiprocess" / "worker_process.py"
+CANCEL_OWNER = ROOT / "benchmarks" / "_cancel_owner.py"
 DONE = RunState.Ended(EndCause.NaturalEnd())
 WORKER_COUNTS = (1, 2, 4)
 STORES = ("postgresql", "sqlite")
@@ -179,17 +180,27 @@ def connection_peak(server: Any, url: str) -> Iterator[list[int]]:
 
 @contextlib.contextmanager
 def workers(
-    url: str, count: int, *extra: str, stderr: Any = None, gate: bool = False
+    url: str,
+    count: int,
+    *extra: str,
+    stderr: Any = None,
+    gate: bool = False,
+    script: Path = WORKER,
+    floor: bool = False,
 ) -> Iterator[list[subprocess.Popen[str]]]:
     """``count`` worker processes serving ``url``, each ready; killed on leaving. With
-    ``gate``, each has its runtime open but serves only once `open_gates` is called."""
+    ``gate``, each has its runtime open but serves only once `open_gates` is called.
+    ``script`` is the worker's program (``worker_process.py``'s arguments); with ``floor``,
+    ``_cancel_owner.py --floor`` instead."""
     processes: list[subprocess.Popen[str]] = []
     try:
         for i in range(count):
             process = subprocess.Popen(
-                [
+                [sys.executable, str(CANCEL_OWNER), "--floor", url]
+                if floor
+                else [
                     sys.executable,
-                    str(WORKER),
+                    str(script),
                     url,
                     "--name",
                     f"w{i}",
@@ -480,43 +491,172 @@ def bench_drain(stores: Stores, n: int, rounds: int, out: Figures) -> None:
 
 
 WAITING_CONCURRENCY: Final = 32
-WAITING_DELAY: Final = 0.25
+WAITING_DELAY: Final = 0.2
 
 
-def bench_waiting(stores: Stores, n: int, out: Figures) -> None:
+def bench_waiting(stores: Stores, n: int, rounds: int, out: Figures) -> None:
     """Runs whose bodies wait (for a model's or a tool's answer, `WAITING_DELAY` seconds)
     before their one step, each worker holding `WAITING_CONCURRENCY` at once: the load
     more workers are for. A worker's held runs bound its rate (at most
     ``WAITING_CONCURRENCY / WAITING_DELAY`` runs a second), so 1, 2 and 4 workers should
-    give about 1, 2 and 4 times the runs while the machine's cores are not all busy. One
-    round: a point takes seconds, and its figure is bounded by the wait, not the machine."""
+    give about 1, 2 and 4 times the runs while the machine's cores are not all busy; the
+    ratio of 4 workers to 2 is taken in each round (medians of ``rounds``), with the share
+    of the machine's CPU that was busy and the CPU a run took (workers and server)."""
     print(
         f"\n== waiting bodies: {n} runs queued first, each waiting {WAITING_DELAY} s, a worker"
-        f" holding {WAITING_CONCURRENCY} (runs/s) =="
+        f" holding {WAITING_CONCURRENCY} (runs/s, medians of {rounds} rounds) =="
     )
     table: Figures = out.setdefault(
-        "waiting", {"runs": n, "delay": WAITING_DELAY, "concurrency": WAITING_CONCURRENCY}
+        "waiting",
+        {"runs": n, "delay": WAITING_DELAY, "concurrency": WAITING_CONCURRENCY, "rounds": rounds},
     )
     bound = WAITING_CONCURRENCY / WAITING_DELAY
     for kind in stores.measured(table):
-        with cpu_busy() as load:
-            rates = _drained(
-                stores,
-                kind,
-                n,
-                1,
-                WAITING_CONCURRENCY,
-                {"steps": 1, "delay": WAITING_DELAY},
-            )
+        found: list[dict[str, float]] = []
+        loads: list[float] = []
+        spent: list[dict[str, DrainCpu]] = []
+        for _ in range(rounds):
+            cpu: dict[str, DrainCpu] = {}
+            with cpu_busy() as load:
+                found.append(
+                    _drained(
+                        stores,
+                        kind,
+                        n,
+                        1,
+                        WAITING_CONCURRENCY,
+                        {"steps": 1, "delay": WAITING_DELAY},
+                        cpu,
+                    )
+                )
+            loads += load
+            spent.append(cpu)
+        rates = {c: statistics.median(r[c] for r in found) for c in found[0]}
+        four_over_two = statistics.median(r["4"] / r["2"] for r in found)
+        per_run = {
+            c: {
+                "workers": statistics.median(cpu[c].workers for cpu in spent) / n * 1e3,
+                "server": statistics.median(cpu[c].server for cpu in spent) / n * 1e3,
+            }
+            for c in found[0]
+        }
         shown = "   ".join(
             f"{c} worker(s) {rate:7,.0f} ({rate / (bound * int(c)):.0%} of its bound)"
             for c, rate in rates.items()
         )
         print(f"  {kind:10s} {shown}")
-        table[kind] = {"runs/s": rates, "bound per worker": bound}
-        if load:
-            table[kind]["machine CPU busy"] = load[0]
-            print(f"  {'':10s} machine CPU busy over the three: {load[0]:.0%}")
+        each = ", ".join(f"{r['4'] / r['2']:.2f}" for r in found)
+        print(f"  {'':10s} 4 workers / 2 workers {four_over_two:.2f}  (each round: {each})")
+        table[kind] = {
+            "runs/s": rates,
+            "bound per worker": bound,
+            "4 workers / 2 workers": four_over_two,
+            "rounds": found,
+            "CPU ms a run": per_run,
+        }
+        shown = "   ".join(
+            f"{c}: workers {ms['workers']:.3f}"
+            + (f", server {ms['server']:.3f}" if kind == "postgresql" else "")
+            for c, ms in per_run.items()
+        )
+        print(f"  {'':10s} CPU ms a run  {shown}")
+        if loads:
+            busy = statistics.median(loads)
+            table[kind]["machine CPU busy"] = busy
+            print(f"  {'':10s} machine CPU busy (median of the rounds): {busy:.0%}")
+
+
+NOOP_CONCURRENCY: Final = (256, 1024)
+PGQUEUER_WAYS: Final = tuple((consumers, batch) for consumers in (1, 5) for batch in (10, 100))
+
+
+def bench_noop(stores: Stores, n: int, rounds: int, out: Figures) -> None:
+    """A no-op drain against pgqueuer's, in the same rounds: ``n`` runs whose body returns
+    at once drained by 1, 2 and 4 gated workers (``concurrency=`` each of
+    `NOOP_CONCURRENCY`: the runs a worker holds, and with them its transactions' size), and
+    ``n`` pgqueuer jobs drained by 1 and 5 consumers at batch 10 and 100; in each round our
+    best over pgqueuer's best, and the median of those ratios. Beside each point, the CPU a
+    run (or job) took in the drain's processes and in the server's, and the machine's busy
+    share over the round: on a machine whose cores are all busy, a drain's rate is its CPU
+    a run's inverse, whatever the store allows."""
+    print(
+        f"\n== no-op drain against pgqueuer's: {n} runs / jobs queued first (runs/s, medians"
+        f" of {rounds} rounds) =="
+    )
+    table: Figures = out.setdefault("noop", {"runs": n, "rounds": rounds})
+    try:
+        importlib.import_module("pgqueuer")
+    except ImportError:
+        print("  pgqueuer: not installed (pip install -e '.[bench]')")
+        table["unavailable"] = "pgqueuer is not installed"
+        return
+    missing = stores.usable("postgresql")
+    if missing is not None:
+        print(f"  postgresql not measured: {missing}")
+        table["unavailable"] = missing
+        return
+    found: list[dict[str, float]] = []
+    cpu_found: list[dict[str, dict[str, float]]] = []
+    loads: list[float] = []
+    postmaster = int((stores.server.data_dir / "postmaster.pid").read_text().split()[0])
+    for _ in range(rounds):
+        rates: dict[str, float] = {}
+        cpu: dict[str, dict[str, float]] = {}
+        with cpu_busy() as load:
+            for concurrency in NOOP_CONCURRENCY:
+                spent: dict[str, DrainCpu] = {}
+                ours = _drained(stores, "postgresql", n, 1, concurrency, {"steps": 0}, spent)
+                for c, rate in ours.items():
+                    way = f"ours, {c} worker(s), concurrency {concurrency}"
+                    rates[way] = rate
+                    cpu[way] = {
+                        "drain": spent[c].workers / n * 1e3,
+                        "server": spent[c].server / n * 1e3,
+                    }
+            for consumers, batch in PGQUEUER_WAYS:
+                way = f"pgqueuer, {consumers} consumer(s), batch {batch}"
+                (rate, _, drain_cpu, server_cpu), _ = _peer_rates(
+                    stores.server,
+                    "pgqueuer",
+                    stores.fresh("postgresql"),
+                    *map(str, (n, consumers, batch, postmaster)),
+                )
+                rates[way] = rate
+                cpu[way] = {"drain": drain_cpu / n * 1e3, "server": server_cpu / n * 1e3}
+        loads += load
+        found.append(rates)
+        cpu_found.append(cpu)
+
+    def best(rates: Mapping[str, float], who: str) -> float:
+        return max(rate for way, rate in rates.items() if way.startswith(who))
+
+    ratios = [best(r, "ours") / best(r, "pgqueuer") for r in found]
+    rates = {way: statistics.median(r[way] for r in found) for way in found[0]}
+    cpu = {
+        way: {
+            part: statistics.median(c[way][part] for c in cpu_found) for part in ("drain", "server")
+        }
+        for way in found[0]
+    }
+    for way, rate in rates.items():
+        print(
+            f"  {way:44s} {rate:7,.0f}/s   CPU a run: drain {cpu[way]['drain']:.3f} ms,"
+            f" server {cpu[way]['server']:.3f} ms"
+        )
+    shown = ", ".join(f"{ratio:.2f}" for ratio in ratios)
+    print(f"  ours' best / pgqueuer's best: {statistics.median(ratios):.2f}  (each round: {shown})")
+    if loads:
+        print(f"  machine CPU busy (median of the rounds): {statistics.median(loads):.0%}")
+    table.update(
+        {
+            "runs/s": rates,
+            "CPU ms a run": cpu,
+            "ours' best / pgqueuer's best": statistics.median(ratios),
+            "ratio by round": ratios,
+            "rounds": found,
+            "machine CPU busy": statistics.median(loads) if loads else None,
+        }
+    )
 
 
 def bench_backlog(stores: Stores, n: int, out: Figures, *, statements: bool) -> None:
@@ -587,7 +727,11 @@ def _admin(url: str, statement: str) -> list[tuple[object, ...]]:
 def _server_cpu(server: Any) -> float:
     """Seconds of CPU the server's processes used so far (the postmaster's children, from
     ``/proc``; a backend that exited meanwhile is not counted)."""
-    postmaster = int((server.data_dir / "postmaster.pid").read_text().split()[0])
+    return _children_cpu(int((server.data_dir / "postmaster.pid").read_text().split()[0]))
+
+
+def _children_cpu(postmaster: int) -> float:
+    """Seconds of CPU ``postmaster`` and its children used so far (``/proc``)."""
 
     def ours(pid: str) -> bool:
         if int(pid) == postmaster:
@@ -668,15 +812,19 @@ def _dbos_run(url: str, n: int, threads: int) -> float:
     return n / elapsed
 
 
-def _pgqueuer_run(url: str, n: int, consumers: int, batch: int) -> tuple[float, float]:
+def _pgqueuer_run(
+    url: str, n: int, consumers: int, batch: int, postmaster: int | None = None
+) -> tuple[float, float, float, float]:
     """pgqueuer jobs per second: ``n`` jobs enqueued, then dequeued and acknowledged by
     ``consumers`` queue managers (a connection each); timed from the consumers' start to
-    the last job done (the drain), and from the first enqueue to the last job done."""
+    the last job done (the drain), and from the first enqueue to the last job done. Then
+    the CPU seconds this process, and the server's processes (those of ``postmaster``,
+    when given; else 0.0), spent in the drain."""
     psycopg: Any = importlib.import_module("psycopg")
     pgqueuer: Any = importlib.import_module("pgqueuer")
     logging.disable(logging.WARNING)
 
-    async def main() -> tuple[float, float]:
+    async def main() -> tuple[float, float, float, float]:
         conn = await psycopg.AsyncConnection.connect(url, autocommit=True)
         queries = pgqueuer.Queries(pgqueuer.PsycopgDriver(conn))
         await queries.install()
@@ -701,9 +849,13 @@ def _pgqueuer_run(url: str, n: int, consumers: int, batch: int) -> tuple[float, 
                     finished.set_result(time.perf_counter())
 
             managers.append(manager)
+        server_before = 0.0 if postmaster is None else _children_cpu(postmaster)
+        cpu_before = time.process_time()
         started = time.perf_counter()
         tasks = [asyncio.create_task(m.run(batch_size=batch)) for m in managers]
         ended = await asyncio.wait_for(finished, 300)
+        drain_cpu = time.process_time() - cpu_before
+        server_cpu = 0.0 if postmaster is None else _children_cpu(postmaster) - server_before
         await asyncio.sleep(0.5)  # let the last acknowledgements reach the table
         for manager in managers:
             manager.shutdown.set()
@@ -712,7 +864,7 @@ def _pgqueuer_run(url: str, n: int, consumers: int, batch: int) -> tuple[float, 
         assert left[0] == 0, f"{left[0]} jobs left unacknowledged"
         for connection in [conn, *connections]:
             await connection.close()
-        return n / (ended - started), n / (ended - enqueued)
+        return n / (ended - started), n / (ended - enqueued), drain_cpu, server_cpu
 
     return asyncio.run(main())
 
@@ -723,7 +875,8 @@ def _peer(args: Sequence[str]) -> None:
     if which == "dbos":
         print(_dbos_run(url, int(n), int(rest[0])))
     else:
-        print(*_pgqueuer_run(url, int(n), int(rest[0]), int(rest[1])))
+        postmaster = int(rest[2]) if len(rest) > 2 else None
+        print(*_pgqueuer_run(url, int(n), int(rest[0]), int(rest[1]), postmaster))
 
 
 def _peer_rate(server: Any, *args: str) -> tuple[float, int]:
@@ -816,38 +969,300 @@ def bench_peers(stores: Stores, dbos_n: int, jobs: int, rounds: int, out: Figure
 # ---------------------------------------------------------------------------- cancel
 
 
-async def _cancel_latencies(url: str, worker: subprocess.Popen[str], samples: int) -> list[float]:
+CANCEL_PARTS: Final = (
+    ("canceller's read", "asked", "loaded"),
+    ("  to its transaction", "loaded", "begin"),
+    ("  first round trip", "begin", "began"),
+    ("  rules", "began", "commit"),
+    ("  second round trip", "commit", "sent"),
+    ("  back to the caller", "sent", "committed"),
+    ("delivery", "committed", "read"),
+    ("listener thread", "read", "returned"),
+    ("thread -> Trio", "returned", "resumed"),
+    ("apply", "resumed", "observed"),
+)
+"""The parts of a cross-process cancel (``--breakdown``), each from one moment to the next:
+the canceller's read of the run and its commit (``cancel_run`` in this process: its
+`PostgresStore.load`, then `PostgresStore.apply` to the store's worker thread, where the
+transaction's first round trip reads (``PgTx.begin``), the rules run, and its second
+round trip writes, numbers the events and commits (``PgTx.commit``), then back to the
+caller), the server's delivery of the commit's
+``NOTIFY`` to the owner's listener thread (from the canceller's commit returning: it can
+be negative, the notice going out before the commit's answer), the listener's wait
+returning, the relay's Trio task running again, and the attempt's scope cancelled until
+the body's ``finally`` runs (``benchmarks/_cancel_owner.py`` notes the owner's moments)."""
+
+
+@attrs.define
+class CancelSample:
+    """One cancel: its latency, and (``--breakdown``) the moments it passed."""
+
+    seconds: float
+    moments: dict[str, float] = attrs.Factory(dict)
+    owner: list[tuple[str, float]] = attrs.Factory(list)
+    """The owner's moments noted since the last cancel (``_cancel_owner.py``)."""
+    path: str = ""
+    """How the owner learned of it: ``notice`` (the NOTIFY's ends, before any read),
+    ``look`` (a look at the store found it), or ``""`` (not traced)."""
+
+
+def _cancel_moments(
+    asked: float, owner: Sequence[tuple[str, float]], a: Mapping[str, float]
+) -> tuple[dict[str, float], str]:
+    """The moments of one traced cancel: the canceller's (``a``) and the owner's first of
+    each after the one before it."""
+    moments = {"asked": asked, **a}
+    path = "look"
+    after = a.get("committed", asked)
+    for want in ("read", "returned", "resumed"):
+        at = next((t for p, t in owner if p == want and t >= after - 0.005), None)
+        if at is None:
+            break
+        moments[want] = at
+        after = at
+    else:
+        path = "notice"
+    return moments, path
+
+
+class _FloorSignal:
+    """The floor of a cross-process cancel (``_cancel_owner.py --floor``): a one-row
+    ``INSERT`` and a ``NOTIFY`` committed in one round trip on a psycopg connection, in a
+    worker thread as the store commits, until a Trio task in the listening process runs."""
+
+    def __init__(self, url: str, listener: subprocess.Popen[str]) -> None:
+        psycopg: Any = importlib.import_module("psycopg")
+        self._conn = psycopg.connect(url)
+        self._conn.execute("CREATE TABLE IF NOT EXISTS floor (id bigserial PRIMARY KEY, body text)")
+        self._conn.commit()
+        self._listener = listener
+        self._i = 0
+
+    def signal(self) -> None:
+        self._i += 1
+        with self._conn.pipeline():
+            self._conn.execute("INSERT INTO floor (body) VALUES (%s)", (f"row {self._i}",))
+            self._conn.execute(f"NOTIFY cancel_floor, 'f{self._i}'")
+            self._conn.execute("COMMIT")
+
+    async def seconds(self) -> float:
+        """One signal's seconds, from asking to the listening Trio task."""
+        assert self._listener.stdout is not None
+        asked = time.time()
+        await trio.to_thread.run_sync(self.signal)
+        line = await trio.to_thread.run_sync(self._listener.stdout.readline)
+        word, payload, heard = line.split()
+        assert word == "heard", line
+        assert payload == f"f{self._i}", line
+        return float(heard) - asked
+
+    def close(self) -> None:
+        self._conn.close()
+
+
+async def _cancel_latencies(
+    url: str,
+    worker: subprocess.Popen[str],
+    samples: int,
+    *,
+    traced: bool,
+    floor: subprocess.Popen[str] | None = None,
+) -> tuple[list[CancelSample], list[float]]:
+    """Each cancel's `CancelSample`, and with ``floor`` (the floor's listening process on
+    the same database) the floor's seconds, one after each cancel."""
+    from awaken_trio.store.postgres._store import PostgresStore
+    from awaken_trio.store.postgres._tx import PgTx
+
     assert worker.stdout is not None
-    delays: list[float] = []
+    found: list[CancelSample] = []
     rng = random.Random(7)
-    async with open_runtime(url, poll=0.05) as runtime:
-        for i in range(samples):
-            handle = await runtime.submit("reporter", run_id=f"c{i}")
-            line = await trio.to_thread.run_sync(worker.stdout.readline)
-            assert line.startswith(f"running c{i}"), line
-            # A random pause samples the whole of the owner's poll interval.
-            await trio.sleep(rng.uniform(0, 0.05))
-            asked = time.time()
-            await runtime.cancel_run(handle.run_id)
-            line = await trio.to_thread.run_sync(worker.stdout.readline)
-            run_id, observed = line.split()[1:3]
-            assert run_id == f"c{i}", line
-            delays.append(float(observed) - asked)
-    return delays
+    canceller: dict[str, float] = {}
+    load, apply = PostgresStore.load, PostgresStore.apply
+    begin, commit = PgTx.begin, PgTx.commit
+
+    def timed_begin(self: Any, batch: Any = ()) -> float:
+        canceller["begin"] = time.time()
+        try:
+            return begin(self, batch)
+        finally:
+            canceller["began"] = time.time()
+
+    def timed_commit(self: Any) -> None:
+        canceller["commit"] = time.time()
+        try:
+            commit(self)
+        finally:
+            canceller["sent"] = time.time()
+
+    async def timed_load(self: Any, run_id: str) -> Any:
+        try:
+            return await load(self, run_id)
+        finally:
+            canceller["loaded"] = time.time()
+
+    async def timed_apply(self: Any, batch: Any) -> Any:
+        try:
+            return await apply(self, batch)
+        finally:
+            canceller["committed"] = time.time()
+
+    if traced:
+        PostgresStore.load = timed_load  # type: ignore[method-assign]
+        PostgresStore.apply = timed_apply  # type: ignore[method-assign]
+        PgTx.begin = timed_begin  # type: ignore[method-assign]
+        PgTx.commit = timed_commit  # type: ignore[method-assign]
+    body = "traced_reporter" if traced else "reporter"
+    floors: list[float] = []
+    signal = None if floor is None else await trio.to_thread.run_sync(_FloorSignal, url, floor)
+    try:
+        async with open_runtime(url, poll=0.05) as runtime:
+            for i in range(samples):
+                handle = await runtime.submit(body, run_id=f"c{i}")
+                line = await trio.to_thread.run_sync(worker.stdout.readline)
+                assert line.startswith(f"running c{i}"), line
+                # A random pause samples the whole of the owner's poll interval.
+                await trio.sleep(rng.uniform(0, 0.05))
+                canceller.clear()
+                asked = time.time()
+                await runtime.cancel_run(handle.run_id)
+                a = dict(canceller)
+                owner: list[tuple[str, float]] = []
+                while True:
+                    line = await trio.to_thread.run_sync(worker.stdout.readline)
+                    word, *rest = line.split()
+                    if word == "trace":
+                        owner.append((rest[0], float(rest[1])))
+                        continue
+                    break
+                run_id, observed = rest[:2]
+                assert word == "cancelled", line
+                assert run_id == f"c{i}", line
+                sample = CancelSample(float(observed) - asked)
+                if traced:
+                    sample.moments, sample.path = _cancel_moments(asked, owner, a)
+                    sample.owner = owner
+                    sample.moments["observed"] = float(observed)
+                found.append(sample)
+                if signal is not None:
+                    await trio.sleep(rng.uniform(0, 0.05))
+                    floors.append(await signal.seconds())
+    finally:
+        if signal is not None:
+            signal.close()
+        PostgresStore.load, PostgresStore.apply = load, apply  # type: ignore[method-assign]
+        PgTx.begin, PgTx.commit = begin, commit  # type: ignore[method-assign]
+    return found, floors
 
 
-def bench_cancel(stores: Stores, samples: int, out: Figures) -> None:
-    print(f"\n== cross-process cancel_run -> the owner's body sees it ({samples} runs) ==")
-    table: Figures = out.setdefault("cancel", {"samples": samples, "poll": 0.05})
+def _shown_sample(sample: CancelSample) -> Figures:
+    """A traced cancel for the JSON figures: its milliseconds, its path, and each moment
+    (its own and the owner's) in milliseconds after it was asked."""
+    asked = sample.moments["asked"]
+    return {
+        "ms": sample.seconds * 1e3,
+        "path": sample.path,
+        "moments": {k: round((t - asked) * 1e3, 3) for k, t in sample.moments.items()},
+        "owner": [(p, round((t - asked) * 1e3, 3)) for p, t in sample.owner if t > asked - 0.1],
+    }
+
+
+PERCENTILES: Final = (("p50", 0.50), ("p95", 0.95), ("p99", 0.99))
+
+
+def _cancel_parts(found: Sequence[CancelSample]) -> dict[str, dict[str, float]]:
+    """Milliseconds of each of `CANCEL_PARTS` over the cancels the owner heard of by their
+    notice: at p50, p95 and p99 of that part, and on average over the slowest 5% of the
+    cancels (where the tail's time goes)."""
+    heard = [s for s in found if s.path == "notice"]
+    if not heard:
+        return {}
+    slowest = sorted(heard, key=lambda s: s.seconds)[-max(1, len(heard) // 20) :]
+    parts: dict[str, dict[str, float]] = {}
+    for part, begin, end in CANCEL_PARTS:
+        spans = [(s.moments[end] - s.moments[begin]) * 1e3 for s in heard]
+        tail = [(s.moments[end] - s.moments[begin]) * 1e3 for s in slowest]
+        parts[part] = {name: percentile(spans, q) for name, q in PERCENTILES}
+        parts[part]["slowest 5%"] = statistics.mean(tail)
+    return parts
+
+
+def bench_cancel(
+    stores: Stores, samples: int, rounds: int, out: Figures, *, breakdown: bool = False
+) -> None:
+    print(
+        f"\n== cross-process cancel_run -> the owner's body sees it ({samples} runs a round,"
+        f" medians of {rounds} rounds) =="
+    )
+    table: Figures = out.setdefault("cancel", {"samples": samples, "rounds": rounds, "poll": 0.05})
     for kind in stores.measured(table):
-        url = stores.fresh(kind)
-        trio.run(_touch, url)
-        with workers(url, 1, "--poll", "0.05", "--lease", "5") as (worker,):
-            delays = sorted(trio.run(_cancel_latencies, url, worker, samples))
-        p50 = statistics.median(delays) * 1000
-        p99 = delays[min(len(delays) - 1, int(len(delays) * 0.99))] * 1000
-        table[kind] = {"p50_ms": p50, "p99_ms": p99}
-        print(f"  {kind:10s} p50 {p50:6.1f} ms   p99 {p99:6.1f} ms")
+        traced = breakdown and kind == "postgresql"
+        by_round: list[dict[str, float]] = []
+        floor_by_round: list[dict[str, float]] = []
+        slowest: list[list[Figures]] = []
+        parts_by_round: list[dict[str, dict[str, float]]] = []
+        paths: dict[str, int] = {}
+        for _ in range(rounds):
+            url = stores.fresh(kind)
+            trio.run(_touch, url)
+            extra = ("--poll", "0.05", "--lease", "5")
+            with contextlib.ExitStack() as stack:
+                (worker,) = stack.enter_context(
+                    workers(url, 1, *extra, script=CANCEL_OWNER if traced else WORKER)
+                )
+                floor = None
+                if kind == "postgresql":
+                    (floor,) = stack.enter_context(workers(url, 1, script=CANCEL_OWNER, floor=True))
+                found, floors = trio.run(
+                    functools.partial(
+                        _cancel_latencies, url, worker, samples, traced=traced, floor=floor
+                    )
+                )
+            delays = [s.seconds * 1e3 for s in found]
+            by_round.append({name: percentile(delays, q) for name, q in PERCENTILES})
+            if floors:
+                floor_ms = [f * 1e3 for f in floors]
+                floor_by_round.append({name: percentile(floor_ms, q) for name, q in PERCENTILES})
+            for sample in found:
+                paths[sample.path] = paths.get(sample.path, 0) + 1
+            if traced:
+                parts_by_round.append(_cancel_parts(found))
+                slowest.append(
+                    [_shown_sample(s) for s in sorted(found, key=lambda s: s.seconds)[-3:]]
+                )
+        row: Figures = {
+            name: statistics.median(r[name] for r in by_round) for name, _ in PERCENTILES
+        }
+        row["rounds"] = by_round
+        shown = "   ".join(f"{name} {row[name]:6.1f} ms" for name, _ in PERCENTILES)
+        each = ", ".join(f"{r['p99']:.1f}" for r in by_round)
+        print(f"  {kind:10s} {shown}   (p99 of each round: {each})")
+        if floor_by_round:
+            floor_row = {
+                name: statistics.median(r[name] for r in floor_by_round) for name, _ in PERCENTILES
+            }
+            row["floor"] = floor_row | {"rounds": floor_by_round}
+            shown = "   ".join(f"{name} {floor_row[name]:6.1f} ms" for name, _ in PERCENTILES)
+            each = ", ".join(f"{r['p99']:.1f}" for r in floor_by_round)
+            print(f"  {'  floor':10s} {shown}   (p99 of each round: {each})")
+        if traced:
+            parts = {
+                part: {
+                    what: statistics.median(r[part][what] for r in parts_by_round if r)
+                    for what in ("p50", "p95", "p99", "slowest 5%")
+                }
+                for part, _, _ in CANCEL_PARTS
+            }
+            row["parts ms"] = parts
+            row["paths"] = paths
+            row["slowest 3 of each round"] = slowest
+            print(f"  {'':10s} where it goes (ms; medians of the rounds), by the notice {paths}:")
+            print(f"  {'':10s} {'':20s} {'p50':>7s} {'p95':>7s} {'p99':>7s} {'slowest 5%':>11s}")
+            for part, figures in parts.items():
+                print(
+                    f"  {'':10s} {part:20s} {figures['p50']:7.2f} {figures['p95']:7.2f}"
+                    f" {figures['p99']:7.2f} {figures['slowest 5%']:11.2f}"
+                )
+        table[kind] = row
 
 
 # ---------------------------------------------------------------------------- latency
@@ -1067,7 +1482,17 @@ def bench_latency(
 
 # ---------------------------------------------------------------------------- main
 
-PARTS = ("workers", "drain", "waiting", "backlog", "lease", "peers", "cancel", "latency")
+PARTS = (
+    "workers",
+    "drain",
+    "waiting",
+    "noop",
+    "backlog",
+    "lease",
+    "peers",
+    "cancel",
+    "latency",
+)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -1083,7 +1508,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--breakdown",
         action="store_true",
-        help="latency: where one awaited start's time goes on PostgreSQL",
+        help="latency, cancel: where one awaited start's, or one cross-process cancel's,"
+        " time goes on PostgreSQL",
     )
     parser.add_argument("--peer", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -1115,7 +1541,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             if "drain" in chosen:
                 bench_drain(stores, 2_000 if args.quick else 10_000, rounds, out)
             if "waiting" in chosen:
-                bench_waiting(stores, 600 if args.quick else 2_000, out)
+                bench_waiting(stores, 600 if args.quick else 2_000, rounds, out)
+            if "noop" in chosen:
+                bench_noop(stores, 2_000 if args.quick else 10_000, rounds, out)
             if "backlog" in chosen:
                 bench_backlog(
                     stores, 5_000 if args.quick else 20_000, out, statements=args.statements
@@ -1131,7 +1559,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                     out,
                 )
             if "cancel" in chosen:
-                bench_cancel(stores, 50 if args.quick else 200, out)
+                bench_cancel(
+                    stores, 50 if args.quick else 200, rounds, out, breakdown=args.breakdown
+                )
             if "latency" in chosen:
                 bench_latency(
                     stores, 300 if args.quick else 2_000, rounds, out, breakdown=args.breakdown

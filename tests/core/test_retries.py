@@ -546,3 +546,23 @@ async def test_a_clock_that_fails_when_the_retry_is_decided_makes_the_failure_th
         broken = False
         assert state == RunState.Ended(EndCause.Failed("flaky", "failed"))
         assert (await rt.record("r")).retries == 0
+
+
+async def test_a_child_waiting_to_retry_cancelled_by_itself_answers_its_parent(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    child = Flaky(1)
+
+    async def parent(ctx: RunContext) -> object:
+        state = await ctx.run_child(child, run_id="p.c", retry=RetryPolicy(backoff=30))
+        return repr(state)
+
+    async with runtime() as rt:
+        handle = await rt.start(parent, run_id="p")
+        await trio.sleep(1)
+        assert await rt.state("p.c") == QUEUED
+        await rt.cancel_run("p.c")
+        assert await settle(handle) == NATURAL
+        assert (await rt.record("p")).result == repr(CANCELLED)
+        await trio.sleep(60)
+        assert child.calls == 1
