@@ -11,7 +11,8 @@ the clock the canceller reads too):
 
 - ``waiting``: a `Listener.wait` began (the listener thread reads notices from then on);
 - ``read``: the listener thread read a notice of another runtime's commit that controls a
-  run (its payload ends with ``control``);
+  run (its payload ends with ``control``); ``notice:<head>`` another notice (its head's
+  first characters: the sender's);
 - ``returned``: that wait returned, in the listener thread;
 - ``resumed``: the relay's Trio task ran again and took the ends heard (``_stop_heard``);
 - ``look``/``looked``: a relay's look at the store began / ended (``look_ended`` when the
@@ -63,8 +64,8 @@ def _trace_notifies() -> None:
 
     def traced(self: Any, **kwargs: Any) -> Generator[psycopg.Notify]:
         for notice in notifies(self, **kwargs):
-            if notice.payload.partition("\n")[0].endswith(_listen.CONTROL):
-                _note("read")
+            head = notice.payload.partition("\n")[0]
+            _note("read" if head.endswith(_listen.CONTROL) else f"notice:{head[:6]}")
             yield notice
 
     psycopg.Connection.notifies = traced  # type: ignore[method-assign]

@@ -971,26 +971,28 @@ def bench_peers(stores: Stores, dbos_n: int, jobs: int, rounds: int, out: Figure
 
 CANCEL_PARTS: Final = (
     ("canceller's read", "asked", "loaded"),
-    ("  to its transaction", "loaded", "begin"),
-    ("  first round trip", "begin", "began"),
-    ("  rules", "began", "commit"),
-    ("  second round trip", "commit", "sent"),
-    ("  back to the caller", "sent", "committed"),
-    ("delivery", "committed", "read"),
+    ("to its transaction", "loaded", "begin"),
+    ("first round trip", "begin", "began"),
+    ("rules", "began", "commit"),
+    ("commit -> notice read", "commit", "read"),
     ("listener thread", "read", "returned"),
     ("thread -> Trio", "returned", "resumed"),
     ("apply", "resumed", "observed"),
 )
-"""The parts of a cross-process cancel (``--breakdown``), each from one moment to the next:
-the canceller's read of the run and its commit (``cancel_run`` in this process: its
-`PostgresStore.load`, then `PostgresStore.apply` to the store's worker thread, where the
-transaction's first round trip reads (``PgTx.begin``), the rules run, and its second
-round trip writes, numbers the events and commits (``PgTx.commit``), then back to the
-caller), the server's delivery of the commit's
-``NOTIFY`` to the owner's listener thread (from the canceller's commit returning: it can
-be negative, the notice going out before the commit's answer), the listener's wait
-returning, the relay's Trio task running again, and the attempt's scope cancelled until
-the body's ``finally`` runs (``benchmarks/_cancel_owner.py`` notes the owner's moments)."""
+"""The parts of a cross-process cancel (``--breakdown``), each from one moment to the next,
+so that they add up to the whole: the canceller's read of the run (``cancel_run`` in this
+process: `PostgresStore.load`), its commit handed to the store's worker thread
+(`PostgresStore.apply`), the transaction's first round trip (``PgTx.begin``: ``BEGIN`` and
+its reads) and its rules; then from its second round trip's start (``PgTx.commit``: the
+writes, ``COMMIT`` with its WAL flush, whose ``NOTIFY`` the server delivers once it is
+committed) to the owner's listener thread reading the notice; the listener's wait
+returning; the relay's Trio task running again (``trio.to_thread``'s way back); and the
+attempt's scope cancelled until the body's ``finally`` runs (``benchmarks/_cancel_owner.py``
+notes the owner's moments). Beside them, `CANCELLER_RETURNS`."""
+
+CANCELLER_RETURNS: Final = ("canceller's commit returns", "commit", "committed")
+"""When the second round trip's answer reaches the canceller's ``cancel_run``: after the
+notice, for it also waits for the commit's event seqs to settle."""
 
 
 @attrs.define
@@ -1013,9 +1015,9 @@ def _cancel_moments(
     each after the one before it."""
     moments = {"asked": asked, **a}
     path = "look"
-    after = a.get("committed", asked)
+    after = a.get("commit", asked)
     for want in ("read", "returned", "resumed"):
-        at = next((t for p, t in owner if p == want and t >= after - 0.005), None)
+        at = next((t for p, t in owner if p == want and t >= after), None)
         if at is None:
             break
         moments[want] = at
@@ -1142,6 +1144,8 @@ async def _cancel_latencies(
                     sample.moments, sample.path = _cancel_moments(asked, owner, a)
                     sample.owner = owner
                     sample.moments["observed"] = float(observed)
+                    if sample.moments.get("resumed", 0.0) > float(observed):
+                        sample.path = "look"  # a look stopped it before the notice was taken
                 found.append(sample)
                 if signal is not None:
                     await trio.sleep(rng.uniform(0, 0.05))
@@ -1178,7 +1182,7 @@ def _cancel_parts(found: Sequence[CancelSample]) -> dict[str, dict[str, float]]:
         return {}
     slowest = sorted(heard, key=lambda s: s.seconds)[-max(1, len(heard) // 20) :]
     parts: dict[str, dict[str, float]] = {}
-    for part, begin, end in CANCEL_PARTS:
+    for part, begin, end in (*CANCEL_PARTS, CANCELLER_RETURNS):
         spans = [(s.moments[end] - s.moments[begin]) * 1e3 for s in heard]
         tail = [(s.moments[end] - s.moments[begin]) * 1e3 for s in slowest]
         parts[part] = {name: percentile(spans, q) for name, q in PERCENTILES}
@@ -1199,6 +1203,7 @@ def bench_cancel(
         by_round: list[dict[str, float]] = []
         floor_by_round: list[dict[str, float]] = []
         slowest: list[list[Figures]] = []
+        looked: list[list[Figures]] = []
         parts_by_round: list[dict[str, dict[str, float]]] = []
         paths: dict[str, int] = {}
         for _ in range(rounds):
@@ -1229,6 +1234,7 @@ def bench_cancel(
                 slowest.append(
                     [_shown_sample(s) for s in sorted(found, key=lambda s: s.seconds)[-3:]]
                 )
+                looked.append([_shown_sample(s) for s in found if s.path == "look"][:5])
         row: Figures = {
             name: statistics.median(r[name] for r in by_round) for name, _ in PERCENTILES
         }
@@ -1250,16 +1256,17 @@ def bench_cancel(
                     what: statistics.median(r[part][what] for r in parts_by_round if r)
                     for what in ("p50", "p95", "p99", "slowest 5%")
                 }
-                for part, _, _ in CANCEL_PARTS
+                for part, _, _ in (*CANCEL_PARTS, CANCELLER_RETURNS)
             }
             row["parts ms"] = parts
             row["paths"] = paths
             row["slowest 3 of each round"] = slowest
+            row["the first 5 found by a look, each round"] = looked
             print(f"  {'':10s} where it goes (ms; medians of the rounds), by the notice {paths}:")
-            print(f"  {'':10s} {'':20s} {'p50':>7s} {'p95':>7s} {'p99':>7s} {'slowest 5%':>11s}")
+            print(f"  {'':10s} {'':27s} {'p50':>7s} {'p95':>7s} {'p99':>7s} {'slowest 5%':>11s}")
             for part, figures in parts.items():
                 print(
-                    f"  {'':10s} {part:20s} {figures['p50']:7.2f} {figures['p95']:7.2f}"
+                    f"  {'':10s} {part:27s} {figures['p50']:7.2f} {figures['p95']:7.2f}"
                     f" {figures['p99']:7.2f} {figures['slowest 5%']:11.2f}"
                 )
         table[kind] = row
