@@ -73,7 +73,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -1367,25 +1367,33 @@ async def _side_by_side(kind: str, url: str, n: int, *, starts: bool) -> tuple[f
 
 
 async def _pg_start_parts(url: str, n: int) -> dict[str, float]:
-    """Median milliseconds of the parts of one awaited ``start`` on PostgreSQL: its first
-    round trip (``BEGIN``, the server's clock and the reads, `PgTx.begin`), the rules
-    (from then to the writes), its second round trip (the writes, the event numbering and
-    ``COMMIT``, `PgTx.commit`), and the rest (the hop to the store's worker thread and
-    back, the pool, the runtime's admission and the task it starts), timed inside ``n``
-    calls."""
+    """Median milliseconds of the parts of one awaited ``start`` on PostgreSQL: its begin
+    (a two-trip transaction's first round trip: ``BEGIN``, the server's clock and the reads,
+    `PgTx.begin`; a guessed one's statements queued, `PgTx.begin_guessed`, no round trip),
+    the rules (from then to the writes), its commit (the writes, the event numbering and
+    ``COMMIT``, `PgTx.commit`: a guessed transaction's one round trip), and the rest (the
+    hop to the store's worker thread and back, the pool, the runtime's admission and the
+    task it starts), timed inside ``n`` calls."""
     from awaken_trio.store.postgres import _tx as tx_module
 
-    begin, commit = tx_module.PgTx.begin, tx_module.PgTx.commit
-    parts: dict[str, list[float]] = {"first round trip": [], "rules": [], "second": []}
+    PgTx = tx_module.PgTx
+    begin, guessed, commit = PgTx.begin, PgTx.begin_guessed, PgTx.commit
+    parts: dict[str, list[float]] = {"begin": [], "rules": [], "commit": []}
     began: list[float] = []
 
-    def timed_begin(self: Any, batch: Any = ()) -> float:
+    def timed(call: Callable[[Any, Any], Any], self: Any, arg: Any) -> float:
         started = time.perf_counter()
         try:
-            return begin(self, batch)
+            return float(call(self, arg))
         finally:
             began.append(time.perf_counter())
-            parts["first round trip"].append(began[-1] - started)
+            parts["begin"].append(began[-1] - started)
+
+    def timed_begin(self: Any, batch: Any = ()) -> float:
+        return timed(begin, self, batch)
+
+    def timed_guessed(self: Any, guess: Any) -> float:
+        return timed(guessed, self, guess)
 
     def timed_commit(self: Any) -> None:
         started = time.perf_counter()
@@ -1394,11 +1402,12 @@ async def _pg_start_parts(url: str, n: int) -> dict[str, float]:
         try:
             commit(self)
         finally:
-            parts["second"].append(time.perf_counter() - started)
+            parts["commit"].append(time.perf_counter() - started)
 
     totals: list[float] = []
-    tx_module.PgTx.begin = timed_begin  # type: ignore[method-assign]
-    tx_module.PgTx.commit = timed_commit  # type: ignore[method-assign]
+    PgTx.begin = timed_begin  # type: ignore[method-assign]
+    PgTx.begin_guessed = timed_guessed  # type: ignore[method-assign]
+    PgTx.commit = timed_commit  # type: ignore[method-assign]
     try:
         async with open_runtime(url) as runtime:
             for _ in range(CHUNK):  # (warm: the pool's connections, prepared statements)
@@ -1410,8 +1419,9 @@ async def _pg_start_parts(url: str, n: int) -> dict[str, float]:
                 await runtime.start(parked)
                 totals.append(time.perf_counter() - started)
     finally:
-        tx_module.PgTx.begin = begin  # type: ignore[method-assign]
-        tx_module.PgTx.commit = commit  # type: ignore[method-assign]
+        PgTx.begin = begin  # type: ignore[method-assign]
+        PgTx.begin_guessed = guessed  # type: ignore[method-assign]
+        PgTx.commit = commit  # type: ignore[method-assign]
     medians = {part: statistics.median(times) * 1e3 for part, times in parts.items()}
     total = statistics.median(totals) * 1e3
     medians["the rest"] = total - sum(medians.values())

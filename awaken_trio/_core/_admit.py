@@ -22,13 +22,14 @@ import trio
 from . import _commit_of as commit_of
 from ._actor import run_attempt
 from ._admission import Admission
-from ._attempt import Attempt, Body, ParkedChild, RetryPlan
+from ._attempt import Attempt, Body, ParkedChild
+from ._attempts import first_attempt, new_attempt, stored_attempt
 from ._commands import LiveCommand
 from ._errors import NotActive, RunExists, RuntimeClosed, StoreError, ThreadBusy
 from ._json import FrozenDict, JsonValue, check_payload, freeze_detail
 from ._policy import NO_DEADLINES, Deadlines
 from ._progress import refused
-from ._spec import RunSpec
+from ._spec import RunSpec, check_run_arguments, checked_input
 from ._state import Awaiting, Ended, Queued, ResumeTicket, RunRecord, wake_at
 from ._storage import (
     Accepted,
@@ -40,6 +41,7 @@ from ._storage import (
     StoredCommand,
     read_store,
 )
+from ._validate import new_run_id
 from ._verdict import CommitFailed, Committed
 
 if TYPE_CHECKING:
@@ -231,7 +233,7 @@ class Admissions:
             if name is not None:
                 spec = attrs.evolve(spec, name=name)
         version = kernel.version_for(spec.name, spec.body) if kernel.versions else None
-        attempt = self.new_attempt(spec, generation=1, steps=0, checkpoint=checkpoint)
+        attempt = new_attempt(kernel, spec, generation=1, steps=0, checkpoint=checkpoint)
         new_run = NewRun(
             spec.thread_id,
             None if parent is None else parent.run_id,
@@ -263,6 +265,84 @@ class Admissions:
             # Queued here: its scope will carry its deadline once it runs; until then the
             # timer keeps both of its limits (a running attempt needs none).
             kernel.on_limits(run_id=spec.run_id, limits=spec.deadlines)
+        return attempt
+
+    async def start_root(
+        self,
+        body: Body,
+        input: JsonValue,
+        run_id: str | None,
+        thread_id: str | None,
+        name: str | None,
+        max_steps: int | None,
+    ) -> Attempt:
+        """`begin_run` for a top-level run with no time limits, no retry policy and the
+        default busy-thread policy (``"queue"``): the common start, checked here.
+
+        When the store needs no I/O, nothing waits in the mailbox, no claim is taken and
+        the run's thread is free, its admission is made in this one step, as `admit`
+        would make it, with no `RunSpec` or `Admission` built on the way; otherwise it is
+        handed to `admit`.
+
+        Raises:
+            InvalidBody, InvalidArgument, InvalidPayload: a bad argument (nothing is
+                committed).
+            RunExists: the store holds a run of that id.
+            RuntimeClosed: the runtime is shutting down.
+        """
+        kernel = self._kernel
+        check_run_arguments(body, run_id, thread_id, name, max_steps)
+        run_id = run_id or new_run_id()
+        input = checked_input(input, run_id, kernel.max_payload_bytes)
+        thread_id = thread_id or run_id
+        await kernel.checkpoint_before_commit()
+        attempt, new_run = first_attempt(kernel, body, input, run_id, thread_id, name, max_steps)
+        mailbox = kernel.mailbox
+        actors = self._actors
+        if (
+            actors is None
+            or kernel.closing
+            or not mailbox.applies_now
+            or kernel.claims.start_under(attempt) is not None
+            or not kernel.gate.try_acquire(thread_id, attempt)
+        ):
+            result = await self.admit(
+                Admission(
+                    attempt=attempt,
+                    expect=commit_of.EXPECT_NEW,
+                    detail=DETAIL_START,
+                    new_run=new_run,
+                )
+            )
+            if isinstance(result, Rejected):
+                raise RunExists(run_id)
+            return attempt
+        # Its thread is taken: as in `admit`, from here to the spawn nothing yields.
+        try:
+            attempt.commands_before = False  # (its own commit creates the run Running)
+            commit = commit_of.start(
+                attempt,
+                running_now=True,
+                expect=commit_of.EXPECT_NEW,
+                at=kernel.now(),
+                new_run=new_run,
+                detail=DETAIL_START,
+                under=None,
+            )
+            applied = mailbox.commit_now(commit)
+            if type(applied) is Accepted:
+                attempt.start_seq = applied.last_seq
+                self._started(attempt, applied)
+                if kernel.awaiting_bodies:
+                    kernel.awaiting_bodies.pop(run_id, None)
+        except BaseException:
+            if not attempt.started:
+                kernel.free_thread(attempt)  # nothing was committed: give the thread back
+            raise
+        if not attempt.started:  # refused: the run exists (a start made no claim to lose)
+            kernel.free_thread(attempt)
+            raise RunExists(run_id)
+        actors.start_soon(run_attempt, self._host, attempt)
         return attempt
 
     async def _take_back(self, spec: RunSpec, parent: Attempt) -> RunHandle:
@@ -317,7 +397,7 @@ class Admissions:
                     kernel.on_limits(run_id=run_id, limits=Deadlines(record.deadline))
                 return self._handles.settled(record)
             if isinstance(state, Queued):
-                attempt = self.stored_attempt(record, spec.body, parent=parent)
+                attempt = stored_attempt(kernel, record, spec.body, parent=parent)
                 result = await self.admit(
                     Admission(
                         attempt=attempt,
@@ -337,79 +417,6 @@ class Admissions:
             run_id,
             f"run {run_id!r} is a child of run {parent.run_id!r} that another attempt runs;"
             " it can be taken back once that attempt has stopped",
-        )
-
-    def new_attempt(
-        self,
-        spec: RunSpec,
-        *,
-        generation: int,
-        steps: int,
-        checkpoint: JsonValue,
-        resume_value: JsonValue = None,
-        ticket: ResumeTicket | None = None,
-        retries: int = 0,
-    ) -> Attempt:
-        """The attempt ``generation`` of the run ``spec`` describes (not yet admitted),
-        after ``retries`` retries of the run."""
-        run_id, thread_id, parent = spec.run_id, spec.thread_id, spec.parent
-        verifier = None
-        factory = self._kernel.verifier_factory
-        if factory is not None:
-            verifier = factory(run_id, thread_id, generation)
-        attempt = object.__new__(Attempt)  # (see _commit_of, "Built by their own __init__")
-        Attempt.__init__(
-            attempt,
-            run_id=run_id,
-            thread_id=thread_id,
-            generation=generation,
-            parent=parent,
-            body=spec.body,
-            input=spec.input,
-            checkpoint=checkpoint,
-            resume_value=resume_value,
-            max_steps=spec.max_steps,
-            steps=steps,
-            ticket=ticket,
-            verifier=verifier,
-            name=spec.name,
-            # A child lives on its root's claim.
-            root_run_id=run_id if parent is None else parent.root_run_id,
-            fence=None if parent is None else parent.fence,
-            deadline=spec.deadlines.deadline,
-            retry=None if spec.retry is None else RetryPlan(spec.retry, retries),
-        )
-        return attempt
-
-    def stored_attempt(
-        self,
-        record: RunRecord,
-        body: Body,
-        *,
-        parent: Attempt | None = None,
-        resume_value: JsonValue = None,
-        ticket: ResumeTicket | None = None,
-    ) -> Attempt:
-        """The next attempt (generation + 1) of a run the store holds, from its record."""
-        spec = RunSpec(
-            body=body,
-            input=record.input,
-            run_id=record.run_id,
-            thread_id=record.thread_id,
-            name=record.name,
-            max_steps=record.max_steps,
-            parent=parent,
-            deadlines=NO_DEADLINES if record.deadline is None else Deadlines(record.deadline),
-            retry=record.retry,
-        )
-        return self.new_attempt(
-            spec,
-            generation=record.generation + 1,
-            steps=record.steps,
-            checkpoint=record.checkpoint,
-            resume_value=resume_value,
-            ticket=ticket,
-            retries=record.retries,
         )
 
     def checked_input(self, input: JsonValue, run_id: str) -> JsonValue:
@@ -476,8 +483,8 @@ class Admissions:
             NotActive: the parent's attempt has begun to end (a child).
             RuntimeClosed: the runtime is shutting down.
         """
-        attempt = self.stored_attempt(
-            record, body, parent=parent, resume_value=value, ticket=ticket
+        attempt = stored_attempt(
+            self._kernel, record, body, parent=parent, resume_value=value, ticket=ticket
         )
         expect = commit_of.expect_awaiting(record.generation, ticket)
         detail = resume_detail(ticket.correlation_id)

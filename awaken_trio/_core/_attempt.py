@@ -289,6 +289,13 @@ class Completion:
         if self._event is not None:
             self._event.set()
 
+    def answer(self) -> RunState | None:
+        """What a waiter is answered once the completion is done: its state, or the
+        store's error."""
+        if self.error is not None:
+            raise self.error
+        return self.state
+
     async def wait(self) -> RunState | None:
         if self.done:
             await trio.lowlevel.checkpoint()
@@ -299,9 +306,7 @@ class Completion:
             if self._event is None:
                 self._event = trio.Event()
             await self._event.wait()
-        if self.error is not None:
-            raise self.error
-        return self.state
+        return self.answer()
 
     def _stop_waiting(self, _: object) -> trio.lowlevel.Abort:
         # The parked waiter was cancelled: it leaves, and the end no longer wakes it.
@@ -570,9 +575,9 @@ class Attempt:
         attempt's, or (``closing``) the runtime's. Those are the only scopes an attempt
         lives in, so this is Trio's effective cancellation, read without walking Trio's
         cancel status."""
-        scope = self.scope
+        nursery = self.children_nursery  # (`scope`, read without a call)
         return (
-            (scope is not None and scope.cancel_called)
+            (nursery is not None and nursery.cancel_scope.cancel_called)
             or closing
             or (self.parent is not None and self.ancestor_cancelled())
         )

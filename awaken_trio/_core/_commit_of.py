@@ -347,8 +347,12 @@ def end(
     assert state is not None
     ending = type(state) is Ended
     if attempt.started:
-        expect = expect_running(attempt.generation)
         generation = attempt.generation
+        expect = (
+            _EXPECT_RUNNING[generation]
+            if generation < len(_EXPECT_RUNNING)
+            else expect_running(generation)
+        )
     else:
         assert attempt.queued_generation is not None
         generation = attempt.queued_generation
@@ -382,7 +386,7 @@ def end(
         None,
         release,
         False,
-        attempt.take_consumed(),
+        () if attempt.inbox is None else attempt.inbox.take_consumed(),
         (),
         descendants,
         chunks,

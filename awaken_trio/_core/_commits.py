@@ -240,6 +240,12 @@ class CommitMailbox:
         self._wakeup.set()
 
     @property
+    def applies_now(self) -> bool:
+        """Whether `commit_now` would apply a commit right here: the store needs no I/O and
+        nothing waits in the mailbox ahead of it."""
+        return self._apply_now is not None and not self._queue
+
+    @property
     def inline(self) -> bool:
         """Whether commits apply in the committing task's own step (no task switch)."""
         return self._apply_now is not None

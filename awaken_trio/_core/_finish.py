@@ -14,7 +14,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-from typing import TYPE_CHECKING, final
+from collections.abc import Coroutine
+from typing import TYPE_CHECKING, Any, final
 
 import trio
 
@@ -48,7 +49,6 @@ from ._verdict import (
 )
 
 if TYPE_CHECKING:
-    from ._claims import ClaimPolicy
     from ._kernel import Kernel
 
 logger = logging.getLogger("awaken_trio")
@@ -65,15 +65,19 @@ class FinishBoundary:
         # The commit effect, bound once: each commit's partial holds no method of its own.
         self._ended_effect = self._ended
 
-    async def finish(self, attempt: Attempt, verdict: Verdict) -> None:
-        """Commit the attempt's end, after ending its parked children. Never raises.
+    def finish(self, attempt: Attempt, verdict: Verdict) -> Coroutine[Any, Any, None]:
+        """Commit the attempt's end, after ending its parked children (awaited: it is a
+        coroutine function, one frame less on every run's path). Never raises.
 
         The attempt's span (tracing) ends with it, whatever the commit did.
         """
+        if attempt.span is None:
+            return self._finish(attempt, verdict)
+        return self._finish_traced(attempt, verdict)
+
+    async def _finish_traced(self, attempt: Attempt, verdict: Verdict) -> None:
         span = attempt.span
-        if span is None:
-            await self._finish(attempt, verdict)
-            return
+        assert span is not None
         try:
             for event in verdict.events:
                 if event.kind == EventKind.LATE_RESULT_DISCARDED:
@@ -117,41 +121,43 @@ class FinishBoundary:
             return
         # Messages the store holds (sent from anywhere) stay there: for the run's next
         # attempt, or for the messages_discarded event of its end.
-        messages = tuple(attempt.unread_local()) if attempt.has_messages() else ()
+        inbox = attempt.inbox
+        messages = () if inbox is None or not inbox.has_messages() else tuple(inbox.unread_local())
         stranded = kernel.stranded.pop(attempt.run_id, ()) if kernel.stranded else ()
         if stranded:
             messages = (*stranded, *messages)
         at, clock_error = kernel.now_for_end()
         release = claims.releases_at_end(attempt)
         plan = attempt.retry
+        descendants: DescendantsEnd | None = None
+        not_before = retries = None
         if plan is not None and plan.retry_at is not None and verdict.error is not None:
             # A failure the policy retries: not the run's end (the plan was made when the
             # body raised, and its children were handed back for the next attempt).
             verdict = _retried(verdict, plan)
             state = verdict.state
-            commit = commit_of.end(
-                attempt,
-                verdict,
-                at=at,
-                detail=with_clock_error(verdict.detail, clock_error),
-                messages=messages,
-                release=release,
-                descendants=None,
-                chunks=chunks,
-                not_before=plan.retry_at,
-                retries=plan.attempt,
-            )
-        else:
-            commit = commit_of.end(
-                attempt,
-                verdict,
-                at=at,
-                detail=with_clock_error(verdict.detail, clock_error),
-                messages=messages,
-                release=release,
-                descendants=None if type(state) is Queued else _descendants_end(claims, attempt),
-                chunks=chunks,
-            )
+            not_before, retries = plan.retry_at, plan.attempt
+        elif type(state) is not Queued:
+            # Those an earlier attempt handed back that this one did not take back end
+            # with it (rule 22), whether a release, a loss or a retry handed them back.
+            descendants = claims.descendants_at_end(attempt)
+            if descendants is None and plan is not None and plan.retries:
+                descendants = "not_resumed"
+        detail = verdict.detail
+        if clock_error is not None:
+            detail = with_clock_error(detail, clock_error)
+        commit = commit_of.end(
+            attempt,
+            verdict,
+            at=at,
+            detail=detail,
+            messages=messages,
+            release=release,
+            descendants=descendants,
+            chunks=chunks,
+            not_before=not_before,
+            retries=retries,
+        )
         assert state is not None
         # The span counts the messages this end discards that the runtime held; those only
         # the store holds (sent from another runtime, not yet relayed here) are added to
@@ -175,9 +181,9 @@ class FinishBoundary:
             error = StoreError(f"ending run {attempt.run_id!r} failed: {exc!r}")
             self.settle(attempt, CommitFailed.of(error))
             return
-        if verdict.error is not None and isinstance(result, Accepted):
+        if verdict.error is not None and type(result) is Accepted:
             _log_failure(attempt, verdict.error, retry_at=None if plan is None else plan.retry_at)
-        if isinstance(result, Rejected) and result.reason is RejectReason.FENCED:
+        if type(result) is Rejected and result.reason is RejectReason.FENCED:
             fenced(attempt, "its end")
             claims.forget(attempt.run_id)  # another runtime's claim now: hands off
         else:
@@ -186,16 +192,19 @@ class FinishBoundary:
     def _ended(self, attempt: Attempt, state: RunState, result: CommitResult) -> None:
         """The effect of an attempt's end commit (``state``): it is let go, and its waiters
         are answered."""
-        if isinstance(result, Rejected) and result.reason is RejectReason.FENCED:
+        if type(result) is Rejected and result.reason is RejectReason.FENCED:
             # The claim is no longer ours: another runtime holds the truth now.
             self.settle(attempt, _LOST_CLAIM)
-        elif type(state) is Queued and isinstance(result, Accepted):
+        elif type(state) is Queued and type(result) is Accepted:
             plan = attempt.retry
             if plan is not None and plan.retry_at is not None:
                 self.settle(attempt, Retrying(attempt.generation, plan.retry_at))
             else:
                 # Handed back for another runtime at shutdown.
                 self.settle(attempt, HANDED_BACK)
+        elif type(result.state) is Ended:  # the common end: `settle` of `Committed`
+            self._let_go(attempt, result.state)
+            attempt.completion.set(result.state)
         else:
             assert result.state is not None
             self.settle(attempt, Committed(result.state))
@@ -245,7 +254,7 @@ class FinishBoundary:
         if type(how) is Committed:
             state = how.state
             self._let_go(attempt, state)
-            if isinstance(state, Awaiting):
+            if type(state) is Awaiting:
                 kernel.awaiting_bodies[attempt.run_id] = attempt.body
                 wake = wake_at(state.ticket)
                 if wake is not None:
@@ -364,7 +373,7 @@ run, with its claim still its own): the claim is released."""
 
 def _log_failure(attempt: Attempt, error: BaseException, *, retry_at: float | None) -> None:
     """A body's error, once its run's ``Failed`` end (or its retry) is committed: never
-    silent (DESIGN §3): at ERROR for an end, at WARNING for a failure that is retried. The
+    silent (DESIGN §3): at ERROR for an end, at INFO for a failure that is retried. The
     record carries the traceback the event stores as ``extra["traceback"]`` (the run's
     data, which an operator's log shows at any level) besides ``exc_info``."""
     extra = {"run_id": attempt.run_id, "traceback": format_traceback(error)}
@@ -380,7 +389,7 @@ def _log_failure(attempt: Attempt, error: BaseException, *, retry_at: float | No
         return
     plan = attempt.retry
     assert plan is not None
-    logger.warning(
+    logger.info(
         "run %r attempt %d failed (try %d of %d), tried again in %.3gs: %s",
         attempt.run_id,
         attempt.generation,
@@ -391,16 +400,6 @@ def _log_failure(attempt: Attempt, error: BaseException, *, retry_at: float | No
         exc_info=error,
         extra=extra,
     )
-
-
-def _descendants_end(claims: ClaimPolicy, attempt: Attempt) -> DescendantsEnd | None:
-    """What the end of ``attempt`` does with the run's unended descendants: those an
-    earlier attempt handed back that this one did not take back end with it (rule 22),
-    whether a release, a loss (the claim policy's) or a retry handed them back."""
-    found = claims.descendants_at_end(attempt)
-    if found is None and attempt.retry is not None and attempt.retry.retries > 0:
-        return "not_resumed"
-    return found
 
 
 def _retried(failed: Verdict, plan: RetryPlan) -> Verdict:

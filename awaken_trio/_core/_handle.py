@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import final
 
+import trio
+
 from ._attempt import Completion
 from ._state import RunRecord, RunState
 from ._util import NoPublicConstructor
@@ -66,8 +68,13 @@ class RunHandle(metaclass=NoPublicConstructor):
 
     async def wait(self) -> RunState:
         """Wait for this attempt's committed end (a checkpoint)."""
-        if self._completion is not None:
-            state = await self._completion.wait()
+        completion = self._completion
+        if completion is not None:
+            if completion.done:  # (the common wait, answered here: a frame less)
+                await trio.lowlevel.checkpoint()
+                state = completion.answer()
+            else:
+                state = await completion.wait()
             if state is not None:
                 return state
         return await self._follow(self.run_id, self._since)

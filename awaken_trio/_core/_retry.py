@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Final, final
 
 from ._admission import Admission
 from ._attempt import ParkedChild
+from ._attempts import stored_attempt
 from ._json import freeze_detail
 from ._state import Queued
 from ._storage import Expect
@@ -70,7 +71,7 @@ class Retries:
                 kernel.awaiting_bodies.pop(run_id, None)
                 return
         admissions = self._admissions
-        attempt = admissions.stored_attempt(record, body, parent=parent)
+        attempt = stored_attempt(kernel, record, body, parent=parent)
         await admissions.admit(
             Admission(
                 attempt=attempt,

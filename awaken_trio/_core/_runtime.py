@@ -88,19 +88,7 @@ class Runtime(OperatorCalls, metaclass=NoPublicConstructor):
         self._trio_token = trio.lowlevel.current_trio_token()
 
     def _in_own_run(self) -> None:
-        """Refuse a call made outside the trio.run that opened this runtime (a runtime
-        kept after its run ended, or handed to another thread's run)."""
-        try:
-            token = trio.lowlevel.current_trio_token()
-        except RuntimeError:  # not in any trio.run
-            token = None
-        if token is not self._trio_token:
-            raise RuntimeClosed(
-                "this runtime belongs to another trio.run (the one whose open_runtime()"
-                " opened it, which may have ended); use a runtime only inside its"
-                " 'async with open_runtime()' block, and open a runtime in each trio.run"
-                " that needs one"
-            )
+        _in_run(self._trio_token)
 
     # ------------------------------------------------------------------ starting runs
 
@@ -155,8 +143,21 @@ class Runtime(OperatorCalls, metaclass=NoPublicConstructor):
             thread. InvalidArgument, InvalidBody, InvalidPayload: a bad argument (nothing
             is committed). RuntimeClosed: the runtime is closing.
         """
-        refuse_not_before(not_before, "start()")
-        self._in_own_run()
+        if not_before is not None:
+            refuse_not_before(not_before, "start()")
+        _in_run(self._trio_token)
+        if (
+            timeout is None
+            and deadline is None
+            and queue_timeout is None
+            and retry is None
+            and if_busy == "queue"
+        ):
+            # The common start: no policy to check or carry.
+            attempt = await self._admissions.start_root(
+                body, input, run_id, thread_id, name, max_steps
+            )
+            return self._handle(attempt)
         spec = _root_spec(
             self._kernel,
             body,
@@ -194,7 +195,7 @@ class Runtime(OperatorCalls, metaclass=NoPublicConstructor):
         waiting, not the run (use `deliver` or `cancel_run` for that).
         """
         refuse_not_before(not_before, "execute()")
-        self._in_own_run()
+        _in_run(self._trio_token)
         spec = _root_spec(
             self._kernel,
             body,
@@ -271,7 +272,7 @@ class Runtime(OperatorCalls, metaclass=NoPublicConstructor):
                 queued (nothing is committed).
             InvalidArgument: a bad argument (nothing is committed).
         """
-        self._in_own_run()
+        _in_run(self._trio_token)
         check_id(name, "name")
         if run_id is not None:
             check_id(run_id, "run_id")
@@ -318,7 +319,7 @@ class Runtime(OperatorCalls, metaclass=NoPublicConstructor):
 
         Nothing is committed when it raises.
         """
-        self._in_own_run()
+        _in_run(self._trio_token)
         check_id(run_id, "run_id")
         if new_run_id is not None:
             check_id(new_run_id, "new_run_id")
@@ -341,7 +342,7 @@ class Runtime(OperatorCalls, metaclass=NoPublicConstructor):
             InvalidArgument: ``ended_before`` is not a number of seconds >= 0, or the
                 store cannot delete runs.
         """
-        self._in_own_run()
+        _in_run(self._trio_token)
         if type(ended_before) not in (int, float) or not ended_before >= 0:
             raise InvalidArgument(
                 f"ended_before must be a number of seconds >= 0, not {safe_repr(ended_before)}"
@@ -361,7 +362,7 @@ class Runtime(OperatorCalls, metaclass=NoPublicConstructor):
         (`drain_worker`: its runs finished); with ``await nursery.start(runtime.serve)``
         once it is claiming. On a durable store it keeps a worker row while it serves.
         """
-        self._in_own_run()
+        _in_run(self._trio_token)
         if type(concurrency) is not int or concurrency < 1:
             raise InvalidArgument(
                 f"concurrency must be a positive int, not {safe_repr(concurrency)}"
@@ -420,7 +421,7 @@ class Runtime(OperatorCalls, metaclass=NoPublicConstructor):
         await self._control.deliver_to_current_attempt(command)
 
     def _check_command(self, command: LiveCommand) -> None:
-        self._in_own_run()
+        _in_run(self._trio_token)
         kind = type(command)
         if kind not in _COMMANDS:
             raise InvalidArgument(
@@ -473,7 +474,7 @@ class Runtime(OperatorCalls, metaclass=NoPublicConstructor):
 
     @trio.lowlevel.enable_ki_protection
     async def _end_run(self, run_id: str, request: EndRequest, thread_id: str | None) -> RunState:
-        self._in_own_run()
+        _in_run(self._trio_token)
         check_id(run_id, "run_id")
         if thread_id is not None:
             check_id(thread_id, "thread_id")
@@ -507,7 +508,7 @@ class Runtime(OperatorCalls, metaclass=NoPublicConstructor):
                 for the run, and the run has no name a serving runtime could find its
                 body by (or the store is not durable). Nothing is committed.
         """
-        self._in_own_run()
+        _in_run(self._trio_token)
         check_id(run_id, "run_id")
         if correlation_id is not None:
             check_id(correlation_id, "correlation_id")
@@ -526,7 +527,7 @@ class Runtime(OperatorCalls, metaclass=NoPublicConstructor):
 
     async def record(self, run_id: str) -> RunRecord:
         """The run's committed record (its payloads are frozen)."""
-        self._in_own_run()
+        _in_run(self._trio_token)
         check_id(run_id, "run_id")
         return await self._control.load(run_id)
 
@@ -591,7 +592,7 @@ class Runtime(OperatorCalls, metaclass=NoPublicConstructor):
         Raises:
             InvalidArgument: ``after`` is not an int >= 0.
         """
-        self._in_own_run()
+        _in_run(self._trio_token)
         if run_id is not None:
             check_id(run_id, "run_id")
         if type(after) is not int or after < 0:
@@ -623,7 +624,7 @@ class Runtime(OperatorCalls, metaclass=NoPublicConstructor):
             InvalidArgument: ``after`` is not an int >= 0, ``channel`` is not a channel
                 name, or the store keeps no streams.
         """
-        self._in_own_run()
+        _in_run(self._trio_token)
         check_id(run_id, "run_id")
         check_read(run_id, channel, after, follow)
         store = self._streaming_store(f"read_stream() of run {run_id!r}")
@@ -639,7 +640,7 @@ class Runtime(OperatorCalls, metaclass=NoPublicConstructor):
             UnknownRun: the store does not hold the run.
             InvalidArgument: the store keeps no streams.
         """
-        self._in_own_run()
+        _in_run(self._trio_token)
         check_id(run_id, "run_id")
         store = self._streaming_store(f"stream_channels() of run {run_id!r}")
         found = await read_store(store.stream_channels(run_id), f"the streams of run {run_id!r}")
@@ -667,6 +668,22 @@ class Runtime(OperatorCalls, metaclass=NoPublicConstructor):
             busy_threads=len(kernel.gate),
             awaiting_bodies=len(kernel.awaiting_bodies),
             supervisor=kernel.mailbox.statistics(),
+        )
+
+
+def _in_run(own: trio.lowlevel.TrioToken) -> None:
+    """Refuse a call made outside the trio.run that opened the runtime (``own`` is its
+    token): a runtime kept after its run ended, or handed to another thread's run."""
+    try:
+        token = trio.lowlevel.current_trio_token()
+    except RuntimeError:  # not in any trio.run
+        token = None
+    if token is not own:
+        raise RuntimeClosed(
+            "this runtime belongs to another trio.run (the one whose open_runtime()"
+            " opened it, which may have ended); use a runtime only inside its"
+            " 'async with open_runtime()' block, and open a runtime in each trio.run"
+            " that needs one"
         )
 
 

@@ -17,6 +17,7 @@ import trio
 from . import _commit_of as commit_of
 from ._admission import Admission
 from ._attempt import BodyPin, lost
+from ._attempts import stored_attempt
 from ._errors import RuntimeClosed, StoreError
 from ._host import ClaimSettings, HeardEnd, ServedRun, Watched
 from ._json import freeze_detail
@@ -123,7 +124,7 @@ class Serving:
         else:
             expect = Expect(generation=record.generation, state=Queued)
             detail = _DETAIL_SERVED
-        attempt = self._admissions.stored_attempt(record, body, ticket=ticket)
+        attempt = stored_attempt(self._kernel, record, body, ticket=ticket)
         if record.generation == 0 and kernel.versions:
             # Its first attempt: the version of the body that runs it is pinned on it.
             attempt.pin = BodyPin(kernel.versions_of(record.name or "").version)

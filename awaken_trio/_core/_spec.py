@@ -25,6 +25,38 @@ if TYPE_CHECKING:
 _NULL_BYTES = len("null")
 
 
+def check_run_arguments(
+    body: Body, run_id: str | None, thread_id: str | None, name: str | None, max_steps: int | None
+) -> None:
+    """Check what a caller gave a new run besides its input and its policies.
+
+    Raises:
+        InvalidBody, InvalidArgument: the argument named is bad.
+    """
+    check_body(body)
+    if run_id is not None:
+        check_id(run_id, "run_id")
+    if thread_id is not None:
+        check_id(thread_id, "thread_id")
+    if name is not None:
+        check_name(name)
+    if max_steps is not None:
+        check_max_steps(max_steps)
+
+
+def checked_input(input: JsonValue, run_id: str, max_payload_bytes: int) -> JsonValue:
+    """The run's input, checked and frozen.
+
+    Raises:
+        InvalidPayload: it is not JSON, or it is too large.
+    """
+    if input is None and max_payload_bytes >= _NULL_BYTES:
+        # (The common input, None, fits any limit of at least its own 4 bytes: no
+        # description of it is made for an error that cannot happen.)
+        return None
+    return check_payload(input, f"input of run {run_id!r}", max_payload_bytes)
+
+
 @final
 @attrs.frozen(kw_only=True)
 class RunSpec:
@@ -74,24 +106,13 @@ class RunSpec:
         Raises:
             InvalidBody, InvalidArgument, InvalidPayload: the argument named is bad.
         """
-        check_body(body)
-        if run_id is not None:
-            check_id(run_id, "run_id")
-        if thread_id is not None:
-            check_id(thread_id, "thread_id")
-        if name is not None:
-            check_name(name)
-        if max_steps is not None:
-            check_max_steps(max_steps)
+        check_run_arguments(body, run_id, thread_id, name, max_steps)
         if if_busy != "queue":
             check_if_busy(if_busy)
         if retry is not None:
             check_retry(retry, "the run")
         run_id = run_id or new_run_id()
-        if input is not None or max_payload_bytes < _NULL_BYTES:
-            # (The common input, None, fits any limit of at least its own 4 bytes: no
-            # description of it is made for an error that cannot happen.)
-            input = check_payload(input, f"input of run {run_id!r}", max_payload_bytes)
+        input = checked_input(input, run_id, max_payload_bytes)
         if parent is not None and parent.deadline is not None:
             deadlines = deadlines.within(parent.deadline)
         spec = object.__new__(cls)  # (a class called with keywords costs twice as much)

@@ -668,7 +668,7 @@ def fence(tx: RunTx[RowT], row: RowT, commit: Commit, now: float) -> Rejected | 
             return Rejected(RejectReason.FENCED, row.state)
     if (
         (expect.generation is not None and row.generation != expect.generation)
-        or (expect.state is not None and kind_of_variant(expect.state) != row.kind)
+        or (expect.state is not None and KIND_OF.get(expect.state) != row.kind)
         or (expect.correlation_id is not None and not _ticket_is(row, expect.correlation_id))
     ):
         return Rejected(RejectReason.STALE, row.state)
@@ -720,7 +720,7 @@ def create(tx: RunTx[RowT], commit: Commit, new: NewRun, now: float) -> Accepted
         tx.set_ticket(row, state.ticket)  # type: ignore[attr-defined]
     elif kind == "ended":
         stored = tx.drop_commands(run_id)
-    elif _answers(commit):
+    elif commit.resume_ticket is not None or commit.resume_value is not None:  # (`_answers`)
         tx.keep_resume(row, HeldResume(commit.resume_value, commit.resume_ticket))
     for detail in new.step_events:
         tx.event(row, commit.generation, EventKind.STEP, detail, commit.at)

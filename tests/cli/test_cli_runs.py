@@ -100,6 +100,9 @@ async def test_submit_list_and_show_print_the_codec_shapes(store: str) -> None:
         "worker_id",
         "deadline",
         "body_version",
+        "retry",
+        "retries",
+        "not_before",
         "events",
     }
     assert record["updated_at"] == record["created_at"]
@@ -107,6 +110,7 @@ async def test_submit_list_and_show_print_the_codec_shapes(store: str) -> None:
     assert record["forked_from"] is None
     assert record["deadline"] is None
     assert record["body_version"] is None  # never run
+    assert (record["retry"], record["retries"], record["not_before"]) == (None, 0, None)
     assert record["result"] is None
     assert [event["kind"] for event in record["events"]] == ["committed"]
     assert set(record["events"][0]) == EVENT_KEYS

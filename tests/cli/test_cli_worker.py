@@ -175,6 +175,6 @@ async def test_a_worker_retries_a_failing_run_and_logs_each_retry(store: str) ->
     retried = [e for e in ended["events"] if e["kind"] == "retry_scheduled"]
     assert [e["detail"]["attempt"] for e in retried] == [1, 2]
     assert all(e["detail"]["code"] == "flaky" for e in retried)
-    assert "WARNING awaken_trio: run 'fl-1' attempt 1 failed (try 1 of 3)" in log
+    assert "INFO awaken_trio: run 'fl-1' attempt 1 failed (try 1 of 3)" in log
     text = await cli("runs", "show", "fl-1", "--store", store)
     assert "2 of 2 retries used" in text.stdout

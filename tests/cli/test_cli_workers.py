@@ -48,7 +48,7 @@ async def test_a_drained_worker_finishes_its_run_then_exits_0(tmp_path: Path) ->
         assert row["pid"] == worker.pid
         assert row["state"] == "serving"
         assert row["bodies"] == dict.fromkeys(
-            ["asks", "chat", "fails", "steps", "stubborn", "waits"]
+            ["asks", "chat", "fails", "flaky", "steps", "stubborn", "waits"]
         )
         assert set(row) == {
             "worker_id",

@@ -27,7 +27,7 @@ from awaken_trio import (
     open_runtime,
 )
 from tests.run_helpers import history, settle, terminal_commits
-from tests.wrapped_stores import FailingStore
+from tests.wrapped_stores import FailingStore, HoldingStore
 
 NATURAL = RunState.Ended(EndCause.NaturalEnd())
 CANCELLED = RunState.Ended(EndCause.Cancelled())
@@ -185,16 +185,14 @@ async def test_the_last_failure_ends_the_run_failed_as_without_a_policy(
 ) -> None:
     body = Flaky(10)
     async with runtime() as rt:
-        with caplog.at_level(logging.WARNING, logger="awaken_trio"):
+        with caplog.at_level(logging.INFO, logger="awaken_trio"):
             state = await rt.execute(body, run_id="r", retry=RetryPolicy(attempts=2))
         assert state == RunState.Ended(EndCause.Failed("flaky", "call 2 failed"))
         assert body.calls == 2
         record = await rt.record("r")
         assert (record.generation, record.retries) == (2, 1)
         assert len(retries_of(await history(rt, "r"))) == 1
-    warned = [
-        r for r in caplog.records if r.levelno == logging.WARNING and "try 1 of 2" in r.message
-    ]
+    warned = [r for r in caplog.records if r.levelno == logging.INFO and "try 1 of 2" in r.message]
     failed = [r for r in caplog.records if r.levelno == logging.ERROR and "failed" in r.message]
     assert len(warned) == 1
     assert warned[0].__dict__["run_id"] == "r"
@@ -499,3 +497,72 @@ async def test_a_run_whose_retry_waits_for_a_busy_thread_still_ends_at_its_deadl
         assert body.calls == 1
         await rt.cancel_run("busy")
         await settle(busy)
+
+
+async def test_a_cancel_racing_the_retrys_commit_ends_the_run_once_and_nothing_reruns(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The retry's commit held in flight while a cancel arrives: the run ends once,
+    ``Cancelled`` (the cancel after the retry landed ends the waiting run), its waiter gets
+    that end, and the retry's time passes with nothing run again."""
+    body = Flaky(5)
+    store = HoldingStore(RunState.Queued)
+    async with runtime(store=store) as rt:
+        handle = await rt.start(body, run_id="r", retry=RetryPolicy(backoff=5))
+        with trio.fail_after(60):
+            await store.holding.wait()  # the failed attempt's retry commit, in flight
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(rt.cancel_run, "r")
+            await trio.sleep(0.1)
+            store.release.set()
+        assert await settle(handle) == CANCELLED
+        await trio.sleep(30)
+        assert body.calls == 1
+        assert len(terminal_commits(await history(rt, "r"))) == 1
+        assert await rt.state("r") == CANCELLED
+
+
+async def test_a_clock_that_fails_when_the_retry_is_decided_makes_the_failure_the_end(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    broken = False
+    release = trio.Event()
+
+    def clock() -> float:
+        if broken:
+            raise OSError("the clock is gone")
+        return trio.current_time()
+
+    async def body(ctx: RunContext) -> object:
+        await release.wait()
+        raise RunError("flaky", "failed")
+
+    async with open_runtime(clock=clock) as rt:
+        handle = await rt.start(body, run_id="r", retry=RetryPolicy())
+        await trio.sleep(1)
+        broken = True
+        release.set()
+        state = await settle(handle)
+        broken = False
+        assert state == RunState.Ended(EndCause.Failed("flaky", "failed"))
+        assert (await rt.record("r")).retries == 0
+
+
+async def test_a_child_waiting_to_retry_cancelled_by_itself_answers_its_parent(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    child = Flaky(1)
+
+    async def parent(ctx: RunContext) -> object:
+        state = await ctx.run_child(child, run_id="p.c", retry=RetryPolicy(backoff=30))
+        return repr(state)
+
+    async with runtime() as rt:
+        handle = await rt.start(parent, run_id="p")
+        await trio.sleep(1)
+        assert await rt.state("p.c") == QUEUED
+        await rt.cancel_run("p.c")
+        assert await settle(handle) == NATURAL
+        assert (await rt.record("p")).result == repr(CANCELLED)
+        await trio.sleep(60)
+        assert child.calls == 1

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from awaken_trio import LiveCommand, RunContext
+from awaken_trio import LiveCommand, RetryPolicy, RunContext
 from awaken_trio._face.shapes import SUMMARY_LENGTH
 from awaken_trio.agent import Agent, ModelReply, ScriptedModel, Tool, ToolCall
 from tests.ui.ui_helpers import asks, caught_up, dashboard, page, parent, settle
@@ -162,3 +162,20 @@ async def test_a_runs_page_shows_its_deadline() -> None:
         free = (await d.http.get(page("free"))).text
         assert 'id="run-deadline"' not in free
         assert "&quot;deadline&quot;: null" in free
+
+
+async def test_a_runs_page_shows_where_its_retries_stand() -> None:
+    async with dashboard() as d:
+        policy = RetryPolicy(attempts=3, backoff=2, codes=("rate_limited",))
+        await d.runtime.submit("steps", run_id="retried", retry=policy)
+        await d.runtime.submit("steps", run_id="once")
+        text = (await d.http.get(page("retried"))).text
+        shown = re.search(r'<dt>retry</dt><dd><span id="run-retry">([^<]*)<', text)
+        assert shown is not None
+        assert shown.group(1) == (
+            "0 of 2 retries used (3 attempts; waits 2.0s, x2, at most 1m 00s; codes rate_limited)"
+        )
+        assert "&quot;retries&quot;: 0" in text  # the record, as JSON
+        once = (await d.http.get(page("once"))).text
+        assert 'id="run-retry"' not in once
+        assert "&quot;retry&quot;: null" in once

@@ -69,6 +69,7 @@ class MemoryRow:
     """One run's committed truth, updated in place by each accepted commit (the store
     rules' `StoredRun`); `MemoryStore.load` hands out a frozen `RunRecord` of it."""
 
+    # What a run is created with comes first, in the order `MemoryTx.create` passes it.
     run_id: str
     thread_id: str
     parent_run_id: str | None
@@ -79,7 +80,26 @@ class MemoryRow:
     state: RunState
     kind: StateKind  # the kind of ``state``, set with it
     generation: int
-    result: JsonValue = None
+    result: JsonValue
+    # The order runs were created in: queued runs start oldest first.
+    created: int
+    # A queued run's earliest start (`Commit.not_before`: a delayed start, a retry's
+    # wait); None when it may start now.
+    not_before: float | None
+    # Its time limits (`NewRun.deadline`, `NewRun.queue_deadline`), fixed at creation.
+    deadline: float | None
+    queue_deadline: float | None
+    forked_from: JsonValue
+    body_version: str | None
+    # How it is tried again when its body fails (`NewRun.retry`, fixed at creation), and
+    # the retries scheduled so far.
+    retry: RetryPolicy | None
+    # `RunRecord`'s times (the runtime's clock) and the last owner of its claim.
+    created_at: float | None
+    updated_at: float | None
+    started_at: float | None
+    ended_at: float | None
+    retries: int = 0
     checkpoint: JsonValue = None
     steps: int = 0
     # The messages an Awaiting commit carried, and the resume the run's current or next
@@ -93,21 +113,7 @@ class MemoryRow:
     epoch: int = 0
     attempt_epoch: int | None = None
     recoveries: int = 0
-    # The order runs were created in: queued runs start oldest first.
-    created: int = 0
-    # A queued run's earliest start (`Commit.not_before`: a delayed start, a retry's
-    # wait); None when it may start now.
-    not_before: float | None = None
-    # Its time limits (`NewRun.deadline`, `NewRun.queue_deadline`), fixed at creation.
-    deadline: float | None = None
-    queue_deadline: float | None = None
     events: list[Entry] = attrs.field(factory=list)
-    forked_from: JsonValue = None
-    body_version: str | None = None
-    # How it is tried again when its body fails (`NewRun.retry`, fixed at creation), and
-    # the retries scheduled so far.
-    retry: RetryPolicy | None = None
-    retries: int = 0
     # The run's checkpoints, each with the seq of the last event its commit wrote (the
     # store's last seq when it wrote none), in seq order: the checkpoint as of an event is
     # the last one at or before it (`checkpoint_at`). Forgotten with the run. Made on the
@@ -116,11 +122,6 @@ class MemoryRow:
     # The run's ``step`` events (`MemoryStore.step_events`), a subset of ``events`` in seq
     # order. Made on the first: most runs never journal a step.
     step_entries: list[Entry] | None = None
-    # `RunRecord`'s times (the runtime's clock) and the last owner of its claim.
-    created_at: float | None = None
-    updated_at: float | None = None
-    started_at: float | None = None
-    ended_at: float | None = None
     worker_id: str | None = None
 
     @property
@@ -301,30 +302,30 @@ class MemoryTx:
     ) -> MemoryRow:
         kind = KIND_OF[type(state)]
         row = object.__new__(MemoryRow)  # (a class called with keywords costs twice as much)
-        MemoryRow.__init__(
+        MemoryRow.__init__(  # (positionally: in the order of its fields)
             row,
-            run_id=run_id,
-            thread_id=new.thread_id,
-            parent_run_id=new.parent_run_id,
-            root_run_id=new.root_run_id or run_id,
-            name=new.name,
-            input=new.input,
-            max_steps=new.max_steps,
-            state=state,
-            kind=kind,
-            generation=generation,
-            result=result,
-            created=self.seq,
-            not_before=not_before,
-            deadline=new.deadline,
-            queue_deadline=new.queue_deadline,
-            forked_from=new.forked_from,
-            created_at=at,
-            updated_at=at,
-            started_at=at if kind == "running" else None,
-            ended_at=at if kind == "ended" else None,
-            body_version=new.body_version,
-            retry=new.retry,
+            run_id,
+            new.thread_id,
+            new.parent_run_id,
+            new.root_run_id or run_id,
+            new.name,
+            new.input,
+            new.max_steps,
+            state,
+            kind,
+            generation,
+            result,
+            self.seq,
+            not_before,
+            new.deadline,
+            new.queue_deadline,
+            new.forked_from,
+            new.body_version,
+            new.retry,
+            at,
+            at,
+            at if kind == "running" else None,
+            at if kind == "ended" else None,
         )
         self.rows[run_id] = row
         if self.shared:

@@ -94,6 +94,17 @@ class StoreConnection(psycopg.Connection[tuple[Any, ...]]):
         cur.format = psycopg.pq.Format.BINARY if binary else psycopg.pq.Format.TEXT
         return cur.execute(query, params, prepare=prepare)
 
+    def roll_back(self) -> None:
+        """Roll the transaction back and keep the statements prepared on the connection.
+        (psycopg's own ROLLBACK deallocates them all, in case the transaction dropped what
+        they name; the store's write transactions drop nothing, and statements a failed
+        pipeline skipped were never taken for prepared.) Blocking: run on a worker
+        thread, as every call of the store is."""
+        result = self.pgconn.exec_(b"ROLLBACK")
+        if result.status != psycopg.pq.ExecStatus.COMMAND_OK:
+            message = (result.error_message or self.pgconn.error_message).decode(errors="replace")
+            raise psycopg.OperationalError(f"ROLLBACK failed: {message.strip()}")
+
     def reclaim(self) -> None:
         """Take back every cursor lent since the last call (their results are no longer
         anyone's), keeping at most as many as a transaction uses."""

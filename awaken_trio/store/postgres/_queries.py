@@ -253,6 +253,7 @@ class Queries:
     rows: bytes
     claims: bytes
     live: bytes
+    as_guessed: bytes
     unended: bytes
     ending_commands: bytes
     children: bytes
@@ -263,6 +264,7 @@ class Queries:
     update_runs: bytes
     drop_claims: bytes
     put_claims: bytes
+    put_claims_now: bytes
     drop_tickets: bytes
     put_tickets: bytes
     deliver: bytes

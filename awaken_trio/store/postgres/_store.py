@@ -11,6 +11,7 @@ statements named in ``queries.sql``; ``_listen`` hears other runtimes' commits.
 
 from __future__ import annotations
 
+import logging
 import threading
 import uuid
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -18,6 +19,7 @@ from types import TracebackType
 from typing import TypeVar, final
 
 import attrs
+import psycopg
 import trio
 
 from ..._core import (
@@ -47,6 +49,7 @@ from .._workers import bodies_text, worker_of
 from . import _reads as reads
 from . import _streams as streams
 from ._conn import Conn, Connections, LostCommit
+from ._guess import Guess, GuessMissed, guess_of, missed
 from ._listen import Listener
 from ._order import Numbered
 from ._queries import Queries
@@ -54,6 +57,8 @@ from ._tx import PgTx, thread_locks
 from ._url import parse
 
 T = TypeVar("T")
+
+logger = logging.getLogger("awaken_trio.store")
 
 
 @final
@@ -75,7 +80,9 @@ class PostgresStore:
 
     ``apply`` is one transaction per batch (two round trips: the clock and the rows the
     batch touches, ``... WHERE run_id = ANY(%b) FOR UPDATE``; every write and the commit in
-    one pipeline), so the runtime's group commit costs one commit per batch. Transactions
+    one pipeline), so the runtime's group commit costs one commit per batch. A batch that
+    only creates runs (starts, submits) is one round trip: written on a guess of its reads
+    that the server checks in the same transaction (``_guess``). Transactions
     on different runs and threads run side by side, their commits too: event seqs come
     from a sequence, and readers read them only up to a watermark below which every seq is
     final (``_order``). Lease times are the server's clock, read in each
@@ -188,11 +195,14 @@ class PostgresStore:
         what: str,
         settle: Callable[[T, Numbered], T] | None = None,
         batch: Sequence[Commit] = (),
+        guess: Guess | None = None,
     ) -> T:
         """Run ``fn`` (the rules) in one write transaction (retried as `Connections.write`
         says). ``settle`` renumbers what ``fn`` answered with the seqs its commit gave
         (from the committed transaction, or the base a lost commit's token kept); the rows
-        ``batch`` touches are read with ``BEGIN``, in its round trip."""
+        ``batch`` touches are read with ``BEGIN``, in its round trip. Given a ``guess`` of
+        those reads, the transaction is first written on it, in one round trip, and run
+        again with its reads if the guess was wrong (``_guess``)."""
         offset = self._offset()
         fixed = self._lease_clock
         queries = self._queries
@@ -201,10 +211,19 @@ class PostgresStore:
         unsettled: list[int] = []  # the last seq of a commit whose wait did not finish
 
         def attempt(conn: Conn) -> T:
+            if guess is not None:
+                try:
+                    return transaction(conn, guess)
+                except GuessMissed as missed:
+                    # Rolled back: nothing was written. Read, then write.
+                    logger.debug("store: %s was not as guessed: %s", what, missed)
+            return transaction(conn, None)
+
+        def transaction(conn: Conn, guess: Guess | None) -> T:
             tx = PgTx(conn, queries, thread_locks=locks, sender=sender, offset=offset, clock=fixed)
             committing = False
             try:
-                now = tx.begin(batch)
+                now = tx.begin(batch) if guess is None else tx.begin_guessed(guess)
                 result = fn(tx, now)
                 committing = True
                 pid = conn.info.backend_pid
@@ -215,6 +234,13 @@ class PostgresStore:
                     raise LostCommit(
                         tx.token, pid, lambda seqs, before: landed(result, wrote, seqs, before)
                     ) from exc
+                if guess is not None and isinstance(exc, psycopg.Error) and missed(exc):
+                    # (Raised by whichever statement's result came back with the error.)
+                    tx.give_up()
+                    raise GuessMissed(str(exc)) from exc
+                if isinstance(exc, GuessMissed):
+                    tx.give_up()
+                    raise
                 tx.abort()
                 raise
             outcome.append((tx.writes, tx.wrote))
@@ -258,6 +284,7 @@ class PostgresStore:
             f"a batch of {len(commits)} commits",
             _settle,
             commits,
+            guess_of(commits),
         )
 
     async def load(self, run_id: str) -> RunRecord | None:

@@ -17,6 +17,12 @@ every result back (a flush, not a Sync, so nothing commits early); only the end 
    write, keeps the token and notifies, ``COMMIT`` and the wait for the seqs to settle,
    and syncs: one round trip.
 
+A batch whose every commit creates a run (an awaited ``start``, a ``submit``) skips the
+first round trip: `PgTx.begin_guessed` takes what its reads would find to be the usual
+(no run of that id, its threads free), queues the threads' locks and a server-side check
+of that guess instead of the reads, and `PgTx.commit` sends it all with the writes in one
+round trip; a wrong guess rolls back and the batch runs as above (``_guess``'s docstring).
+
 The isolation the rules assume (``_rules``'s docstring) comes from locks on what a
 transaction reads, so write transactions on different runs run side by side:
 
@@ -70,6 +76,7 @@ from .._rules import ClaimRow
 from .._textrows import EVENT_WIDTH, NULL, CommandRow, TextRow, TextRunTx
 from . import _streams as streams
 from ._conn import StoreConnection
+from ._guess import Guess, GuessMissed
 from ._listen import CONTROL, STREAM
 from ._order import Numbered
 from ._queries import INSERTED, UPDATED, Queries, rows_json
@@ -141,6 +148,10 @@ class PgTx(TextRunTx[TextRow, _Insert]):
         # are queued and sent together, and a read's fetch brings back every result queued
         # before it (a flush, one round trip); only the end sends a Sync.
         self._pipeline = contextlib.ExitStack()
+        # A transaction written on a guess of its reads (`begin_guessed`): the guess, and
+        # whether its clock starts at 0 (its claims' lease ends are then the server's).
+        self._guess: Guess | None = None
+        self._relative = False
 
     # ------------------------------------------------------------------ lifetime
 
@@ -161,6 +172,41 @@ class PgTx(TextRunTx[TextRow, _Insert]):
             now = self._clock()  # a test's clock in place of the server's
         self.now = float(now) + self._offset
         return self.now
+
+    def begin_guessed(self, guess: Guess) -> float:
+        """``BEGIN`` and the server's check of ``guess`` (``as_guessed``, which takes the
+        locks of the threads it names first), queued, not sent: what the transaction's
+        reads would find is taken to be ``guess`` (``_guess``'s docstring), and `commit`
+        sends everything in one round trip. The transaction's clock (seconds): 0, its lease
+        ends written relative to the server's (``put_claims_now``), or the store's fixed
+        clock."""
+        conn = self.conn
+        self._begun = True
+        self._guess = guess
+        self._pipeline.enter_context(conn.pipeline())
+        conn.execute("BEGIN")
+        for run_id in guess.absent:
+            self._rows[run_id] = None
+        threads = guess.threads
+        for thread_id in threads:
+            self._threads[thread_id] = {}
+        keys = sorted({thread_key(thread_id) for thread_id in threads})
+        conn.execute(
+            self.q.as_guessed,
+            (self._thread_locks, keys, list(guess.absent), list(guess.free), list(guess.quiet)),
+        )
+        if self._clock is not None:
+            self.now = self._clock() + self._offset
+        else:
+            self._relative = True
+            self.now = 0.0
+        return self.now
+
+    def _to_server(self) -> None:
+        """Before a read goes to the server: a guessed transaction gives its guess up
+        (`GuessMissed`), as its reads are what it guessed, and it has no others."""
+        if self._guess is not None:
+            raise GuessMissed("a rule read what the guess does not hold")
 
     def commit(self) -> None:
         """Send every queued write, then number (with their tickets) and write the events,
@@ -203,6 +249,14 @@ class PgTx(TextRunTx[TextRow, _Insert]):
         if not conn.broken:
             with contextlib.suppress(psycopg.Error):
                 conn.execute("ROLLBACK")
+
+    def give_up(self) -> None:
+        """Leave the pipeline and roll back a guessed transaction whose guess was wrong
+        (``_guess``), keeping the statements prepared on the connection for the
+        transaction that runs next."""
+        with contextlib.suppress(psycopg.Error):
+            self._pipeline.close()
+        self.conn.roll_back()
 
     def _sealing(self) -> dict[str, object]:
         """The parameters of the ``seal`` statement: the events and the kept checkpoints,
@@ -309,6 +363,7 @@ class PgTx(TextRunTx[TextRow, _Insert]):
         # rows, as a later read of them would be (locks in one order).
         known = [thread_id for thread_id in threads if thread_id not in self._threads]
         if run_ids or claim_ids or ending or known or parents or streaming:
+            self._to_server()
             # Claims before rows, as in every transaction (the module's docstring); the
             # commands after the rows, which a command's post locks first. All are queued
             # before the first fetch, which brings every result back in one round trip.
@@ -371,6 +426,7 @@ class PgTx(TextRunTx[TextRow, _Insert]):
         """Queue, in the pipeline the caller holds, the locks of the threads (in one order,
         the same in every transaction) and the read of their live attempts (`_take_live`
         takes it)."""
+        self._to_server()
         conn = self.conn
         threads = self._threads
         for thread_id in thread_ids:
@@ -396,6 +452,7 @@ class PgTx(TextRunTx[TextRow, _Insert]):
     def prefetch_claims(self, run_ids: Iterable[str]) -> None:
         missing = [r for r in set(run_ids) if r not in self._claims]
         if missing:
+            self._to_server()
             self._take_claims(missing, self.conn.execute(self.q.claims, (missing,)).fetchall())
 
     def _read_row(self, run_id: str) -> None:
@@ -411,6 +468,10 @@ class PgTx(TextRunTx[TextRow, _Insert]):
         # The thread's lock first, as for its live attempts: two transactions that read
         # the same thread's runs are serialised (the rows themselves are locked as the
         # rules read them).
+        guess = self._guess
+        if guess is not None and thread_id in guess.quiet:
+            return []  # (guessed: none)
+        self._to_server()
         if thread_id not in self._threads:
             self._take_live(self._lock_threads((thread_id,)))
         found = self.conn.execute(self.q.unended, (thread_id,)).fetchall()
@@ -425,6 +486,7 @@ class PgTx(TextRunTx[TextRow, _Insert]):
         self._read([], [], streaming=run_ids)
 
     def _load_record(self, run_id: str) -> RunRecord | None:
+        self._to_server()
         found = self.conn.execute(self.q.load, (run_id,)).fetchone()
         return None if found is None else record_of(found)
 
@@ -432,10 +494,12 @@ class PgTx(TextRunTx[TextRow, _Insert]):
         known = self._children.get(parent)
         if known is not None:
             return list(known)
+        self._to_server()
         self.flush()
         return [r for (r,) in self.conn.execute(self.q.children, (parent,)).fetchall()]
 
     def expired_claims(self, now: float) -> list[str]:
+        self._to_server()
         self.flush()
         found = self.conn.execute(self.q.expired_claims, (now,)).fetchall()
         self._take_claims((), found)  # locked: what the rules read of them stays true
@@ -487,6 +551,7 @@ class PgTx(TextRunTx[TextRow, _Insert]):
     def insert_command(
         self, run_id: str, kind: CommandKind, payload: JsonValue, reason: str | None, at: float
     ) -> int:
+        self._to_server()
         self.flush()  # a queued delete of the run's commands must not reach this one
         found = self.conn.execute(
             self.q.insert_command, (run_id, kind, dump_json(payload), dump_json(reason), at)
@@ -568,7 +633,9 @@ class PgTx(TextRunTx[TextRow, _Insert]):
                     put.append((run_id, claim.owner, claim.epoch, float(claim.lease_until)))
             if dropped:
                 conn.execute(q.drop_claims, (dropped,))
-            if put:
+            if put and self._relative:  # (lease ends from 0: the server's clock is added)
+                conn.execute(q.put_claims_now, (self._offset, *_columns(put, 4)))
+            elif put:
                 conn.execute(q.put_claims, _columns(put, 4))
             self._claims_changed.clear()
         if self._tickets:

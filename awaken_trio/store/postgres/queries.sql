@@ -46,6 +46,13 @@ SELECT o.* FROM unnest(%b::text[]) AS k(id) CROSS JOIN LATERAL
   (SELECT thread_id, run_id, root_run_id, attempt_epoch FROM {s}.runs
    WHERE attempt_epoch IS NOT NULL AND thread_id = k.id OFFSET 0) o;
 
+-- as_guessed --
+-- The check of a transaction written on a guess of its reads (``_guess``): takes the
+-- threads' locks (as `lock_threads`: its first key and the second keys, in order), then
+-- raises ``GUESS_MISSED`` unless no run of the first ids exists, no attempt is live on
+-- the threads of the second, and no run is unended on the threads of the third.
+SELECT {s}.as_guessed(%s::integer, %b::int[], %b::text[], %b::text[], %b::text[]);
+
 -- unended --
 -- The runs on a thread that have not ended, oldest first (read after the thread's lock is
 -- taken: a start that rejects or supersedes on a busy thread; schema version 10's partial
@@ -110,6 +117,16 @@ DELETE FROM {s}.claims WHERE run_id = ANY(%b);
 -- Each run once: ON CONFLICT may not touch a row twice in one statement.
 INSERT INTO {s}.claims (run_id, owner, epoch, lease_until)
 SELECT * FROM unnest(%b::text[], %b::text[], %b::bigint[], %b::float8[])
+ON CONFLICT (run_id) DO UPDATE SET
+  owner = EXCLUDED.owner, epoch = EXCLUDED.epoch, lease_until = EXCLUDED.lease_until;
+
+-- put_claims_now --
+-- As `put_claims`, for a transaction written on a guess of its reads (``_guess``): the
+-- lease ends given are relative to the server's clock, read once here (an uncorrelated
+-- subquery, evaluated once for the statement), plus the store's offset (tests').
+INSERT INTO {s}.claims (run_id, owner, epoch, lease_until)
+SELECT r, o, e, l + (SELECT extract(epoch FROM clock_timestamp())::float8) + %s::float8
+FROM unnest(%b::text[], %b::text[], %b::bigint[], %b::float8[]) AS t(r, o, e, l)
 ON CONFLICT (run_id) DO UPDATE SET
   owner = EXCLUDED.owner, epoch = EXCLUDED.epoch, lease_until = EXCLUDED.lease_until;
 

@@ -16,6 +16,7 @@ from awaken_trio._core import Backoff
 from awaken_trio.store import Accepted, Commit
 from awaken_trio.store.postgres import _tx as tx_module
 from awaken_trio.store.postgres._conn import RETRY, Connections, Retry
+from awaken_trio.store.postgres._guess import Guess
 from awaken_trio.store.postgres._store import PostgresStore
 from tests.commits import new_queued
 
@@ -32,15 +33,23 @@ def _failing_begins(
     """Make the next ``times`` write transactions (every one: None) fail as they begin,
     with ``error``; the list counts the transactions begun."""
     begun: list[int] = []
-    begin = tx_module.PgTx.begin
+    begin, begin_guessed = tx_module.PgTx.begin, tx_module.PgTx.begin_guessed
 
-    def failing(self: tx_module.PgTx, batch: Sequence[Commit] = ()) -> float:
+    def fail() -> None:
         begun.append(1)
         if times is None or len(begun) <= times:
             raise error
+
+    def failing(self: tx_module.PgTx, batch: Sequence[Commit] = ()) -> float:
+        fail()
         return begin(self, batch)
 
+    def failing_guessed(self: tx_module.PgTx, guess: Guess) -> float:
+        fail()  # (a transaction written on a guess of its reads begins here)
+        return begin_guessed(self, guess)
+
     monkeypatch.setattr(tx_module.PgTx, "begin", failing)
+    monkeypatch.setattr(tx_module.PgTx, "begin_guessed", failing_guessed)
     return begun
 
 

@@ -1,0 +1,176 @@
+"""A write transaction in one round trip: the commits that create runs (an awaited
+``start``, a ``submit``) are written on a guess of what their reads would find, and the
+server checks the guess in the same transaction (schema version 15).
+
+A write transaction of `PgTx` takes two round trips: its reads (the rows it touches, the
+live attempts on the threads it guards, ...), then its writes, the numbering of its events
+and ``COMMIT`` (``_tx``'s docstring). The rules (``store/_rules.py``) need the reads before
+they can say what to write. For a batch whose every commit creates a run, what the reads
+find is almost always the same: no run of that id, and, on each thread the batch guards, no
+live attempt (and, for the busy-thread policies ``"reject"`` and ``"supersede"``, no
+unended run). `guess_of` says when a batch is such a batch; `Guess` is what its reads are
+expected to find.
+
+A guessed transaction is one pipeline and one round trip:
+
+1. ``BEGIN``, then ``as_guessed``: a server-side function that takes the locks of the
+   threads the batch guards or reads (the keys and order of the two-trip transaction's
+   ``lock_threads``), reads what the transaction's reads would have read (with snapshots
+   taken after the locks, as theirs are) and raises `GUESS_MISSED` when it is not what was
+   guessed;
+2. the rules, run against the guessed view (`PgTx.begin_guessed`) exactly as they run
+   against the rows read: no rule is written twice. A rule that asks for anything the
+   guess does not hold (a row, a claim, a thread it did not guess) makes the transaction
+   give the guess up before anything is sent (`GuessMissed`);
+3. every write, the numbering of the events, ``COMMIT`` and the wait for the seqs to
+   settle, as in the two-trip transaction (``_tx``), then the one Sync.
+
+When the guess was wrong, ``as_guessed`` (or the insert of a run another transaction
+created meanwhile: a unique violation) fails, every later statement of the pipeline is
+skipped, ``COMMIT`` too, and the transaction is rolled back; the store then runs the same
+commits again as a two-trip transaction, whose answers are what they always were. A wrong
+guess costs one round trip more than the two-trip path, never a different answer.
+
+Why the check is enough. The rules read, for a batch `guess_of` accepts: each new run's row
+(guessed absent), the live attempts on the threads it guards (guessed none, so the thread
+is free), and for ``"reject"`` / ``"supersede"`` the unended runs on the thread (guessed
+none: no run to refuse for or to supersede). ``as_guessed`` reads exactly those, under the
+same thread locks, so a guess it lets pass is what the reads would have found; from then to
+``COMMIT`` the thread locks keep the threads as read (every transaction that changes a
+thread's live attempts or starts a run on it takes the lock first, as in the two-trip
+path), and a run created meanwhile by another transaction under the same id stops this
+one's insert (its primary key). So the writes are the ones the rules would have made after
+reading.
+
+The clock. The rules measure leases by ``now``, the server's clock read once for the
+transaction; a guessed transaction sends its writes before it could read it. No rule it
+runs compares a time it did not make itself (no claim is read: no fence, no live attempt),
+so it runs the rules on a clock that starts at 0 (`PgTx.begin_guessed`), and its claims'
+lease ends are written relative to the server's clock, read once by the statement that puts
+them (``put_claims_now``). A store on a fixed clock (``lease_clock``) runs them on that.
+
+Event order (``_order``). The guessed transaction seals its events as the two-trip one
+does: seqs and tickets taken in its last statement before ``COMMIT``, after every lock it
+takes (the thread locks, the new rows' keys, the claims), and the wait for the seqs after
+``COMMIT``, in the same round trip. A transaction whose guess failed never reaches the seal
+(the statements after the failing one are skipped), so it takes no seq and no ticket; and a
+seq taken by a transaction that then rolled back is never visible, which the watermark's
+proof allows for. So followers see every committed event once and in order, as before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Final, final
+
+import attrs
+import psycopg
+from psycopg import sql
+
+from ..._core import Commit, Queued, Running
+
+GUESS_MISSED: Final = "AWG01"
+"""The SQLSTATE ``as_guessed`` raises when the reads of a guessed transaction are not what
+was guessed."""
+
+
+@final
+class GuessMissed(Exception):
+    """A guessed transaction's reads were not what was guessed (on the server), or a rule
+    asked for what the guess does not hold (before anything was sent): the transaction is
+    rolled back and its commits run again as a two-trip transaction."""
+
+
+@final
+@attrs.frozen
+class Guess:
+    """What a batch's reads are guessed to find: no run of the ids in ``absent``; no live
+    attempt on the threads in ``free``; no unended run on the threads in ``quiet``."""
+
+    absent: tuple[str, ...]
+    free: tuple[str, ...]
+    quiet: tuple[str, ...]
+
+    @property
+    def threads(self) -> tuple[str, ...]:
+        """The threads whose locks the transaction takes (whose live attempts it reads)."""
+        return tuple(sorted({*self.free, *self.quiet}))
+
+
+def guess_of(batch: Sequence[Commit]) -> Guess | None:
+    """The guess for ``batch`` when every commit in it creates a run ``Running`` or
+    ``Queued`` that the rules write from its absence and its thread's runs alone; else
+    None (the batch runs as a two-trip transaction). Not guessed: a commit on an existing
+    run, under a fence (its root's claim is read), with stream chunks (their heads are
+    read), ending its run (its commands are read), or superseding on a thread from a child
+    (its ancestors are read)."""
+    absent: list[str] = []
+    free: set[str] = set()
+    quiet: set[str] = set()
+    for commit in batch:
+        new = commit.new_run
+        if (
+            new is None
+            or not commit.expect.new
+            or commit.fence is not None
+            or commit.chunks
+            or commit.end_descendants is not None
+            or type(commit.state) not in _GUESSED_STATES
+            or (new.if_busy == "supersede" and new.parent_run_id is not None)
+        ):
+            return None
+        absent.append(commit.run_id)
+        if commit.thread_guard:
+            free.add(new.thread_id)
+        if new.if_busy != "queue":
+            quiet.add(new.thread_id)
+    return Guess(tuple(absent), tuple(sorted(free)), tuple(sorted(quiet)))
+
+
+_GUESSED_STATES: Final = frozenset({Running, Queued})
+
+
+def missed(exc: psycopg.Error) -> bool:
+    """Whether ``exc``, raised by a guessed transaction, says its guess was wrong: the
+    check failed, or a run it creates was created by another transaction first."""
+    return exc.sqlstate in (GUESS_MISSED, psycopg.errors.UniqueViolation.sqlstate)
+
+
+_V15: Final = (
+    # The check of a guessed transaction (the module's docstring): takes the threads'
+    # locks (``lock_threads``: the keys' order, one lock as each key comes), then raises
+    # GUESS_MISSED unless no run of the ids in ``absent`` exists, no run on the threads in
+    # ``free`` has an attempt marked live, and no run on the threads in ``quiet`` is
+    # unended. Each read by key, as the two-trip transaction's reads are (``rows``,
+    # ``live``, ``unended``), and each with a snapshot of its own, taken after the locks
+    # (a volatile function's statements each take one).
+    f"""CREATE FUNCTION {{s}}.as_guessed(
+      space integer, keys integer[], absent text[], free text[], quiet text[])
+    RETURNS void LANGUAGE plpgsql VOLATILE AS $$
+    BEGIN
+      PERFORM pg_advisory_xact_lock(space, k) FROM unnest(keys) AS k;
+      IF EXISTS (SELECT 1 FROM unnest(absent) AS k(id) CROSS JOIN LATERAL
+                   (SELECT 1 FROM {{s}}.runs WHERE run_id = k.id OFFSET 0) r) THEN
+        RAISE EXCEPTION 'a run the transaction creates exists'
+          USING ERRCODE = '{GUESS_MISSED}';
+      END IF;
+      IF EXISTS (SELECT 1 FROM unnest(free || quiet) AS k(id) CROSS JOIN LATERAL
+                   (SELECT 1 FROM {{s}}.runs
+                    WHERE attempt_epoch IS NOT NULL AND thread_id = k.id OFFSET 0) r) THEN
+        RAISE EXCEPTION 'a thread the transaction guards has a live attempt'
+          USING ERRCODE = '{GUESS_MISSED}';
+      END IF;
+      IF EXISTS (SELECT 1 FROM unnest(quiet) AS k(id) CROSS JOIN LATERAL
+                   (SELECT 1 FROM {{s}}.runs
+                    WHERE kind <> 'ended' AND thread_id = k.id OFFSET 0) r) THEN
+        RAISE EXCEPTION 'a thread the transaction reads has an unended run'
+          USING ERRCODE = '{GUESS_MISSED}';
+      END IF;
+    END $$""",
+)
+
+
+def to_v15(conn: psycopg.Connection[tuple[object, ...]], schema: sql.Identifier) -> None:
+    """Version 15: the check of a guessed transaction (``as_guessed``). No table changes."""
+    for statement in _V15:
+        conn.execute(sql.SQL(statement).format(s=schema))

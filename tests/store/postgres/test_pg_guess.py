@@ -1,0 +1,404 @@
+"""Commits that create runs in one round trip on the PostgreSQL store (``_guess``): the
+round trips counted on the wire, the answers when the guess is wrong (the same as the
+two-trip transaction's, checked with guessing turned off too), and writers racing
+between the guess and its check. Real time, bounded by ``trio.fail_after``."""
+
+from __future__ import annotations
+
+import select
+import socket
+import threading
+from collections.abc import AsyncIterator, Iterator
+from contextlib import AsyncExitStack
+
+import psycopg
+import pytest
+import trio
+
+from awaken_trio import EndCause, RunContext, RunState, open_runtime
+from awaken_trio.store import (
+    Accepted,
+    Claim,
+    Commit,
+    CommitResult,
+    Expect,
+    Fence,
+    NewRun,
+    Rejected,
+    RejectReason,
+)
+from awaken_trio.store.postgres import _guess
+from awaken_trio.store.postgres import _store as store_module
+from awaken_trio.store.postgres._store import PostgresStore
+from awaken_trio.store.postgres._tx import PgTx, thread_key, thread_locks
+from tests.pg_server import lock_waiters
+
+LIVE = 3600.0
+
+
+def _new(
+    run_id: str,
+    *,
+    thread: str | None = None,
+    running: bool = False,
+    if_busy: str = "queue",
+    parent: str | None = None,
+    fence: Fence | None = None,
+) -> Commit:
+    """A start (``running``: Running with its claim, guarding its thread) or a submit
+    (Queued) of ``run_id``."""
+    return Commit(
+        run_id=run_id,
+        state=RunState.Running(1) if running else RunState.Queued(),
+        generation=1 if running else 0,
+        expect=Expect(new=True),
+        at=1.0,
+        new_run=NewRun(
+            thread_id=thread or f"t-{run_id}",
+            parent_run_id=parent,
+            name="job" if parent is None else None,
+            if_busy=if_busy,  # type: ignore[arg-type]
+        ),
+        claim=Claim("me", LIVE) if running else None,
+        thread_guard=running,
+        take_messages=running,
+        fence=fence,
+    )
+
+
+# ---------------------------------------------------------------------------- the wire
+
+
+class Wire:
+    """A TCP relay between the store and the server that counts round trips: each time the
+    server answers after the client sent something, one exchange (the server sends
+    nothing unasked on a store's connections but notifications, which only the listener's
+    connection receives, and no store here listens)."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self._target = (host, port)
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port: int = self._listener.getsockname()[1]
+        self._lock = threading.Lock()
+        self.exchanges = 0
+        self._closing = False
+        self._threads = [threading.Thread(target=self._accept, daemon=True)]
+        self._threads[0].start()
+
+    def _accept(self) -> None:
+        while not self._closing:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(self._target)
+            relay = threading.Thread(target=self._relay, args=(client, server), daemon=True)
+            self._threads.append(relay)
+            relay.start()
+
+    def _relay(self, client: socket.socket, server: socket.socket) -> None:
+        answered = True  # (no exchange until the client has sent something)
+        with client, server:
+            while not self._closing:
+                ready, _, _ = select.select([client, server], [], [], 0.1)
+                for sock in ready:
+                    data = sock.recv(65536)
+                    if not data:
+                        return
+                    if sock is client:
+                        server.sendall(data)
+                        answered = False
+                    else:
+                        client.sendall(data)
+                        if not answered:
+                            answered = True
+                            with self._lock:
+                                self.exchanges += 1
+
+    def count(self) -> int:
+        with self._lock:
+            return self.exchanges
+
+    def close(self) -> None:
+        self._closing = True
+        self._listener.close()
+        for thread in self._threads:
+            thread.join(5)
+
+
+@pytest.fixture
+def wire(pg_url: str) -> Iterator[tuple[Wire, str]]:
+    """A relay to the test's database, and the URL through it."""
+    info = psycopg.conninfo.conninfo_to_dict(pg_url)
+    relay = Wire(str(info["host"]), int(str(info["port"])))
+    info["port"] = str(relay.port)
+    try:
+        yield relay, psycopg.conninfo.make_conninfo(**info)  # type: ignore[arg-type]
+    finally:
+        relay.close()
+
+
+async def _exchanges(relay: Wire, store: PostgresStore, batch: list[Commit]) -> int:
+    before = relay.count()
+    await store.apply(batch)
+    return relay.count() - before
+
+
+async def test_a_start_and_a_submit_are_one_round_trip(wire: tuple[Wire, str]) -> None:
+    relay, url = wire
+    with trio.fail_after(60):
+        # One connection: every call takes the same one, already open and configured.
+        async with PostgresStore(url, pool_size=1) as store:
+            for i in range(3):  # (warm: the writers' connections, prepared statements)
+                await store.apply([_new(f"warm-{i}", running=True)])
+                await store.apply([_new(f"warm-q{i}")])
+            assert await _exchanges(relay, store, [_new("started", running=True)]) == 1
+            assert await _exchanges(relay, store, [_new("submitted")]) == 1
+            # A batch of both, as a runtime's group commit sends them: one still.
+            batch = [_new("s2", running=True), _new("q2"), _new("r2", if_busy="reject")]
+            assert await _exchanges(relay, store, batch) == 1
+            # A commit on an existing run reads first: two (the count is not a constant).
+            end = Commit(
+                run_id="started",
+                state=RunState.Queued(),
+                generation=1,
+                expect=Expect(generation=1),
+                at=2.0,
+                fence=Fence("started", "me", 1),
+            )
+            assert await _exchanges(relay, store, [end]) == 2
+            # A wrong guess: the guessed trip, its rollback, then the two-trip transaction.
+            assert await _exchanges(relay, store, [_new("submitted")]) == 4
+
+
+# ---------------------------------------------------------------------------- wrong guesses
+
+
+@pytest.fixture(params=["guessed", "two trips"])
+async def store(
+    request: pytest.FixtureRequest, pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[PostgresStore]:
+    """The store, with guessing on, and turned off (every commit reads first): each test
+    below asserts the same answers of both."""
+    if request.param == "two trips":
+        monkeypatch.setattr(store_module, "guess_of", lambda batch: None)
+    async with PostgresStore(pg_url) as opened:
+        yield opened
+
+
+async def _one(store: PostgresStore, commit: Commit) -> CommitResult:
+    (result,) = await store.apply([commit])
+    return result
+
+
+async def test_an_existing_run_id_is_refused_exists(store: PostgresStore) -> None:
+    with trio.fail_after(30):
+        assert isinstance(await _one(store, _new("a")), Accepted)
+        again = await _one(store, _new("a", running=True))
+        assert again == Rejected(RejectReason.EXISTS, RunState.Queued())
+        # A batch with one existing and one new run: only the existing one is refused.
+        results = await store.apply([_new("b"), _new("a")])
+        assert isinstance(results[0], Accepted)
+        assert results[1] == Rejected(RejectReason.EXISTS, RunState.Queued())
+        record = await store.load("b")
+        assert record is not None
+        assert record.state == RunState.Queued()
+
+
+async def test_a_start_on_a_busy_thread_is_refused_thread_busy(store: PostgresStore) -> None:
+    with trio.fail_after(30):
+        first = await _one(store, _new("a", thread="t", running=True))
+        assert isinstance(first, Accepted)
+        assert first.epoch == 1
+        second = await _one(store, _new("b", thread="t", running=True))
+        assert second == Rejected(RejectReason.THREAD_BUSY, None)
+        assert await store.load("b") is None
+        # Queued on the busy thread is not guarded: accepted.
+        assert isinstance(await _one(store, _new("c", thread="t")), Accepted)
+
+
+async def test_reject_and_supersede_on_a_busy_thread(store: PostgresStore) -> None:
+    with trio.fail_after(30):
+        assert isinstance(await _one(store, _new("a", thread="t")), Accepted)
+        refused = await _one(store, _new("b", thread="t", if_busy="reject"))
+        assert refused == Rejected(RejectReason.BUSY, RunState.Queued(), holder="a")
+        taking = await _one(store, _new("c", thread="t", if_busy="supersede", running=True))
+        assert isinstance(taking, Accepted)
+        assert taking.superseded == ("a",)
+        ended = await store.load("a")
+        assert ended is not None
+        assert isinstance(ended.state, RunState.Ended)
+        # Supersede on a free thread (its only run ended) supersedes nothing.
+        free = await _one(store, _new("d", thread="u", if_busy="supersede"))
+        assert isinstance(free, Accepted)
+        assert free.superseded == ()
+
+
+async def test_an_ended_live_attempt_on_the_thread_is_read_not_guessed(
+    store: PostgresStore,
+) -> None:
+    """A run whose end left its attempt marked live (ended by another runtime) makes the
+    guess wrong, though the thread is free to the rules once its claim is dropped."""
+    with trio.fail_after(30):
+        assert isinstance(await _one(store, _new("a", thread="t", running=True)), Accepted)
+        cancel = Commit(
+            run_id="a",
+            state=RunState.Ended(EndCause.Cancelled()),
+            generation=1,
+            expect=Expect(generation=1),
+            at=2.0,
+        )
+        assert isinstance(await _one(store, cancel), Accepted)
+        # The attempt is still live (its claim holds): busy.
+        assert await _one(store, _new("b", thread="t", running=True)) == Rejected(
+            RejectReason.THREAD_BUSY, None
+        )
+        await store.release("me", "a")
+        assert isinstance(await _one(store, _new("c", thread="t", running=True)), Accepted)
+
+
+async def test_a_batch_a_rule_reads_more_of_is_not_guessed(store: PostgresStore) -> None:
+    """A child under its tree's claim (a fence: its root's claim is read) and a supersede
+    from a child (its ancestors are read) go the two-trip way, with their answers."""
+    with trio.fail_after(30):
+        assert isinstance(await _one(store, _new("root", running=True)), Accepted)
+        child = _new("kid", thread="k", parent="root", fence=Fence("root", "me", 1))
+        assert isinstance(await _one(store, child), Accepted)
+        stale = _new("kid2", thread="k", parent="root", fence=Fence("root", "me", 7))
+        assert await _one(store, stale) == Rejected(RejectReason.FENCED, None)
+        assert _guess.guess_of([child]) is None
+
+
+# ---------------------------------------------------------------------------- races
+
+
+@pytest.fixture
+async def stores(pg_url: str) -> AsyncIterator[list[PostgresStore]]:
+    async with AsyncExitStack() as stack:
+        yield [
+            await stack.enter_async_context(PostgresStore(pg_url, pool_size=1)) for _ in range(4)
+        ]
+
+
+async def _apply_all(stores: list[PostgresStore], commits: list[Commit]) -> list[CommitResult]:
+    results: list[CommitResult] = [Rejected(RejectReason.UNKNOWN, None)] * len(commits)
+
+    async def one(i: int) -> None:
+        (results[i],) = await stores[i].apply([commits[i]])
+
+    async with trio.open_nursery() as nursery:
+        for i in range(len(commits)):
+            nursery.start_soon(one, i)
+    return results
+
+
+async def test_writers_let_in_between_the_guess_and_its_check(
+    pg_url: str, stores: list[PostgresStore]
+) -> None:
+    """Every writer's guess is sent while another transaction holds the thread's lock;
+    once it lets go, one start takes the thread and every other one finds it busy."""
+    with trio.fail_after(60):
+
+        def hold() -> psycopg.Connection[tuple[object, ...]]:
+            conn = psycopg.connect(pg_url)
+            conn.execute(
+                "SELECT pg_advisory_xact_lock(%s, %s)", (thread_locks("awaken"), thread_key("t"))
+            )
+            return conn
+
+        holder = await trio.to_thread.run_sync(hold)
+        commits = [_new(f"r{i}", thread="t", running=True) for i in range(len(stores))]
+        results: list[CommitResult] = []
+
+        async def race() -> None:
+            results.extend(await _apply_all(stores, commits))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(race)
+            while await trio.to_thread.run_sync(lock_waiters, pg_url) < len(stores):  # noqa: ASYNC110 - a server's state
+                await trio.sleep(0.01)
+            await trio.to_thread.run_sync(holder.commit)
+        holder.close()
+        accepted = [r for r in results if isinstance(r, Accepted)]
+        assert len(accepted) == 1
+        assert [r for r in results if not isinstance(r, Accepted)] == [
+            Rejected(RejectReason.THREAD_BUSY, None)
+        ] * (len(stores) - 1)
+
+
+async def test_writers_racing_to_create_one_run_id(stores: list[PostgresStore]) -> None:
+    """One creates it; every other finds it there (its insert waits on the key, fails,
+    and the run is read): no error, as the two-trip transaction answers."""
+    with trio.fail_after(60):
+        for round_ in range(5):
+            run_id = f"same-{round_}"
+            results = await _apply_all(stores, [_new(run_id)] * len(stores))
+            assert sum(isinstance(r, Accepted) for r in results) == 1
+            assert [r for r in results if not isinstance(r, Accepted)] == [
+                Rejected(RejectReason.EXISTS, RunState.Queued())
+            ] * (len(stores) - 1)
+
+
+# ---------------------------------------------------------------------------- the clock
+
+
+async def test_a_guessed_claims_lease_is_measured_by_the_servers_clock(pg_url: str) -> None:
+    with trio.fail_after(30):
+        async with PostgresStore(pg_url, lease_offset=lambda: 1000.0) as store:
+            await store.apply([_new("a", running=True)])
+
+        def read() -> tuple[float, float]:
+            with psycopg.connect(pg_url) as conn:
+                found = conn.execute(
+                    "SELECT lease_until, extract(epoch FROM clock_timestamp())::float8"
+                    " FROM awaken.claims WHERE run_id = 'a'"
+                ).fetchone()
+                assert found is not None
+                return float(found[0]), float(found[1])
+
+        lease_until, server_now = await trio.to_thread.run_sync(read)
+        assert server_now + 1000.0 + LIVE - 30 < lease_until <= server_now + 1000.0 + LIVE
+        # A fixed clock: the lease ends where it says.
+        async with PostgresStore(pg_url, lease_clock=lambda: 50.0) as fixed:
+            await fixed.apply([_new("b", running=True)])
+            record = await fixed.load("b")
+            assert record is not None
+        with psycopg.connect(pg_url) as conn:
+            found = conn.execute("SELECT lease_until FROM awaken.claims WHERE run_id = 'b'")
+            assert found.fetchone() == (50.0 + LIVE,)
+
+
+# ---------------------------------------------------------------------------- the runtime
+
+
+async def _parked(ctx: RunContext) -> object:
+    await trio.sleep_forever()
+    return None  # pragma: no cover
+
+
+async def test_an_awaited_start_and_submit_are_written_on_a_guess(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    guessed: list[tuple[str, ...]] = []
+    read_first: list[str] = []
+    begin, begin_guessed = PgTx.begin, PgTx.begin_guessed
+
+    def spy_begin(self: PgTx, batch: tuple[Commit, ...] = ()) -> float:
+        read_first.extend(commit.run_id for commit in batch)
+        return begin(self, batch)
+
+    def spy_guessed(self: PgTx, guess: _guess.Guess) -> float:
+        guessed.append(guess.absent)
+        return begin_guessed(self, guess)
+
+    monkeypatch.setattr(PgTx, "begin", spy_begin)
+    monkeypatch.setattr(PgTx, "begin_guessed", spy_guessed)
+    with trio.fail_after(30):
+        async with open_runtime(pg_url) as runtime:
+            handle = await runtime.start(_parked, run_id="started")
+            submitted = await runtime.submit("elsewhere", run_id="queued")
+            assert handle.run_id in {run_id for batch in guessed for run_id in batch}
+            assert submitted.run_id in {run_id for batch in guessed for run_id in batch}
+            assert "started" not in read_first
+            assert "queued" not in read_first
+            await runtime.cancel_run("started")
