@@ -10,6 +10,7 @@ the ``bench`` and ``postgres`` extras: ``pip install -e '.[bench,postgres]'``)::
     python benchmarks/bench_postgres.py --only peers       # one part (repeatable)
     python benchmarks/bench_postgres.py --only backlog --statements  # server time per run
     python benchmarks/bench_postgres.py --only latency --breakdown    # where a start's time goes
+    python benchmarks/bench_postgres.py --only cancel --breakdown     # where a cancel's goes
 
 One server for the whole run (``tests/pg_server.py``: the system's PostgreSQL with its
 defaults, fsync on, but ``max_connections=200``, on 127.0.0.1), a fresh database for each
@@ -25,6 +26,14 @@ measurement. Parts:
   let serve at one moment: runs per second from then to the last end, as pgqueuer's
   rows measure a drain, at ``concurrency=`` 64 and 256 a worker, and with a body that
   returns at once; and the CPU a run the workers (and the server) spent meanwhile.
+- ``waiting``: the same drain with bodies that wait 0.2 s (a model's answer) before their
+  one step, 2,000 runs (600 with ``--quick``), a worker holding 32: runs per second by 1,
+  2 and 4 workers, 4 workers over 2 in each round, the machine's busy share, and the CPU
+  a run.
+- ``noop``: the drain's no-op row (1, 2 and 4 workers, at concurrency 256 and 1,024) and
+  pgqueuer's drain (1 and 5 consumers, batch 10 and 100) of as many jobs, in the same
+  rounds: our best over pgqueuer's best in each round, and the CPU a run or a job took in
+  the drain's processes and in the server's.
 - ``backlog``: 20,000 runs (5,000 with ``--quick``) submitted at once to 4 worker
   processes, on PostgreSQL and on SQLite: runs per second while the store grows many
   times over within one load (faster than autovacuum gathers statistics).
@@ -40,7 +49,9 @@ measurement. Parts:
   done (the drain), and from the first enqueue. Each peer runs in a fresh process; the
   most connections it held is shown too.
 - ``cancel``: ``cancel_run`` from this process -> the owner's body (in a worker process)
-  observes it: p50 and p99, on PostgreSQL and on SQLite (``poll=0.05``).
+  observes it: p50, p95 and p99 of 200 cancels a round (50 with ``--quick``), on
+  PostgreSQL and on SQLite (``poll=0.05``); on PostgreSQL, after each cancel, the floor
+  (`_FloorSignal`). With ``--breakdown``, where each cancel's time goes (`CANCEL_PARTS`).
 - ``latency``: one awaited ``start`` at a time against the store's floor: on PostgreSQL a raw
   one-row ``INSERT`` + ``COMMIT`` round trip on one psycopg connection to the same server, on
   SQLite the same on the same file with the store's pragmas (see bench_start_latency.py),
@@ -50,7 +61,8 @@ measurement. Parts:
   event loop): about the best ratio an awaited commit of any store can reach in a Trio
   program (on SQLite the store's own thread hops a little faster: bench_start_latency.py).
 
-Figures are medians of three rounds (one with ``--quick``). Where the PostgreSQL store
+Figures are medians of three rounds (one with ``--quick``); the backlog and lease parts
+run one. Where the PostgreSQL store
 cannot be opened (this version does not have it), its rows say why and the rest still runs.
 A database URL's password is never printed or written.
 """
