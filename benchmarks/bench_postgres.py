@@ -254,10 +254,13 @@ committed as progress, then a result."""
 @attrs.define
 class DrainCpu:
     """CPU seconds spent from a drain's gates' opening to its last end: by the worker
-    processes, and by the server's (PostgreSQL only; 0.0 on SQLite)."""
+    processes, by the server's (PostgreSQL only; 0.0 on SQLite), and by the process that
+    waits for every run's end (the benchmark's own: not part of the drain, but it takes
+    its share of the machine's cores meanwhile)."""
 
     workers: float = 0.0
     server: float = 0.0
+    waiter: float = 0.0
 
 
 def _stat(pid: int | str) -> list[str] | None:
@@ -309,6 +312,7 @@ async def _drain(
 
         workers_before = _processes_cpu(pids)
         server_before = 0.0 if server is None else _server_cpu(server)
+        waiter_before = time.process_time()
         started = time.perf_counter()
         open_gates(processes)
         async with trio.open_nursery() as nursery:
@@ -316,6 +320,7 @@ async def _drain(
                 nursery.start_soon(wait, handle)
         elapsed = time.perf_counter() - started
         if cpu is not None:
+            cpu.waiter += time.process_time() - waiter_before
             cpu.workers += _processes_cpu(pids) - workers_before
             if server is not None:
                 cpu.server += _server_cpu(server) - server_before
@@ -588,7 +593,8 @@ def bench_noop(stores: Stores, n: int, rounds: int, out: Figures) -> None:
     `NOOP_CONCURRENCY`: the runs a worker holds, and with them its transactions' size), and
     ``n`` pgqueuer jobs drained by 1 and 5 consumers at batch 10 and 100; in each round our
     best over pgqueuer's best, and the median of those ratios. Beside each point, the CPU a
-    run (or job) took in the drain's processes and in the server's, and the machine's busy
+    run (or job) took in the drain's processes, in the server's and (ours) in the process waiting
+    for every end, and the machine's busy
     share over the round: on a machine whose cores are all busy, a drain's rate is its CPU
     a run's inverse, whatever the store allows."""
     print(
@@ -624,6 +630,7 @@ def bench_noop(stores: Stores, n: int, rounds: int, out: Figures) -> None:
                     cpu[way] = {
                         "drain": spent[c].workers / n * 1e3,
                         "server": spent[c].server / n * 1e3,
+                        "waiter": spent[c].waiter / n * 1e3,
                     }
             for consumers, batch in PGQUEUER_WAYS:
                 way = f"pgqueuer, {consumers} consumer(s), batch {batch}"
@@ -634,7 +641,11 @@ def bench_noop(stores: Stores, n: int, rounds: int, out: Figures) -> None:
                     *map(str, (n, consumers, batch, postmaster)),
                 )
                 rates[way] = rate
-                cpu[way] = {"drain": drain_cpu / n * 1e3, "server": server_cpu / n * 1e3}
+                cpu[way] = {
+                    "drain": drain_cpu / n * 1e3,
+                    "server": server_cpu / n * 1e3,
+                    "waiter": 0.0,
+                }
         loads += load
         found.append(rates)
         cpu_found.append(cpu)
@@ -646,14 +657,15 @@ def bench_noop(stores: Stores, n: int, rounds: int, out: Figures) -> None:
     rates = {way: statistics.median(r[way] for r in found) for way in found[0]}
     cpu = {
         way: {
-            part: statistics.median(c[way][part] for c in cpu_found) for part in ("drain", "server")
+            part: statistics.median(c[way][part] for c in cpu_found)
+            for part in ("drain", "server", "waiter")
         }
         for way in found[0]
     }
     for way, rate in rates.items():
         print(
             f"  {way:44s} {rate:7,.0f}/s   CPU a run: drain {cpu[way]['drain']:.3f} ms,"
-            f" server {cpu[way]['server']:.3f} ms"
+            f" server {cpu[way]['server']:.3f} ms, waiter {cpu[way]['waiter']:.3f} ms"
         )
     shown = ", ".join(f"{ratio:.2f}" for ratio in ratios)
     print(f"  ours' best / pgqueuer's best: {statistics.median(ratios):.2f}  (each round: {shown})")
