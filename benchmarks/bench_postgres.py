@@ -593,10 +593,10 @@ def bench_noop(stores: Stores, n: int, rounds: int, out: Figures) -> None:
     `NOOP_CONCURRENCY`: the runs a worker holds, and with them its transactions' size), and
     ``n`` pgqueuer jobs drained by 1 and 5 consumers at batch 10 and 100; in each round our
     best over pgqueuer's best, and the median of those ratios. Beside each point, the CPU a
-    run (or job) took in the drain's processes, in the server's and (ours) in the process waiting
-    for every end, and the machine's busy
-    share over the round: on a machine whose cores are all busy, a drain's rate is its CPU
-    a run's inverse, whatever the store allows."""
+    run (or job) took in the drain's processes, in the server's and (ours) in the process
+    waiting for every end, and the machine's busy share over the round: on a machine whose
+    cores are all busy, a drain's rate is its CPU a run's inverse, whatever the store
+    allows."""
     print(
         f"\n== no-op drain against pgqueuer's: {n} runs / jobs queued first (runs/s, medians"
         f" of {rounds} rounds) =="
