@@ -10,8 +10,8 @@ noted since the last cancel, then ``cancelled <run_id> <time>``. The points (``t
 the clock the canceller reads too):
 
 - ``waiting``: a `Listener.wait` began (the listener thread reads notices from then on);
-- ``read``: the listener thread read a notice of another runtime's commit that controls a
-  run (its payload ends with ``control``); ``notice:<head>`` another notice (its head's
+- ``read``: the listener thread read a notice of a commit that controls a run (its
+  payload's head ends with ``control``); ``notice:<head>``: another notice (its head's
   first characters: the sender's);
 - ``returned``: that wait returned, in the listener thread;
 - ``resumed``: the relay's Trio task ran again and took the ends heard (``_stop_heard``);
@@ -25,11 +25,13 @@ Nothing is printed while the cancel travels: each point is a list append.
 is the floor beside it: a Trio program whose worker thread waits on a ``LISTEN``ing psycopg
 connection (channel `FLOOR_CHANNEL`), as the store's listener does, and prints ``heard
 <payload> <time>`` once the Trio task the notice wakes runs again: what any durable signal
-from another process costs to reach a Trio task through this server, with no store.
+from another process costs to reach a Trio task through this server, with no store. It
+exits once the process that started it is gone.
 """
 
 from __future__ import annotations
 
+import os
 import runpy
 import sys
 import time
@@ -129,14 +131,16 @@ async def floor(url: str) -> None:
     conn.execute(f"LISTEN {FLOOR_CHANNEL}")
     print("ready floor", flush=True)
 
-    def wait() -> str:
-        for notice in conn.notifies(stop_after=1):
+    def wait() -> str | None:
+        for notice in conn.notifies(timeout=0.5, stop_after=1):
             return notice.payload
-        return ""  # pragma: no cover
+        return None
 
-    while True:
+    parent = os.getppid()
+    while os.getppid() == parent:  # (it exits once the process that started it is gone)
         payload = await trio.to_thread.run_sync(wait)
-        print(f"heard {payload} {time.time()!r}", flush=True)
+        if payload is not None:
+            print(f"heard {payload} {time.time()!r}", flush=True)
 
 
 def main() -> None:
