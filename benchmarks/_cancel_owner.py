@@ -10,8 +10,9 @@ noted since the last cancel, then ``cancelled <run_id> <time>``. The points (``t
 the clock the canceller reads too):
 
 - ``waiting``: a `Listener.wait` began (the listener thread reads notices from then on);
-- ``read``: the listener thread read a notice of another runtime's commit that controls a
-  run (its payload ends with ``control``);
+- ``read``: the listener thread read a notice of a commit that controls a run (its
+  payload's head ends with ``control``); ``notice:<head>``: another notice (its head's
+  first characters: the sender's);
 - ``returned``: that wait returned, in the listener thread;
 - ``resumed``: the relay's Trio task ran again and took the ends heard (``_stop_heard``);
 - ``look``/``looked``: a relay's look at the store began / ended (``look_ended`` when the
@@ -24,11 +25,13 @@ Nothing is printed while the cancel travels: each point is a list append.
 is the floor beside it: a Trio program whose worker thread waits on a ``LISTEN``ing psycopg
 connection (channel `FLOOR_CHANNEL`), as the store's listener does, and prints ``heard
 <payload> <time>`` once the Trio task the notice wakes runs again: what any durable signal
-from another process costs to reach a Trio task through this server, with no store.
+from another process costs to reach a Trio task through this server, with no store. It
+exits once the process that started it is gone.
 """
 
 from __future__ import annotations
 
+import os
 import runpy
 import sys
 import time
@@ -63,8 +66,8 @@ def _trace_notifies() -> None:
 
     def traced(self: Any, **kwargs: Any) -> Generator[psycopg.Notify]:
         for notice in notifies(self, **kwargs):
-            if notice.payload.partition("\n")[0].endswith(_listen.CONTROL):
-                _note("read")
+            head = notice.payload.partition("\n")[0]
+            _note("read" if head.endswith(_listen.CONTROL) else f"notice:{head[:6]}")
             yield notice
 
     psycopg.Connection.notifies = traced  # type: ignore[method-assign]
@@ -128,14 +131,16 @@ async def floor(url: str) -> None:
     conn.execute(f"LISTEN {FLOOR_CHANNEL}")
     print("ready floor", flush=True)
 
-    def wait() -> str:
-        for notice in conn.notifies(stop_after=1):
+    def wait() -> str | None:
+        for notice in conn.notifies(timeout=0.5, stop_after=1):
             return notice.payload
-        return ""  # pragma: no cover
+        return None
 
-    while True:
+    parent = os.getppid()
+    while os.getppid() == parent:  # (it exits once the process that started it is gone)
         payload = await trio.to_thread.run_sync(wait)
-        print(f"heard {payload} {time.time()!r}", flush=True)
+        if payload is not None:
+            print(f"heard {payload} {time.time()!r}", flush=True)
 
 
 def main() -> None:

@@ -10,6 +10,7 @@ the ``bench`` and ``postgres`` extras: ``pip install -e '.[bench,postgres]'``)::
     python benchmarks/bench_postgres.py --only peers       # one part (repeatable)
     python benchmarks/bench_postgres.py --only backlog --statements  # server time per run
     python benchmarks/bench_postgres.py --only latency --breakdown    # where a start's time goes
+    python benchmarks/bench_postgres.py --only cancel --breakdown     # where a cancel's goes
 
 One server for the whole run (``tests/pg_server.py``: the system's PostgreSQL with its
 defaults, fsync on, but ``max_connections=200``, on 127.0.0.1), a fresh database for each
@@ -25,6 +26,14 @@ measurement. Parts:
   let serve at one moment: runs per second from then to the last end, as pgqueuer's
   rows measure a drain, at ``concurrency=`` 64 and 256 a worker, and with a body that
   returns at once; and the CPU a run the workers (and the server) spent meanwhile.
+- ``waiting``: the same drain with bodies that wait 0.2 s (a model's answer) before their
+  one step, 2,000 runs (600 with ``--quick``), a worker holding 32: runs per second by 1,
+  2 and 4 workers, 4 workers over 2 in each round, the machine's busy share, and the CPU
+  a run.
+- ``noop``: the drain's no-op row (1, 2 and 4 workers, at concurrency 256 and 1,024) and
+  pgqueuer's drain (1 and 5 consumers, batch 10 and 100) of as many jobs, in the same
+  rounds: our best over pgqueuer's best in each round, and the CPU a run or a job took in
+  the drain's processes and in the server's.
 - ``backlog``: 20,000 runs (5,000 with ``--quick``) submitted at once to 4 worker
   processes, on PostgreSQL and on SQLite: runs per second while the store grows many
   times over within one load (faster than autovacuum gathers statistics).
@@ -40,7 +49,9 @@ measurement. Parts:
   done (the drain), and from the first enqueue. Each peer runs in a fresh process; the
   most connections it held is shown too.
 - ``cancel``: ``cancel_run`` from this process -> the owner's body (in a worker process)
-  observes it: p50 and p99, on PostgreSQL and on SQLite (``poll=0.05``).
+  observes it: p50, p95 and p99 of 200 cancels a round (50 with ``--quick``), on
+  PostgreSQL and on SQLite (``poll=0.05``); on PostgreSQL, after each cancel, the floor
+  (`_FloorSignal`). With ``--breakdown``, where each cancel's time goes (`CANCEL_PARTS`).
 - ``latency``: one awaited ``start`` at a time against the store's floor: on PostgreSQL a raw
   one-row ``INSERT`` + ``COMMIT`` round trip on one psycopg connection to the same server, on
   SQLite the same on the same file with the store's pragmas (see bench_start_latency.py),
@@ -50,7 +61,8 @@ measurement. Parts:
   event loop): about the best ratio an awaited commit of any store can reach in a Trio
   program (on SQLite the store's own thread hops a little faster: bench_start_latency.py).
 
-Figures are medians of three rounds (one with ``--quick``). Where the PostgreSQL store
+Figures are medians of three rounds (one with ``--quick``); the backlog and lease parts
+run one. Where the PostgreSQL store
 cannot be opened (this version does not have it), its rows say why and the rest still runs.
 A database URL's password is never printed or written.
 """
@@ -242,10 +254,13 @@ committed as progress, then a result."""
 @attrs.define
 class DrainCpu:
     """CPU seconds spent from a drain's gates' opening to its last end: by the worker
-    processes, and by the server's (PostgreSQL only; 0.0 on SQLite)."""
+    processes, by the server's (PostgreSQL only; 0.0 on SQLite), and by the process that
+    waits for every run's end (the benchmark's own: not part of the drain, but it takes
+    its share of the machine's cores meanwhile)."""
 
     workers: float = 0.0
     server: float = 0.0
+    waiter: float = 0.0
 
 
 def _stat(pid: int | str) -> list[str] | None:
@@ -297,6 +312,7 @@ async def _drain(
 
         workers_before = _processes_cpu(pids)
         server_before = 0.0 if server is None else _server_cpu(server)
+        waiter_before = time.process_time()
         started = time.perf_counter()
         open_gates(processes)
         async with trio.open_nursery() as nursery:
@@ -304,6 +320,7 @@ async def _drain(
                 nursery.start_soon(wait, handle)
         elapsed = time.perf_counter() - started
         if cpu is not None:
+            cpu.waiter += time.process_time() - waiter_before
             cpu.workers += _processes_cpu(pids) - workers_before
             if server is not None:
                 cpu.server += _server_cpu(server) - server_before
@@ -576,9 +593,10 @@ def bench_noop(stores: Stores, n: int, rounds: int, out: Figures) -> None:
     `NOOP_CONCURRENCY`: the runs a worker holds, and with them its transactions' size), and
     ``n`` pgqueuer jobs drained by 1 and 5 consumers at batch 10 and 100; in each round our
     best over pgqueuer's best, and the median of those ratios. Beside each point, the CPU a
-    run (or job) took in the drain's processes and in the server's, and the machine's busy
-    share over the round: on a machine whose cores are all busy, a drain's rate is its CPU
-    a run's inverse, whatever the store allows."""
+    run (or job) took in the drain's processes, in the server's and (ours) in the process
+    waiting for every end, and the machine's busy share over the round: on a machine whose
+    cores are all busy, a drain's rate is its CPU a run's inverse, whatever the store
+    allows."""
     print(
         f"\n== no-op drain against pgqueuer's: {n} runs / jobs queued first (runs/s, medians"
         f" of {rounds} rounds) =="
@@ -612,6 +630,7 @@ def bench_noop(stores: Stores, n: int, rounds: int, out: Figures) -> None:
                     cpu[way] = {
                         "drain": spent[c].workers / n * 1e3,
                         "server": spent[c].server / n * 1e3,
+                        "waiter": spent[c].waiter / n * 1e3,
                     }
             for consumers, batch in PGQUEUER_WAYS:
                 way = f"pgqueuer, {consumers} consumer(s), batch {batch}"
@@ -622,7 +641,11 @@ def bench_noop(stores: Stores, n: int, rounds: int, out: Figures) -> None:
                     *map(str, (n, consumers, batch, postmaster)),
                 )
                 rates[way] = rate
-                cpu[way] = {"drain": drain_cpu / n * 1e3, "server": server_cpu / n * 1e3}
+                cpu[way] = {
+                    "drain": drain_cpu / n * 1e3,
+                    "server": server_cpu / n * 1e3,
+                    "waiter": 0.0,
+                }
         loads += load
         found.append(rates)
         cpu_found.append(cpu)
@@ -634,14 +657,15 @@ def bench_noop(stores: Stores, n: int, rounds: int, out: Figures) -> None:
     rates = {way: statistics.median(r[way] for r in found) for way in found[0]}
     cpu = {
         way: {
-            part: statistics.median(c[way][part] for c in cpu_found) for part in ("drain", "server")
+            part: statistics.median(c[way][part] for c in cpu_found)
+            for part in ("drain", "server", "waiter")
         }
         for way in found[0]
     }
     for way, rate in rates.items():
         print(
             f"  {way:44s} {rate:7,.0f}/s   CPU a run: drain {cpu[way]['drain']:.3f} ms,"
-            f" server {cpu[way]['server']:.3f} ms"
+            f" server {cpu[way]['server']:.3f} ms, waiter {cpu[way]['waiter']:.3f} ms"
         )
     shown = ", ".join(f"{ratio:.2f}" for ratio in ratios)
     print(f"  ours' best / pgqueuer's best: {statistics.median(ratios):.2f}  (each round: {shown})")
@@ -971,26 +995,28 @@ def bench_peers(stores: Stores, dbos_n: int, jobs: int, rounds: int, out: Figure
 
 CANCEL_PARTS: Final = (
     ("canceller's read", "asked", "loaded"),
-    ("  to its transaction", "loaded", "begin"),
-    ("  first round trip", "begin", "began"),
-    ("  rules", "began", "commit"),
-    ("  second round trip", "commit", "sent"),
-    ("  back to the caller", "sent", "committed"),
-    ("delivery", "committed", "read"),
+    ("to its transaction", "loaded", "begin"),
+    ("first round trip", "begin", "began"),
+    ("rules", "began", "commit"),
+    ("commit -> notice read", "commit", "read"),
     ("listener thread", "read", "returned"),
     ("thread -> Trio", "returned", "resumed"),
     ("apply", "resumed", "observed"),
 )
-"""The parts of a cross-process cancel (``--breakdown``), each from one moment to the next:
-the canceller's read of the run and its commit (``cancel_run`` in this process: its
-`PostgresStore.load`, then `PostgresStore.apply` to the store's worker thread, where the
-transaction's first round trip reads (``PgTx.begin``), the rules run, and its second
-round trip writes, numbers the events and commits (``PgTx.commit``), then back to the
-caller), the server's delivery of the commit's
-``NOTIFY`` to the owner's listener thread (from the canceller's commit returning: it can
-be negative, the notice going out before the commit's answer), the listener's wait
-returning, the relay's Trio task running again, and the attempt's scope cancelled until
-the body's ``finally`` runs (``benchmarks/_cancel_owner.py`` notes the owner's moments)."""
+"""The parts of a cross-process cancel (``--breakdown``), each from one moment to the next,
+so that they add up to the whole: the canceller's read of the run (``cancel_run`` in this
+process: `PostgresStore.load`), its commit handed to the store's worker thread
+(`PostgresStore.apply`), the transaction's first round trip (``PgTx.begin``: ``BEGIN`` and
+its reads) and its rules; then from its second round trip's start (``PgTx.commit``: the
+writes, ``COMMIT`` with its WAL flush, whose ``NOTIFY`` the server delivers once it is
+committed) to the owner's listener thread reading the notice; the listener's wait
+returning; the relay's Trio task running again (``trio.to_thread``'s way back); and the
+attempt's scope cancelled until the body's ``finally`` runs (``benchmarks/_cancel_owner.py``
+notes the owner's moments). Beside them, `CANCELLER_RETURNS`."""
+
+CANCELLER_RETURNS: Final = ("canceller's commit returns", "commit", "committed")
+"""When the second round trip's answer reaches the canceller's ``cancel_run``: after the
+notice, for it also waits for the commit's event seqs to settle."""
 
 
 @attrs.define
@@ -1013,9 +1039,9 @@ def _cancel_moments(
     each after the one before it."""
     moments = {"asked": asked, **a}
     path = "look"
-    after = a.get("committed", asked)
+    after = a.get("commit", asked)
     for want in ("read", "returned", "resumed"):
-        at = next((t for p, t in owner if p == want and t >= after - 0.005), None)
+        at = next((t for p, t in owner if p == want and t >= after), None)
         if at is None:
             break
         moments[want] = at
@@ -1142,6 +1168,8 @@ async def _cancel_latencies(
                     sample.moments, sample.path = _cancel_moments(asked, owner, a)
                     sample.owner = owner
                     sample.moments["observed"] = float(observed)
+                    if sample.moments.get("resumed", 0.0) > float(observed):
+                        sample.path = "look"  # a look stopped it before the notice was taken
                 found.append(sample)
                 if signal is not None:
                     await trio.sleep(rng.uniform(0, 0.05))
@@ -1178,7 +1206,7 @@ def _cancel_parts(found: Sequence[CancelSample]) -> dict[str, dict[str, float]]:
         return {}
     slowest = sorted(heard, key=lambda s: s.seconds)[-max(1, len(heard) // 20) :]
     parts: dict[str, dict[str, float]] = {}
-    for part, begin, end in CANCEL_PARTS:
+    for part, begin, end in (*CANCEL_PARTS, CANCELLER_RETURNS):
         spans = [(s.moments[end] - s.moments[begin]) * 1e3 for s in heard]
         tail = [(s.moments[end] - s.moments[begin]) * 1e3 for s in slowest]
         parts[part] = {name: percentile(spans, q) for name, q in PERCENTILES}
@@ -1199,6 +1227,7 @@ def bench_cancel(
         by_round: list[dict[str, float]] = []
         floor_by_round: list[dict[str, float]] = []
         slowest: list[list[Figures]] = []
+        looked: list[list[Figures]] = []
         parts_by_round: list[dict[str, dict[str, float]]] = []
         paths: dict[str, int] = {}
         for _ in range(rounds):
@@ -1229,6 +1258,7 @@ def bench_cancel(
                 slowest.append(
                     [_shown_sample(s) for s in sorted(found, key=lambda s: s.seconds)[-3:]]
                 )
+                looked.append([_shown_sample(s) for s in found if s.path == "look"][:5])
         row: Figures = {
             name: statistics.median(r[name] for r in by_round) for name, _ in PERCENTILES
         }
@@ -1250,16 +1280,17 @@ def bench_cancel(
                     what: statistics.median(r[part][what] for r in parts_by_round if r)
                     for what in ("p50", "p95", "p99", "slowest 5%")
                 }
-                for part, _, _ in CANCEL_PARTS
+                for part, _, _ in (*CANCEL_PARTS, CANCELLER_RETURNS)
             }
             row["parts ms"] = parts
             row["paths"] = paths
             row["slowest 3 of each round"] = slowest
+            row["the first 5 found by a look, each round"] = looked
             print(f"  {'':10s} where it goes (ms; medians of the rounds), by the notice {paths}:")
-            print(f"  {'':10s} {'':20s} {'p50':>7s} {'p95':>7s} {'p99':>7s} {'slowest 5%':>11s}")
+            print(f"  {'':10s} {'':27s} {'p50':>7s} {'p95':>7s} {'p99':>7s} {'slowest 5%':>11s}")
             for part, figures in parts.items():
                 print(
-                    f"  {'':10s} {part:20s} {figures['p50']:7.2f} {figures['p95']:7.2f}"
+                    f"  {'':10s} {part:27s} {figures['p50']:7.2f} {figures['p95']:7.2f}"
                     f" {figures['p99']:7.2f} {figures['slowest 5%']:11.2f}"
                 )
         table[kind] = row

@@ -6,48 +6,52 @@ A write transaction of `PgTx` takes two round trips: its reads (the rows it touc
 live attempts on the threads it guards, ...), then its writes, the numbering of its events
 and ``COMMIT`` (``_tx``'s docstring). The rules (``store/_rules.py``) need the reads before
 they can say what to write. For a batch whose every commit creates a run, what the reads
-find is almost always the same: no run of that id, and, on each thread the batch guards, no
-live attempt (and, for the busy-thread policies ``"reject"`` and ``"supersede"``, no
-unended run). `guess_of` says when a batch is such a batch; `Guess` is what its reads are
-expected to find.
+find is almost always the same: no run of that id; on each thread the batch guards, no live
+attempt (and, for the busy-thread policies ``"reject"`` and ``"supersede"``, no unended
+run); and the claim a child is started under (its tree's) held as it says. `guess_of` says
+when a batch is such a batch; `Guess` is what its reads are expected to find.
 
 A guessed transaction is one pipeline and one round trip:
 
-1. ``BEGIN``, then ``as_guessed``: a server-side function that takes the locks of the
-   threads the batch guards or reads (the keys and order of the two-trip transaction's
-   ``lock_threads``), reads what the transaction's reads would have read (with snapshots
-   taken after the locks, as theirs are) and raises `GUESS_MISSED` when it is not what was
-   guessed;
+1. ``BEGIN``, then ``as_guessed``: a server-side function that locks the claims the batch is
+   made under, then takes the locks of the threads it guards or reads (the order of the
+   two-trip transaction's ``claims`` and ``lock_threads``, and their keys), reads what the
+   transaction's reads would have read (with snapshots taken after the locks, as theirs are)
+   and raises `GUESS_MISSED` when it is not what was guessed;
 2. the rules, run against the guessed view (`PgTx.begin_guessed`) exactly as they run
-   against the rows read: no rule is written twice. A rule that asks for anything the
-   guess does not hold (a row, a claim, a thread it did not guess) makes the transaction
-   give the guess up before anything is sent (`GuessMissed`);
-3. every write, the numbering of the events, ``COMMIT`` and the wait for the seqs to
-   settle, as in the two-trip transaction (``_tx``), then the one Sync.
+   against the rows read: no rule is written twice. A rule that asks for anything the guess
+   does not hold (a row, a claim, a thread it did not guess) makes the transaction give the
+   guess up before anything is sent (`GuessMissed`);
+3. every write, the numbering of the events, ``COMMIT`` and the wait for the seqs to settle,
+   as in the two-trip transaction (``_tx``), then the one Sync.
 
 When the guess was wrong, ``as_guessed`` (or the insert of a run another transaction
 created meanwhile: a unique violation) fails, every later statement of the pipeline is
 skipped, ``COMMIT`` too, and the transaction is rolled back; the store then runs the same
 commits again as a two-trip transaction, whose answers are what they always were. A wrong
-guess costs one round trip more than the two-trip path, never a different answer.
+guess costs two round trips more than the two-trip path (its own, and its rollback),
+never a different answer.
 
 Why the check is enough. The rules read, for a batch `guess_of` accepts: each new run's row
-(guessed absent), the live attempts on the threads it guards (guessed none, so the thread
-is free), and for ``"reject"`` / ``"supersede"`` the unended runs on the thread (guessed
-none: no run to refuse for or to supersede). ``as_guessed`` reads exactly those, under the
-same thread locks, so a guess it lets pass is what the reads would have found; from then to
-``COMMIT`` the thread locks keep the threads as read (every transaction that changes a
-thread's live attempts or starts a run on it takes the lock first, as in the two-trip
-path), and a run created meanwhile by another transaction under the same id stops this
-one's insert (its primary key). So the writes are the ones the rules would have made after
-reading.
+(guessed absent), the live attempts on the threads it guards (guessed none, so the thread is
+free), for ``"reject"`` / ``"supersede"`` the unended runs on the thread (guessed none: no
+run to refuse for or to supersede), and for a commit under a fence its root's claim (guessed
+as the fence says, its lease not run out). ``as_guessed`` reads exactly those, under the
+same locks, so a guess it lets pass is what the reads would have found; from then to
+``COMMIT`` the claims' row locks and the thread locks keep them as read (every transaction
+that changes a thread's live attempts or starts a run on it takes the lock first, as in the
+two-trip path), and a run created meanwhile by another transaction under the same id stops
+this one's insert (its primary key). So the writes are the ones the rules would have made
+after reading.
 
 The clock. The rules measure leases by ``now``, the server's clock read once for the
-transaction; a guessed transaction sends its writes before it could read it. No rule it
-runs compares a time it did not make itself (no claim is read: no fence, no live attempt),
-so it runs the rules on a clock that starts at 0 (`PgTx.begin_guessed`), and its claims'
-lease ends are written relative to the server's clock, read once by the statement that puts
-them (``put_claims_now``). A store on a fixed clock (``lease_clock``) runs them on that.
+transaction; a guessed transaction sends its writes before it could read it. So it runs
+the rules on a clock that starts at 0 (`PgTx.begin_guessed`): the only claims they read
+are the ones it writes, whose lease ends it makes from that clock, and the guessed ones,
+whose leases it holds unbounded (``as_guessed`` compares them with the server's clock
+instead, as the rules would have); no live attempt is read. Its claims' lease ends are
+written relative to the server's clock, read once by the statement that puts them
+(``put_claims_now``). A store on a fixed clock (``lease_clock``) runs them on that.
 
 Event order (``_order``). The guessed transaction seals its events as the two-trip one
 does: seqs and tickets taken in its last statement before ``COMMIT``, after every lock it
@@ -67,7 +71,7 @@ import attrs
 import psycopg
 from psycopg import sql
 
-from ..._core import Commit, Queued, Running
+from ..._core import Commit, Fence, Queued, Running
 
 GUESS_MISSED: Final = "AWG01"
 """The SQLSTATE ``as_guessed`` raises when the reads of a guessed transaction are not what
@@ -85,11 +89,13 @@ class GuessMissed(Exception):
 @attrs.frozen
 class Guess:
     """What a batch's reads are guessed to find: no run of the ids in ``absent``; no live
-    attempt on the threads in ``free``; no unended run on the threads in ``quiet``."""
+    attempt on the threads in ``free``; no unended run on the threads in ``quiet``; and
+    each claim ``held`` names (a child's tree's) held as it says, its lease not run out."""
 
     absent: tuple[str, ...]
     free: tuple[str, ...]
     quiet: tuple[str, ...]
+    held: tuple[Fence, ...] = ()
 
     @property
     def threads(self) -> tuple[str, ...]:
@@ -99,20 +105,24 @@ class Guess:
 
 def guess_of(batch: Sequence[Commit]) -> Guess | None:
     """The guess for ``batch`` when every commit in it creates a run ``Running`` or
-    ``Queued`` that the rules write from its absence and its thread's runs alone; else
-    None (the batch runs as a two-trip transaction). Not guessed: a commit on an existing
-    run, under a fence (its root's claim is read), with stream chunks (their heads are
-    read), ending its run (its commands are read), or superseding on a thread from a child
-    (its ancestors are read)."""
+    ``Queued`` that the rules write from its absence, its thread's runs and the claim it is
+    made under (a child's: its tree's) alone; else None (the batch runs as a two-trip
+    transaction). Not guessed: a commit on an existing run, with stream chunks (their
+    heads are read), ending its run (its commands are read), superseding on a thread from
+    a child (its ancestors are read), or under a claim the batch names at two epochs or
+    creates (one of them cannot hold)."""
     absent: list[str] = []
     free: set[str] = set()
     quiet: set[str] = set()
+    held: dict[str, Fence] = {}
     for commit in batch:
         new = commit.new_run
+        fence = commit.fence
+        if fence is not None and held.setdefault(fence.root_run_id, fence) != fence:
+            return None
         if (
             new is None
             or not commit.expect.new
-            or commit.fence is not None
             or commit.chunks
             or commit.end_descendants is not None
             or type(commit.state) not in _GUESSED_STATES
@@ -124,7 +134,9 @@ def guess_of(batch: Sequence[Commit]) -> Guess | None:
             free.add(new.thread_id)
         if new.if_busy != "queue":
             quiet.add(new.thread_id)
-    return Guess(tuple(absent), tuple(sorted(free)), tuple(sorted(quiet)))
+    if not held.keys().isdisjoint(absent):
+        return None
+    return Guess(tuple(absent), tuple(sorted(free)), tuple(sorted(quiet)), tuple(held.values()))
 
 
 _GUESSED_STATES: Final = frozenset({Running, Queued})
@@ -137,18 +149,31 @@ def missed(exc: psycopg.Error) -> bool:
 
 
 _V15: Final = (
-    # The check of a guessed transaction (the module's docstring): takes the threads'
-    # locks (``lock_threads``: the keys' order, one lock as each key comes), then raises
-    # GUESS_MISSED unless no run of the ids in ``absent`` exists, no run on the threads in
-    # ``free`` has an attempt marked live, and no run on the threads in ``quiet`` is
-    # unended. Each read by key, as the two-trip transaction's reads are (``rows``,
-    # ``live``, ``unended``), and each with a snapshot of its own, taken after the locks
-    # (a volatile function's statements each take one).
+    # The check of a guessed transaction (the module's docstring): locks the claims the
+    # batch is made under (``claims``: before any other lock) and the threads
+    # (``lock_threads``: the keys' order, one lock as each key comes), then raises
+    # GUESS_MISSED unless each claim of ``roots`` is held by its ``owners`` at its
+    # ``epochs`` with its lease not run out at ``now`` (the store's fixed clock, else the
+    # server's) plus ``offset``, no run of the ids in ``absent`` exists, no run on the
+    # threads in ``free`` has an attempt marked live, and no run on the threads in
+    # ``quiet`` is unended. Each read by key, as the two-trip transaction's reads are
+    # (``claims``, ``rows``, ``live``, ``unended``), and each with a snapshot of its own,
+    # taken after the locks (a volatile function's statements each take one).
     f"""CREATE FUNCTION {{s}}.as_guessed(
-      space integer, keys integer[], absent text[], free text[], quiet text[])
+      space integer, keys integer[], absent text[], free text[], quiet text[],
+      roots text[], owners text[], epochs bigint[], now float8, lease_offset float8)
     RETURNS void LANGUAGE plpgsql VOLATILE AS $$
     BEGIN
+      PERFORM 1 FROM {{s}}.claims WHERE run_id = ANY(roots) FOR UPDATE;
       PERFORM pg_advisory_xact_lock(space, k) FROM unnest(keys) AS k;
+      IF (SELECT count(*) FROM unnest(roots, owners, epochs) AS f(r, o, e)
+          JOIN {{s}}.claims c ON c.run_id = f.r
+          WHERE c.owner = f.o AND c.epoch = f.e
+            AND c.lease_until >= coalesce(now, extract(epoch FROM clock_timestamp()))
+                                 + lease_offset) <> cardinality(roots) THEN
+        RAISE EXCEPTION 'a claim the transaction is made under does not hold'
+          USING ERRCODE = '{GUESS_MISSED}';
+      END IF;
       IF EXISTS (SELECT 1 FROM unnest(absent) AS k(id) CROSS JOIN LATERAL
                    (SELECT 1 FROM {{s}}.runs WHERE run_id = k.id OFFSET 0) r) THEN
         RAISE EXCEPTION 'a run the transaction creates exists'

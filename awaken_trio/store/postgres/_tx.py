@@ -56,6 +56,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import math
 import uuid
 from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any, Final, NamedTuple, final
@@ -190,16 +191,30 @@ class PgTx(TextRunTx[TextRow, _Insert]):
         threads = guess.threads
         for thread_id in threads:
             self._threads[thread_id] = {}
+        held = guess.held
+        for fence in held:
+            # (Its lease holds for as long as this transaction's clock reads: the check
+            # compares it with the server's.)
+            self._claims[fence.root_run_id] = ClaimRow(fence.owner, fence.epoch, math.inf)
+        fixed = None if self._clock is None else self._clock()
         keys = sorted({thread_key(thread_id) for thread_id in threads})
         conn.execute(
             self.q.as_guessed,
-            (self._thread_locks, keys, list(guess.absent), list(guess.free), list(guess.quiet)),
+            (
+                self._thread_locks,
+                keys,
+                list(guess.absent),
+                list(guess.free),
+                list(guess.quiet),
+                [fence.root_run_id for fence in held],
+                [fence.owner for fence in held],
+                [fence.epoch for fence in held],
+                fixed,
+                self._offset,
+            ),
         )
-        if self._clock is not None:
-            self.now = self._clock() + self._offset
-        else:
-            self._relative = True
-            self.now = 0.0
+        self._relative = fixed is None
+        self.now = 0.0 if fixed is None else fixed + self._offset
         return self.now
 
     def _to_server(self) -> None:

@@ -47,11 +47,14 @@ SELECT o.* FROM unnest(%b::text[]) AS k(id) CROSS JOIN LATERAL
    WHERE attempt_epoch IS NOT NULL AND thread_id = k.id OFFSET 0) o;
 
 -- as_guessed --
--- The check of a transaction written on a guess of its reads (``_guess``): takes the
--- threads' locks (as `lock_threads`: its first key and the second keys, in order), then
--- raises ``GUESS_MISSED`` unless no run of the first ids exists, no attempt is live on
--- the threads of the second, and no run is unended on the threads of the third.
-SELECT {s}.as_guessed(%s::integer, %b::int[], %b::text[], %b::text[], %b::text[]);
+-- The check of a transaction written on a guess of its reads (``_guess``): locks the
+-- claims it is made under, takes the threads' locks (as `lock_threads`: its first key and
+-- the second keys, in order), then raises ``GUESS_MISSED`` unless no run of the first ids
+-- exists, no attempt is live on the threads of the second, no run is unended on the
+-- threads of the third, and each claim (run, owner, epoch) holds at the clock given (the
+-- server's when null) plus the offset.
+SELECT {s}.as_guessed(%s::integer, %b::int[], %b::text[], %b::text[], %b::text[],
+  %b::text[], %b::text[], %b::bigint[], %s::float8, %s::float8);
 
 -- unended --
 -- The runs on a thread that have not ended, oldest first (read after the thread's lock is

@@ -8,7 +8,7 @@ from __future__ import annotations
 import select
 import socket
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import AsyncExitStack
 
 import psycopg
@@ -45,8 +45,8 @@ def _new(
     parent: str | None = None,
     fence: Fence | None = None,
 ) -> Commit:
-    """A start (``running``: Running with its claim, guarding its thread) or a submit
-    (Queued) of ``run_id``."""
+    """A start (``running``: Running with its claim, or under ``fence``, its tree's, as a
+    child's is; guarding its thread) or a submit (Queued) of ``run_id``."""
     return Commit(
         run_id=run_id,
         state=RunState.Running(1) if running else RunState.Queued(),
@@ -56,10 +56,11 @@ def _new(
         new_run=NewRun(
             thread_id=thread or f"t-{run_id}",
             parent_run_id=parent,
+            root_run_id=parent,
             name="job" if parent is None else None,
             if_busy=if_busy,  # type: ignore[arg-type]
         ),
-        claim=Claim("me", LIVE) if running else None,
+        claim=Claim("me", LIVE) if running and fence is None else None,
         thread_guard=running,
         take_messages=running,
         fence=fence,
@@ -157,6 +158,9 @@ async def test_a_start_and_a_submit_are_one_round_trip(wire: tuple[Wire, str]) -
             # A batch of both, as a runtime's group commit sends them: one still.
             batch = [_new("s2", running=True), _new("q2"), _new("r2", if_busy="reject")]
             assert await _exchanges(relay, store, batch) == 1
+            # A child started under its tree's claim: one.
+            child = _new("kid", parent="started", fence=Fence("started", "me", 1), running=True)
+            assert await _exchanges(relay, store, [child]) == 1
             # A commit on an existing run reads first: two (the count is not a constant).
             end = Commit(
                 run_id="started",
@@ -257,16 +261,39 @@ async def test_an_ended_live_attempt_on_the_thread_is_read_not_guessed(
         assert isinstance(await _one(store, _new("c", thread="t", running=True)), Accepted)
 
 
-async def test_a_batch_a_rule_reads_more_of_is_not_guessed(store: PostgresStore) -> None:
-    """A child under its tree's claim (a fence: its root's claim is read) and a supersede
-    from a child (its ancestors are read) go the two-trip way, with their answers."""
+async def test_a_child_under_its_trees_claim(store: PostgresStore, pg_url: str) -> None:
+    """A child started under its tree's claim is guessed to find the claim as its fence
+    says; a claim at another epoch, of another owner or whose lease ran out fences it, as
+    read first."""
     with trio.fail_after(30):
         assert isinstance(await _one(store, _new("root", running=True)), Accepted)
-        child = _new("kid", thread="k", parent="root", fence=Fence("root", "me", 1))
-        assert isinstance(await _one(store, child), Accepted)
-        stale = _new("kid2", thread="k", parent="root", fence=Fence("root", "me", 7))
+        child = _new("kid", thread="k", parent="root", fence=Fence("root", "me", 1), running=True)
+        started = await _one(store, child)
+        assert isinstance(started, Accepted)
+        stale = _new("kid2", thread="k2", parent="root", fence=Fence("root", "me", 7))
         assert await _one(store, stale) == Rejected(RejectReason.FENCED, None)
-        assert _guess.guess_of([child]) is None
+        other = _new("kid3", thread="k3", parent="root", fence=Fence("root", "you", 1))
+        assert await _one(store, other) == Rejected(RejectReason.FENCED, None)
+        late = _new("kid4", thread="k4", parent="root", fence=Fence("root", "me", 1))
+        assert await _one_at(pg_url, late, 2 * LIVE) == Rejected(RejectReason.FENCED, None)
+        # Its thread is now busy with the child's attempt: a second child there is refused.
+        again = _new("kid5", thread="k", parent="root", fence=Fence("root", "me", 1), running=True)
+        assert await _one(store, again) == Rejected(RejectReason.THREAD_BUSY, None)
+        assert await store.load("kid2") is None
+
+
+def test_what_is_not_guessed() -> None:
+    """A supersede from a child (its ancestors are read), one claim at two epochs, and a
+    claim the batch creates go the two-trip way."""
+    supersede = _new("s", parent="root", if_busy="supersede", fence=Fence("root", "me", 1))
+    assert _guess.guess_of([supersede]) is None
+    one = _new("a", parent="root", fence=Fence("root", "me", 1))
+    two = _new("b", parent="root", fence=Fence("root", "me", 2))
+    assert _guess.guess_of([one, two]) is None
+    assert _guess.guess_of([_new("root", running=True), one]) is None
+    guess = _guess.guess_of([one, _new("c", parent="root", fence=Fence("root", "me", 1))])
+    assert guess is not None
+    assert guess.held == (Fence("root", "me", 1),)
 
 
 # ---------------------------------------------------------------------------- races
@@ -402,3 +429,48 @@ async def test_an_awaited_start_and_submit_are_written_on_a_guess(
             assert "started" not in read_first
             assert "queued" not in read_first
             await runtime.cancel_run("started")
+
+
+async def test_a_guess_that_does_not_fit_the_batch_gives_way(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Guessed where it should not be (every run taken to be new, no thread read): a rule
+    that reads what the guess does not hold gives the guess up before anything is sent,
+    and a run that exists fails the server's check; both batches land as read first."""
+
+    def everything(batch: Sequence[Commit]) -> _guess.Guess:
+        return _guess.Guess(tuple(commit.run_id for commit in batch), (), ())
+
+    with trio.fail_after(30):
+        async with PostgresStore(pg_url) as store:
+            assert isinstance(await _one(store, _new("root", running=True)), Accepted)
+            monkeypatch.setattr(store_module, "guess_of", everything)
+            # A child under the root's claim: its fence reads the claim (not guessed).
+            child = _new("kid", thread="k", parent="root", fence=Fence("root", "me", 1))
+            assert isinstance(await _one(store, child), Accepted)
+            stale = _new("kid2", thread="k", parent="root", fence=Fence("root", "me", 7))
+            assert await _one(store, stale) == Rejected(RejectReason.FENCED, None)
+            # A commit on the existing root: the check finds the run.
+            queued = Commit(
+                run_id="root",
+                state=RunState.Queued(),
+                generation=1,
+                expect=Expect(generation=1),
+                at=2.0,
+                fence=Fence("root", "me", 1),
+            )
+            assert isinstance(await _one(store, queued), Accepted)
+            record = await store.load("root")
+            assert record is not None
+            assert record.state == RunState.Queued()
+        # The rules compare a claim it read with the transaction's clock: a lease that has
+        # run out (the server's clock moved past it) fences the child, as read first.
+        assert isinstance(await _one_at(pg_url, _new("r2", running=True), 0.0), Accepted)
+        late = _new("kid3", thread="k3", parent="r2", fence=Fence("r2", "me", 1))
+        assert await _one_at(pg_url, late, 2 * LIVE) == Rejected(RejectReason.FENCED, None)
+
+
+async def _one_at(url: str, commit: Commit, offset: float) -> CommitResult:
+    """``commit`` applied by a store whose clock is ``offset`` seconds past the server's."""
+    async with PostgresStore(url, lease_offset=lambda: offset) as store:
+        return await _one(store, commit)
