@@ -134,13 +134,7 @@ class Runtime(OperatorCalls, metaclass=NoPublicConstructor):
         if not_before is not None:
             refuse_not_before(not_before, "start()")
         _in_run(self._trio_token)
-        if (
-            timeout is None
-            and deadline is None
-            and queue_timeout is None
-            and retry is None
-            and if_busy == "queue"
-        ):
+        if _no_policy(timeout, deadline, queue_timeout, retry, if_busy):
             # The common start: no policy to check or carry.
             attempt = await self._admissions.start_root(
                 body, input, run_id, thread_id, name, max_steps
@@ -185,13 +179,7 @@ class Runtime(OperatorCalls, metaclass=NoPublicConstructor):
         if not_before is not None:
             refuse_not_before(not_before, "execute()")
         _in_run(self._trio_token)
-        if (
-            timeout is None
-            and deadline is None
-            and queue_timeout is None
-            and retry is None
-            and if_busy == "queue"
-        ):  # the common start, as in `start`
+        if _no_policy(timeout, deadline, queue_timeout, retry, if_busy):  # as in `start`
             return await self._control.execute_root(body, input, run_id, thread_id, name, max_steps)
         spec = _root_spec(
             self._kernel,
@@ -683,6 +671,20 @@ def _limits(
         queue_timeout=queue_timeout,
         now=kernel.now(),
         what=what,
+    )
+
+
+def _no_policy(
+    timeout: object, deadline: object, queue_timeout: object, retry: object, if_busy: object
+) -> bool:
+    """Whether a start asks for no run policy (the common start, `Admissions.start_root`):
+    no time limit, no retry policy, and the default busy-thread policy."""
+    return (
+        timeout is None
+        and deadline is None
+        and queue_timeout is None
+        and retry is None
+        and if_busy == "queue"
     )
 
 
