@@ -59,6 +59,8 @@ async def test_the_demo_off_a_terminal_prints_plain_lines_or_json(tmp_path: obje
     assert rows["spender"][3:6] == ["ended", "stopped", "token budget exhausted"]
     assert rows["assistant"][4:] == ["natural_end", "", "2"]  # paused once, resumed once
     assert rows["flaky"][4] == "failed"
+    # The failure it tells is in its table, not also dumped by the library's log.
+    assert done.stderr == ""
     as_json = await cli("demo", "--store", f"sqlite:///{tmp_path}/b.db", "--json")
     assert as_json.code == 0, as_json.stderr
     records = as_json.json()
@@ -69,6 +71,7 @@ async def test_the_demo_off_a_terminal_prints_plain_lines_or_json(tmp_path: obje
     assert causes["tree.child-2.grandchild"] == {"kind": "cancelled"}
     assert causes["flaky"]["kind"] == "failed"
     assert "runs kept in" in as_json.stderr  # the path, off stdout
+    assert "Traceback" not in as_json.stderr
 
 
 @pytest.mark.slow
