@@ -11,32 +11,35 @@ attempt (and, for the busy-thread policies ``"reject"`` and ``"supersede"``, no 
 run); and the claim a child is started under (its tree's) held as it says. `guess_of` says
 when a batch is such a batch; `Guess` is what its reads are expected to find.
 
-A guessed transaction is one pipeline and one round trip:
+A guessed transaction is one pipeline and one round trip, of five statements:
 
-1. ``BEGIN``, then ``as_guessed``: a server-side function that locks the claims the batch is
-   made under, then takes the locks of the threads it guards or reads (the order of the
-   two-trip transaction's ``claims`` and ``lock_threads``, and their keys), reads what the
-   transaction's reads would have read (with snapshots taken after the locks, as theirs are)
-   and raises `GUESS_MISSED` when it is not what was guessed;
-2. the rules, run against the guessed view (`PgTx.begin_guessed`) exactly as they run
-   against the rows read: no rule is written twice. A rule that asks for anything the guess
-   does not hold (a row, a claim, a thread it did not guess) makes the transaction give the
-   guess up before anything is sent (`GuessMissed`);
-3. every write, the numbering of the events, ``COMMIT`` and the wait for the seqs to settle,
-   as in the two-trip transaction (``_tx``), then the one Sync.
-
-When the guess was wrong, ``as_guessed`` (or the insert of a run another transaction
-created meanwhile: a unique violation) fails, every later statement of the pipeline is
-skipped, ``COMMIT`` too, and the transaction is rolled back; the store then runs the same
-commits again as a two-trip transaction, whose answers are what they always were. A wrong
-guess costs two round trips more than the two-trip path (its own, and its rollback),
-never a different answer.
+1. ``BEGIN``;
+2. (no statement) the rules, run against the guessed view (`PgTx.begin_guessed`) exactly
+   as they run against the rows read: no rule is written twice. A rule that asks for
+   anything the guess does not hold (a row, a claim, a thread it did not guess) makes the
+   transaction give the guess up before anything but ``BEGIN`` is sent (`GuessMissed`);
+3. ``insert_guessed``: the check of the guess and the writes of the runs and claims the
+   rules decided, in one statement. The check is ``guessed`` (schema version 16), a
+   server-side function that locks the claims the batch is made under, then takes the
+   locks of the threads it guards or reads (the order of the two-trip transaction's
+   ``claims`` and ``lock_threads``, and their keys), reads what the transaction's reads
+   would have read and raises `GUESS_MISSED` when it is not what was guessed. Each of its
+   reads is a statement of a volatile function, so it takes a snapshot of its own after
+   the locks, as the two-trip reads do (the snapshot of the statement around it, taken
+   before the locks, reads nothing: an insert's key check and an upsert's conflict see
+   every committed row whatever the snapshot). The runs' insert and the claims' upsert are
+   made from the one row the check returns, so nothing is written unless it passed; the
+   runs go first, then the claims, as in the two-trip transaction. The function only
+   checks: what is written is the rows the rules made, sent as parameters;
+4. any other write the rules queued, the numbering of the events (the seal), ``COMMIT``
+   and the wait for the seqs to settle, as in the two-trip transaction (``_tx``), then the
+   one Sync.
 
 Why the check is enough. The rules read, for a batch `guess_of` accepts: each new run's row
 (guessed absent), the live attempts on the threads it guards (guessed none, so the thread is
 free), for ``"reject"`` / ``"supersede"`` the unended runs on the thread (guessed none: no
 run to refuse for or to supersede), and for a commit under a fence its root's claim (guessed
-as the fence says, its lease not run out). ``as_guessed`` reads exactly those, under the
+as the fence says, its lease not run out). The check reads exactly those, under the
 same locks, so a guess it lets pass is what the reads would have found; from then to
 ``COMMIT`` the claims' row locks and the thread locks keep them as read (every transaction
 that changes a thread's live attempts or starts a run on it takes the lock first, as in the
@@ -48,14 +51,15 @@ The clock. The rules measure leases by ``now``, the server's clock read once for
 transaction; a guessed transaction sends its writes before it could read it. So it runs
 the rules on a clock that starts at 0 (`PgTx.begin_guessed`): the only claims they read
 are the ones it writes, whose lease ends it makes from that clock, and the guessed ones,
-whose leases it holds unbounded (``as_guessed`` compares them with the server's clock
+whose leases it holds unbounded (the check compares them with the server's clock
 instead, as the rules would have); no live attempt is read. Its claims' lease ends are
 written relative to the server's clock, read once by the statement that puts them
-(``put_claims_now``). A store on a fixed clock (``lease_clock``) runs them on that.
+(``insert_guessed``). A store on a fixed clock (``lease_clock``) runs them on that.
 
 Event order (``_order``). The guessed transaction seals its events as the two-trip one
 does: seqs and tickets taken in its last statement before ``COMMIT``, after every lock it
-takes (the thread locks, the new rows' keys, the claims), and the wait for the seqs after
+takes (the claims and thread locks of the check, the new rows' keys and the claims put,
+all in ``insert_guessed``, a statement before), and the wait for the seqs after
 ``COMMIT``, in the same round trip. A transaction whose guess failed never reaches the seal
 (the statements after the failing one are skipped), so it takes no seq and no ticket; and a
 seq taken by a transaction that then rolled back is never visible, which the watermark's
@@ -74,7 +78,7 @@ from psycopg import sql
 from ..._core import Commit, Fence, Queued, Running
 
 GUESS_MISSED: Final = "AWG01"
-"""The SQLSTATE ``as_guessed`` raises when the reads of a guessed transaction are not what
+"""The SQLSTATE the check (``guessed``) raises when the reads of a guessed transaction are not what
 was guessed."""
 
 
@@ -198,4 +202,65 @@ _V15: Final = (
 def to_v15(conn: psycopg.Connection[tuple[object, ...]], schema: sql.Identifier) -> None:
     """Version 15: the check of a guessed transaction (``as_guessed``). No table changes."""
     for statement in _V15:
+        conn.execute(sql.SQL(statement).format(s=schema))
+
+
+_V16: Final = (
+    # The check of a guessed transaction, as ``as_guessed`` (version 15) checks it, for the
+    # statement that also writes its runs and claims (``insert_guessed``): it returns true
+    # (the row those writes are made from) or raises GUESS_MISSED. A read with nothing to
+    # read (no claim guessed held, no thread read for unended runs) is skipped, and each
+    # read keeps one plan for the server process (remade when the tables' statistics
+    # change): a volatile function's statements are otherwise planned again at every call
+    # for their parameters, which cost three times the reads themselves. The plans do not
+    # depend on the parameters: each read goes by key, one index probe per key, as in
+    # version 15.
+    f"""CREATE FUNCTION {{s}}.guessed(
+      space integer, keys integer[], absent text[], free text[], quiet text[],
+      roots text[], owners text[], epochs bigint[], now float8, lease_offset float8)
+    RETURNS boolean LANGUAGE plpgsql VOLATILE SET plan_cache_mode = force_generic_plan AS $$
+    BEGIN
+      IF cardinality(roots) > 0 THEN
+        PERFORM 1 FROM {{s}}.claims WHERE run_id = ANY(roots) FOR UPDATE;
+      END IF;
+      IF cardinality(keys) > 0 THEN
+        PERFORM pg_advisory_xact_lock(space, k) FROM unnest(keys) AS k;
+      END IF;
+      IF cardinality(roots) > 0 AND (
+          SELECT count(*) FROM unnest(roots, owners, epochs) AS f(r, o, e)
+          JOIN {{s}}.claims c ON c.run_id = f.r
+          WHERE c.owner = f.o AND c.epoch = f.e
+            AND c.lease_until >= coalesce(now, extract(epoch FROM clock_timestamp()))
+                                 + lease_offset) <> cardinality(roots) THEN
+        RAISE EXCEPTION 'a claim the transaction is made under does not hold'
+          USING ERRCODE = '{GUESS_MISSED}';
+      END IF;
+      IF EXISTS (SELECT 1 FROM unnest(absent) AS k(id) CROSS JOIN LATERAL
+                   (SELECT 1 FROM {{s}}.runs WHERE run_id = k.id OFFSET 0) r) THEN
+        RAISE EXCEPTION 'a run the transaction creates exists'
+          USING ERRCODE = '{GUESS_MISSED}';
+      END IF;
+      IF cardinality(free) + cardinality(quiet) > 0 AND EXISTS (
+          SELECT 1 FROM unnest(free || quiet) AS k(id) CROSS JOIN LATERAL
+            (SELECT 1 FROM {{s}}.runs
+             WHERE attempt_epoch IS NOT NULL AND thread_id = k.id OFFSET 0) r) THEN
+        RAISE EXCEPTION 'a thread the transaction guards has a live attempt'
+          USING ERRCODE = '{GUESS_MISSED}';
+      END IF;
+      IF cardinality(quiet) > 0 AND EXISTS (
+          SELECT 1 FROM unnest(quiet) AS k(id) CROSS JOIN LATERAL
+            (SELECT 1 FROM {{s}}.runs WHERE kind <> 'ended' AND thread_id = k.id OFFSET 0) r) THEN
+        RAISE EXCEPTION 'a thread the transaction reads has an unended run'
+          USING ERRCODE = '{GUESS_MISSED}';
+      END IF;
+      RETURN true;
+    END $$""",
+)
+
+
+def to_v16(conn: psycopg.Connection[tuple[object, ...]], schema: sql.Identifier) -> None:
+    """Version 16: the check of a guessed transaction as one part of the statement that
+    writes its runs and claims (``guessed``). No table changes; ``as_guessed`` stays, for
+    a runtime of the version before that still has the store open."""
+    for statement in _V16:
         conn.execute(sql.SQL(statement).format(s=schema))

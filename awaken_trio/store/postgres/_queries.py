@@ -253,7 +253,6 @@ class Queries:
     rows: bytes
     claims: bytes
     live: bytes
-    as_guessed: bytes
     unended: bytes
     ending_commands: bytes
     children: bytes
@@ -262,9 +261,9 @@ class Queries:
     expired_claims: bytes
     insert_runs: bytes
     update_runs: bytes
+    insert_guessed: bytes
     drop_claims: bytes
     put_claims: bytes
-    put_claims_now: bytes
     drop_tickets: bytes
     put_tickets: bytes
     deliver: bytes

@@ -24,6 +24,7 @@ from psycopg import sql
 
 from ..._core import StoreError
 from ._guess import to_v15 as guess_v15
+from ._guess import to_v16 as guess_v16
 from ._order import to_v8 as order_v8
 from ._streams import to_v5 as streams_v5
 
@@ -353,6 +354,7 @@ MIGRATIONS: Sequence[Migration] = (
     _to_v13,
     _to_v14,
     guess_v15,
+    guess_v16,
 )
 """The schema's history, oldest first: ``MIGRATIONS[i]`` takes a schema from version ``i``
 to ``i + 1``. Append, never edit."""

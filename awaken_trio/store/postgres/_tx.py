@@ -19,9 +19,10 @@ every result back (a flush, not a Sync, so nothing commits early); only the end 
 
 A batch whose every commit creates a run (an awaited ``start``, a ``submit``) skips the
 first round trip: `PgTx.begin_guessed` takes what its reads would find to be the usual
-(no run of that id, its threads free), queues the threads' locks and a server-side check
-of that guess instead of the reads, and `PgTx.commit` sends it all with the writes in one
-round trip; a wrong guess rolls back and the batch runs as above (``_guess``'s docstring).
+(no run of that id, its threads free), and the server checks that guess (taking the
+threads' locks) in the statement that writes the runs and claims (`PgTx._check_guess`),
+which `PgTx.commit` sends with the rest in one round trip; a wrong guess rolls back and the
+batch runs as above (``_guess``'s docstring).
 
 The isolation the rules assume (``_rules``'s docstring) comes from locks on what a
 transaction reads, so write transactions on different runs run side by side:
@@ -153,6 +154,8 @@ class PgTx(TextRunTx[TextRow, _Insert]):
         # whether its clock starts at 0 (its claims' lease ends are then the server's).
         self._guess: Guess | None = None
         self._relative = False
+        self._unchecked = False  # (its check not sent yet: `_check_guess`)
+        self._fixed: float | None = None
 
     # ------------------------------------------------------------------ lifetime
 
@@ -175,11 +178,12 @@ class PgTx(TextRunTx[TextRow, _Insert]):
         return self.now
 
     def begin_guessed(self, guess: Guess) -> float:
-        """``BEGIN`` and the server's check of ``guess`` (``as_guessed``, which takes the
-        locks of the threads it names first), queued, not sent: what the transaction's
-        reads would find is taken to be ``guess`` (``_guess``'s docstring), and `commit`
-        sends everything in one round trip. The transaction's clock (seconds): 0, its lease
-        ends written relative to the server's (``put_claims_now``), or the store's fixed
+        """``BEGIN``, queued, not sent: what the transaction's reads would find is taken to
+        be ``guess`` (``_guess``'s docstring), and the server's check of it (``guessed``,
+        which takes the locks of the claims and threads it names first) is sent with the
+        runs and claims the transaction writes, in one statement (``insert_guessed``,
+        `flush`); `commit` sends everything in one round trip. The transaction's clock
+        (seconds): 0, its lease ends written relative to the server's, or the store's fixed
         clock."""
         conn = self.conn
         self._begun = True
@@ -191,31 +195,49 @@ class PgTx(TextRunTx[TextRow, _Insert]):
         threads = guess.threads
         for thread_id in threads:
             self._threads[thread_id] = {}
-        held = guess.held
-        for fence in held:
+        for fence in guess.held:
             # (Its lease holds for as long as this transaction's clock reads: the check
             # compares it with the server's.)
             self._claims[fence.root_run_id] = ClaimRow(fence.owner, fence.epoch, math.inf)
         fixed = None if self._clock is None else self._clock()
-        keys = sorted({thread_key(thread_id) for thread_id in threads})
-        conn.execute(
-            self.q.as_guessed,
-            (
-                self._thread_locks,
-                keys,
-                list(guess.absent),
-                list(guess.free),
-                list(guess.quiet),
-                [fence.root_run_id for fence in held],
-                [fence.owner for fence in held],
-                [fence.epoch for fence in held],
-                fixed,
-                self._offset,
-            ),
-        )
+        self._unchecked = True
+        self._fixed = fixed
         self._relative = fixed is None
         self.now = 0.0 if fixed is None else fixed + self._offset
         return self.now
+
+    def _check_guess(self) -> None:
+        """Send the check of the guess with the runs and claims queued so far (the
+        ``insert_guessed`` statement: the module's docstring): the first statement after
+        ``BEGIN`` of a guessed transaction, whatever it writes."""
+        guess = self._guess
+        assert guess is not None
+        self._unchecked = False
+        held = guess.held
+        inserts = [self._insert_row(run_id, new) for run_id, new in self._inserted.items()]
+        self._inserted.clear()
+        put = self._claims_put()
+        self.conn.execute(
+            self.q.insert_guessed,
+            {
+                "space": self._thread_locks,
+                "keys": sorted({thread_key(thread_id) for thread_id in guess.threads}),
+                "absent": list(guess.absent),
+                "free": list(guess.free),
+                "quiet": list(guess.quiet),
+                "roots": [fence.root_run_id for fence in held],
+                "owners": [fence.owner for fence in held],
+                "epochs": [fence.epoch for fence in held],
+                "now": self._fixed,
+                "offset": self._offset,
+                "runs": rows_json(inserts),
+                "relative": self._relative,
+                "claim_runs": [row[0] for row in put],
+                "claim_owners": [row[1] for row in put],
+                "claim_epochs": [row[2] for row in put],
+                "claim_leases": [row[3] for row in put],
+            },
+        )
 
     def _to_server(self) -> None:
         """Before a read goes to the server: a guessed transaction gives its guess up
@@ -588,8 +610,11 @@ class PgTx(TextRunTx[TextRow, _Insert]):
     # ------------------------------------------------------------------ flushing
 
     def flush(self) -> None:
-        """Send every queued write (inside the transaction; `commit` ends it)."""
+        """Send every queued write (inside the transaction; `commit` ends it): a guessed
+        transaction's first with the check of its guess (`_check_guess`)."""
         conn = self.conn
+        if self._unchecked:
+            self._check_guess()
         if not (
             self._inserted
             or self._changed
@@ -604,21 +629,7 @@ class PgTx(TextRunTx[TextRow, _Insert]):
         q = self.q
         checkpoints, steps, results = self._checkpoints, self._steps, self._results
         if self._inserted:
-            inserts = []
-            for run_id, new in self._inserted.items():
-                row = new.row
-                given = {
-                    "input": new.input,
-                    "result": results.pop(run_id, new.result),
-                    "checkpoint": checkpoints.pop(run_id, NULL),
-                    "steps": steps.pop(run_id, 0),
-                    "max_steps": new.max_steps,
-                    "forked_from": new.forked_from,
-                    "deadline": new.deadline,
-                    "queue_deadline": new.queue_deadline,
-                    "retry": new.retry,
-                }
-                inserts.append(INSERTED.row(row, given))
+            inserts = [self._insert_row(run_id, new) for run_id, new in self._inserted.items()]
             conn.execute(q.insert_runs, (rows_json(inserts),))
             self._inserted.clear()
         if self._changed:
@@ -638,21 +649,12 @@ class PgTx(TextRunTx[TextRow, _Insert]):
         results.clear()
         # Events and the checkpoints kept by seq wait for `commit`, which numbers them.
         if self._claims_changed:
-            dropped = []
-            put = []
-            for run_id in self._claims_changed:
-                claim = self._claims[run_id]
-                if claim is None:
-                    dropped.append(run_id)
-                else:
-                    put.append((run_id, claim.owner, claim.epoch, float(claim.lease_until)))
-            if dropped:
-                conn.execute(q.drop_claims, (dropped,))
-            if put and self._relative:  # (lease ends from 0: the server's clock is added)
-                conn.execute(q.put_claims_now, (self._offset, *_columns(put, 4)))
-            elif put:
+            put = self._claims_put()
+            if self._claims_changed:  # (what is left: the dropped ones)
+                conn.execute(q.drop_claims, (list(self._claims_changed),))
+                self._claims_changed.clear()
+            if put:
                 conn.execute(q.put_claims, _columns(put, 4))
-            self._claims_changed.clear()
         if self._tickets:
             conn.execute(q.drop_tickets, (list(self._tickets),))
             put_tickets = []
@@ -675,6 +677,35 @@ class PgTx(TextRunTx[TextRow, _Insert]):
         if self._streams.queued:
             self.streamed = True
             streams.write_queue(conn, q.insert_chunks, q.drop_chunks, self._streams)
+
+    def _insert_row(self, run_id: str, new: _Insert) -> tuple[Any, ...]:
+        """The JSON row ``insert_runs`` inserts a created run from (its result, checkpoint
+        and steps as last queued)."""
+        given = {
+            "input": new.input,
+            "result": self._results.pop(run_id, new.result),
+            "checkpoint": self._checkpoints.pop(run_id, NULL),
+            "steps": self._steps.pop(run_id, 0),
+            "max_steps": new.max_steps,
+            "forked_from": new.forked_from,
+            "deadline": new.deadline,
+            "queue_deadline": new.queue_deadline,
+            "retry": new.retry,
+        }
+        return INSERTED.row(new.row, given)
+
+    def _claims_put(self) -> list[tuple[str, str, int, float]]:
+        """The claims changed and not dropped, taken out of the queue (the dropped ones
+        stay in it)."""
+        claims = self._claims
+        changed = self._claims_changed
+        put = []
+        for run_id in list(changed):
+            claim = claims[run_id]
+            if claim is not None:
+                put.append((run_id, claim.owner, claim.epoch, float(claim.lease_until)))
+                del changed[run_id]
+        return put
 
 
 def _succeeded(cursor: psycopg.Cursor[tuple[Any, ...]]) -> bool:

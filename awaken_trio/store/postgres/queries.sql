@@ -46,16 +46,6 @@ SELECT o.* FROM unnest(%b::text[]) AS k(id) CROSS JOIN LATERAL
   (SELECT thread_id, run_id, root_run_id, attempt_epoch FROM {s}.runs
    WHERE attempt_epoch IS NOT NULL AND thread_id = k.id OFFSET 0) o;
 
--- as_guessed --
--- The check of a transaction written on a guess of its reads (``_guess``): locks the
--- claims it is made under, takes the threads' locks (as `lock_threads`: its first key and
--- the second keys, in order), then raises ``GUESS_MISSED`` unless no run of the first ids
--- exists, no attempt is live on the threads of the second, no run is unended on the
--- threads of the third, and each claim (run, owner, epoch) holds at the clock given (the
--- server's when null) plus the offset.
-SELECT {s}.as_guessed(%s::integer, %b::int[], %b::text[], %b::text[], %b::text[],
-  %b::text[], %b::text[], %b::bigint[], %s::float8, %s::float8);
-
 -- unended --
 -- The runs on a thread that have not ended, oldest first (read after the thread's lock is
 -- taken: a start that rejects or supersedes on a busy thread; schema version 10's partial
@@ -113,6 +103,38 @@ WITH v AS (
 UPDATE {s}.runs AS r SET {update_sets}
 FROM v WHERE r.run_id = v.run_id;
 
+-- insert_guessed --
+-- The writes of a transaction written on a guess of its reads (``_guess``) with the check
+-- of that guess, in one statement: ``guessed`` (schema version 16) locks the claims the
+-- transaction is made under and its threads, then raises ``GUESS_MISSED`` unless no run of
+-- the ids in ``absent`` exists, no attempt is live on the threads of ``free`` and ``quiet``,
+-- no run is unended on the threads of ``quiet``, and each claim (root, owner, epoch) holds
+-- at the clock given (the server's when null) plus the offset; it returns the one row the
+-- writes are made from, so neither writes before the check has passed. Then the runs, as
+-- `insert_runs`, and the claims, as `put_claims` (their lease ends relative to the server's
+-- clock, read once here, when ``relative``: the transaction's clock started at 0). The
+-- runs are written before the claims, as `PgTx.flush` writes them: the main query reads
+-- the runs' insert, and an insert no query reads runs after the main query.
+WITH g AS MATERIALIZED (
+  SELECT {s}.guessed(%(space)s::integer, %(keys)b::int[], %(absent)b::text[],
+    %(free)b::text[], %(quiet)b::text[], %(roots)b::text[], %(owners)b::text[],
+    %(epochs)b::bigint[], %(now)s::float8, %(offset)s::float8) AS ok),
+inserted AS (
+  INSERT INTO {s}.runs ({insert_names})
+  SELECT {insert_values}
+  FROM g, jsonb_array_elements(%(runs)s::jsonb) WITH ORDINALITY AS t(j, n) ORDER BY n
+  RETURNING 1),
+claimed AS (
+  INSERT INTO {s}.claims (run_id, owner, epoch, lease_until)
+  SELECT r, o, e, l + CASE WHEN %(relative)s::boolean
+    THEN (SELECT extract(epoch FROM clock_timestamp())::float8) + %(offset)s::float8
+    ELSE 0 END
+  FROM g, unnest(%(claim_runs)b::text[], %(claim_owners)b::text[], %(claim_epochs)b::bigint[],
+    %(claim_leases)b::float8[]) AS t(r, o, e, l)
+  ON CONFLICT (run_id) DO UPDATE SET
+    owner = EXCLUDED.owner, epoch = EXCLUDED.epoch, lease_until = EXCLUDED.lease_until)
+SELECT (SELECT ok FROM g), (SELECT count(*) FROM inserted);
+
 -- drop_claims --
 DELETE FROM {s}.claims WHERE run_id = ANY(%b);
 
@@ -120,16 +142,6 @@ DELETE FROM {s}.claims WHERE run_id = ANY(%b);
 -- Each run once: ON CONFLICT may not touch a row twice in one statement.
 INSERT INTO {s}.claims (run_id, owner, epoch, lease_until)
 SELECT * FROM unnest(%b::text[], %b::text[], %b::bigint[], %b::float8[])
-ON CONFLICT (run_id) DO UPDATE SET
-  owner = EXCLUDED.owner, epoch = EXCLUDED.epoch, lease_until = EXCLUDED.lease_until;
-
--- put_claims_now --
--- As `put_claims`, for a transaction written on a guess of its reads (``_guess``): the
--- lease ends given are relative to the server's clock, read once here (an uncorrelated
--- subquery, evaluated once for the statement), plus the store's offset (tests').
-INSERT INTO {s}.claims (run_id, owner, epoch, lease_until)
-SELECT r, o, e, l + (SELECT extract(epoch FROM clock_timestamp())::float8) + %s::float8
-FROM unnest(%b::text[], %b::text[], %b::bigint[], %b::float8[]) AS t(r, o, e, l)
 ON CONFLICT (run_id) DO UPDATE SET
   owner = EXCLUDED.owner, epoch = EXCLUDED.epoch, lease_until = EXCLUDED.lease_until;
 

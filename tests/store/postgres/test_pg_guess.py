@@ -15,7 +15,7 @@ import psycopg
 import pytest
 import trio
 
-from awaken_trio import EndCause, RunContext, RunState, open_runtime
+from awaken_trio import EndCause, RunContext, RunState, StoreError, open_runtime
 from awaken_trio.store import (
     Accepted,
     Claim,
@@ -364,6 +364,113 @@ async def test_writers_racing_to_create_one_run_id(stores: list[PostgresStore]) 
             assert [r for r in results if not isinstance(r, Accepted)] == [
                 Rejected(RejectReason.EXISTS, RunState.Queued())
             ] * (len(stores) - 1)
+
+
+async def test_the_check_comes_before_every_write(pg_url: str, stores: list[PostgresStore]) -> None:
+    """A guessed start waiting on its thread's lock (taken by the check) has written
+    nothing yet: its transaction has no id, which the first write would give it."""
+    with trio.fail_after(60):
+
+        def hold() -> psycopg.Connection[tuple[object, ...]]:
+            conn = psycopg.connect(pg_url)
+            conn.execute(
+                "SELECT pg_advisory_xact_lock(%s, %s)", (thread_locks("awaken"), thread_key("t"))
+            )
+            return conn
+
+        def waiting_ids() -> list[object]:
+            with psycopg.connect(pg_url, autocommit=True) as conn:
+                found = conn.execute(
+                    "SELECT backend_xid FROM pg_stat_activity"
+                    " WHERE wait_event_type = 'Lock' AND datname = current_database()"
+                ).fetchall()
+                return [row[0] for row in found]
+
+        holder = await trio.to_thread.run_sync(hold)
+        results: list[CommitResult] = []
+
+        async def start() -> None:
+            results.extend(await stores[0].apply([_new("r", thread="t", running=True)]))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(start)
+            while not (waiting := await trio.to_thread.run_sync(waiting_ids)):  # noqa: ASYNC110 - a server's state
+                await trio.sleep(0.01)
+            assert waiting == [None]
+            await trio.to_thread.run_sync(holder.commit)
+        holder.close()
+        assert [type(r) for r in results] == [Accepted]
+
+
+@pytest.mark.parametrize("table", ["claims", "events"])
+async def test_a_store_error_mid_pipeline_writes_nothing(pg_url: str, table: str) -> None:
+    """The server refuses a guessed start's claim (in the statement with the check) or its
+    events (in the seal, after it): the start is refused with a store error, nothing of it
+    is written, and the next start on the same connection lands."""
+    with trio.fail_after(30):
+        async with PostgresStore(pg_url, pool_size=1) as store:
+            await store.apply([_new("warm", running=True)])
+
+            def refuse() -> None:
+                with psycopg.connect(pg_url, autocommit=True) as conn:
+                    conn.execute(
+                        "CREATE FUNCTION awaken.refuse() RETURNS trigger LANGUAGE plpgsql AS $$"
+                        " BEGIN IF NEW.run_id = 'bad' THEN RAISE EXCEPTION 'refused here';"
+                        " END IF; RETURN NEW; END $$"
+                    )
+                    conn.execute(
+                        f"CREATE TRIGGER refuse BEFORE INSERT ON awaken.{table}"
+                        " FOR EACH ROW EXECUTE FUNCTION awaken.refuse()"
+                    )
+
+            await trio.to_thread.run_sync(refuse)
+            before = await store.events_after(0)
+            with pytest.raises(StoreError, match="refused here") as raised:
+                await store.apply([_new("bad", running=True)])
+            assert raised.value.outcome_unknown is False
+            assert await store.load("bad") is None
+            assert await store.events_after(0) == before
+
+            def claims() -> list[tuple[object, ...]]:
+                with psycopg.connect(pg_url, autocommit=True) as conn:
+                    return conn.execute("SELECT run_id FROM awaken.claims ORDER BY 1").fetchall()
+
+            assert await trio.to_thread.run_sync(claims) == [("warm",)]
+            [result] = await store.apply([_new("good", running=True)])
+            assert isinstance(result, Accepted)
+            assert [e.run_id for e in await store.events_after(0)][len(before) :] == ["good"]
+
+
+async def test_a_store_of_the_version_before_opens_and_guesses(pg_url: str) -> None:
+    """A store of the version before the check's statement (schema version 15, with a run
+    in it) opens, keeps its run, and starts runs in one guessed transaction: one on the
+    existing run's id is refused ``EXISTS``."""
+    from awaken_trio.store.postgres._schema import LATEST
+
+    with trio.fail_after(30):
+        async with PostgresStore(pg_url) as first:
+            assert isinstance(await _one(first, _new("old", running=True)), Accepted)
+
+        def back_to_v15() -> None:  # (version 16 only added the check's function)
+            with psycopg.connect(pg_url, autocommit=True) as conn:
+                conn.execute("DROP FUNCTION awaken.guessed")
+                conn.execute("UPDATE awaken.meta SET value = '15' WHERE key = 'version'")
+
+        await trio.to_thread.run_sync(back_to_v15)
+        async with PostgresStore(pg_url) as store:
+            record = await store.load("old")
+            assert record is not None
+            assert record.state == RunState.Running(1)
+            assert await _one(store, _new("old")) == Rejected(RejectReason.EXISTS, record.state)
+            assert isinstance(await _one(store, _new("new", running=True)), Accepted)
+
+    def version() -> object:
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            found = conn.execute("SELECT value FROM awaken.meta WHERE key = 'version'").fetchone()
+            assert found is not None
+            return found[0]
+
+    assert await trio.to_thread.run_sync(version) == str(LATEST)
 
 
 # ---------------------------------------------------------------------------- the clock
