@@ -68,6 +68,7 @@ proof allows for. So followers see every committed event once and in order, as b
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Final, final
 
@@ -208,47 +209,54 @@ def to_v15(conn: psycopg.Connection[tuple[object, ...]], schema: sql.Identifier)
 _V16: Final = (
     # The check of a guessed transaction, as ``as_guessed`` (version 15) checks it, for the
     # statement that also writes its runs and claims (``insert_guessed``): it returns true
-    # (the row those writes are made from) or raises GUESS_MISSED. A read with nothing to
-    # read (no claim guessed held, no thread read for unended runs) is skipped, and each
-    # read keeps one plan for the server process (remade when the tables' statistics
-    # change): a volatile function's statements are otherwise planned again at every call
-    # for their parameters, which cost three times the reads themselves. The plans do not
-    # depend on the parameters: each read goes by key, one index probe per key, as in
-    # version 15.
-    f"""CREATE FUNCTION {{s}}.guessed(
-      space integer, keys integer[], absent text[], free text[], quiet text[],
-      roots text[], owners text[], epochs bigint[], now float8, lease_offset float8)
+    # (the row those writes are made from) or raises GUESS_MISSED. What was guessed is one
+    # JSON object (``guess_json``: far cheaper for the client to send than seven arrays):
+    # the threads' lock keys in ``keys``, in order; the ids in ``absent``; the threads in
+    # ``free`` and ``quiet``; the claims in ``held``, as [root, owner, epoch]. A read with
+    # nothing to read (no claim guessed held, no thread read for unended runs) is skipped,
+    # and each read keeps one plan for the server process (remade when the tables'
+    # statistics change): a volatile function's statements are otherwise planned again at
+    # every call for their parameters, which cost three times the reads themselves. The
+    # plans do not depend on the parameters: each read goes by key, one index probe per
+    # key, as in version 15.
+    f"""CREATE FUNCTION {{s}}.guessed(space integer, guess jsonb, now float8, lease_offset float8)
     RETURNS boolean LANGUAGE plpgsql VOLATILE SET plan_cache_mode = force_generic_plan AS $$
     BEGIN
-      IF cardinality(roots) > 0 THEN
-        PERFORM 1 FROM {{s}}.claims WHERE run_id = ANY(roots) FOR UPDATE;
+      IF jsonb_array_length(guess->'held') > 0 THEN
+        PERFORM 1 FROM {{s}}.claims
+          WHERE run_id IN (SELECT h->>0 FROM jsonb_array_elements(guess->'held') AS h)
+          FOR UPDATE;
       END IF;
-      IF cardinality(keys) > 0 THEN
-        PERFORM pg_advisory_xact_lock(space, k) FROM unnest(keys) AS k;
+      IF jsonb_array_length(guess->'keys') > 0 THEN
+        PERFORM pg_advisory_xact_lock(space, k::integer)
+          FROM jsonb_array_elements_text(guess->'keys') AS k;
       END IF;
-      IF cardinality(roots) > 0 AND (
-          SELECT count(*) FROM unnest(roots, owners, epochs) AS f(r, o, e)
-          JOIN {{s}}.claims c ON c.run_id = f.r
-          WHERE c.owner = f.o AND c.epoch = f.e
+      IF jsonb_array_length(guess->'held') > 0 AND (
+          SELECT count(*) FROM jsonb_array_elements(guess->'held') AS h
+          JOIN {{s}}.claims c ON c.run_id = h->>0
+          WHERE c.owner = h->>1 AND c.epoch = (h->>2)::bigint
             AND c.lease_until >= coalesce(now, extract(epoch FROM clock_timestamp()))
-                                 + lease_offset) <> cardinality(roots) THEN
+                                 + lease_offset) <> jsonb_array_length(guess->'held') THEN
         RAISE EXCEPTION 'a claim the transaction is made under does not hold'
           USING ERRCODE = '{GUESS_MISSED}';
       END IF;
-      IF EXISTS (SELECT 1 FROM unnest(absent) AS k(id) CROSS JOIN LATERAL
+      IF EXISTS (SELECT 1 FROM jsonb_array_elements_text(guess->'absent') AS k(id)
+                 CROSS JOIN LATERAL
                    (SELECT 1 FROM {{s}}.runs WHERE run_id = k.id OFFSET 0) r) THEN
         RAISE EXCEPTION 'a run the transaction creates exists'
           USING ERRCODE = '{GUESS_MISSED}';
       END IF;
-      IF cardinality(free) + cardinality(quiet) > 0 AND EXISTS (
-          SELECT 1 FROM unnest(free || quiet) AS k(id) CROSS JOIN LATERAL
+      IF jsonb_array_length(guess->'free') + jsonb_array_length(guess->'quiet') > 0
+         AND EXISTS (
+          SELECT 1 FROM jsonb_array_elements_text((guess->'free') || (guess->'quiet')) AS k(id)
+          CROSS JOIN LATERAL
             (SELECT 1 FROM {{s}}.runs
              WHERE attempt_epoch IS NOT NULL AND thread_id = k.id OFFSET 0) r) THEN
         RAISE EXCEPTION 'a thread the transaction guards has a live attempt'
           USING ERRCODE = '{GUESS_MISSED}';
       END IF;
-      IF cardinality(quiet) > 0 AND EXISTS (
-          SELECT 1 FROM unnest(quiet) AS k(id) CROSS JOIN LATERAL
+      IF jsonb_array_length(guess->'quiet') > 0 AND EXISTS (
+          SELECT 1 FROM jsonb_array_elements_text(guess->'quiet') AS k(id) CROSS JOIN LATERAL
             (SELECT 1 FROM {{s}}.runs WHERE kind <> 'ended' AND thread_id = k.id OFFSET 0) r) THEN
         RAISE EXCEPTION 'a thread the transaction reads has an unended run'
           USING ERRCODE = '{GUESS_MISSED}';
@@ -256,6 +264,22 @@ _V16: Final = (
       RETURN true;
     END $$""",
 )
+
+
+def guess_json(guess: Guess, keys: Sequence[int]) -> str:
+    """``guess`` as the JSON object the check (``guessed``) reads, with its threads' lock
+    keys (sorted: the order the locks are taken in)."""
+    return json.dumps(
+        {
+            "keys": list(keys),
+            "absent": guess.absent,
+            "free": guess.free,
+            "quiet": guess.quiet,
+            "held": [(f.root_run_id, f.owner, f.epoch) for f in guess.held],
+        },
+        ensure_ascii=False,
+        separators=(",", ":"),
+    )
 
 
 def to_v16(conn: psycopg.Connection[tuple[object, ...]], schema: sql.Identifier) -> None:

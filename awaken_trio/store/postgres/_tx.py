@@ -78,7 +78,7 @@ from .._rules import ClaimRow
 from .._textrows import EVENT_WIDTH, NULL, CommandRow, TextRow, TextRunTx
 from . import _streams as streams
 from ._conn import StoreConnection
-from ._guess import Guess, GuessMissed
+from ._guess import Guess, GuessMissed, guess_json
 from ._listen import CONTROL, STREAM
 from ._order import Numbered
 from ._queries import INSERTED, UPDATED, Queries, rows_json
@@ -213,29 +213,22 @@ class PgTx(TextRunTx[TextRow, _Insert]):
         guess = self._guess
         assert guess is not None
         self._unchecked = False
-        held = guess.held
         inserts = [self._insert_row(run_id, new) for run_id, new in self._inserted.items()]
         self._inserted.clear()
-        put = self._claims_put()
+        put = [
+            (run_id, owner, epoch, lease if math.isfinite(lease) else str(lease))
+            for run_id, owner, epoch, lease in self._claims_put()
+        ]
         self.conn.execute(
             self.q.insert_guessed,
             {
                 "space": self._thread_locks,
-                "keys": sorted({thread_key(thread_id) for thread_id in guess.threads}),
-                "absent": list(guess.absent),
-                "free": list(guess.free),
-                "quiet": list(guess.quiet),
-                "roots": [fence.root_run_id for fence in held],
-                "owners": [fence.owner for fence in held],
-                "epochs": [fence.epoch for fence in held],
+                "guess": guess_json(guess, sorted({thread_key(t) for t in guess.threads})),
                 "now": self._fixed,
                 "offset": self._offset,
                 "runs": rows_json(inserts),
                 "relative": self._relative,
-                "claim_runs": [row[0] for row in put],
-                "claim_owners": [row[1] for row in put],
-                "claim_epochs": [row[2] for row in put],
-                "claim_leases": [row[3] for row in put],
+                "claims": rows_json(put),
             },
         )
 

@@ -108,17 +108,18 @@ FROM v WHERE r.run_id = v.run_id;
 -- of that guess, in one statement: ``guessed`` (schema version 16) locks the claims the
 -- transaction is made under and its threads, then raises ``GUESS_MISSED`` unless no run of
 -- the ids in ``absent`` exists, no attempt is live on the threads of ``free`` and ``quiet``,
--- no run is unended on the threads of ``quiet``, and each claim (root, owner, epoch) holds
--- at the clock given (the server's when null) plus the offset; it returns the one row the
--- writes are made from, so neither writes before the check has passed. Then the runs, as
--- `insert_runs`, and the claims, as `put_claims` (their lease ends relative to the server's
--- clock, read once here, when ``relative``: the transaction's clock started at 0). The
+-- no run is unended on the threads of ``quiet``, and each claim (root, owner, epoch) of
+-- ``held`` holds at the clock given (the server's when null) plus the offset (the guess is
+-- one JSON object, ``_guess.guess_json``); it returns the one row the writes are made from,
+-- so neither writes before the check has passed. Then the runs, as `insert_runs`, and the
+-- claims, as `put_claims` but one JSON array of [run, owner, epoch, lease end] rows (their
+-- lease ends relative to the server's clock, read once here, when ``relative``: the
+-- transaction's clock started at 0; an infinite one is a string, "inf"). The
 -- runs are written before the claims, as `PgTx.flush` writes them: the main query reads
 -- the runs' insert, and an insert no query reads runs after the main query.
 WITH g AS MATERIALIZED (
-  SELECT {s}.guessed(%(space)s::integer, %(keys)b::int[], %(absent)b::text[],
-    %(free)b::text[], %(quiet)b::text[], %(roots)b::text[], %(owners)b::text[],
-    %(epochs)b::bigint[], %(now)s::float8, %(offset)s::float8) AS ok),
+  SELECT {s}.guessed(%(space)s::integer, %(guess)s::jsonb, %(now)s::float8, %(offset)s::float8)
+    AS ok),
 inserted AS (
   INSERT INTO {s}.runs ({insert_names})
   SELECT {insert_values}
@@ -126,11 +127,10 @@ inserted AS (
   RETURNING 1),
 claimed AS (
   INSERT INTO {s}.claims (run_id, owner, epoch, lease_until)
-  SELECT r, o, e, l + CASE WHEN %(relative)s::boolean
+  SELECT j->>0, j->>1, (j->>2)::bigint, (j->>3)::float8 + CASE WHEN %(relative)s::boolean
     THEN (SELECT extract(epoch FROM clock_timestamp())::float8) + %(offset)s::float8
     ELSE 0 END
-  FROM g, unnest(%(claim_runs)b::text[], %(claim_owners)b::text[], %(claim_epochs)b::bigint[],
-    %(claim_leases)b::float8[]) AS t(r, o, e, l)
+  FROM g, jsonb_array_elements(%(claims)s::jsonb) AS t(j)
   ON CONFLICT (run_id) DO UPDATE SET
     owner = EXCLUDED.owner, epoch = EXCLUDED.epoch, lease_until = EXCLUDED.lease_until)
 SELECT (SELECT ok FROM g), (SELECT count(*) FROM inserted);

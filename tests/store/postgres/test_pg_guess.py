@@ -5,12 +5,14 @@ between the guess and its check. Real time, bounded by ``trio.fail_after``."""
 
 from __future__ import annotations
 
+import math
 import select
 import socket
 import threading
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import AsyncExitStack
 
+import attrs
 import psycopg
 import pytest
 import trio
@@ -500,6 +502,13 @@ async def test_a_guessed_claims_lease_is_measured_by_the_servers_clock(pg_url: s
         with psycopg.connect(pg_url) as conn:
             found = conn.execute("SELECT lease_until FROM awaken.claims WHERE run_id = 'b'")
             assert found.fetchone() == (50.0 + LIVE,)
+        # A lease without end (not a JSON number) is written as one.
+        async with PostgresStore(pg_url) as store:
+            endless = attrs.evolve(_new("c", running=True), claim=Claim("me", math.inf))
+            assert isinstance(await _one(store, endless), Accepted)
+        with psycopg.connect(pg_url) as conn:
+            found = conn.execute("SELECT lease_until FROM awaken.claims WHERE run_id = 'c'")
+            assert found.fetchone() == (math.inf,)
 
 
 # ---------------------------------------------------------------------------- the runtime
