@@ -59,7 +59,9 @@ measurement. Parts:
   floor/start. Beside them, the floor from Trio: the same commit awaited from a Trio task,
   run on a worker thread as the store runs its calls (a blocking commit must not stall the
   event loop): about the best ratio an awaited commit of any store can reach in a Trio
-  program (on SQLite the store's own thread hops a little faster: bench_start_latency.py).
+  program (on SQLite the store's own thread hops a little faster: bench_start_latency.py);
+  and floor from Trio/start, each round's floor from Trio over its start (the ratio the
+  PostgreSQL store's awaited start is held to).
 
 Figures are medians of three rounds (one with ``--quick``); the backlog and lease parts
 run one. Where the PostgreSQL store
@@ -1466,6 +1468,7 @@ def bench_latency(
         hop_ratios: list[float] = []
         starts: list[float] = []
         ratios: list[float] = []
+        hopped_ratios: list[float] = []
         for _ in range(rounds):
             url = stores.fresh(kind)
             if missing is None:
@@ -1479,6 +1482,7 @@ def bench_latency(
             if missing is None:
                 starts.append(start)
                 ratios.append(floor / start)
+                hopped_ratios.append(hopped / start)
         floor = statistics.median(floors)
         hopped = statistics.median(hops)
         row: Figures = {
@@ -1496,10 +1500,15 @@ def bench_latency(
         else:
             start = statistics.median(starts)
             ratio = statistics.median(ratios)
-            row.update(start_ms=start * 1e3, floor_over_start=ratio)
+            hopped_ratio = statistics.median(hopped_ratios)
+            row.update(
+                start_ms=start * 1e3,
+                floor_over_start=ratio,
+                floor_from_trio_over_start=hopped_ratio,
+            )
             print(
                 f"  {kind:10s} floor {floor * 1e3:6.3f} ms   start {start * 1e3:6.3f} ms"
-                f"   floor/start {ratio:.2f}"
+                f"   floor/start {ratio:.2f}   floor from Trio/start {hopped_ratio:.2f}"
             )
         table[kind] = row
         if breakdown and kind == "postgresql" and missing is None:
