@@ -11,7 +11,8 @@ attempt (and, for the busy-thread policies ``"reject"`` and ``"supersede"``, no 
 run); and the claim a child is started under (its tree's) held as it says. `guess_of` says
 when a batch is such a batch; `Guess` is what its reads are expected to find.
 
-A guessed transaction is one pipeline and one round trip, of five statements:
+A guessed transaction is one pipeline and one round trip, of four statements (five when
+the rules queued more than runs, claims and events):
 
 1. ``BEGIN``;
 2. (no statement) the rules, run against the guessed view (`PgTx.begin_guessed`) exactly
@@ -33,7 +34,12 @@ A guessed transaction is one pipeline and one round trip, of five statements:
    checks: what is written is the rows the rules made, sent as parameters;
 4. any other write the rules queued, the numbering of the events (the seal), ``COMMIT``
    and the wait for the seqs to settle, as in the two-trip transaction (``_tx``), then the
-   one Sync.
+   one Sync. When the rules queued nothing but runs, claims and events (a start, a
+   submit), statements 3 and 4's seal are one (``seal_guessed``, composed of the two in
+   ``_queries``): the seal's events are numbered only once the check has passed and every
+   run and claim is written (a condition on both inserts' counts, evaluated before the
+   first event's row, whose seq is taken after it), so the order of the two statements
+   holds within the one.
 
 Why the check is enough. The rules read, for a batch `guess_of` accepts: each new run's row
 (guessed absent), the live attempts on the threads it guards (guessed none, so the thread is
@@ -58,8 +64,9 @@ written relative to the server's clock, read once by the statement that puts the
 
 Event order (``_order``). The guessed transaction seals its events as the two-trip one
 does: seqs and tickets taken in its last statement before ``COMMIT``, after every lock it
-takes (the claims and thread locks of the check, the new rows' keys and the claims put,
-all in ``insert_guessed``, a statement before), and the wait for the seqs after
+takes (the claims and thread locks of the check, the new rows' keys and the claims put:
+in ``insert_guessed``, a statement before, or, in ``seal_guessed``, before the first seq
+of the same statement), and the wait for the seqs after
 ``COMMIT``, in the same round trip. A transaction whose guess failed never reaches the seal
 (the statements after the failing one are skipped), so it takes no seq and no ticket; and a
 seq taken by a transaction that then rolled back is never visible, which the watermark's

@@ -228,11 +228,33 @@ def parse(text: str) -> dict[str, str]:
     return found
 
 
+def seal_guessed(guessed: str, seal: str) -> str:
+    """``insert_guessed`` and ``seal`` as one statement, for a guessed transaction that
+    writes nothing but its runs, claims and events (``_guess``'s docstring): the check's
+    and the writes' CTEs, then the seal's, whose events are numbered (their seqs and
+    tickets taken) only once every run and claim is written. The events' rows pass a
+    condition on the counts of both inserts, an uncorrelated subquery evaluated once
+    before the first row, and their seqs are taken after it, in the projection (a
+    SELECT's volatile expressions are evaluated after its ORDER BY, above the filter):
+    so the seqs come after every lock the transaction takes, as in the two statements."""
+    main = "\nSELECT (SELECT ok FROM g), (SELECT count(*) FROM inserted)"
+    numbered = "AS t(j, n) ORDER BY n\n  RETURNING seq)"
+    if guessed.count(main) != 1 or seal.count(numbered) != 1 or not seal.startswith("WITH "):
+        raise ImportError("insert_guessed and seal cannot be sent as one statement")
+    after = (
+        "AS t(j, n)\n  WHERE (SELECT count(*) FROM inserted) + (SELECT count(*) FROM claimed)"
+        " >= 0\n  ORDER BY n\n  RETURNING seq)"
+    )
+    ctes = guessed[: guessed.index(main)]
+    return f"{ctes},\n{seal.removeprefix('WITH ').replace(numbered, after)}"
+
+
 _TEXTS: Final = parse(
     importlib.resources.files(__name__.rpartition(".")[0])
     .joinpath("queries.sql")
     .read_text(encoding="utf-8")
 )
+_TEXTS["seal_guessed"] = seal_guessed(_TEXTS["insert_guessed"], _TEXTS["seal"])
 
 
 @final
@@ -273,6 +295,7 @@ class Queries:
     insert_chunks: bytes
     drop_chunks: bytes
     seal: bytes
+    seal_guessed: bytes
     settle: bytes
     settle_seq: bytes
     forget_writers: bytes

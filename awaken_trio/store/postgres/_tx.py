@@ -20,8 +20,9 @@ every result back (a flush, not a Sync, so nothing commits early); only the end 
 A batch whose every commit creates a run (an awaited ``start``, a ``submit``) skips the
 first round trip: `PgTx.begin_guessed` takes what its reads would find to be the usual
 (no run of that id, its threads free), and the server checks that guess (taking the
-threads' locks) in the statement that writes the runs and claims (`PgTx._check_guess`),
-which `PgTx.commit` sends with the rest in one round trip; a wrong guess rolls back and the
+threads' locks) in the statement that writes the runs and claims (`PgTx._check_guess`;
+with the seal too when that is all it writes, `PgTx._sealed_with_check`), which
+`PgTx.commit` sends with the rest in one round trip; a wrong guess rolls back and the
 batch runs as above (``_guess``'s docstring).
 
 The isolation the rules assume (``_rules``'s docstring) comes from locks on what a
@@ -210,6 +211,11 @@ class PgTx(TextRunTx[TextRow, _Insert]):
         """Send the check of the guess with the runs and claims queued so far (the
         ``insert_guessed`` statement: the module's docstring): the first statement after
         ``BEGIN`` of a guessed transaction, whatever it writes."""
+        self.conn.execute(self.q.insert_guessed, self._guessed())
+
+    def _guessed(self) -> dict[str, object]:
+        """The parameters of the check of the guess and of the runs and claims queued so
+        far, which are taken out of the queue (``insert_guessed``)."""
         guess = self._guess
         assert guess is not None
         self._unchecked = False
@@ -219,17 +225,34 @@ class PgTx(TextRunTx[TextRow, _Insert]):
             (run_id, owner, epoch, lease if math.isfinite(lease) else str(lease))
             for run_id, owner, epoch, lease in self._claims_put()
         ]
-        self.conn.execute(
-            self.q.insert_guessed,
-            {
-                "space": self._thread_locks,
-                "guess": guess_json(guess, sorted({thread_key(t) for t in guess.threads})),
-                "now": self._fixed,
-                "offset": self._offset,
-                "runs": rows_json(inserts),
-                "relative": self._relative,
-                "claims": rows_json(put),
-            },
+        return {
+            "thread_space": self._thread_locks,
+            "guess": guess_json(guess, sorted({thread_key(t) for t in guess.threads})),
+            "now": self._fixed,
+            "offset": self._offset,
+            "runs": rows_json(inserts),
+            "relative": self._relative,
+            "claims": rows_json(put),
+        }
+
+    def _sealed_with_check(self) -> bool:
+        """Whether the check of the guess, the runs and claims and the seal go as one
+        statement (``seal_guessed``): a guessed transaction not checked yet that wrote,
+        but nothing beside runs, claims put and events, and forgets nothing this time."""
+        return (
+            self._unchecked
+            and self.wrote
+            and not (
+                self._changed
+                or self._tickets
+                or self._delivered
+                or self._consumed
+                or self._dropped
+                or self._streams.queued
+                or any(self._claims[run_id] is None for run_id in self._claims_changed)
+                or self.token.int % 64 == 0
+                or self.token.int % 1024 == 1
+            )
         )
 
     def _to_server(self) -> None:
@@ -245,14 +268,18 @@ class PgTx(TextRunTx[TextRow, _Insert]):
         conn = self.conn
         q = self.q
         counted = None
-        self.flush()
         numbering = bool(self._events)
-        if self.wrote:
-            if self.token.int % 64 == 0:  # now and then: forget old tokens
-                conn.execute(q.forget_written)
-            if self.token.int % 1024 == 1:  # and fold the rows of ended server processes
-                conn.execute(q.forget_writers)
-            counted = conn.execute(q.seal, self._sealing())
+        if self._sealed_with_check():
+            # The check, the runs and claims, and the seal: one statement (``_guess``).
+            counted = conn.execute(q.seal_guessed, self._guessed() | self._sealing())
+        else:
+            self.flush()
+            if self.wrote:
+                if self.token.int % 64 == 0:  # now and then: forget old tokens
+                    conn.execute(q.forget_written)
+                if self.token.int % 1024 == 1:  # and fold the rows of ended server processes
+                    conn.execute(q.forget_writers)
+                counted = conn.execute(q.seal, self._sealing())
         committed = conn.execute("COMMIT")
         if numbering:
             conn.execute(q.settle, (q.space,))  # (after COMMIT: its own transaction)
@@ -335,7 +362,11 @@ class PgTx(TextRunTx[TextRow, _Insert]):
     def prefetch(self, batch: Sequence[Commit]) -> None:
         """Read what ``batch`` touches (`_read`), but for the claim of a run a commit
         creates, which no rule reads: one whose run exists is refused ``EXISTS`` before
-        any claim of it is looked at, and a run created takes its claim with an upsert."""
+        any claim of it is looked at, and a run created takes its claim with an upsert.
+        A guessed transaction reads nothing here: what it would read is its guess, and a
+        rule that reads past it gives the guess up when it does (`_to_server`)."""
+        if self._guess is not None:
+            return
         run_ids: set[str] = set()
         claim_ids: set[str] = set()
         new_threads: set[str] = set()

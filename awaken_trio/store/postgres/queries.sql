@@ -117,9 +117,12 @@ FROM v WHERE r.run_id = v.run_id;
 -- transaction's clock started at 0; an infinite one is a string, "inf"). The
 -- runs are written before the claims, as `PgTx.flush` writes them: the main query reads
 -- the runs' insert, and an insert no query reads runs after the main query.
+-- When the runs and claims are all the transaction writes besides its events, this
+-- statement and `seal` are sent as one (``_queries.seal_guessed``: this statement's CTEs,
+-- then the seal's, whose events are numbered once the runs and claims are written).
 WITH g AS MATERIALIZED (
-  SELECT {s}.guessed(%(space)s::integer, %(guess)s::jsonb, %(now)s::float8, %(offset)s::float8)
-    AS ok),
+  SELECT {s}.guessed(%(thread_space)s::integer, %(guess)s::jsonb, %(now)s::float8,
+    %(offset)s::float8) AS ok),
 inserted AS (
   INSERT INTO {s}.runs ({insert_names})
   SELECT {insert_values}
@@ -132,7 +135,8 @@ claimed AS (
     ELSE 0 END
   FROM g, jsonb_array_elements(%(claims)s::jsonb) AS t(j)
   ON CONFLICT (run_id) DO UPDATE SET
-    owner = EXCLUDED.owner, epoch = EXCLUDED.epoch, lease_until = EXCLUDED.lease_until)
+    owner = EXCLUDED.owner, epoch = EXCLUDED.epoch, lease_until = EXCLUDED.lease_until
+  RETURNING 1)
 SELECT (SELECT ok FROM g), (SELECT count(*) FROM inserted);
 
 -- drop_claims --

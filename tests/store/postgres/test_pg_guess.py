@@ -180,14 +180,17 @@ async def test_a_start_and_a_submit_are_one_round_trip(wire: tuple[Wire, str]) -
 # ---------------------------------------------------------------------------- wrong guesses
 
 
-@pytest.fixture(params=["guessed", "two trips"])
+@pytest.fixture(params=["guessed", "guessed, sealed apart", "two trips"])
 async def store(
     request: pytest.FixtureRequest, pg_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> AsyncIterator[PostgresStore]:
-    """The store, with guessing on, and turned off (every commit reads first): each test
-    below asserts the same answers of both."""
+    """The store, with guessing on (the check, the writes and the seal in one statement,
+    and, as when a transaction writes more, the seal a statement of its own), and turned
+    off (every commit reads first): each test below asserts the same answers of all."""
     if request.param == "two trips":
         monkeypatch.setattr(store_module, "guess_of", lambda batch: None)
+    if request.param == "guessed, sealed apart":
+        monkeypatch.setattr(PgTx, "_sealed_with_check", lambda self: False)
     async with PostgresStore(pg_url) as opened:
         yield opened
 
@@ -370,7 +373,8 @@ async def test_writers_racing_to_create_one_run_id(stores: list[PostgresStore]) 
 
 async def test_the_check_comes_before_every_write(pg_url: str, stores: list[PostgresStore]) -> None:
     """A guessed start waiting on its thread's lock (taken by the check) has written
-    nothing yet: its transaction has no id, which the first write would give it."""
+    nothing yet (its transaction has no id, which the first write would give it) and taken
+    no seq (it holds no ticket, which is taken just before each seq)."""
     with trio.fail_after(60):
 
         def hold() -> psycopg.Connection[tuple[object, ...]]:
@@ -380,13 +384,15 @@ async def test_the_check_comes_before_every_write(pg_url: str, stores: list[Post
             )
             return conn
 
-        def waiting_ids() -> list[object]:
+        def waiting_ids() -> list[tuple[object, ...]]:
             with psycopg.connect(pg_url, autocommit=True) as conn:
                 found = conn.execute(
-                    "SELECT backend_xid FROM pg_stat_activity"
-                    " WHERE wait_event_type = 'Lock' AND datname = current_database()"
+                    "SELECT a.backend_xid, (SELECT count(*) FROM pg_locks l WHERE l.pid = a.pid"
+                    "   AND l.locktype = 'advisory' AND l.mode = 'ShareLock' AND l.granted)"
+                    " FROM pg_stat_activity a"
+                    " WHERE a.wait_event_type = 'Lock' AND a.datname = current_database()"
                 ).fetchall()
-                return [row[0] for row in found]
+                return [tuple(row) for row in found]
 
         holder = await trio.to_thread.run_sync(hold)
         results: list[CommitResult] = []
@@ -398,7 +404,7 @@ async def test_the_check_comes_before_every_write(pg_url: str, stores: list[Post
             nursery.start_soon(start)
             while not (waiting := await trio.to_thread.run_sync(waiting_ids)):  # noqa: ASYNC110 - a server's state
                 await trio.sleep(0.01)
-            assert waiting == [None]
+            assert waiting == [(None, 0)]
             await trio.to_thread.run_sync(holder.commit)
         holder.close()
         assert [type(r) for r in results] == [Accepted]
