@@ -129,6 +129,46 @@ def start(
     return commit
 
 
+def root_start(attempt: Attempt, new_run: NewRun, *, at: float, detail: FrozenDict) -> Commit:
+    """The common start (`Admissions.start_root`): a new top-level run's first attempt
+    commits ``Running``, its thread free, under no claim, with no answer to carry and no
+    pinned version. What `start` builds for that case, with nothing left to decide."""
+    commit = object.__new__(Commit)  # (see "Built by their own __init__")
+    Commit.__init__(
+        commit,
+        attempt.run_id,
+        _RUNNING[1],
+        1,
+        EXPECT_NEW,
+        at,
+        new_run,
+        None,
+        UNSET,
+        None,
+        (),
+        False,
+        True,  # take_messages: it is the attempt that starts
+        (),
+        (),
+        detail,
+        True,
+        None,
+        None,
+        None,
+        None,
+        False,
+        False,
+        (),
+        (),
+        None,
+        (),
+        None,
+        UNSET,
+        None,
+    )
+    return commit
+
+
 def wait_elsewhere(
     attempt: Attempt, *, expect: Expect, at: float, new_run: NewRun | None, detail: FrozenDict
 ) -> Commit:
