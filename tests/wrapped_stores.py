@@ -63,6 +63,24 @@ class HoldingStore(WrappedStore):
         return await self.inner.apply(batch)
 
 
+class InlineFailingStore(WrappedStore):
+    """A memory store applied inline (in the caller's step, as its own is) that raises
+    while ``failing``; ``batches`` lists the run ids of every batch it was given."""
+
+    inline = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failing = False
+        self.batches: list[list[str]] = []
+
+    def apply_now(self, batch: Sequence[Commit]) -> list[CommitResult]:
+        self.batches.append([commit.run_id for commit in batch])
+        if self.failing:
+            raise OSError("disk full")
+        return self.inner.apply_now(batch)
+
+
 class FailingStore(WrappedStore):
     """Fails ``apply`` on demand.
 

@@ -114,7 +114,14 @@ async def run_attempt(host: AttemptHost, attempt: Attempt) -> None:
                     # of its own, so the end is committed before it and its waiters are
                     # answered one scheduler pass sooner.
                     concluded = True
-                    await host.finish(attempt, _conclusion(host, attempt, result, cancel_seen))
+                    if not (
+                        type(result) is outcome.Value
+                        and not cancel_seen
+                        and attempt.request is None
+                        and attempt.suspension is None
+                        and host.end_plainly(attempt, result.value)
+                    ):
+                        await host.finish(attempt, _conclusion(host, attempt, result, cancel_seen))
         else:
             cancel_seen = True  # cancelled while queued: the body never runs
     except BaseException as exc:  # a cancel from outside the attempt, re-raised below

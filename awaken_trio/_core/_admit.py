@@ -320,15 +320,7 @@ class Admissions:
         # Its thread is taken: as in `admit`, from here to the spawn nothing yields.
         try:
             attempt.commands_before = False  # (its own commit creates the run Running)
-            commit = commit_of.start(
-                attempt,
-                running_now=True,
-                expect=commit_of.EXPECT_NEW,
-                at=kernel.now(),
-                new_run=new_run,
-                detail=DETAIL_START,
-                under=None,
-            )
+            commit = commit_of.root_start(attempt, new_run, at=kernel.now(), detail=DETAIL_START)
             applied = mailbox.commit_now(commit)
             if type(applied) is Accepted:
                 attempt.start_seq = applied.last_seq

@@ -89,6 +89,14 @@ class ClaimPolicy(Protocol):
         runtimes change (a lapsed lease changes nothing in it), else for ever."""
         ...
 
+    @property
+    def quiet_ends(self) -> bool:
+        """Whether no attempt's end needs anything of this policy: `releases_at_end` is
+        False, `descendants_at_end` None and `after_end` does nothing, for every attempt
+        (the finish boundary then commits a common end in one step,
+        `FinishBoundary.end_plainly`)."""
+        ...
+
     def hands_back(self, root: ClaimedAttempt) -> bool:
         """Whether the tree of ``root`` goes back to ``Queued`` for another runtime when
         this one closes (a named root on a durable store), rather than ending."""
@@ -160,6 +168,7 @@ class NoClaims:
     settings: None = None
     poll = DEFAULT_POLL
     idle_wait = math.inf
+    quiet_ends = True
 
     def hands_back(self, root: ClaimedAttempt) -> bool:
         return False

@@ -34,6 +34,7 @@ from ._storage import (
     NewRun,
     StreamDraft,
 )
+from ._verdict import NATURAL_END
 
 if TYPE_CHECKING:
     from ._attempt import Attempt, EndRequest
@@ -124,6 +125,46 @@ def start(
         None,  # not_before
         # The first attempt of a run that never started pins its body's version.
         UNSET if attempt.pin is None or not running_now else attempt.pin.version,
+    )
+    return commit
+
+
+def root_start(attempt: Attempt, new_run: NewRun, *, at: float, detail: FrozenDict) -> Commit:
+    """The common start (`Admissions.start_root`): a new top-level run's first attempt
+    commits ``Running``, its thread free, under no claim, with no answer to carry and no
+    pinned version. What `start` builds for that case, with nothing left to decide."""
+    commit = object.__new__(Commit)  # (see "Built by their own __init__")
+    Commit.__init__(
+        commit,
+        attempt.run_id,
+        _RUNNING[1],
+        1,
+        EXPECT_NEW,
+        at,
+        new_run,
+        None,
+        UNSET,
+        None,
+        (),
+        False,
+        True,  # take_messages: it is the attempt that starts
+        (),
+        (),
+        detail,
+        True,
+        None,
+        None,
+        None,
+        None,
+        False,
+        False,
+        (),
+        (),
+        None,
+        (),
+        None,
+        UNSET,
+        None,
     )
     return commit
 
@@ -393,6 +434,52 @@ def end(
         not_before,
         UNSET,
         retries,
+    )
+    return commit
+
+
+def natural_end(attempt: Attempt, result: JsonValue, *, at: float, detail: FrozenDict) -> Commit:
+    """The common end (`FinishBoundary.end_plainly`): the body of a started attempt
+    returned ``result`` and its run ends ``NaturalEnd``, the attempt holding no message,
+    no stream chunk, no child and no retry plan. What `end` builds for that case, with
+    nothing left to decide."""
+    generation = attempt.generation
+    commit = object.__new__(Commit)  # (see "Built by their own __init__")
+    Commit.__init__(
+        commit,
+        attempt.run_id,
+        NATURAL_END,
+        generation,
+        (
+            _EXPECT_RUNNING[generation]
+            if generation < len(_EXPECT_RUNNING)
+            else expect_running(generation)
+        ),
+        at,
+        None,
+        result,
+        UNSET,  # (an end keeps the committed checkpoint)
+        attempt.steps,
+        (),
+        False,
+        False,
+        (),
+        (),
+        detail,
+        True,
+        None,
+        None,
+        attempt.fence,
+        None,
+        False,  # release: its claim policy has nothing to drop (`ClaimPolicy.quiet_ends`)
+        False,
+        (),
+        (),
+        None,
+        (),
+        None,
+        UNSET,
+        None,
     )
     return commit
 

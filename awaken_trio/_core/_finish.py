@@ -23,7 +23,7 @@ from . import _commit_of as commit_of
 from ._admit import with_clock_error
 from ._attempt import Attempt, EndRequest, ParkedChild, RetryPlan
 from ._errors import RuntimeClosed, StoreError
-from ._json import freeze_detail
+from ._json import EMPTY_DICT, fits_as_it_is, freeze_detail
 from ._policy import Deadlines
 from ._progress import fenced
 from ._state import Awaiting, Ended, EventKind, Failed, Queued, RunState, wake_at
@@ -38,6 +38,7 @@ from ._storage import (
 from ._util import safe_repr
 from ._verdict import (
     HANDED_BACK,
+    NATURAL_END,
     QUEUED,
     CommitFailed,
     Committed,
@@ -74,6 +75,49 @@ class FinishBoundary:
         if attempt.span is None:
             return self._finish(attempt, verdict)
         return self._finish_traced(attempt, verdict)
+
+    def end_plainly(self, attempt: Attempt, value: object) -> bool:
+        """The common end, committed in the caller's step: the body of a started attempt
+        returned ``value`` and nobody asked the attempt to end (its caller checked that,
+        and that it has no child). Done here, as `finish` would do it, when ``value`` is a
+        result that surely fits (`fits_as_it_is`) and the attempt holds no message, no
+        stream, no retry plan and no span, no message of its run is stranded, the claim
+        policy needs nothing at an end (`ClaimPolicy.quiet_ends`) and the store needs no
+        I/O; otherwise False, having done nothing, for `finish` to commit the end.
+
+        Never raises: a clock or a store that fails is answered as `finish` answers it.
+        """
+        kernel = self._kernel
+        mailbox = kernel.mailbox
+        if (
+            attempt.inbox is not None
+            or attempt.streams is not None
+            or attempt.span is not None
+            or attempt.retry is not None
+            or kernel.stranded
+            or not kernel.claims.quiet_ends
+            or not mailbox.applies_now
+            or not fits_as_it_is(value, kernel.max_payload_bytes)
+        ):
+            return False
+        attempt.phase = "sealed"
+        try:
+            at, detail = kernel.now(), EMPTY_DICT
+        except BaseException as exc:
+            at, clock_error = kernel.clock_failed(exc)
+            detail = with_clock_error(EMPTY_DICT, clock_error)
+        commit = commit_of.natural_end(attempt, value, at=at, detail=detail)
+        try:
+            result = mailbox.commit_now(commit)
+            # Nothing yielded since `applies_now` said so: the commit was applied here.
+            assert result is not None
+            self._ended(attempt, NATURAL_END, result)
+        except (StoreError, RuntimeClosed) as exc:
+            self.settle(attempt, CommitFailed.of(exc, ()))
+        except Exception as exc:  # an effect of the commit failed: still answer everyone
+            error = StoreError(f"ending run {attempt.run_id!r} failed: {exc!r}")
+            self.settle(attempt, CommitFailed.of(error))
+        return True
 
     async def _finish_traced(self, attempt: Attempt, verdict: Verdict) -> None:
         span = attempt.span

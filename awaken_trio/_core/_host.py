@@ -107,6 +107,12 @@ class AttemptHost(Protocol):
         """Commit the attempt's end; never raises."""
         ...
 
+    def end_plainly(self, attempt: Attempt, value: object) -> bool:
+        """Commit the common end (the body returned ``value``, nobody asked the attempt to
+        end, it has no child) in the caller's step if nothing else is to be done; False,
+        having done nothing, for `finish` to commit it. Never raises."""
+        ...
+
     @property
     def keeps_streams(self) -> bool:
         """Whether the store keeps streams (it is a `StreamingStore`)."""

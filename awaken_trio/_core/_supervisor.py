@@ -70,6 +70,7 @@ class Supervisor:
     load_steps: Callable[[Attempt], Coroutine[Any, Any, list[RunEvent]]]
     commit_step: Callable[[Attempt, str, JsonValue], Coroutine[Any, Any, None]]
     finish: Callable[[Attempt, Verdict], Coroutine[Any, Any, None]]
+    end_plainly: Callable[[Attempt, object], bool]
     flush_streams: Callable[[Attempt], Coroutine[Any, Any, None]]
     now: Callable[[], float]
 
@@ -118,6 +119,7 @@ class Supervisor:
         self.load_steps = progress.load_steps
         self.commit_step = progress.commit_step
         self.finish = finish.finish
+        self.end_plainly = finish.end_plainly
         self.flush_streams = progress.flush_chunks
         # Chunks streams hold, handed to the mailbox; its task runs as a kernel service.
         self.flusher = StreamFlusher(progress.post_chunks)

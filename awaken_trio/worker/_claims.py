@@ -58,6 +58,9 @@ class ClaimBook:
         self.idle_wait = settings.poll
         self._loads = StoredCommandLoads(store)
 
+    # An end may drop a claim, end handed-back descendants and let the claim go.
+    quiet_ends = False
+
     def hands_back(self, root: ClaimedAttempt) -> bool:
         # A run with no name can run nowhere else: it ends instead.
         return root.name is not None

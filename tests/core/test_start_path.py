@@ -4,8 +4,6 @@ store, the clock or the id refuses it, and what it carries like any other start.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import pytest
 import trio
 import trio.testing
@@ -21,28 +19,11 @@ from awaken_trio import (
     StoreError,
     open_runtime,
 )
-from awaken_trio.store import Commit, CommitResult, MemoryStore
+from awaken_trio.store import MemoryStore
 from tests.run_helpers import history, settle, start_parked
-from tests.wrapped_stores import WrappedStore
+from tests.wrapped_stores import InlineFailingStore
 
 DONE = RunState.Ended(EndCause.NaturalEnd())
-
-
-class InlineFailingStore(WrappedStore):
-    """A memory store applied inline (in the caller's step) that raises while ``failing``."""
-
-    inline = True
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.failing = False
-        self.batches: list[list[str]] = []
-
-    def apply_now(self, batch: Sequence[Commit]) -> list[CommitResult]:
-        self.batches.append([commit.run_id for commit in batch])
-        if self.failing:
-            raise OSError("disk full")
-        return self.inner.apply_now(batch)
 
 
 async def _done(ctx: RunContext) -> str:
