@@ -410,11 +410,17 @@ async def test_the_check_comes_before_every_write(pg_url: str, stores: list[Post
         assert [type(r) for r in results] == [Accepted]
 
 
+@pytest.mark.parametrize("apart", [False, True], ids=["sealed with the check", "sealed apart"])
 @pytest.mark.parametrize("table", ["claims", "events"])
-async def test_a_store_error_mid_pipeline_writes_nothing(pg_url: str, table: str) -> None:
+async def test_a_store_error_mid_pipeline_writes_nothing(
+    pg_url: str, table: str, apart: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The server refuses a guessed start's claim (in the statement with the check) or its
-    events (in the seal, after it): the start is refused with a store error, nothing of it
-    is written, and the next start on the same connection lands."""
+    events (in the same statement, or in the seal after it when that is one of its own):
+    the start is refused with a store error, nothing of it is written, and the next start
+    on the same connection lands."""
+    if apart:
+        monkeypatch.setattr(PgTx, "_sealed_with_check", lambda self: False)
     with trio.fail_after(30):
         async with PostgresStore(pg_url, pool_size=1) as store:
             await store.apply([_new("warm", running=True)])
