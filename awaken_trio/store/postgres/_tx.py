@@ -271,7 +271,7 @@ class PgTx(TextRunTx[TextRow, _Insert]):
         numbering = bool(self._events)
         if self._sealed_with_check():
             # The check, the runs and claims, and the seal: one statement (``_guess``).
-            counted = conn.execute(q.seal_guessed, self._guessed() | self._sealing())
+            counted = conn.execute(q.seal_guessed, self._guessed() | _sealing(self))
         else:
             self.flush()
             if self.wrote:
@@ -279,7 +279,7 @@ class PgTx(TextRunTx[TextRow, _Insert]):
                     conn.execute(q.forget_written)
                 if self.token.int % 1024 == 1:  # and fold the rows of ended server processes
                     conn.execute(q.forget_writers)
-                counted = conn.execute(q.seal, self._sealing())
+                counted = conn.execute(q.seal, _sealing(self))
         committed = conn.execute("COMMIT")
         if numbering:
             conn.execute(q.settle, (q.space,))  # (after COMMIT: its own transaction)
@@ -314,48 +314,6 @@ class PgTx(TextRunTx[TextRow, _Insert]):
         with contextlib.suppress(psycopg.Error):
             self._pipeline.close()
         self.conn.roll_back()
-
-    def _sealing(self) -> dict[str, object]:
-        """The parameters of the ``seal`` statement: the events and the kept checkpoints,
-        each as one JSON array of rows."""
-        events = self._events
-        width = EVENT_WIDTH
-        # A run's checkpoint kept twice at one number (two commits of a batch with no
-        # event between them): the last is the one kept.
-        history = {(run_id, number): text for run_id, number, text in self._history}
-        # Runs it ended while their attempt is still marked live: an end committed by a
-        # runtime that is not the attempt's (the attempt clears the mark with its own end).
-        live = [row for row in self._ended if row.attempt_epoch is not None]
-        return {
-            "space": self.q.space,
-            "events": rows_json(
-                [
-                    # (seq, run, thread, generation, kind, state, detail, at)
-                    (
-                        events[i],
-                        events[i + 1],
-                        events[i + 2],
-                        events[i + 3],
-                        str(events[i + 4]),
-                        events[i + 5],
-                        events[i + 6],
-                        float(events[i + 7]),
-                    )
-                    for i in range(0, len(events), width)
-                ]
-            ),
-            "history": rows_json(
-                [(run_id, number, text) for (run_id, number), text in history.items()]
-            ),
-            "token": self.token,
-            "channel": self._channel,
-            # A transaction that stored a command or ended a live attempt controls a run.
-            "sender": (
-                f"{self._sender}{STREAM if self.streamed else ''}"
-                f"{CONTROL if self.controls or live else ''}"
-            ),
-            "ends": _announced(live),
-        }
 
     # ------------------------------------------------------------------ reading
 
@@ -730,6 +688,48 @@ class PgTx(TextRunTx[TextRow, _Insert]):
                 put.append((run_id, claim.owner, claim.epoch, float(claim.lease_until)))
                 del changed[run_id]
         return put
+
+
+def _sealing(tx: PgTx) -> dict[str, object]:
+    """The parameters of ``tx``'s ``seal`` statement: its events and kept checkpoints,
+    each as one JSON array of rows."""
+    events = tx._events
+    width = EVENT_WIDTH
+    # A run's checkpoint kept twice at one number (two commits of a batch with no
+    # event between them): the last is the one kept.
+    history = {(run_id, number): text for run_id, number, text in tx._history}
+    # Runs it ended while their attempt is still marked live: an end committed by a
+    # runtime that is not the attempt's (the attempt clears the mark with its own end).
+    live = [row for row in tx._ended if row.attempt_epoch is not None]
+    return {
+        "space": tx.q.space,
+        "events": rows_json(
+            [
+                # (seq, run, thread, generation, kind, state, detail, at)
+                (
+                    events[i],
+                    events[i + 1],
+                    events[i + 2],
+                    events[i + 3],
+                    str(events[i + 4]),
+                    events[i + 5],
+                    events[i + 6],
+                    float(events[i + 7]),
+                )
+                for i in range(0, len(events), width)
+            ]
+        ),
+        "history": rows_json(
+            [(run_id, number, text) for (run_id, number), text in history.items()]
+        ),
+        "token": tx.token,
+        "channel": tx._channel,
+        # A transaction that stored a command or ended a live attempt controls a run.
+        "sender": (
+            f"{tx._sender}{STREAM if tx.streamed else ''}{CONTROL if tx.controls or live else ''}"
+        ),
+        "ends": _announced(live),
+    }
 
 
 def _succeeded(cursor: psycopg.Cursor[tuple[Any, ...]]) -> bool:
