@@ -1,6 +1,6 @@
 """A write transaction in one round trip: the commits that create runs (an awaited
 ``start``, a ``submit``) are written on a guess of what their reads would find, and the
-server checks the guess in the same transaction (schema version 15).
+server checks the guess in the same transaction (schema versions 15 and 16).
 
 A write transaction of `PgTx` takes two round trips: its reads (the rows it touches, the
 live attempts on the threads it guards, ...), then its writes, the numbering of its events
@@ -27,11 +27,12 @@ the rules queued more than runs, claims and events):
    would have read and raises `GUESS_MISSED` when it is not what was guessed. Each of its
    reads is a statement of a volatile function, so it takes a snapshot of its own after
    the locks, as the two-trip reads do (the snapshot of the statement around it, taken
-   before the locks, reads nothing: an insert's key check and an upsert's conflict see
-   every committed row whatever the snapshot). The runs' insert and the claims' upsert are
-   made from the one row the check returns, so nothing is written unless it passed; the
-   runs go first, then the claims, as in the two-trip transaction. The function only
-   checks: what is written is the rows the rules made, sent as parameters;
+   before the locks, reads none of what the check guards: an insert's key check and an
+   upsert's conflict see every committed row whatever the snapshot). The runs' insert
+   and the claims' upsert are made from the one row the check returns, so nothing is
+   written unless it passed; the runs go first, then the claims, as in the two-trip
+   transaction. The function only checks: what is written is the rows the rules made,
+   sent as parameters;
 4. any other write the rules queued, the numbering of the events (the seal), ``COMMIT``
    and the wait for the seqs to settle, as in the two-trip transaction (``_tx``), then the
    one Sync. When the rules queued nothing but runs, claims and events (a start, a
@@ -66,9 +67,10 @@ Event order (``_order``). The guessed transaction seals its events as the two-tr
 does: seqs and tickets taken in its last statement before ``COMMIT``, after every lock it
 takes (the claims and thread locks of the check, the new rows' keys and the claims put:
 in ``insert_guessed``, a statement before, or, in ``seal_guessed``, before the first seq
-of the same statement), and the wait for the seqs after
-``COMMIT``, in the same round trip. A transaction whose guess failed never reaches the seal
-(the statements after the failing one are skipped), so it takes no seq and no ticket; and a
+of the same statement), and the wait for the seqs after ``COMMIT``, in the same round
+trip. A transaction whose guess failed takes no seq and no ticket: its check raises before
+the first seq of the statement it shares with the seal, or the statements after the
+failing one (the seal among them) are skipped; and a
 seq taken by a transaction that then rolled back is never visible, which the watermark's
 proof allows for. So followers see every committed event once and in order, as before.
 """
