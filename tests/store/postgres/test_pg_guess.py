@@ -301,6 +301,22 @@ def test_what_is_not_guessed() -> None:
     assert guess.held == (Fence("root", "me", 1),)
 
 
+def test_the_check_and_the_seal_are_composed_from_the_two_statements() -> None:
+    """``seal_guessed`` is the check's statement then the seal's, the events numbered
+    after both inserts; texts it cannot compose fail at import, not at a commit."""
+    from awaken_trio.store.postgres import _queries
+
+    composed = _queries._TEXTS["seal_guessed"]
+    assert composed.startswith(_queries._TEXTS["insert_guessed"].split("\nSELECT (SELECT ok")[0])
+    assert composed.index("inserted AS (") < composed.index("e AS (")
+    assert (
+        "WHERE (SELECT count(*) FROM inserted) + (SELECT count(*) FROM claimed) >= 0"
+        in (composed[composed.index("e AS (") :])
+    )
+    with pytest.raises(ImportError, match="cannot be sent as one statement"):
+        _queries.seal_guessed("WITH g AS (SELECT 1)\nSELECT 1", _queries._TEXTS["seal"])
+
+
 # ---------------------------------------------------------------------------- races
 
 
