@@ -340,21 +340,23 @@ async def _apply_all(stores: list[PostgresStore], commits: list[Commit]) -> list
     return results
 
 
+def _hold_thread(pg_url: str, thread_id: str) -> psycopg.Connection[tuple[object, ...]]:
+    """A connection whose open transaction holds ``thread_id``'s lock, as a writer on that
+    thread holds it until it commits."""
+    conn = psycopg.connect(pg_url)
+    conn.execute(
+        "SELECT pg_advisory_xact_lock(%s, %s)", (thread_locks("awaken"), thread_key(thread_id))
+    )
+    return conn
+
+
 async def test_writers_let_in_between_the_guess_and_its_check(
     pg_url: str, stores: list[PostgresStore]
 ) -> None:
     """Every writer's guess is sent while another transaction holds the thread's lock;
     once it lets go, one start takes the thread and every other one finds it busy."""
     with trio.fail_after(60):
-
-        def hold() -> psycopg.Connection[tuple[object, ...]]:
-            conn = psycopg.connect(pg_url)
-            conn.execute(
-                "SELECT pg_advisory_xact_lock(%s, %s)", (thread_locks("awaken"), thread_key("t"))
-            )
-            return conn
-
-        holder = await trio.to_thread.run_sync(hold)
+        holder = await trio.to_thread.run_sync(_hold_thread, pg_url, "t")
         commits = [_new(f"r{i}", thread="t", running=True) for i in range(len(stores))]
         results: list[CommitResult] = []
 
@@ -393,13 +395,6 @@ async def test_the_check_comes_before_every_write(pg_url: str, stores: list[Post
     no seq (it holds no ticket, which is taken just before each seq)."""
     with trio.fail_after(60):
 
-        def hold() -> psycopg.Connection[tuple[object, ...]]:
-            conn = psycopg.connect(pg_url)
-            conn.execute(
-                "SELECT pg_advisory_xact_lock(%s, %s)", (thread_locks("awaken"), thread_key("t"))
-            )
-            return conn
-
         def waiting_ids() -> list[tuple[object, ...]]:
             with psycopg.connect(pg_url, autocommit=True) as conn:
                 found = conn.execute(
@@ -410,7 +405,7 @@ async def test_the_check_comes_before_every_write(pg_url: str, stores: list[Post
                 ).fetchall()
                 return [tuple(row) for row in found]
 
-        holder = await trio.to_thread.run_sync(hold)
+        holder = await trio.to_thread.run_sync(_hold_thread, pg_url, "t")
         results: list[CommitResult] = []
 
         async def start() -> None:
