@@ -57,6 +57,9 @@ async def parent(ctx: RunContext) -> object:
     # A failing child comes back as a value; it never tears the parent down.
     failed = await ctx.run_child(flaky, run_id="tree.flaky")
     print(f"  parent saw its flaky child end as {failed}")
+    # A failure is never silent: the library also logs it once, at ERROR with its
+    # traceback, to the "awaken_trio" logger (on stderr here, where no handler is set).
+    print("  (its traceback is logged once at ERROR on the 'awaken_trio' logger)")
     await trio.sleep_forever()
 
 
