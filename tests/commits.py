@@ -3,21 +3,47 @@
 from __future__ import annotations
 
 from awaken_trio import RunState
-from awaken_trio.store import Commit, Expect, NewRun
+from awaken_trio.store import Claim, Commit, Expect, Fence, IfBusy, NewRun
+
+
+def new_commit(
+    run_id: str,
+    *,
+    thread_id: str | None = None,
+    state: RunState | None = None,
+    name: str | None = "job",
+    parent: str | None = None,
+    root: str | None = None,
+    if_busy: IfBusy = "queue",
+    claim: Claim | None = None,
+    fence: Fence | None = None,
+    thread_guard: bool = False,
+    take_messages: bool = False,
+) -> Commit:
+    """The commit that creates ``run_id``: ``Queued`` (a submit), or ``state`` at its first
+    generation (a start), on ``t-<run_id>`` unless ``thread_id`` says otherwise, taking
+    ``claim`` or made under ``fence``."""
+    return Commit(
+        run_id=run_id,
+        state=RunState.Queued() if state is None else state,
+        generation=0 if state is None else 1,
+        expect=Expect(new=True),
+        at=1.0,
+        new_run=NewRun(
+            thread_id=f"t-{run_id}" if thread_id is None else thread_id,
+            parent_run_id=parent,
+            root_run_id=root,
+            name=name,
+            if_busy=if_busy,
+        ),
+        claim=claim,
+        fence=fence,
+        thread_guard=thread_guard,
+        take_messages=take_messages,
+    )
 
 
 def new_queued(run_id: str, *, thread_id: str | None = None, name: str = "job") -> Commit:
     """The commit that creates ``run_id`` queued, a named root run (on ``t-<run_id>``
     unless ``thread_id`` says otherwise)."""
-    return Commit(
-        run_id=run_id,
-        state=RunState.Queued(),
-        generation=0,
-        expect=Expect(new=True),
-        at=1.0,
-        new_run=NewRun(
-            thread_id=f"t-{run_id}" if thread_id is None else thread_id,
-            parent_run_id=None,
-            name=name,
-        ),
-    )
+    return new_commit(run_id, thread_id=thread_id, name=name)

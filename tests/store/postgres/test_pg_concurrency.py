@@ -23,7 +23,6 @@ from awaken_trio.store import (
     CommitResult,
     Expect,
     Fence,
-    NewRun,
     Rejected,
     RejectReason,
 )
@@ -31,31 +30,11 @@ from awaken_trio.store.postgres import _store as store_module
 from awaken_trio.store.postgres._guess import Guess
 from awaken_trio.store.postgres._schema import LATEST, MIGRATIONS, open_schema
 from awaken_trio.store.postgres._store import PostgresStore
+from tests.commits import new_commit
 from tests.pg_server import lock_waiters
 
 LIVE = 3600.0
 WRITERS = 6
-
-
-def _new(
-    run_id: str,
-    *,
-    thread: str | None = None,
-    state: RunState | None = None,
-    claim: Claim | None = None,
-    thread_guard: bool = False,
-    parent: str | None = None,
-) -> Commit:
-    return Commit(
-        run_id=run_id,
-        state=RunState.Queued() if state is None else state,
-        generation=0 if state is None else 1,
-        expect=Expect(new=True),
-        at=1.0,
-        new_run=NewRun(thread_id=thread or f"t-{run_id}", parent_run_id=parent, name="job"),
-        claim=claim,
-        thread_guard=thread_guard,
-    )
 
 
 def _natural_end(run_id: str, owner: str, *, generation: int) -> Commit:
@@ -104,9 +83,9 @@ async def test_runtimes_starting_runs_on_one_thread_at_once_start_one(
                 partial(
                     store.apply,
                     [
-                        _new(
+                        new_commit(
                             f"r{round_}-{i}",
-                            thread=thread,
+                            thread_id=thread,
                             state=RunState.Running(1),
                             claim=Claim(f"owner-{i}", LIVE),
                             thread_guard=True,
@@ -133,7 +112,7 @@ async def test_runtimes_creating_one_run_at_once_create_it_once(
     with trio.fail_after(60):
         for round_ in range(5):
             results = await _all(
-                [partial(store.apply, [_new(f"same-{round_}")]) for store in stores]
+                [partial(store.apply, [new_commit(f"same-{round_}")]) for store in stores]
             )
             assert sum(isinstance(r, Accepted) for r in results) == 1, results
             assert all(
@@ -142,7 +121,7 @@ async def test_runtimes_creating_one_run_at_once_create_it_once(
                 if not isinstance(r, Accepted)
             ), results
         for i, store in enumerate(stores):
-            [after] = await store.apply([_new(f"after-{i}")])
+            [after] = await store.apply([new_commit(f"after-{i}")])
             assert isinstance(after, Accepted)
 
 
@@ -168,7 +147,7 @@ async def test_a_follower_never_sees_a_seq_after_a_greater_one(
 
     async def write(store: PostgresStore, i: int) -> None:
         for k in range(per_store):
-            [result] = await store.apply([_new(f"w{i}-{k}")])
+            [result] = await store.apply([new_commit(f"w{i}-{k}")])
             assert isinstance(result, Accepted)
 
     with trio.fail_after(120):
@@ -190,7 +169,10 @@ async def test_a_commit_answers_with_the_seqs_it_was_given(stores: list[Postgres
     in between."""
     with trio.fail_after(60):
         results = await _all(
-            [partial(store.apply, [_new(f"a{i}"), _new(f"b{i}")]) for i, store in enumerate(stores)]
+            [
+                partial(store.apply, [new_commit(f"a{i}"), new_commit(f"b{i}")])
+                for i, store in enumerate(stores)
+            ]
         )
         events = await stores[0].events_after(0)
     by_run = {e.run_id: e.seq for e in events}
@@ -211,7 +193,7 @@ async def test_recovery_leaves_a_claim_another_transaction_holds(
     offset = [0.0]
     async with PostgresStore(pg_url, lease_offset=lambda: offset[0]) as late:
         claim = Claim("a", 1.0)
-        [taken] = await owner.apply([_new("r1", state=RunState.Running(1), claim=claim)])
+        [taken] = await owner.apply([new_commit("r1", state=RunState.Running(1), claim=claim)])
         assert isinstance(taken, Accepted)
         offset[0] = 10.0  # the lease has expired, as ``late`` reads the clock
         holder = await trio.to_thread.run_sync(lambda: psycopg.connect(pg_url))
@@ -250,7 +232,7 @@ async def test_a_transaction_the_server_rolls_back_in_a_deadlock_is_run_again(
     store = stores[0]
     for run_id in ("a", "b"):
         [taken] = await store.apply(
-            [_new(run_id, state=RunState.Running(1), claim=Claim("o", LIVE))]
+            [new_commit(run_id, state=RunState.Running(1), claim=Claim("o", LIVE))]
         )
         assert isinstance(taken, Accepted)
     batch = [
@@ -314,7 +296,7 @@ async def test_a_first_version_schema_is_brought_forward(pg_url: str) -> None:
     await trio.to_thread.run_sync(create_v1)
     with trio.fail_after(30):
         async with PostgresStore(pg_url) as store:
-            [queued] = await store.apply([_new("q1")])
+            [queued] = await store.apply([new_commit("q1")])
             assert isinstance(queued, Accepted)
             assert queued.last_seq == 8  # after the seven events version 1 counted
             assert [r.run_id for r in await store.runnable({"job"}, 0.0, 10)] == ["q1"]
@@ -348,7 +330,7 @@ async def test_workers_looking_at_once_are_handed_different_runs(
     by `runnable`, so a worker looking meanwhile is handed the next one instead of racing
     for it; once the other transaction ends, the run is runnable again."""
     store = stores[0]
-    [first, second] = await store.apply([_new("q1"), _new("q2")])
+    [first, second] = await store.apply([new_commit("q1"), new_commit("q2")])
     assert isinstance(first, Accepted)
     assert isinstance(second, Accepted)
     holder = await trio.to_thread.run_sync(lambda: psycopg.connect(pg_url))
@@ -394,7 +376,11 @@ async def test_a_write_transaction_is_one_pipeline_with_one_sync(
     store = stores[0]
     with trio.fail_after(30):
         [started] = await store.apply(
-            [_new("one", state=RunState.Running(1), claim=Claim("owner", LIVE), thread_guard=True)]
+            [
+                new_commit(
+                    "one", state=RunState.Running(1), claim=Claim("owner", LIVE), thread_guard=True
+                )
+            ]
         )
         assert isinstance(started, Accepted)
         assert (len(syncs), len(flushes)) == (1, 0)
@@ -405,7 +391,7 @@ async def test_a_write_transaction_is_one_pipeline_with_one_sync(
         assert (len(syncs), len(flushes)) == (1, 1)
         # A committed cancel from elsewhere, which ends the run's descendants first: the
         # children of a run that has none are read with the rest, in the one flush.
-        [two] = await store.apply([_new("two", state=RunState.Running(1))])
+        [two] = await store.apply([new_commit("two", state=RunState.Running(1))])
         assert isinstance(two, Accepted)
         syncs.clear()
         flushes.clear()
@@ -434,13 +420,15 @@ async def test_ending_a_run_with_its_descendants_ends_every_one(
     parent (the children read first are kept up to date with the transaction's own)."""
     store = stores[0]
     with trio.fail_after(30):
-        [root] = await store.apply([_new("root", state=RunState.Running(1))])
+        [root] = await store.apply([new_commit("root", state=RunState.Running(1))])
         assert isinstance(root, Accepted)
         for run_id, parent in (("child", "root"), ("grandchild", "child")):
-            [made] = await store.apply([_new(run_id, state=RunState.Running(1), parent=parent)])
+            [made] = await store.apply(
+                [new_commit(run_id, state=RunState.Running(1), parent=parent)]
+            )
             assert isinstance(made, Accepted)
         results = await store.apply(
-            [_new("late", state=RunState.Running(1), parent="root"), _cancel("root")]
+            [new_commit("late", state=RunState.Running(1), parent="root"), _cancel("root")]
         )
         assert all(isinstance(result, Accepted) for result in results), results
         tree = ["root", "child", "grandchild", "late"]
@@ -457,7 +445,7 @@ async def test_runs_queued_in_one_batch_take_their_places_in_its_order(
     store = stores[0]
     run_ids = [f"q{i:02d}" for i in reversed(range(30))]
     with trio.fail_after(30):
-        results = await store.apply([_new(run_id) for run_id in run_ids])
+        results = await store.apply([new_commit(run_id) for run_id in run_ids])
         assert all(isinstance(result, Accepted) for result in results), results
         handed = await store.runnable({"job"}, 1.0, 100)
     assert [record.run_id for record in handed] == run_ids
@@ -504,13 +492,13 @@ async def test_a_run_created_does_not_read_its_claim(
     reads = _reads_of(monkeypatch, store)
     with trio.fail_after(30):
         [guessed] = await store.apply(
-            [_new("guessed", state=RunState.Running(1), claim=Claim("me", LIVE))]
+            [new_commit("guessed", state=RunState.Running(1), claim=Claim("me", LIVE))]
         )
         assert isinstance(guessed, Accepted)
         assert reads == [[]]
         monkeypatch.setattr(store_module, "guess_of", lambda batch: None)
         [created] = await store.apply(
-            [_new("fresh", state=RunState.Running(1), claim=Claim("me", LIVE))]
+            [new_commit("fresh", state=RunState.Running(1), claim=Claim("me", LIVE))]
         )
         assert isinstance(created, Accepted)
         assert reads[1] == [b"rows"]

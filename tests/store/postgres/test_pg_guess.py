@@ -25,7 +25,7 @@ from awaken_trio.store import (
     CommitResult,
     Expect,
     Fence,
-    NewRun,
+    IfBusy,
     Rejected,
     RejectReason,
 )
@@ -33,6 +33,7 @@ from awaken_trio.store.postgres import _guess
 from awaken_trio.store.postgres import _store as store_module
 from awaken_trio.store.postgres._store import PostgresStore
 from awaken_trio.store.postgres._tx import PgTx, thread_key, thread_locks
+from tests.commits import new_commit
 from tests.pg_server import lock_waiters
 
 LIVE = 3600.0
@@ -43,29 +44,37 @@ def _new(
     *,
     thread: str | None = None,
     running: bool = False,
-    if_busy: str = "queue",
+    if_busy: IfBusy = "queue",
     parent: str | None = None,
     fence: Fence | None = None,
 ) -> Commit:
     """A start (``running``: Running with its claim, or under ``fence``, its tree's, as a
     child's is; guarding its thread) or a submit (Queued) of ``run_id``."""
-    return Commit(
-        run_id=run_id,
-        state=RunState.Running(1) if running else RunState.Queued(),
-        generation=1 if running else 0,
-        expect=Expect(new=True),
-        at=1.0,
-        new_run=NewRun(
-            thread_id=thread or f"t-{run_id}",
-            parent_run_id=parent,
-            root_run_id=parent,
-            name="job" if parent is None else None,
-            if_busy=if_busy,  # type: ignore[arg-type]
-        ),
+    return new_commit(
+        run_id,
+        thread_id=thread,
+        state=RunState.Running(1) if running else None,
+        name="job" if parent is None else None,
+        parent=parent,
+        root=parent,
+        if_busy=if_busy,
         claim=Claim("me", LIVE) if running and fence is None else None,
+        fence=fence,
         thread_guard=running,
         take_messages=running,
-        fence=fence,
+    )
+
+
+def _handed_back(run_id: str) -> Commit:
+    """A commit on the existing root ``run_id``, its first attempt's, made under its claim
+    at epoch 1: back to ``Queued`` (a commit the guess never covers: it reads first)."""
+    return Commit(
+        run_id=run_id,
+        state=RunState.Queued(),
+        generation=1,
+        expect=Expect(generation=1),
+        at=2.0,
+        fence=Fence(run_id, "me", 1),
     )
 
 
@@ -164,14 +173,7 @@ async def test_a_start_and_a_submit_are_one_round_trip(wire: tuple[Wire, str]) -
             child = _new("kid", parent="started", fence=Fence("started", "me", 1), running=True)
             assert await _exchanges(relay, store, [child]) == 1
             # A commit on an existing run reads first: two (the count is not a constant).
-            end = Commit(
-                run_id="started",
-                state=RunState.Queued(),
-                generation=1,
-                expect=Expect(generation=1),
-                at=2.0,
-                fence=Fence("started", "me", 1),
-            )
+            end = _handed_back("started")
             assert await _exchanges(relay, store, [end]) == 2
             # A wrong guess: the guessed trip, its rollback, then the two-trip transaction.
             assert await _exchanges(relay, store, [_new("submitted")]) == 4
@@ -590,14 +592,7 @@ async def test_a_guess_that_does_not_fit_the_batch_gives_way(
             stale = _new("kid2", thread="k", parent="root", fence=Fence("root", "me", 7))
             assert await _one(store, stale) == Rejected(RejectReason.FENCED, None)
             # A commit on the existing root: the check finds the run.
-            queued = Commit(
-                run_id="root",
-                state=RunState.Queued(),
-                generation=1,
-                expect=Expect(generation=1),
-                at=2.0,
-                fence=Fence("root", "me", 1),
-            )
+            queued = _handed_back("root")
             assert isinstance(await _one(store, queued), Accepted)
             record = await store.load("root")
             assert record is not None

@@ -14,23 +14,13 @@ import psycopg
 import pytest
 import trio
 
-from awaken_trio import RunEvent, RunState
-from awaken_trio.store import Accepted, Commit, Expect, NewRun
+from awaken_trio import RunEvent
+from awaken_trio.store import Accepted
 from awaken_trio.store.postgres._order import ticket_space
 from awaken_trio.store.postgres._store import PostgresStore
+from tests.commits import new_queued
 
 WRITERS = 4
-
-
-def _new(run_id: str) -> Commit:
-    return Commit(
-        run_id=run_id,
-        state=RunState.Queued(),
-        generation=0,
-        expect=Expect(new=True),
-        at=1.0,
-        new_run=NewRun(thread_id=f"t-{run_id}", parent_run_id=None, name="job"),
-    )
 
 
 @pytest.fixture
@@ -93,7 +83,7 @@ async def test_a_follower_sees_every_committed_event_once_in_order(
     async def write(i: int, store: PostgresStore) -> None:
         own = random.Random(seed * 100 + i)
         for n in range(25):
-            batch = [_new(f"w{i}-{n}-{k}") for k in range(own.randint(1, 6))]
+            batch = [new_queued(f"w{i}-{n}-{k}") for k in range(own.randint(1, 6))]
             results = await store.apply(batch)
             assert all(isinstance(r, Accepted) for r in results)
             last = max(r.last_seq for r in results if isinstance(r, Accepted))
@@ -122,7 +112,7 @@ async def test_readers_wait_for_a_writer_that_took_seqs_and_the_answer_waits_too
     greater seq: readers see neither until the first commits, and the second's answer
     waits for it."""
     store = stores[0]
-    [first] = await store.apply([_new("before")])
+    [first] = await store.apply([new_queued("before")])
     assert isinstance(first, Accepted)
     space = ticket_space("awaken")
     holder = await trio.to_thread.run_sync(lambda: psycopg.connect(pg_url))
@@ -142,7 +132,7 @@ async def test_readers_wait_for_a_writer_that_took_seqs_and_the_answer_waits_too
         answered: list[int] = []
 
         async def second() -> None:
-            [result] = await stores[1].apply([_new("after")])
+            [result] = await stores[1].apply([new_queued("after")])
             assert isinstance(result, Accepted)
             answered.append(result.last_seq)
 
@@ -169,7 +159,7 @@ async def test_the_writes_count_survives_folding_ended_processes(
     store, other = stores[0], stores[1]
     start = await store.version()
     for n in range(3):
-        await other.apply([_new(f"r{n}")])
+        await other.apply([new_queued(f"r{n}")])
     moved = await store.version()
     assert moved > start
 
@@ -216,7 +206,7 @@ async def test_an_older_store_keeps_its_events_seqs_and_count(
         async with PostgresStore(pg_url) as store:
             assert [e.seq for e in await store.events_after(0)] == [3]
             assert await store.version() == 0
-            [result] = await store.apply([_new("new")])
+            [result] = await store.apply([new_queued("new")])
             assert isinstance(result, Accepted)
             assert result.last_seq == 4
             assert [e.seq for e in await store.events_after(0)] == [3, 4]
@@ -245,7 +235,7 @@ async def test_a_commit_whose_wait_for_its_seqs_fails_is_answered_once(
     store = stores[0]
     store._queries = attrs.evolve(store._queries, settle=b"SELECT 1 / (%s * 0)")
     with trio.fail_after(30):
-        [result] = await store.apply([_new("once")])
+        [result] = await store.apply([new_queued("once")])
     assert isinstance(result, Accepted)
     events = await stores[1].events_after(0)
     assert [(e.run_id, e.seq) for e in events] == [("once", result.last_seq)]
