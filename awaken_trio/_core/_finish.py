@@ -23,7 +23,7 @@ from . import _commit_of as commit_of
 from ._admit import with_clock_error
 from ._attempt import Attempt, EndRequest, ParkedChild, RetryPlan
 from ._errors import RuntimeClosed, StoreError
-from ._json import EMPTY_DICT, fits_as_it_is, freeze_detail
+from ._json import EMPTY_DICT, JsonValue, fits_as_it_is, freeze_detail
 from ._policy import Deadlines
 from ._progress import fenced
 from ._state import Awaiting, Ended, EventKind, Failed, Queued, RunState, wake_at
@@ -112,11 +112,8 @@ class FinishBoundary:
             # Nothing yielded since `applies_now` said so: the commit was applied here.
             assert result is not None
             self._ended(attempt, NATURAL_END, result)
-        except (StoreError, RuntimeClosed) as exc:
-            self.settle(attempt, CommitFailed.of(exc, ()))
-        except Exception as exc:  # an effect of the commit failed: still answer everyone
-            error = StoreError(f"ending run {attempt.run_id!r} failed: {exc!r}")
-            self.settle(attempt, CommitFailed.of(error))
+        except Exception as exc:
+            self._end_failed(attempt, exc, ())
         return True
 
     async def _finish_traced(self, attempt: Attempt, verdict: Verdict) -> None:
@@ -221,12 +218,8 @@ class FinishBoundary:
             else:
                 effect = functools.partial(self._ended_effect, attempt, state)
                 result = await mailbox.commit(commit, effect)
-        except (StoreError, RuntimeClosed) as exc:
-            self.settle(attempt, CommitFailed.of(exc, messages))
-            return
-        except Exception as exc:  # an effect of the commit failed: still answer everyone
-            error = StoreError(f"ending run {attempt.run_id!r} failed: {exc!r}")
-            self.settle(attempt, CommitFailed.of(error))
+        except Exception as exc:
+            self._end_failed(attempt, exc, messages)
             return
         if verdict.error is not None and type(result) is Accepted:
             _log_failure(attempt, verdict.error, retry_at=None if plan is None else plan.retry_at)
@@ -235,6 +228,16 @@ class FinishBoundary:
             claims.forget(attempt.run_id)  # another runtime's claim now: hands off
         else:
             await claims.after_end(attempt, result, release)
+
+    def _end_failed(
+        self, attempt: Attempt, exc: Exception, messages: tuple[JsonValue, ...]
+    ) -> None:
+        """The attempt's end could not be committed (the store or the runtime refused it:
+        its ``messages`` are kept for whoever ends the run later), or an effect of its
+        commit raised: either way it is let go, and every waiter is answered."""
+        if not isinstance(exc, StoreError | RuntimeClosed):
+            exc, messages = StoreError(f"ending run {attempt.run_id!r} failed: {exc!r}"), ()
+        self.settle(attempt, CommitFailed.of(exc, messages))
 
     def _ended(self, attempt: Attempt, state: RunState, result: CommitResult) -> None:
         """The effect of an attempt's end commit (``state``): it is let go, and its waiters
