@@ -15,8 +15,9 @@ them under one ``counters`` row (``UPDATE ... RETURNING``, then the events, then
 held that row until ``COMMIT`` returned, and ``COMMIT`` includes the WAL flush: no two write
 transactions of one database could be in that stretch at once, so the server could not
 flush the WAL of several of them together (group commit). The store now takes a shared
-ticket lock and its seqs from a sequence, commits, and waits (in the same round trip) until
-its seq is at or below the readers' watermark: no lock is shared by every writer.
+ticket lock and its seqs from a sequence and commits, without waiting for another writer
+(readers of every run's events read below a watermark): no lock is shared by every
+writer.
 
 This measures all three on a throwaway server (the system's PostgreSQL with its defaults,
 fsync on, ``synchronous_commit = on``), with 1, 2, 4 and 8 connections, each in a thread of
@@ -24,8 +25,7 @@ its own committing one transaction after another, each transaction one round tri
 (``BEGIN``, the statement, ``COMMIT`` pipelined):
 
 - ``ours``: the store's shape (its schema, made by the store's migrations): an ``INSERT`` of
-  an event numbered by ``next_seq`` (its ticket, then ``nextval``), ``COMMIT``, then
-  ``await_seq`` (the wait for the watermark) after it;
+  an event numbered by ``next_seq`` (its ticket, then ``nextval``), ``COMMIT``;
 - ``counter row``: ``UPDATE counters SET last_seq = last_seq + 1 ... RETURNING``, one
   ``INSERT`` of an event numbered by it, ``COMMIT``;
 - ``sequence``: the same ``INSERT`` numbered by ``nextval``, ``COMMIT``: no order at all for
@@ -63,14 +63,13 @@ _BY_COUNTER = (
 )
 _BY_SEQUENCE = "INSERT INTO sequenced VALUES (nextval('event_seq'), %s)"
 _BY_TICKET = "INSERT INTO ticketed VALUES (ordered.next_seq(%s), %s)"
-_SETTLE = "SELECT ordered.await_seq(%s, currval('ordered.event_seqs'))"
 
 
 def _rate(
     url: str, statement: str, connections: int, seconds: float, *, space: int | None = None
 ) -> float:
     """Transactions a second, ``connections`` threads committing ``statement`` each (with
-    ``space``: the store's ticket first, and its wait for the watermark after ``COMMIT``)."""
+    ``space``: the store's ticket first)."""
     import psycopg
 
     conns = [psycopg.connect(url, autocommit=True) for _ in range(connections)]
@@ -90,8 +89,6 @@ def _rate(
                     conn.execute("BEGIN")
                     conn.execute(statement, params)
                     conn.execute("COMMIT")
-                    if space is not None:
-                        conn.execute(_SETTLE, (space,))
                 n += 1
         except BaseException as exc:  # shown by the measuring thread
             failed.append(exc)

@@ -148,6 +148,7 @@ from ._storage import Recovered as Recovered
 from ._storage import Rejected as Rejected
 from ._storage import RejectReason as RejectReason
 from ._storage import RunFilter as RunFilter
+from ._storage import SettlingStore as SettlingStore
 from ._storage import StateKind as StateKind
 from ._storage import StepStore as StepStore
 from ._storage import Store as Store

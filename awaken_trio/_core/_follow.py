@@ -13,17 +13,22 @@ cursor (`Store.events_after`, every run) and hands each waiter the first ``Await
 lead when the leader leaves. A submitter waiting on thousands of runs then makes one read
 and one wake-up per change, not one of each per run per change.
 
-Why no waiter misses its end. Seqs become visible in order (a store never shows a seq after
-a greater one; DESIGN §3.1), so at any moment every seq up to the greatest visible one is
-visible. A waiter is registered before its own read, and:
+Why no waiter misses its end. A seq is *final* once it is committed and shown to every read
+that starts afterwards, or never to be; a shared read shows seqs in order and only final
+ones (a store never shows a seq after a greater one; DESIGN §3.1). A seq this runtime took
+from a commit's answer may not be final yet on a store whose writers do not wait for each
+other (`SettlingStore`); ``_settled`` is the greatest seq known final, and before a read
+relies on the cursor being final, the store is asked to settle it (`_settle`). A waiter is
+registered before its own read, and:
 
-* the shared cursor is only ever a seq that was visible when a waiter registered (it starts,
-  while nobody waits, at the greatest seq this runtime has seen, and then only moves forward
-  through what shared reads return);
-* so every event of its run up to the cursor at registration was visible then, and its own
-  read (later) sees it, while every event after that cursor is returned by a shared read
-  made after registration, which hands it over because the waiter is registered; a
-  waiter whose ``since`` is not behind the cursor has no event up to it to miss.
+* the shared cursor starts, while nobody waits, at the greatest seq this runtime has seen,
+  and then only moves forward through what shared reads return; each shared read, and each
+  waiter's own read, starts only once the cursor is final;
+* so every event of its run up to the cursor at registration is final before its own read,
+  which sees it (a read of one run shows every event of it committed), while every event
+  after that cursor is returned by a shared read made after registration, which hands it
+  over because the waiter is registered; a waiter whose ``since`` is not behind the cursor
+  has no event up to it to miss.
 
 A waiter registered behind the cursor, but not behind ``_remembered_from``, needs no read of
 its own: every end with a seq in (``_remembered_from``, cursor] was returned by a shared
@@ -48,7 +53,7 @@ import trio
 
 from ._kernel import Kernel
 from ._state import Awaiting, Ended, EventKind, RunEvent, RunState
-from ._storage import Store, read_store
+from ._storage import SettlingStore, Store, read_store
 
 PAGE: Final = 1000
 """Events a read asks for at once; a full page is followed by another read."""
@@ -84,7 +89,10 @@ class EndFollowers:
         # Invariant: ``_cursor`` is a seq that was visible when every current waiter
         # registered, or later read by a shared read (the module's docstring).
         self._cursor = 0
-        self._seen = 0  # the greatest seq this runtime knows was visible
+        self._seen = 0  # the greatest seq this runtime knows was committed
+        # Invariant: every seq up to ``_settled`` is final (the module's docstring).
+        self._settled = 0
+        self._settling = self._store if isinstance(self._store, SettlingStore) else None
         # Shared reads: how many were started and finished, and the one in flight.
         self._started = 0
         self._finished = 0
@@ -129,6 +137,7 @@ class EndFollowers:
                         return state
                 await self._refresh()
             else:
+                await self._settle(self._cursor)
                 found = await self._read_own(run_id, waiter)
                 if found is not None:
                     return found
@@ -160,6 +169,15 @@ class EndFollowers:
                 if other.found is None:
                     other.wake.set()
                     return
+
+    async def _settle(self, seq: int) -> None:
+        """Return once every seq up to ``seq`` is final: at once if it is known to be (on a
+        store that is not a `SettlingStore`, every seq it answered is)."""
+        if seq <= self._settled:
+            return
+        if self._settling is not None:
+            await read_store(self._settling.settle(seq), "the order of events")
+        self._settled = max(self._settled, seq)
 
     async def _read_own(self, run_id: str, waiter: _Waiter) -> RunState | None:
         """Read the waiter's run from its ``since``: its first end, if it has one."""
@@ -201,6 +219,7 @@ class EndFollowers:
                 done.set()
 
     async def _read_shared(self) -> None:
+        await self._settle(self._cursor)
         while True:
             events = await read_store(self._store.events_after(self._cursor, None, PAGE), "events")
             for event in events:
@@ -214,6 +233,8 @@ class EndFollowers:
                         waiter.wake.set()
             if events:
                 self._cursor = events[-1].seq
+                # (A shared read shows final seqs alone.)
+                self._settled = max(self._settled, self._cursor)
                 self._seen = max(self._seen, self._cursor)
             if len(events) < PAGE:
                 break

@@ -417,7 +417,12 @@ class Store(Protocol):
         self, seq: int, run_id: str | None = None, limit: int = 1000
     ) -> list[RunEvent]:
         """Committed events with ``seq`` greater than ``seq``, oldest first, at most
-        ``limit`` of them; an empty list means there are none yet."""
+        ``limit`` of them; an empty list means there are none yet.
+
+        A read never shows a seq after a greater one (DESIGN §3.1). A read of one run's
+        events shows every event of that run committed before it started; a read of every
+        run's may hold back the newest ones until every smaller seq is final
+        (`SettlingStore`)."""
         ...
 
     async def runnable(self, names: Collection[str], now: float, limit: int) -> list[RunRecord]:
@@ -799,6 +804,23 @@ class DeadlineStore(Store, Protocol):
         (generation 0) whose queue deadline is (``"queue_timeout"``; a run past both is
         found for its deadline); and the earliest such limit still to come, so a serving
         loop can look again then."""
+        ...
+
+
+@runtime_checkable
+class SettlingStore(Store, Protocol):
+    """A store whose writers do not wait for each other (the PostgreSQL store): a commit is
+    answered as soon as it is durable, while a smaller seq another writer took may still be
+    committing. A read of one run's events shows every one committed at once (one run's
+    commits are numbered in their order); a read of every run's shows them up to the
+    point below which every seq is final. A seq taken from an answer is therefore safe to
+    read one run from, and to read every run from only once `settle` returned for it.
+
+    A store without it answers a commit only once every smaller seq is final."""
+
+    async def settle(self, seq: int) -> None:
+        """Return once every seq at or below ``seq`` is final: committed and shown to every
+        read that starts afterwards, or never to be."""
         ...
 
 

@@ -8,9 +8,10 @@ scheme is first used; `state_to_json`, `cause_to_json` and `ticket_to_json` give
 shapes the stores keep (and the command line prints). A store may also offer listing
 (`ListingStore`), forking (`ForkingStore`: the checkpoint as of any event), retention
 (`PruningStore`), reading a run's journaled steps by their kind (`StepStore`) and
-finding the runs past their time limits (`DeadlineStore`, `Overdue`, `OverdueLook`); the
-runtime uses them where a store has them. `awaken_trio.testing` has
-the contract suites every store passes.
+finding the runs past their time limits (`DeadlineStore`, `Overdue`, `OverdueLook`); a
+store whose writers do not wait for each other says so (`SettlingStore`). The runtime uses
+them where a store has them. `awaken_trio.testing` has the contract suites every store
+passes.
 """
 
 from .._core import UNSET as UNSET
@@ -42,6 +43,7 @@ from .._core import Recovered as Recovered
 from .._core import Rejected as Rejected
 from .._core import RejectReason as RejectReason
 from .._core import RunFilter as RunFilter
+from .._core import SettlingStore as SettlingStore
 from .._core import StateKind as StateKind
 from .._core import StepStore as StepStore
 from .._core import Store as Store
@@ -90,6 +92,7 @@ __all__ = [
     "RejectReason",
     "Rejected",
     "RunFilter",
+    "SettlingStore",
     "StateKind",
     "StepStore",
     "Store",

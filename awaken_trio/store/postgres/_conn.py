@@ -403,8 +403,8 @@ class Connections:
     def _look_up(self, conn: Conn, token: uuid.UUID, pid: int) -> tuple[Numbered, int] | None:
         """After a commit whose answer was lost: end the server process that ran it, if it
         is still there (it may still be committing, or about to), and wait until it has
-        gone, so its outcome is final; then whether ``token`` landed (its events' seqs, once
-        they have settled, and the writes count before it)."""
+        gone, so its outcome is final; then whether ``token`` landed (its events' seqs and
+        the writes count before it)."""
         q = self._queries
         with contextlib.suppress(psycopg.errors.InsufficientPrivilege):
             conn.execute(q.terminate, (pid,))
@@ -420,6 +420,4 @@ class Connections:
         if found is None:
             return None
         seqs, base, writes = tuple(int(s) for s in found[0]), int(found[1]), int(found[2])
-        if seqs:
-            conn.execute(q.settle_seq, (q.space, seqs[-1]))
         return Numbered(seqs, base), writes - 1

@@ -33,10 +33,10 @@ the rules queued more than runs, claims and events):
    written unless it passed; the runs go first, then the claims, as in the two-trip
    transaction. The function only checks: what is written is the rows the rules made,
    sent as parameters;
-4. any other write the rules queued, the numbering of the events (the seal), ``COMMIT``
-   and the wait for the seqs to settle, as in the two-trip transaction (``_tx``), then the
-   one Sync. When the rules queued nothing but runs, claims and events (a start, a
-   submit), statements 3 and 4's seal are one (``seal_guessed``, composed of the two in
+4. any other write the rules queued, the numbering of the events (the seal) and
+   ``COMMIT``, as in the two-trip transaction (``_tx``), then the one Sync. When the rules
+   queued nothing but runs, claims and events (a start, a submit), statements 3 and 4's
+   seal are one (``seal_guessed``, composed of the two in
    ``_queries``): the seal's events are numbered only once the check has passed and every
    run and claim is written (a condition on both inserts' counts, evaluated before the
    first event's row, whose seq is taken after it), so the order of the two statements

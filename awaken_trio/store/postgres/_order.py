@@ -21,11 +21,12 @@ shared; the order comes from three things instead.
    then takes is greater than L' (a sequence never goes back), and the lock is released
    only after its commit has become visible (or its rollback final): PostgreSQL releases a
    transaction's locks after it leaves the running set.
-3. **A watermark.** A reader computes W = min(L, T) in ``visible_seq``: first L, the
-   sequence's ``last_value``, then T, the least ticket held (from ``pg_locks``; each key is
-   widened back to 64 bits around L, which no ticket is 2^31 away from). It reads events
-   only up to W, in a statement that starts after W was computed (``events_after`` is a
-   volatile function: each of its statements takes a fresh snapshot).
+3. **A watermark.** A reader of every run's events computes W = min(L, T) in
+   ``visible_seq``: first L, the sequence's ``last_value``, then T, the least ticket held
+   (from ``pg_locks``; each key is widened back to 64 bits around L, which no ticket is
+   2^31 away from). It reads events only up to W, in a statement that starts after W was
+   computed (``events_after`` is a volatile function: each of its statements takes a
+   fresh snapshot).
 
 **Claim: every seq s <= W that is ever committed is visible to the read.** Let transaction
 X hold s <= W. s <= L, so X took s before L was read, and its ticket k < s was taken before
@@ -44,23 +45,31 @@ none with a seq <= W can appear afterwards: a follower whose cursor moves to the
 it read sees each committed event exactly once, in order. W only ever grows: L does, and a
 ticket below it is held only by a writer sealing now.
 
-**Answers are safe to follow from.** A commit's answer carries its seqs
-(`Accepted.last_seq`), and runtimes start following from them (``_follow.py``'s shared
-cursor, `RunHandle.wait`'s ``since``). So a writer answers only once its own seqs are at or
-below the watermark: after ``COMMIT``, in the same round trip, ``await_seq`` returns at
-once when W >= its last seq, else waits on the least ticket's lock (exclusive: granted when
-every holder of that ticket has ended; let go at once, so the wait holds no lock another
-transaction could wait for) and looks again. A ticket not yet granted is left out of T: its
-writer has not taken its seq, which will be greater than L. A ticket below its seqs was taken
-by a writer that took a seq at the same moment (the ticket and the seq are taken
-microseconds apart), so the wait is that writer's commit, no more; later writers' tickets
-are at or above its seqs and never meet the wait.
+**A read of one run needs no watermark.** Every transaction that writes a run's events
+writes its row, and locks the row before it takes its seqs (a row is read, locked, before
+it is written; a new row is another transaction's only once committed). So of two
+transactions writing one run, the later takes its seqs only after the earlier committed:
+one run's seqs become visible in seq order, and a read of one run (``events_of_run``)
+shows every event of it committed, with none held back.
+
+**Writers do not wait for each other.** A writer answers once its ``COMMIT`` is durable,
+with the seqs it took (`Accepted.last_seq`), though a writer that took a smaller seq at
+the same moment may not have committed yet: the answer is safe to read its own run from
+at once, and to read every run from only once it is final. ``await_seq`` (`settle`) waits
+for that: it returns at once when W >= the seq, else waits on the least ticket's lock
+(exclusive: granted when every holder of that ticket has ended; let go at once, so the
+wait holds no lock another transaction could wait for) and looks again. A ticket not yet
+granted is left out of T: its writer has not taken its seq, which will be greater than L.
+A ticket below the seq was taken by a writer that took a seq at the same moment (the
+ticket and the seq are taken microseconds apart), so the wait is that writer's commit, no
+more. A runtime settles a seq only where it follows every run's events from one it took
+from an answer (``_core/_follow.py``); a writer never waits, so the server flushes the WAL
+of writers sealing at the same moment together (group commit).
 
 **Transactions written on a guess** (``_guess``: a start or a submit in one round trip)
 keep all of this unchanged: their seal is the same last statement before ``COMMIT``, after
 every lock they take (when it is one statement with their check and writes, its events'
-seqs are taken once those are done: ``_queries.seal_guessed``), and their wait for their
-seqs the same statement after it, in the same pipeline. One whose guess was wrong fails
+seqs are taken once those are done: ``_queries.seal_guessed``). One whose guess was wrong fails
 before it takes a seq (its check raises before the first event's seq is taken, or every
 later statement of the pipeline is skipped), so it takes neither a seq nor a ticket; were
 it to fail after, its rollback would release its ticket and its seqs would never become

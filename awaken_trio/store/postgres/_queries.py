@@ -296,7 +296,6 @@ class Queries:
     drop_chunks: bytes
     seal: bytes
     seal_guessed: bytes
-    settle: bytes
     settle_seq: bytes
     forget_writers: bytes
     forget_written: bytes

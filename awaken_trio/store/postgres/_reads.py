@@ -41,12 +41,13 @@ def load(conn: Conn, r: Queries, run_id: str) -> RunRecord | None:
 def events_after(
     conn: Conn, r: Queries, seq: int, run_id: str | None, limit: int
 ) -> list[RunEvent]:
-    """The events after ``seq`` up to the watermark (``_order``), in seq order."""
+    """The events after ``seq``, in seq order: every run's up to the watermark, or every one
+    of ``run_id``'s committed (``_order``)."""
     limit = max(limit, 0)
     if run_id is None:
         found = conn.execute(r.events, (r.space, seq, limit)).fetchall()
     else:
-        found = conn.execute(r.events_of_run, (r.space, seq, run_id, limit)).fetchall()
+        found = conn.execute(r.events_of_run, (run_id, seq, limit)).fetchall()
     return [event_of(row) for row in found]
 
 

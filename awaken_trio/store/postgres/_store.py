@@ -64,7 +64,7 @@ logger = logging.getLogger("awaken_trio.store")
 @final
 class PostgresStore:
     """A `DurableStore` in a PostgreSQL database, for runtimes in any number of processes
-    on any number of machines.
+    on any number of machines. Its writers do not wait for each other (`SettlingStore`).
 
     ``PostgresStore(url)`` does no I/O. The store opens on ``await store.open()``, on
     ``async with store``, or on its first use: it opens a pool of connections and creates
@@ -193,12 +193,12 @@ class PostgresStore:
         self,
         fn: Callable[[PgTx, float], T],
         what: str,
-        settle: Callable[[T, Numbered], T] | None = None,
+        renumber: Callable[[T, Numbered], T] | None = None,
         batch: Sequence[Commit] = (),
         guess: Guess | None = None,
     ) -> T:
         """Run ``fn`` (the rules) in one write transaction (retried as `Connections.write`
-        says). ``settle`` renumbers what ``fn`` answered with the seqs its commit gave
+        says). ``renumber`` renumbers what ``fn`` answered with the seqs its commit gave
         (from the committed transaction, or the base a lost commit's token kept); the rows
         ``batch`` touches are read with ``BEGIN``, in its round trip. Given a ``guess`` of
         those reads, the transaction is first written on it, in one round trip, and run
@@ -208,7 +208,6 @@ class PostgresStore:
         queries = self._queries
         locks, sender = self._thread_locks, self._sender
         outcome: list[tuple[int, bool]] = []  # (writes before, whether it wrote)
-        unsettled: list[int] = []  # the last seq of a commit whose wait did not finish
 
         def attempt(conn: Conn) -> T:
             if guess is not None:
@@ -244,21 +243,15 @@ class PostgresStore:
                 tx.abort()
                 raise
             outcome.append((tx.writes, tx.wrote))
-            if tx.unsettled:
-                unsettled.append(tx.numbered.seqs[-1])
-            return result if settle is None else settle(result, tx.numbered)
+            return result if renumber is None else renumber(result, tx.numbered)
 
         def landed(result: T, wrote: bool, seqs: Numbered, before: int) -> T:
             self._saw_own(before, wrote)
-            return result if settle is None else settle(result, seqs)
+            return result if renumber is None else renumber(result, seqs)
 
         result = await self._conns.write(attempt, what)
         if outcome:  # (else a lost commit that landed: `landed` saw it)
             self._saw_own(*outcome[-1])
-        if unsettled:
-            # Its answer is followed from: not before every smaller seq is final (``_order``).
-            last = unsettled[-1]
-            await self._read(lambda c, q: reads.settle(c, q, last), "the order of events")
         return result
 
     def _saw_own(self, before: int, wrote: bool) -> None:
@@ -282,7 +275,7 @@ class PostgresStore:
         return await self._write(
             lambda tx, now: rules.apply_batch(tx, commits, now),
             f"a batch of {len(commits)} commits",
-            _settle,
+            _renumbered,
             commits,
             guess_of(commits),
         )
@@ -314,6 +307,11 @@ class PostgresStore:
         self, seq: int, run_id: str | None = None, limit: int = 1000
     ) -> list[RunEvent]:
         return await self._read(lambda c, r: reads.events_after(c, r, seq, run_id, limit), "events")
+
+    async def settle(self, seq: int) -> None:
+        """Return once every seq up to ``seq`` is final (`SettlingStore`): at or below the
+        readers' watermark, waiting on the writers that took a smaller one (``_order``)."""
+        await self._read(lambda c, q: reads.settle(c, q, seq), "the order of events")
 
     async def step_events(self, run_id: str) -> list[RunEvent]:
         """The run's ``step`` events, oldest first (`StepStore`), through their index."""
@@ -609,7 +607,7 @@ class PostgresStore:
             raise
 
 
-def _settle(results: list[CommitResult], numbered: Numbered) -> list[CommitResult]:
+def _renumbered(results: list[CommitResult], numbered: Numbered) -> list[CommitResult]:
     """``results`` with the seqs their transaction's commit gave (its own, or those a lost
     commit's token kept): the rules number a transaction's events from 1."""
     return [

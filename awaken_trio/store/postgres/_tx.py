@@ -14,8 +14,7 @@ every result back (a flush, not a Sync, so nothing commits early); only the end 
    attempts on the threads of existing runs it guards take one more;
 2. `PgTx.commit` queues every write (one statement per kind of row, many rows each), one
    statement that numbers (each seq with its ticket) and writes the events, counts the
-   write, keeps the token and notifies, ``COMMIT`` and the wait for the seqs to settle,
-   and syncs: one round trip.
+   write, keeps the token and notifies, and ``COMMIT``, and syncs: one round trip.
 
 A batch whose every commit creates a run (an awaited ``start``, a ``submit``) skips the
 first round trip: `PgTx.begin_guessed` takes what its reads would find to be the usual
@@ -39,13 +38,11 @@ transaction reads, so write transactions on different runs run side by side:
 Events are another matter: followers read them by seq, so a seq must never become visible
 after a greater one did. No lock every writer takes gives that (``_order``'s docstring has
 the proof): a transaction numbers its events from 1 as it writes them; its commit pipeline
-takes (``seal``) its seqs from a sequence in that order, each with its ticket, commits,
-and in the same round trip waits until its seqs are at or below the readers' watermark
-(``settle``: at once, unless a writer sealing at the same moment has not committed yet).
-What a transaction answers (`Accepted.last_seq`) is renumbered with the seqs it was given
-(`Numbered`, `settle`). A deadlock between two transactions (rare: locks taken in a
-different order by lazy reads) is detected by the server and the loser is run again from
-the start.
+takes (``seal``) its seqs from a sequence in that order, each with its ticket, and
+commits, without waiting for another writer. What a transaction answers
+(`Accepted.last_seq`) is renumbered with the seqs it was given (`Numbered`). A deadlock
+between two transactions (rare: locks taken in a different order by lazy reads) is
+detected by the server and the loser is run again from the start.
 
 A read the transaction's cache cannot answer goes to the server: a run row or a claim it
 has not read is one it has not written (every write starts from a read), so it needs no
@@ -134,8 +131,6 @@ class PgTx(TextRunTx[TextRow, _Insert]):
         """The seqs this transaction's events were given, once it committed."""
         self.writes = 0
         """The store's count of write transactions before this one, once it committed."""
-        self.unsettled = False
-        """Whether it committed but its wait for its seqs to settle did not finish."""
         self.controls = False
         """Whether the transaction stored a command (its NOTIFY says so: `CONTROL`)."""
         self.streamed = False
@@ -263,12 +258,10 @@ class PgTx(TextRunTx[TextRow, _Insert]):
 
     def commit(self) -> None:
         """Send every queued write, then number (with their tickets) and write the events,
-        commit, and wait for the seqs to settle, in one pipeline (the module's
-        docstring)."""
+        and commit, in one pipeline (the module's docstring)."""
         conn = self.conn
         q = self.q
         counted = None
-        numbering = bool(self._events)
         if self._sealed_with_check():
             # The check, the runs and claims, and the seal: one statement (``_guess``).
             counted = conn.execute(q.seal_guessed, self._guessed() | _sealing(self))
@@ -280,17 +273,8 @@ class PgTx(TextRunTx[TextRow, _Insert]):
                 if self.token.int % 1024 == 1:  # and fold the rows of ended server processes
                     conn.execute(q.forget_writers)
                 counted = conn.execute(q.seal, _sealing(self))
-        committed = conn.execute("COMMIT")
-        if numbering:
-            conn.execute(q.settle, (q.space,))  # (after COMMIT: its own transaction)
-        try:
-            self._pipeline.close()  # the one Sync: every result comes back, or the first error
-        except psycopg.Error:
-            if not numbering or not _succeeded(committed):
-                raise
-            # Committed; only the wait for its seqs failed (a cancelled query, a connection
-            # lost after COMMIT's answer came): the store waits for them otherwise.
-            self.unsettled = True
+        conn.execute("COMMIT")
+        self._pipeline.close()  # the one Sync: every result comes back, or the first error
         if counted is not None:
             found = counted.fetchone()
             assert found is not None
@@ -730,12 +714,6 @@ def _sealing(tx: PgTx) -> dict[str, object]:
         ),
         "ends": _announced(live),
     }
-
-
-def _succeeded(cursor: psycopg.Cursor[tuple[Any, ...]]) -> bool:
-    """Whether the statement ``cursor`` ran in a pipeline that failed had succeeded."""
-    result = cursor.pgresult
-    return result is not None and result.status == psycopg.pq.ExecStatus.COMMAND_OK
 
 
 def _columns(rows: list[tuple[Any, ...]], width: int) -> tuple[list[Any], ...]:

@@ -214,13 +214,9 @@ SELECT c.base, c.seqs, b.writes, pg_notify(%(channel)s, %(sender)s
   || CASE WHEN %(ends)s = '' THEN '' ELSE E'\n' || c.base::text || E'\n' || %(ends)s END)
 FROM b, c;
 
--- settle --
--- After COMMIT, in its round trip: wait until this writer's last seq is at or below the
--- watermark, so the seqs it answers are safe to follow from (``_order``'s docstring).
-SELECT {s}.await_seq(%s, currval('{s}.event_seqs'));
-
 -- settle_seq --
--- The same wait for a given seq (a commit whose answer was lost, looked up).
+-- Wait until every seq up to a given one is final: at or below the watermark
+-- (`PostgresStore.settle`, ``_order``'s docstring).
 SELECT {s}.await_seq(%s, %s);
 
 -- forget_writers --
@@ -263,7 +259,9 @@ SELECT {record_columns} FROM {s}.runs r WHERE r.run_id = %s;
 SELECT {event_columns} FROM {s}.events_after(%s, %s, NULL, %s);
 
 -- events_of_run --
-SELECT {event_columns} FROM {s}.events_after(%s, %s, %s, %s);
+-- One run's events after a cursor: every one committed, with no watermark (one run's
+-- commits are numbered in the order they commit: ``_order``'s docstring).
+SELECT {event_columns} FROM {s}.events WHERE run_id = %s AND seq > %s ORDER BY seq LIMIT %s;
 
 -- step_events --
 -- A run's journaled steps (ctx.step): the literal kind lets the planner read them from the

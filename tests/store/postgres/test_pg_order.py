@@ -1,8 +1,9 @@
 """Event seqs on the PostgreSQL store without a lock every writer takes (``_order``): under
 concurrent writers on a real server, a follower sees every committed event exactly once and
-in seq order, a writer's answer is never followed by a smaller seq committing, and the
-watermark holds readers back exactly while a writer that took seqs has not committed.
-Real time, bounded by ``trio.fail_after``; the races are seeded."""
+in seq order, a writer sees its own run's events at once after its answer, no smaller seq
+commits once a seq has settled, and the watermark holds readers of every run back exactly
+while a writer that took seqs has not committed, while writers do not wait. Real time,
+bounded by ``trio.fail_after``; the races are seeded."""
 
 from __future__ import annotations
 
@@ -45,10 +46,21 @@ def _below(url: str, seq: int) -> int:
         return int(row[0])
 
 
-async def _until_committed(url: str, seqs: list[int]) -> None:
-    """Poll (under the caller's ``fail_after``) until the table holds exactly ``seqs``."""
+def _lock_waits(url: str) -> int:
+    """How many advisory locks a server process is waiting for."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        found = conn.execute(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+        ).fetchone()
+        assert found is not None
+        return int(found[0])
+
+
+async def _until_waiting_on_a_lock(url: str) -> None:
+    """Poll (under the caller's ``fail_after``) until a server process waits for an
+    advisory lock."""
     while True:
-        if await trio.to_thread.run_sync(_committed, url) == seqs:
+        if await trio.to_thread.run_sync(_lock_waits, url):
             return
         await trio.sleep(0.01)
 
@@ -59,12 +71,13 @@ async def test_a_follower_sees_every_committed_event_once_in_order(
 ) -> None:
     """Writers in separate pools commit batches of random sizes at random moments while a
     follower reads after its cursor: its seqs strictly increase, and once the writers are
-    done it has read exactly the events the table holds. Every answer a writer had was,
-    when it came, above every seq that would ever commit below it."""
+    done it has read exactly the events the table holds. Each writer reads its runs'
+    events at once after its answer; once its last seq settled, no smaller seq ever
+    commits."""
     rng = random.Random(seed)
     follower, writers = stores[0], stores[1:]
     seen: list[RunEvent] = []
-    answers: list[tuple[int, int]] = []  # (a commit's last seq, events below it then)
+    answers: list[tuple[int, int]] = []  # (a commit's last seq, events below it, settled)
     done = trio.Event()
 
     async def follow() -> None:
@@ -85,8 +98,12 @@ async def test_a_follower_sees_every_committed_event_once_in_order(
         for n in range(25):
             batch = [new_queued(f"w{i}-{n}-{k}") for k in range(own.randint(1, 6))]
             results = await store.apply(batch)
-            assert all(isinstance(r, Accepted) for r in results)
+            for commit, result in zip(batch, results, strict=True):
+                assert isinstance(result, Accepted), result
+                mine = await store.events_after(0, commit.run_id)
+                assert [e.seq for e in mine] == [result.last_seq]  # at once: no watermark
             last = max(r.last_seq for r in results if isinstance(r, Accepted))
+            await store.settle(last)
             below = await trio.to_thread.run_sync(_below, pg_url, last)
             answers.append((last, below))
             await trio.sleep(own.random() * 0.005)
@@ -105,12 +122,13 @@ async def test_a_follower_sees_every_committed_event_once_in_order(
         assert await trio.to_thread.run_sync(_below, pg_url, last) == below
 
 
-async def test_readers_wait_for_a_writer_that_took_seqs_and_the_answer_waits_too(
+async def test_readers_of_every_run_wait_for_a_writer_that_took_seqs_and_writers_do_not(
     stores: list[PostgresStore], pg_url: str
 ) -> None:
     """A writer holds a ticket and a seq, uncommitted, while another writer commits a
-    greater seq: readers see neither until the first commits, and the second's answer
-    waits for it."""
+    greater seq: the second is answered at once, and a read of its run shows its event,
+    but readers of every run see neither until the first ends, and settling the second's
+    seq waits for that too."""
     store = stores[0]
     [first] = await store.apply([new_queued("before")])
     assert isinstance(first, Accepted)
@@ -129,23 +147,26 @@ async def test_readers_wait_for_a_writer_that_took_seqs_and_the_answer_waits_too
             return int(found[0])
 
         held = await trio.to_thread.run_sync(take_a_seq)
-        answered: list[int] = []
+        settled: list[int] = []
 
-        async def second() -> None:
-            [result] = await stores[1].apply([new_queued("after")])
-            assert isinstance(result, Accepted)
-            answered.append(result.last_seq)
+        async def settle(seq: int) -> None:
+            await store.settle(seq)
+            settled.append(seq)
 
         with trio.fail_after(30):
+            [second] = await stores[1].apply([new_queued("after")])
+            assert isinstance(second, Accepted)
+            assert second.last_seq == held + 1
+            assert [e.seq for e in await store.events_after(0, "after")] == [held + 1]
+            # ... but readers of every run are held back below the held seq.
+            assert [e.seq for e in await store.events_after(0)] == [first.last_seq]
+            await settle(first.last_seq)  # final already: at once
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(second)
-                await _until_committed(pg_url, [first.last_seq, held + 1])  # the second's
-                # ... but is held back from readers, and has not answered.
-                assert [e.seq for e in await store.events_after(0)] == [first.last_seq]
-                assert [e.seq for e in await store.events_after(0, "after")] == []
-                assert answered == []
+                nursery.start_soon(settle, second.last_seq)
+                await _until_waiting_on_a_lock(pg_url)  # on the held ticket's, at the server
+                assert settled == [first.last_seq]
                 await trio.to_thread.run_sync(holder.rollback)  # the held seq is a gap
-        assert answered == [held + 1]
+        assert settled == [first.last_seq, second.last_seq]
         assert [e.seq for e in await store.events_after(0)] == [first.last_seq, held + 1]
     finally:
         await trio.to_thread.run_sync(holder.close)
@@ -223,19 +244,3 @@ async def test_an_older_store_keeps_its_events_seqs_and_count(
             return tuple(found)
 
     assert await trio.to_thread.run_sync(read) == (str(LATEST), 12, 0)
-
-
-async def test_a_commit_whose_wait_for_its_seqs_fails_is_answered_once(
-    stores: list[PostgresStore],
-) -> None:
-    """The wait after ``COMMIT`` fails (here: its statement raises): the commit landed, so
-    it is answered, not run again, once the store has waited for its seqs otherwise."""
-    import attrs
-
-    store = stores[0]
-    store._queries = attrs.evolve(store._queries, settle=b"SELECT 1 / (%s * 0)")
-    with trio.fail_after(30):
-        [result] = await store.apply([new_queued("once")])
-    assert isinstance(result, Accepted)
-    events = await stores[1].events_after(0)
-    assert [(e.run_id, e.seq) for e in events] == [("once", result.last_seq)]
