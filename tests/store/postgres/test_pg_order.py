@@ -56,11 +56,11 @@ def _lock_waits(url: str) -> int:
         return int(found[0])
 
 
-async def _until_waiting_on_a_lock(url: str) -> None:
-    """Poll (under the caller's ``fail_after``) until a server process waits for an
-    advisory lock."""
+async def _until_waiting_on_locks(url: str, count: int) -> None:
+    """Poll (under the caller's ``fail_after``) until ``count`` advisory locks are waited
+    for at the server."""
     while True:
-        if await trio.to_thread.run_sync(_lock_waits, url):
+        if await trio.to_thread.run_sync(_lock_waits, url) >= count:
             return
         await trio.sleep(0.01)
 
@@ -163,7 +163,7 @@ async def test_readers_of_every_run_wait_for_a_writer_that_took_seqs_and_writers
             await settle(first.last_seq)  # final already: at once
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(settle, second.last_seq)
-                await _until_waiting_on_a_lock(pg_url)  # on the held ticket's, at the server
+                await _until_waiting_on_locks(pg_url, 1)  # on the held ticket's
                 assert settled == [first.last_seq]
                 await trio.to_thread.run_sync(holder.rollback)  # the held seq is a gap
         assert settled == [first.last_seq, second.last_seq]
