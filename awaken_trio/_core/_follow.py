@@ -15,11 +15,11 @@ and one wake-up per change, not one of each per run per change.
 
 Why no waiter misses its end. A seq is *final* once it is committed and shown to every read
 that starts afterwards, or never to be; a shared read shows seqs in order and only final
-ones (a store never shows a seq after a greater one; DESIGN §3.1). A seq this runtime took
-from a commit's answer may not be final yet on a store whose writers do not wait for each
-other (`SettlingStore`); ``_settled`` is the greatest seq known final, and before a read
-relies on the cursor being final, the store is asked to settle it (`_settle`). A waiter is
-registered before its own read, and:
+ones (`Store.events_after`). A seq this runtime took from a commit's answer may not be
+final yet on a store whose writers do not wait for each other (`SettlingStore`);
+``_settled`` is the greatest seq known final, and before a read relies on the cursor being
+final, the store is asked to settle it (`_settle`). A waiter is registered before its own
+read, and:
 
 * the shared cursor starts, while nobody waits, at the greatest seq this runtime has seen,
   and then only moves forward through what shared reads return; each shared read, and each

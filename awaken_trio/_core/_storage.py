@@ -419,9 +419,10 @@ class Store(Protocol):
         """Committed events with ``seq`` greater than ``seq``, oldest first, at most
         ``limit`` of them; an empty list means there are none yet.
 
-        A read never shows a seq after a greater one (DESIGN §3.1). A read of one run's
-        events shows every event of that run committed before it started; a read of every
-        run's may hold back the newest ones until every smaller seq is final
+        Seqs show in order: once a read of every run's events showed a seq, no smaller one
+        shows later, and the same holds for the reads of one run's. A read of one run's
+        events shows every event of it committed before the read started; a read of every
+        run's may hold back the newest until every smaller seq is final
         (`SettlingStore`)."""
         ...
 
