@@ -69,11 +69,11 @@ of writers sealing at the same moment together (group commit).
 **Transactions written on a guess** (``_guess``: a start or a submit in one round trip)
 keep all of this unchanged: their seal is the same last statement before ``COMMIT``, after
 every lock they take (when it is one statement with their check and writes, its events'
-seqs are taken once those are done: ``_queries.seal_guessed``). One whose guess was wrong fails
-before it takes a seq (its check raises before the first event's seq is taken, or every
-later statement of the pipeline is skipped), so it takes neither a seq nor a ticket; were
-it to fail after, its rollback would release its ticket and its seqs would never become
-visible, which the first claim allows (it speaks of seqs that are committed).
+seqs are taken once those are done: ``_queries.seal_guessed``). One whose guess was wrong
+fails before it takes a seq (its check raises before the first event's seq is taken, or
+every later statement of the pipeline is skipped), so it takes neither a seq nor a ticket;
+were it to fail after, its rollback would release its ticket and its seqs would never
+become visible, which the first claim allows (it speaks of seqs that are committed).
 
 The count of write transactions (`PostgresStore.version`, the relay's skipped reads) is
 kept the same way: each server process adds to a row of its own in ``writes`` (no two
