@@ -573,6 +573,9 @@ class Runtime(OperatorCalls, metaclass=NoPublicConstructor):
 
         For one run, following ends after its terminal event; for all runs, when the
         runtime closes. An unknown ``run_id`` raises `UnknownRun` from the first step.
+        One run's events include every one committed; on a store whose writers do not wait
+        for each other (PostgreSQL, `SettlingStore`), all runs' events show a commit's
+        once every transaction that numbered events before it has ended too.
 
         Raises:
             InvalidArgument: ``after`` is not an int >= 0.
