@@ -133,40 +133,10 @@ def root_start(attempt: Attempt, new_run: NewRun, *, at: float, detail: FrozenDi
     """The common start (`Admissions.start_root`): a new top-level run's first attempt
     commits ``Running``, its thread free, under no claim, with no answer to carry and no
     pinned version. What `start` builds for that case, with nothing left to decide."""
-    commit = object.__new__(Commit)  # (see "Built by their own __init__")
-    Commit.__init__(
-        commit,
-        attempt.run_id,
-        _RUNNING[1],
-        1,
-        EXPECT_NEW,
-        at,
-        new_run,
-        None,
-        UNSET,
-        None,
-        (),
-        False,
-        True,  # take_messages: it is the attempt that starts
-        (),
-        (),
-        detail,
-        True,
-        None,
-        None,
-        None,
-        None,
-        False,
-        False,
-        (),
-        (),
-        None,
-        (),
-        None,
-        UNSET,
-        None,
+    # (take_messages: it is the attempt that starts)
+    return _plain(
+        attempt.run_id, _RUNNING[1], 1, EXPECT_NEW, at, new_run, None, None, True, detail, None
     )
-    return commit
 
 
 def wait_elsewhere(
@@ -442,36 +412,69 @@ def natural_end(attempt: Attempt, result: JsonValue, *, at: float, detail: Froze
     """The common end (`FinishBoundary.end_plainly`): the body of a started attempt
     returned ``result`` and its run ends ``NaturalEnd``, the attempt holding no message,
     no stream chunk, no child and no retry plan. What `end` builds for that case, with
-    nothing left to decide."""
+    nothing left to decide. (It releases nothing: its claim policy has nothing to drop,
+    `ClaimPolicy.quiet_ends`; and it keeps the committed checkpoint.)"""
     generation = attempt.generation
-    commit = object.__new__(Commit)  # (see "Built by their own __init__")
-    Commit.__init__(
-        commit,
+    expect = (
+        _EXPECT_RUNNING[generation]
+        if generation < len(_EXPECT_RUNNING)
+        else expect_running(generation)
+    )
+    return _plain(
         attempt.run_id,
         NATURAL_END,
         generation,
-        (
-            _EXPECT_RUNNING[generation]
-            if generation < len(_EXPECT_RUNNING)
-            else expect_running(generation)
-        ),
+        expect,
         at,
         None,
         result,
-        UNSET,  # (an end keeps the committed checkpoint)
         attempt.steps,
+        False,
+        detail,
+        attempt.fence,
+    )
+
+
+def _plain(
+    run_id: str,
+    state: RunState,
+    generation: int,
+    expect: Expect,
+    at: float,
+    new_run: NewRun | None,
+    result: JsonValue,
+    steps: int | None,
+    take_messages: bool,
+    detail: FrozenDict,
+    fence: Fence | None,
+) -> Commit:
+    """A commit of the common start or end: these fields, and every other one at its
+    default (no message, event, claim, release, child, chunk or retry; the checkpoint
+    kept). Positional, as the builders above are (see "Built by their own __init__")."""
+    commit = object.__new__(Commit)
+    Commit.__init__(
+        commit,
+        run_id,
+        state,
+        generation,
+        expect,
+        at,
+        new_run,
+        result,
+        UNSET,
+        steps,
         (),
         False,
-        False,
+        take_messages,
         (),
         (),
         detail,
         True,
         None,
         None,
-        attempt.fence,
+        fence,
         None,
-        False,  # release: its claim policy has nothing to drop (`ClaimPolicy.quiet_ends`)
+        False,
         False,
         (),
         (),
