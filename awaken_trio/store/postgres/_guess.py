@@ -64,15 +64,14 @@ written relative to the server's clock, read once by the statement that puts the
 (``insert_guessed``). A store on a fixed clock (``lease_clock``) runs them on that.
 
 Event order (``_order``). The guessed transaction seals its events as the two-trip one
-does: seqs and tickets taken in its last statement before ``COMMIT``, after every lock it
-takes (the claims and thread locks of the check, the new rows' keys and the claims put:
-in ``insert_guessed``, a statement before, or, in ``seal_guessed``, before the first seq
-of the same statement), and the wait for the seqs after ``COMMIT``, in the same round
-trip. A transaction whose guess failed takes no seq and no ticket: its check raises before
-the first seq of the statement it shares with the seal, or the statements after the
-failing one (the seal among them) are skipped; and a
-seq taken by a transaction that then rolled back is never visible, which the watermark's
-proof allows for. So followers see every committed event once and in order, as before.
+does: its seqs and its ticket taken in its last statement before ``COMMIT``, after every
+lock it takes (the claims and thread locks of the check, the new rows' keys and the claims
+put: in ``insert_guessed``, a statement before, or, in ``seal_guessed``, before the first
+seq of the same statement). A transaction whose guess failed takes no seq and no ticket:
+its check raises before the first seq of the statement it shares with the seal, or the
+statements after the failing one (the seal among them) are skipped; and a seq taken by a
+transaction that then rolled back is never visible, which the watermark's proof allows
+for. So followers see every committed event once and in order, as before.
 """
 
 from __future__ import annotations

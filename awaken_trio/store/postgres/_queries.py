@@ -150,18 +150,21 @@ def _getter(fields: Sequence[str]) -> Callable[[Any], tuple[Any, ...]]:
 INSERTED: Final = Layout(COLUMNS)
 UPDATED: Final = Layout([c for c in COLUMNS if c.updated])
 _EVENT_TYPES: Final = {"seq": "bigint", "generation": "bigint", "at": "float8"}
+_SEQ: Final = "CASE WHEN n = 1 THEN {s}.next_seq(%(space)s) ELSE nextval('{s}.event_seqs') END"
+"""A seal's event's seq (``n``: its number in the transaction, from 1): the first takes the
+transaction's one ticket (``next_seq``), which is below every seq it takes after."""
 EVENTS: Final = Layout(
     [
         Column(
             name,
             _EVENT_TYPES.get(name, "text"),
-            value="{s}.next_seq(%(space)s)" if name == "seq" else "{}",
+            value=_SEQ if name == "seq" else "{}",
         )
         for name in EVENT_COLUMNS
     ]
 )
 """An event as `TextRunTx.event` queues it: its seq from the sequence, in the order of the
-transaction's numbers (``_order``'s docstring)."""
+transaction's numbers, the first with the transaction's ticket (``_order``'s docstring)."""
 _NUMBERED: Final = "CASE WHEN {} = 0 THEN c.base ELSE c.seqs[({})::integer] END"
 HISTORY: Final = Layout(
     [
@@ -232,7 +235,7 @@ def seal_guessed(guessed: str, seal: str) -> str:
     """``insert_guessed`` and ``seal`` as one statement, for a guessed transaction that
     writes nothing but its runs, claims and events (``_guess``'s docstring): the check's
     and the writes' CTEs, then the seal's, whose events are numbered (their seqs and
-    tickets taken) only once every run and claim is written. The events' rows pass a
+    ticket taken) only once every run and claim is written. The events' rows pass a
     condition on the counts of both inserts, an uncorrelated subquery evaluated once
     before the first row, and their seqs are taken after it, in the projection (a
     SELECT's volatile expressions are evaluated after its ORDER BY, above the filter):

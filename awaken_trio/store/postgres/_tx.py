@@ -13,7 +13,7 @@ every result back (a flush, not a Sync, so nothing commits early); only the end 
    round trip; the live
    attempts on the threads of existing runs it guards take one more;
 2. `PgTx.commit` queues every write (one statement per kind of row, many rows each), one
-   statement that numbers (each seq with its ticket) and writes the events, counts the
+   statement that numbers (the first seq with its ticket) and writes the events, counts the
    write, keeps the token and notifies, and ``COMMIT``, and syncs: one round trip.
 
 A batch whose every commit creates a run (an awaited ``start``, a ``submit``) skips the
@@ -38,7 +38,7 @@ transaction reads, so write transactions on different runs run side by side:
 Events are another matter: followers read them by seq, so a seq must never become visible
 after a greater one did. No lock every writer takes gives that (``_order``'s docstring has
 the proof): a transaction numbers its events from 1 as it writes them; its commit pipeline
-takes (``seal``) its seqs from a sequence in that order, each with its ticket, and
+takes (``seal``) its seqs from a sequence in that order, the first with its ticket, and
 commits, without waiting for another writer. What a transaction answers
 (`Accepted.last_seq`) is renumbered with the seqs it was given (`Numbered`). A deadlock
 between two transactions (rare: locks taken in a different order by lazy reads) is
@@ -257,8 +257,8 @@ class PgTx(TextRunTx[TextRow, _Insert]):
             raise GuessMissed("a rule read what the guess does not hold")
 
     def commit(self) -> None:
-        """Send every queued write, then number (with their tickets) and write the events,
-        and commit, in one pipeline (the module's docstring)."""
+        """Send every queued write, then number (the first with the ticket) and write the
+        events, and commit, in one pipeline (the module's docstring)."""
         conn = self.conn
         q = self.q
         counted = None

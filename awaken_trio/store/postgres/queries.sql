@@ -186,11 +186,11 @@ WHERE c.run_id = d.run_id AND c.channel = d.channel AND c.last_offset < d.before
 
 -- seal --
 -- The end of a write transaction, in one statement: count the write in this server
--- process's row, number the events from the sequence in their order, each seq with its
--- ticket (``next_seq``; a SELECT's volatile expressions are evaluated after its ORDER BY), keep the checkpoints by the seqs of their
--- events (0: the seq before the transaction's first, or the last handed out when it wrote
--- none), keep the token with the seqs, and NOTIFY (sent at COMMIT). No row is shared with
--- another writer.
+-- process's row, number the events from the sequence in their order, the first with the
+-- transaction's ticket (``_queries.EVENTS``: a SELECT's volatile expressions are evaluated
+-- after its ORDER BY), keep the checkpoints by the seqs of their events (0: the seq before
+-- the transaction's first, or the last handed out when it wrote none), keep the token
+-- with the seqs, and NOTIFY (sent at COMMIT). No row is shared with another writer.
 WITH w AS (
   INSERT INTO {s}.writes (pid, n) VALUES (pg_backend_pid(), 1)
   ON CONFLICT (pid) DO UPDATE SET n = {s}.writes.n + 1),

@@ -18,6 +18,7 @@ import trio
 from awaken_trio import RunEvent
 from awaken_trio.store import Accepted
 from awaken_trio.store.postgres._order import ticket_space
+from awaken_trio.store.postgres._queries import EVENTS
 from awaken_trio.store.postgres._store import PostgresStore
 from tests.commits import new_queued
 
@@ -170,6 +171,40 @@ async def test_readers_of_every_run_wait_for_a_writer_that_took_seqs_and_writers
         assert [e.seq for e in await store.events_after(0)] == [first.last_seq, held + 1]
     finally:
         await trio.to_thread.run_sync(holder.close)
+
+
+def _numbered_in_one_transaction(url: str, count: int) -> tuple[list[int], list[int], int]:
+    """``count`` events numbered as the seal numbers them (`EVENTS`' seq, rows in their
+    numbers' order), in a transaction then rolled back: their seqs in number order, the
+    keys of the tickets it held, and the sequence's last value before."""
+    value = EVENTS.values.split(", ")[0].replace("{s}", "awaken")
+    with psycopg.connect(url) as conn:
+        before = conn.execute("SELECT last_value FROM awaken.event_seqs").fetchone()
+        assert before is not None
+        found = conn.execute(
+            f"SELECT {value} FROM generate_series(%(count)s, 1, -1) AS t(n) ORDER BY n",
+            {"count": count, "space": ticket_space("awaken")},
+        ).fetchall()
+        locks = conn.execute(
+            "SELECT objid FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 2"
+            " AND classid::bigint = (%s::bigint & 4294967295) AND pid = pg_backend_pid()",
+            (ticket_space("awaken"),),
+        ).fetchall()
+        conn.rollback()
+    return [int(seq) for (seq,) in found], [int(objid) for (objid,) in locks], int(before[0])
+
+
+async def test_a_transaction_takes_one_ticket_below_all_its_seqs(
+    stores: list[PostgresStore], pg_url: str
+) -> None:
+    """However many events a transaction numbers, it holds one ticket, keyed below its first
+    seq, and its seqs follow its events' numbers (rows produced in another order are
+    numbered after the sort)."""
+    await stores[0].apply([new_queued("before")])  # the schema, and a seq taken
+    seqs, keys, last = await trio.to_thread.run_sync(_numbered_in_one_transaction, pg_url, 40)
+    assert keys == [last]  # (small seqs: the key is the value itself)
+    assert last < seqs[0]
+    assert seqs == list(range(seqs[0], seqs[0] + 40))
 
 
 async def test_the_writes_count_survives_folding_ended_processes(

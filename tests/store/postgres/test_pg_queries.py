@@ -119,8 +119,11 @@ def test_the_rows_read_are_the_text_rows_fields_in_order() -> None:
 
 def test_the_events_are_sealed_in_the_order_they_are_queued() -> None:
     assert EVENTS.names.split(", ") == list(EVENT_COLUMNS)
-    # (Numbered from the sequence, in the events' order: `_order`.)
-    assert EVENTS.values.startswith("{s}.next_seq(%(space)s)")
+    # (Numbered from the sequence, in the events' order, the first with the transaction's
+    # ticket: `_order`.)
+    assert EVENTS.values.startswith(
+        "CASE WHEN n = 1 THEN {s}.next_seq(%(space)s) ELSE nextval('{s}.event_seqs') END"
+    )
 
 
 def test_a_layout_lists_the_columns_read_from_the_row_first() -> None:
