@@ -33,7 +33,10 @@ measurement. Parts:
 - ``noop``: the drain's no-op row (1, 2 and 4 workers, at concurrency 256 and 1,024) and
   pgqueuer's drain (1 and 5 consumers, batch 10 and 100) of as many jobs, in the same
   rounds: our best over pgqueuer's best in each round, and the CPU a run or a job took in
-  the drain's processes and in the server's.
+  the drain's processes and in the server's. Beside them two floors: a run's writes, bare
+  (the rows a no-op run's start and end change, two statements a batch, drained as
+  pgqueuer's jobs are), and the kernel alone on the memory store; their CPU a run added
+  up is the least a run of ours can take on this machine.
 - ``backlog``: 20,000 runs (5,000 with ``--quick``) submitted at once to 4 worker
   processes, on PostgreSQL and on SQLite: runs per second while the store grows many
   times over within one load (faster than autovacuum gathers statistics).
@@ -77,6 +80,7 @@ import concurrent.futures
 import contextlib
 import functools
 import importlib
+import itertools
 import logging
 import os
 import random
@@ -598,7 +602,14 @@ def bench_noop(stores: Stores, n: int, rounds: int, out: Figures) -> None:
     run (or job) took in the drain's processes, in the server's and (ours) in the process
     waiting for every end, and the machine's busy share over the round: on a machine whose
     cores are all busy, a drain's rate is its CPU a run's inverse, whatever the store
-    allows."""
+    allows.
+
+    Two floors in the same rounds say what the target asks of this machine: a run's
+    writes, bare (`_bare_run`: the rows a no-op run's start and end change, in two
+    statements a batch, drained as pgqueuer's jobs are), and the kernel alone (`_kernel_cpu`:
+    the CPU a no-op run takes in a runtime on the memory store, no store I/O at all). Their
+    sum is the least CPU a run of ours can take here; the machine's cores over it, the most
+    runs a second it can drain."""
     print(
         f"\n== no-op drain against pgqueuer's: {n} runs / jobs queued first (runs/s, medians"
         f" of {rounds} rounds) =="
@@ -617,6 +628,7 @@ def bench_noop(stores: Stores, n: int, rounds: int, out: Figures) -> None:
         return
     found: list[dict[str, float]] = []
     cpu_found: list[dict[str, dict[str, float]]] = []
+    kernel: list[float] = []
     loads: list[float] = []
     postmaster = int((stores.server.data_dir / "postmaster.pid").read_text().split()[0])
     for _ in range(rounds):
@@ -634,11 +646,13 @@ def bench_noop(stores: Stores, n: int, rounds: int, out: Figures) -> None:
                         "server": spent[c].server / n * 1e3,
                         "waiter": spent[c].waiter / n * 1e3,
                     }
-            for consumers, batch in PGQUEUER_WAYS:
-                way = f"pgqueuer, {consumers} consumer(s), batch {batch}"
+            for (who, label), (consumers, batch) in itertools.product(
+                (("pgqueuer", "pgqueuer"), ("bare", "a run's writes, bare")), PGQUEUER_WAYS
+            ):
+                way = f"{label}, {consumers} consumer(s), batch {batch}"
                 (rate, _, drain_cpu, server_cpu), _ = _peer_rates(
                     stores.server,
-                    "pgqueuer",
+                    who,
                     stores.fresh("postgresql"),
                     *map(str, (n, consumers, batch, postmaster)),
                 )
@@ -649,6 +663,7 @@ def bench_noop(stores: Stores, n: int, rounds: int, out: Figures) -> None:
                     "waiter": 0.0,
                 }
         loads += load
+        kernel.append(trio.run(_kernel_cpu, n))
         found.append(rates)
         cpu_found.append(cpu)
 
@@ -671,6 +686,19 @@ def bench_noop(stores: Stores, n: int, rounds: int, out: Figures) -> None:
         )
     shown = ", ".join(f"{ratio:.2f}" for ratio in ratios)
     print(f"  ours' best / pgqueuer's best: {statistics.median(ratios):.2f}  (each round: {shown})")
+    bare = [best(r, "a run's") / best(r, "pgqueuer") for r in found]
+    print(f"  a run's writes, bare, best / pgqueuer's best: {statistics.median(bare):.2f}")
+    # The least CPU a run can take here: the kernel's alone, and the server's for the bare
+    # writes at their cheapest way (the client's side of those is the kernel's to do).
+    least_server = min(parts["server"] for way, parts in cpu.items() if way.startswith("a run's"))
+    least = statistics.median(kernel) + least_server
+    cores = os.cpu_count() or 1
+    print(
+        f"  kernel alone (memory store): {statistics.median(kernel):.3f} ms CPU a run;"
+        f" + the bare writes' least server CPU {least_server:.3f} ms = {least:.3f} ms:"
+        f" at most {cores / (least * 1e-3):,.0f} runs/s on {cores} cores"
+        f" (pgqueuer's best: {statistics.median(best(r, 'pgqueuer') for r in found):,.0f})"
+    )
     if loads:
         print(f"  machine CPU busy (median of the rounds): {statistics.median(loads):.0%}")
     table.update(
@@ -679,6 +707,10 @@ def bench_noop(stores: Stores, n: int, rounds: int, out: Figures) -> None:
             "CPU ms a run": cpu,
             "ours' best / pgqueuer's best": statistics.median(ratios),
             "ratio by round": ratios,
+            "bare writes' best / pgqueuer's best": statistics.median(bare),
+            "kernel alone CPU ms a run": statistics.median(kernel),
+            "least CPU ms a run": least,
+            "most runs/s on this machine": cores / (least * 1e-3),
             "rounds": found,
             "machine CPU busy": statistics.median(loads) if loads else None,
         }
@@ -895,11 +927,125 @@ def _pgqueuer_run(
     return asyncio.run(main())
 
 
+async def _noop(ctx: RunContext) -> int:
+    return 1
+
+
+async def _kernel_cpu(n: int) -> float:
+    """CPU ms a run of ``n`` no-op runs takes in a runtime on the memory store (each
+    started and waited for, all at once): the kernel's own share of a run, with no store
+    I/O at all."""
+    async with open_runtime("memory://") as runtime:
+        started = time.process_time()
+
+        async def one() -> None:
+            await (await runtime.start(_noop)).wait()
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(n):
+                nursery.start_soon(one)
+        return (time.process_time() - started) / n * 1e3
+
+
+async def _queued_only(url: str, n: int) -> None:
+    """``n`` runs of ``stepper`` queued (a no-op body's input), nothing else."""
+    async with open_runtime(url) as runtime, trio.open_nursery() as nursery:
+        for _ in range(n):
+            nursery.start_soon(functools.partial(runtime.submit, "stepper", input={"steps": 0}))
+
+
+# A run's writes in the store's own tables, bare: what a no-op run's start and end must
+# change for its guarantees (the row's state as it starts and as it ends, a claim with an
+# epoch and a lease held while its body runs, an event for each), and nothing of the
+# store's own machinery (no look and reservation, no rules read back, no seq watermark, no
+# token for a lost answer, no writes count). Each is one statement for a whole batch.
+_BARE_START: Final = b"""
+WITH picked AS (
+  SELECT run_id FROM awaken.runs WHERE queued_order IS NOT NULL AND name = 'stepper'
+  ORDER BY created LIMIT %(batch)s FOR UPDATE SKIP LOCKED),
+started AS (
+  UPDATE awaken.runs r SET kind = 'running', state = '{"kind":"running","generation":1}',
+    generation = 1, epoch = 1, attempt_epoch = 1, queued_order = NULL,
+    updated_at = %(now)s, started_at = %(now)s, worker_id = %(worker)s
+  FROM picked WHERE r.run_id = picked.run_id RETURNING r.run_id, r.thread_id),
+claimed AS (
+  INSERT INTO awaken.claims (run_id, owner, epoch, lease_until)
+  SELECT run_id, %(worker)s, 1, %(now)s + 30 FROM started),
+logged AS (
+  INSERT INTO awaken.events (seq, run_id, thread_id, generation, kind, state, detail, at)
+  SELECT nextval('awaken.event_seqs'), run_id, thread_id, 1, 'committed',
+    '{"kind":"running","generation":1}', '{"source":"serve"}', %(now)s FROM started)
+SELECT run_id FROM started
+"""
+_BARE_END: Final = b"""
+WITH ended AS (
+  UPDATE awaken.runs SET kind = 'ended',
+    state = '{"kind":"ended","cause":{"kind":"natural_end"}}', attempt_epoch = NULL,
+    result = '{"steps":0}', updated_at = %(now)s, ended_at = %(now)s, cause = 'natural_end'
+  WHERE run_id = ANY(%(ids)s) RETURNING run_id, thread_id),
+released AS (DELETE FROM awaken.claims WHERE run_id = ANY(%(ids)s)),
+logged AS (
+  INSERT INTO awaken.events (seq, run_id, thread_id, generation, kind, state, detail, at)
+  SELECT nextval('awaken.event_seqs'), run_id, thread_id, 1, 'committed',
+    '{"kind":"ended","cause":{"kind":"natural_end"}}', '{}', %(now)s FROM ended)
+SELECT pg_notify('awaken_trio.awaken', 'bare')
+"""
+
+
+def _bare_run(
+    url: str, n: int, consumers: int, batch: int, postmaster: int | None = None
+) -> tuple[float, float, float, float]:
+    """A no-op drain's writes, bare (`_BARE_START`, `_BARE_END`), as `_pgqueuer_run`
+    measures pgqueuer's: ``n`` runs queued in the store's schema first, then ``consumers``
+    connections (asyncio, in one process) each taking ``batch`` runs at a time, starting
+    them in one transaction and ending them in another, each committed with fsync. Runs
+    per second of the drain (twice, as `_pgqueuer_run` gives two rates), then the CPU
+    seconds this process, and the server's processes, spent in it."""
+    psycopg: Any = importlib.import_module("psycopg")
+    trio.run(_queued_only, url, n)
+
+    async def main() -> tuple[float, float, float, float]:
+        connections = [await psycopg.AsyncConnection.connect(url) for _ in range(consumers)]
+        done = 0
+
+        async def consume(conn: Any, worker: str) -> None:
+            nonlocal done
+            while True:
+                now = time.time()
+                async with conn.transaction():
+                    found = await conn.execute(
+                        _BARE_START, {"batch": batch, "now": now, "worker": worker}
+                    )
+                    ids = [run_id for (run_id,) in await found.fetchall()]
+                if not ids:
+                    return
+                async with conn.transaction():
+                    await conn.execute(_BARE_END, {"ids": ids, "now": time.time()})
+                done += len(ids)
+
+        server_before = 0.0 if postmaster is None else _children_cpu(postmaster)
+        cpu_before = time.process_time()
+        started = time.perf_counter()
+        await asyncio.gather(*(consume(c, f"bare{i}") for i, c in enumerate(connections)))
+        elapsed = time.perf_counter() - started
+        drain_cpu = time.process_time() - cpu_before
+        server_cpu = 0.0 if postmaster is None else _children_cpu(postmaster) - server_before
+        assert done == n, f"{done} of {n} runs ended"
+        for connection in connections:
+            await connection.close()
+        return n / elapsed, n / elapsed, drain_cpu, server_cpu
+
+    return asyncio.run(main())
+
+
 def _peer(args: Sequence[str]) -> None:
     """One peer measurement in a process of its own; prints its rates on the last line."""
     which, url, n, *rest = args
     if which == "dbos":
         print(_dbos_run(url, int(n), int(rest[0])))
+    elif which == "bare":
+        postmaster = int(rest[2]) if len(rest) > 2 else None
+        print(*_bare_run(url, int(n), int(rest[0]), int(rest[1]), postmaster))
     else:
         postmaster = int(rest[2]) if len(rest) > 2 else None
         print(*_pgqueuer_run(url, int(n), int(rest[0]), int(rest[1]), postmaster))
