@@ -273,22 +273,24 @@ SELECT {event_columns} FROM {s}.events WHERE run_id = %s AND kind = 'step' ORDER
 -- reserved a moment ago, whose thread no other run's live attempt occupies, oldest run
 -- first (the order they were created). A run another transaction has locked (most often
 -- another worker looking or claiming it now) is skipped, so workers looking at once are
--- handed different runs. (OFFSET 0: asked of each candidate, through the index of live
--- attempts by thread and the reservations' key, not made into a join that reads every run
--- or every reservation to find them: measured, a join made a look over a backlog of
--- 5,000 runs cost ten times as much.) A run whose not_before (a delayed start, a retry's wait) is later than
--- now (the runtime's clock) is passed over, read from the same walk of the queue.
+-- handed different runs. (OFFSET 0 and the scalar subqueries: asked of each candidate,
+-- through the index of live attempts by thread and the claims' and the reservations' keys,
+-- not made into a join that reads every run, claim or reservation to find them: measured,
+-- a join made a look over a backlog of 5,000 runs cost ten times as much. A claim is read
+-- by its key alone and its lease compared outside, so the index of leases is no choice.)
+-- A run whose not_before (a delayed start, a retry's wait) is later than now (the
+-- runtime's clock) is passed over, read from the same walk of the queue.
 SELECT {record_columns} FROM {s}.runs r
 WHERE r.queued_order IS NOT NULL AND r.name = ANY(%(names)b)
   AND (r.not_before IS NULL OR r.not_before <= %(now)s)
-  AND NOT EXISTS (SELECT 1 FROM {s}.claims c WHERE c.run_id = r.run_id
-    AND c.lease_until >= %(lease_now)s)
+  AND coalesce((SELECT c.lease_until FROM {s}.claims c WHERE c.run_id = r.run_id),
+    '-infinity') < %(lease_now)s
   AND NOT EXISTS (SELECT 1 FROM {s}.reserved v WHERE v.run_id = r.run_id
     AND v.generation = r.generation AND v.until >= %(lease_now)s AND v.by <> %(by)s OFFSET 0)
-  AND NOT EXISTS (SELECT 1 FROM {s}.runs o JOIN {s}.claims c ON c.run_id = o.root_run_id
-    WHERE o.thread_id = r.thread_id AND o.attempt_epoch IS NOT NULL
-    AND o.run_id <> r.run_id AND c.epoch = o.attempt_epoch
-    AND c.lease_until >= %(lease_now)s OFFSET 0)
+  AND NOT EXISTS (SELECT 1 FROM {s}.runs o
+    WHERE o.thread_id = r.thread_id AND o.attempt_epoch IS NOT NULL AND o.run_id <> r.run_id
+    AND (SELECT c.lease_until FROM {s}.claims c WHERE c.run_id = o.root_run_id
+      AND c.epoch = o.attempt_epoch) >= %(lease_now)s OFFSET 0)
 ORDER BY r.created LIMIT %(limit)s FOR UPDATE OF r SKIP LOCKED;
 
 -- due --
@@ -302,8 +304,13 @@ ORDER BY t.wake_at, t.put_order LIMIT %(limit)s FOR UPDATE OF r SKIP LOCKED;
 
 -- look_async --
 -- A look's reservations are hints (a lost one costs a race the rules settle): its commit
--- does not wait for the WAL flush.
-SET LOCAL synchronous_commit = off;
+-- does not wait for the WAL flush. And its statements are planned for the tables as they
+-- are at each look, not with the plan a connection keeps of a statement after its first
+-- runs: one made while the claims were none walked every claim for each candidate once
+-- they were many (a look by the second of two workers holding 1,024 runs each cost twice
+-- what it does planned anew; planning it costs 0.2 ms, once a look).
+SELECT set_config('synchronous_commit', 'off', true),
+  set_config('plan_cache_mode', 'force_custom_plan', true);
 
 -- reserved_by_others --
 -- Of the runs a look locked, those another look reserved: read in a statement of its own,

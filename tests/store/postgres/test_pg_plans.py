@@ -12,11 +12,13 @@ reaches runs by key."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import psycopg
 import trio
+from psycopg import sql
 from psycopg._queries import PostgresQuery
 from psycopg.adapt import Transformer
 
@@ -136,3 +138,48 @@ async def test_a_look_for_runs_past_their_limits_reads_their_partial_indexes(
     # Each index twice: the runs past it, and the first still to come.
     assert plan.count("runs_past_deadline") == 2, plan
     assert plan.count("runs_past_queue_deadline") == 2, plan
+
+
+def _look_planned_before_claims(url: str, params: Mapping[str, Any], claims: int) -> str:
+    """The plan of a look (``queued``, in a look's transaction) on a connection that
+    prepared it and keeps a generic plan of it made while no run was claimed, once
+    ``claims`` runs are claimed since (as a connection of the store runs it: the statement
+    prepared on its first run)."""
+    r = Queries.of("awaken")
+    with psycopg.connect(url, autocommit=True) as conn:
+        query = PostgresQuery(Transformer(conn))
+        query.convert(r.queued, params)
+        assert query.params is not None
+        conn.execute(b"PREPARE look AS " + query.query)
+        # The values in the placeholders' order (utility statements take no parameters).
+        names = dict.fromkeys(re.findall(rb"%\((\w+)\)", r.queued))
+        values = ", ".join(sql.Literal(params[name.decode()]).as_string(conn) for name in names)
+        # The generic plan a connection keeps after a statement's first runs (it may,
+        # when its cost is no worse than the custom plans'), made now.
+        conn.execute("SET plan_cache_mode = force_generic_plan")
+        conn.execute(f"EXECUTE look({values})").fetchall()
+        conn.execute(
+            "INSERT INTO awaken.claims SELECT run_id, 'w', 1, 1e12 FROM awaken.runs"
+            " ORDER BY run_id LIMIT %s",
+            (claims,),
+        )
+        with conn.transaction():
+            conn.execute(r.look_async)
+            found = conn.execute(f"EXPLAIN EXECUTE look({values})").fetchall()
+        return "\n".join(str(line) for (line,) in found)
+
+
+async def test_a_look_asks_each_candidate_for_its_claims_by_key_as_claims_grow(
+    pg_url: str,
+) -> None:
+    # A look made while no run was claimed (a store's first looks) runs again once workers
+    # hold hundreds of runs: a walk of every claim would then be paid for each candidate
+    # (measured: a look by the second of two workers holding 1,024 runs cost twice as
+    # much). The candidate's claim, and the claim of a live attempt on its thread, are
+    # read by the claims' key.
+    await _store_of(pg_url)
+    params = {"names": ["job"], "lease_now": 0.0, "now": 0.0, "limit": 8, "by": "a look"}
+    plan = await trio.to_thread.run_sync(_look_planned_before_claims, pg_url, params, 1500)
+    claims = [line for line in plan.splitlines() if " on claims " in line]
+    assert len(claims) == 2, plan
+    assert all("Index Scan using claims_pkey on claims" in line for line in claims), plan
