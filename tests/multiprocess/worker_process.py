@@ -11,9 +11,10 @@ open and serve only once a line comes on its stdin (a benchmark starts several w
 one backlog at one moment). ``--agents`` serves the pydantic-ai agents of ``mp_agents.py``
 too.
 
-Every line it prints is flushed, so a test reads them as they come. It exits by itself
-(releasing its claims) when the process that started it is gone, so a test process that
-dies leaves no worker behind.
+Once its runtime is open it freezes its startup heap out of garbage collection, as
+``awaken-trio worker`` does. Every line it prints is flushed, so a test reads them as they
+come. It exits by itself (releasing its claims) when the process that started it is gone,
+so a test process that dies leaves no worker behind.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import contextlib
 
 from awaken_trio import open_runtime
+from awaken_trio._cli._worker import freeze_startup_heap
 from awaken_trio._core import Body
 from tests.multiprocess.mp_bodies import BODIES
 
@@ -48,6 +50,7 @@ async def main(args: argparse.Namespace) -> None:
         ) as runtime,
         trio.open_nursery() as nursery,
     ):
+        freeze_startup_heap()  # as ``awaken-trio worker`` does once it has started
         if args.gate:
             print(f"ready {args.name}", flush=True)
             if not await trio.wrap_file(sys.stdin).readline():
