@@ -137,7 +137,7 @@ def freeze_startup_heap() -> int:
     process most of those are the startup's, which never become garbage; the runs, their
     attempts and their records come and go meanwhile, so full collections come often. Left
     out of them, the startup heap costs nothing more: a worker draining no-op runs on
-    PostgreSQL spent 13% less CPU a run (``docs/guides/scaling-postgres.md``). What is made
+    PostgreSQL spent 12% less CPU a run (``docs/guides/scaling-postgres.md``). What is made
     afterwards is collected as before; what was frozen never is, so this runs once, after
     startup, and not in a library that shares its process with an application.
     """
