@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from awaken_trio._cli._worker import freeze_startup_heap
+from awaken_trio._heap import freeze_startup_heap
 from tests.cli.cli_helpers import HERE, background, read_until, wait_exit
 
 

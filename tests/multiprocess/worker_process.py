@@ -33,8 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import contextlib
 
 from awaken_trio import open_runtime
-from awaken_trio._cli._worker import freeze_startup_heap
 from awaken_trio._core import Body
+from awaken_trio._heap import freeze_startup_heap
 from tests.multiprocess.mp_bodies import BODIES
 
 
