@@ -37,8 +37,13 @@ _KEYWORD_PASSWORD: Final = re.compile(r"(?i)(\bpassword\s*=\s*)('(?:[^'\\]|\\.)*
 def redact(text: str) -> str:
     """``text`` (a message, a log line, an error) with every URL password
     (``user:secret@``) and ``password=`` value replaced by ``***``."""
-    text = _URL_PASSWORD.sub(rf"\g<head>:{MASK}@", text)
-    return _PASSWORD_OPTION.sub(rf"\g<head>{MASK}", text)
+    # Each pattern holds a literal the text must hold for it to match (``://``, ``=``):
+    # most text, a worker's every log line among it, holds neither and skips the search.
+    if "://" in text:
+        text = _URL_PASSWORD.sub(rf"\g<head>:{MASK}@", text)
+    if "=" in text:
+        text = _PASSWORD_OPTION.sub(rf"\g<head>{MASK}", text)
+    return text
 
 
 def redact_url(url: str) -> str:

@@ -32,6 +32,7 @@ import datetime
 import json
 import logging
 import math
+import re
 import sys
 import threading
 import traceback
@@ -53,6 +54,9 @@ RUN_TRACEBACK: Final = "traceback"
 
 command_log: Final = logging.getLogger(COMMAND_LOGGER)
 
+# What makes an ``extra`` more than one plain word in a text line: whitespace (``\s`` is
+# `str.isspace`'s set), a quote, an ``=``.
+_NOT_BARE: Final = re.compile(r"[\s\"'=]")
 # The attributes every LogRecord has; any other is an ``extra``.
 _STANDARD: Final = frozenset(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {
     "message",
@@ -300,7 +304,7 @@ def _jsonable(value: Any) -> Any:
 def _token(value: Any) -> str:
     """An ``extra`` in a text line: bare when it is one plain word, else as JSON."""
     text = value if isinstance(value, str) else None
-    if text is not None and text and not any(c.isspace() or c in "\"'=" for c in text):
+    if text is not None and text and _NOT_BARE.search(text) is None:
         return redact(text)
     return json.dumps(_jsonable(value), ensure_ascii=False, default=_safe_str)
 

@@ -59,6 +59,24 @@ def test_a_text_record_is_one_line_with_its_time_level_logger_and_extras() -> No
     )
 
 
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [
+        ("w-7", "w-7"),
+        ("two words", '"two words"'),
+        ("tab\there", '"tab\\there"'),
+        ("no\u00a0break", '"no\u00a0break"'),
+        ('say"so', '"say\\"so"'),
+        ("it's", '"it\'s"'),
+        ("k=v", '"k=v"'),
+        ("", '""'),
+    ],
+)
+def test_an_extra_is_bare_only_when_it_is_one_plain_word(value: str, shown: str) -> None:
+    [line] = written("text", note=value).splitlines()
+    assert line.endswith(f" note={shown}"), line
+
+
 def test_a_json_record_is_one_object_with_its_extras() -> None:
     text = written("json", run_id="r1", worker_id="w-7", event="claim", generation=2)
     [line] = text.splitlines()

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from awaken_trio._redact import redact, redact_conninfo, redact_secret, redact_url
+from awaken_trio import _redact
+from awaken_trio._redact import MASK, redact, redact_conninfo, redact_secret, redact_url
 
 SECRET = "s3cr/et@x"
 
@@ -60,3 +63,21 @@ def test_redact_secret_hides_a_known_password_wherever_a_driver_put_it() -> None
     assert "***" in shown
     assert redact_secret("nothing", None) == "nothing"
     assert redact_secret("nothing", "") == "nothing"
+
+
+def _every_pattern(text: str) -> str:
+    """`redact` with both of its patterns always searched: what its literal checks skip
+    must be what these searches cannot match."""
+    text = _redact._URL_PASSWORD.sub(rf"\g<head>:{MASK}@", text)
+    return _redact._PASSWORD_OPTION.sub(rf"\g<head>{MASK}", text)
+
+
+# Text made of the pieces the patterns look for, so a random draw hits them often.
+_PIECES = st.sampled_from(
+    ["://", ":", "@", "=", "password", "PassWord", "pg", "bob", "s3cret", " ", "/", "'", "é"]
+)
+
+
+@given(st.lists(st.one_of(_PIECES, st.text(max_size=4)), max_size=16).map("".join))
+def test_redact_skips_a_search_only_where_it_could_not_match(text: str) -> None:
+    assert redact(text) == _every_pattern(text)
