@@ -38,7 +38,8 @@ measurement. Parts:
   timed by its own count of jobs done). Beside them two floors: a run's writes, bare
   (the rows a no-op run's start and end change, two statements a batch, drained as
   pgqueuer's jobs are), and the kernel alone on the memory store; their CPU a run added
-  up is the least a run of ours can take on this machine.
+  up is the least a run of ours can take on this machine. And a deployed worker's drain:
+  two ``awaken-trio worker`` processes, their INFO lines written to files (`_cli_drain`).
 - ``backlog``: 20,000 runs (5,000 with ``--quick``) submitted at once to 4 worker
   processes, on PostgreSQL and on SQLite: runs per second while the store grows many
   times over within one load (faster than autovacuum gathers statistics).
@@ -642,7 +643,9 @@ def bench_noop(stores: Stores, n: int, rounds: int, out: Figures) -> None:
     statements a batch, drained as pgqueuer's jobs are), and the kernel alone (`_kernel_cpu`:
     the CPU a no-op run takes in a runtime on the memory store, no store I/O at all). Their
     sum is the least CPU a run of ours can take here; the machine's cores over it, the most
-    runs a second it can drain."""
+    runs a second it can drain. And in each round a deployed worker's drain (`_cli_drain`:
+    ``awaken-trio worker`` itself, its INFO lines written), beside ours and not in our
+    best: the benchmark's own workers write no log."""
     print(
         f"\n== no-op drain against pgqueuer's: {n} runs / jobs queued first (runs/s, medians"
         f" of {rounds} rounds) =="
@@ -680,6 +683,16 @@ def bench_noop(stores: Stores, n: int, rounds: int, out: Figures) -> None:
                         "server": spent[c].server / n * 1e3,
                         "waiter": spent[c].waiter / n * 1e3,
                     }
+            deployed = DrainCpu()
+            way = f"awaken-trio worker (INFO lines), {CLI_WORKERS} workers, ends polled"
+            rates[way] = _cli_drain(
+                stores.fresh("postgresql"), n, NOOP_CONCURRENCY[-1], deployed, stores.server
+            )
+            cpu[way] = {
+                "drain": deployed.workers / n * 1e3,
+                "server": deployed.server / n * 1e3,
+                "waiter": deployed.waiter / n * 1e3,
+            }
             for (who, label), (consumers, batch) in itertools.product(
                 (("pgqueuer", "pgqueuer"), ("bare", "a run's writes, bare")), PGQUEUER_WAYS
             ):
@@ -994,6 +1007,97 @@ async def _queued_only(url: str, n: int) -> None:
     async with open_runtime(url) as runtime, trio.open_nursery() as nursery:
         for _ in range(n):
             nursery.start_soon(functools.partial(runtime.submit, "stepper", input={"steps": 0}))
+
+
+CLI_WORKERS: Final = 2
+CLI_BODIES: Final = "tests.multiprocess.mp_bodies:BODIES"
+
+
+@contextlib.contextmanager
+def cli_workers(url: str, concurrency: int, logs: Path) -> Iterator[list[int]]:
+    """`CLI_WORKERS` processes of ``awaken-trio worker`` serving ``url`` (``concurrency``
+    each), their stderr (their log lines) written to ``w0.log``, ``w1.log`` ... in
+    ``logs``; their pids. Killed on leaving."""
+    processes: list[subprocess.Popen[bytes]] = []
+    try:
+        for i in range(CLI_WORKERS):
+            with open(logs / f"w{i}.log", "wb") as log:
+                processes.append(
+                    subprocess.Popen(
+                        [
+                            *(sys.executable, "-m", "awaken_trio", "worker", CLI_BODIES),
+                            *("--store", url, "--concurrency", str(concurrency)),
+                            *("--lease", "30", "--poll", "0.05"),
+                        ],
+                        cwd=ROOT,
+                        stdout=subprocess.DEVNULL,
+                        stderr=log,
+                        env={**os.environ, "PYTHONPATH": str(ROOT)},
+                    )
+                )
+        yield [process.pid for process in processes]
+    finally:
+        for process in processes:
+            process.kill()
+            process.wait()
+
+
+def _cli_drain(url: str, n: int, concurrency: int, cpu: DrainCpu, server: Any) -> float:
+    """Runs per second of a queue drained by ``awaken-trio worker`` itself, as deployed:
+    ``n`` runs of ``stepper`` with a no-op input queued first, then `cli_workers` writing
+    their INFO lines (two a run) to files.
+
+    The command has no gate of its own, so the store is the gate: a transaction of this
+    process holds the runs table in EXCLUSIVE mode (reads pass; no run can be claimed or
+    started) until every worker has registered, then ends. Timed from then to the last
+    end, found by asking the store (as ``ends="polled"``); the CPU the workers, the server
+    and this process spent meanwhile is added to ``cpu``. Every run ended naturally, and
+    each worker wrote its end's line."""
+    trio.run(_queued_only, url, n)
+    psycopg: Any = importlib.import_module("psycopg")
+    with tempfile.TemporaryDirectory() as logs, psycopg.connect(url) as gate:
+        gate.execute("LOCK TABLE awaken.runs IN EXCLUSIVE MODE")
+        with cli_workers(url, concurrency, Path(logs)) as pids:
+            rate = trio.run(_cli_drained, url, n, pids, gate.rollback, cpu, server)
+            deadline = time.monotonic() + 10  # the last lines come after their commits
+            while (logged := _lines(Path(logs), " event=end")) < n:
+                assert time.monotonic() < deadline, f"{logged} end lines for {n} runs"
+                time.sleep(ENDS_POLLED_EVERY)
+    return rate
+
+
+def _lines(logs: Path, holding: str) -> int:
+    """The lines of the logs in ``logs`` that hold ``holding``."""
+    return sum(path.read_text().count(holding) for path in logs.glob("*.log"))
+
+
+async def _cli_drained(
+    url: str, n: int, pids: list[int], open_gate: Callable[[], None], cpu: DrainCpu, server: Any
+) -> float:
+    """`_cli_drain`'s timed part: the gate opened once every worker has registered, then
+    the store asked for the last end."""
+    async with open_runtime(url) as runtime:
+        with trio.fail_after(60):
+            while True:
+                if len(await runtime.list_workers()) == len(pids):
+                    break
+                await trio.sleep(ENDS_POLLED_EVERY)
+        workers_before = _processes_cpu(pids)
+        server_before = _server_cpu(server)
+        waiter_before = time.process_time()
+        started = time.perf_counter()
+        open_gate()
+        while True:
+            if not any([await runtime.list_runs(state=kind, limit=1) for kind in UNENDED]):
+                break
+            await trio.sleep(ENDS_POLLED_EVERY)
+        elapsed = time.perf_counter() - started
+        cpu.waiter += time.process_time() - waiter_before
+        cpu.server += _server_cpu(server) - server_before
+        cpu.workers += _processes_cpu(pids) - workers_before
+        counts = await runtime.count_runs()
+    assert counts.natural_end == n, dict(counts)
+    return n / elapsed
 
 
 # A run's writes in the store's own tables, bare: what a no-op run's start and end must
