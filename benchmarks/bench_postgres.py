@@ -292,6 +292,12 @@ def _stat(pid: int | str) -> list[str] | None:
         return None
 
 
+def _cores() -> int:
+    """The cores this process may run on (and the server it starts, which inherits them):
+    fewer than the machine's under ``taskset``."""
+    return len(os.sched_getaffinity(0))
+
+
 def _processes_cpu(pids: Sequence[int]) -> float:
     """Seconds of CPU the processes ``pids`` used so far (``/proc``)."""
     ticks = 0
@@ -745,7 +751,7 @@ def bench_noop(stores: Stores, n: int, rounds: int, out: Figures) -> None:
     # writes at their cheapest way (the client's side of those is the kernel's to do).
     least_server = min(parts["server"] for way, parts in cpu.items() if way.startswith("a run's"))
     least = statistics.median(kernel) + least_server
-    cores = os.cpu_count() or 1
+    cores = _cores()
     print(
         f"  kernel alone (memory store): {statistics.median(kernel):.3f} ms CPU a run;"
         f" + the bare writes' least server CPU {least_server:.3f} ms = {least:.3f} ms:"
@@ -1854,7 +1860,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     rounds = 1 if args.quick else 3
     out: Figures = {
         "command": " ".join(["python", "benchmarks/bench_postgres.py", *(argv or sys.argv[1:])]),
-        "machine": {"cores": os.cpu_count(), "python": sys.version.split()[0]},
+        "machine": {"cores": _cores(), "python": sys.version.split()[0]},
         "quick": args.quick,
     }
     try:
