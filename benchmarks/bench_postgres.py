@@ -102,7 +102,7 @@ import attrs
 import trio
 from _harness import ROOT, percentile, write_json
 
-from awaken_trio import EndCause, RunContext, RunState, open_runtime
+from awaken_trio import EndCause, RunContext, RunState, Runtime, open_runtime
 
 WORKER = ROOT / "tests" / "multiprocess" / "worker_process.py"
 CANCEL_OWNER = ROOT / "benchmarks" / "_cancel_owner.py"
@@ -281,6 +281,14 @@ class DrainCpu:
     server: float = 0.0
     waiter: float = 0.0
 
+    def per_run(self, n: int) -> dict[str, float]:
+        """Milliseconds of each part a run, over ``n`` runs (as `bench_noop` shows them)."""
+        return {
+            "drain": self.workers / n * 1e3,
+            "server": self.server / n * 1e3,
+            "waiter": self.waiter / n * 1e3,
+        }
+
 
 def _stat(pid: int | str) -> list[str] | None:
     """The fields of ``/proc/PID/stat`` after the command's name (the parent's pid first,
@@ -305,6 +313,15 @@ def _processes_cpu(pids: Sequence[int]) -> float:
         if (fields := _stat(pid)) is not None:
             ticks += int(fields[11]) + int(fields[12])
     return ticks / os.sysconf("SC_CLK_TCK")
+
+
+async def _until_ended(runtime: Runtime) -> None:
+    """Return once no run is left queued or running, asking the store every
+    `ENDS_POLLED_EVERY` seconds (``ends="polled"``)."""
+    while True:
+        if not any([await runtime.list_runs(state=kind, limit=1) for kind in UNENDED]):
+            return
+        await trio.sleep(ENDS_POLLED_EVERY)
 
 
 async def _drain(
@@ -346,10 +363,7 @@ async def _drain(
                 for handle in handles:
                     nursery.start_soon(wait, handle)
         else:
-            while True:
-                if not any([await runtime.list_runs(state=kind, limit=1) for kind in UNENDED]):
-                    break
-                await trio.sleep(ENDS_POLLED_EVERY)
+            await _until_ended(runtime)
         elapsed = time.perf_counter() - started
         if cpu is not None:
             cpu.waiter += time.process_time() - waiter_before
@@ -684,21 +698,13 @@ def bench_noop(stores: Stores, n: int, rounds: int, out: Figures) -> None:
                     who = "ours," if ends == "waited" else "ours (ends polled),"
                     way = f"{who} {c} worker(s), concurrency {concurrency}"
                     rates[way] = rate
-                    cpu[way] = {
-                        "drain": spent[c].workers / n * 1e3,
-                        "server": spent[c].server / n * 1e3,
-                        "waiter": spent[c].waiter / n * 1e3,
-                    }
+                    cpu[way] = spent[c].per_run(n)
             deployed = DrainCpu()
             way = f"awaken-trio worker (INFO lines), {CLI_WORKERS} workers, ends polled"
             rates[way] = _cli_drain(
                 stores.fresh("postgresql"), n, NOOP_CONCURRENCY[-1], deployed, stores.server
             )
-            cpu[way] = {
-                "drain": deployed.workers / n * 1e3,
-                "server": deployed.server / n * 1e3,
-                "waiter": deployed.waiter / n * 1e3,
-            }
+            cpu[way] = deployed.per_run(n)
             for (who, label), (consumers, batch) in itertools.product(
                 (("pgqueuer", "pgqueuer"), ("bare", "a run's writes, bare")), PGQUEUER_WAYS
             ):
@@ -710,11 +716,7 @@ def bench_noop(stores: Stores, n: int, rounds: int, out: Figures) -> None:
                     *map(str, (n, consumers, batch, postmaster)),
                 )
                 rates[way] = rate
-                cpu[way] = {
-                    "drain": drain_cpu / n * 1e3,
-                    "server": server_cpu / n * 1e3,
-                    "waiter": 0.0,
-                }
+                cpu[way] = DrainCpu(drain_cpu, server_cpu).per_run(n)
         loads += load
         kernel.append(trio.run(_kernel_cpu, n))
         found.append(rates)
@@ -1093,10 +1095,7 @@ async def _cli_drained(
         waiter_before = time.process_time()
         started = time.perf_counter()
         open_gate()
-        while True:
-            if not any([await runtime.list_runs(state=kind, limit=1) for kind in UNENDED]):
-                break
-            await trio.sleep(ENDS_POLLED_EVERY)
+        await _until_ended(runtime)
         elapsed = time.perf_counter() - started
         cpu.waiter += time.process_time() - waiter_before
         cpu.server += _server_cpu(server) - server_before
