@@ -20,7 +20,7 @@ import trio
 
 from .. import Runtime
 from .._face.failures import bad_input
-from .._heap import freeze_startup_heap
+from .._heap import settle_heap
 from .._redact import redact
 from ._common import (
     SecondsRange,
@@ -143,11 +143,12 @@ async def serve(
                 trio.open_nursery() as serving,
             ):
                 set_context(worker_id=runtime.worker_id)
-                frozen = freeze_startup_heap()
+                heap = settle_heap()
                 command_log.debug(
                     "awaken-trio worker: %d objects alive at start frozen out of garbage"
-                    " collection",
-                    frozen,
+                    " collection; the young generation is collected every %d allocations",
+                    heap.frozen,
+                    heap.young_threshold,
                     extra={"worker_id": runtime.worker_id, "event": "heap_frozen"},
                 )
                 drained = trio.Event()

@@ -1,6 +1,6 @@
-"""``awaken-trio worker`` freezes its startup heap out of garbage collection once it has
-started (`freeze_startup_heap`): what was alive then is frozen, garbage is collected first,
-and what is made afterwards is collected as before."""
+"""``awaken-trio worker`` settles its heap once it has started (`settle_heap`): garbage is
+collected first, what was alive then is frozen out of garbage collection, what is made
+afterwards is collected as before, and the young generation is collected less often."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from awaken_trio._heap import freeze_startup_heap
+from awaken_trio._heap import YOUNG_THRESHOLD, SettledHeap, settle_heap
 from tests.cli.cli_helpers import HERE, background, read_until, wait_exit
 
 
@@ -33,38 +33,70 @@ def cycle() -> weakref.ref[Node]:
 @pytest.fixture
 def unfrozen() -> Iterator[None]:
     gc.unfreeze()
+    thresholds = gc.get_threshold()
+    gc.set_threshold(700, *thresholds[1:])
     yield
     gc.unfreeze()  # this test process's heap goes back to the collector
+    gc.set_threshold(*thresholds)
 
 
 def test_it_collects_garbage_first_then_freezes_what_is_alive(unfrozen: None) -> None:
     garbage = cycle()
     kept = Node()
     kept.other = kept
-    frozen = freeze_startup_heap()
+    settled = settle_heap()
     assert garbage() is None, "a cycle that was garbage was frozen instead of freed"
-    assert frozen == gc.get_freeze_count() > 0
+    assert settled.frozen == gc.get_freeze_count() > 0
     assert gc.is_tracked(kept)
     assert not any(o is kept for o in gc.get_objects()), "what was alive was not frozen"
 
 
 def test_what_is_made_afterwards_is_collected_as_before(unfrozen: None) -> None:
-    freeze_startup_heap()
+    settle_heap()
     later = cycle()
     assert later() is not None
     gc.collect()
     assert later() is None
 
 
+def test_the_young_generation_is_collected_less_often(unfrozen: None) -> None:
+    middle, old = gc.get_threshold()[1:]
+    settled = settle_heap()
+    assert settled == SettledHeap(frozen=gc.get_freeze_count(), young_threshold=YOUNG_THRESHOLD)
+    assert gc.get_threshold() == (YOUNG_THRESHOLD, middle, old)
+
+
+def test_garbage_is_still_collected_by_allocation_alone(unfrozen: None) -> None:
+    settle_heap()
+    garbage = cycle()
+    # No explicit collection: the young generation's own threshold frees the cycle.
+    kept = [[] for _ in range(2 * YOUNG_THRESHOLD)]
+    assert garbage() is None, "the young generation was never collected"
+    assert len(kept) == 2 * YOUNG_THRESHOLD
+
+
+@pytest.mark.parametrize("young", [0, 50_000])
+def test_a_threshold_the_process_chose_is_left_as_it_is(unfrozen: None, young: int) -> None:
+    rest = gc.get_threshold()[1:]
+    gc.set_threshold(young, *rest)
+    assert settle_heap().young_threshold == young
+    assert gc.get_threshold() == (young, *rest)
+
+
 @pytest.mark.slow
-async def test_the_worker_says_at_debug_how_many_objects_it_froze(tmp_path: Path) -> None:
+async def test_the_worker_says_at_debug_how_it_settled_its_heap(tmp_path: Path) -> None:
     store = f"sqlite:///{tmp_path}/runs.db"
     args = ["worker", "cli_bodies", "--store", store, "--poll", "0.02", "--log-level", "DEBUG"]
     async with background(*args, cwd=HERE) as worker:
         seen = bytearray()
         log = await read_until(worker.stderr, "Ctrl-C or SIGTERM to stop", seen)
-        found = re.search(r"awaken-trio worker: (\d+) objects alive at start frozen", log)
+        found = re.search(
+            r"awaken-trio worker: (\d+) objects alive at start frozen out of garbage"
+            r" collection; the young generation is collected every (\d+) allocations",
+            log,
+        )
         assert found is not None, log
         assert int(found.group(1)) > 1000  # the modules and runtime of a process
+        assert int(found.group(2)) == YOUNG_THRESHOLD
         worker.send_signal(signal.SIGTERM)
         assert await wait_exit(worker) == 0

@@ -34,7 +34,7 @@ import contextlib
 
 from awaken_trio import open_runtime
 from awaken_trio._core import Body
-from awaken_trio._heap import freeze_startup_heap
+from awaken_trio._heap import settle_heap
 from tests.multiprocess.mp_bodies import BODIES
 
 
@@ -50,7 +50,7 @@ async def main(args: argparse.Namespace) -> None:
         ) as runtime,
         trio.open_nursery() as nursery,
     ):
-        freeze_startup_heap()  # as ``awaken-trio worker`` does once it has started
+        settle_heap()  # as ``awaken-trio worker`` does once it has started
         if args.gate:
             print(f"ready {args.name}", flush=True)
             if not await trio.wrap_file(sys.stdin).readline():
