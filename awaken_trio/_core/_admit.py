@@ -626,6 +626,13 @@ class Admissions:
         kernel.registry.register(attempt)
         if kernel.observer is not None:
             attempt.span = kernel.observer.started(attempt)
+        if result.commands is not None:
+            # The commands stored for its run came with the start, read in its own
+            # transaction: applied here (its span open), in the commit's step, before the
+            # body can run, and nothing is left to read (`load_commands`).
+            attempt.commands_before = False
+            for command in result.commands:
+                attempt.load_stored(command.id, command.kind, command.payload, command.reason)
 
     async def begin_queued(self, attempt: Attempt) -> bool:
         """The queued attempt got its thread: commit ``Running`` and register it.

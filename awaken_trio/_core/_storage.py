@@ -356,6 +356,11 @@ class Accepted:
         epoch: the epoch of the claim the commit took (``claim``), else None.
         superseded: the runs the commit ended ``Stopped("superseded")`` (a new run
             created with ``if_busy="supersede"``), in the order they were ended.
+        commands: the commands stored for the run, oldest first, read in the commit's
+            own transaction, for an attempt that starts on an existing run
+            (``take_messages``): what was sent while it was queued, or to an attempt that
+            was lost. None when the store did not read them (the runtime then reads
+            them itself, `DurableStore.commands`, before the body runs).
 
     A store answers with what the runtime needs, not with the whole record or the
     events (read them with `Store.load` and `Store.events_after`), so a commit never
@@ -364,7 +369,7 @@ class Accepted:
 
     state: RunState
     last_seq: int
-    # Keyword-only: five optional values of which two may be None side by side, so a store
+    # Keyword-only: seven optional values of which three may be None side by side, so a store
     # names each one it gives.
     taken_messages: tuple[JsonValue, ...] = attrs.field(default=(), kw_only=True)
     resume_value: JsonValue = attrs.field(default=None, kw_only=True)
@@ -372,6 +377,7 @@ class Accepted:
     epoch: int | None = attrs.field(default=None, kw_only=True)
     taken_pause: bool = attrs.field(default=False, kw_only=True)
     superseded: tuple[str, ...] = attrs.field(default=(), kw_only=True)
+    commands: tuple[StoredCommand, ...] | None = attrs.field(default=None, kw_only=True)
 
 
 @final

@@ -3,6 +3,8 @@ together in one store read.
 
 A serving runtime claims runnable runs in batches, and each attempt it starts must first
 take the commands stored for its run while it was queued (`Supervisor.load_commands`). The
+package's stores hand them over with the start itself (`Accepted.commands`, read in the
+start's own transaction); a store that leaves them to the runtime (None) is read here. The
 attempts that begin in one pass of the scheduler join one load: the first waits a
 checkpoint for the others, then reads the commands of every run in the load with one
 `DurableStore.commands` call. One load reads at a time; attempts that arrive meanwhile form

@@ -76,6 +76,7 @@ from .._core import (
     RunState,
     StateKind,
     Stopped,
+    StoredCommand,
     cause_kind,
     freeze_detail,
     scalar_dict,
@@ -284,6 +285,12 @@ class RunTx(Protocol[RowT]):
 
     def held_resume(self, row: RowT) -> HeldResume:
         """The resume the run holds (`NO_RESUME` when none)."""
+        ...
+
+    def stored_commands(self, run_id: str) -> list[StoredCommand]:
+        """The run's stored commands, oldest first, for an attempt that starts: what was
+        sent while it was queued, or to an attempt that was lost. Read after the run's
+        row (a command's post locks the row first, so none lands unseen in between)."""
         ...
 
     def drop_commands(self, run_id: str) -> list[JsonValue]:
@@ -806,6 +813,8 @@ def update(tx: RunTx[RowT], row: RowT, commit: Commit, now: float) -> Accepted:
         if not commit.take_messages:
             return Accepted(state, last_seq, epoch=epoch)
         resume = tx.held_resume(row)
+        # An attempt starts: it is handed the commands stored for its run in the same
+        # transaction, so it needs no read of its own before its body runs.
         return Accepted(
             state,
             last_seq,
@@ -814,6 +823,7 @@ def update(tx: RunTx[RowT], row: RowT, commit: Commit, now: float) -> Accepted:
             resume_ticket=resume.ticket,
             epoch=epoch,
             taken_pause=carried.pause,
+            commands=tuple(tx.stored_commands(run_id)),
         )
     return Accepted(state, last_seq)
 

@@ -32,12 +32,14 @@ from .._core import (
     UNSET,
     CauseKind,
     ChunkKind,
+    CommandKind,
     JsonValue,
     NewRun,
     ResumeTicket,
     RunRecord,
     RunState,
     StateKind,
+    StoredCommand,
     wake_at,
 )
 from ._codec import (
@@ -50,6 +52,7 @@ from ._codec import (
     dump_state,
     dump_ticket,
     load_json,
+    load_raw,
     load_state,
     load_ticket,
 )
@@ -78,13 +81,15 @@ epoch). The attempt is live while its epoch is the root's current claim, unexpir
 
 
 class CommandRow(NamedTuple):
-    """A stored command as a run's end reads it (sorted by id: the order they were
+    """A stored command as a run's start or end reads it (sorted by id: the order they were
     stored)."""
 
     id: int
-    kind: str
+    kind: CommandKind
     payload: str  # JSON text
     delivered: int  # true once an attempt handed the message to its body
+    reason: str  # JSON text
+    at: float
 
 
 @attrs.define(eq=False)
@@ -324,6 +329,29 @@ class TextRunTx(abc.ABC, Generic[R, N]):
             return NO_RESUME
         ticket = None if row.resume_ticket is None else load_ticket(row.resume_ticket)
         return HeldResume(load_json(row.resume_value, "a resume value"), ticket)
+
+    def stored_commands(self, run_id: str) -> list[StoredCommand]:
+        """The run's stored commands, oldest first: those its prefetch read (a start's),
+        else read now."""
+        found = self._commands.pop(run_id, None)
+        if found is None:
+            self.flush()  # commands consumed or received in this transaction first
+            found = self._read_commands(run_id)
+        elif self._consumed_ids:
+            # Read before the batch: an earlier commit of it may have consumed some.
+            consumed = self._consumed_ids
+            found = [command for command in found if command.id not in consumed]
+        return [
+            StoredCommand(
+                id=command.id,
+                run_id=run_id,
+                kind=command.kind,
+                payload=load_json(command.payload, "a stored command's payload"),
+                reason=load_raw(command.reason, "a stored command's reason"),
+                at=command.at,
+            )
+            for command in found
+        ]
 
     def drop_commands(self, run_id: str) -> list[JsonValue]:
         """Delete the run's stored commands; the payloads of the messages no attempt

@@ -73,9 +73,11 @@ class DurableStoreContract(
     * ``runnable``: queued named root runs with no live claim and a free thread, oldest
       first, then due scheduled ones, soonest first, at most ``limit``.
     * Stored commands: ``post_command`` only for a ``Running`` or ``Queued`` run, ids
-      increasing; ``commands`` by run and cursor; ``consumed`` deletes them with the
-      commit; a terminal end discards the stored messages (after carried and the commit's
-      own) and drops the other commands.
+      increasing; ``commands`` by run and cursor; an attempt's start (``take_messages``)
+      on an existing run hands them all over in ``Accepted.commands``, as ``commands``
+      reads them, or leaves it None; ``consumed`` deletes them with the commit; a terminal
+      end discards the stored messages (after carried and the commit's own) and drops the
+      other commands.
     * ``end_descendants``: the run's unended tree is ended ``Cancelled`` (source parent),
       deepest first, before the run's own commit.
     * ``states`` reads committed states; ``version`` moves when another runtime writes.

@@ -33,6 +33,7 @@ from awaken_trio.store import (
 )
 from awaken_trio.testing import DurableStoreContract, StoreContract, StreamStoreContract
 from awaken_trio.testing._checks import _accepted, _Landed
+from tests.store.handover_checks import HandsOverStoredCommands
 from tests.wrapped_stores import LeaseClock
 
 Running = RunState.Running
@@ -358,7 +359,7 @@ class _OnAClockOfItsOwn:
         return lease_clock.elapse
 
 
-class TestSharedMemoryStore(_OnAClockOfItsOwn, DurableStoreContract):
+class TestSharedMemoryStore(HandsOverStoredCommands, _OnAClockOfItsOwn, DurableStoreContract):
     @pytest.fixture
     async def store(self, lease_clock: LeaseClock) -> AsyncIterator[Store]:
         store = MemoryStore(shared=True, lease_clock=lease_clock)
@@ -366,7 +367,9 @@ class TestSharedMemoryStore(_OnAClockOfItsOwn, DurableStoreContract):
         await store.aclose()
 
 
-class TestSharedMemoryStoreThroughTheMailbox(_OnAClockOfItsOwn, DurableStoreContract):
+class TestSharedMemoryStoreThroughTheMailbox(
+    HandsOverStoredCommands, _OnAClockOfItsOwn, DurableStoreContract
+):
     @pytest.fixture
     async def store(self, lease_clock: LeaseClock) -> AsyncIterator[Store]:
         store = MemoryStore(inline=False, shared=True, lease_clock=lease_clock)

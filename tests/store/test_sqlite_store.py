@@ -36,6 +36,7 @@ from awaken_trio.store import Accepted, Commit, Expect, Rejected, RejectReason, 
 from awaken_trio.store.sqlite import _session as session_module
 from awaken_trio.store.sqlite._store import SQLiteStore
 from awaken_trio.testing import DurableStoreContract, StoreContract, StreamStoreContract
+from tests.store.handover_checks import HandsOverStoredCommands
 from tests.store.sqlite_helpers import (
     any_store_threads,
     digest,
@@ -70,7 +71,7 @@ class TestSQLiteStoreStreams(StreamStoreContract):
         await store.aclose()
 
 
-class TestSQLiteStoreDurable(DurableStoreContract):
+class TestSQLiteStoreDurable(HandsOverStoredCommands, DurableStoreContract):
     @pytest.fixture
     def lease_clock(self) -> LeaseClock:
         return LeaseClock()

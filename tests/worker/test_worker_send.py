@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 import trio
 import trio.testing
@@ -20,7 +21,7 @@ from awaken_trio import (
     StoreError,
     open_runtime,
 )
-from awaken_trio.store import MemoryStore
+from awaken_trio.store import Accepted, CommitResult, MemoryStore
 from tests.worker.worker_helpers import (
     CANCELLED,
     LEASE,
@@ -640,19 +641,39 @@ class _CountingCommands:
         pass  # the shared store outlives the runtime
 
 
-async def test_runs_claimed_together_read_their_stored_commands_in_one_read(
-    shared_store: MemoryStore, autojump_clock: trio.testing.MockClock
+class _NoCommandsWithStarts(_CountingCommands):
+    """A store whose starts do not hand the run's commands over (``Accepted.commands`` is
+    None), as a store that does not read them in the start's transaction answers."""
+
+    async def apply(self, batch: Any) -> list[CommitResult]:
+        return _without_commands(await self._inner.apply(batch))
+
+    def apply_now(self, batch: Any) -> list[CommitResult]:
+        return _without_commands(self._inner.apply_now(batch))
+
+
+def _without_commands(results: list[CommitResult]) -> list[CommitResult]:
+    return [
+        attrs.evolve(result, commands=None) if isinstance(result, Accepted) else result
+        for result in results
+    ]
+
+
+@pytest.mark.parametrize("handed_over", [True, False], ids=["with-the-start", "read-after"])
+async def test_runs_claimed_together_take_the_commands_stored_while_they_waited(
+    shared_store: MemoryStore, autojump_clock: trio.testing.MockClock, handed_over: bool
 ) -> None:
     """Queued runs each hold a command sent while they waited (a cancel for some, a message
-    for the others); served in one claim, their attempts read them with one store read, and
-    each takes its own: the cancelled end before their bodies run."""
+    for the others); served in one claim, each takes its own before its body runs (the
+    cancelled end first). Their starts hand the commands over, so no attempt reads them;
+    from a store whose starts do not, the attempts read them with one store read."""
     ran: list[str] = []
 
     async def body(ctx: RunContext) -> object:
         ran.append(ctx.run_id)
         return await ctx.boundary()
 
-    counting = _CountingCommands(shared_store)
+    counting = (_CountingCommands if handed_over else _NoCommandsWithStarts)(shared_store)
     async with (
         shared_runtime(shared_store) as a,
         shared_runtime(counting, bodies={"w": body}) as b,
@@ -671,5 +692,8 @@ async def test_runs_claimed_together_read_their_stored_commands_in_one_read(
     for i in (0, 2, 4):
         assert states[f"q{i}"] == NATURAL
         assert (await shared_store.load(f"q{i}")).result == [f"for q{i}"]  # type: ignore[union-attr]
-    assert len(counting.reads) < 6, counting.reads
-    assert sorted(run for read in counting.reads for run in read) == [f"q{i}" for i in range(6)]
+    if handed_over:
+        assert counting.reads == []
+    else:
+        assert len(counting.reads) < 6, counting.reads
+        assert sorted(run for read in counting.reads for run in read) == [f"q{i}" for i in range(6)]

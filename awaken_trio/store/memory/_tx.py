@@ -317,6 +317,13 @@ class MemoryTx:
             return NO_RESUME
         return HeldResume(extras.resume_value, extras.resume_ticket)
 
+    def stored_commands(self, run_id: str) -> list[StoredCommand]:
+        commands = self.commands
+        if not commands:
+            return []
+        # (Ids grow, and each is added once: the dict's order is the order they came in.)
+        return [command for command in commands.values() if command.run_id == run_id]
+
     def drop_commands(self, run_id: str) -> list[JsonValue]:
         commands = self.commands
         if not commands:

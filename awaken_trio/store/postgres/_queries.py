@@ -279,7 +279,7 @@ class Queries:
     claims: bytes
     live: bytes
     unended: bytes
-    ending_commands: bytes
+    stored_commands: bytes
     children: bytes
     children_of: bytes
     stream_heads: bytes

@@ -8,10 +8,10 @@ every result back (a flush, not a Sync, so nothing commits early); only the end 
 1. `PgTx.begin` queues ``BEGIN``, the server's clock (``clock_timestamp()``, the lease time
    of the whole transaction) and (`PgTx.prefetch`) the claims, every run row the batch
    names, the live attempts on the threads of the runs it creates, the stored commands of
-   the runs it ends, the children of those it ends with their descendants, and the stream
-   heads of the runs it streams on or ends (``WHERE run_id = ANY(%b) FOR UPDATE``): one
-   round trip; the live
-   attempts on the threads of existing runs it guards take one more;
+   the runs it ends or starts an attempt of, the children of those it ends with their
+   descendants, and the stream heads of the runs it streams on or ends (``WHERE run_id =
+   ANY(%b) FOR UPDATE``): one round trip; the live attempts on the threads of existing runs
+   it guards take one more;
 2. `PgTx.commit` queues every write (one statement per kind of row, many rows each), one
    statement that numbers (the first seq with its ticket) and writes the events, counts the
    write, keeps the token and notifies, and ``COMMIT``, and syncs: one round trip.
@@ -313,7 +313,7 @@ class PgTx(TextRunTx[TextRow, _Insert]):
         claim_ids: set[str] = set()
         new_threads: set[str] = set()
         guarded: set[str] = set()
-        ending: list[str] = []
+        commanded: list[str] = []  # runs it ends or starts an attempt of
         parents: list[str] = []
         streaming: list[str] = []
         for commit in batch:
@@ -330,8 +330,10 @@ class PgTx(TextRunTx[TextRow, _Insert]):
                 else:
                     guarded.add(commit.run_id)
             if isinstance(commit.state, Ended):
-                ending.append(commit.run_id)
+                commanded.append(commit.run_id)
                 streaming.append(commit.run_id)  # (its "end" chunks)
+            elif commit.take_messages and commit.new_run is None:
+                commanded.append(commit.run_id)  # (`_rules.update` hands them over)
             elif commit.chunks:
                 streaming.append(commit.run_id)
         run_ids -= self._rows.keys()
@@ -341,7 +343,7 @@ class PgTx(TextRunTx[TextRow, _Insert]):
             list(claim_ids),
             new_threads,
             guarded,
-            [run_id for run_id in ending if run_id not in self._commands],
+            [run_id for run_id in commanded if run_id not in self._commands],
             parents,
             self._streams.missing(streaming),
         )
@@ -352,12 +354,12 @@ class PgTx(TextRunTx[TextRow, _Insert]):
         claim_ids: list[str],
         threads: Collection[str] = (),
         guarded: Collection[str] = (),
-        ending: Collection[str] = (),
+        commanded: Collection[str] = (),
         parents: Collection[str] = (),
         streaming: list[str] | None = None,
     ) -> None:
         """Read rows, claims, the live attempts on threads (those named, and those of the
-        runs in ``guarded``) with their roots' claims, the commands of ``ending``, the
+        runs in ``guarded``) with their roots' claims, the commands of ``commanded``, the
         children of ``parents`` and the stream heads of ``streaming``, in as few round trips
         as the dependencies allow."""
         conn = self.conn
@@ -365,7 +367,7 @@ class PgTx(TextRunTx[TextRow, _Insert]):
         # Threads named up front (new runs') are read in the same round trip, after the
         # rows, as a later read of them would be (locks in one order).
         known = [thread_id for thread_id in threads if thread_id not in self._threads]
-        if run_ids or claim_ids or ending or known or parents or streaming:
+        if run_ids or claim_ids or commanded or known or parents or streaming:
             self._to_server()
             # Claims before rows, as in every transaction (the module's docstring); the
             # commands after the rows, which a command's post locks first. All are queued
@@ -373,7 +375,9 @@ class PgTx(TextRunTx[TextRow, _Insert]):
             c_claims = conn.execute(self.q.claims, (claim_ids,)) if claim_ids else None
             # (Locked in the order given: sorted, the same in every transaction.)
             c_rows = conn.execute(self.q.rows, (sorted(run_ids),)) if run_ids else None
-            c_commands = conn.execute(self.q.ending_commands, (list(ending),)) if ending else None
+            c_commands = (
+                conn.execute(self.q.stored_commands, (list(commanded),)) if commanded else None
+            )
             c_live = self._lock_threads(known) if known else None
             # After the rows, which lock the parents: a child is read as `children` would
             # read it later in the transaction (this transaction's own are added as made).
@@ -390,10 +394,10 @@ class PgTx(TextRunTx[TextRow, _Insert]):
             if c_claims is not None:
                 self._take_claims(claim_ids, c_claims.fetchall())
             if c_commands is not None:
-                for run_id in ending:
+                for run_id in commanded:
                     self._commands[run_id] = []
-                for cid, rid, kind, payload, delivered in c_commands.fetchall():
-                    self._commands[rid].append(CommandRow(cid, kind, payload, delivered))
+                for cid, rid, *command in c_commands.fetchall():
+                    self._commands[rid].append(CommandRow(cid, *command))
             if c_children is not None:
                 children = self._children
                 for parent in parents:
@@ -481,7 +485,7 @@ class PgTx(TextRunTx[TextRow, _Insert]):
         return [run_id for (run_id,) in found]
 
     def _read_commands(self, run_id: str) -> list[CommandRow]:
-        self._read([], [], ending=(run_id,))
+        self._read([], [], commanded=(run_id,))
         return self._commands.pop(run_id)
 
     def _read_heads(self, run_ids: list[str]) -> None:

@@ -52,9 +52,9 @@ SELECT o.* FROM unnest(%b::text[]) AS k(id) CROSS JOIN LATERAL
 -- index holds these rows alone).
 SELECT run_id FROM {s}.runs WHERE thread_id = %s AND kind <> 'ended' ORDER BY created;
 
--- ending_commands --
--- The stored commands of the runs a batch ends.
-SELECT id, run_id, kind, payload, delivered FROM {s}.inbox
+-- stored_commands --
+-- The stored commands of the runs a batch starts an attempt of, or ends.
+SELECT id, run_id, kind, payload, delivered, reason, at FROM {s}.inbox
 WHERE run_id = ANY(%b) ORDER BY id;
 
 -- children --

@@ -59,7 +59,7 @@ class Marks(NamedTuple):
 _WIDTH: Final = ROW_COLUMNS.count(",") + 1  # the widest part: a run's row
 _NONE_15: Final = ", NULL" * (_WIDTH - 3)
 _NONE_14: Final = ", NULL" * (_WIDTH - 4)
-_NONE_13: Final = ", NULL" * (_WIDTH - 5)
+_NONE_11: Final = ", NULL" * (_WIDTH - 7)
 
 # Everything a transaction reads, in one statement (so one call into SQLite: see
 # ``sqlite/_bulk.py``), by tag: 0 the marks, 1 runs by id, 2 live attempts by thread, 3 claims
@@ -75,7 +75,8 @@ _READ: Final = (
     " WHERE attempt_epoch IS NOT NULL AND thread_id IN (SELECT value FROM json_each(?2))"
     f" UNION ALL SELECT 3, run_id, owner, epoch, lease_until{_NONE_14} FROM claims"
     " WHERE run_id IN (SELECT value FROM json_each(?3))"
-    f" UNION ALL SELECT 4, run_id, id, kind, payload, delivered{_NONE_13} FROM inbox"
+    f" UNION ALL SELECT 4, run_id, id, kind, payload, delivered, reason, at{_NONE_11}"
+    " FROM inbox"
     " WHERE run_id IN (SELECT value FROM json_each(?4))"
 )
 
@@ -152,7 +153,7 @@ class RunCache:
             elif tag == 3:
                 claims[values[0]] = ClaimRow(values[1], values[2], values[3])
             else:
-                commands[values[0]].append(CommandRow(values[1], values[2], values[3], values[4]))
+                commands[values[0]].append(CommandRow(*values[1:7]))
         for listed in commands.values():
             listed.sort()
         return marks, commands

@@ -165,9 +165,9 @@ class Transaction(TextRunTx[Row, _Insert]):
     def prefetch(self, batch: Sequence[Commit]) -> None:
         """Read what ``batch`` will check, all at once instead of a query per check: its
         runs, the live attempts on the threads it guards, the claims its fences and thread
-        checks name, and the stored commands of the runs it ends. Called before anything
-        is queued; one read, unless the cache was dropped or a guarded run's thread was
-        unknown until its row was read."""
+        checks name, and the stored commands of the runs it ends or starts an attempt of.
+        Called before anything is queued; one read, unless the cache was dropped or a
+        guarded run's thread was unknown until its row was read."""
         ending = [commit.run_id for commit in batch if isinstance(commit.state, Ended)]
         # The streams of runs a commit writes chunks on or ends (its "end" chunks).
         streaming = self._streams.missing(
@@ -176,13 +176,17 @@ class Transaction(TextRunTx[Row, _Insert]):
         if streaming:
             self.begin()
             self._read_heads(streaming)
+        # An attempt's start is handed its run's commands (`_rules.update`).
+        commanded = ending + [
+            commit.run_id for commit in batch if commit.take_messages and commit.new_run is None
+        ]
         while True:
             run_ids, thread_ids, claim_ids = self._missing(batch)
-            if self._begun and not (run_ids or thread_ids or claim_ids or ending):
+            if self._begun and not (run_ids or thread_ids or claim_ids or commanded):
                 return
-            commands = self._read(run_ids, thread_ids, claim_ids, ending)
-            if ending:
-                self._commands, ending = commands, []
+            commands = self._read(run_ids, thread_ids, claim_ids, commanded)
+            if commanded:
+                self._commands, commanded = commands, []
 
     def _missing(self, batch: Sequence[Commit]) -> tuple[set[str], set[str], set[str]]:
         """What ``batch`` will read that the cache does not hold, as far as it can tell."""

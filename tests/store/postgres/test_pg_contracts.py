@@ -13,6 +13,7 @@ import trio
 from awaken_trio.store import Store
 from awaken_trio.store.postgres._store import PostgresStore
 from awaken_trio.testing import DurableStoreContract, StoreContract, StreamStoreContract
+from tests.store.handover_checks import HandsOverStoredCommands
 
 
 class LeaseOffset:
@@ -45,7 +46,7 @@ class TestPostgresStoreStreams(StreamStoreContract):
         await store.aclose()
 
 
-class TestPostgresStoreDurable(DurableStoreContract):
+class TestPostgresStoreDurable(HandsOverStoredCommands, DurableStoreContract):
     @pytest.fixture
     def offset(self) -> LeaseOffset:
         return LeaseOffset()
