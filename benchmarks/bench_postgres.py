@@ -258,6 +258,8 @@ def open_gates(processes: Sequence[subprocess.Popen[str]]) -> None:
 STEP: Final = {"steps": 1, "delay": 0}
 """The input of the body every part runs but ``drain``'s no-op row and ``waiting``: one step
 committed as progress, then a result."""
+NOOP: Final = {"steps": 0}
+"""A no-op body's input: a result at once."""
 
 
 Ends = Literal["waited", "polled", "committed"]
@@ -272,6 +274,8 @@ same): as pgqueuer's drain is timed to its last handler's call, with nearly none
 measuring process's CPU taken from the drain."""
 ENDS_POLLED_EVERY: Final = 0.005
 ENDS_COMMITTED_POLL: Final = 0.05
+"""How often ``ends="committed"`` asks whether the drain is over: its timing does not
+depend on it."""
 UNENDED: Final = ("queued", "running")
 """The states a no-op drain's runs pass through before their end."""
 
@@ -321,25 +325,55 @@ def _processes_cpu(pids: Sequence[int]) -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
-async def _until_ended(runtime: Runtime, every: float = ENDS_POLLED_EVERY) -> None:
-    """Return once no run is left queued or running, asking the store every ``every``
-    seconds (``ends="polled"``, ``"committed"``)."""
+async def _until_ended(runtime: Runtime) -> None:
+    """Return once no run is left queued or running, asking the store every
+    `ENDS_POLLED_EVERY` seconds (``ends="polled"``)."""
     while True:
         if not any([await runtime.list_runs(state=kind, limit=1) for kind in UNENDED]):
             return
-        await trio.sleep(every)
+        await trio.sleep(ENDS_POLLED_EVERY)
 
 
-async def _last_end(url: str) -> float:
-    """The time of the last end the store committed (``ends="committed"``)."""
+async def _drained_as_committed(
+    url: str,
+    n: int,
+    processes: Sequence[subprocess.Popen[str]],
+    body_input: Mapping[str, object],
+    cpu: DrainCpu | None,
+    server: Any,
+) -> float:
+    """`_drain` with ``ends="committed"``: the runs are submitted by a runtime closed before
+    the gates open, so nothing of the measuring process's but one connection asking every
+    `ENDS_COMMITTED_POLL` seconds whether any run is left unended (an index probe) runs
+    during the drain; then timed to the last end the store committed."""
+    pids = [process.pid for process in processes]
+    await _queued_only(url, n, body_input)
     psycopg: Any = importlib.import_module("psycopg")
+    with psycopg.connect(url, autocommit=True) as conn:
 
-    def read() -> float:
-        with psycopg.connect(url) as conn:
-            (last,) = conn.execute("SELECT max(ended_at) FROM awaken.runs").fetchone()
-        return float(last)
+        def unended() -> bool:
+            found = conn.execute("SELECT EXISTS (SELECT FROM awaken.runs WHERE kind <> 'ended')")
+            return bool(found.fetchone()[0])
 
-    return await trio.to_thread.run_sync(read)
+        workers_before = _processes_cpu(pids)
+        server_before = 0.0 if server is None else _server_cpu(server)
+        waiter_before = time.process_time()
+        opened = time.time()  # (the clock the workers date their ends by)
+        open_gates(processes)
+        while True:  # (another process's runs: no event here to wait on)
+            if not await trio.to_thread.run_sync(unended):
+                break
+            await trio.sleep(ENDS_COMMITTED_POLL)
+        if cpu is not None:
+            cpu.waiter += time.process_time() - waiter_before
+            cpu.workers += _processes_cpu(pids) - workers_before
+            if server is not None:
+                cpu.server += _server_cpu(server) - server_before
+        (last,) = conn.execute("SELECT max(ended_at) FROM awaken.runs").fetchone()
+    async with open_runtime(url) as runtime:
+        counts = await runtime.count_runs()
+    assert counts.natural_end == n, dict(counts)
+    return n / (float(last) - opened)
 
 
 async def _drain(
@@ -356,6 +390,8 @@ async def _drain(
     submitted (not timed) while the gated ``processes`` do not serve yet, then timed from
     their gates' opening to the last end, found as ``ends`` says. With ``cpu``, the CPU the
     workers (and the ``server``'s processes, when given) spent meanwhile is added to it."""
+    if ends == "committed":
+        return await _drained_as_committed(url, n, processes, body_input, cpu, server)
     pids = [process.pid for process in processes]
     async with open_runtime(url) as runtime:
         handles = []
@@ -374,7 +410,6 @@ async def _drain(
         workers_before = _processes_cpu(pids)
         server_before = 0.0 if server is None else _server_cpu(server)
         waiter_before = time.process_time()
-        opened = time.time()  # (the clock the workers date their ends by)
         started = time.perf_counter()
         open_gates(processes)
         if ends == "waited":
@@ -382,20 +417,16 @@ async def _drain(
                 for handle in handles:
                     nursery.start_soon(wait, handle)
         else:
-            await _until_ended(
-                runtime, ENDS_COMMITTED_POLL if ends == "committed" else ENDS_POLLED_EVERY
-            )
+            await _until_ended(runtime)
         elapsed = time.perf_counter() - started
         if cpu is not None:
             cpu.waiter += time.process_time() - waiter_before
             cpu.workers += _processes_cpu(pids) - workers_before
             if server is not None:
                 cpu.server += _server_cpu(server) - server_before
-        if ends != "waited":
+        if ends == "polled":
             counts = await runtime.count_runs()
             assert counts.natural_end == n, dict(counts)
-            if ends == "committed":
-                elapsed = await _last_end(url) - opened
             return n / elapsed
     assert states.count(DONE) == n, [state for state in states if state != DONE][:3]
     return n / elapsed
@@ -500,7 +531,7 @@ DRAIN_LOADS: Final = (
     DrainLoad("concurrency 256, one step", 256, STEP),
     # A body that returns at once, as a pgqueuer job does: claimed, started, ended (three
     # fenced commits and three events a run, in the workers' shared transactions).
-    DrainLoad("concurrency 256, no step", 256, {"steps": 0}),
+    DrainLoad("concurrency 256, no step", 256, NOOP),
 )
 """The drain's rows: the workers part's load, the same with four times the runs held,
 and a body with no step."""
@@ -723,7 +754,7 @@ def bench_noop(stores: Stores, n: int, rounds: int, out: Figures) -> None:
         with cpu_busy() as load:
             for concurrency, ends in NOOP_WAYS:
                 spent: dict[str, DrainCpu] = {}
-                ours = _drained(stores, "postgresql", n, 1, concurrency, {"steps": 0}, spent, ends)
+                ours = _drained(stores, "postgresql", n, 1, concurrency, NOOP, spent, ends)
                 for c, rate in ours.items():
                     way = f"{WHO[ends]} {c} worker(s), concurrency {concurrency}"
                     rates[way] = rate
@@ -1047,11 +1078,12 @@ async def _kernel_cpu(n: int) -> float:
         return (time.process_time() - started) / n * 1e3
 
 
-async def _queued_only(url: str, n: int) -> None:
-    """``n`` runs of ``stepper`` queued (a no-op body's input), nothing else."""
+async def _queued_only(url: str, n: int, body_input: Mapping[str, object] = NOOP) -> None:
+    """``n`` runs of ``stepper`` queued (a no-op body's input unless ``body_input`` is
+    given), nothing else."""
     async with open_runtime(url) as runtime, trio.open_nursery() as nursery:
         for _ in range(n):
-            nursery.start_soon(functools.partial(runtime.submit, "stepper", input={"steps": 0}))
+            nursery.start_soon(functools.partial(runtime.submit, "stepper", input=dict(body_input)))
 
 
 CLI_WORKERS: Final = 2
