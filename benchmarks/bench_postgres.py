@@ -35,7 +35,10 @@ measurement. Parts:
   rounds: our best over pgqueuer's best in each round, and the CPU a run or a job took in
   the drain's processes and in the server's. Ours once more at concurrency 1,024 with its
   last end found by asking the store, not by waiting on every run (as pgqueuer's drain is
-  timed by its own count of jobs done). Beside them two floors: a run's writes, bare
+  timed by its own count of jobs done), and once more timed to the last end as the store
+  committed it, with the measuring process idle but for one connection asking every 50 ms
+  whether the drain is over (as pgqueuer's is timed to its last handler's call). Beside
+  them two floors: a run's writes, bare
   (the rows a no-op run's start and end change, two statements a batch, drained as
   pgqueuer's jobs are), and the kernel alone on the memory store; their CPU a run added
   up is the least a run of ours can take on this machine. And a deployed worker's drain:
