@@ -128,6 +128,8 @@ class ClaimBook:
 def _log_end(run_id: str, worker_id: str, state: RunState) -> None:
     """One line for a root attempt's committed end here: the run ended (with its cause),
     awaits (with the ticket's reason), or went back to the queue (released)."""
+    if not logger.isEnabledFor(logging.INFO):
+        return  # (a line a run: not even its arguments when it is not written)
     extra: dict[str, object] = {"run_id": run_id, "worker_id": worker_id}
     match state:
         case RunState.Ended(cause):

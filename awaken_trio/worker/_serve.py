@@ -250,6 +250,8 @@ async def _admit(
         return False
     if run is not None:
         active[run.run_id] = run
+        if not logger.isEnabledFor(logging.INFO):
+            return True  # (a line a run: not even its arguments when it is not written)
         claims = host.claims
         logger.info(
             "serving: claimed run %r (%s, attempt %d)",

@@ -190,3 +190,33 @@ async def test_a_store_error_ending_a_run_is_logged_as_an_error_with_its_run_id(
     records = logged(caplog, "awaken_trio", logging.ERROR, "disk full")
     assert [record.__dict__["run_id"] for record in records] == ["r"]
     assert "could not be committed" in records[0].getMessage()
+
+
+@pytest.mark.parametrize("level", [logging.INFO, logging.WARNING])
+async def test_a_served_run_s_claim_and_end_are_logged_at_info_only(
+    shared_store: MemoryStore,
+    autojump_clock: trio.testing.MockClock,
+    caplog: pytest.LogCaptureFixture,
+    level: int,
+) -> None:
+    """One line as a serving runtime claims a run and one as its end commits, each with the
+    run id and the worker in its ``extra``; below INFO neither is made."""
+    caplog.set_level(level, logger="awaken_trio")
+
+    async def body(ctx: RunContext) -> object:
+        return "done"
+
+    async with shared_runtime(shared_store, bodies={"w": body}) as b:
+        handle = await b.submit("w", run_id="q")
+        async with serving(b):
+            assert await settle(handle) == NATURAL
+    worker = "awaken_trio.worker"
+    claimed = logged(caplog, worker, logging.INFO, "serving: claimed run 'q'")
+    ended = logged(caplog, worker, logging.INFO, "run 'q' ended: natural_end")
+    if level > logging.INFO:
+        assert claimed == ended == []
+        return
+    for (record,) in (claimed, ended):
+        assert record.__dict__["run_id"] == "q"
+        assert record.__dict__["worker_id"] == b.worker_id
+    assert [r.__dict__["event"] for r in (*claimed, *ended)] == ["claim", "end"]
