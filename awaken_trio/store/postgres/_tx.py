@@ -332,10 +332,11 @@ class PgTx(TextRunTx[TextRow, _Insert]):
             if isinstance(commit.state, Ended):
                 commanded.append(commit.run_id)
                 streaming.append(commit.run_id)  # (its "end" chunks)
-            elif commit.take_messages and commit.new_run is None:
-                commanded.append(commit.run_id)  # (`_rules.update` hands them over)
-            elif commit.chunks:
-                streaming.append(commit.run_id)
+            else:
+                if commit.take_messages and commit.new_run is None:
+                    commanded.append(commit.run_id)  # (`_rules.update` hands them over)
+                if commit.chunks:
+                    streaming.append(commit.run_id)
         run_ids -= self._rows.keys()
         claim_ids -= self._claims.keys()
         self._read(
