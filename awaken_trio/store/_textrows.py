@@ -330,17 +330,19 @@ class TextRunTx(abc.ABC, Generic[R, N]):
         ticket = None if row.resume_ticket is None else load_ticket(row.resume_ticket)
         return HeldResume(load_json(row.resume_value, "a resume value"), ticket)
 
-    def stored_commands(self, run_id: str) -> list[StoredCommand]:
-        """The run's stored commands, oldest first: those its prefetch read (a start's),
-        else read now."""
+    def _run_commands(self, run_id: str) -> list[CommandRow]:
+        """The run's stored commands left: those the prefetch read (less those an earlier
+        commit of the batch consumed), else read now."""
         found = self._commands.pop(run_id, None)
         if found is None:
             self.flush()  # commands consumed or received in this transaction first
-            found = self._read_commands(run_id)
-        elif self._consumed_ids:
-            # Read before the batch: an earlier commit of it may have consumed some.
+            return self._read_commands(run_id)
+        if self._consumed_ids:
             consumed = self._consumed_ids
-            found = [command for command in found if command.id not in consumed]
+            return [command for command in found if command.id not in consumed]
+        return found
+
+    def stored_commands(self, run_id: str) -> list[StoredCommand]:
         return [
             StoredCommand(
                 id=command.id,
@@ -350,19 +352,13 @@ class TextRunTx(abc.ABC, Generic[R, N]):
                 reason=load_raw(command.reason, "a stored command's reason"),
                 at=command.at,
             )
-            for command in found
+            for command in self._run_commands(run_id)
         ]
 
     def drop_commands(self, run_id: str) -> list[JsonValue]:
         """Delete the run's stored commands; the payloads of the messages no attempt
         received, oldest first (frozen, each checked at its own depth)."""
-        found = self._commands.pop(run_id, None)
-        if found is None:
-            self.flush()  # commands consumed or received in this transaction first
-            found = self._read_commands(run_id)
-        elif self._consumed_ids:
-            consumed = self._consumed_ids
-            found = [command for command in found if command.id not in consumed]
+        found = self._run_commands(run_id)
         if not found:
             return []
         self._dropped.append(run_id)
