@@ -70,7 +70,7 @@ def test_garbage_is_still_collected_by_allocation_alone(unfrozen: None) -> None:
     settle_heap()
     garbage = cycle()
     # No explicit collection: the young generation's own threshold frees the cycle.
-    kept = [[] for _ in range(2 * YOUNG_THRESHOLD)]
+    kept: list[list[object]] = [[] for _ in range(2 * YOUNG_THRESHOLD)]
     assert garbage() is None, "the young generation was never collected"
     assert len(kept) == 2 * YOUNG_THRESHOLD
 
