@@ -139,6 +139,10 @@ class Layout:
         """The JSON row of ``row``: its columns, then the ``given`` ones by name."""
         return (*self._fields(row), *[given[name] for name in self.given])
 
+    def read(self, row: TextRow) -> tuple[Any, ...]:
+        """The values of the columns read from ``row`` (a `row` without the given ones)."""
+        return self._fields(row)
+
 
 def _getter(fields: Sequence[str]) -> Callable[[Any], tuple[Any, ...]]:
     """A function of a row that gives the values of ``fields``, as a tuple."""
@@ -215,9 +219,10 @@ _FRAGMENTS: Final[Mapping[str, str]] = {
 _NAMED: Final = re.compile(r"^-- ([a-z_]+) --$", re.MULTILINE)
 
 
-def parse(text: str) -> dict[str, str]:
+def parse(text: str, fragments: Mapping[str, str] | None = _FRAGMENTS) -> dict[str, str]:
     """The statements of a queries file by name: each from its ``-- name --`` line to the
-    next, without its comment lines, blank lines or final semicolon."""
+    next, without its comment lines, blank lines or final semicolon, with its
+    ``fragments`` put in (None: left as they are)."""
     parts = _NAMED.split(text)
     found: dict[str, str] = {}
     for name, body in zip(parts[1::2], parts[2::2], strict=True):
@@ -227,7 +232,7 @@ def parse(text: str) -> dict[str, str]:
         statement = "\n".join(lines).strip().removesuffix(";")
         if not statement:
             raise ValueError(f"the statement {name!r} is empty")
-        found[name] = statement.format_map(_FRAGMENTS)
+        found[name] = statement if fragments is None else statement.format_map(fragments)
     return found
 
 
@@ -252,12 +257,19 @@ def seal_guessed(guessed: str, seal: str) -> str:
     return f"{ctes},\n{seal.removeprefix('WITH ').replace(numbered, after)}"
 
 
-_TEXTS: Final = parse(
+_FILE: Final = (
     importlib.resources.files(__name__.rpartition(".")[0])
     .joinpath("queries.sql")
     .read_text(encoding="utf-8")
 )
+_TEXTS: Final = parse(_FILE)
 _TEXTS["seal_guessed"] = seal_guessed(_TEXTS["insert_guessed"], _TEXTS["seal"])
+_UPDATE_RUNS: Final = parse(_FILE, None)["update_runs"]
+"""``update_runs`` before its columns are put in (`Queries.update_runs_of`)."""
+UPDATED_READ: Final = len(UPDATED.columns) - len(UPDATED.given)
+"""The places of an `UPDATED` row read from the run's row (the given ones come after)."""
+IN_QUEUE: Final = next(i for i, c in enumerate(UPDATED.columns) if c.name == "queued_order")
+"""The place of an `UPDATED` row that takes the run a place in the queue when true."""
 
 
 @final
@@ -361,6 +373,30 @@ class Queries:
         }
         statements["list_runs"] = _TEXTS["list_runs"]
         return cls(schema=s, channel=channel, space=ticket_space(schema), **statements)
+
+    def update_runs_of(self, places: Sequence[int]) -> bytes:
+        """``update_runs`` setting only the columns at ``places`` of an `UPDATED` row
+        (sorted, the key's 0 first), whose JSON rows hold those values alone, in that
+        order. Composed once a schema and places (a write has few shapes: a start's, an
+        end's, both)."""
+        if len(places) == len(UPDATED.columns):
+            return self.update_runs
+        key = (self.schema.as_string(None), tuple(places))
+        found = _UPDATES.get(key)
+        if found is None:
+            if len(_UPDATES) >= _MOST_UPDATES:
+                _UPDATES.clear()  # (never in practice: fewer shapes than that exist)
+            layout = Layout([UPDATED.columns[place] for place in places])
+            text = _UPDATE_RUNS.format_map(
+                {**_FRAGMENTS, "update_values": layout.values_as, "update_sets": layout.sets}
+            )
+            found = _UPDATES[key] = sql.SQL(text).format(s=self.schema).as_bytes(None)
+        return found
+
+
+_UPDATES: dict[tuple[str, tuple[int, ...]], bytes] = {}
+"""`Queries.update_runs_of`'s statements, by schema and places."""
+_MOST_UPDATES: Final = 256
 
 
 def _check_names() -> None:

@@ -80,6 +80,7 @@ from ._guess import Guess, GuessMissed, guess_json
 from ._listen import CONTROL, STREAM
 from ._order import Numbered
 from ._queries import INSERTED, UPDATED, Queries, rows_json
+from ._updates import RowUpdates
 
 Conn = StoreConnection
 
@@ -152,6 +153,7 @@ class PgTx(TextRunTx[TextRow, _Insert]):
         self._relative = False
         self._unchecked = False  # (its check not sent yet: `_check_guess`)
         self._fixed: float | None = None
+        self._updates = RowUpdates()  # (what an update of a row read here must send)
 
     # ------------------------------------------------------------------ lifetime
 
@@ -392,6 +394,7 @@ class PgTx(TextRunTx[TextRow, _Insert]):
                     rows[run_id] = None
                 for found in c_rows.fetchall():
                     rows[found[0]] = TextRow(*found)
+                    self._updates.read(found)
             if c_claims is not None:
                 self._take_claims(claim_ids, c_claims.fetchall())
             if c_commands is not None:
@@ -613,7 +616,7 @@ class PgTx(TextRunTx[TextRow, _Insert]):
                     "steps": steps.pop(run_id, None),
                 }
                 updates.append(UPDATED.row(row, given))
-            conn.execute(q.update_runs, (rows_json(updates), len(updates)))
+            self._updates.send(conn, q, updates)
             self._changed.clear()
         checkpoints.clear()
         steps.clear()

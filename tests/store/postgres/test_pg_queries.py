@@ -129,3 +129,21 @@ def test_the_events_are_sealed_in_the_order_they_are_queued() -> None:
 def test_a_layout_lists_the_columns_read_from_the_row_first() -> None:
     with pytest.raises(ValueError, match="read from the row first"):
         Layout([Column("input"), Column("kind", field="kind")])
+
+
+def test_an_update_of_some_columns_sets_those_alone_read_from_their_places() -> None:
+    queries = Queries.of("team a")
+    names = [c.name for c in UPDATED.columns]
+    places = [0, names.index("kind"), names.index("queued_order"), names.index("steps")]
+    text = queries.update_runs_of(places).decode()
+    assert 'UPDATE "team a".runs AS r SET' in text
+    sets = text.split(" SET ", 1)[1].split("\nFROM v", 1)[0]
+    assert sets == (
+        "kind = v.kind, queued_order = v.queued_order, steps = COALESCE(v.steps, r.steps)"
+    )
+    # Renumbered: the JSON rows hold those values alone, in that order.
+    assert "j->>0 AS run_id, j->>1 AS kind" in text
+    assert "CASE WHEN (j->>2)::boolean THEN nextval('\"team a\".queue_places') END" in text
+    assert "(j->>3)::bigint AS steps" in text
+    assert queries.update_runs_of(places) is queries.update_runs_of(list(places))  # composed once
+    assert queries.update_runs_of(range(len(names))) == queries.update_runs  # all of them
