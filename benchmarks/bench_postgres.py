@@ -294,6 +294,19 @@ class DrainCpu:
     server: float = 0.0
     waiter: float = 0.0
 
+    @contextlib.contextmanager
+    def counting(self, pids: Sequence[int], server: Any = None) -> Iterator[None]:
+        """Add what the processes ``pids``, the ``server``'s (when given) and this one
+        spend in the block."""
+        workers = _processes_cpu(pids)
+        served = 0.0 if server is None else _server_cpu(server)
+        waited = time.process_time()
+        yield
+        self.waiter += time.process_time() - waited
+        self.workers += _processes_cpu(pids) - workers
+        if server is not None:
+            self.server += _server_cpu(server) - served
+
     def per_run(self, n: int) -> dict[str, float]:
         """Milliseconds of each part a run, over ``n`` runs (as `bench_noop` shows them)."""
         return {
@@ -358,20 +371,13 @@ async def _drained_as_committed(
             found = conn.execute("SELECT EXISTS (SELECT FROM awaken.runs WHERE kind <> 'ended')")
             return bool(found.fetchone()[0])
 
-        workers_before = _processes_cpu(pids)
-        server_before = 0.0 if server is None else _server_cpu(server)
-        waiter_before = time.process_time()
-        opened = time.time()  # (the clock the workers date their ends by)
-        open_gates(processes)
-        while True:  # (another process's runs: no event here to wait on)
-            if not await trio.to_thread.run_sync(unended):
-                break
-            await trio.sleep(ENDS_COMMITTED_POLL)
-        if cpu is not None:
-            cpu.waiter += time.process_time() - waiter_before
-            cpu.workers += _processes_cpu(pids) - workers_before
-            if server is not None:
-                cpu.server += _server_cpu(server) - server_before
+        with (cpu or DrainCpu()).counting(pids, server):
+            opened = time.time()  # (the clock the workers date their ends by)
+            open_gates(processes)
+            while True:  # (another process's runs: no event here to wait on)
+                if not await trio.to_thread.run_sync(unended):
+                    break
+                await trio.sleep(ENDS_COMMITTED_POLL)
         (last,) = conn.execute("SELECT max(ended_at) FROM awaken.runs").fetchone()
     async with open_runtime(url) as runtime:
         counts = await runtime.count_runs()
@@ -410,23 +416,16 @@ async def _drain(
         async def wait(handle: Any) -> None:
             states.append(await handle.wait())
 
-        workers_before = _processes_cpu(pids)
-        server_before = 0.0 if server is None else _server_cpu(server)
-        waiter_before = time.process_time()
-        started = time.perf_counter()
-        open_gates(processes)
-        if ends == "waited":
-            async with trio.open_nursery() as nursery:
-                for handle in handles:
-                    nursery.start_soon(wait, handle)
-        else:
-            await _until_ended(runtime)
-        elapsed = time.perf_counter() - started
-        if cpu is not None:
-            cpu.waiter += time.process_time() - waiter_before
-            cpu.workers += _processes_cpu(pids) - workers_before
-            if server is not None:
-                cpu.server += _server_cpu(server) - server_before
+        with (cpu or DrainCpu()).counting(pids, server):
+            started = time.perf_counter()
+            open_gates(processes)
+            if ends == "waited":
+                async with trio.open_nursery() as nursery:
+                    for handle in handles:
+                        nursery.start_soon(wait, handle)
+            else:
+                await _until_ended(runtime)
+            elapsed = time.perf_counter() - started
         if ends == "polled":
             counts = await runtime.count_runs()
             assert counts.natural_end == n, dict(counts)
@@ -1162,16 +1161,11 @@ async def _cli_drained(
                 if len(await runtime.list_workers()) == len(pids):
                     break
                 await trio.sleep(ENDS_POLLED_EVERY)
-        workers_before = _processes_cpu(pids)
-        server_before = _server_cpu(server)
-        waiter_before = time.process_time()
-        started = time.perf_counter()
-        open_gate()
-        await _until_ended(runtime)
-        elapsed = time.perf_counter() - started
-        cpu.waiter += time.process_time() - waiter_before
-        cpu.server += _server_cpu(server) - server_before
-        cpu.workers += _processes_cpu(pids) - workers_before
+        with cpu.counting(pids, server):
+            started = time.perf_counter()
+            open_gate()
+            await _until_ended(runtime)
+            elapsed = time.perf_counter() - started
         counts = await runtime.count_runs()
     assert counts.natural_end == n, dict(counts)
     return n / elapsed

@@ -10,6 +10,7 @@ to the statement's text and puts the value there in the row it encodes.
 
 from __future__ import annotations
 
+import functools
 import importlib.resources
 import json
 import operator
@@ -262,10 +263,9 @@ _FILE: Final = (
     .joinpath("queries.sql")
     .read_text(encoding="utf-8")
 )
-_TEXTS: Final = parse(_FILE)
+_RAW: Final = parse(_FILE, None)
+_TEXTS: Final = {name: text.format_map(_FRAGMENTS) for name, text in _RAW.items()}
 _TEXTS["seal_guessed"] = seal_guessed(_TEXTS["insert_guessed"], _TEXTS["seal"])
-_UPDATE_RUNS: Final = parse(_FILE, None)["update_runs"]
-"""``update_runs`` before its columns are put in (`Queries.update_runs_of`)."""
 UPDATED_READ: Final = len(UPDATED.columns) - len(UPDATED.given)
 """The places of an `UPDATED` row read from the run's row (the given ones come after)."""
 IN_QUEUE: Final = next(i for i, c in enumerate(UPDATED.columns) if c.name == "queued_order")
@@ -381,22 +381,17 @@ class Queries:
         end's, both)."""
         if len(places) == len(UPDATED.columns):
             return self.update_runs
-        key = (self.schema.as_string(None), tuple(places))
-        found = _UPDATES.get(key)
-        if found is None:
-            if len(_UPDATES) >= _MOST_UPDATES:
-                _UPDATES.clear()  # (never in practice: fewer shapes than that exist)
-            layout = Layout([UPDATED.columns[place] for place in places])
-            text = _UPDATE_RUNS.format_map(
-                {**_FRAGMENTS, "update_values": layout.values_as, "update_sets": layout.sets}
-            )
-            found = _UPDATES[key] = sql.SQL(text).format(s=self.schema).as_bytes(None)
-        return found
+        return _update_runs(self.schema.as_string(None), tuple(places))
 
 
-_UPDATES: dict[tuple[str, tuple[int, ...]], bytes] = {}
-"""`Queries.update_runs_of`'s statements, by schema and places."""
-_MOST_UPDATES: Final = 256
+@functools.lru_cache(maxsize=256)  # (far more than the shapes that exist)
+def _update_runs(schema: str, places: tuple[int, ...]) -> bytes:
+    """`Queries.update_runs_of` for ``schema``, the schema's identifier as SQL (quoted)."""
+    layout = Layout([UPDATED.columns[place] for place in places])
+    text = _RAW["update_runs"].format_map(
+        {**_FRAGMENTS, "update_values": layout.values_as, "update_sets": layout.sets}
+    )
+    return sql.SQL(text).format(s=sql.SQL(schema)).as_bytes(None)
 
 
 def _check_names() -> None:
