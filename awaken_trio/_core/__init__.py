@@ -140,6 +140,7 @@ from ._storage import ForkingStore as ForkingStore
 from ._storage import IfBusy as IfBusy
 from ._storage import InlineStore as InlineStore
 from ._storage import ListingStore as ListingStore
+from ._storage import LookingStore as LookingStore
 from ._storage import NewRun as NewRun
 from ._storage import Overdue as Overdue
 from ._storage import OverdueLook as OverdueLook

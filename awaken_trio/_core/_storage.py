@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Awaitable, Collection, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from typing import Final, Literal, Protocol, TypeVar, final, runtime_checkable
 
 import attrs
@@ -811,6 +812,26 @@ class DeadlineStore(Store, Protocol):
         (generation 0) whose queue deadline is (``"queue_timeout"``; a run past both is
         found for its deadline); and the earliest such limit still to come, so a serving
         loop can look again then."""
+        ...
+
+
+@runtime_checkable
+class LookingStore(Store, Protocol):
+    """A store whose look for work can hold the runs it finds for the runtime that looked,
+    and write their starts in the look's own transaction (the PostgreSQL store: one
+    transaction, and two round trips fewer, for a look and the starts it leads to). A
+    serving loop looks through it where a store has it, `runnable` elsewhere."""
+
+    def looking(
+        self, names: Collection[str], now: float, limit: int
+    ) -> AbstractAsyncContextManager[list[RunRecord]]:
+        """`runnable`, as a block: the runs found are held for this runtime until the
+        block exits (no other look finds them; a write of another transaction that
+        touches them waits), and the next batch of commits the store applies, whatever it
+        holds, is written in the look's transaction and commits it. A look no batch took
+        by the time the block exits is let go: its runs are free again for any look.
+        Entering the block raises what `runnable` raises; the block's own errors pass
+        through."""
         ...
 
 

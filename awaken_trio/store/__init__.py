@@ -8,8 +8,9 @@ scheme is first used; `state_to_json`, `cause_to_json` and `ticket_to_json` give
 shapes the stores keep (and the command line prints). A store may also offer listing
 (`ListingStore`), forking (`ForkingStore`: the checkpoint as of any event), retention
 (`PruningStore`), reading a run's journaled steps by their kind (`StepStore`) and
-finding the runs past their time limits (`DeadlineStore`, `Overdue`, `OverdueLook`); a
-store whose writers do not wait for each other says so (`SettlingStore`). The runtime uses
+finding the runs past their time limits (`DeadlineStore`, `Overdue`, `OverdueLook`) and
+holding the runs a look found for their starts (`LookingStore`); a store whose writers do
+not wait for each other says so (`SettlingStore`). The runtime uses
 them where a store has them. `awaken_trio.testing` has the contract suites every store
 passes.
 """
@@ -35,6 +36,7 @@ from .._core import ForkingStore as ForkingStore
 from .._core import IfBusy as IfBusy
 from .._core import InlineStore as InlineStore
 from .._core import ListingStore as ListingStore
+from .._core import LookingStore as LookingStore
 from .._core import NewRun as NewRun
 from .._core import Overdue as Overdue
 from .._core import OverdueLook as OverdueLook
@@ -83,6 +85,7 @@ __all__ = [
     "IfBusy",
     "InlineStore",
     "ListingStore",
+    "LookingStore",
     "MemoryStore",
     "NewRun",
     "Overdue",

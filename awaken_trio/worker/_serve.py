@@ -21,8 +21,9 @@ renewed meanwhile are stopped by the claim keeper, as the lease rules say.
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Awaitable
+from collections.abc import AsyncIterator, Awaitable
 from typing import TypeVar
 
 import trio
@@ -33,11 +34,13 @@ from .._core import (
     DeadlineStore,
     DurableStore,
     Fence,
+    LookingStore,
     RunRecord,
     RunState,
     RuntimeClosed,
     ServedRun,
     ServingHost,
+    Store,
     StoreError,
     WorkerStore,
 )
@@ -178,21 +181,35 @@ async def _one_pass(
     free = concurrency - len(active)
     if free <= 0:
         return failed, next_limit
-    # The names with their versions (a mapping is a collection of its names): a store
-    # that hands out runs for a while (PostgreSQL's looks reserve them) leaves a run
-    # pinned to a version no body here accepts for a runtime whose body does.
-    found = store.runnable(host.served(), host.now(), free)
-    runnable = await _from_store(found, "finding runnable runs")
-    # Admitted side by side, so their commits share transactions (one fsync for all).
-    threads: set[str] = set()
-    admitted: list[bool] = []
-    async with trio.open_nursery() as nursery:
-        for record in runnable:
-            if record.thread_id in threads or host.thread_taken(record.thread_id):
-                continue  # its thread is taken: its turn comes, oldest first, when it frees
-            threads.add(record.thread_id)
-            nursery.start_soon(_admit_into, host, record, active, admitted)
+    async with _runnable(host, store, free) as runnable:
+        # Admitted side by side, so their commits share transactions (one fsync for all;
+        # on a store that holds its looks, the look's own).
+        threads: set[str] = set()
+        admitted: list[bool] = []
+        async with trio.open_nursery() as nursery:
+            for record in runnable:
+                if record.thread_id in threads or host.thread_taken(record.thread_id):
+                    continue  # its thread is taken: its turn comes, oldest first, when it frees
+                threads.add(record.thread_id)
+                nursery.start_soon(_admit_into, host, record, active, admitted)
     return failed or not all(admitted), next_limit
+
+
+@contextlib.asynccontextmanager
+async def _runnable(host: ServingHost, store: Store, free: int) -> AsyncIterator[list[RunRecord]]:
+    """Up to ``free`` runnable runs, for the block: held for this runtime until it exits
+    on a store that holds its looks (`LookingStore`), which writes their starts in the
+    look's own transaction."""
+    # The names with their versions (a mapping is a collection of its names): a store
+    # that hands out runs for a while (PostgreSQL's looks hold or reserve them) leaves a
+    # run pinned to a version no body here accepts for a runtime whose body does.
+    served, now = host.served(), host.now()
+    if not isinstance(store, LookingStore):
+        yield await _from_store(store.runnable(served, now, free), "finding runnable runs")
+        return
+    async with contextlib.AsyncExitStack() as stack:
+        look = stack.enter_async_context(store.looking(served, now, free))
+        yield await _from_store(look, "finding runnable runs")
 
 
 OVERDUE_BATCH = 64

@@ -170,6 +170,9 @@ class Connections:
         self.retry = retry
         self._readers = trio.CapacityLimiter(target.pool_size)
         self._writers = trio.CapacityLimiter(WRITERS)
+        # A held look's connection (`hold`) is called on in a thread of its own: a call
+        # waiting for one of the writers' threads may wait for the locks the look holds.
+        self._holder = trio.CapacityLimiter(1)
         self._pool: psycopg_pool.ConnectionPool[Conn] | None = None
         self._opening: trio.Event | None = None
         self.closed = False
@@ -226,7 +229,8 @@ class Connections:
             t.conninfo,
             connection_class=StoreConnection,
             min_size=1,
-            max_size=t.pool_size + WRITERS,
+            # (One more for a held look: `hold`.)
+            max_size=t.pool_size + WRITERS + 1,
             kwargs={
                 "autocommit": True,
                 "prepare_threshold": 0,
@@ -303,6 +307,89 @@ class Connections:
                 await trio.to_thread.run_sync(cancel)
             raise
 
+    async def hold(self, fn: Callable[[Conn, Queries], T | None], what: str) -> T | None:
+        """Run ``fn`` (a read that leaves a transaction open on its connection and answers
+        what holds it, or answers None and leaves none) on a pooled connection in a worker
+        thread, and keep the connection out of the pool if it answered: it is the
+        caller's until it calls on it (`call_held`) or lets it go (`let_go`). Never
+        abandoned: a caller cancelled meanwhile still gets the answer, to let go of. Once
+        more on a fresh connection if its connection broke, as `read`. `StoreError` if it
+        fails (rolled back, the connection back in the pool)."""
+        pool = await self.opened()
+        queries = self._queries
+
+        def work() -> T | None:
+            conn = pool.getconn(timeout=CONNECT_TIMEOUT)
+            try:
+                found = fn(conn, queries)
+            except BaseException:
+                _put_back(pool, conn)
+                raise
+            if found is None:
+                _put_back(pool, conn)
+            return found
+
+        try:
+            try:
+                return await trio.to_thread.run_sync(work, limiter=self._holder)
+            except psycopg.OperationalError as exc:
+                logger.info("store: reading %s failed, reading again: %s", what, self.scrub(exc))
+                return await trio.to_thread.run_sync(work, limiter=self._holder)
+        except psycopg_pool.PoolTimeout:
+            raise StoreError(
+                f"the PostgreSQL store {self._target.shown!r} could not be reached to read"
+                f" {what} within {CONNECT_TIMEOUT:g}s",
+                outcome_unknown=False,
+            ) from None
+        except psycopg.Error as exc:
+            raise StoreError(
+                f"the PostgreSQL store failed to read {what}: {self.scrub(exc)}",
+                outcome_unknown=False,
+            ) from None
+
+    async def let_go(self, conn: Conn) -> None:
+        """Roll back the transaction `hold` left open on ``conn`` and put it back in the
+        pool (shielded: a held connection is never lost). Nothing of it is raised: a
+        connection that fails to roll back is closed, and the pool makes another."""
+        pool = self._pool
+        with trio.CancelScope(shield=True):
+            await trio.to_thread.run_sync(
+                lambda: _put_back(pool, conn) if pool is not None else conn.close(),
+                limiter=self._holder,
+            )
+
+    async def call_held(self, conn: Conn, fn: Callable[[Conn], T]) -> T:
+        """Run ``fn`` on ``conn``, which `hold` kept out of the pool, in a worker thread,
+        and put the connection back in the pool after (rolled back first, should ``fn``
+        have left its transaction open). As `call` when cancelled."""
+        pool = self._pool
+        lock = threading.Lock()
+        running = [True]
+
+        def work() -> T:
+            try:
+                return fn(conn)
+            finally:
+                with lock:
+                    running[0] = False
+                if pool is not None:
+                    _put_back(pool, conn)
+                else:
+                    conn.close()
+
+        try:
+            return await trio.to_thread.run_sync(work, abandon_on_cancel=True, limiter=self._holder)
+        except trio.Cancelled:
+
+            def cancel() -> None:
+                with lock:
+                    if running[0]:
+                        conn.cancel_safe(timeout=2.0)
+
+            with trio.CancelScope(shield=True), trio.move_on_after(3.0):
+                await trio.to_thread.run_sync(cancel)
+            raise
+
     async def read(self, fn: Callable[[Conn, Queries], T], what: str) -> T:
         """Run ``fn`` (a read, safe to repeat) with the store's statements; once more on a
         fresh connection if its connection broke. `StoreError` if it fails."""
@@ -331,15 +418,22 @@ class Connections:
                 outcome_unknown=False,
             ) from None
 
-    async def write(self, attempt: Callable[[Conn], T], what: str) -> T:
+    async def write(
+        self, attempt: Callable[[Conn], T], what: str, *, held: Conn | None = None
+    ) -> T:
         """Run ``attempt`` (one whole write transaction, which raises `LostCommit` when
         its commit's answer was lost) on a writers' connection, by the `Retry` policies
-        (the module's docstring). `StoreError` if it fails: ``outcome_unknown`` only when
-        a lost commit could not be looked up."""
+        (the module's docstring); first on ``held``, a connection `hold` kept (its
+        transaction open), if given: run again, it runs on a connection of its own. Either
+        way ``held`` is back in the pool once this returns. `StoreError` if it fails:
+        ``outcome_unknown`` only when a lost commit could not be looked up."""
         retry = self.retry
         broken = rolled_back = 0
         while True:
             try:
+                if held is not None:
+                    conn, held = held, None
+                    return await self.call_held(conn, attempt)
                 return await self.call(attempt, write=True)
             except LostCommit as lost:
                 try:
@@ -421,3 +515,15 @@ class Connections:
             return None
         seqs, base, writes = tuple(int(s) for s in found[0]), int(found[1]), int(found[2])
         return Numbered(seqs, base), writes - 1
+
+
+def _put_back(pool: psycopg_pool.ConnectionPool[Conn], conn: Conn) -> None:
+    """Put a connection taken with ``getconn`` back in the pool, its transaction rolled
+    back if one is open (a connection that fails to is closed: the pool replaces it)."""
+    conn.reclaim()
+    if not conn.closed and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+        try:
+            conn.roll_back()
+        except psycopg.Error:
+            conn.close()
+    pool.putconn(conn)

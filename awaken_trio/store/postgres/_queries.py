@@ -198,6 +198,7 @@ def rows_json(rows: Sequence[Sequence[Any]]) -> str:
 
 _FRAGMENTS: Final[Mapping[str, str]] = {
     "row_columns": ROW_COLUMNS,
+    "held_row_columns": ", ".join(f"r.{name}" for name in ROW_COLUMNS.split(", ")),
     "record_columns": RECORD_COLUMNS,
     "worker_columns": WORKER_COLUMNS,
     # As many NULLs as a record has columns: a row of another shape in a union of records.
@@ -325,6 +326,11 @@ class Queries:
     due: bytes
     past_deadline: bytes
     look_async: bytes
+    look_held: bytes
+    look_held_done: bytes
+    claims_skip_locked: bytes
+    claims_present: bytes
+    try_lock_threads: bytes
     reserved_by_others: bytes
     reserve: bytes
     forget_reserved: bytes

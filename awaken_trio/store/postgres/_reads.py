@@ -29,6 +29,7 @@ from .._codec import (
     load_state,
     record_of,
 )
+from .._textrows import TextRow
 from ._conn import Conn
 from ._queries import Queries
 
@@ -94,7 +95,8 @@ def runnable(
         # own rows come back to it (it holds their locks) and are kept once.
         for _ in range(_PASSES):
             # (The full limit each time: the rows it kept come back first and count.)
-            found = _look_once(conn, r, names, now, lease_now, limit, by, served)
+            looked = look_once(conn, r, names, now, lease_now, limit, by, served)
+            found = [record for _, record in looked]
             have = {record.run_id for record in out}
             fresh = [record for record in found if record.run_id not in have]
             if not fresh:
@@ -118,7 +120,7 @@ _PASSES: Final = 3
 """The most statements a look makes to fill its limit past other looks' reservations."""
 
 
-def _look_once(
+def look_once(
     conn: Conn,
     r: Queries,
     names: list[str],
@@ -127,18 +129,27 @@ def _look_once(
     limit: int,
     by: str,
     served: Mapping[str, Any] | None,
-) -> list[RunRecord]:
-    """Queued runs, then due resumes, up to ``limit``, locked by this transaction."""
+) -> list[tuple[Sequence[Any], RunRecord]]:
+    """Queued runs, then due resumes, up to ``limit``, locked by this transaction: each as
+    the row a write transaction reads (`TextRow`'s fields, in order), and as its record."""
     params = {"names": names, "lease_now": lease_now, "now": now, "limit": limit, "by": by}
-    out = [record_of(found) for found in conn.execute(r.queued, params).fetchall()]
+    out = [_row_and_record(found) for found in conn.execute(r.queued, params).fetchall()]
     if len(out) < limit:
         params["limit"] = limit - len(out)
-        out.extend(record_of(found) for found in conn.execute(r.due, params).fetchall())
+        out.extend(_row_and_record(found) for found in conn.execute(r.due, params).fetchall())
     if served is not None:
         # A run that has started takes only a body that accepts its pinned version (the
         # kernel's rule, `Kernel.named_body_for`): the others are not reserved.
-        out = [record for record in out if _may_run(served, record)]
+        out = [pair for pair in out if _may_run(served, pair[1])]
     return out
+
+
+_ROW_WIDTH: Final = len(attrs.fields(TextRow))
+
+
+def _row_and_record(found: Sequence[Any]) -> tuple[Sequence[Any], RunRecord]:
+    """A look's row: the run's row (``held_row_columns``), then its record."""
+    return found[:_ROW_WIDTH], record_of(found[_ROW_WIDTH:])
 
 
 def _may_run(served: Mapping[str, Any], record: RunRecord) -> bool:

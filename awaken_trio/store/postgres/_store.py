@@ -11,10 +11,12 @@ statements named in ``queries.sql``; ``_listen`` hears other runtimes' commits.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import logging
 import threading
 import uuid
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 from types import TracebackType
 from typing import TypeVar, final
 
@@ -46,14 +48,16 @@ from ..._core import (
 )
 from .. import _rules as rules
 from .._workers import bodies_text, worker_of
+from . import _held
 from . import _reads as reads
 from . import _streams as streams
 from ._conn import Conn, Connections, LostCommit
 from ._guess import Guess, GuessMissed, guess_of, missed
+from ._held import HeldLook
 from ._listen import Listener
 from ._order import Numbered
 from ._queries import Queries
-from ._tx import PgTx, thread_locks
+from ._tx import PgTx, thread_key, thread_locks
 from ._url import parse
 
 T = TypeVar("T")
@@ -82,7 +86,9 @@ class PostgresStore:
     batch touches, ``... WHERE run_id = ANY(%b) FOR UPDATE``; every write and the commit in
     one pipeline), so the runtime's group commit costs one commit per batch. A batch that
     only creates runs (starts, submits) is one round trip: written on a guess of its reads
-    that the server checks in the same transaction (``_guess``). Transactions
+    that the server checks in the same transaction (``_guess``); a batch applied while a
+    serving runtime's look is held (`looking`) is written in the look's transaction,
+    which read what its starts need (``_held``). Transactions
     on different runs and threads run side by side, their commits too: event seqs come
     from a sequence, and readers read them only up to a watermark below which every seq is
     final (``_order``). Lease times are the server's clock, read in each
@@ -124,6 +130,7 @@ class PostgresStore:
         self._reconnects_seen = 0
         self._on_stream: Callable[[], None] | None = None
         self._looks = 0
+        self._held_looks = _held.HeldLooks()
 
     def __repr__(self) -> str:
         t = self._target
@@ -196,13 +203,16 @@ class PostgresStore:
         renumber: Callable[[T, Numbered], T] | None = None,
         batch: Sequence[Commit] = (),
         guess: Guess | None = None,
+        held: HeldLook | None = None,
     ) -> T:
         """Run ``fn`` (the rules) in one write transaction (retried as `Connections.write`
         says). ``renumber`` renumbers what ``fn`` answered with the seqs its commit gave
         (from the committed transaction, or the base a lost commit's token kept); the rows
         ``batch`` touches are read with ``BEGIN``, in its round trip. Given a ``guess`` of
         those reads, the transaction is first written on it, in one round trip, and run
-        again with its reads if the guess was wrong (``_guess``)."""
+        again with its reads if the guess was wrong (``_guess``). Given a ``held`` look, it
+        is first written in the look's transaction (``_held``), and run again, if it must
+        be, in one of its own."""
         offset = self._offset()
         fixed = self._lease_clock
         queries = self._queries
@@ -210,6 +220,8 @@ class PostgresStore:
         outcome: list[tuple[int, bool]] = []  # (writes before, whether it wrote)
 
         def attempt(conn: Conn) -> T:
+            if held is not None and conn is held.conn:
+                return transaction(conn, None, held)
             if guess is not None:
                 try:
                     return transaction(conn, guess)
@@ -218,11 +230,16 @@ class PostgresStore:
                     logger.debug("store: %s was not as guessed: %s", what, missed)
             return transaction(conn, None)
 
-        def transaction(conn: Conn, guess: Guess | None) -> T:
+        def transaction(conn: Conn, guess: Guess | None, look: HeldLook | None = None) -> T:
             tx = PgTx(conn, queries, thread_locks=locks, sender=sender, offset=offset, clock=fixed)
             committing = False
             try:
-                now = tx.begin(batch) if guess is None else tx.begin_guessed(guess)
+                if look is not None:
+                    now = tx.begin_held(look, batch)
+                elif guess is None:
+                    now = tx.begin(batch)
+                else:
+                    now = tx.begin_guessed(guess)
                 result = fn(tx, now)
                 committing = True
                 pid = conn.info.backend_pid
@@ -249,7 +266,7 @@ class PostgresStore:
             self._saw_own(before, wrote)
             return result if renumber is None else renumber(result, seqs)
 
-        result = await self._conns.write(attempt, what)
+        result = await self._conns.write(attempt, what, held=None if held is None else held.conn)
         if outcome:  # (else a lost commit that landed: `landed` saw it)
             self._saw_own(*outcome[-1])
         return result
@@ -271,14 +288,52 @@ class PostgresStore:
             await trio.lowlevel.checkpoint()
             return []
         commits = list(batch)
+        # Whatever it holds, a batch applied while a look is held is written in the look's
+        # transaction (``_held``'s docstring says why any batch).
+        async with self._held_looks.applying() as held:
+            return await self._write(
+                lambda tx, now: rules.apply_batch(tx, commits, now),
+                f"a batch of {len(commits)} commits",
+                _renumbered,
+                commits,
+                guess_of(commits) if held is None else None,
+                held,
+            )
 
-        return await self._write(
-            lambda tx, now: rules.apply_batch(tx, commits, now),
-            f"a batch of {len(commits)} commits",
-            _renumbered,
-            commits,
-            guess_of(commits),
+    @contextlib.asynccontextmanager
+    async def looking(
+        self, names: Collection[str], now: float, limit: int
+    ) -> AsyncIterator[list[RunRecord]]:
+        """`runnable`, held for this runtime until the block exits, and written with the
+        next batch this store applies (`LookingStore`; ``_held``'s docstring): the look's
+        runs are not reserved, their rows are locked. One look is held at a time: another
+        block meanwhile looks as `runnable` does."""
+        looks = self._held_looks
+        if looks.busy or limit <= 0 or not names:
+            yield await self.runnable(names, now, limit)
+            return
+        served = names if isinstance(names, Mapping) else None
+        look = functools.partial(
+            _held.hold,
+            names=list(names),
+            now=now,
+            limit=limit,
+            by=self._sender,
+            served=served,
+            thread_space=self._thread_locks,
+            thread_key=thread_key,
+            clock=self._lease_clock,
+            offset=self._offset(),
+            sweep=self._looks % 64 == 0,
         )
+        self._looks += 1
+        held = await looks.take(functools.partial(self._conns.hold, look, "runnable runs"))
+        try:
+            yield [] if held is None else held.records
+        finally:
+            if held is not None and looks.give_up(held):
+                # No batch took it: its runs are free again (shielded).
+                await self._conns.let_go(held.conn)
 
     async def load(self, run_id: str) -> RunRecord | None:
         return await self._read(lambda c, r: reads.load(c, r, run_id), f"run {run_id!r}")

@@ -24,6 +24,12 @@ with the seal too when that is all it writes, `PgTx._sealed_with_check`), which
 `PgTx.commit` sends with the rest in one round trip; a wrong guess rolls back and the
 batch runs as above (``_guess``'s docstring).
 
+A batch applied while a serving runtime's look is held (``_held``) goes on with the look's
+transaction instead (`PgTx.begin_held`): what the look read under its locks (its runs'
+rows, claims, threads' live attempts and stored commands) is what this transaction has
+read, so a batch of those runs' starts skips the first round trip too, and its ``COMMIT``
+is the look's.
+
 The isolation the rules assume (``_rules``'s docstring) comes from locks on what a
 transaction reads, so write transactions on different runs run side by side:
 
@@ -77,6 +83,7 @@ from .._textrows import EVENT_WIDTH, NULL, CommandRow, TextRow, TextRunTx
 from . import _streams as streams
 from ._conn import StoreConnection
 from ._guess import Guess, GuessMissed, guess_json
+from ._held import HeldLook
 from ._listen import CONTROL, STREAM
 from ._order import Numbered
 from ._queries import INSERTED, UPDATED, Queries, rows_json
@@ -173,6 +180,29 @@ class PgTx(TextRunTx[TextRow, _Insert]):
         if self._clock is not None:
             now = self._clock()  # a test's clock in place of the server's
         self.now = float(now) + self._offset
+        return self.now
+
+    def begin_held(self, held: HeldLook, batch: Sequence[Commit] = ()) -> float:
+        """Go on with the transaction a held look left open (``_held``): what it read under
+        its locks is what this transaction has read, and `prefetch` reads the rest of what
+        ``batch`` touches (nothing, for a batch of its runs' starts: no round trip before
+        `commit`'s). The lease time (seconds): the server's clock as the look read it,
+        moved on by the time since, or the store's fixed clock."""
+        self._begun = True
+        self._pipeline.enter_context(self.conn.pipeline())
+        rows, updates = self._rows, self._updates
+        for found in held.rows:
+            rows[found[0]] = TextRow(*found)
+            updates.read(found)
+        self._claims.update(held.claims)
+        for thread_id, live in held.threads.items():
+            self._threads[thread_id] = dict(live)
+        for run_id, commands in held.commands.items():
+            self._commands[run_id] = list(commands)
+        now = held.server_clock() if self._clock is None else self._clock()
+        self.now = now + self._offset
+        if batch:
+            self.prefetch(batch)
         return self.now
 
     def begin_guessed(self, guess: Guess) -> float:

@@ -279,8 +279,10 @@ SELECT {event_columns} FROM {s}.events WHERE run_id = %s AND kind = 'step' ORDER
 -- a join made a look over a backlog of 5,000 runs cost ten times as much. A claim is read
 -- by its key alone and its lease compared outside, so the index of leases is no choice.)
 -- A run whose not_before (a delayed start, a retry's wait) is later than now (the
--- runtime's clock) is passed over, read from the same walk of the queue.
-SELECT {record_columns} FROM {s}.runs r
+-- runtime's clock) is passed over, read from the same walk of the queue. Each run comes as
+-- the row a write transaction reads (``rows``), then as its record: a look that holds its
+-- runs for their starts (``_held``) hands its transaction the rows it locked.
+SELECT {held_row_columns}, {record_columns} FROM {s}.runs r
 WHERE r.queued_order IS NOT NULL AND r.name = ANY(%(names)b)
   AND (r.not_before IS NULL OR r.not_before <= %(now)s)
   AND coalesce((SELECT c.lease_until FROM {s}.claims c WHERE c.run_id = r.run_id),
@@ -294,8 +296,10 @@ WHERE r.queued_order IS NOT NULL AND r.name = ANY(%(names)b)
 ORDER BY r.created LIMIT %(limit)s FOR UPDATE OF r SKIP LOCKED;
 
 -- due --
--- Awaiting named root runs whose scheduled resume is due, oldest due first.
-SELECT {record_columns} FROM {s}.tickets t JOIN {s}.runs r ON r.run_id = t.run_id
+-- Awaiting named root runs whose scheduled resume is due, oldest due first (as `queued`:
+-- the row, then the record).
+SELECT {held_row_columns}, {record_columns} FROM {s}.tickets t
+JOIN {s}.runs r ON r.run_id = t.run_id
 WHERE t.wake_at IS NOT NULL AND t.wake_at <= %(now)s
   AND r.parent_run_id IS NULL AND r.name = ANY(%(names)b)
   AND NOT EXISTS (SELECT 1 FROM {s}.reserved v WHERE v.run_id = r.run_id
@@ -311,6 +315,34 @@ ORDER BY t.wake_at, t.put_order LIMIT %(limit)s FOR UPDATE OF r SKIP LOCKED;
 -- what it does planned anew; planning it costs 0.2 ms, once a look).
 SELECT set_config('synchronous_commit', 'off', true),
   set_config('plan_cache_mode', 'force_custom_plan', true);
+
+-- look_held --
+-- A look that holds its runs (``_held``) commits with the starts written in its
+-- transaction, so with the WAL flush; its own statements are planned as `look_async`'s.
+SELECT set_config('plan_cache_mode', 'force_custom_plan', true);
+
+-- look_held_done --
+-- The statements after a held look's, the starts' writes among them, are planned as every
+-- other transaction's.
+SELECT set_config('plan_cache_mode', reset_val, true) FROM pg_settings
+WHERE name = 'plan_cache_mode';
+
+-- claims_skip_locked --
+-- The claims of the runs a held look locked (stale ones: a queued run holds no live
+-- claim), each locked unless another transaction has (it is renewing, releasing or
+-- recovering it): those are not returned, and `claims_present` tells them from none.
+-- (Claims are locked before rows in every other transaction; this one skips rather than
+-- waits, so it waits for no transaction that waits for it.)
+SELECT run_id, owner, epoch, lease_until FROM {s}.claims WHERE run_id = ANY(%b)
+FOR UPDATE SKIP LOCKED;
+
+-- claims_present --
+SELECT run_id FROM {s}.claims WHERE run_id = ANY(%b);
+
+-- try_lock_threads --
+-- The threads of a held look's runs, each lock taken if no other transaction holds it
+-- (``lock_threads`` waits; this never does): the keys whose lock was not taken.
+SELECT k FROM unnest(%b::int[]) AS k WHERE NOT pg_try_advisory_xact_lock(%s, k);
 
 -- reserved_by_others --
 -- Of the runs a look locked, those another look reserved: read in a statement of its own,
