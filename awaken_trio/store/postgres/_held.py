@@ -36,7 +36,10 @@ time since on this process's monotonic clock (`HeldLook.server_clock`): what the
 clock reads then, but for drift over milliseconds.
 
 Letting go. A look that no batch took by the end of the runtime's block (no run of it was
-admitted) is rolled back, shielded, and its runs are free again for any look at once.
+admitted) is rolled back, shielded, and its runs are free again for any look at once. A
+look whose process stops or sticks before either happens is ended by the server once its
+transaction has been idle for `IDLE_AT_MOST` seconds; its batch, should it come after,
+runs again on a connection of its own.
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from typing import Any, final
+from typing import Any, Final, final
 
 import attrs
 import trio
@@ -55,6 +58,11 @@ from .._textrows import CommandRow
 from . import _reads as reads
 from ._conn import Conn
 from ._queries import Queries
+
+IDLE_AT_MOST: Final = 5.0
+"""Seconds a held look's transaction may wait for its batch before the server ends its
+session (``idle_in_transaction_session_timeout``): a worker stopped or stuck with a look
+held keeps its runs from other workers no longer than a look's reservation would."""
 
 
 @final
@@ -162,7 +170,7 @@ def hold(
     reservations of looks that did not hold theirs (`reads.runnable`) once they passed."""
     with conn.pipeline():
         conn.execute("BEGIN")
-        conn.execute(r.look_held)
+        conn.execute(r.look_held, (str(round(IDLE_AT_MOST * 1000)),))
         found_clock = conn.execute(r.server_now)
     at = time.monotonic()
     (read,) = found_clock.fetchone() or (0.0,)
@@ -214,7 +222,6 @@ def _take(
         # holders committed.
         c_live = conn.execute(r.live, (threads,))
         c_commands = conn.execute(r.stored_commands, (ids,))
-        conn.execute(r.look_held_done)
     locked = {
         run_id: ClaimRow(owner, epoch, lease_until)
         for run_id, owner, epoch, lease_until in c_claims.fetchall()
@@ -239,4 +246,8 @@ def _take(
         if run_id in kept_ids:
             commands[run_id].append(CommandRow(cid, *command))
     claims: dict[str, ClaimRow | None] = {run_id: locked.get(run_id) for run_id in kept_ids}
+    # The last statement before the look waits for its batch, out of the pipeline: the
+    # server times a transaction's idleness only from a statement's end outside one
+    # (measured: after a pipeline's Sync a transaction idled past the limit, unended).
+    conn.execute(r.look_held_done)
     return [record for _, record in kept], [row for row, _ in kept], claims, live, commands

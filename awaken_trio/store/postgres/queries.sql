@@ -319,7 +319,10 @@ SELECT set_config('synchronous_commit', 'off', true),
 -- look_held --
 -- A look that holds its runs (``_held``) commits with the starts written in its
 -- transaction, so with the WAL flush; its own statements are planned as `look_async`'s.
-SELECT set_config('plan_cache_mode', 'force_custom_plan', true);
+-- And the server ends its session should it stay idle in the transaction past the
+-- milliseconds given (its process stopped or stuck): its locks go with it.
+SELECT set_config('plan_cache_mode', 'force_custom_plan', true),
+  set_config('idle_in_transaction_session_timeout', %s, true);
 
 -- look_held_done --
 -- The statements after a held look's, the starts' writes among them, are planned as every

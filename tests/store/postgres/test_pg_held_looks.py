@@ -16,6 +16,7 @@ import trio
 
 from awaken_trio import EndCause, RunContext, RunState, open_runtime
 from awaken_trio.store import Accepted, Claim, Commit, Expect, NewRun, Rejected
+from awaken_trio.store.postgres import _held as held_module
 from awaken_trio.store.postgres._store import PostgresStore
 from awaken_trio.store.postgres._tx import thread_key, thread_locks
 from awaken_trio.testing._commits import Queued, run
@@ -422,3 +423,24 @@ async def test_a_look_whose_pooled_connection_broke_looks_again_on_a_fresh_one(
             assert [r.run_id for r in found] == ["a"]
             (started,) = await store.apply([_start("a")])
             assert isinstance(started, Accepted)
+
+
+async def test_a_look_held_past_its_idle_limit_is_ended_by_the_server(
+    stores: list[PostgresStore], pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A runtime stopped or stuck with a look held keeps its runs from others only until
+    the server ends the idle transaction; a start it writes after runs on a connection of
+    its own."""
+    monkeypatch.setattr(held_module, "IDLE_AT_MOST", 0.2)
+    here, there = stores
+    await _queue(here, "a")
+    with trio.fail_after(30):
+        async with here.looking(NAMES, 2.0, 10) as found:
+            assert [r.run_id for r in found] == ["a"]
+            while not await there.runnable(NAMES, 2.0, 10):  # noqa: ASYNC110 - a server's state
+                await trio.sleep(0.05)
+            (started,) = await here.apply([_start("a")])
+            assert isinstance(started, Accepted)
+        record = await here.load("a")
+        assert record is not None
+        assert record.state == RunState.Running(1)
