@@ -66,6 +66,7 @@ from ._host import HeardEnd as HeardEnd
 from ._host import Serve as Serve
 from ._host import ServedRun as ServedRun
 from ._host import ServingHost as ServingHost
+from ._host import Started as Started
 from ._host import Watched as Watched
 from ._json import DEFAULT_MAX_PAYLOAD_BYTES as DEFAULT_MAX_PAYLOAD_BYTES
 from ._json import FrozenDict as FrozenDict

@@ -14,6 +14,7 @@ command is written to the store.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Literal, final
 
 import attrs
@@ -22,25 +23,24 @@ import trio
 from . import _commit_of as commit_of
 from ._actor import run_attempt
 from ._admission import Admission
-from ._attempt import Attempt, Body, ParkedChild
+from ._attempt import Attempt, Body
 from ._attempts import first_attempt, new_attempt, stored_attempt
 from ._commands import LiveCommand
-from ._errors import NotActive, RunExists, RuntimeClosed, StoreError, ThreadBusy
+from ._errors import RunExists, RuntimeClosed, StoreError, ThreadBusy
 from ._json import FrozenDict, JsonValue, check_payload, freeze_detail
 from ._policy import NO_DEADLINES, Deadlines
-from ._progress import refused
 from ._spec import RunSpec, check_run_arguments, checked_input
-from ._state import Awaiting, Ended, Queued, ResumeTicket, RunRecord, wake_at
+from ._state import ResumeTicket, RunRecord
 from ._storage import (
     Accepted,
+    Commit,
     CommitResult,
-    Expect,
     NewRun,
     Rejected,
     RejectReason,
     StoredCommand,
-    read_store,
 )
+from ._takeback import refusal_of_child, take_back
 from ._validate import new_run_id
 from ._verdict import CommitFailed, Committed
 
@@ -55,8 +55,11 @@ DETAIL_START = freeze_detail({"source": "start"}, "detail")
 DETAIL_FORK = freeze_detail({"source": "fork"}, "detail")
 _DETAIL_THREAD_FREE = freeze_detail({"source": "thread_free"}, "detail")
 _DETAIL_SUBMIT = freeze_detail({"source": "submit"}, "detail")
-_DETAIL_TAKEN_BACK = freeze_detail({"source": "taken_back"}, "detail")
 _TAKEN_IF_A_CHILD = (RejectReason.EXISTS, RejectReason.ENDED)
+
+Answer = CommitResult | Exception
+"""What a posted admission (`Admissions.admit_posted`) is answered with: the store's
+answer, or what the store (`StoreError`) or the commit's effect raised."""
 
 
 @final
@@ -180,7 +183,7 @@ class Admissions:
                 raise thread_busy(spec.thread_id, attempt)
             if spec.parent is None or attempt.reason not in _TAKEN_IF_A_CHILD:
                 raise RunExists(spec.run_id)
-            return await self._take_back(spec, spec.parent)
+            return await take_back(self, self._kernel, self._handles, spec, spec.parent)
         return self._handles.handle(attempt)
 
     async def begin_run(
@@ -337,80 +340,6 @@ class Admissions:
         actors.start_soon(run_attempt, self._host, attempt)
         return attempt
 
-    async def _take_back(self, spec: RunSpec, parent: Attempt) -> RunHandle:
-        """Rule 22: ``parent``'s run already has a child of ``spec.run_id`` (an earlier
-        attempt of the parent started it, and it was handed back with that attempt, or it
-        ended): a child of this run with the same input is taken back rather than refused.
-        An ended one answers its end, an awaiting one keeps its ticket (and is ended with
-        this attempt, as its own parked children are), a queued one starts its next
-        attempt here, under ``parent``; one this attempt already runs is that attempt.
-
-        Raises:
-            RunExists: the id is not a child of this run, or it was started with another
-                input, or another attempt of it runs.
-            NotActive: ``parent``'s attempt has begun to end.
-        """
-        kernel = self._kernel
-        run_id = spec.run_id
-        # A run moves on only a few times (queued, then running or ended), so a look that
-        # keeps finding it moved means something else is wrong: it is refused then.
-        for _ in range(4):
-            here = kernel.attempt_here(run_id)
-            if here is not None:
-                if here.parent is parent:
-                    return self._handles.handle(here)
-                raise RunExists(run_id, f"another attempt of run {run_id!r} runs here")
-            record = await read_store(kernel.store.load(run_id), f"run {run_id!r}")
-            if record is None or record.parent_run_id != parent.run_id:
-                raise RunExists(
-                    run_id,
-                    f"run {run_id!r} exists and is not a child of run {parent.run_id!r}:"
-                    " give the child a run id of its own",
-                )
-            if record.input != spec.input:
-                raise RunExists(
-                    run_id,
-                    f"run {run_id!r} is a child of run {parent.run_id!r} started with another"
-                    " input; a child is taken back only with the input it was started with",
-                )
-            state = record.state
-            if isinstance(state, Ended):
-                return self._handles.settled(record)
-            if isinstance(state, Awaiting):
-                if parent.phase != "running":
-                    raise refusal_of_child(parent, run_id)
-                # This attempt's now: resumed through it, ended with it.
-                parent.add_child(run_id, ParkedChild(record.generation))
-                kernel.awaiting_bodies[run_id] = spec.body
-                wake = wake_at(state.ticket)
-                if wake is not None:
-                    kernel.on_scheduled(wake, run_id, state.ticket.correlation_id)
-                if record.deadline is not None:
-                    kernel.on_limits(run_id=run_id, limits=Deadlines(record.deadline))
-                return self._handles.settled(record)
-            if isinstance(state, Queued):
-                attempt = stored_attempt(kernel, record, spec.body, parent=parent)
-                result = await self.admit(
-                    Admission(
-                        attempt=attempt,
-                        expect=Expect(generation=record.generation, state=Queued),
-                        detail=_DETAIL_TAKEN_BACK,
-                        # The answer a resume left for it, if it had one.
-                        take_handover=True,
-                    )
-                )
-                if isinstance(result, Accepted):
-                    return self._handles.handle(attempt)
-                if result.reason is RejectReason.FENCED:
-                    await refused(kernel, parent, result, "taking back a child")
-                continue  # it moved on meanwhile (ended elsewhere): look again
-            break
-        raise RunExists(
-            run_id,
-            f"run {run_id!r} is a child of run {parent.run_id!r} that another attempt runs;"
-            " it can be taken back once that attempt has stopped",
-        )
-
     def checked_input(self, input: JsonValue, run_id: str) -> JsonValue:
         return check_payload(input, f"input of run {run_id!r}", self._kernel.max_payload_bytes)
 
@@ -508,31 +437,9 @@ class Admissions:
         """
         kernel = self._kernel
         attempt, expect, new_run = admission.attempt, admission.expect, admission.new_run
-        at = kernel.now()
-        parent = attempt.parent
-        nursery = self.reserve(parent)
-        if nursery is None:
-            raise refusal(attempt)
+        commit, nursery, at = self._prepare(admission)
         run_id, thread_id, generation = attempt.run_id, attempt.thread_id, attempt.generation
         gate = kernel.gate
-        is_running = gate.try_acquire(thread_id, attempt)
-        if is_running:
-            # Made Running by this very commit: no command can be stored for it before.
-            attempt.commands_before = new_run is None
-        else:
-            attempt.gate_waiter = gate.enqueue(thread_id, attempt)
-            attempt.queued_generation = generation - 1
-        if admission.fence is not None:
-            attempt.fence = admission.fence
-        commit = commit_of.start(
-            attempt,
-            running_now=is_running,
-            expect=expect,
-            at=at,
-            new_run=new_run,
-            detail=admission.detail,
-            under=kernel.claims.start_under(attempt) if is_running else None,
-        )
         mailbox = kernel.mailbox
         on_commit = None
         try:
@@ -573,18 +480,106 @@ class Admissions:
                 # cancel. An inline commit never yielded, so this is still the commit's
                 # step; through the mailbox the task spawns once it has its answer (its
                 # wait cannot be interrupted, and the reservation holds the nursery).
-                nursery.start_soon(run_attempt, self._host, attempt)
-                if attempt.deadline is not None and not attempt.started and new_run is None:
-                    # Queued here: no scope carries its deadline while it waits, so the
-                    # timer does (a new run's limits are its `_begin`'s).
-                    kernel.on_limits(run_id=run_id, limits=Deadlines(attempt.deadline))
+                self._spawn(admission, nursery)
             return result
         except BaseException:
             if not attempt.started and run_id not in kernel.queued:
                 kernel.free_thread(attempt)  # nothing was committed: give the thread back
             raise
         finally:
-            self._unreserve(parent)
+            self._unreserve(attempt.parent)
+
+    def admit_posted(self, admission: Admission, done: Callable[[Answer], None]) -> None:
+        """`admit` without a task of its own, for admissions made side by side (a serving
+        loop's, of the runs a look found): the commit is handed to the mailbox
+        (`CommitMailbox.post`), and in the commit's step the attempt is registered and
+        its actor spawned (or its thread given back), then ``done`` is called with the
+        store's answer, or what the store or the commit's effect raised. Sync. For an
+        admission that refuses a thread busy elsewhere (``when_busy_elsewhere="refuse"``).
+
+        Raises:
+            RuntimeClosed: the runtime is shutting down (nothing was handed over).
+        """
+        assert admission.when_busy_elsewhere == "refuse"
+        kernel = self._kernel
+        attempt = admission.attempt
+        commit, nursery, _ = self._prepare(admission)
+
+        def answered(answer: CommitResult | StoreError) -> None:
+            outcome: Answer = answer
+            try:
+                if not isinstance(answer, StoreError):
+                    try:
+                        self._admitted(admission, answer)
+                    except Exception as exc:  # (as `admit`'s effect: the admitter's to raise)
+                        outcome = exc
+                    else:
+                        if isinstance(answer, Accepted):
+                            self._spawn(admission, nursery)
+                if (
+                    isinstance(outcome, Exception)
+                    and not attempt.started
+                    and attempt.run_id not in kernel.queued
+                ):
+                    kernel.free_thread(attempt)  # nothing was committed
+            finally:
+                self._unreserve(attempt.parent)
+            done(outcome)
+
+        try:
+            kernel.mailbox.post(commit, answered)
+        except BaseException:
+            # Not handed over: nothing was committed.
+            if not attempt.started and attempt.run_id not in kernel.queued:
+                kernel.free_thread(attempt)
+            self._unreserve(attempt.parent)
+            raise
+
+    def _prepare(self, admission: Admission) -> tuple[Commit, trio.Nursery, float]:
+        """An admission up to its commit: the clock read, the actor's place reserved, the
+        thread taken (or queued for), and the commit; with the reserved nursery and the
+        time. Nothing yields; the caller unreserves once the commit is answered.
+
+        Raises:
+            RuntimeClosed: the runtime is shutting down (top-level runs).
+            NotActive: the parent's attempt has begun to end (children).
+        """
+        kernel = self._kernel
+        attempt, new_run = admission.attempt, admission.new_run
+        at = kernel.now()
+        nursery = self.reserve(attempt.parent)
+        if nursery is None:
+            raise refusal(attempt)
+        thread_id, generation = attempt.thread_id, attempt.generation
+        gate = kernel.gate
+        is_running = gate.try_acquire(thread_id, attempt)
+        if is_running:
+            # Made Running by this very commit: no command can be stored for it before.
+            attempt.commands_before = new_run is None
+        else:
+            attempt.gate_waiter = gate.enqueue(thread_id, attempt)
+            attempt.queued_generation = generation - 1
+        if admission.fence is not None:
+            attempt.fence = admission.fence
+        commit = commit_of.start(
+            attempt,
+            running_now=is_running,
+            expect=admission.expect,
+            at=at,
+            new_run=new_run,
+            detail=admission.detail,
+            under=kernel.claims.start_under(attempt) if is_running else None,
+        )
+        return commit, nursery, at
+
+    def _spawn(self, admission: Admission, nursery: trio.Nursery) -> None:
+        """The admission's commit was accepted: its actor, in its reserved place."""
+        attempt = admission.attempt
+        nursery.start_soon(run_attempt, self._host, attempt)
+        if attempt.deadline is not None and not attempt.started and admission.new_run is None:
+            # Queued here: no scope carries its deadline while it waits, so the timer does
+            # (a new run's limits are its `_begin`'s).
+            self._kernel.on_limits(run_id=attempt.run_id, limits=Deadlines(attempt.deadline))
 
     def _admitted(self, admission: Admission, result: CommitResult) -> None:
         """The effect of an admission's commit: register the attempt (or queue it, if it
@@ -690,14 +685,6 @@ def refusal(attempt: Attempt) -> Exception:
     if parent is None:
         return _closed()
     return refusal_of_child(parent, attempt.run_id)
-
-
-def refusal_of_child(parent: Attempt, run_id: str) -> NotActive:
-    return NotActive(
-        parent.run_id,
-        f"its attempt {parent.generation} has begun to end, so run {run_id!r}"
-        " cannot be started or resumed as its child",
-    )
 
 
 def _closed() -> RuntimeClosed:

@@ -156,6 +156,11 @@ class ServedRun(Protocol):
         ...
 
 
+Started = ServedRun | None | Exception
+"""How a run a look found was started (`ServingHost.post_stored`): its attempt; None if it
+was not this runtime's to start after all; or what the store or the commit raised."""
+
+
 @final
 @attrs.frozen
 class HeardEnd:
@@ -247,6 +252,16 @@ class ServingHost(Protocol):
         """Start an attempt of a root run found in the store (queued, due for its
         scheduled resume, or recovered under ``fence``); None if it is not this runtime's
         to start after all. Raises `StoreError` if the store failed."""
+        ...
+
+    def post_stored(self, record: RunRecord, done: Callable[[Started], None]) -> None:
+        """`start_stored` for a run a look found, without a task: sync; ``done`` is called
+        in the commit's step with the attempt, None if it is not this runtime's to start
+        after all, or what the store or the commit raised.
+
+        Raises:
+            RuntimeClosed: the runtime is shutting down (nothing was handed over).
+        """
         ...
 
     def watched(self) -> Watched:

@@ -9,7 +9,7 @@ kernel's admissions and state.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, final
 
 import trio
@@ -19,14 +19,14 @@ from ._admission import Admission
 from ._attempt import BodyPin, lost
 from ._attempts import stored_attempt
 from ._errors import RuntimeClosed, StoreError
-from ._host import ClaimSettings, HeardEnd, ServedRun, Watched
+from ._host import ClaimSettings, HeardEnd, ServedRun, Started, Watched
 from ._json import freeze_detail
 from ._state import Awaiting, Ended, Queued, Running, RunRecord
 from ._storage import Expect, Fence, Overdue, Rejected, RejectReason, Store, StoredCommand
 from ._versions import BodyVersions
 
 if TYPE_CHECKING:
-    from ._admit import Admissions
+    from ._admit import Admissions, Answer
     from ._expire import Expiry
     from ._kernel import Kernel
 
@@ -107,37 +107,11 @@ class Serving:
         scheduled resume, or recovered from a lost owner (``fence``: the claim recovery
         took for it). None if it is not this runtime's to start after all: no body here,
         another runtime took it first, or its thread is busy elsewhere."""
-        kernel = self._kernel
-        body = kernel.body_for_record(record)
-        state = record.state
-        if body is None:
+        admission = self._admission(record, fence)
+        if admission is None:
             await self._give_back(record.run_id, fence)
             return None
-        ticket = None
-        if fence is not None:
-            expect = Expect(generation=record.generation, state=Running)
-            detail = _DETAIL_RECOVERED
-        elif isinstance(state, Awaiting):
-            ticket = state.ticket
-            expect = commit_of.expect_awaiting(record.generation, ticket)
-            detail = _DETAIL_SCHEDULED
-        else:
-            expect = Expect(generation=record.generation, state=Queued)
-            detail = _DETAIL_SERVED
-        attempt = stored_attempt(self._kernel, record, body, ticket=ticket)
-        if record.generation == 0 and kernel.versions:
-            # Its first attempt: the version of the body that runs it is pinned on it.
-            attempt.pin = BodyPin(kernel.versions_of(record.name or "").version)
-        admission = Admission(
-            attempt=attempt,
-            expect=expect,
-            detail=detail,
-            fence=fence,
-            # A queued run, or a recovered one, is handed the answer the store keeps for it
-            # (a scheduled resume answers its own ticket, with None).
-            take_handover=ticket is None,
-            when_busy_elsewhere="refuse",
-        )
+        attempt = admission.attempt
         result = await self._admissions.admit(admission)
         if isinstance(result, Rejected) or not attempt.started:
             if (
@@ -150,6 +124,60 @@ class Serving:
                 await self._give_back(record.run_id, fence)
             return None
         return attempt
+
+    def post_stored(self, record: RunRecord, done: Callable[[Started], None]) -> None:
+        """`start_stored` for a run a look found (no fence to give back), without a task
+        of its own: sync, and ``done`` is called with the attempt, None, or what the store
+        or the commit's effect raised, in the commit's step (`Admissions.admit_posted`)."""
+        admission = self._admission(record, None)
+        if admission is None:
+            done(None)
+            return
+        attempt = admission.attempt
+
+        def answered(answer: Answer) -> None:
+            if isinstance(answer, Exception):
+                done(answer)
+            elif isinstance(answer, Rejected) or not attempt.started:
+                done(None)
+            else:
+                done(attempt)
+
+        self._admissions.admit_posted(admission, answered)
+
+    def _admission(self, record: RunRecord, fence: Fence | None) -> Admission | None:
+        """The admission of a stored root run's next attempt; None if no body here runs
+        it."""
+        kernel = self._kernel
+        body = kernel.body_for_record(record)
+        if body is None:
+            return None
+        state = record.state
+        ticket = None
+        if fence is not None:
+            expect = Expect(generation=record.generation, state=Running)
+            detail = _DETAIL_RECOVERED
+        elif isinstance(state, Awaiting):
+            ticket = state.ticket
+            expect = commit_of.expect_awaiting(record.generation, ticket)
+            detail = _DETAIL_SCHEDULED
+        else:
+            expect = Expect(generation=record.generation, state=Queued)
+            detail = _DETAIL_SERVED
+        attempt = stored_attempt(kernel, record, body, ticket=ticket)
+        if record.generation == 0 and kernel.versions:
+            # Its first attempt: the version of the body that runs it is pinned on it.
+            attempt.pin = BodyPin(kernel.versions_of(record.name or "").version)
+        return Admission(
+            attempt=attempt,
+            expect=expect,
+            detail=detail,
+            fence=fence,
+            # A queued run, or a recovered one, is handed the answer the store keeps for it
+            # (a scheduled resume answers its own ticket, with None).
+            take_handover=ticket is None,
+            when_busy_elsewhere="refuse",
+        )
 
     async def _queue_recovered(self, record: RunRecord, fence: Fence) -> None:
         """A run recovered onto a thread another run's attempt holds: it waits ``Queued``

@@ -22,6 +22,7 @@ renewed meanwhile are stopped by the claim keeper, as the lease rules say.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable
 from typing import TypeVar
@@ -40,6 +41,7 @@ from .._core import (
     RuntimeClosed,
     ServedRun,
     ServingHost,
+    Started,
     Store,
     StoreError,
     WorkerStore,
@@ -183,16 +185,69 @@ async def _one_pass(
         return failed, next_limit
     async with _runnable(host, store, free) as runnable:
         # Admitted side by side, so their commits share transactions (one fsync for all;
-        # on a store that holds its looks, the look's own).
+        # on a store that holds its looks, the look's own): each handed to the mailbox
+        # with no task of its own, then every answer waited for at once.
+        starts = _Starts(host, active)
         threads: set[str] = set()
-        admitted: list[bool] = []
-        async with trio.open_nursery() as nursery:
+        try:
             for record in runnable:
                 if record.thread_id in threads or host.thread_taken(record.thread_id):
                     continue  # its thread is taken: its turn comes, oldest first, when it frees
                 threads.add(record.thread_id)
-                nursery.start_soon(_admit_into, host, record, active, admitted)
-    return failed or not all(admitted), next_limit
+                starts.post(record)
+        finally:
+            # A commit handed over lands whatever happens to the loop (as a commit awaited
+            # would), and the look is let go only once its starts have.
+            with trio.CancelScope(shield=True):
+                await starts.answered()
+    return failed or starts.failed, next_limit
+
+
+class _Starts:
+    """The starts of the runs one look found (`ServingHost.post_stored`), and their
+    answers: each run started joins ``active`` and its claim is logged; a start the store
+    failed is logged with its run id, and left as the store holds it."""
+
+    def __init__(self, host: ServingHost, active: dict[str, ServedRun]) -> None:
+        self._host = host
+        self._active = active
+        self._pending = 0
+        self._all = trio.Event()
+        self.failed = False
+        """Whether the store failed a start."""
+
+    def post(self, record: RunRecord) -> None:
+        """Start ``record``'s run (raises `RuntimeClosed` once the runtime is closing)."""
+        self._pending += 1
+        try:
+            self._host.post_stored(record, functools.partial(self._answer, record))
+        except BaseException:
+            self._pending -= 1
+            raise
+
+    async def answered(self) -> None:
+        """Return once every start posted has its answer."""
+        if self._pending:
+            await self._all.wait()
+        else:
+            await trio.lowlevel.checkpoint()
+
+    def _answer(self, record: RunRecord, started: Started) -> None:
+        self._pending -= 1
+        if not self._pending:
+            self._all.set()
+        if isinstance(started, Exception):
+            self.failed = True
+            logger.error(
+                "serving: run %r could not be started: %s",
+                record.run_id,
+                started,
+                exc_info=started,
+                extra={"run_id": record.run_id},
+            )
+        elif started is not None:
+            self._active[started.run_id] = started
+            _log_claim(self._host, record)
 
 
 @contextlib.asynccontextmanager
@@ -243,12 +298,6 @@ async def _end_overdue(host: ServingHost, store: DeadlineStore) -> tuple[bool, f
     return failed, look.next_at
 
 
-async def _admit_into(
-    host: ServingHost, record: RunRecord, active: dict[str, ServedRun], admitted: list[bool]
-) -> None:
-    admitted.append(await _admit(host, record, active, None))
-
-
 async def _admit(
     host: ServingHost, record: RunRecord, active: dict[str, ServedRun], fence: Fence | None
 ) -> bool:
@@ -267,21 +316,25 @@ async def _admit(
         return False
     if run is not None:
         active[run.run_id] = run
-        if not logger.isEnabledFor(logging.INFO):
-            return True  # (a line a run: not even its arguments when it is not written)
-        claims = host.claims
-        logger.info(
-            "serving: claimed run %r (%s, attempt %d)",
-            record.run_id,
-            record.name,
-            record.generation + (not isinstance(record.state, RunState.Running)),
-            extra={
-                "run_id": record.run_id,
-                "worker_id": None if claims is None else claims.owner,
-                "event": "claim",
-            },
-        )
+        _log_claim(host, record)
     return True
+
+
+def _log_claim(host: ServingHost, record: RunRecord) -> None:
+    if not logger.isEnabledFor(logging.INFO):
+        return  # (a line a run: not even its arguments when it is not written)
+    claims = host.claims
+    logger.info(
+        "serving: claimed run %r (%s, attempt %d)",
+        record.run_id,
+        record.name,
+        record.generation + (not isinstance(record.state, RunState.Running)),
+        extra={
+            "run_id": record.run_id,
+            "worker_id": None if claims is None else claims.owner,
+            "event": "claim",
+        },
+    )
 
 
 async def _from_store(call: Awaitable[T], what: str) -> T:

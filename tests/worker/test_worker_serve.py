@@ -317,3 +317,31 @@ async def test_serve_outlives_a_failing_store_and_later_runs_end(
     assert any(r.levelno == logging.ERROR and "serving" in r.message for r in records)
     if commits_only:
         assert any(getattr(r, "run_id", None) == "r2" for r in records), records
+
+
+async def test_serve_starts_the_runs_a_look_found_without_a_task_each(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A look's runs are admitted side by side with no task each: the only task a run
+    adds is its attempt's actor."""
+    spawned: Counter[str] = Counter()
+
+    class Spawns(trio.abc.Instrument):
+        def task_spawned(self, task: trio.lowlevel.Task) -> None:
+            spawned[task.name.rsplit(".", 1)[-1]] += 1
+
+    store = MemoryStore(shared=True)
+    async with shared_runtime(store) as control:
+        for i in range(20):
+            await control.submit("w", run_id=f"r{i}")
+    async with shared_runtime(store, bodies={"w": noop}) as worker:
+        instrument = Spawns()
+        trio.lowlevel.add_instrument(instrument)
+        try:
+            async with serving(worker, concurrency=20):
+                for i in range(20):
+                    assert await until_state(worker, f"r{i}", is_ended) == NATURAL
+        finally:
+            trio.lowlevel.remove_instrument(instrument)
+    assert spawned["run_attempt"] == 20
+    assert not [name for name in spawned if "admit" in name], spawned
