@@ -238,13 +238,7 @@ class _Starts:
             self._all.set()
         if isinstance(started, Exception):
             self.failed = True
-            logger.error(
-                "serving: run %r could not be started: %s",
-                record.run_id,
-                started,
-                exc_info=started,
-                extra={"run_id": record.run_id},
-            )
+            _log_not_started(record, started)
         elif started is not None:
             self._active[started.run_id] = started
             _log_claim(self._host, record)
@@ -306,18 +300,22 @@ async def _admit(
     try:
         run = await host.start_stored(record, fence=fence)
     except StoreError as exc:
-        logger.error(
-            "serving: run %r could not be started: %s",
-            record.run_id,
-            exc,
-            exc_info=exc,
-            extra={"run_id": record.run_id},
-        )
+        _log_not_started(record, exc)
         return False
     if run is not None:
         active[run.run_id] = run
         _log_claim(host, record)
     return True
+
+
+def _log_not_started(record: RunRecord, exc: Exception) -> None:
+    logger.error(
+        "serving: run %r could not be started: %s",
+        record.run_id,
+        exc,
+        exc_info=exc,
+        extra={"run_id": record.run_id},
+    )
 
 
 def _log_claim(host: ServingHost, record: RunRecord) -> None:

@@ -27,7 +27,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any, Final, TypeVar, cast, final
 
@@ -329,23 +329,9 @@ class Connections:
                 _put_back(pool, conn)
             return found
 
-        try:
-            try:
-                return await trio.to_thread.run_sync(work, limiter=self._holder)
-            except psycopg.OperationalError as exc:
-                logger.info("store: reading %s failed, reading again: %s", what, self.scrub(exc))
-                return await trio.to_thread.run_sync(work, limiter=self._holder)
-        except psycopg_pool.PoolTimeout:
-            raise StoreError(
-                f"the PostgreSQL store {self._target.shown!r} could not be reached to read"
-                f" {what} within {CONNECT_TIMEOUT:g}s",
-                outcome_unknown=False,
-            ) from None
-        except psycopg.Error as exc:
-            raise StoreError(
-                f"the PostgreSQL store failed to read {what}: {self.scrub(exc)}",
-                outcome_unknown=False,
-            ) from None
+        return await self._read_once_more(
+            partial(trio.to_thread.run_sync, work, limiter=self._holder), what
+        )
 
     async def let_go(self, conn: Conn) -> None:
         """Roll back the transaction `hold` left open on ``conn`` and put it back in the
@@ -398,14 +384,19 @@ class Connections:
         def read(conn: Conn) -> T:
             return fn(conn, queries)
 
+        return await self._read_once_more(partial(self.call, read), what)
+
+    async def _read_once_more(self, call: Callable[[], Awaitable[T]], what: str) -> T:
+        """``call``, a read of ``what``; once more if its connection broke. `StoreError`
+        if it fails."""
         try:
             try:
-                return await self.call(read)
+                return await call()
             except psycopg.OperationalError as exc:
                 # A pooled connection the server dropped (a restart, a terminated
                 # backend) fails once; the pool replaces it, and a read is safe to repeat.
                 logger.info("store: reading %s failed, reading again: %s", what, self.scrub(exc))
-                return await self.call(read)
+                return await call()
         except psycopg_pool.PoolTimeout:
             raise StoreError(
                 f"the PostgreSQL store {self._target.shown!r} could not be reached to read"

@@ -6,8 +6,8 @@ bounded by ``trio.fail_after``."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import AsyncExitStack, contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import psycopg
@@ -15,26 +15,16 @@ import pytest
 import trio
 
 from awaken_trio import EndCause, RunContext, RunState, open_runtime
-from awaken_trio.store import Accepted, Claim, Commit, Expect, NewRun, Rejected
+from awaken_trio.store import Accepted, Claim, Commit, Expect, Rejected
 from awaken_trio.store.postgres import _held as held_module
 from awaken_trio.store.postgres._store import PostgresStore
 from awaken_trio.store.postgres._tx import thread_key, thread_locks
 from awaken_trio.testing._commits import Queued, run
+from tests.commits import new_queued
 
 NAMES = {"job"}
 LEASE = 30.0
 NATURAL = RunState.Ended(EndCause.NaturalEnd())
-
-
-def _new(run_id: str) -> Commit:
-    return Commit(
-        run_id=run_id,
-        state=RunState.Queued(),
-        generation=0,
-        expect=Expect(new=True),
-        at=1.0,
-        new_run=NewRun(thread_id=f"t-{run_id}", parent_run_id=None, name="job"),
-    )
 
 
 def _start(run_id: str, owner: str = "w") -> Commit:
@@ -48,22 +38,6 @@ def _start(run_id: str, owner: str = "w") -> Commit:
         claim=Claim(owner, LEASE),
         thread_guard=True,
     )
-
-
-@pytest.fixture
-async def offset() -> list[float]:
-    return [0.0]
-
-
-@pytest.fixture
-async def stores(pg_url: str, offset: list[float]) -> AsyncIterator[list[PostgresStore]]:
-    async with AsyncExitStack() as stack:
-        yield [
-            await stack.enter_async_context(
-                PostgresStore(pg_url, pool_size=2, lease_offset=lambda: offset[0])
-            )
-            for _ in range(2)
-        ]
 
 
 @contextmanager
@@ -121,7 +95,7 @@ def _count(pg_url: str, table: str) -> int:
 
 
 async def _queue(store: PostgresStore, *run_ids: str) -> None:
-    results = await store.apply([_new(run_id) for run_id in run_ids])
+    results = await store.apply([new_queued(run_id) for run_id in run_ids])
     assert all(isinstance(result, Accepted) for result in results)
 
 
@@ -159,7 +133,7 @@ async def test_a_held_look_s_runs_start_in_the_look_s_own_transaction(
 async def test_a_look_no_batch_took_is_let_go_when_its_block_exits(
     stores: list[PostgresStore], pg_url: str
 ) -> None:
-    here, there = stores
+    here, there = stores[0], stores[1]
     await _queue(here, "a", "b")
     with trio.fail_after(30):
         async with here.looking(NAMES, 2.0, 10) as found:
@@ -196,7 +170,7 @@ async def test_a_look_is_let_go_when_its_block_is_cancelled_or_raises(
 
 
 async def test_other_looks_pass_a_held_look_s_runs_over(stores: list[PostgresStore]) -> None:
-    here, there = stores
+    here, there = stores[0], stores[1]
     await _queue(here, "a", "b", "c", "d")
     with trio.fail_after(30):
         async with (
@@ -235,7 +209,7 @@ async def test_any_batch_is_written_in_the_held_look_and_frees_the_rest(
         async with store.looking(NAMES, 2.0, 10) as found:
             assert [r.run_id for r in found] == ["a"]
             _, look = await _in_thread(lambda: _versions(pg_url, "a"))
-            (created,) = await store.apply([_new("x")])
+            (created,) = await store.apply([new_queued("x")])
             assert isinstance(created, Accepted)
             written, _ = await _in_thread(lambda: _versions(pg_url, "x"))
             assert written == look
@@ -249,7 +223,7 @@ async def test_any_batch_is_written_in_the_held_look_and_frees_the_rest(
 async def test_a_command_posted_to_a_held_run_waits_for_its_start_and_is_kept(
     stores: list[PostgresStore], pg_url: str
 ) -> None:
-    here, there = stores
+    here, there = stores[0], stores[1]
     await _queue(here, "a")
     before = await there.post_command("a", "message", "before", None, 2.0)
     assert isinstance(before, int)
@@ -432,7 +406,7 @@ async def test_a_look_held_past_its_idle_limit_is_ended_by_the_server(
     the server ends the idle transaction; a start it writes after runs on a connection of
     its own."""
     monkeypatch.setattr(held_module, "IDLE_AT_MOST", 0.2)
-    here, there = stores
+    here, there = stores[0], stores[1]
     await _queue(here, "a")
     with trio.fail_after(30):
         async with here.looking(NAMES, 2.0, 10) as found:

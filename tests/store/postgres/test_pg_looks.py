@@ -5,49 +5,18 @@ go to others once the moment has passed. Real time, bounded by ``trio.fail_after
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack
-
-import pytest
 import trio
 
-from awaken_trio import RunState
-from awaken_trio.store import Accepted, Commit, Expect, NewRun
+from awaken_trio.store import Accepted
 from awaken_trio.store.postgres._reads import RESERVED_FOR
 from awaken_trio.store.postgres._store import PostgresStore
-
-
-def _new(run_id: str) -> Commit:
-    return Commit(
-        run_id=run_id,
-        state=RunState.Queued(),
-        generation=0,
-        expect=Expect(new=True),
-        at=1.0,
-        new_run=NewRun(thread_id=f"t-{run_id}", parent_run_id=None, name="job"),
-    )
-
-
-@pytest.fixture
-async def offset() -> list[float]:
-    return [0.0]
-
-
-@pytest.fixture
-async def stores(pg_url: str, offset: list[float]) -> AsyncIterator[list[PostgresStore]]:
-    async with AsyncExitStack() as stack:
-        yield [
-            await stack.enter_async_context(
-                PostgresStore(pg_url, pool_size=2, lease_offset=lambda: offset[0])
-            )
-            for _ in range(4)
-        ]
+from tests.commits import new_queued
 
 
 async def test_workers_looking_at_once_are_handed_different_runs(
     stores: list[PostgresStore],
 ) -> None:
-    results = await stores[0].apply([_new(f"r{i}") for i in range(40)])
+    results = await stores[0].apply([new_queued(f"r{i}") for i in range(40)])
     assert all(isinstance(r, Accepted) for r in results)
     found: list[list[str]] = []
 
@@ -67,7 +36,7 @@ async def test_the_looking_runtime_sees_its_own_and_others_see_them_after_a_mome
     stores: list[PostgresStore], offset: list[float]
 ) -> None:
     here, there = stores[0], stores[1]
-    await here.apply([_new("a"), _new("b")])
+    await here.apply([new_queued("a"), new_queued("b")])
     with trio.fail_after(30):
         assert [r.run_id for r in await here.runnable({"job"}, 2.0, 1)] == ["a"]
         assert [r.run_id for r in await there.runnable({"job"}, 2.0, 10)] == ["b"]
@@ -87,7 +56,7 @@ async def test_a_reservation_holds_for_the_generation_it_was_handed_out_at(
     import psycopg
 
     here, there = stores[0], stores[1]
-    await here.apply([_new("a")])
+    await here.apply([new_queued("a")])
     with trio.fail_after(30):
         assert [r.run_id for r in await here.runnable({"job"}, 2.0, 10)] == ["a"]
         assert await there.runnable({"job"}, 2.0, 10) == []
