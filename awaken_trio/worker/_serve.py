@@ -25,7 +25,7 @@ import contextlib
 import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable
-from typing import TypeVar
+from typing import TypeVar, final
 
 import trio
 
@@ -203,6 +203,7 @@ async def _one_pass(
     return failed or starts.failed, next_limit
 
 
+@final
 class _Starts:
     """The starts of the runs one look found (`ServingHost.post_stored`), and their
     answers: each run started joins ``active`` and its claim is logged; a start the store
@@ -227,10 +228,11 @@ class _Starts:
 
     async def answered(self) -> None:
         """Return once every start posted has its answer."""
-        if self._pending:
+        await trio.lowlevel.checkpoint()
+        while self._pending:
+            # (A fresh event: one an answer given at once set may have others to come.)
+            self._all = trio.Event()
             await self._all.wait()
-        else:
-            await trio.lowlevel.checkpoint()
 
     def _answer(self, record: RunRecord, started: Started) -> None:
         self._pending -= 1
