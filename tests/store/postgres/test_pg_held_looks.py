@@ -21,6 +21,7 @@ from awaken_trio.store.postgres._store import PostgresStore
 from awaken_trio.store.postgres._tx import thread_key, thread_locks
 from awaken_trio.testing._commits import Queued, run
 from tests.commits import new_queued
+from tests.pg_server import lock_waiters
 
 NAMES = {"job"}
 LEASE = 30.0
@@ -80,6 +81,11 @@ def _claims(pg_url: str) -> dict[str, tuple[str, float]]:
     return {run_id: (owner, lease_until) for run_id, owner, lease_until in found}
 
 
+def _owners(pg_url: str) -> dict[str, str]:
+    """Every claim's owner, by run."""
+    return {run_id: owner for run_id, (owner, _) in _claims(pg_url).items()}
+
+
 def _server_now(pg_url: str) -> float:
     with _admin(pg_url) as conn:
         found = conn.execute("SELECT extract(epoch FROM clock_timestamp())::float8").fetchone()
@@ -124,10 +130,7 @@ async def test_a_held_look_s_runs_start_in_the_look_s_own_transaction(
             record = await store.load(run_id)
             assert record is not None
             assert record.state == RunState.Running(1)
-        assert {run_id: owner for run_id, (owner, _) in _claims(pg_url).items()} == {
-            "a": "w",
-            "b": "w",
-        }
+        assert _owners(pg_url) == {"a": "w", "b": "w"}
 
 
 async def test_a_look_no_batch_took_is_let_go_when_its_block_exits(
@@ -232,21 +235,12 @@ async def test_a_command_posted_to_a_held_run_waits_for_its_start_and_is_kept(
     async def post() -> None:
         posted.append(await there.post_command("a", "message", "meanwhile", None, 2.5))
 
-    def waiting() -> int:
-        with _admin(pg_url) as conn:
-            found = conn.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                " AND datname = current_database()"
-            ).fetchone()
-        assert found is not None
-        return int(found[0])
-
     with trio.fail_after(30):
         async with trio.open_nursery() as nursery, here.looking(NAMES, 2.0, 10) as found:
             assert [r.run_id for r in found] == ["a"]
             nursery.start_soon(post)
             # The post waits for the run's lock.
-            while not await _in_thread(waiting):  # noqa: ASYNC110 - a server's state
+            while not await _in_thread(lambda: lock_waiters(pg_url)):  # noqa: ASYNC110 - a server's state
                 await trio.sleep(0.01)
             assert posted == []
             (started,) = await here.apply([_start("a")])
@@ -259,31 +253,22 @@ async def test_a_command_posted_to_a_held_run_waits_for_its_start_and_is_kept(
         assert [c.payload for c in await here.commands(["a"])] == ["before", "meanwhile"]
 
 
-async def test_a_run_whose_thread_another_transaction_holds_is_not_held(
-    stores: list[PostgresStore], pg_url: str
-) -> None:
-    store = stores[0]
-    await _queue(store, "a", "b")
-    with trio.fail_after(30), psycopg.connect(pg_url) as other:
-        other.execute(
-            "SELECT pg_advisory_xact_lock(%s, %s)", (thread_locks("awaken"), thread_key("t-a"))
-        )
-        async with store.looking(NAMES, 2.0, 10) as found:
-            assert [r.run_id for r in found] == ["b"]
-        other.rollback()
-        async with store.looking(NAMES, 2.0, 10) as found:
-            assert [r.run_id for r in found] == ["a", "b"]
-
-
-async def test_a_run_whose_claim_another_transaction_holds_is_not_held(
-    stores: list[PostgresStore], pg_url: str
+@pytest.mark.parametrize("taken", ["thread", "claim"])
+async def test_a_run_whose_thread_or_claim_another_transaction_holds_is_not_held(
+    stores: list[PostgresStore], pg_url: str, taken: str
 ) -> None:
     store = stores[0]
     await _queue(store, "a", "b")
     with _admin(pg_url) as conn:  # a claim its owner lost long ago
         conn.execute("INSERT INTO awaken.claims VALUES ('a', 'gone', 1, 0.0)")
     with trio.fail_after(30), psycopg.connect(pg_url) as other:
-        other.execute("SELECT 1 FROM awaken.claims WHERE run_id = 'a' FOR UPDATE")
+        if taken == "thread":
+            other.execute(
+                "SELECT pg_advisory_xact_lock(%s, %s)",
+                (thread_locks("awaken"), thread_key("t-a")),
+            )
+        else:
+            other.execute("SELECT 1 FROM awaken.claims WHERE run_id = 'a' FOR UPDATE")
         async with store.looking(NAMES, 2.0, 10) as found:
             assert [r.run_id for r in found] == ["b"]
         other.rollback()
@@ -293,10 +278,7 @@ async def test_a_run_whose_claim_another_transaction_holds_is_not_held(
             a, b = await store.apply([_start("a"), _start("b")])
             assert isinstance(a, Accepted)
             assert isinstance(b, Accepted)
-        assert {run_id: owner for run_id, (owner, _) in _claims(pg_url).items()} == {
-            "a": "w",
-            "b": "w",
-        }
+        assert _owners(pg_url) == {"a": "w", "b": "w"}
 
 
 async def test_a_start_in_a_look_whose_connection_broke_runs_again_on_its_own(
