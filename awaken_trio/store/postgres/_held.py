@@ -213,7 +213,8 @@ def _take(
     (None if none)."""
     ids = [row[0] for row, _ in found]
     threads = sorted({record.thread_id for _, record in found})
-    keys = sorted({thread_key(thread_id) for thread_id in threads})
+    key_of = {thread_id: thread_key(thread_id) for thread_id in threads}  # (hashed once)
+    keys = sorted(set(key_of.values()))
     with conn.pipeline():
         c_claims = conn.execute(r.claims_skip_locked, (ids,))
         c_present = conn.execute(r.claims_present, (ids,))
@@ -231,7 +232,7 @@ def _take(
     kept = [
         (row, record)
         for row, record in found
-        if thread_key(record.thread_id) not in busy
+        if key_of[record.thread_id] not in busy
         and (record.run_id in locked or record.run_id not in present)
     ]
     if not kept:
