@@ -23,10 +23,12 @@ import itertools
 import os
 import pwd
 import secrets
+import select
 import shutil
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -308,3 +310,60 @@ def lock_waiters(url: str) -> int:
         ).fetchone()
         assert found is not None
         return int(found[0])
+
+
+class Wire:
+    """A TCP relay between the store and the server that counts round trips: each time the
+    server answers after the client sent something, one exchange (the server sends
+    nothing unasked on a store's connections but notifications, which only the listener's
+    connection receives, and no store here listens)."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self._target = (host, port)
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port: int = self._listener.getsockname()[1]
+        self._lock = threading.Lock()
+        self.exchanges = 0
+        self._closing = False
+        self._threads = [threading.Thread(target=self._accept, daemon=True)]
+        self._threads[0].start()
+
+    def _accept(self) -> None:
+        while not self._closing:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(self._target)
+            relay = threading.Thread(target=self._relay, args=(client, server), daemon=True)
+            self._threads.append(relay)
+            relay.start()
+
+    def _relay(self, client: socket.socket, server: socket.socket) -> None:
+        answered = True  # (no exchange until the client has sent something)
+        with client, server:
+            while not self._closing:
+                ready, _, _ = select.select([client, server], [], [], 0.1)
+                for sock in ready:
+                    data = sock.recv(65536)
+                    if not data:
+                        return
+                    if sock is client:
+                        server.sendall(data)
+                        answered = False
+                    else:
+                        client.sendall(data)
+                        if not answered:
+                            answered = True
+                            with self._lock:
+                                self.exchanges += 1
+
+    def count(self) -> int:
+        with self._lock:
+            return self.exchanges
+
+    def close(self) -> None:
+        self._closing = True
+        self._listener.close()
+        for thread in self._threads:
+            thread.join(5)

@@ -1,6 +1,7 @@
 """A write transaction in one round trip: the commits that create runs (an awaited
-``start``, a ``submit``) are written on a guess of what their reads would find, and the
-server checks the guess in the same transaction (schema versions 15 and 16).
+``start``, a ``submit``), and the ends of runs whose rows this store wrote last, are
+written on a guess of what their reads would find, and the server checks the guess in the
+same transaction (schema versions 15, 16 and 17).
 
 A write transaction of `PgTx` takes two round trips: its reads (the rows it touches, the
 live attempts on the threads it guards, ...), then its writes, the numbering of its events
@@ -63,6 +64,28 @@ instead, as the rules would have); no live attempt is read. Its claims' lease en
 written relative to the server's clock, read once by the statement that puts them
 (``insert_guessed``). A store on a fixed clock (``lease_clock``) runs them on that.
 
+Ends (``_known``). The end of a run's attempt reads the run's row, the claim it is made
+under, its stored commands and its stream heads. A store that wrote the row last (it
+started the attempt, or committed its last step) knows it, with the id of the
+transaction that wrote it; the run has almost always no stored command and no stream
+chunk. `guess_of` takes such an end (`_known_end`: a terminal commit under a claim that
+reads nothing else) as reading exactly that, and a batch of such ends, with or without
+creations, is written in one round trip:
+
+- ``insert_guessed`` (with no run or claim to insert, when the batch creates none) locks
+  and checks the claims the ends are made under, as it checks a child's tree's;
+- the rows' update (``update_guessed``) is the check of the rows: it updates a row only
+  where its ``xmin`` is still the id of the transaction the store knows it from (why
+  that is enough: ``_known``), and raises `GUESS_MISSED` (through ``missed``, schema
+  version 17) unless every row was updated. It locks the rows, after the claims, sorted;
+- then ``guessed_quiet`` raises it if any of those runs has a stored command or a stream
+  chunk: a statement after the rows' locks, which every writer of either takes first, so
+  its snapshot holds every one there is;
+- the other writes, the seal and ``COMMIT``, as in the two-trip transaction.
+
+No write of the transaction is visible unless all three checks passed: a check that fails
+aborts it, and ``COMMIT`` rolls it back.
+
 Event order (``_order``). The guessed transaction seals its events as the two-trip one
 does: its seqs and its ticket taken in its last statement before ``COMMIT``, after every
 lock it takes (the claims and thread locks of the check, the new rows' keys and the claims
@@ -84,7 +107,8 @@ import attrs
 import psycopg
 from psycopg import sql
 
-from ..._core import Commit, Fence, Queued, Running
+from ..._core import Commit, Ended, Fence, Queued, Running
+from ._known import KnownRow, KnownRows
 
 GUESS_MISSED: Final = "AWG01"
 """The SQLSTATE the check (``guessed``) raises when the reads of a guessed transaction are not what
@@ -103,12 +127,16 @@ class GuessMissed(Exception):
 class Guess:
     """What a batch's reads are guessed to find: no run of the ids in ``absent``; no live
     attempt on the threads in ``free``; no unended run on the threads in ``quiet``; and
-    each claim ``held`` names (a child's tree's) held as it says, its lease not run out."""
+    each claim ``held`` names (a child's tree's) held as it says, its lease not run out;
+    each run of ``known`` as this store last wrote it."""
 
     absent: tuple[str, ...]
     free: tuple[str, ...]
     quiet: tuple[str, ...]
     held: tuple[Fence, ...] = ()
+    known: tuple[KnownRow, ...] = ()
+    """The rows of the runs the batch ends, each guessed as this store last wrote it
+    (``_known``), with no stored command and no stream chunk."""
 
     @property
     def threads(self) -> tuple[str, ...]:
@@ -116,23 +144,31 @@ class Guess:
         return tuple(sorted({*self.free, *self.quiet}))
 
 
-def guess_of(batch: Sequence[Commit]) -> Guess | None:
-    """The guess for ``batch`` when every commit in it creates a run ``Running`` or
+def guess_of(batch: Sequence[Commit], known: KnownRows | None = None) -> Guess | None:
+    """The guess for ``batch`` when every commit in it either creates a run ``Running`` or
     ``Queued`` that the rules write from its absence, its thread's runs and the claim it is
-    made under (a child's: its tree's) alone; else None (the batch runs as a two-trip
-    transaction). Not guessed: a commit on an existing run, with stream chunks (their
-    heads are read), ending its run (its commands are read), superseding on a thread from
-    a child (its ancestors are read), or under a claim the batch names at two epochs or
-    creates (one of them cannot hold)."""
+    made under (a child's: its tree's) alone, or ends a run whose row is ``known``
+    (`_known_end`); else None (the batch runs as a two-trip transaction). Not guessed: any
+    other commit on an existing run, a creation with stream chunks (their heads are read)
+    or ending its run (its commands are read), superseding on a thread from a child (its
+    ancestors are read), two commits of one run, or a claim the batch names at two epochs
+    or creates (one of them cannot hold)."""
     absent: list[str] = []
     free: set[str] = set()
     quiet: set[str] = set()
     held: dict[str, Fence] = {}
+    ended: dict[str, KnownRow] = {}
     for commit in batch:
         new = commit.new_run
         fence = commit.fence
         if fence is not None and held.setdefault(fence.root_run_id, fence) != fence:
             return None
+        if new is None and known is not None:
+            row = _known_end(commit, known)
+            if row is None or commit.run_id in ended:
+                return None
+            ended[commit.run_id] = row
+            continue
         if (
             new is None
             or not commit.expect.new
@@ -147,9 +183,36 @@ def guess_of(batch: Sequence[Commit]) -> Guess | None:
             free.add(new.thread_id)
         if new.if_busy != "queue":
             quiet.add(new.thread_id)
-    if not held.keys().isdisjoint(absent):
+    if not held.keys().isdisjoint(absent) or not ended.keys().isdisjoint(absent):
         return None
-    return Guess(tuple(absent), tuple(sorted(free)), tuple(sorted(quiet)), tuple(held.values()))
+    return Guess(
+        tuple(absent),
+        tuple(sorted(free)),
+        tuple(sorted(quiet)),
+        tuple(held.values()),
+        tuple(ended.values()),
+    )
+
+
+def _known_end(commit: Commit, known: KnownRows) -> KnownRow | None:
+    """The row ``commit`` is guessed to end, as this store last wrote it: a commit that
+    ends a run the store knows (``_known``) under a claim (checked as a child's tree's
+    is), reading nothing but its row, that claim, its stored commands and its stream heads
+    (guessed: none of either); else None."""
+    if (
+        commit.fence is None
+        or commit.expect.new
+        or not isinstance(commit.state, Ended)
+        or commit.claim is not None
+        or commit.thread_guard
+        or commit.take_messages
+        or commit.chunks
+        or commit.consumed
+        or commit.delivered
+        or commit.end_descendants is not None
+    ):
+        return None
+    return known.get(commit.run_id)
 
 
 _GUESSED_STATES: Final = frozenset({Running, Queued})
@@ -295,4 +358,23 @@ def to_v16(conn: psycopg.Connection[tuple[object, ...]], schema: sql.Identifier)
     writes its runs and claims (``guessed``). No table changes; ``as_guessed`` stays, for
     a runtime of the version before that still has the store open."""
     for statement in _V16:
+        conn.execute(sql.SQL(statement).format(s=schema))
+
+
+_V17: Final = (
+    # A guessed transaction's statements that check what they write (``update_guessed``:
+    # every run updated was as this store last wrote it; ``guessed_quiet``: the runs it
+    # ends have no stored command and no stream chunk) raise GUESS_MISSED through this,
+    # called only when the check failed: a statement cannot raise on its own.
+    f"""CREATE FUNCTION {{s}}.missed(what text) RETURNS boolean LANGUAGE plpgsql VOLATILE AS $$
+    BEGIN
+      RAISE EXCEPTION '%', what USING ERRCODE = '{GUESS_MISSED}';
+    END $$""",
+)
+
+
+def to_v17(conn: psycopg.Connection[tuple[object, ...]], schema: sql.Identifier) -> None:
+    """Version 17: the raise of the checks of ends written on the rows this store last
+    wrote (``missed``). No table changes."""
+    for statement in _V17:
         conn.execute(sql.SQL(statement).format(s=schema))

@@ -299,6 +299,8 @@ class Queries:
     expired_claims: bytes
     insert_runs: bytes
     update_runs: bytes
+    update_guessed: bytes
+    guessed_quiet: bytes
     insert_guessed: bytes
     drop_claims: bytes
     put_claims: bytes
@@ -387,14 +389,22 @@ class Queries:
         end's, both)."""
         if len(places) == len(UPDATED.columns):
             return self.update_runs
-        return _update_runs(self.schema.as_string(None), tuple(places))
+        return _update_runs(self.schema.as_string(None), tuple(places), "update_runs")
+
+    def update_guessed_of(self, places: Sequence[int]) -> bytes:
+        """``update_guessed`` as `update_runs_of` makes ``update_runs``: its JSON rows
+        hold the values at ``places``, then the id of the transaction that wrote the row."""
+        if len(places) == len(UPDATED.columns):
+            return self.update_guessed
+        return _update_runs(self.schema.as_string(None), tuple(places), "update_guessed")
 
 
 @functools.lru_cache(maxsize=256)  # (far more than the shapes that exist)
-def _update_runs(schema: str, places: tuple[int, ...]) -> bytes:
-    """`Queries.update_runs_of` for ``schema``, the schema's identifier as SQL (quoted)."""
+def _update_runs(schema: str, places: tuple[int, ...], name: str) -> bytes:
+    """`Queries.update_runs_of` (``name``: or `Queries.update_guessed_of`) for ``schema``,
+    the schema's identifier as SQL (quoted)."""
     layout = Layout([UPDATED.columns[place] for place in places])
-    text = _RAW["update_runs"].format_map(
+    text = _RAW[name].format_map(
         {**_FRAGMENTS, "update_values": layout.values_as, "update_sets": layout.sets}
     )
     return sql.SQL(text).format(s=sql.SQL(schema)).as_bytes(None)

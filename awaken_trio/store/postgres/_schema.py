@@ -25,6 +25,7 @@ from psycopg import sql
 from ..._core import StoreError
 from ._guess import to_v15 as guess_v15
 from ._guess import to_v16 as guess_v16
+from ._guess import to_v17 as guess_v17
 from ._order import to_v8 as order_v8
 from ._streams import to_v5 as streams_v5
 
@@ -355,6 +356,7 @@ MIGRATIONS: Sequence[Migration] = (
     _to_v14,
     guess_v15,
     guess_v16,
+    guess_v17,
 )
 """The schema's history, oldest first: ``MIGRATIONS[i]`` takes a schema from version ``i``
 to ``i + 1``. Append, never edit."""

@@ -54,6 +54,7 @@ from . import _streams as streams
 from ._conn import Conn, Connections, LostCommit
 from ._guess import Guess, GuessMissed, guess_of, missed
 from ._held import HeldLook
+from ._known import KnownRows
 from ._listen import Listener
 from ._order import Numbered
 from ._queries import Queries
@@ -131,6 +132,7 @@ class PostgresStore:
         self._on_stream: Callable[[], None] | None = None
         self._looks = 0
         self._held_looks = _held.HeldLooks()
+        self._known = KnownRows()  # (the rows it last wrote: ``_known``)
 
     def __repr__(self) -> str:
         t = self._target
@@ -217,7 +219,7 @@ class PostgresStore:
         fixed = self._lease_clock
         queries = self._queries
         locks, sender = self._thread_locks, self._sender
-        outcome: list[tuple[int, bool]] = []  # (writes before, whether it wrote)
+        outcome: list[PgTx] = []  # (the transaction that committed)
 
         def attempt(conn: Conn) -> T:
             if held is not None and conn is held.conn:
@@ -259,7 +261,7 @@ class PostgresStore:
                     raise
                 tx.abort()
                 raise
-            outcome.append((tx.writes, tx.wrote))
+            outcome.append(tx)
             return result if renumber is None else renumber(result, tx.numbered)
 
         def landed(result: T, wrote: bool, seqs: Numbered, before: int) -> T:
@@ -268,7 +270,9 @@ class PostgresStore:
 
         result = await self._conns.write(attempt, what, held=None if held is None else held.conn)
         if outcome:  # (else a lost commit that landed: `landed` saw it)
-            self._saw_own(*outcome[-1])
+            committed = outcome[-1]
+            self._saw_own(committed.writes, committed.wrote)
+            self._known.wrote(committed.written(), committed.xid)
         return result
 
     def _saw_own(self, before: int, wrote: bool) -> None:
@@ -296,7 +300,7 @@ class PostgresStore:
                 f"a batch of {len(commits)} commits",
                 _renumbered,
                 commits,
-                guess_of(commits) if held is None else None,
+                guess_of(commits, self._known) if held is None else None,
                 held,
             )
 

@@ -16,13 +16,15 @@ every result back (a flush, not a Sync, so nothing commits early); only the end 
    statement that numbers (the first seq with its ticket) and writes the events, counts the
    write, keeps the token and notifies, and ``COMMIT``, and syncs: one round trip.
 
-A batch whose every commit creates a run (an awaited ``start``, a ``submit``) skips the
-first round trip: `PgTx.begin_guessed` takes what its reads would find to be the usual
-(no run of that id, its threads free), and the server checks that guess (taking the
-threads' locks) in the statement that writes the runs and claims (`PgTx._check_guess`;
-with the seal too when that is all it writes, `PgTx._sealed_with_check`), which
-`PgTx.commit` sends with the rest in one round trip; a wrong guess rolls back and the
-batch runs as above (``_guess``'s docstring).
+A batch whose every commit creates a run (an awaited ``start``, a ``submit``) or ends one
+whose row this store wrote last (``_known``) skips the first round trip:
+`PgTx.begin_guessed` takes what its reads would find to be the usual (no run of that id,
+its threads free; the ended rows as the store wrote them, with no stored command or
+stream chunk), and the server checks that guess (taking the threads' and claims' locks)
+in the statement that writes the runs and claims (`PgTx._check_guess`; with the seal too
+when that is all it writes, `PgTx._sealed_with_check`) and in the update of the ended
+rows, which `PgTx.commit` sends with the rest in one round trip; a wrong guess rolls back
+and the batch runs as above (``_guess``'s docstring).
 
 A batch applied while a serving runtime's look is held (``_held``) goes on with the look's
 transaction instead (`PgTx.begin_held`): what the look read under its locks (its runs'
@@ -84,6 +86,7 @@ from . import _streams as streams
 from ._conn import StoreConnection
 from ._guess import Guess, GuessMissed, guess_json
 from ._held import HeldLook
+from ._known import KnownRow
 from ._listen import CONTROL, STREAM
 from ._order import Numbered
 from ._queries import INSERTED, UPDATED, Queries, rows_json
@@ -161,6 +164,12 @@ class PgTx(TextRunTx[TextRow, _Insert]):
         self._unchecked = False  # (its check not sent yet: `_check_guess`)
         self._fixed: float | None = None
         self._updates = RowUpdates()  # (what an update of a row read here must send)
+        # The runs a guessed transaction ends as this store last wrote them (``_known``):
+        # the id of the transaction that wrote each.
+        self._written_by: dict[str, int] | None = None
+        self._wrote_rows: list[str] = []  # (the runs written, as their writes are sent)
+        self.xid = 0
+        """The transaction's id as its rows' ``xmin`` holds it, once it committed."""
 
     # ------------------------------------------------------------------ lifetime
 
@@ -227,6 +236,8 @@ class PgTx(TextRunTx[TextRow, _Insert]):
             # (Its lease holds for as long as this transaction's clock reads: the check
             # compares it with the server's.)
             self._claims[fence.root_run_id] = ClaimRow(fence.owner, fence.epoch, math.inf)
+        if guess.known:
+            _take_known(self, guess.known)
         fixed = None if self._clock is None else self._clock()
         self._unchecked = True
         self._fixed = fixed
@@ -238,29 +249,7 @@ class PgTx(TextRunTx[TextRow, _Insert]):
         """Send the check of the guess with the runs and claims queued so far (the
         ``insert_guessed`` statement: the module's docstring): the first statement after
         ``BEGIN`` of a guessed transaction, whatever it writes."""
-        self.conn.execute(self.q.insert_guessed, self._guessed())
-
-    def _guessed(self) -> dict[str, object]:
-        """The parameters of the check of the guess and of the runs and claims queued so
-        far, which are taken out of the queue (``insert_guessed``)."""
-        guess = self._guess
-        assert guess is not None
-        self._unchecked = False
-        inserts = [self._insert_row(run_id, new) for run_id, new in self._inserted.items()]
-        self._inserted.clear()
-        put = [
-            (run_id, owner, epoch, lease if math.isfinite(lease) else str(lease))
-            for run_id, owner, epoch, lease in self._claims_put()
-        ]
-        return {
-            "thread_space": self._thread_locks,
-            "guess": guess_json(guess, sorted({thread_key(t) for t in guess.threads})),
-            "now": self._fixed,
-            "offset": self._offset,
-            "runs": rows_json(inserts),
-            "relative": self._relative,
-            "claims": rows_json(put),
-        }
+        self.conn.execute(self.q.insert_guessed, _guessed(self))
 
     def _sealed_with_check(self) -> bool:
         """Whether the check of the guess, the runs and claims and the seal go as one
@@ -296,7 +285,7 @@ class PgTx(TextRunTx[TextRow, _Insert]):
         counted = None
         if self._sealed_with_check():
             # The check, the runs and claims, and the seal: one statement (``_guess``).
-            counted = conn.execute(q.seal_guessed, self._guessed() | _sealing(self))
+            counted = conn.execute(q.seal_guessed, _guessed(self) | _sealing(self))
         else:
             self.flush()
             if self.wrote:
@@ -312,6 +301,14 @@ class PgTx(TextRunTx[TextRow, _Insert]):
             assert found is not None
             self.numbered = Numbered(tuple(found[1]), int(found[0]))
             self.writes = int(found[2])
+            self.xid = int(found[4])
+
+    def written(self) -> list[TextRow]:
+        """The rows the committed transaction wrote, as it left them (``_known``)."""
+        if not self.xid:  # (it wrote no event: not sealed, so no id was read)
+            return []
+        rows = self._rows
+        return [row for run_id in self._wrote_rows if (row := rows.get(run_id)) is not None]
 
     def abort(self) -> None:
         """Leave the pipeline and roll back, after an error anywhere in the transaction
@@ -635,6 +632,7 @@ class PgTx(TextRunTx[TextRow, _Insert]):
         if self._inserted:
             inserts = [self._insert_row(run_id, new) for run_id, new in self._inserted.items()]
             conn.execute(q.insert_runs, (rows_json(inserts),))
+            self._wrote_rows.extend(self._inserted)
             self._inserted.clear()
         if self._changed:
             updates = []
@@ -646,7 +644,12 @@ class PgTx(TextRunTx[TextRow, _Insert]):
                     "steps": steps.pop(run_id, None),
                 }
                 updates.append(UPDATED.row(row, given))
-            self._updates.send(conn, q, updates)
+            written_by = self._written_by
+            # (A row no statement updated keeps the `xmin` of the transaction before.)
+            if self._updates.send(conn, q, updates, written_by):
+                self._wrote_rows.extend(self._changed)
+            if written_by is not None:  # (after the update, which locked the rows)
+                conn.execute(q.guessed_quiet, (list(written_by),))
             self._changed.clear()
         checkpoints.clear()
         steps.clear()
@@ -710,6 +713,44 @@ class PgTx(TextRunTx[TextRow, _Insert]):
                 put.append((run_id, claim.owner, claim.epoch, float(claim.lease_until)))
                 del changed[run_id]
         return put
+
+
+def _guessed(tx: PgTx) -> dict[str, object]:
+    """The parameters of ``tx``'s check of its guess and of the runs and claims it queued
+    so far, which are taken out of its queue (``insert_guessed``)."""
+    guess = tx._guess
+    assert guess is not None
+    tx._unchecked = False
+    inserts = [tx._insert_row(run_id, new) for run_id, new in tx._inserted.items()]
+    tx._wrote_rows.extend(tx._inserted)
+    tx._inserted.clear()
+    put = [
+        (run_id, owner, epoch, lease if math.isfinite(lease) else str(lease))
+        for run_id, owner, epoch, lease in tx._claims_put()
+    ]
+    return {
+        "thread_space": tx._thread_locks,
+        "guess": guess_json(guess, sorted({thread_key(t) for t in guess.threads})),
+        "now": tx._fixed,
+        "offset": tx._offset,
+        "runs": rows_json(inserts),
+        "relative": tx._relative,
+        "claims": rows_json(put),
+    }
+
+
+def _take_known(tx: PgTx, known: Sequence[KnownRow]) -> None:
+    """What ``tx``, written on a guess, reads of the runs it ends: their rows as this store
+    last wrote them (``_known``), and no stored command or stream chunk (`flush` sends the
+    checks: ``update_guessed``, ``guessed_quiet``)."""
+    written_by = tx._written_by = {}
+    for row in known:
+        run_id = row.fields[0]
+        tx._rows[run_id] = TextRow(*row.fields)
+        tx._updates.read(row.fields)
+        tx._commands[run_id] = []
+        written_by[run_id] = row.written_by
+    tx._streams.take(written_by, ())
 
 
 def _sealing(tx: PgTx) -> dict[str, object]:

@@ -3,18 +3,23 @@ setting only the columns some row of them changed (`Queries.update_runs_of`).
 
 What a row changed is told against what the store holds of it: the row as the
 transaction read it, then as its last update wrote it. The transaction locked the row
-when it read it, so nobody else changes it meanwhile. A row never read here (none is
-written otherwise) is sent whole.
+when it read it, so nobody else changes it meanwhile; or, for a row it did not read but
+guessed as this store last wrote it (``_known``), its update checks that guess, and the
+transaction writes nothing if it was wrong. A row never read here (none is written
+otherwise) is sent whole.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import Any, final
+import operator
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Final, final
 
 from .._textrows import TextRow
 from ._conn import Conn
 from ._queries import IN_QUEUE, UPDATED, UPDATED_READ, Queries, rows_json
+
+_run_of: Final = operator.itemgetter(0)
 
 
 @final
@@ -31,21 +36,43 @@ class RowUpdates:
         """The row ``found`` was read (`TextRow`'s fields, in order)."""
         self._as_read[found[0]] = found
 
-    def send(self, conn: Conn, q: Queries, updates: Sequence[tuple[Any, ...]]) -> None:
+    def send(
+        self,
+        conn: Conn,
+        q: Queries,
+        updates: Sequence[tuple[Any, ...]],
+        written_by: Mapping[str, int] | None = None,
+    ) -> bool:
         """Queue the update of ``updates`` (`UPDATED` rows, each of its own run) in one
-        statement, none if no row changed anything."""
+        statement, none if no row changed anything; whether it did. Given ``written_by``
+        (a transaction written on a guess of the rows, ``_known``: the transaction that
+        last wrote each), the update checks the guess (``update_guessed``), so it is sent
+        whatever changed."""
         places = {0}  # (the key)
         for values in updates:
             places.update(self._changed(values))
         sent = sorted(places)
-        if len(sent) > 1:  # (else every row holds what it would be set to)
+        wrote = True
+        if written_by is not None:
+            # Sorted by run: the order the rows are locked in, as every read locks them.
+            guessed = [
+                [*[values[place] for place in sent], written_by[values[0]]]
+                for values in sorted(updates, key=_run_of)
+            ]
+            conn.execute(
+                q.update_guessed_of(sent), (rows_json(guessed), len(guessed), len(guessed))
+            )
+        elif len(sent) > 1:  # (else every row holds what it would be set to)
             # A row that did not change a column another did sets it to what it holds.
             rows: Sequence[Sequence[Any]] = updates
             if len(sent) < len(UPDATED.columns):
                 rows = [[values[place] for place in sent] for values in updates]
             conn.execute(q.update_runs_of(sent), (rows_json(rows), len(rows)))
+        else:
+            wrote = False
         for values in updates:
             self._written[values[0]] = values[:UPDATED_READ]
+        return wrote
 
     def _changed(self, values: tuple[Any, ...]) -> Iterable[int]:
         """The places of ``values`` its update must send: the columns that differ from

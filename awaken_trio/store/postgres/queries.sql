@@ -103,6 +103,37 @@ WITH v AS (
 UPDATE {s}.runs AS r SET {update_sets}
 FROM v WHERE r.run_id = v.run_id;
 
+-- update_guessed --
+-- As `update_runs`, for the runs a transaction ends on a guess that each row is as this
+-- store last wrote it (``_known``): each JSON row ends with the id of the transaction that
+-- wrote it, a row whose ``xmin`` is no longer that id is not updated, and unless every
+-- row was, ``missed`` (schema version 17) raises GUESS_MISSED, so the transaction writes
+-- nothing. The update locks each row, in the rows' order (sorted by run): a writer that
+-- holds one is waited for, and the row is read again once it commits (its ``xmin`` then
+-- that writer's). The claims the transaction is made under were locked before, by the
+-- statement with the check of its guess (``insert_guessed``), as every transaction locks
+-- claims before rows.
+WITH v AS (
+  SELECT {update_values}, (j->>-1)::xid AS written_by
+  FROM jsonb_array_elements(%s::jsonb) WITH ORDINALITY AS t(j, n) ORDER BY n
+  LIMIT %s),
+u AS (
+  UPDATE {s}.runs AS r SET {update_sets}
+  FROM v WHERE r.run_id = v.run_id AND r.xmin = v.written_by
+  RETURNING 1)
+SELECT {s}.missed('a run the transaction ends was written since this store last wrote it')
+WHERE (SELECT count(*) FROM u) <> %s;
+
+-- guessed_quiet --
+-- The rest of the check of the runs a transaction ends on a guess (``_known``): none has
+-- a stored command or a stream chunk. Sent after `update_guessed`, which locked their
+-- rows: a command is stored, and a chunk written, only by a transaction that has locked
+-- its run's row, so this statement's snapshot, taken after the locks, holds every one.
+SELECT {s}.missed('a run the transaction ends has stored commands or stream chunks')
+FROM unnest(%b::text[]) AS k(id)
+WHERE EXISTS (SELECT 1 FROM {s}.inbox WHERE run_id = k.id)
+   OR EXISTS (SELECT 1 FROM {s}.stream_chunks WHERE run_id = k.id);
+
 -- insert_guessed --
 -- The writes of a transaction written on a guess of its reads (``_guess``) with the check
 -- of that guess, in one statement: ``guessed`` (schema version 16) locks the claims the
@@ -190,7 +221,8 @@ WHERE c.run_id = d.run_id AND c.channel = d.channel AND c.last_offset < d.before
 -- transaction's ticket (``_queries.EVENTS``: a SELECT's volatile expressions are evaluated
 -- after its ORDER BY), keep the checkpoints by the seqs of their events (0: the seq before
 -- the transaction's first, or the last handed out when it wrote none), keep the token
--- with the seqs, and NOTIFY (sent at COMMIT). No row is shared with another writer.
+-- with the seqs, and NOTIFY (sent at COMMIT); its answer ends with the transaction's id
+-- as a row's ``xmin`` holds it (``_known``). No row is shared with another writer.
 WITH w AS (
   INSERT INTO {s}.writes (pid, n) VALUES (pg_backend_pid(), 1)
   ON CONFLICT (pid) DO UPDATE SET n = {s}.writes.n + 1),
@@ -211,7 +243,8 @@ k AS (
   INSERT INTO {s}.written (token, seq_base, writes, seqs)
   SELECT %(token)s, c.base, b.writes + 1, c.seqs FROM b, c)
 SELECT c.base, c.seqs, b.writes, pg_notify(%(channel)s, %(sender)s
-  || CASE WHEN %(ends)s = '' THEN '' ELSE E'\n' || c.base::text || E'\n' || %(ends)s END)
+  || CASE WHEN %(ends)s = '' THEN '' ELSE E'\n' || c.base::text || E'\n' || %(ends)s END),
+  pg_current_xact_id()::xid::text::bigint
 FROM b, c;
 
 -- settle_seq --

@@ -1,14 +1,16 @@
-"""Fixtures of the PostgreSQL store's tests that look for work: stores on one database,
-each with a lease clock a test can move (``offset``)."""
+"""Fixtures of the PostgreSQL store's tests: stores on one database, each with a lease
+clock a test can move (``offset``), and a relay that counts round trips (``wire``)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import AsyncExitStack
 
+import psycopg
 import pytest
 
 from awaken_trio.store.postgres._store import PostgresStore
+from tests.pg_server import Wire
 
 
 @pytest.fixture
@@ -27,3 +29,18 @@ async def stores(pg_url: str, offset: list[float]) -> AsyncIterator[list[Postgre
             )
             for _ in range(4)
         ]
+
+
+# ---------------------------------------------------------------------------- the wire
+
+
+@pytest.fixture
+def wire(pg_url: str) -> Iterator[tuple[Wire, str]]:
+    """A relay to the test's database, and the URL through it."""
+    info = psycopg.conninfo.conninfo_to_dict(pg_url)
+    relay = Wire(str(info["host"]), int(str(info["port"])))
+    info["port"] = str(relay.port)
+    try:
+        yield relay, psycopg.conninfo.make_conninfo(**info)  # type: ignore[arg-type]
+    finally:
+        relay.close()

@@ -353,7 +353,8 @@ async def test_a_write_transaction_is_one_pipeline_with_one_sync(
     """An end's transaction is one pipeline: what it reads comes back in one flush, and its
     writes, the sealing statement and ``COMMIT`` go with the one Sync at its end (a nested
     pipeline, or a fetch per statement, would add round trips); a start's, written on a
-    guess of its reads (``_guess``), has no flush at all. Counted at psycopg's pipeline: a
+    guess of its reads (``_guess``), has no flush at all, nor has the end of a run whose
+    row this store wrote last (``_known``). Counted at psycopg's pipeline: a
     Sync queued, and a cursor's fetch that has to go to the server."""
     from psycopg import _pipeline_base
 
@@ -387,6 +388,17 @@ async def test_a_write_transaction_is_one_pipeline_with_one_sync(
         syncs.clear()
         flushes.clear()
         [ended] = await store.apply([_natural_end("one", "owner", generation=2)])
+        assert isinstance(ended, Accepted), ended
+        # (Written on its row as this store wrote it: ``_known``.)
+        assert (len(syncs), len(flushes)) == (1, 0)
+        # An end of a run another runtime wrote last reads it first.
+        [theirs] = await stores[1].apply(
+            [new_commit("theirs", state=RunState.Running(1), claim=Claim("owner", LIVE))]
+        )
+        assert isinstance(theirs, Accepted)
+        syncs.clear()
+        flushes.clear()
+        [ended] = await store.apply([_natural_end("theirs", "owner", generation=2)])
         assert isinstance(ended, Accepted), ended
         assert (len(syncs), len(flushes)) == (1, 1)
         # A committed cancel from elsewhere, which ends the run's descendants first: the
@@ -496,7 +508,7 @@ async def test_a_run_created_does_not_read_its_claim(
         )
         assert isinstance(guessed, Accepted)
         assert reads == [[]]
-        monkeypatch.setattr(store_module, "guess_of", lambda batch: None)
+        monkeypatch.setattr(store_module, "guess_of", lambda *batch: None)
         [created] = await store.apply(
             [new_commit("fresh", state=RunState.Running(1), claim=Claim("me", LIVE))]
         )

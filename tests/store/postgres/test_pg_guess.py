@@ -6,10 +6,7 @@ between the guess and its check. Real time, bounded by ``trio.fail_after``."""
 from __future__ import annotations
 
 import math
-import select
-import socket
-import threading
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import AsyncExitStack
 
 import attrs
@@ -34,7 +31,7 @@ from awaken_trio.store.postgres import _store as store_module
 from awaken_trio.store.postgres._store import PostgresStore
 from awaken_trio.store.postgres._tx import PgTx, thread_key, thread_locks
 from tests.commits import new_commit
-from tests.pg_server import lock_waiters
+from tests.pg_server import Wire, lock_waiters
 
 LIVE = 3600.0
 
@@ -78,78 +75,6 @@ def _handed_back(run_id: str) -> Commit:
     )
 
 
-# ---------------------------------------------------------------------------- the wire
-
-
-class Wire:
-    """A TCP relay between the store and the server that counts round trips: each time the
-    server answers after the client sent something, one exchange (the server sends
-    nothing unasked on a store's connections but notifications, which only the listener's
-    connection receives, and no store here listens)."""
-
-    def __init__(self, host: str, port: int) -> None:
-        self._target = (host, port)
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self.port: int = self._listener.getsockname()[1]
-        self._lock = threading.Lock()
-        self.exchanges = 0
-        self._closing = False
-        self._threads = [threading.Thread(target=self._accept, daemon=True)]
-        self._threads[0].start()
-
-    def _accept(self) -> None:
-        while not self._closing:
-            try:
-                client, _ = self._listener.accept()
-            except OSError:
-                return
-            server = socket.create_connection(self._target)
-            relay = threading.Thread(target=self._relay, args=(client, server), daemon=True)
-            self._threads.append(relay)
-            relay.start()
-
-    def _relay(self, client: socket.socket, server: socket.socket) -> None:
-        answered = True  # (no exchange until the client has sent something)
-        with client, server:
-            while not self._closing:
-                ready, _, _ = select.select([client, server], [], [], 0.1)
-                for sock in ready:
-                    data = sock.recv(65536)
-                    if not data:
-                        return
-                    if sock is client:
-                        server.sendall(data)
-                        answered = False
-                    else:
-                        client.sendall(data)
-                        if not answered:
-                            answered = True
-                            with self._lock:
-                                self.exchanges += 1
-
-    def count(self) -> int:
-        with self._lock:
-            return self.exchanges
-
-    def close(self) -> None:
-        self._closing = True
-        self._listener.close()
-        for thread in self._threads:
-            thread.join(5)
-
-
-@pytest.fixture
-def wire(pg_url: str) -> Iterator[tuple[Wire, str]]:
-    """A relay to the test's database, and the URL through it."""
-    info = psycopg.conninfo.conninfo_to_dict(pg_url)
-    relay = Wire(str(info["host"]), int(str(info["port"])))
-    info["port"] = str(relay.port)
-    try:
-        yield relay, psycopg.conninfo.make_conninfo(**info)  # type: ignore[arg-type]
-    finally:
-        relay.close()
-
-
 async def _exchanges(relay: Wire, store: PostgresStore, batch: list[Commit]) -> int:
     before = relay.count()
     await store.apply(batch)
@@ -190,7 +115,7 @@ async def store(
     and, as when a transaction writes more, the seal a statement of its own), and turned
     off (every commit reads first): each test below asserts the same answers of all."""
     if request.param == "two trips":
-        monkeypatch.setattr(store_module, "guess_of", lambda batch: None)
+        monkeypatch.setattr(store_module, "guess_of", lambda *batch: None)
     if request.param == "guessed, sealed apart":
         monkeypatch.setattr(PgTx, "_sealed_with_check", lambda self: False)
     async with PostgresStore(pg_url) as opened:
@@ -478,9 +403,10 @@ async def test_a_store_of_the_version_before_opens_and_guesses(pg_url: str) -> N
         async with PostgresStore(pg_url) as first:
             assert isinstance(await _one(first, _new("old", running=True)), Accepted)
 
-        def back_to_v15() -> None:  # (version 16 only added the check's function)
+        def back_to_v15() -> None:  # (versions 16 and 17 only added the checks' functions)
             with psycopg.connect(pg_url, autocommit=True) as conn:
                 conn.execute("DROP FUNCTION awaken.guessed")
+                conn.execute("DROP FUNCTION awaken.missed")
                 conn.execute("UPDATE awaken.meta SET value = '15' WHERE key = 'version'")
 
         await trio.to_thread.run_sync(back_to_v15)
@@ -579,7 +505,7 @@ async def test_a_guess_that_does_not_fit_the_batch_gives_way(
     that reads what the guess does not hold gives the guess up before anything is sent,
     and a run that exists fails the server's check; both batches land as read first."""
 
-    def everything(batch: Sequence[Commit]) -> _guess.Guess:
+    def everything(batch: Sequence[Commit], known: object) -> _guess.Guess:
         return _guess.Guess(tuple(commit.run_id for commit in batch), (), ())
 
     with trio.fail_after(30):

@@ -1,0 +1,409 @@
+"""Ends written on the rows this store last wrote, in one round trip, on the PostgreSQL
+store (``_known``, ``_guess``): the round trips counted on the wire; the answers when the
+guess is wrong (a command stored meanwhile, a chunk, the run ended or its claim taken by
+another runtime, its row changed under a lock or frozen), each the same as with no row
+known; and which rows are known. Real time, bounded by ``trio.fail_after``."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+import trio
+
+from awaken_trio import EndCause, RunState
+from awaken_trio._core import StateKind
+from awaken_trio.store import (
+    Accepted,
+    Claim,
+    Commit,
+    CommitResult,
+    Expect,
+    Fence,
+    Rejected,
+    RejectReason,
+    StreamDraft,
+)
+from awaken_trio.store._textrows import TextRow
+from awaken_trio.store.postgres import _guess
+from awaken_trio.store.postgres._known import KnownRow, KnownRows
+from awaken_trio.store.postgres._store import PostgresStore
+from tests.commits import new_commit
+from tests.pg_server import Wire, lock_waiters
+
+LIVE = 3600.0
+DONE = RunState.Ended(EndCause.NaturalEnd())
+
+
+def _start(run_id: str) -> Commit:
+    """A root run started Running with its claim (epoch 1), as an awaited start is."""
+    return new_commit(
+        run_id,
+        state=RunState.Running(1),
+        claim=Claim("me", LIVE),
+        thread_guard=True,
+        take_messages=True,
+    )
+
+
+def _end(run_id: str, *, epoch: int = 1, chunks: tuple[StreamDraft, ...] = ()) -> Commit:
+    """The end of ``run_id``'s first attempt under its claim, as a body's return commits."""
+    return Commit(
+        run_id=run_id,
+        state=DONE,
+        generation=1,
+        expect=Expect(generation=1, state=RunState.Running),
+        at=3.0,
+        result="done",
+        steps=0,
+        fence=Fence(run_id, "me", epoch),
+        chunks=chunks,
+    )
+
+
+def _progress(run_id: str, chunks: tuple[StreamDraft, ...]) -> Commit:
+    """A commit of ``run_id``'s attempt that streams ``chunks`` (read first: not guessed)."""
+    return Commit(
+        run_id=run_id,
+        state=RunState.Running(1),
+        generation=1,
+        expect=Expect(generation=1, state=RunState.Running),
+        at=2.0,
+        announce=False,
+        fence=Fence(run_id, "me", 1),
+        chunks=chunks,
+    )
+
+
+async def _one(store: PostgresStore, commit: Commit) -> CommitResult:
+    (result,) = await store.apply([commit])
+    return result
+
+
+# ---------------------------------------------------------------------------- the wire
+
+
+async def _exchanges(relay: Wire, store: PostgresStore, batch: list[Commit]) -> int:
+    before = relay.count()
+    await store.apply(batch)
+    return relay.count() - before
+
+
+async def test_an_end_of_a_run_this_store_wrote_is_one_round_trip(
+    wire: tuple[Wire, str], pg_url: str
+) -> None:
+    relay, url = wire
+    with trio.fail_after(60):
+        async with PostgresStore(url, pool_size=1) as store, PostgresStore(pg_url) as other:
+            for i in range(3):  # (warm: the connection, its prepared statements)
+                await store.apply([_start(f"warm-{i}")])
+                await store.apply([_end(f"warm-{i}")])
+            await store.apply([_start("a"), _start("b"), _start("c")])
+            assert await _exchanges(relay, store, [_end("a")]) == 1
+            # A batch of ends: one still.
+            assert await _exchanges(relay, store, [_end("b"), _end("c")]) == 1
+            # A run another runtime wrote last is read first: two.
+            await other.apply([_start("theirs")])
+            assert await _exchanges(relay, store, [_end("theirs")]) == 2
+            # A run this store wrote, then another runtime: the guessed trip, its
+            # rollback, then the two-trip transaction.
+            await store.apply([_start("d")])
+            assert isinstance(await other.post_command("d", "message", "hi", None, 2.0), int)
+            assert await _exchanges(relay, store, [_end("d")]) == 4
+            # Its end left nothing known: a commit after it reads (and is refused ENDED).
+            assert await _exchanges(relay, store, [_end("d")]) == 2
+            for run_id in "abcd":
+                record = await store.load(run_id)
+                assert record is not None
+                assert record.state == DONE
+
+
+# ---------------------------------------------------------------------------- wrong guesses
+
+
+@pytest.fixture(params=["known", "read first"])
+def pair(
+    request: pytest.FixtureRequest,
+    stores: list[PostgresStore],
+    monkeypatch: pytest.MonkeyPatch,
+) -> tuple[PostgresStore, PostgresStore]:
+    """This store and another runtime's, with the rows this store writes known, and
+    with none known (every end reads first): each test below asserts the same answers
+    of both."""
+    if request.param == "read first":
+        monkeypatch.setattr(KnownRows, "get", lambda self, run_id: None)
+    return stores[0], stores[1]
+
+
+async def _kinds(store: PostgresStore, run_id: str) -> list[str]:
+    return [str(e.kind) for e in await store.events_after(0, run_id)]
+
+
+async def test_an_end_is_written_as_the_rules_say(
+    pair: tuple[PostgresStore, PostgresStore],
+) -> None:
+    store, _ = pair
+    with trio.fail_after(30):
+        await store.apply([_start("a")])
+        result = await _one(store, _end("a"))
+        assert isinstance(result, Accepted)
+        assert result.state == DONE
+        assert result.last_seq == (await store.events_after(0, "a"))[-1].seq
+        record = await store.load("a")
+        assert record is not None
+        assert record.state == DONE
+        assert record.result == "done"
+        assert await _kinds(store, "a") == ["committed", "committed"]
+        # A second end finds it ended.
+        assert await _one(store, _end("a")) == Rejected(RejectReason.ENDED, DONE)
+
+
+async def test_a_message_stored_meanwhile_is_discarded_with_the_end(
+    pair: tuple[PostgresStore, PostgresStore],
+) -> None:
+    store, other = pair
+    with trio.fail_after(30):
+        await store.apply([_start("a")])
+        assert isinstance(await other.post_command("a", "message", {"n": 1}, None, 2.0), int)
+        assert isinstance(await _one(store, _end("a")), Accepted)
+        events = await store.events_after(0, "a")
+        assert [str(e.kind) for e in events] == ["committed", "messages_discarded", "committed"]
+        assert events[1].detail["messages"] == [{"n": 1}]
+        assert await store.commands(["a"]) == []
+
+
+async def test_a_run_ended_by_another_runtime_is_refused_ended(
+    pair: tuple[PostgresStore, PostgresStore],
+) -> None:
+    store, other = pair
+    cancelled = RunState.Ended(EndCause.Cancelled())
+    with trio.fail_after(30):
+        await store.apply([_start("a")])
+        elsewhere = Commit(
+            run_id="a",
+            state=cancelled,
+            generation=1,
+            expect=Expect(generation=1, state=RunState.Running),
+            at=2.0,
+        )
+        assert isinstance(await _one(other, elsewhere), Accepted)
+        assert await _one(store, _end("a")) == Rejected(RejectReason.ENDED, cancelled)
+        assert await _kinds(store, "a") == ["committed", "committed"]
+
+
+async def test_a_claim_another_runtime_took_is_refused_fenced(
+    pair: tuple[PostgresStore, PostgresStore], offset: list[float]
+) -> None:
+    store, other = pair
+    with trio.fail_after(30):
+        await store.apply([_start("a")])
+        offset[0] = 2 * LIVE  # (its lease has run out for every store)
+        [recovered] = await other.recover("them", ["job"], 2.0, LIVE, 5, 10)
+        assert (recovered.record.run_id, recovered.epoch) == ("a", 2)
+        offset[0] = 0.0
+        running = RunState.Running(1)
+        assert await _one(store, _end("a")) == Rejected(RejectReason.FENCED, running)
+        assert isinstance(await _one(store, _end("a", epoch=2)), Rejected)  # (not "me"'s)
+
+
+async def test_a_run_that_streamed_ends_its_channels(
+    pair: tuple[PostgresStore, PostgresStore], pg_url: str
+) -> None:
+    store, _ = pair
+    with trio.fail_after(30):
+        await store.apply([_start("a")])
+        assert isinstance(
+            await _one(store, _progress("a", (StreamDraft("out", (1, 2)),))), Accepted
+        )
+        assert isinstance(await _one(store, _end("a")), Accepted)
+
+        def kinds() -> list[tuple[object, ...]]:
+            with psycopg.connect(pg_url, autocommit=True) as conn:
+                return conn.execute(
+                    "SELECT channel, kind FROM awaken.stream_chunks WHERE run_id = 'a'"
+                    " ORDER BY last_offset"
+                ).fetchall()
+
+        assert await trio.to_thread.run_sync(kinds) == [("out", "data"), ("out", "end")]
+
+
+async def test_a_row_changed_under_a_lock_while_the_end_waits(
+    pair: tuple[PostgresStore, PostgresStore], pg_url: str
+) -> None:
+    """Another transaction holds the run's row and moves its generation on; the end waits
+    for it, then is refused ``STALE`` on what that transaction left (its check reads the
+    row again once the lock is let go), and writes nothing."""
+    store, _ = pair
+    with trio.fail_after(30):
+        await store.apply([_start("a")])
+        holder = psycopg.connect(pg_url)
+        try:
+            holder.execute("SELECT 1 FROM awaken.runs WHERE run_id = 'a' FOR UPDATE")
+            holder.execute("UPDATE awaken.runs SET generation = 2 WHERE run_id = 'a'")
+            results: list[CommitResult] = []
+
+            async def end() -> None:
+                results.append(await _one(store, _end("a")))
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(end)
+                while await trio.to_thread.run_sync(lock_waiters, pg_url) < 1:  # noqa: ASYNC110 - a server's state
+                    await trio.sleep(0.01)
+                await trio.to_thread.run_sync(holder.commit)
+        finally:
+            holder.close()
+        assert [(type(r), getattr(r, "reason", None)) for r in results] == [
+            (Rejected, RejectReason.STALE)
+        ]
+        record = await store.load("a")
+        assert record is not None
+        assert record.state == RunState.Running(1)
+        assert await _kinds(store, "a") == ["committed"]
+
+
+async def test_a_frozen_row_is_ended(
+    pair: tuple[PostgresStore, PostgresStore], pg_url: str
+) -> None:
+    """``VACUUM FREEZE`` may change what the row's ``xmin`` reads as: the end is written
+    all the same (on its guess, or after reading)."""
+    store, _ = pair
+    with trio.fail_after(30):
+        await store.apply([_start("a")])
+
+        def freeze() -> None:
+            with psycopg.connect(pg_url, autocommit=True) as conn:
+                conn.execute("VACUUM FREEZE awaken.runs")
+
+        await trio.to_thread.run_sync(freeze)
+        assert isinstance(await _one(store, _end("a")), Accepted)
+        assert await _kinds(store, "a") == ["committed", "committed"]
+
+
+async def test_a_failed_end_writes_nothing_and_the_next_lands(pg_url: str) -> None:
+    """The server refuses the end's event (after its row's update and checks, in the
+    same transaction): nothing of the end is written, and the end, sent again, lands."""
+    with trio.fail_after(30):
+        async with PostgresStore(pg_url, pool_size=1) as store:
+            await store.apply([_start("a")])
+
+            def refuse(on: bool) -> None:
+                with psycopg.connect(pg_url, autocommit=True) as conn:
+                    if on:
+                        conn.execute(
+                            "CREATE FUNCTION awaken.refuse() RETURNS trigger LANGUAGE plpgsql"
+                            " AS $$ BEGIN RAISE EXCEPTION 'refused here'; END $$"
+                        )
+                        conn.execute(
+                            "CREATE TRIGGER refuse BEFORE INSERT ON awaken.events"
+                            " FOR EACH ROW EXECUTE FUNCTION awaken.refuse()"
+                        )
+                    else:
+                        conn.execute("DROP TRIGGER refuse ON awaken.events")
+
+            await trio.to_thread.run_sync(refuse, True)
+            with pytest.raises(Exception, match="refused here"):
+                await store.apply([_end("a")])
+            record = await store.load("a")
+            assert record is not None
+            assert record.state == RunState.Running(1)
+            await trio.to_thread.run_sync(refuse, False)
+            assert isinstance(await _one(store, _end("a")), Accepted)
+            assert await _kinds(store, "a") == ["committed", "committed"]
+
+
+# ---------------------------------------------------------------------------- what is known
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _row(run_id: str, kind: StateKind = "running") -> TextRow:
+    return TextRow(
+        run_id, f"t-{run_id}", None, run_id, "job", kind, "{}", 1, "[]", False, "null", None,
+        1, 1, 0, 1.0, 1.0, 1.0, None, "me", None, None, 0,
+    )  # fmt: skip
+
+
+def test_rows_are_known_until_their_run_ends() -> None:
+    known = KnownRows()
+    known.wrote([_row("a"), _row("b")], 10)
+    a = known.get("a")
+    assert a is not None
+    assert a.written_by == 10
+    assert a.fields[:2] == ("a", "t-a")
+    known.wrote([_row("a", "ended")], 11)
+    assert known.get("a") is None
+    assert known.get("b") is not None
+    # Written again: known as the later transaction left it.
+    known.wrote([_row("b")], 12)
+    b = known.get("b")
+    assert b is not None
+    assert b.written_by == 12
+
+
+def test_rows_are_known_for_a_minute_at_most() -> None:
+    clock = Clock()
+    known = KnownRows(longest=60.0, clock=clock)
+    known.wrote([_row("a")], 1)
+    clock.now = 30.0
+    known.wrote([_row("b")], 2)
+    clock.now = 60.0
+    assert known.get("a") is not None
+    clock.now = 60.5
+    assert known.get("a") is None
+    assert known.get("b") is not None
+    assert len(known) == 1  # (the stale ones dropped as they are found)
+    clock.now = 91.0
+    assert known.get("b") is None
+    assert len(known) == 0
+
+
+def test_the_oldest_rows_give_way_past_the_most() -> None:
+    known = KnownRows(most=3)
+    known.wrote([_row(name) for name in "abcd"], 1)
+    assert [n for n in "abcd" if known.get(n) is not None] == ["b", "c", "d"]
+    known.wrote([_row("b")], 2)  # (b is now the newest)
+    known.wrote([_row("e")], 3)
+    assert [n for n in "abcde" if known.get(n) is not None] == ["b", "d", "e"]
+
+
+def test_what_ends_are_guessed() -> None:
+    known = KnownRows()
+    known.wrote([_row("a"), _row("b")], 5)
+    guess = _guess.guess_of([_end("a"), _end("b")], known)
+    assert guess is not None
+    assert [k.fields[0] for k in guess.known] == ["a", "b"]
+    assert [f.root_run_id for f in guess.held] == ["a", "b"]
+    assert all(isinstance(k, KnownRow) for k in guess.known)
+    # With a creation: both guessed.
+    mixed = _guess.guess_of([_start("new"), _end("a")], known)
+    assert mixed is not None
+    assert mixed.absent == ("new",)
+    not_guessed = [
+        _end("unknown"),
+        _end("a", chunks=(StreamDraft("out", (1,)),)),
+        _progress("a", ()),
+        Commit(run_id="a", state=DONE, generation=1, expect=Expect(generation=1), at=3.0),
+    ]
+    for commit in not_guessed:
+        assert _guess.guess_of([commit], known) is None, commit
+    assert _guess.guess_of([_end("a"), _end("a")], known) is None  # (one run twice)
+    assert _guess.guess_of([_end("a")], None) is None  # (no rows known)
+    # The same claim at two epochs: one of them cannot hold.
+    assert _guess.guess_of([_end("a"), _end("b", epoch=2), _end_under("b", "a")], known) is None
+
+
+def _end_under(run_id: str, root: str) -> Commit:
+    """``run_id``'s end under ``root``'s claim at epoch 3."""
+    return Commit(
+        run_id=run_id,
+        state=DONE,
+        generation=1,
+        expect=Expect(generation=1),
+        at=3.0,
+        fence=Fence(root, "me", 3),
+    )
