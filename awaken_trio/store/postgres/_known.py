@@ -32,6 +32,7 @@ is the older one, and its check fails likewise.
 
 from __future__ import annotations
 
+import operator
 import time
 from collections.abc import Callable, Iterable
 from typing import Any, Final, final
@@ -59,12 +60,10 @@ class KnownRow:
     """When the store learned of it (`KnownRows`' clock)."""
 
 
-_FIELDS: Final = tuple(f.name for f in attrs.fields(TextRow))
-
-
-def fields_of(row: TextRow) -> tuple[Any, ...]:
-    """``row``'s fields, in order."""
-    return tuple([getattr(row, name) for name in _FIELDS])
+fields_of: Final[Callable[[TextRow], tuple[Any, ...]]] = operator.attrgetter(
+    *(f.name for f in attrs.fields(TextRow))
+)
+"""A row's fields, in order."""
 
 
 @final
