@@ -27,7 +27,8 @@ from awaken_trio.store._textrows import TextRow
 from awaken_trio.store.postgres import _guess
 from awaken_trio.store.postgres._known import KnownRow, KnownRows
 from awaken_trio.store.postgres._store import PostgresStore
-from tests.commits import new_commit
+from awaken_trio.testing._commits import run
+from tests.commits import new_commit, new_queued
 from tests.pg_server import Wire, lock_waiters
 
 LIVE = 3600.0
@@ -115,6 +116,44 @@ async def test_an_end_of_a_run_this_store_wrote_is_one_round_trip(
                 record = await store.load(run_id)
                 assert record is not None
                 assert record.state == DONE
+
+
+async def test_a_run_started_in_a_held_look_is_known_as_its_look_wrote_it(
+    wire: tuple[Wire, str],
+) -> None:
+    """A serving runtime's runs start in its look's transaction (``_held``): the row the
+    store then knows is the one that transaction wrote (its ``xmin``), and the run's end
+    is one round trip."""
+    relay, url = wire
+    with trio.fail_after(60):
+        async with PostgresStore(url) as store:
+            assert isinstance(await _one(store, new_queued("q")), Accepted)
+            async with store.looking({"job"}, 2.0, 10) as found:
+                assert [r.run_id for r in found] == ["q"]
+                start = run(
+                    "q",
+                    1,
+                    expect=Expect(generation=0, state=RunState.Queued),
+                    at=2.0,
+                    take_messages=True,
+                    claim=Claim("me", LIVE),
+                    thread_guard=True,
+                )
+                assert isinstance(await _one(store, start), Accepted)
+
+            def xmin() -> int:
+                with psycopg.connect(url, autocommit=True) as conn:
+                    found = conn.execute(
+                        "SELECT xmin::text::bigint FROM awaken.runs WHERE run_id = 'q'"
+                    ).fetchone()
+                    assert found is not None
+                    return int(found[0])
+
+            known = store._known.get("q")
+            assert known is not None
+            assert known.written_by == await trio.to_thread.run_sync(xmin)
+            assert await _exchanges(relay, store, [_end("q")]) == 1
+            assert store._known.get("q") is None  # (ended: nothing more to guess)
 
 
 # ---------------------------------------------------------------------------- wrong guesses
