@@ -84,7 +84,9 @@ creations, is written in one round trip:
 - the other writes, the seal and ``COMMIT``, as in the two-trip transaction.
 
 No write of the transaction is visible unless all three checks passed: a check that fails
-aborts it, and ``COMMIT`` rolls it back.
+aborts it, and ``COMMIT`` rolls it back. A known row the rules did not write (they refused
+its commit: ``STALE``) would go unchecked, its update being its check; so the guess is
+given up before anything is sent, and the batch read first.
 
 Event order (``_order``). The guessed transaction seals its events as the two-trip one
 does: its seqs and its ticket taken in its last statement before ``COMMIT``, after every

@@ -720,6 +720,11 @@ def _guessed(tx: PgTx) -> dict[str, object]:
     so far, which are taken out of its queue (``insert_guessed``)."""
     guess = tx._guess
     assert guess is not None
+    known = tx._written_by
+    if known is not None and not known.keys() <= tx._changed.keys():
+        # A known row not written would go unchecked (its update is its check), and the
+        # rules' answer for it (a refusal) rest on the guess alone. (Nothing is sent yet.)
+        raise GuessMissed("a rule refused a commit on a row the guess holds")
     tx._unchecked = False
     inserts = [tx._insert_row(run_id, new) for run_id, new in tx._inserted.items()]
     tx._wrote_rows.extend(tx._inserted)

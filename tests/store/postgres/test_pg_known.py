@@ -299,6 +299,43 @@ async def test_a_row_changed_under_a_lock_while_the_end_waits(
         assert await _kinds(store, "a") == ["committed"]
 
 
+async def test_an_end_refused_on_the_known_row_is_answered_on_the_row_read(
+    pair: tuple[PostgresStore, PostgresStore], pg_url: str
+) -> None:
+    """Another writer moved the run's generation on; an end made for that generation is
+    refused ``STALE`` by the rules on the row the store knows, but a refusal writes the
+    row nothing, so no update checks it: the guess is given up, and the end, read first,
+    is accepted on the row as it is."""
+    store, _ = pair
+    with trio.fail_after(30):
+        await store.apply([_start("a"), _start("b")])
+
+        def move_on() -> None:
+            with psycopg.connect(pg_url, autocommit=True) as conn:
+                conn.execute("UPDATE awaken.runs SET generation = 2 WHERE run_id IN ('a', 'b')")
+
+        await trio.to_thread.run_sync(move_on)
+
+        def later(run_id: str) -> Commit:
+            return Commit(
+                run_id=run_id,
+                state=DONE,
+                generation=2,
+                expect=Expect(generation=2),
+                at=3.0,
+                fence=Fence(run_id, "me", 1),
+            )
+
+        assert isinstance(await _one(store, later("a")), Accepted)
+        # With a start in the batch (whose check, writes and seal would be one statement).
+        results = await store.apply([_start("new"), later("b")])
+        assert [type(r) for r in results] == [Accepted, Accepted]
+        for run_id in ("a", "b"):
+            record = await store.load(run_id)
+            assert record is not None
+            assert record.state == DONE
+
+
 async def test_a_frozen_row_is_ended(
     pair: tuple[PostgresStore, PostgresStore], pg_url: str
 ) -> None:
