@@ -61,6 +61,21 @@ def _end(run_id: str, *, epoch: int = 1, chunks: tuple[StreamDraft, ...] = ()) -
     )
 
 
+def _bare_end(
+    run_id: str, *, generation: int = 1, root: str | None = None, epoch: int = 1
+) -> Commit:
+    """An end of ``run_id`` at ``generation``, whatever its state, under ``root``'s claim
+    (its own by default) at ``epoch``."""
+    return Commit(
+        run_id=run_id,
+        state=DONE,
+        generation=generation,
+        expect=Expect(generation=generation),
+        at=3.0,
+        fence=Fence(run_id if root is None else root, "me", epoch),
+    )
+
+
 def _progress(run_id: str, chunks: tuple[StreamDraft, ...]) -> Commit:
     """A commit of ``run_id``'s attempt that streams ``chunks`` (read first: not guessed)."""
     return Commit(
@@ -316,19 +331,9 @@ async def test_an_end_refused_on_the_known_row_is_answered_on_the_row_read(
 
         await trio.to_thread.run_sync(move_on)
 
-        def later(run_id: str) -> Commit:
-            return Commit(
-                run_id=run_id,
-                state=DONE,
-                generation=2,
-                expect=Expect(generation=2),
-                at=3.0,
-                fence=Fence(run_id, "me", 1),
-            )
-
-        assert isinstance(await _one(store, later("a")), Accepted)
+        assert isinstance(await _one(store, _bare_end("a", generation=2)), Accepted)
         # With a start in the batch (whose check, writes and seal would be one statement).
-        results = await store.apply([_start("new"), later("b")])
+        results = await store.apply([_start("new"), _bare_end("b", generation=2)])
         assert [type(r) for r in results] == [Accepted, Accepted]
         for run_id in ("a", "b"):
             record = await store.load(run_id)
@@ -470,16 +475,7 @@ def test_what_ends_are_guessed() -> None:
     assert _guess.guess_of([_end("a"), _end("a")], known) is None  # (one run twice)
     assert _guess.guess_of([_end("a")], None) is None  # (no rows known)
     # The same claim at two epochs: one of them cannot hold.
-    assert _guess.guess_of([_end("a"), _end("b", epoch=2), _end_under("b", "a")], known) is None
-
-
-def _end_under(run_id: str, root: str) -> Commit:
-    """``run_id``'s end under ``root``'s claim at epoch 3."""
-    return Commit(
-        run_id=run_id,
-        state=DONE,
-        generation=1,
-        expect=Expect(generation=1),
-        at=3.0,
-        fence=Fence(root, "me", 3),
+    assert (
+        _guess.guess_of([_end("a"), _end("b", epoch=2), _bare_end("b", root="a", epoch=3)], known)
+        is None
     )
