@@ -64,13 +64,14 @@ instead, as the rules would have); no live attempt is read. Its claims' lease en
 written relative to the server's clock, read once by the statement that puts them
 (``insert_guessed``). A store on a fixed clock (``lease_clock``) runs them on that.
 
-Ends (``_known``). The end of a run's attempt reads the run's row, the claim it is made
-under, its stored commands and its stream heads. A store that wrote the row last (it
-started the attempt, or committed its last step) knows it, with the id of the
-transaction that wrote it; the run has almost always no stored command and no stream
-chunk. `guess_of` takes such an end (`_known_end`: a terminal commit under a claim that
-reads nothing else) as reading exactly that, and a batch of such ends, with or without
-creations, is written in one round trip:
+Steps and ends (``_known``). A step of a run's attempt (its progress, a journaled step's
+event, messages received) reads the run's row and the claim it is made under; its end
+reads those, the run's stored commands and its stream heads. A store that wrote the row
+last (it started the attempt, or committed its last step) knows it, with the id of the
+transaction that wrote it; an ending run has almost always no stored command and no
+stream chunk. `guess_of` takes such a commit (`_known_commit`: under a claim, reading
+nothing else) as reading exactly that, and a batch of them, with or without creations, is
+written in one round trip:
 
 - ``insert_guessed`` (with no run or claim to insert, when the batch creates none) locks
   and checks the claims the ends are made under, as it checks a child's tree's;
@@ -78,9 +79,9 @@ creations, is written in one round trip:
   where its ``xmin`` is still the id of the transaction the store knows it from (why
   that is enough: ``_known``), and raises `GUESS_MISSED` (through ``missed``, schema
   version 17) unless every row was updated. It locks the rows, after the claims, sorted;
-- then ``guessed_quiet`` raises it if any of those runs has a stored command or a stream
-  chunk: a statement after the rows' locks, which every writer of either takes first, so
-  its snapshot holds every one there is;
+- then ``guessed_quiet`` raises it if any run the batch ends has a stored command or a
+  stream chunk: a statement after the rows' locks, which every writer of either takes
+  first, so its snapshot holds every one there is;
 - the other writes, the seal and ``COMMIT``, as in the two-trip transaction.
 
 No write of the transaction is visible unless all three checks passed: a check that fails
@@ -130,15 +131,19 @@ class Guess:
     """What a batch's reads are guessed to find: no run of the ids in ``absent``; no live
     attempt on the threads in ``free``; no unended run on the threads in ``quiet``; and
     each claim ``held`` names (a child's tree's) held as it says, its lease not run out;
-    each run of ``known`` as this store last wrote it."""
+    each run of ``known`` as this store last wrote it, and those ``ending`` with no stored
+    command and no stream chunk."""
 
     absent: tuple[str, ...]
     free: tuple[str, ...]
     quiet: tuple[str, ...]
     held: tuple[Fence, ...] = ()
     known: tuple[KnownRow, ...] = ()
-    """The rows of the runs the batch ends, each guessed as this store last wrote it
-    (``_known``), with no stored command and no stream chunk."""
+    """The rows of the existing runs the batch writes, each guessed as this store last
+    wrote it (``_known``)."""
+    ending: tuple[str, ...] = ()
+    """The runs of ``known`` the batch ends, each guessed to have no stored command and no
+    stream chunk."""
 
     @property
     def threads(self) -> tuple[str, ...]:
@@ -149,9 +154,10 @@ class Guess:
 def guess_of(batch: Sequence[Commit], known: KnownRows | None = None) -> Guess | None:
     """The guess for ``batch`` when every commit in it either creates a run ``Running`` or
     ``Queued`` that the rules write from its absence, its thread's runs and the claim it is
-    made under (a child's: its tree's) alone, or ends a run whose row is ``known``
-    (`_known_end`); else None (the batch runs as a two-trip transaction). Not guessed: any
-    other commit on an existing run, a creation with stream chunks (their heads are read)
+    made under (a child's: its tree's) alone, or is its attempt's step or end on a run
+    whose row is ``known`` (`_known_commit`); else None (the batch runs as a two-trip
+    transaction). Not guessed: any other commit on an existing run, a creation with
+    stream chunks (their heads are read)
     or ending its run (its commands are read), superseding on a thread from a child (its
     ancestors are read), two commits of one run, or a claim the batch names at two epochs
     or creates (one of them cannot hold)."""
@@ -159,17 +165,20 @@ def guess_of(batch: Sequence[Commit], known: KnownRows | None = None) -> Guess |
     free: set[str] = set()
     quiet: set[str] = set()
     held: dict[str, Fence] = {}
-    ended: dict[str, KnownRow] = {}
+    updated: dict[str, KnownRow] = {}
+    ending: list[str] = []
     for commit in batch:
         new = commit.new_run
         fence = commit.fence
         if fence is not None and held.setdefault(fence.root_run_id, fence) != fence:
             return None
         if new is None and known is not None:
-            row = _known_end(commit, known)
-            if row is None or commit.run_id in ended:
+            row = _known_commit(commit, known)
+            if row is None or commit.run_id in updated:
                 return None
-            ended[commit.run_id] = row
+            updated[commit.run_id] = row
+            if isinstance(commit.state, Ended):
+                ending.append(commit.run_id)
             continue
         if (
             new is None
@@ -185,34 +194,40 @@ def guess_of(batch: Sequence[Commit], known: KnownRows | None = None) -> Guess |
             free.add(new.thread_id)
         if new.if_busy != "queue":
             quiet.add(new.thread_id)
-    if not held.keys().isdisjoint(absent) or not ended.keys().isdisjoint(absent):
+    if not held.keys().isdisjoint(absent) or not updated.keys().isdisjoint(absent):
         return None
     return Guess(
         tuple(absent),
         tuple(sorted(free)),
         tuple(sorted(quiet)),
         tuple(held.values()),
-        tuple(ended.values()),
+        tuple(updated.values()),
+        tuple(ending),
     )
 
 
-def _known_end(commit: Commit, known: KnownRows) -> KnownRow | None:
-    """The row ``commit`` is guessed to end, as this store last wrote it: a commit that
-    ends a run the store knows (``_known``) under a claim (checked as a child's tree's
-    is), reading nothing but its row, that claim, its stored commands and its stream heads
-    (guessed: none of either); else None."""
+def _known_commit(commit: Commit, known: KnownRows) -> KnownRow | None:
+    """The row ``commit`` is guessed to write, as this store last wrote it: a commit of an
+    attempt on a run the store knows (``_known``), under its claim (checked as a child's
+    tree's is), that reads nothing but the run's row and that claim (a step: ``Running``,
+    its checkpoint, events, commands consumed or messages delivered), or those and the
+    run's stored commands and stream heads (an end: ``Ended``, consuming and delivering
+    nothing; guessed: none of either); else None."""
+    state = commit.state
     if (
         commit.fence is None
         or commit.expect.new
-        or not isinstance(commit.state, Ended)
         or commit.claim is not None
         or commit.thread_guard
         or commit.take_messages
         or commit.chunks
-        or commit.consumed
-        or commit.delivered
         or commit.end_descendants is not None
     ):
+        return None
+    if isinstance(state, Ended):
+        if commit.consumed or commit.delivered:
+            return None
+    elif not isinstance(state, Running):
         return None
     return known.get(commit.run_id)
 

@@ -86,7 +86,6 @@ from . import _streams as streams
 from ._conn import StoreConnection
 from ._guess import Guess, GuessMissed, guess_json
 from ._held import HeldLook
-from ._known import KnownRow
 from ._listen import CONTROL, STREAM
 from ._order import Numbered
 from ._queries import INSERTED, UPDATED, Queries, rows_json
@@ -237,7 +236,7 @@ class PgTx(TextRunTx[TextRow, _Insert]):
             # compares it with the server's.)
             self._claims[fence.root_run_id] = ClaimRow(fence.owner, fence.epoch, math.inf)
         if guess.known:
-            _take_known(self, guess.known)
+            _take_known(self, guess)
         fixed = None if self._clock is None else self._clock()
         self._unchecked = True
         self._fixed = fixed
@@ -648,8 +647,8 @@ class PgTx(TextRunTx[TextRow, _Insert]):
             # (A row no statement updated keeps the `xmin` of the transaction before.)
             if self._updates.send(conn, q, updates, written_by):
                 self._wrote_rows.extend(self._changed)
-            if written_by is not None:  # (after the update, which locked the rows)
-                conn.execute(q.guessed_quiet, (list(written_by),))
+            if written_by is not None and self._guess and self._guess.ending:  # (after its locks)
+                conn.execute(q.guessed_quiet, (list(self._guess.ending),))
             self._changed.clear()
         checkpoints.clear()
         steps.clear()
@@ -744,18 +743,19 @@ def _guessed(tx: PgTx) -> dict[str, object]:
     }
 
 
-def _take_known(tx: PgTx, known: Sequence[KnownRow]) -> None:
-    """What ``tx``, written on a guess, reads of the runs it ends: their rows as this store
-    last wrote them (``_known``), and no stored command or stream chunk (`flush` sends the
-    checks: ``update_guessed``, ``guessed_quiet``)."""
+def _take_known(tx: PgTx, guess: Guess) -> None:
+    """What ``tx``, written on ``guess``, reads of the existing runs it writes: their rows
+    as this store last wrote them (``_known``), and, of those it ends, no stored command
+    or stream chunk (`flush` sends the checks: ``update_guessed``, ``guessed_quiet``)."""
     written_by = tx._written_by = {}
-    for row in known:
+    for row in guess.known:
         run_id = row.fields[0]
         tx._rows[run_id] = TextRow(*row.fields)
         tx._updates.read(row.fields)
-        tx._commands[run_id] = []
         written_by[run_id] = row.written_by
-    tx._streams.take(written_by, ())
+    for run_id in guess.ending:
+        tx._commands[run_id] = []
+    tx._streams.take(guess.ending, ())
 
 
 def _sealing(tx: PgTx) -> dict[str, object]:

@@ -17,6 +17,7 @@ from awaken_trio.store import (
     Claim,
     Commit,
     CommitResult,
+    EventDraft,
     Expect,
     Fence,
     Rejected,
@@ -55,7 +56,6 @@ def _end(run_id: str, *, epoch: int = 1, chunks: tuple[StreamDraft, ...] = ()) -
         expect=Expect(generation=1, state=RunState.Running),
         at=3.0,
         result="done",
-        steps=0,
         fence=Fence(run_id, "me", epoch),
         chunks=chunks,
     )
@@ -73,6 +73,34 @@ def _bare_end(
         expect=Expect(generation=generation),
         at=3.0,
         fence=Fence(run_id if root is None else root, "me", epoch),
+    )
+
+
+def _step(run_id: str, steps: int) -> Commit:
+    """Progress of ``run_id``'s first attempt under its claim: its checkpoint and steps."""
+    return Commit(
+        run_id=run_id,
+        state=RunState.Running(1),
+        generation=1,
+        expect=Expect(generation=1, state=RunState.Running),
+        at=2.0,
+        checkpoint={"done": steps},
+        steps=steps,
+        fence=Fence(run_id, "me", 1),
+    )
+
+
+def _journaled(run_id: str) -> Commit:
+    """A journaled step's event of ``run_id``'s first attempt (``ctx.step``)."""
+    return Commit(
+        run_id=run_id,
+        state=RunState.Running(1),
+        generation=1,
+        expect=Expect(generation=1, state=RunState.Running),
+        at=2.5,
+        events=(EventDraft("step", {"name": "fetch", "value": 1}),),
+        announce=False,
+        fence=Fence(run_id, "me", 1),
     )
 
 
@@ -131,6 +159,34 @@ async def test_an_end_of_a_run_this_store_wrote_is_one_round_trip(
                 record = await store.load(run_id)
                 assert record is not None
                 assert record.state == DONE
+
+
+async def test_a_step_of_a_run_this_store_wrote_is_one_round_trip(
+    wire: tuple[Wire, str], pg_url: str
+) -> None:
+    """A step reads the run's row and claim alone: one exchange, a message stored
+    meanwhile or not (a step does not read the commands); one with chunks reads first; and
+    the end after them finds the message and the chunks, and is read first."""
+    relay, url = wire
+    with trio.fail_after(60):
+        async with PostgresStore(url, pool_size=1) as store, PostgresStore(pg_url) as other:
+            for i in range(3):  # (warm: the connection, its prepared statements)
+                await store.apply([_start(f"warm-{i}")])
+                await store.apply([_step(f"warm-{i}", 1)])
+            await store.apply([_start("a")])
+            assert await _exchanges(relay, store, [_step("a", 1)]) == 1
+            assert await _exchanges(relay, store, [_journaled("a")]) == 1
+            assert isinstance(await other.post_command("a", "message", "hi", None, 2.0), int)
+            assert await _exchanges(relay, store, [_step("a", 2)]) == 1
+            streamed = [_progress("a", (StreamDraft("out", (1,)),))]
+            assert await _exchanges(relay, store, streamed) == 2
+            assert await _exchanges(relay, store, [_end("a")]) == 4
+            record = await other.load("a")
+            assert record is not None
+            assert (record.state, record.steps, record.checkpoint) == (DONE, 2, {"done": 2})
+            kinds = [str(e.kind) for e in await other.events_after(0, "a")]
+            assert kinds == ["committed", "committed", "step", "committed",
+                             "messages_discarded", "committed"]  # fmt: skip
 
 
 async def test_a_run_started_in_a_held_look_is_known_as_its_look_wrote_it(
@@ -341,6 +397,43 @@ async def test_an_end_refused_on_the_known_row_is_answered_on_the_row_read(
             assert record.state == DONE
 
 
+async def test_steps_then_the_end_are_written_as_the_rules_say(
+    pair: tuple[PostgresStore, PostgresStore],
+) -> None:
+    store, _ = pair
+    with trio.fail_after(30):
+        await store.apply([_start("a")])
+        for done in (1, 2, 3):
+            assert isinstance(await _one(store, _step("a", done)), Accepted)
+        assert isinstance(await _one(store, _journaled("a")), Accepted)
+        assert isinstance(await _one(store, _end("a")), Accepted)
+        record = await store.load("a")
+        assert record is not None
+        assert (record.state, record.steps, record.checkpoint) == (DONE, 3, {"done": 3})
+        assert await _kinds(store, "a") == ["committed"] * 4 + ["step", "committed"]
+
+
+async def test_a_step_on_a_row_another_writer_moved_on_is_refused_stale(
+    pair: tuple[PostgresStore, PostgresStore], pg_url: str
+) -> None:
+    store, _ = pair
+    with trio.fail_after(30):
+        await store.apply([_start("a")])
+
+        def move_on() -> None:
+            with psycopg.connect(pg_url, autocommit=True) as conn:
+                conn.execute("UPDATE awaken.runs SET generation = 2 WHERE run_id = 'a'")
+
+        await trio.to_thread.run_sync(move_on)
+        refused = Rejected(RejectReason.STALE, RunState.Running(1))
+        assert await _one(store, _step("a", 1)) == refused
+        assert await _one(store, _journaled("a")) == refused
+        record = await store.load("a")
+        assert record is not None
+        assert (record.steps, record.checkpoint) == (0, None)
+        assert await _kinds(store, "a") == ["committed"]
+
+
 async def test_a_frozen_row_is_ended(
     pair: tuple[PostgresStore, PostgresStore], pg_url: str
 ) -> None:
@@ -464,10 +557,25 @@ def test_what_ends_are_guessed() -> None:
     mixed = _guess.guess_of([_start("new"), _end("a")], known)
     assert mixed is not None
     assert mixed.absent == ("new",)
+    # A step: guessed, and its run is not ending (its commands are not read).
+    step = _guess.guess_of([_step("a", 1), _journaled("b")], known)
+    assert step is not None
+    assert ([k.fields[0] for k in step.known], step.ending) == (["a", "b"], ())
+    assert guess.ending == ("a", "b")
+    handed_back = Commit(
+        run_id="a",
+        state=RunState.Queued(),
+        generation=1,
+        expect=Expect(generation=1),
+        at=3.0,
+        fence=Fence("a", "me", 1),
+    )
     not_guessed = [
         _end("unknown"),
+        _step("unknown", 1),
         _end("a", chunks=(StreamDraft("out", (1,)),)),
-        _progress("a", ()),
+        _progress("a", (StreamDraft("out", (1,)),)),
+        handed_back,
         Commit(run_id="a", state=DONE, generation=1, expect=Expect(generation=1), at=3.0),
     ]
     for commit in not_guessed:
