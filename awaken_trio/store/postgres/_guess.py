@@ -73,8 +73,9 @@ stream chunk. `guess_of` takes such a commit (`_known_commit`: under a claim, re
 nothing else) as reading exactly that, and a batch of them, with or without creations, is
 written in one round trip:
 
-- ``insert_guessed`` (with no run or claim to insert, when the batch creates none) locks
-  and checks the claims the ends are made under, as it checks a child's tree's;
+- the claims the commits are made under are locked and checked first, as a child's
+  tree's claim is checked: by ``insert_guessed`` when the batch creates runs too, else
+  by ``guessed_held``, the same check as one plain statement (no function, no JSON);
 - the rows' update (``update_guessed``) is the check of the rows: it updates a row only
   where its ``xmin`` is still the id of the transaction the store knows it from (why
   that is enough: ``_known``), and raises `GUESS_MISSED` (through ``missed``, schema

@@ -300,6 +300,7 @@ class Queries:
     insert_runs: bytes
     update_runs: bytes
     update_guessed: bytes
+    guessed_held: bytes
     guessed_quiet: bytes
     insert_guessed: bytes
     drop_claims: bytes

@@ -58,7 +58,7 @@ from ._known import KnownRows
 from ._listen import Listener
 from ._order import Numbered
 from ._queries import Queries
-from ._tx import PgTx, thread_key, thread_locks
+from ._tx import PgTx, thread_key, thread_locks, written
 from ._url import parse
 
 T = TypeVar("T")
@@ -272,7 +272,7 @@ class PostgresStore:
         if outcome:  # (else a lost commit that landed: `landed` saw it)
             committed = outcome[-1]
             self._saw_own(committed.writes, committed.wrote)
-            self._known.wrote(committed.written(), committed.xid)
+            self._known.wrote(written(committed), committed.xid)
         return result
 
     def _saw_own(self, before: int, wrote: bool) -> None:

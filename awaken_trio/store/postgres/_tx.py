@@ -246,9 +246,14 @@ class PgTx(TextRunTx[TextRow, _Insert]):
 
     def _check_guess(self) -> None:
         """Send the check of the guess with the runs and claims queued so far (the
-        ``insert_guessed`` statement: the module's docstring): the first statement after
+        ``insert_guessed`` statement: the module's docstring), or, when it creates no run,
+        of the claims it is made under alone (``guessed_held``): the first statement after
         ``BEGIN`` of a guessed transaction, whatever it writes."""
-        self.conn.execute(self.q.insert_guessed, _guessed(self))
+        guess = self._guess
+        if guess is not None and not guess.absent:
+            self.conn.execute(self.q.guessed_held, _guessed_held(self, guess))
+        else:
+            self.conn.execute(self.q.insert_guessed, _guessed(self))
 
     def _sealed_with_check(self) -> bool:
         """Whether the check of the guess, the runs and claims and the seal go as one
@@ -301,13 +306,6 @@ class PgTx(TextRunTx[TextRow, _Insert]):
             self.numbered = Numbered(tuple(found[1]), int(found[0]))
             self.writes = int(found[2])
             self.xid = int(found[4])
-
-    def written(self) -> list[TextRow]:
-        """The rows the committed transaction wrote, as it left them (``_known``)."""
-        if not self.xid:  # (it wrote no event: not sealed, so no id was read)
-            return []
-        rows = self._rows
-        return [row for run_id in self._wrote_rows if (row := rows.get(run_id)) is not None]
 
     def abort(self) -> None:
         """Leave the pipeline and roll back, after an error anywhere in the transaction
@@ -719,12 +717,7 @@ def _guessed(tx: PgTx) -> dict[str, object]:
     so far, which are taken out of its queue (``insert_guessed``)."""
     guess = tx._guess
     assert guess is not None
-    known = tx._written_by
-    if known is not None and not known.keys() <= tx._changed.keys():
-        # A known row not written would go unchecked (its update is its check), and the
-        # rules' answer for it (a refusal) rest on the guess alone. (Nothing is sent yet.)
-        raise GuessMissed("a rule refused a commit on a row the guess holds")
-    tx._unchecked = False
+    _checked(tx)
     inserts = [tx._insert_row(run_id, new) for run_id, new in tx._inserted.items()]
     tx._wrote_rows.extend(tx._inserted)
     tx._inserted.clear()
@@ -741,6 +734,39 @@ def _guessed(tx: PgTx) -> dict[str, object]:
         "relative": tx._relative,
         "claims": rows_json(put),
     }
+
+
+def written(tx: PgTx) -> list[TextRow]:
+    """The rows the committed transaction ``tx`` wrote, as it left them (``_known``)."""
+    if not tx.xid:  # (it wrote no event: not sealed, so no id was read)
+        return []
+    rows = tx._rows
+    return [row for run_id in tx._wrote_rows if (row := rows.get(run_id)) is not None]
+
+
+def _checked(tx: PgTx) -> None:
+    """``tx``'s check of its guess is about to be sent (nothing else is yet): it is given
+    up instead (`GuessMissed`) if a known row was not written, as its update is its check
+    and the rules' answer for it (a refusal) would rest on the guess alone."""
+    known = tx._written_by
+    if known is not None and not known.keys() <= tx._changed.keys():
+        raise GuessMissed("a rule refused a commit on a row the guess holds")
+    tx._unchecked = False
+
+
+def _guessed_held(tx: PgTx, guess: Guess) -> tuple[object, ...]:
+    """The parameters of ``guessed_held``: the claims ``tx`` is made under, sorted by run
+    (the order every transaction locks claims in)."""
+    _checked(tx)
+    fences = sorted(guess.held, key=lambda fence: fence.root_run_id)
+    return (
+        [fence.root_run_id for fence in fences],
+        [fence.owner for fence in fences],
+        [fence.epoch for fence in fences],
+        tx._fixed,
+        tx._offset,
+        len(fences),
+    )
 
 
 def _take_known(tx: PgTx, guess: Guess) -> None:

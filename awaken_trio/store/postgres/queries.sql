@@ -124,6 +124,24 @@ u AS (
 SELECT {s}.missed('a run the transaction ends was written since this store last wrote it')
 WHERE (SELECT count(*) FROM u) <> %s;
 
+-- guessed_held --
+-- The check of a guess that creates no run (``_known``: the steps and ends of runs this
+-- store wrote last), of the claims it is made under, as ``guessed`` checks them, in one
+-- plain statement: each claim is locked, in the runs' order (a read that locks reads the
+-- claim's latest version once the lock is taken, whatever the statement's snapshot), then
+-- ``missed`` raises GUESS_MISSED unless every one is held by its owner at its epoch with
+-- its lease not run out at the clock given (the server's when null) plus the offset.
+SELECT {s}.missed('a claim the transaction is made under does not hold')
+FROM (
+  SELECT count(*) AS held
+  FROM unnest(%b::text[], %b::text[], %b::bigint[]) AS h(run_id, owner, epoch)
+  CROSS JOIN LATERAL
+    (SELECT owner, epoch, lease_until FROM {s}.claims WHERE run_id = h.run_id FOR UPDATE) c
+  WHERE c.owner = h.owner AND c.epoch = h.epoch
+    AND c.lease_until >= coalesce(%s::float8, extract(epoch FROM clock_timestamp())::float8)
+                         + %s::float8) AS x
+WHERE x.held <> %s;
+
 -- guessed_quiet --
 -- The rest of the check of the runs a transaction ends on a guess (``_known``): none has
 -- a stored command or a stream chunk. Sent after `update_guessed`, which locked their

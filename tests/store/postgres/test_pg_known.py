@@ -315,6 +315,52 @@ async def test_a_claim_another_runtime_took_is_refused_fenced(
         assert isinstance(await _one(store, _end("a", epoch=2)), Rejected)  # (not "me"'s)
 
 
+async def test_a_claim_whose_lease_ran_out_is_refused_fenced(
+    pair: tuple[PostgresStore, PostgresStore], offset: list[float]
+) -> None:
+    """Its lease ran out (the store's clock moved past it) and nobody recovered it yet:
+    the step and the end are refused ``FENCED``, as read first."""
+    store, _ = pair
+    with trio.fail_after(30):
+        await store.apply([_start("a")])
+        offset[0] = 2 * LIVE
+        running = RunState.Running(1)
+        assert await _one(store, _step("a", 1)) == Rejected(RejectReason.FENCED, running)
+        assert await _one(store, _end("a")) == Rejected(RejectReason.FENCED, running)
+        offset[0] = 0.0
+        assert isinstance(await _one(store, _end("a")), Accepted)
+
+
+async def test_a_claim_taken_under_a_lock_while_the_step_waits(
+    pair: tuple[PostgresStore, PostgresStore], pg_url: str
+) -> None:
+    """Another transaction holds the run's claim and moves it to another owner; the step
+    waits for it, then reads the claim it left and is refused ``FENCED``."""
+    store, _ = pair
+    with trio.fail_after(30):
+        await store.apply([_start("a")])
+        holder = psycopg.connect(pg_url)
+        try:
+            holder.execute("SELECT 1 FROM awaken.claims WHERE run_id = 'a' FOR UPDATE")
+            holder.execute("UPDATE awaken.claims SET owner = 'them', epoch = 2")
+            results: list[CommitResult] = []
+
+            async def step() -> None:
+                results.append(await _one(store, _step("a", 1)))
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(step)
+                while await trio.to_thread.run_sync(lock_waiters, pg_url) < 1:  # noqa: ASYNC110 - a server's state
+                    await trio.sleep(0.01)
+                await trio.to_thread.run_sync(holder.commit)
+        finally:
+            holder.close()
+        assert results == [Rejected(RejectReason.FENCED, RunState.Running(1))]
+        record = await store.load("a")
+        assert record is not None
+        assert record.steps == 0
+
+
 async def test_a_run_that_streamed_ends_its_channels(
     pair: tuple[PostgresStore, PostgresStore], pg_url: str
 ) -> None:
