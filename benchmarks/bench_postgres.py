@@ -70,7 +70,9 @@ measurement. Parts:
   event loop): about the best ratio an awaited commit of any store can reach in a Trio
   program (on SQLite the store's own thread hops a little faster: bench_start_latency.py);
   and floor from Trio/start, each round's floor from Trio over its start (the ratio the
-  PostgreSQL store's awaited start is held to).
+  PostgreSQL store's awaited start is held to). Then one awaited ``ctx.boundary`` of a
+  running body at a time (25 a round, after the starts), and floor from Trio/boundary: a
+  boundary's commit, of a run whose row the store wrote last, is one round trip too.
 
 Figures are medians of three rounds (one with ``--quick``); the backlog and lease parts
 run one. Where the PostgreSQL store
@@ -1721,17 +1723,28 @@ async def parked(ctx: RunContext) -> object:
     return None  # pragma: no cover
 
 
-async def _side_by_side(kind: str, url: str, n: int, *, starts: bool) -> tuple[float, float, float]:
+async def _side_by_side(
+    kind: str, url: str, n: int, *, starts: bool
+) -> tuple[float, float, float, float]:
     """Median seconds of the floor, of the floor awaited from Trio (its commit on a worker
-    thread, timed by the awaiting task) and of one awaited ``start`` (0.0 when ``starts``
-    is False), measured in turns of `CHUNK` calls each, so all see the machine alike (on a
-    shared machine the floor alone moves by a factor of two from one minute to the next).
-    The floor runs in a worker thread while the runtime waits: its timing is the thread's
-    own."""
+    thread, timed by the awaiting task), of one awaited ``start`` and of one awaited
+    ``ctx.boundary`` of a running body (0.0 both, when ``starts`` is False), measured in
+    turns of `CHUNK` calls each, so all see the machine alike (on a shared machine the
+    floor alone moves by a factor of two from one minute to the next). The floor runs in
+    a worker thread while the runtime waits: its timing is the thread's own."""
     floor = await trio.to_thread.run_sync(_Floor, kind, url)
     floor_times: list[float] = []
     hopped_times: list[float] = []
     start_times: list[float] = []
+    boundary_times: list[float] = []
+
+    async def stepping(ctx: RunContext) -> object:
+        for done in range(CHUNK):
+            started = time.perf_counter()
+            await ctx.boundary({"done": done})
+            boundary_times.append(time.perf_counter() - started)
+        return None
+
     try:
         async with contextlib.AsyncExitStack() as stack:
             runtime = await stack.enter_async_context(open_runtime(url)) if starts else None
@@ -1749,10 +1762,17 @@ async def _side_by_side(kind: str, url: str, n: int, *, starts: bool) -> tuple[f
                         started = time.perf_counter()
                         await runtime.start(parked)
                         start_times.append(time.perf_counter() - started)
+                    await (await runtime.start(stepping)).wait()
     finally:
         floor.close()
     median_start = statistics.median(start_times) if start_times else 0.0
-    return statistics.median(floor_times), statistics.median(hopped_times), median_start
+    median_boundary = statistics.median(boundary_times) if boundary_times else 0.0
+    return (
+        statistics.median(floor_times),
+        statistics.median(hopped_times),
+        median_start,
+        median_boundary,
+    )
 
 
 async def _pg_start_parts(url: str, n: int) -> dict[str, float]:
@@ -1821,7 +1841,10 @@ async def _pg_start_parts(url: str, n: int) -> dict[str, float]:
 def bench_latency(
     stores: Stores, n: int, rounds: int, out: Figures, *, breakdown: bool = False
 ) -> None:
-    print(f"\n== one awaited start at a time against the store's floor ({n} calls) ==")
+    print(
+        f"\n== one awaited start, and one awaited boundary, at a time against the store's"
+        f" floor ({n} calls) =="
+    )
     print(f"   in turns of {CHUNK} calls each, on one machine at one time")
     table: Figures = out.setdefault("latency", {"calls": n, "rounds": rounds})
     for kind in STORES:
@@ -1832,11 +1855,13 @@ def bench_latency(
         starts: list[float] = []
         ratios: list[float] = []
         hopped_ratios: list[float] = []
+        boundaries: list[float] = []
+        boundary_ratios: list[float] = []
         for _ in range(rounds):
             url = stores.fresh(kind)
             if missing is None:
                 trio.run(_touch, url)
-            floor, hopped, start = trio.run(
+            floor, hopped, start, boundary = trio.run(
                 functools.partial(_side_by_side, kind, url, n, starts=missing is None)
             )
             floors.append(floor)
@@ -1846,6 +1871,8 @@ def bench_latency(
                 starts.append(start)
                 ratios.append(floor / start)
                 hopped_ratios.append(hopped / start)
+                boundaries.append(boundary)
+                boundary_ratios.append(hopped / boundary)
         floor = statistics.median(floors)
         hopped = statistics.median(hops)
         row: Figures = {
@@ -1864,14 +1891,24 @@ def bench_latency(
             start = statistics.median(starts)
             ratio = statistics.median(ratios)
             hopped_ratio = statistics.median(hopped_ratios)
+            boundary = statistics.median(boundaries)
+            boundary_ratio = statistics.median(boundary_ratios)
             row.update(
                 start_ms=start * 1e3,
                 floor_over_start=ratio,
                 floor_from_trio_over_start=hopped_ratio,
+                boundary_ms=boundary * 1e3,
+                floor_from_trio_over_boundary=boundary_ratio,
             )
             print(
                 f"  {kind:10s} floor {floor * 1e3:6.3f} ms   start {start * 1e3:6.3f} ms"
                 f"   floor/start {ratio:.2f}   floor from Trio/start {hopped_ratio:.2f}"
+            )
+            print(
+                f"  {kind:10s} boundary {boundary * 1e3:6.3f} ms   floor from Trio/boundary"
+                f" {boundary_ratio:.2f}  (each round: "
+                + ", ".join(f"{r:.2f}" for r in boundary_ratios)
+                + ")"
             )
         table[kind] = row
         if breakdown and kind == "postgresql" and missing is None:
