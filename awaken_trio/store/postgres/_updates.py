@@ -54,6 +54,10 @@ class RowUpdates:
         sent = sorted(places)
         wrote = True
         if written_by is not None:
+            if len(sent) == 1:
+                # No row changed a column, and the update is the rows' check: it sets one
+                # to what it holds (the statement sets at least one).
+                sent.append(1)
             # Sorted by run: the order the rows are locked in, as every read locks them.
             guessed = [
                 [*[values[place] for place in sent], written_by[values[0]]]

@@ -6,6 +6,9 @@ known; and which rows are known. Real time, bounded by ``trio.fail_after``."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import psycopg
 import pytest
 import trio
@@ -76,46 +79,35 @@ def _bare_end(
     )
 
 
-def _step(run_id: str, steps: int) -> Commit:
-    """Progress of ``run_id``'s first attempt under its claim: its checkpoint and steps."""
+def _running(run_id: str, **fields: Any) -> Commit:
+    """A commit of ``run_id``'s first attempt under its claim that leaves it running, with
+    ``fields``."""
     return Commit(
         run_id=run_id,
         state=RunState.Running(1),
         generation=1,
         expect=Expect(generation=1, state=RunState.Running),
         at=2.0,
-        checkpoint={"done": steps},
-        steps=steps,
         fence=Fence(run_id, "me", 1),
+        **fields,
     )
+
+
+def _step(run_id: str, steps: int) -> Commit:
+    """Progress of ``run_id``'s first attempt: its checkpoint and steps."""
+    return _running(run_id, checkpoint={"done": steps}, steps=steps)
 
 
 def _journaled(run_id: str) -> Commit:
     """A journaled step's event of ``run_id``'s first attempt (``ctx.step``)."""
-    return Commit(
-        run_id=run_id,
-        state=RunState.Running(1),
-        generation=1,
-        expect=Expect(generation=1, state=RunState.Running),
-        at=2.5,
-        events=(EventDraft("step", {"name": "fetch", "value": 1}),),
-        announce=False,
-        fence=Fence(run_id, "me", 1),
+    return _running(
+        run_id, events=(EventDraft("step", {"name": "fetch", "value": 1}),), announce=False
     )
 
 
 def _progress(run_id: str, chunks: tuple[StreamDraft, ...]) -> Commit:
     """A commit of ``run_id``'s attempt that streams ``chunks`` (read first: not guessed)."""
-    return Commit(
-        run_id=run_id,
-        state=RunState.Running(1),
-        generation=1,
-        expect=Expect(generation=1, state=RunState.Running),
-        at=2.0,
-        announce=False,
-        fence=Fence(run_id, "me", 1),
-        chunks=chunks,
-    )
+    return _running(run_id, announce=False, chunks=chunks)
 
 
 async def _one(store: PostgresStore, commit: Commit) -> CommitResult:
@@ -230,6 +222,43 @@ async def test_a_run_started_in_a_held_look_is_known_as_its_look_wrote_it(
 # ---------------------------------------------------------------------------- wrong guesses
 
 
+async def _on_server(pg_url: str, *statements: str) -> None:
+    """Run ``statements`` on a connection of their own, each committed, as an operator or
+    another program would."""
+
+    def run() -> None:
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            for statement in statements:
+                conn.execute(statement)
+
+    await trio.to_thread.run_sync(run)
+
+
+async def _under_a_lock(
+    pg_url: str, store: PostgresStore, held: Sequence[str], commit: Commit
+) -> CommitResult:
+    """``commit``'s answer, applied while another transaction that ran ``held`` (a lock
+    and a change) is open; that transaction commits once the commit waits for its lock."""
+    holder = psycopg.connect(pg_url)
+    try:
+        for statement in held:
+            holder.execute(statement)
+        results: list[CommitResult] = []
+
+        async def apply() -> None:
+            results.append(await _one(store, commit))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(apply)
+            while await trio.to_thread.run_sync(lock_waiters, pg_url) < 1:  # noqa: ASYNC110 - a server's state
+                await trio.sleep(0.01)
+            await trio.to_thread.run_sync(holder.commit)
+    finally:
+        holder.close()
+    [result] = results
+    return result
+
+
 @pytest.fixture(params=["known", "read first"])
 def pair(
     request: pytest.FixtureRequest,
@@ -339,23 +368,12 @@ async def test_a_claim_taken_under_a_lock_while_the_step_waits(
     store, _ = pair
     with trio.fail_after(30):
         await store.apply([_start("a")])
-        holder = psycopg.connect(pg_url)
-        try:
-            holder.execute("SELECT 1 FROM awaken.claims WHERE run_id = 'a' FOR UPDATE")
-            holder.execute("UPDATE awaken.claims SET owner = 'them', epoch = 2")
-            results: list[CommitResult] = []
-
-            async def step() -> None:
-                results.append(await _one(store, _step("a", 1)))
-
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(step)
-                while await trio.to_thread.run_sync(lock_waiters, pg_url) < 1:  # noqa: ASYNC110 - a server's state
-                    await trio.sleep(0.01)
-                await trio.to_thread.run_sync(holder.commit)
-        finally:
-            holder.close()
-        assert results == [Rejected(RejectReason.FENCED, RunState.Running(1))]
+        held = (
+            "SELECT 1 FROM awaken.claims WHERE run_id = 'a' FOR UPDATE",
+            "UPDATE awaken.claims SET owner = 'them', epoch = 2",
+        )
+        result = await _under_a_lock(pg_url, store, held, _step("a", 1))
+        assert result == Rejected(RejectReason.FENCED, RunState.Running(1))
         record = await store.load("a")
         assert record is not None
         assert record.steps == 0
@@ -391,25 +409,13 @@ async def test_a_row_changed_under_a_lock_while_the_end_waits(
     store, _ = pair
     with trio.fail_after(30):
         await store.apply([_start("a")])
-        holder = psycopg.connect(pg_url)
-        try:
-            holder.execute("SELECT 1 FROM awaken.runs WHERE run_id = 'a' FOR UPDATE")
-            holder.execute("UPDATE awaken.runs SET generation = 2 WHERE run_id = 'a'")
-            results: list[CommitResult] = []
-
-            async def end() -> None:
-                results.append(await _one(store, _end("a")))
-
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(end)
-                while await trio.to_thread.run_sync(lock_waiters, pg_url) < 1:  # noqa: ASYNC110 - a server's state
-                    await trio.sleep(0.01)
-                await trio.to_thread.run_sync(holder.commit)
-        finally:
-            holder.close()
-        assert [(type(r), getattr(r, "reason", None)) for r in results] == [
-            (Rejected, RejectReason.STALE)
-        ]
+        held = (
+            "SELECT 1 FROM awaken.runs WHERE run_id = 'a' FOR UPDATE",
+            "UPDATE awaken.runs SET generation = 2 WHERE run_id = 'a'",
+        )
+        result = await _under_a_lock(pg_url, store, held, _end("a"))
+        assert isinstance(result, Rejected)
+        assert result.reason == RejectReason.STALE
         record = await store.load("a")
         assert record is not None
         assert record.state == RunState.Running(1)
@@ -426,12 +432,7 @@ async def test_an_end_refused_on_the_known_row_is_answered_on_the_row_read(
     store, _ = pair
     with trio.fail_after(30):
         await store.apply([_start("a"), _start("b")])
-
-        def move_on() -> None:
-            with psycopg.connect(pg_url, autocommit=True) as conn:
-                conn.execute("UPDATE awaken.runs SET generation = 2 WHERE run_id IN ('a', 'b')")
-
-        await trio.to_thread.run_sync(move_on)
+        await _on_server(pg_url, "UPDATE awaken.runs SET generation = 2 WHERE run_id IN ('a', 'b')")
 
         assert isinstance(await _one(store, _bare_end("a", generation=2)), Accepted)
         # With a start in the batch (whose check, writes and seal would be one statement).
@@ -465,12 +466,7 @@ async def test_a_step_on_a_row_another_writer_moved_on_is_refused_stale(
     store, _ = pair
     with trio.fail_after(30):
         await store.apply([_start("a")])
-
-        def move_on() -> None:
-            with psycopg.connect(pg_url, autocommit=True) as conn:
-                conn.execute("UPDATE awaken.runs SET generation = 2 WHERE run_id = 'a'")
-
-        await trio.to_thread.run_sync(move_on)
+        await _on_server(pg_url, "UPDATE awaken.runs SET generation = 2 WHERE run_id = 'a'")
         refused = Rejected(RejectReason.STALE, RunState.Running(1))
         assert await _one(store, _step("a", 1)) == refused
         assert await _one(store, _journaled("a")) == refused
@@ -478,6 +474,24 @@ async def test_a_step_on_a_row_another_writer_moved_on_is_refused_stale(
         assert record is not None
         assert (record.steps, record.checkpoint) == (0, None)
         assert await _kinds(store, "a") == ["committed"]
+
+
+async def test_a_commit_that_changes_nothing_in_its_row_is_checked_all_the_same(
+    pair: tuple[PostgresStore, PostgresStore], pg_url: str
+) -> None:
+    """A journaled step's event at the time of the run's last write changes no column of
+    its row; the row's update, which is its check, is sent all the same (setting a column
+    to what it holds): accepted, then refused ``STALE`` once another writer moved the row
+    on."""
+    store, _ = pair
+    with trio.fail_after(30):
+        await store.apply([_start("a")])
+        assert isinstance(await _one(store, _step("a", 1)), Accepted)
+        assert isinstance(await _one(store, _journaled("a")), Accepted)  # (at the step's time)
+        await _on_server(pg_url, "UPDATE awaken.runs SET generation = 2 WHERE run_id = 'a'")
+        refused = Rejected(RejectReason.STALE, RunState.Running(1))
+        assert await _one(store, _journaled("a")) == refused
+        assert await _kinds(store, "a") == ["committed", "committed", "step"]
 
 
 async def test_a_frozen_row_is_ended(
@@ -488,12 +502,7 @@ async def test_a_frozen_row_is_ended(
     store, _ = pair
     with trio.fail_after(30):
         await store.apply([_start("a")])
-
-        def freeze() -> None:
-            with psycopg.connect(pg_url, autocommit=True) as conn:
-                conn.execute("VACUUM FREEZE awaken.runs")
-
-        await trio.to_thread.run_sync(freeze)
+        await _on_server(pg_url, "VACUUM FREEZE awaken.runs")
         assert isinstance(await _one(store, _end("a")), Accepted)
         assert await _kinds(store, "a") == ["committed", "committed"]
 
@@ -505,27 +514,19 @@ async def test_a_failed_end_writes_nothing_and_the_next_lands(pg_url: str) -> No
         async with PostgresStore(pg_url, pool_size=1) as store:
             await store.apply([_start("a")])
 
-            def refuse(on: bool) -> None:
-                with psycopg.connect(pg_url, autocommit=True) as conn:
-                    if on:
-                        conn.execute(
-                            "CREATE FUNCTION awaken.refuse() RETURNS trigger LANGUAGE plpgsql"
-                            " AS $$ BEGIN RAISE EXCEPTION 'refused here'; END $$"
-                        )
-                        conn.execute(
-                            "CREATE TRIGGER refuse BEFORE INSERT ON awaken.events"
-                            " FOR EACH ROW EXECUTE FUNCTION awaken.refuse()"
-                        )
-                    else:
-                        conn.execute("DROP TRIGGER refuse ON awaken.events")
-
-            await trio.to_thread.run_sync(refuse, True)
+            await _on_server(
+                pg_url,
+                "CREATE FUNCTION awaken.refuse() RETURNS trigger LANGUAGE plpgsql"
+                " AS $$ BEGIN RAISE EXCEPTION 'refused here'; END $$",
+                "CREATE TRIGGER refuse BEFORE INSERT ON awaken.events"
+                " FOR EACH ROW EXECUTE FUNCTION awaken.refuse()",
+            )
             with pytest.raises(Exception, match="refused here"):
                 await store.apply([_end("a")])
             record = await store.load("a")
             assert record is not None
             assert record.state == RunState.Running(1)
-            await trio.to_thread.run_sync(refuse, False)
+            await _on_server(pg_url, "DROP TRIGGER refuse ON awaken.events")
             assert isinstance(await _one(store, _end("a")), Accepted)
             assert await _kinds(store, "a") == ["committed", "committed"]
 
