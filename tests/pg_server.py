@@ -312,6 +312,20 @@ def lock_waiters(url: str) -> int:
         return int(found[0])
 
 
+def row_versions(url: str, run_id: str) -> tuple[int, int]:
+    """The run's row's ``xmin`` (the transaction that wrote it) and ``xmax`` (one that
+    locked it, or 0), in ``url``'s ``awaken`` schema."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        found = conn.execute(
+            "SELECT xmin::text::bigint, xmax::text::bigint FROM awaken.runs WHERE run_id = %s",
+            (run_id,),
+        ).fetchone()
+    assert found is not None
+    return int(found[0]), int(found[1])
+
+
 class Wire:
     """A TCP relay between the store and the server that counts round trips: each time the
     server answers after the client sent something, one exchange (the server sends

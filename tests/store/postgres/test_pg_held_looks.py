@@ -21,7 +21,7 @@ from awaken_trio.store.postgres._store import PostgresStore
 from awaken_trio.store.postgres._tx import thread_key, thread_locks
 from awaken_trio.testing._commits import Queued, run
 from tests.commits import new_queued
-from tests.pg_server import lock_waiters
+from tests.pg_server import lock_waiters, row_versions
 
 NAMES = {"job"}
 LEASE = 30.0
@@ -61,17 +61,6 @@ def _locked(pg_url: str, run_id: str) -> bool:
         finally:
             conn.rollback()
     return False
-
-
-def _versions(pg_url: str, run_id: str) -> tuple[int, int]:
-    """The row's ``xmin`` (the transaction that wrote it) and ``xmax`` (one that locked it)."""
-    with _admin(pg_url) as conn:
-        found = conn.execute(
-            "SELECT xmin::text::bigint, xmax::text::bigint FROM awaken.runs WHERE run_id = %s",
-            (run_id,),
-        ).fetchone()
-    assert found is not None
-    return found[0], found[1]
 
 
 def _claims(pg_url: str) -> dict[str, tuple[str, float]]:
@@ -116,13 +105,13 @@ async def test_a_held_look_s_runs_start_in_the_look_s_own_transaction(
             assert [r.state for r in found] == [RunState.Queued(), RunState.Queued()]
             assert await _in_thread(lambda: _locked(pg_url, "a"))
             assert await _in_thread(lambda: _locked(pg_url, "b"))
-            _, look = await _in_thread(lambda: _versions(pg_url, "a"))
+            _, look = await _in_thread(lambda: row_versions(pg_url, "a"))
             assert look != 0  # the look's transaction holds the row's lock
             a, b = await store.apply([_start("a"), _start("b")])
             assert isinstance(a, Accepted)
             assert isinstance(b, Accepted)
             # Written by the look's transaction, which then committed: nothing is held.
-            written, _ = await _in_thread(lambda: _versions(pg_url, "a"))
+            written, _ = await _in_thread(lambda: row_versions(pg_url, "a"))
             assert written == look
             assert not await _in_thread(lambda: _locked(pg_url, "b"))
         assert _count(pg_url, "reserved") == 0  # held, not reserved
@@ -211,15 +200,15 @@ async def test_any_batch_is_written_in_the_held_look_and_frees_the_rest(
     with trio.fail_after(30):
         async with store.looking(NAMES, 2.0, 10) as found:
             assert [r.run_id for r in found] == ["a"]
-            _, look = await _in_thread(lambda: _versions(pg_url, "a"))
+            _, look = await _in_thread(lambda: row_versions(pg_url, "a"))
             (created,) = await store.apply([new_queued("x")])
             assert isinstance(created, Accepted)
-            written, _ = await _in_thread(lambda: _versions(pg_url, "x"))
+            written, _ = await _in_thread(lambda: row_versions(pg_url, "x"))
             assert written == look
             assert not await _in_thread(lambda: _locked(pg_url, "a"))
             (started,) = await store.apply([_start("a")])
             assert isinstance(started, Accepted)
-            written, _ = await _in_thread(lambda: _versions(pg_url, "a"))
+            written, _ = await _in_thread(lambda: row_versions(pg_url, "a"))
             assert written != look
 
 

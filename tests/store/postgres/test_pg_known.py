@@ -33,7 +33,7 @@ from awaken_trio.store.postgres._known import KnownRow, KnownRows
 from awaken_trio.store.postgres._store import PostgresStore
 from awaken_trio.testing._commits import run
 from tests.commits import new_commit, new_queued
-from tests.pg_server import Wire, lock_waiters
+from tests.pg_server import Wire, lock_waiters, row_versions
 
 LIVE = 3600.0
 DONE = RunState.Ended(EndCause.NaturalEnd())
@@ -203,18 +203,10 @@ async def test_a_run_started_in_a_held_look_is_known_as_its_look_wrote_it(
                     thread_guard=True,
                 )
                 assert isinstance(await _one(store, start), Accepted)
-
-            def xmin() -> int:
-                with psycopg.connect(url, autocommit=True) as conn:
-                    found = conn.execute(
-                        "SELECT xmin::text::bigint FROM awaken.runs WHERE run_id = 'q'"
-                    ).fetchone()
-                    assert found is not None
-                    return int(found[0])
-
             known = store._known.get("q")
             assert known is not None
-            assert known.written_by == await trio.to_thread.run_sync(xmin)
+            written, _ = await trio.to_thread.run_sync(row_versions, url, "q")
+            assert known.written_by == written
             assert await _exchanges(relay, store, [_end("q")]) == 1
             assert store._known.get("q") is None  # (ended: nothing more to guess)
 
