@@ -12,19 +12,25 @@ attempt (and, for the busy-thread policies ``"reject"`` and ``"supersede"``, no 
 run); and the claim a child is started under (its tree's) held as it says. `guess_of` says
 when a batch is such a batch; `Guess` is what its reads are expected to find.
 
-A guessed transaction is one pipeline and one round trip, of four statements (five when
-the rules queued more than runs, claims and events):
+A guessed transaction is one pipeline and one round trip, of four statements (one more
+when it is made under claims, and one more when the rules queued more than runs, claims
+and events):
 
 1. ``BEGIN``;
 2. (no statement) the rules, run against the guessed view (`PgTx.begin_guessed`) exactly
    as they run against the rows read: no rule is written twice. A rule that asks for
    anything the guess does not hold (a row, a claim, a thread it did not guess) makes the
    transaction give the guess up before anything but ``BEGIN`` is sent (`GuessMissed`);
-3. ``insert_guessed``: the check of the guess and the writes of the runs and claims the
-   rules decided, in one statement. The check is ``guessed`` (schema version 16), a
-   server-side function that locks the claims the batch is made under, then takes the
-   locks of the threads it guards or reads (the order of the two-trip transaction's
-   ``claims`` and ``lock_threads``, and their keys), reads what the transaction's reads
+3. ``guessed_held``, when the batch is made under claims (a child's tree's): locks them,
+   in the order of the two-trip transaction's ``claims``, and raises `GUESS_MISSED`
+   unless each is held as its fence says, its lease not run out (a read that locks reads
+   the claim's latest version once the lock is taken);
+4. ``insert_guessed``: the rest of the check of the guess and the writes of the runs and
+   claims the rules decided, in one statement. The check is ``guessed`` (schema version
+   16), a server-side function that takes the locks of the threads the batch guards or
+   reads (after the claims, as the two-trip transaction's ``lock_threads``, and their
+   keys; the function can check claims too, which this version leaves to the statement
+   before), reads what the transaction's reads
    would have read and raises `GUESS_MISSED` when it is not what was guessed. Each of its
    reads is a statement of a volatile function, so it takes a snapshot of its own after
    the locks, as the two-trip reads do (the snapshot of the statement around it, taken
@@ -34,9 +40,9 @@ the rules queued more than runs, claims and events):
    written unless it passed; the runs go first, then the claims, as in the two-trip
    transaction. The function only checks: what is written is the rows the rules made,
    sent as parameters;
-4. any other write the rules queued, the numbering of the events (the seal) and
+5. any other write the rules queued, the numbering of the events (the seal) and
    ``COMMIT``, as in the two-trip transaction (``_tx``), then the one Sync. When the rules
-   queued nothing but runs, claims and events (a start, a submit), statements 3 and 4's
+   queued nothing but runs, claims and events (a start, a submit), statements 4 and 5's
    seal are one (``seal_guessed``, composed of the two in
    ``_queries``): the seal's events are numbered only once the check has passed and every
    run and claim is written (a condition on both inserts' counts, evaluated before the
@@ -73,9 +79,8 @@ stream chunk. `guess_of` takes such a commit (`_known_commit`: under a claim, re
 nothing else) as reading exactly that, and a batch of them, with or without creations, is
 written in one round trip:
 
-- the claims the commits are made under are locked and checked first, as a child's
-  tree's claim is checked: by ``insert_guessed`` when the batch creates runs too, else
-  by ``guessed_held``, the same check as one plain statement (no function, no JSON);
+- the claims the commits are made under are locked and checked first, by
+  ``guessed_held``, as a child's tree's claim is;
 - the rows' update (``update_guessed``) is the check of the rows: it updates a row only
   where its ``xmin`` is still the id of the transaction the store knows it from (why
   that is enough: ``_known``), and raises `GUESS_MISSED` (through ``missed``, schema
@@ -357,14 +362,16 @@ _V16: Final = (
 
 def guess_json(guess: Guess, keys: Sequence[int]) -> str:
     """``guess`` as the JSON object the check (``guessed``) reads, with its threads' lock
-    keys (sorted: the order the locks are taken in)."""
+    keys (sorted: the order the locks are taken in). Its claims are not in it: the
+    statement before checks them (``guessed_held``), and the function skips a check with
+    nothing to read."""
     return json.dumps(
         {
             "keys": list(keys),
             "absent": guess.absent,
             "free": guess.free,
             "quiet": guess.quiet,
-            "held": [(f.root_run_id, f.owner, f.epoch) for f in guess.held],
+            "held": [],  # (checked before, by ``guessed_held``)
         },
         ensure_ascii=False,
         separators=(",", ":"),

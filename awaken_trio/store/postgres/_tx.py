@@ -245,15 +245,12 @@ class PgTx(TextRunTx[TextRow, _Insert]):
         return self.now
 
     def _check_guess(self) -> None:
-        """Send the check of the guess with the runs and claims queued so far (the
-        ``insert_guessed`` statement: the module's docstring), or, when it creates no run,
-        of the claims it is made under alone (``guessed_held``): the first statement after
-        ``BEGIN`` of a guessed transaction, whatever it writes."""
-        guess = self._guess
-        if guess is not None and not guess.absent:
-            self.conn.execute(self.q.guessed_held, _guessed_held(self, guess))
-        else:
-            self.conn.execute(self.q.insert_guessed, _guessed(self))
+        """Send the check of the guess (`_checked`), with the runs and claims queued so far
+        when it creates runs (``insert_guessed``, the module's docstring): the first
+        statements after ``BEGIN`` of a guessed transaction, whatever it writes."""
+        guess = _checked(self)
+        if guess.absent:
+            self.conn.execute(self.q.insert_guessed, _guessed(self, guess))
 
     def _sealed_with_check(self) -> bool:
         """Whether the check of the guess, the runs and claims and the seal go as one
@@ -289,7 +286,8 @@ class PgTx(TextRunTx[TextRow, _Insert]):
         counted = None
         if self._sealed_with_check():
             # The check, the runs and claims, and the seal: one statement (``_guess``).
-            counted = conn.execute(q.seal_guessed, _guessed(self) | _sealing(self))
+            guessed = _guessed(self, _checked(self))
+            counted = conn.execute(q.seal_guessed, guessed | _sealing(self))
         else:
             self.flush()
             if self.wrote:
@@ -712,12 +710,10 @@ class PgTx(TextRunTx[TextRow, _Insert]):
         return put
 
 
-def _guessed(tx: PgTx) -> dict[str, object]:
-    """The parameters of ``tx``'s check of its guess and of the runs and claims it queued
-    so far, which are taken out of its queue (``insert_guessed``)."""
-    guess = tx._guess
-    assert guess is not None
-    _checked(tx)
+def _guessed(tx: PgTx, guess: Guess) -> dict[str, object]:
+    """The parameters of ``tx``'s check of ``guess`` but its claims (`_checked` sent it)
+    and of the runs and claims it queued so far, which are taken out of its queue
+    (``insert_guessed``)."""
     inserts = [tx._insert_row(run_id, new) for run_id, new in tx._inserted.items()]
     tx._wrote_rows.extend(tx._inserted)
     tx._inserted.clear()
@@ -744,29 +740,32 @@ def written(tx: PgTx) -> list[TextRow]:
     return [row for run_id in tx._wrote_rows if (row := rows.get(run_id)) is not None]
 
 
-def _checked(tx: PgTx) -> None:
-    """``tx``'s check of its guess is about to be sent (nothing else is yet): it is given
-    up instead (`GuessMissed`) if a known row was not written, as its update is its check
-    and the rules' answer for it (a refusal) would rest on the guess alone."""
+def _checked(tx: PgTx) -> Guess:
+    """Send the check of the claims ``tx``'s guess is made under (``guessed_held``, sorted
+    by run: the order every transaction locks claims in), the first statement of a
+    guessed transaction after ``BEGIN``; its guess. Given up instead (`GuessMissed`,
+    nothing sent yet) if a known row was not written: its update is its check, and the
+    rules' answer for it (a refusal) would rest on the guess alone."""
+    guess = tx._guess
+    assert guess is not None
     known = tx._written_by
     if known is not None and not known.keys() <= tx._changed.keys():
         raise GuessMissed("a rule refused a commit on a row the guess holds")
     tx._unchecked = False
-
-
-def _guessed_held(tx: PgTx, guess: Guess) -> tuple[object, ...]:
-    """The parameters of ``guessed_held``: the claims ``tx`` is made under, sorted by run
-    (the order every transaction locks claims in)."""
-    _checked(tx)
-    fences = sorted(guess.held, key=lambda fence: fence.root_run_id)
-    return (
-        [fence.root_run_id for fence in fences],
-        [fence.owner for fence in fences],
-        [fence.epoch for fence in fences],
-        tx._fixed,
-        tx._offset,
-        len(fences),
-    )
+    if guess.held:
+        fences = sorted(guess.held, key=lambda fence: fence.root_run_id)
+        tx.conn.execute(
+            tx.q.guessed_held,
+            (
+                [fence.root_run_id for fence in fences],
+                [fence.owner for fence in fences],
+                [fence.epoch for fence in fences],
+                tx._fixed,
+                tx._offset,
+                len(fences),
+            ),
+        )
+    return guess
 
 
 def _take_known(tx: PgTx, guess: Guess) -> None:

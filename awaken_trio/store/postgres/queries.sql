@@ -125,9 +125,9 @@ SELECT {s}.missed('a run the transaction ends was written since this store last 
 WHERE (SELECT count(*) FROM u) <> %s;
 
 -- guessed_held --
--- The check of a guess that creates no run (``_known``: the steps and ends of runs this
--- store wrote last), of the claims it is made under, as ``guessed`` checks them, in one
--- plain statement: each claim is locked, in the runs' order (a read that locks reads the
+-- The check of the claims a transaction written on a guess (``_guess``) is made under (a
+-- child's tree's; a step's or an end's of a run this store wrote last, ``_known``), its
+-- first statement: each claim is locked, in the runs' order (a read that locks reads the
 -- claim's latest version once the lock is taken, whatever the statement's snapshot), then
 -- ``missed`` raises GUESS_MISSED unless every one is held by its owner at its epoch with
 -- its lease not run out at the clock given (the server's when null) plus the offset.
@@ -154,12 +154,12 @@ WHERE EXISTS (SELECT 1 FROM {s}.inbox WHERE run_id = k.id)
 
 -- insert_guessed --
 -- The writes of a transaction written on a guess of its reads (``_guess``) with the check
--- of that guess, in one statement: ``guessed`` (schema version 16) locks the claims the
--- transaction is made under and its threads, then raises ``GUESS_MISSED`` unless no run of
--- the ids in ``absent`` exists, no attempt is live on the threads of ``free`` and ``quiet``,
--- no run is unended on the threads of ``quiet``, and each claim (root, owner, epoch) of
--- ``held`` holds at the clock given (the server's when null) plus the offset (the guess is
--- one JSON object, ``_guess.guess_json``); it returns the one row the writes are made from,
+-- of that guess but its claims (`guessed_held`, the statement before), in one statement:
+-- ``guessed`` (schema version 16) locks the transaction's threads, then raises
+-- ``GUESS_MISSED`` unless no run of the ids in ``absent`` exists, no attempt is live on
+-- the threads of ``free`` and ``quiet``, and no run is unended on the threads of ``quiet``
+-- (it can check claims too, given them in ``held``: this version gives it none; the guess
+-- is one JSON object, ``_guess.guess_json``); it returns the one row the writes are made from,
 -- so neither writes before the check has passed. Then the runs, as `insert_runs`, and the
 -- claims, as `put_claims` but one JSON array of [run, owner, epoch, lease end] rows (their
 -- lease ends relative to the server's clock, read once here, when ``relative``: the
