@@ -1,10 +1,10 @@
 """The runs this store wrote last, as it wrote them (`KnownRows`): what a batch of their
-ends is written on, in one round trip, with no read of their rows (``_guess``).
+steps and ends is written on, in one round trip, with no read of their rows (``_guess``).
 
 A known row is a run's `TextRow` fields as a transaction of this store committed them,
 with that transaction's id (`KnownRow`): the 32-bit transaction id the row's ``xmin``
-system column holds while that version is the row's latest. The server's check of an end
-written on a known row updates the row only where its ``xmin`` is still that id
+system column holds while that version is the row's latest. The server's check of a step
+or an end written on a known row updates the row only where its ``xmin`` is still that id
 (``update_guessed``), and raises ``GUESS_MISSED`` unless every row was updated.
 
 Why the id is enough. A row version whose ``xmin`` is X was written by transaction X,

@@ -16,15 +16,15 @@ every result back (a flush, not a Sync, so nothing commits early); only the end 
    statement that numbers (the first seq with its ticket) and writes the events, counts the
    write, keeps the token and notifies, and ``COMMIT``, and syncs: one round trip.
 
-A batch whose every commit creates a run (an awaited ``start``, a ``submit``) or ends one
-whose row this store wrote last (``_known``) skips the first round trip:
-`PgTx.begin_guessed` takes what its reads would find to be the usual (no run of that id,
-its threads free; the ended rows as the store wrote them, with no stored command or
-stream chunk), and the server checks that guess (taking the threads' and claims' locks)
-in the statement that writes the runs and claims (`PgTx._check_guess`; with the seal too
-when that is all it writes, `PgTx._sealed_with_check`) and in the update of the ended
-rows, which `PgTx.commit` sends with the rest in one round trip; a wrong guess rolls back
-and the batch runs as above (``_guess``'s docstring).
+A batch whose every commit creates a run (an awaited ``start``, a ``submit``) or is a step
+or the end of a run whose row this store wrote last (``_known``) skips the first round
+trip: `PgTx.begin_guessed` takes what its reads would find to be the usual (no run of that
+id, its threads free; the known rows as the store wrote them, an ending run with no
+stored command or stream chunk), and the server checks that guess (taking the claims' and
+threads' locks) in its first statements (`PgTx._check_guess`; with the seal too when
+that is all it writes, `PgTx._sealed_with_check`) and in the update of the known rows,
+which `PgTx.commit` sends with the rest in one round trip; a wrong guess rolls back and
+the batch runs as above (``_guess``'s docstring).
 
 A batch applied while a serving runtime's look is held (``_held``) goes on with the look's
 transaction instead (`PgTx.begin_held`): what the look read under its locks (its runs'
@@ -163,8 +163,8 @@ class PgTx(TextRunTx[TextRow, _Insert]):
         self._unchecked = False  # (its check not sent yet: `_check_guess`)
         self._fixed: float | None = None
         self._updates = RowUpdates()  # (what an update of a row read here must send)
-        # The runs a guessed transaction ends as this store last wrote them (``_known``):
-        # the id of the transaction that wrote each.
+        # The known rows a guessed transaction writes (``_known``): the id of the
+        # transaction that wrote each.
         self._written_by: dict[str, int] | None = None
         self._wrote_rows: list[str] = []  # (the runs written, as their writes are sent)
         self.xid = 0
