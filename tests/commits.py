@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from awaken_trio import RunState
 from awaken_trio.store import Claim, Commit, Expect, Fence, IfBusy, NewRun
 
@@ -47,3 +49,20 @@ def new_queued(run_id: str, *, thread_id: str | None = None, name: str = "job") 
     """The commit that creates ``run_id`` queued, a named root run (on ``t-<run_id>``
     unless ``thread_id`` says otherwise)."""
     return new_commit(run_id, thread_id=thread_id, name=name)
+
+
+def still_running(
+    run_id: str, *, expect: Expect, at: float, fence: Fence | None = None, **fields: Any
+) -> Commit:
+    """A commit of the existing run ``run_id`` that leaves it ``Running`` at its first
+    generation (a start from the queue, a step, a commit under a claim), as ``expect``
+    says it finds it, made under ``fence``, with ``fields``."""
+    return Commit(
+        run_id=run_id,
+        state=RunState.Running(1),
+        generation=1,
+        expect=expect,
+        at=at,
+        fence=fence,
+        **fields,
+    )

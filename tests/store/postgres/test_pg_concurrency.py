@@ -30,7 +30,7 @@ from awaken_trio.store.postgres import _store as store_module
 from awaken_trio.store.postgres._guess import Guess
 from awaken_trio.store.postgres._schema import LATEST, MIGRATIONS, open_schema
 from awaken_trio.store.postgres._store import PostgresStore
-from tests.commits import new_commit
+from tests.commits import new_commit, still_running
 from tests.pg_server import lock_waiters
 
 LIVE = 3600.0
@@ -210,14 +210,7 @@ async def test_recovery_leaves_a_claim_another_transaction_holds(
             recovered = await late.recover("b", {"job"}, 2.0, LIVE, 3, 10)
         assert [(r.record.run_id, r.epoch) for r in recovered] == [("r1", 2)]
         # The owner's claim is gone: its next commit is fenced.
-        stale = Commit(
-            run_id="r1",
-            state=RunState.Running(1),
-            generation=1,
-            expect=Expect(),
-            at=3.0,
-            fence=Fence("r1", "a", 1),
-        )
+        stale = still_running("r1", expect=Expect(), at=3.0, fence=Fence("r1", "a", 1))
         [fenced] = await rescuer.apply([stale])
         assert isinstance(fenced, Rejected)
         assert fenced.reason == RejectReason.FENCED
@@ -236,14 +229,7 @@ async def test_a_transaction_the_server_rolls_back_in_a_deadlock_is_run_again(
         )
         assert isinstance(taken, Accepted)
     batch = [
-        Commit(
-            run_id=run_id,
-            state=RunState.Running(1),
-            generation=1,
-            expect=Expect(),
-            at=2.0,
-            fence=Fence(run_id, "o", 1),
-        )
+        still_running(run_id, expect=Expect(), at=2.0, fence=Fence(run_id, "o", 1))
         for run_id in ("a", "b")
     ]
     holder = await trio.to_thread.run_sync(lambda: psycopg.connect(pg_url))

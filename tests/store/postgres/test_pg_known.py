@@ -32,7 +32,7 @@ from awaken_trio.store.postgres import _guess
 from awaken_trio.store.postgres._known import KnownRow, KnownRows
 from awaken_trio.store.postgres._store import PostgresStore
 from awaken_trio.testing._commits import run
-from tests.commits import new_commit, new_queued
+from tests.commits import new_commit, new_queued, still_running
 from tests.pg_server import Wire, lock_waiters, row_versions
 
 LIVE = 3600.0
@@ -82,10 +82,8 @@ def _bare_end(
 def _running(run_id: str, **fields: Any) -> Commit:
     """A commit of ``run_id``'s first attempt under its claim that leaves it running, with
     ``fields``."""
-    return Commit(
-        run_id=run_id,
-        state=RunState.Running(1),
-        generation=1,
+    return still_running(
+        run_id,
         expect=Expect(generation=1, state=RunState.Running),
         at=2.0,
         fence=Fence(run_id, "me", 1),

@@ -14,17 +14,11 @@ from awaken_trio import RunContext, RunState, open_runtime
 from awaken_trio.store import Accepted, Commit, Expect, StreamDraft, StreamPage
 from awaken_trio.store.postgres import _schema as schema
 from awaken_trio.store.postgres._store import PostgresStore
-from tests.commits import new_queued
+from tests.commits import new_queued, still_running
 
 
 def _running(run_id: str) -> Commit:
-    return Commit(
-        run_id=run_id,
-        state=RunState.Running(1),
-        generation=1,
-        expect=Expect(generation=0, state=RunState.Queued),
-        at=1.5,
-    )
+    return still_running(run_id, expect=Expect(generation=0, state=RunState.Queued), at=1.5)
 
 
 def _chunks(run_id: str, *values: str) -> Commit:
