@@ -832,6 +832,26 @@ def bench_noop(stores: Stores, n: int, rounds: int, out: Figures) -> None:
     )
     bare = [best(r, "a run's") / best(r, "pgqueuer") for r in found]
     print(f"  a run's writes, bare, best / pgqueuer's best: {statistics.median(bare):.2f}")
+
+    def best_cpu(
+        rates: Mapping[str, float], spent: Mapping[str, Mapping[str, float]], who: str
+    ) -> float:
+        way = max((w for w in rates if w.startswith(who)), key=rates.__getitem__)
+        return spent[way]["drain"] + spent[way]["server"]
+
+    # The CPU a unit of work takes, each side at its best way of the round (ours timed as
+    # committed, as pgqueuer's drain is): on a machine whose cores are all busy a rate is
+    # its inverse, and unlike a rate it does not move with how the rounds' processes
+    # happened to be scheduled on two cores.
+    by_cpu = [
+        best_cpu(r, c, "pgqueuer") / best_cpu(r, c, "ours (ends as committed)")
+        for r, c in zip(found, cpu_found, strict=True)
+    ]
+    shown = ", ".join(f"{ratio:.2f}" for ratio in by_cpu)
+    print(
+        "  a job's CPU / a run's, each at its best way (workers + server):"
+        f" {statistics.median(by_cpu):.2f}  (each round: {shown})"
+    )
     # The least CPU a run can take here: a worker's with no store I/O (the kernel and the
     # rules, serving), and the bare writes' at their cheapest way, client and server.
     least_writes = min(
@@ -859,12 +879,15 @@ def bench_noop(stores: Stores, n: int, rounds: int, out: Figures) -> None:
             "ours' best, ends as committed / pgqueuer's best": statistics.median(committed),
             "ends as committed, ratio by round": committed,
             "bare writes' best / pgqueuer's best": statistics.median(bare),
+            "a job's CPU / a run's, each at its best way": statistics.median(by_cpu),
+            "by CPU, ratio by round": by_cpu,
             "kernel alone CPU ms a run": statistics.median(kernel),
             "serving from the memory store CPU ms a run": statistics.median(serving),
             "bare writes' least CPU ms a run": least_writes,
             "least CPU ms a run": least,
             "most runs/s on this machine": cores / (least * 1e-3),
             "rounds": found,
+            "CPU by round": cpu_found,
             "machine CPU busy": statistics.median(loads) if loads else None,
         }
     )
