@@ -736,12 +736,12 @@ def bench_noop(stores: Stores, n: int, rounds: int, out: Figures) -> None:
     the drain's concurrency, their commits through the mailbox: the kernel and the
     rules). Their sum (the bare writes' at their cheapest way, its client's and the
     server's CPU) is the least CPU a run of ours can take here; the machine's cores over
-    it, the most runs a second it can drain. The
-    kernel alone as a start sees it (`_kernel_cpu`: started and waited for, the starting
-    side's work too) is shown beside it, not in the floor: a drain's worker neither
-    starts nor waits. And in each round a deployed worker's drain (`_cli_drain`:
-    ``awaken-trio worker`` itself, its INFO lines written), beside ours and not in our
-    best: the benchmark's own workers write no log."""
+    it, the most runs a second it can drain. The kernel alone as a start sees it
+    (`_kernel_cpu`: started and waited for, the starting side's work too) is shown beside
+    it, not in the floor: a drain's worker neither starts nor waits. And in each round a
+    deployed worker's drain (`_cli_drain`: ``awaken-trio worker`` itself, its INFO lines
+    written), beside ours and not in our best: the benchmark's own workers write no
+    log."""
     print(
         f"\n== no-op drain against pgqueuer's: {n} runs / jobs queued first (runs/s, medians"
         f" of {rounds} rounds) =="
