@@ -8,8 +8,14 @@ from typing import Final, final
 import attrs
 
 YOUNG_THRESHOLD: Final = 10_000
-"""The young generation's threshold in a settled process: tracked objects allocated (less
-those freed) between two collections of it. CPython's default is 700."""
+"""The young generation's least threshold in a settled process: tracked objects allocated
+(less those freed) between two collections of it. CPython's default is 700."""
+
+YOUNG_PER_RUN: Final = 128
+"""The young generation's threshold a run the process may hold at once, where that is
+more than `YOUNG_THRESHOLD`: about twice the tracked objects a run in flight keeps alive
+(69, measured: 70,332 young objects at most while a worker drained no-op runs 1,024 at a
+time), since the next runs' objects are made while the last ones' are still alive."""
 
 
 @final
@@ -21,10 +27,19 @@ class SettledHeap:
     young_threshold: int  # the young generation's threshold now (0: collection is off)
 
 
-def settle_heap() -> SettledHeap:
-    """Settle a serving process's heap, once, when it has started: collect garbage, move
-    every object alive into the permanent generation (`gc.freeze`), and collect the young
-    generation every `YOUNG_THRESHOLD` allocations instead of CPython's 700.
+def young_threshold(concurrency: int) -> int:
+    """The young generation's threshold for a process serving ``concurrency`` runs at once:
+    `YOUNG_PER_RUN` a run, and at least `YOUNG_THRESHOLD`."""
+    if concurrency < 1:
+        raise ValueError(f"concurrency must be at least 1, got {concurrency}")
+    return max(YOUNG_THRESHOLD, YOUNG_PER_RUN * concurrency)
+
+
+def settle_heap(concurrency: int) -> SettledHeap:
+    """Settle the heap of a process serving ``concurrency`` runs at once, once, when it has
+    started: collect garbage, move every object alive into the permanent generation
+    (`gc.freeze`), and collect the young generation every `young_threshold` allocations
+    instead of CPython's 700.
 
     Why the freeze: CPython's full collections walk every object they track, and in a
     serving process most of those are the startup's (modules, bodies, pools, the runtime),
@@ -32,22 +47,29 @@ def settle_heap() -> SettledHeap:
     no-op runs on PostgreSQL spent 12% less CPU a run.
 
     Why the threshold: a run's objects (its task, scopes, attempt, commits, records) live
-    as long as the run, across many allocations of the runs in flight beside it, so at 700
-    most of them outlive a young collection and are walked again in the older ones. A
-    collection every 10,000 allocations walks about as many young objects in all, but
-    promotes far fewer: a worker's time in the collector a run halved (22 to 11 µs). A
-    young collection then takes about 2 ms, not 0.08. Garbage cycles are freed as before,
-    at most 10,000 allocations later. (``docs/guides/scaling-postgres.md`` has both
-    measurements.)
+    as long as the run, across many allocations of the runs in flight beside it. A young
+    collection made while they are alive walks them all and promotes them, to be walked
+    again in the older generations; and a batch of runs started together makes its
+    objects before the last batch's are freed, so it crosses any threshold below its own
+    size, whatever that threshold, and the collector walks its every object. At 700 a
+    worker spent 22 µs a run in the collector; at 10,000, 11 (it promotes far fewer); at
+    `YOUNG_PER_RUN` a run it may hold, above what its runs in flight keep alive, none: a
+    batch's objects are freed, as its runs end, before the count reaches the threshold.
+    The price is the pause when a young collection does come: it walks at most the
+    threshold's objects, about 2 ms at 10,000, so up to 3 ms a hundred runs the process
+    may hold at once (the default 8 and the 64 of the cancel benchmark stay at 10,000).
+    Garbage cycles are freed as before, at most the threshold's allocations later.
+    (``docs/guides/scaling-postgres.md`` has the measurements.)
 
     What was frozen is never collected, so this runs once, after startup, and not in a
     library that shares its process with an application. A threshold the process already
     set higher, or collection turned off (0), is left as it is.
     """
+    wanted = young_threshold(concurrency)
     gc.collect()
     gc.freeze()
     young, middle, old = gc.get_threshold()
-    if 0 < young < YOUNG_THRESHOLD:
-        young = YOUNG_THRESHOLD
+    if 0 < young < wanted:
+        young = wanted
         gc.set_threshold(young, middle, old)
     return SettledHeap(frozen=gc.get_freeze_count(), young_threshold=young)

@@ -1139,7 +1139,7 @@ async def _serving_cpu(n: int, concurrency: int) -> float:
         for _ in range(n):
             await runtime.submit("noop")
         asked = 0.0
-        with _settled_heap():
+        with _settled_heap(concurrency):
             started = time.process_time()
             async with trio.open_nursery() as nursery:
                 await nursery.start(functools.partial(runtime.serve, concurrency=concurrency))
@@ -1157,11 +1157,11 @@ async def _serving_cpu(n: int, concurrency: int) -> float:
 
 
 @contextlib.contextmanager
-def _settled_heap() -> Iterator[SettledHeap]:
-    """This process's heap settled as ``awaken-trio worker`` settles its own once it has
-    started (`settle_heap`: its objects alive frozen out of the collector, the young
-    generation collected less often), then as it was: a benchmark's process goes on to
-    measure other things.
+def _settled_heap(concurrency: int) -> Iterator[SettledHeap]:
+    """This process's heap settled as ``awaken-trio worker`` serving ``concurrency`` runs
+    at once settles its own once it has started (`settle_heap`: its objects alive frozen
+    out of the collector, the young generation collected less often), then as it was: a
+    benchmark's process goes on to measure other things.
 
     Why the floor needs it: the memory store holds the queue in the measuring process's
     heap, where a worker's collector never walks it (a worker's queue is in its store),
@@ -1169,7 +1169,7 @@ def _settled_heap() -> Iterator[SettledHeap]:
     against 0.044 ms a run (medians of three drains of 20,000 each, in turns)."""
     threshold = gc.get_threshold()
     try:
-        yield settle_heap()
+        yield settle_heap(concurrency)
     finally:
         gc.unfreeze()
         gc.set_threshold(*threshold)

@@ -143,7 +143,7 @@ async def serve(
                 trio.open_nursery() as serving,
             ):
                 set_context(worker_id=runtime.worker_id)
-                heap = settle_heap()
+                heap = settle_heap(concurrency)
                 command_log.debug(
                     "awaken-trio worker: %d objects alive at start frozen out of garbage"
                     " collection; the young generation is collected every %d allocations",

@@ -1,6 +1,7 @@
 """``awaken-trio worker`` settles its heap once it has started (`settle_heap`): garbage is
 collected first, what was alive then is frozen out of garbage collection, what is made
-afterwards is collected as before, and the young generation is collected less often."""
+afterwards is collected as before, and the young generation is collected less often: the
+more runs the process serves at once, the less often (`young_threshold`)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from awaken_trio._heap import YOUNG_THRESHOLD, SettledHeap, settle_heap
+from awaken_trio._heap import (
+    YOUNG_PER_RUN,
+    YOUNG_THRESHOLD,
+    SettledHeap,
+    settle_heap,
+    young_threshold,
+)
 from tests.cli.cli_helpers import HERE, background, read_until, wait_exit
 
 
@@ -44,7 +51,7 @@ def test_it_collects_garbage_first_then_freezes_what_is_alive(unfrozen: None) ->
     garbage = cycle()
     kept = Node()
     kept.other = kept
-    settled = settle_heap()
+    settled = settle_heap(8)
     assert garbage() is None, "a cycle that was garbage was frozen instead of freed"
     assert settled.frozen == gc.get_freeze_count() > 0
     assert gc.is_tracked(kept)
@@ -52,22 +59,44 @@ def test_it_collects_garbage_first_then_freezes_what_is_alive(unfrozen: None) ->
 
 
 def test_what_is_made_afterwards_is_collected_as_before(unfrozen: None) -> None:
-    settle_heap()
+    settle_heap(8)
     later = cycle()
     assert later() is not None
     gc.collect()
     assert later() is None
 
 
-def test_the_young_generation_is_collected_less_often(unfrozen: None) -> None:
+@pytest.mark.parametrize(
+    ("concurrency", "young"),
+    [(1, YOUNG_THRESHOLD), (8, YOUNG_THRESHOLD), (78, YOUNG_THRESHOLD), (1024, 131_072)],
+)
+def test_the_young_generation_is_collected_less_often(
+    unfrozen: None, concurrency: int, young: int
+) -> None:
     middle, old = gc.get_threshold()[1:]
-    settled = settle_heap()
-    assert settled == SettledHeap(frozen=gc.get_freeze_count(), young_threshold=YOUNG_THRESHOLD)
-    assert gc.get_threshold() == (YOUNG_THRESHOLD, middle, old)
+    settled = settle_heap(concurrency)
+    assert settled == SettledHeap(frozen=gc.get_freeze_count(), young_threshold=young)
+    assert gc.get_threshold() == (young, middle, old)
+
+
+def test_the_threshold_grows_with_the_runs_held_at_once_past_its_least() -> None:
+    least_runs = YOUNG_THRESHOLD // YOUNG_PER_RUN
+    assert young_threshold(least_runs) == YOUNG_THRESHOLD
+    assert young_threshold(least_runs + 1) == YOUNG_PER_RUN * (least_runs + 1) > YOUNG_THRESHOLD
+    assert young_threshold(1024) == 1024 * YOUNG_PER_RUN
+
+
+@pytest.mark.parametrize("concurrency", [0, -1])
+def test_a_concurrency_below_one_is_refused(unfrozen: None, concurrency: int) -> None:
+    thresholds = gc.get_threshold()
+    with pytest.raises(ValueError, match=f"concurrency must be at least 1, got {concurrency}"):
+        settle_heap(concurrency)
+    assert gc.get_threshold() == thresholds
+    assert gc.get_freeze_count() == 0, "refused, yet the heap was frozen"
 
 
 def test_garbage_is_still_collected_by_allocation_alone(unfrozen: None) -> None:
-    settle_heap()
+    settle_heap(8)
     garbage = cycle()
     # No explicit collection: the young generation's own threshold frees the cycle.
     kept: list[list[object]] = [[] for _ in range(2 * YOUNG_THRESHOLD)]
@@ -75,11 +104,11 @@ def test_garbage_is_still_collected_by_allocation_alone(unfrozen: None) -> None:
     assert len(kept) == 2 * YOUNG_THRESHOLD
 
 
-@pytest.mark.parametrize("young", [0, 50_000])
+@pytest.mark.parametrize("young", [0, 200_000])
 def test_a_threshold_the_process_chose_is_left_as_it_is(unfrozen: None, young: int) -> None:
     rest = gc.get_threshold()[1:]
     gc.set_threshold(young, *rest)
-    assert settle_heap().young_threshold == young
+    assert settle_heap(1024).young_threshold == young
     assert gc.get_threshold() == (young, *rest)
 
 
@@ -87,6 +116,7 @@ def test_a_threshold_the_process_chose_is_left_as_it_is(unfrozen: None, young: i
 async def test_the_worker_says_at_debug_how_it_settled_its_heap(tmp_path: Path) -> None:
     store = f"sqlite:///{tmp_path}/runs.db"
     args = ["worker", "cli_bodies", "--store", store, "--poll", "0.02", "--log-level", "DEBUG"]
+    args += ["--concurrency", "200"]
     async with background(*args, cwd=HERE) as worker:
         seen = bytearray()
         log = await read_until(worker.stderr, "Ctrl-C or SIGTERM to stop", seen)
@@ -97,6 +127,6 @@ async def test_the_worker_says_at_debug_how_it_settled_its_heap(tmp_path: Path) 
         )
         assert found is not None, log
         assert int(found.group(1)) > 1000  # the modules and runtime of a process
-        assert int(found.group(2)) == YOUNG_THRESHOLD
+        assert int(found.group(2)) == 200 * YOUNG_PER_RUN == young_threshold(200)
         worker.send_signal(signal.SIGTERM)
         assert await wait_exit(worker) == 0

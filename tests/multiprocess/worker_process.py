@@ -50,7 +50,7 @@ async def main(args: argparse.Namespace) -> None:
         ) as runtime,
         trio.open_nursery() as nursery,
     ):
-        settle_heap()  # as ``awaken-trio worker`` does once it has started
+        settle_heap(args.concurrency)  # as ``awaken-trio worker`` does once it has started
         if args.gate:
             print(f"ready {args.name}", flush=True)
             if not await trio.wrap_file(sys.stdin).readline():
