@@ -12,10 +12,11 @@ YOUNG_THRESHOLD: Final = 10_000
 (less those freed) between two collections of it. CPython's default is 700."""
 
 YOUNG_PER_RUN: Final = 128
-"""The young generation's threshold a run the process may hold at once, where that is
-more than `YOUNG_THRESHOLD`: about twice the tracked objects a run in flight keeps alive
-(69, measured: 70,332 young objects at most while a worker drained no-op runs 1,024 at a
-time), since the next runs' objects are made while the last ones' are still alive."""
+"""The young generation's threshold for each run the process may hold at once, where that
+is more than `YOUNG_THRESHOLD`: about twice the tracked objects a run in flight keeps
+alive (69, measured: a young count of 70,332 at most while a worker drained no-op runs
+1,024 at a time), since the next runs' objects are made while the last ones' are still
+alive."""
 
 
 @final

@@ -104,6 +104,13 @@ def test_garbage_is_still_collected_by_allocation_alone(unfrozen: None) -> None:
     assert len(kept) == 2 * YOUNG_THRESHOLD
 
 
+def test_a_threshold_set_lower_than_the_runs_need_is_raised(unfrozen: None) -> None:
+    rest = gc.get_threshold()[1:]
+    gc.set_threshold(50_000, *rest)
+    assert settle_heap(1024).young_threshold == 131_072
+    assert gc.get_threshold() == (131_072, *rest)
+
+
 @pytest.mark.parametrize("young", [0, 200_000])
 def test_a_threshold_the_process_chose_is_left_as_it_is(unfrozen: None, young: int) -> None:
     rest = gc.get_threshold()[1:]
