@@ -5,6 +5,7 @@ more runs the process serves at once, the less often (`young_threshold`)."""
 
 from __future__ import annotations
 
+import functools
 import gc
 import re
 import signal
@@ -13,7 +14,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import trio
 
+from awaken_trio import RunContext, open_runtime
 from awaken_trio._heap import (
     YOUNG_PER_RUN,
     YOUNG_THRESHOLD,
@@ -117,6 +120,33 @@ def test_a_threshold_the_process_chose_is_left_as_it_is(unfrozen: None, young: i
     gc.set_threshold(young, *rest)
     assert settle_heap(1024).young_threshold == young
     assert gc.get_threshold() == (young, *rest)
+
+
+async def _noop(ctx: RunContext) -> None:
+    return None
+
+
+async def test_a_drain_its_runs_at_once_makes_no_young_collection(
+    unfrozen: None, durable_at: Path | str
+) -> None:
+    """What the threshold is for: a worker settled for ``concurrency`` runs at once drains
+    no-op runs that many at a time with no collection at all, on each store real workers
+    share. (Fails if a run in flight comes to keep alive more than the threshold allows
+    it: `YOUNG_PER_RUN` must then grow.)"""
+    concurrency, batches = 256, 3
+    store = f"sqlite:///{durable_at}" if isinstance(durable_at, Path) else durable_at
+    async with open_runtime(store, bodies={"noop": _noop}, poll=0.05, lease=30) as runtime:
+        handles = [await runtime.submit("noop") for _ in range(concurrency * batches)]
+        settle_heap(concurrency)
+        before = [generation["collections"] for generation in gc.get_stats()]
+        async with trio.open_nursery() as nursery:
+            await nursery.start(functools.partial(runtime.serve, concurrency=concurrency))
+            with trio.fail_after(60):
+                for handle in handles:
+                    await handle.wait()
+            nursery.cancel_scope.cancel()
+        after = [generation["collections"] for generation in gc.get_stats()]
+    assert after == before, f"collections by generation {before} -> {after}"
 
 
 @pytest.mark.slow
