@@ -181,6 +181,10 @@ def _unwrap(value: Any, what: str, levels: int) -> JsonValue:
 
 def load_raw(text: str, what: str) -> Any:
     """A stored JSON text, not frozen: for values an attrs converter freezes next."""
+    if text == "null":
+        # Most of a queued run's payload columns (its result, its checkpoint), read by
+        # every look: 0.05 µs here, 0.87 through the decoder.
+        return None
     try:
         return _decode(text)
     except ValueError as exc:
