@@ -377,7 +377,9 @@ def check(chaos: Chaos, events: list[RunEvent], records: dict[str, Any]) -> set[
     for run_id, story in by_run.items():
         ends = terminal(story)
         if len(ends) != 1:
-            problems.append(f"{run_id}: {len(ends)} terminal commits {ends}")
+            # The whole story, so that a failure says how the run came to it.
+            told = "\n    ".join(describe(story))
+            problems.append(f"{run_id}: {len(ends)} terminal commits; its story:\n    {told}")
             continue
         if story[-1] != ends[0]:
             problems.append(f"{run_id}: events after its terminal commit {story[-3:]}")
