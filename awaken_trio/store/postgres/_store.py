@@ -220,10 +220,16 @@ class PostgresStore:
         queries = self._queries
         locks, sender = self._thread_locks, self._sender
         outcome: list[PgTx] = []  # (the transaction that committed)
+        # The look's rows hold only in the look's own transaction, under its locks, and
+        # ``attempt`` runs first in it (`Connections.write`). Once that has ended, whether
+        # committed or failed and run again, its locks are gone: every later try reads, even
+        # on the look's own connection, which the pool may well hand back.
+        look_open = [held]
 
         def attempt(conn: Conn) -> T:
-            if held is not None and conn is held.conn:
-                return transaction(conn, None, held)
+            look = look_open.pop() if look_open else None
+            if look is not None and conn is look.conn:
+                return transaction(conn, None, look)
             if guess is not None:
                 try:
                     return transaction(conn, guess)

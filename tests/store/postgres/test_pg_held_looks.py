@@ -6,7 +6,7 @@ bounded by ``trio.fail_after``."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -15,11 +15,12 @@ import pytest
 import trio
 
 from awaken_trio import EndCause, RunContext, RunState, open_runtime
-from awaken_trio.store import Accepted, Claim, Commit, Expect, Rejected
+from awaken_trio.store import Accepted, Claim, Commit, Expect, Rejected, RejectReason
 from awaken_trio.store.postgres import _held as held_module
+from awaken_trio.store.postgres._held import HeldLook
 from awaken_trio.store.postgres._store import PostgresStore
-from awaken_trio.store.postgres._tx import thread_key, thread_locks
-from awaken_trio.testing._commits import Queued, run
+from awaken_trio.store.postgres._tx import PgTx, thread_key, thread_locks
+from awaken_trio.testing._commits import Queued, end, run
 from tests.commits import new_queued
 from tests.pg_server import lock_waiters, row_versions
 
@@ -389,3 +390,41 @@ async def test_a_look_held_past_its_idle_limit_is_ended_by_the_server(
         record = await here.load("a")
         assert record is not None
         assert record.state == RunState.Running(1)
+
+
+async def test_a_batch_run_again_after_the_look_s_transaction_failed_reads_its_rows_anew(
+    stores: list[PostgresStore], pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rows a look read hold only in its own transaction. When that transaction fails
+    (here a deadlock, once the run was ended elsewhere) and the batch is run again, it runs
+    on its own reads, even on the look's own connection, which the pool hands back (the
+    only one idle): a run ended meanwhile is not started, and stays ended."""
+    here, there = stores[0], stores[1]
+    await _queue(here, "a")
+    cancelled = RunState.Ended(EndCause.Cancelled())
+    failed: list[object] = []
+    given = PgTx.begin_held
+
+    def begin_held(tx: PgTx, look: HeldLook, batch: Sequence[Commit] = ()) -> float:
+        if failed:
+            return given(tx, look, batch)
+        failed.append(look.conn)
+        tx.conn.roll_back()  # the look's transaction ends here, and its locks with it
+        (ended,) = trio.from_thread.run(
+            there.apply, [end("a", cancelled, 0, expect=Expect(generation=0, state=Queued))]
+        )
+        assert isinstance(ended, Accepted), ended
+        raise psycopg.errors.DeadlockDetected("deadlock detected (the test's)")
+
+    monkeypatch.setattr(PgTx, "begin_held", begin_held)
+    with trio.fail_after(30):
+        async with here.looking(NAMES, 2.0, 10) as found:
+            assert [r.run_id for r in found] == ["a"]
+            (started,) = await here.apply([_start("a")])
+    assert failed, "the look's transaction was never tried"
+    assert isinstance(started, Rejected), started
+    assert started.reason is RejectReason.ENDED
+    record = await here.load("a")
+    assert record is not None
+    assert record.state == cancelled
+    assert _owners(pg_url) == {}
