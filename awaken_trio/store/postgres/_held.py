@@ -20,8 +20,10 @@ out), the threads with ``pg_try_advisory_xact_lock`` (a run whose thread another
 left out). So the look waits for no transaction, and none of its locks is taken out of the
 order the other transactions take theirs in while it waits for one. The batch then takes
 its own locks in the usual order; a circle that closes through the look's locks runs
-through the server, which detects it, and the loser runs again (the batch, on a connection
-of its own, without the look: `Connections.write`).
+through the server, which detects it, and the loser runs again (the batch, without the
+look, on reads of its own: `Connections.write`). Without the look whatever the connection,
+the look's own included, which the pool may hand back: its rows held only under its locks,
+which ended with its transaction (`PostgresStore._write` tries it once, first).
 
 Why any batch, and why none meanwhile. The store's invariant (`PostgresStore.looking`):
 while a look is held, every batch the store applies is written in the look's transaction,
