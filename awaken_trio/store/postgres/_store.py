@@ -220,11 +220,8 @@ class PostgresStore:
         queries = self._queries
         locks, sender = self._thread_locks, self._sender
         outcome: list[PgTx] = []  # (the transaction that committed)
-        # The look's rows hold only in the look's own transaction, under its locks, and
-        # ``attempt`` runs first in it (`Connections.write`). Once that has ended, whether
-        # committed or failed and run again, its locks are gone: every later try reads, even
-        # on the look's own connection, which the pool may well hand back.
-        look_open = [held]
+        # The look's rows hold under its locks, in its transaction: its first try alone.
+        look_open = [held]  # (a later try reads, even on the look's connection, handed back)
 
         def attempt(conn: Conn) -> T:
             look = look_open.pop() if look_open else None
