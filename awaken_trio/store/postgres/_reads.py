@@ -31,7 +31,7 @@ from .._codec import (
 )
 from .._textrows import TextRow
 from ._conn import Conn
-from ._queries import Queries
+from ._queries import HELD_RECORD, Queries
 
 
 def load(conn: Conn, r: Queries, run_id: str) -> RunRecord | None:
@@ -148,8 +148,8 @@ _ROW_WIDTH: Final = len(attrs.fields(TextRow))
 
 
 def _row_and_record(found: Sequence[Any]) -> tuple[Sequence[Any], RunRecord]:
-    """A look's row: the run's row (``held_row_columns``), then its record."""
-    return found[:_ROW_WIDTH], record_of(found[_ROW_WIDTH:])
+    """A look's row: the run's row (``held_row_columns``), then the rest of its record."""
+    return found[:_ROW_WIDTH], record_of(HELD_RECORD(found))
 
 
 def _may_run(served: Mapping[str, Any], record: RunRecord) -> bool:

@@ -331,9 +331,10 @@ SELECT {event_columns} FROM {s}.events WHERE run_id = %s AND kind = 'step' ORDER
 -- by its key alone and its lease compared outside, so the index of leases is no choice.)
 -- A run whose not_before (a delayed start, a retry's wait) is later than now (the
 -- runtime's clock) is passed over, read from the same walk of the queue. Each run comes as
--- the row a write transaction reads (``rows``), then as its record: a look that holds its
--- runs for their starts (``_held``) hands its transaction the rows it locked.
-SELECT {held_row_columns}, {record_columns} FROM {s}.runs r
+-- the row a write transaction reads (``rows``), then the columns of its record the row does
+-- not hold (``HELD_RECORD``): a look that holds its runs for their starts (``_held``) hands
+-- its transaction the rows it locked.
+SELECT {held_row_columns}, {held_record_columns} FROM {s}.runs r
 WHERE r.queued_order IS NOT NULL AND r.name = ANY(%(names)b)
   AND (r.not_before IS NULL OR r.not_before <= %(now)s)
   AND coalesce((SELECT c.lease_until FROM {s}.claims c WHERE c.run_id = r.run_id),
@@ -348,8 +349,8 @@ ORDER BY r.created LIMIT %(limit)s FOR UPDATE OF r SKIP LOCKED;
 
 -- due --
 -- Awaiting named root runs whose scheduled resume is due, oldest due first (as `queued`:
--- the row, then the record).
-SELECT {held_row_columns}, {record_columns} FROM {s}.tickets t
+-- the row, then the rest of the record).
+SELECT {held_row_columns}, {held_record_columns} FROM {s}.tickets t
 JOIN {s}.runs r ON r.run_id = t.run_id
 WHERE t.wake_at IS NOT NULL AND t.wake_at <= %(now)s
   AND r.parent_run_id IS NULL AND r.name = ANY(%(names)b)

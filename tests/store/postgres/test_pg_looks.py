@@ -5,8 +5,10 @@ go to others once the moment has passed. Real time, bounded by ``trio.fail_after
 
 from __future__ import annotations
 
+import attrs
 import trio
 
+from awaken_trio import RetryPolicy
 from awaken_trio.store import Accepted
 from awaken_trio.store.postgres._reads import RESERVED_FOR
 from awaken_trio.store.postgres._store import PostgresStore
@@ -67,3 +69,38 @@ async def test_a_reservation_holds_for_the_generation_it_was_handed_out_at(
 
         await trio.to_thread.run_sync(move_on)
         assert [r.run_id for r in await there.runnable({"job"}, 2.0, 10)] == ["a"]
+
+
+async def test_a_look_s_records_are_the_runs_records_field_for_field(
+    stores: list[PostgresStore],
+) -> None:
+    """A look reads each run's row and the rest of its record in one row of columns, each
+    column once (``HELD_RECORD``): its records are the ones `load` reads, every field set,
+    whether the look holds its runs or reserves them."""
+    store = stores[0]
+    rich = new_queued("rich")
+    assert rich.new_run is not None
+    rich = attrs.evolve(
+        rich,
+        at=5.25,
+        new_run=attrs.evolve(
+            rich.new_run,
+            input={"question": "why", "n": 3},
+            max_steps=9,
+            checkpoint={"at": "the fork"},
+            forked_from={"run_id": "source", "seq": 4},
+            deadline=1e12,
+            body_version="v2",
+            retry=RetryPolicy(attempts=4),
+        ),
+    )
+    with trio.fail_after(30):
+        await store.apply([rich, new_queued("plain")])
+        loaded = [await store.load(run_id) for run_id in ("rich", "plain")]
+        assert loaded[0] is not None
+        assert loaded[0].input == {"question": "why", "n": 3}
+        assert loaded[0].forked_from == {"run_id": "source", "seq": 4}
+        assert loaded[0].retry == RetryPolicy(attempts=4)
+        async with store.looking({"job"}, 2.0, 10) as held:
+            assert held == loaded
+        assert await store.runnable({"job"}, 2.0, 10) == loaded
