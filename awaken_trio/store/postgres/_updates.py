@@ -63,10 +63,10 @@ class RowUpdates:
                 # No row changed a column, and the update is the rows' check: it sets one
                 # to what it holds (the statement sets at least one).
                 sent.append(1)
+            pick = operator.itemgetter(*sent)  # (two places at least: a tuple)
             # Sorted by run: the order the rows are locked in, as every read locks them.
             guessed = [
-                [*[values[place] for place in sent], written_by[values[0]]]
-                for values in sorted(updates, key=_run_of)
+                (*pick(values), written_by[values[0]]) for values in sorted(updates, key=_run_of)
             ]
             conn.execute(
                 q.update_guessed_of(sent), (rows_json(guessed), len(guessed), len(guessed))
@@ -75,7 +75,8 @@ class RowUpdates:
             # A row that did not change a column another did sets it to what it holds.
             rows: Sequence[Sequence[Any]] = updates
             if len(sent) < len(UPDATED.columns):
-                rows = [[values[place] for place in sent] for values in updates]
+                # (Picked in C: a comprehension a row cost three times as much.)
+                rows = list(map(operator.itemgetter(*sent), updates))
             conn.execute(q.update_runs_of(sent), (rows_json(rows), len(rows)))
         else:
             wrote = False
