@@ -200,7 +200,7 @@ HELD_RECORD: Final[Callable[[Sequence[Any]], tuple[Any, ...]]] = operator.itemge
 (``held_row_columns``) then the record's columns the row does not hold
 (``held_record_columns``). The server sends each column once: the row and the record share
 14 of their columns, and reading them twice cost a worker 4.1 to 4.6 µs a run, against
-2.1 to 2.9 (1,024 rows read and made Python values by psycopg), and the server as much again."""
+2.1 to 2.9 (1,024 rows read and made Python values by psycopg)."""
 
 
 def rows_json(rows: Sequence[Sequence[Any]]) -> str:
