@@ -8,11 +8,21 @@ import math
 
 import pytest
 
-from awaken_trio import EndCause, FrozenDict, FrozenList, ResumeTicket, RunState, StoreError
+from awaken_trio import (
+    EndCause,
+    FrozenDict,
+    FrozenList,
+    ResumeTicket,
+    RetryPolicy,
+    RunState,
+    StoreError,
+)
 from awaken_trio._core import wake_at
 from awaken_trio.store._codec import (
+    RECORD_COLUMNS,
     CodecError,
     dump_json,
+    dump_retry,
     dump_shared,
     dump_state,
     dump_ticket,
@@ -20,6 +30,7 @@ from awaken_trio.store._codec import (
     load_json,
     load_state,
     load_ticket,
+    record_of,
     state_from_json,
     state_kind,
     state_to_json,
@@ -228,3 +239,46 @@ def test_wake_at_reads_only_scheduled_tickets(
 
 def test_only_state_variants_have_a_stored_kind() -> None:
     assert kind_of_variant(RunState) is None
+
+
+def test_a_record_takes_each_column_as_its_own_field() -> None:
+    """`record_of` reads `RECORD_COLUMNS` in order, each into its own field: a row whose
+    every column differs comes back field for field (so reordering either breaks this)."""
+    retry = RetryPolicy(attempts=4)
+    columns = [name.removeprefix("r.") for name in RECORD_COLUMNS.split(", ")]
+    stored = {
+        "run_id": "run",
+        "thread_id": "thread",
+        "parent_run_id": "parent",
+        "name": "job",
+        "state": dump_state(RunState.Running(3)),
+        "generation": 3,
+        "result": '{"answer":1}',
+        "checkpoint": '{"cursor":2}',
+        "input": '{"question":3}',
+        "steps": 4,
+        "max_steps": 5,
+        "forked_from": '{"run_id":"source","seq":6}',
+        "created_at": 7.0,
+        "updated_at": 8.0,
+        "started_at": 9.0,
+        "ended_at": 10.0,
+        "worker_id": "worker",
+        "not_before": 11.0,
+        "deadline": 12.0,
+        "body_version": "v13",
+        "retry": dump_retry(retry),
+        "retries": 14,
+    }
+    assert sorted(stored) == sorted(columns)
+    record = record_of([stored[name] for name in columns])
+    decoded = {
+        "state": RunState.Running(3),
+        "result": {"answer": 1},
+        "checkpoint": {"cursor": 2},
+        "input": {"question": 3},
+        "forked_from": {"run_id": "source", "seq": 6},
+        "retry": retry,
+    }
+    for name in columns:
+        assert getattr(record, name) == decoded.get(name, stored[name]), name
