@@ -129,6 +129,12 @@ class ClaimPolicy(Protocol):
         as that calls for (shielded, best effort)."""
         ...
 
+    def end_answered(self, attempt: ClaimedAttempt, result: CommitResult, released: bool) -> None:
+        """`after_end` for an end nobody waits for (a root attempt's, handed to the
+        mailbox with no task waiting), in its commit's step: sync, so a claim still to let
+        go is let go soon after by the policy's own task (best effort, as `after_end`)."""
+        ...
+
     def commit_failed(self, attempt: ClaimedAttempt) -> None:
         """The store failed to take ``attempt``'s end: its claim is no longer renewed (the
         lease lapses, and recovery takes the run up)."""
@@ -190,6 +196,9 @@ class NoClaims:
         self, attempt: ClaimedAttempt, result: CommitResult, released: bool
     ) -> None:
         pass  # the finish boundary is not a checkpoint of its own here
+
+    def end_answered(self, attempt: ClaimedAttempt, result: CommitResult, released: bool) -> None:
+        pass
 
     def commit_failed(self, attempt: ClaimedAttempt) -> None:
         pass

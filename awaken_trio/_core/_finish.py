@@ -65,6 +65,10 @@ class FinishBoundary:
         self._kernel = kernel
         # The commit effect, bound once: each commit's partial holds no method of its own.
         self._ended_effect = self._ended
+        # Ends handed to the mailbox with no task waiting for them, not answered yet, and
+        # the event `ends_answered` waits on while there are any.
+        self._ends_posted = 0
+        self._all_answered: trio.Event | None = None
 
     def finish(self, attempt: Attempt, verdict: Verdict) -> Coroutine[Any, Any, None]:
         """Commit the attempt's end, after ending its parked children (awaited: it is a
@@ -131,7 +135,9 @@ class FinishBoundary:
         """`finish` itself.
 
         Nothing here can be interrupted: the children's commits run shielded and
-        `CommitMailbox.commit` cannot be cancelled once called. If the store fails, the
+        `CommitMailbox.commit` cannot be cancelled once called. A root attempt's end on a
+        store with I/O is handed over with no task waiting for it (`CommitMailbox.post`),
+        and its answer taken in the commit's step (`_answered`). If the store fails, the
         attempt is let go with its messages kept for whoever ends the run later. An attempt
         that lost its run (``verdict.state`` is None) commits nothing; on a durable store a
         root attempt's end drops its claim.
@@ -215,19 +221,76 @@ class FinishBoundary:
             result = mailbox.commit_now(commit)  # as in `Admissions.admit`
             if result is not None:
                 self._ended(attempt, state, result)
+            elif attempt.parent is None and attempt.span is None:
+                # Nothing is left for the actor once its end is committed: the end is
+                # handed over with no task waiting for it (as a look's starts are), and
+                # its answer is taken in the commit's step (`_answered`). Not a child's:
+                # its parent's end waits for it. Not a traced one's: its span ends with
+                # the committed state. (`post` answers in a later step: the store needs
+                # I/O, or commits wait ahead of this one.)
+                mailbox.post(
+                    commit,
+                    functools.partial(self._answered, attempt, state, verdict, release, messages),
+                )
+                self._ends_posted += 1
+                return
             else:
                 effect = functools.partial(self._ended_effect, attempt, state)
                 result = await mailbox.commit(commit, effect)
         except Exception as exc:
             self._end_failed(attempt, exc, messages)
             return
+        if self._after_answer(attempt, verdict, result):
+            await claims.after_end(attempt, result, release)
+
+    def _answered(
+        self,
+        attempt: Attempt,
+        state: RunState,
+        verdict: Verdict,
+        release: bool,
+        messages: tuple[JsonValue, ...],
+        answer: CommitResult | StoreError,
+    ) -> None:
+        """The answer to an end `_finish` handed over with no task waiting for it, in the
+        commit's step: what the actor would have done with it. Never raises."""
+        try:
+            if isinstance(answer, StoreError):
+                self._end_failed(attempt, answer, messages)
+                return
+            try:
+                self._ended(attempt, state, answer)
+            except Exception as exc:  # an effect's failure, as `CommitMailbox.commit` has it
+                self._end_failed(attempt, exc, messages)
+                return
+            if self._after_answer(attempt, verdict, answer):
+                self._kernel.claims.end_answered(attempt, answer, release)
+        finally:
+            self._ends_posted -= 1
+            if not self._ends_posted and self._all_answered is not None:
+                self._all_answered.set()
+
+    def _after_answer(self, attempt: Attempt, verdict: Verdict, result: CommitResult) -> bool:
+        """What follows an attempt's end answered ``result`` here: a failure's log line,
+        and for an end fenced out, its claim forgotten (another runtime's now). Whether the
+        claim policy is still to take the end (`ClaimPolicy.after_end`)."""
         if verdict.error is not None and type(result) is Accepted:
+            plan = attempt.retry
             _log_failure(attempt, verdict.error, retry_at=None if plan is None else plan.retry_at)
         if type(result) is Rejected and result.reason is RejectReason.FENCED:
             fenced(attempt, "its end")
-            claims.forget(attempt.run_id)  # another runtime's claim now: hands off
-        else:
-            await claims.after_end(attempt, result, release)
+            self._kernel.claims.forget(attempt.run_id)  # another runtime's claim: hands off
+            return False
+        return True
+
+    async def ends_answered(self) -> None:
+        """Return once every end handed over with no task waiting for it (`_finish`) has
+        been answered: the actors are done only then. A checkpoint."""
+        while self._ends_posted:
+            self._all_answered = answered = trio.Event()
+            await answered.wait()
+        self._all_answered = None
+        await trio.lowlevel.checkpoint()
 
     def _end_failed(
         self, attempt: Attempt, exc: Exception, messages: tuple[JsonValue, ...]

@@ -200,6 +200,9 @@ class Supervisor:
                     task_status.started()
                     # Stay open for admissions already under way; shutdown cancels the rest.
                     await self.admissions.closed.wait()
+                # The actors are done once the ends they handed over with no task waiting
+                # are answered too (the mailbox runs until `close` below).
+                await self.finish_boundary.ends_answered()
         finally:
             self.actors_done.set()
             self.mailbox.close()

@@ -3,6 +3,8 @@
 and its keeper. The lease of every root run this runtime executes is renewed every third of the
 lease; a claim the store says is lost (superseded, released, expired) stops its
 attempt at once, and so does every claim if the store cannot be reached for a whole lease.
+The keeper also lets go of the claims that ends nobody waits for did not drop (an end
+another runtime's beat, say), as the actor would have after its end.
 
 A renewal that fails is logged (logger ``awaken_trio.worker``) and tried again at the next
 tick; it never ends the keeper."""
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections import deque
 from typing import final
 
 import trio
@@ -46,7 +49,7 @@ class ClaimBook:
     tree is fenced by its root's, commands are stored.
 
     Invariant: `held` names exactly the claims the keeper renews; a run leaves it when its
-    attempt here is over (`forget`, `release`) or its claim is lost.
+    attempt here is over (`forget`, `release`, an end answered) or its claim is lost.
     """
 
     def __init__(self, settings: ClaimSettings, store: DurableStore) -> None:
@@ -57,6 +60,9 @@ class ClaimBook:
         # A lapsed lease changes nothing in the store: waits look again every poll.
         self.idle_wait = settings.poll
         self._loads = StoredCommandLoads(store)
+        # Claims whose end did not drop them, for the keeper to let go (`end_answered`).
+        self._to_release: deque[str] = deque()
+        self._release_wanted = trio.Event()
 
     # An end may drop a claim, end handed-back descendants and let the claim go.
     quiet_ends = False
@@ -90,14 +96,36 @@ class ClaimBook:
     async def after_end(
         self, attempt: ClaimedAttempt, result: CommitResult, released: bool
     ) -> None:
+        if self._ended(attempt, result, released):
+            await self.release(attempt.run_id)
+
+    def end_answered(self, attempt: ClaimedAttempt, result: CommitResult, released: bool) -> None:
+        if self._ended(attempt, result, released):
+            # Let go by the keeper's task (`ClaimKeeper`), as `release` would here.
+            self._to_release.append(attempt.run_id)
+            self._release_wanted.set()
+
+    def _ended(self, attempt: ClaimedAttempt, result: CommitResult, released: bool) -> bool:
+        """``attempt``'s end was answered ``result``: it is logged and its claim no longer
+        renewed; whether the claim is still to be let go (the end did not drop it)."""
         if attempt.parent is not None:
-            return  # a child lives on its root's claim
+            return False  # a child lives on its root's claim
         if isinstance(result, Accepted):
             _log_end(attempt.run_id, self.settings.owner, result.state)
-        if (released and isinstance(result, Accepted)) or attempt.fence is None:
-            self.held.pop(attempt.run_id, None)  # dropped by the end's own commit, or none
-        else:
-            await self.release(attempt.run_id)
+        self.held.pop(attempt.run_id, None)
+        # Dropped by the end's own commit, or none was taken.
+        return not ((released and isinstance(result, Accepted)) or attempt.fence is None)
+
+    async def release_ended(self) -> None:
+        """Let go of the claims of the ends `end_answered` did not drop, as they come
+        (best effort, as `release`: a claim not let go lapses with its lease); until
+        cancelled. Every release asked for before the cancel is made: the wait is woken
+        at once by the ask, and a release under way is shielded."""
+        while True:
+            while self._to_release:
+                await self.release(self._to_release.popleft())
+            self._release_wanted = trio.Event()
+            await self._release_wanted.wait()
 
     def commit_failed(self, attempt: ClaimedAttempt) -> None:
         if attempt.parent is None:
@@ -166,10 +194,12 @@ class ClaimKeeper:
         self._failing = False
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        task_status.started()
-        async with contextlib.aclosing(periodic(self._settings.lease / 3)) as ticks:
-            async for _ in ticks:
-                await self.renew()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._book.release_ended)
+            task_status.started()
+            async with contextlib.aclosing(periodic(self._settings.lease / 3)) as ticks:
+                async for _ in ticks:
+                    await self.renew()
 
     async def renew(self) -> None:
         held = dict(self._book.held)

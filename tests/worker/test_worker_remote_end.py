@@ -37,7 +37,7 @@ from tests.worker.worker_helpers import (
     terminal,
     until_state,
 )
-from tests.wrapped_stores import ParkingStore
+from tests.wrapped_stores import Parked, ParkingStore
 
 STOPPED = RunState.Ended(EndCause.Stopped("budget"))
 ENDINGS = {
@@ -407,3 +407,81 @@ async def test_a_message_whose_handover_meets_an_end_made_elsewhere_is_only_disc
         events = await history(b, "r")
         assert received_messages(events) == []
         assert discarded_messages(events) == ["m"]
+
+
+async def test_an_end_refused_for_one_made_elsewhere_still_lets_the_thread_go(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The owner's end is handed over, with no task waiting for it, when another runtime
+    ends the run first: the store refuses it, and the owner still lets the run's claim go
+    (its claim keeper does), so the thread frees at once, not when the lease lapses."""
+    store = ParkingStore()
+    go = trio.Event()
+
+    async def body(ctx: RunContext) -> object:
+        await go.wait()
+        return "done"
+
+    async def after(ctx: RunContext) -> object:
+        return "next"
+
+    async with shared_runtime(store) as a, shared_runtime(store) as b:
+        handle = await a.start(body, run_id="first", thread_id="T")
+        await trio.testing.wait_all_tasks_blocked()
+        parked = store.park("apply")
+        go.set()
+        await reach(parked.arrived)  # the owner's end, on its way
+        assert await b.cancel_run("first") == CANCELLED
+        parked.release.set()
+        assert await settle(handle, POLL_BOUND) == CANCELLED
+        before = trio.current_time()
+        nxt = await b.start(after, run_id="next", thread_id="T")
+        assert await settle(nxt, POLL_BOUND) == NATURAL
+        assert trio.current_time() - before < LEASE
+        assert len(terminal(await history(b, "first"))) == 1
+
+
+async def test_closing_lets_go_of_the_claim_an_end_on_its_way_did_not_drop(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """As above, with the owner's runtime closing while its end is on its way: the claim
+    is let go before it has closed, not left to lapse."""
+    store = ParkingStore()
+    go = trio.Event()
+    parked_end: list[Parked] = []
+    armed = trio.Event()
+    closed = trio.Event()
+
+    async def body(ctx: RunContext) -> object:
+        await go.wait()
+        return "done"
+
+    async def after(ctx: RunContext) -> object:
+        return "next"
+
+    async def owner() -> None:
+        async with shared_runtime(store) as a:
+            await a.start(body, run_id="first", thread_id="T")
+            await trio.testing.wait_all_tasks_blocked()
+            parked_end.append(store.park("apply"))
+            armed.set()
+            go.set()
+            await reach(parked_end[0].arrived)
+        closed.set()
+
+    async with shared_runtime(store) as b, trio.open_nursery() as nursery:
+        nursery.start_soon(owner)
+        await reach(armed)
+        [parked] = parked_end
+        await reach(parked.arrived)  # the owner's end, on its way
+        try:
+            assert await b.cancel_run("first") == CANCELLED
+            await trio.sleep(1.0)
+            assert not closed.is_set()  # the owner waits for its end's answer
+        finally:
+            parked.release.set()
+        await reach(closed)
+        before = trio.current_time()
+        nxt = await b.start(after, run_id="next", thread_id="T")
+        assert await settle(nxt, POLL_BOUND) == NATURAL
+        assert trio.current_time() - before < LEASE
