@@ -19,6 +19,7 @@ from awaken_trio import (
     Runtime,
     UnknownRun,
 )
+from awaken_trio._core import Body
 from awaken_trio.store import MemoryStore
 from tests.worker.worker_helpers import (
     CANCELLED,
@@ -409,6 +410,29 @@ async def test_a_message_whose_handover_meets_an_end_made_elsewhere_is_only_disc
         assert discarded_messages(events) == ["m"]
 
 
+def _done_once(go: trio.Event) -> Body:
+    """A body that returns as soon as ``go`` is set."""
+
+    async def body(ctx: RunContext) -> object:
+        await go.wait()
+        return "done"
+
+    return body
+
+
+async def _thread_frees_at_once(runtime: Runtime) -> None:
+    """A run ``runtime`` starts on thread ``T`` runs within a few polls, not once a lease
+    has lapsed: nothing holds the thread."""
+
+    async def after(ctx: RunContext) -> object:
+        return "next"
+
+    before = trio.current_time()
+    nxt = await runtime.start(after, run_id="next", thread_id="T")
+    assert await settle(nxt, POLL_BOUND) == NATURAL
+    assert trio.current_time() - before < LEASE
+
+
 async def test_an_end_refused_for_one_made_elsewhere_still_lets_the_thread_go(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
@@ -418,15 +442,8 @@ async def test_an_end_refused_for_one_made_elsewhere_still_lets_the_thread_go(
     store = ParkingStore()
     go = trio.Event()
 
-    async def body(ctx: RunContext) -> object:
-        await go.wait()
-        return "done"
-
-    async def after(ctx: RunContext) -> object:
-        return "next"
-
     async with shared_runtime(store) as a, shared_runtime(store) as b:
-        handle = await a.start(body, run_id="first", thread_id="T")
+        handle = await a.start(_done_once(go), run_id="first", thread_id="T")
         await trio.testing.wait_all_tasks_blocked()
         parked = store.park("apply")
         go.set()
@@ -434,10 +451,7 @@ async def test_an_end_refused_for_one_made_elsewhere_still_lets_the_thread_go(
         assert await b.cancel_run("first") == CANCELLED
         parked.release.set()
         assert await settle(handle, POLL_BOUND) == CANCELLED
-        before = trio.current_time()
-        nxt = await b.start(after, run_id="next", thread_id="T")
-        assert await settle(nxt, POLL_BOUND) == NATURAL
-        assert trio.current_time() - before < LEASE
+        await _thread_frees_at_once(b)
         assert len(terminal(await history(b, "first"))) == 1
 
 
@@ -452,16 +466,9 @@ async def test_closing_lets_go_of_the_claim_an_end_on_its_way_did_not_drop(
     armed = trio.Event()
     closed = trio.Event()
 
-    async def body(ctx: RunContext) -> object:
-        await go.wait()
-        return "done"
-
-    async def after(ctx: RunContext) -> object:
-        return "next"
-
     async def owner() -> None:
         async with shared_runtime(store) as a:
-            await a.start(body, run_id="first", thread_id="T")
+            await a.start(_done_once(go), run_id="first", thread_id="T")
             await trio.testing.wait_all_tasks_blocked()
             parked_end.append(store.park("apply"))
             armed.set()
@@ -481,7 +488,4 @@ async def test_closing_lets_go_of_the_claim_an_end_on_its_way_did_not_drop(
         finally:
             parked.release.set()
         await reach(closed)
-        before = trio.current_time()
-        nxt = await b.start(after, run_id="next", thread_id="T")
-        assert await settle(nxt, POLL_BOUND) == NATURAL
-        assert trio.current_time() - before < LEASE
+        await _thread_frees_at_once(b)
