@@ -86,6 +86,10 @@ class EndFollowers:
         self._kernel = kernel
         self._store: Store = kernel.store
         self._waiters: dict[str, list[_Waiter]] = {}
+        # The registered waiters no shared read has handed an end yet, in the order they
+        # came (a dict as an ordered set): the ones that may take the lead. Invariant: a
+        # waiter is here from its registration until it is handed its end or leaves.
+        self._unanswered: dict[_Waiter, None] = {}
         # Invariant: ``_cursor`` is a seq that was visible when every current waiter
         # registered, or later read by a shared read (the module's docstring).
         self._cursor = 0
@@ -126,6 +130,7 @@ class EndFollowers:
             # Taken before this waiter reads, so a commit in between is not missed.
             self._local = kernel.changed_event()
         self._waiters.setdefault(run_id, []).append(waiter)
+        self._unanswered[waiter] = None
         try:
             if since >= self._remembered_from:
                 # Every end of its run up to the cursor is remembered (none, from the
@@ -157,18 +162,21 @@ class EndFollowers:
             waiters.remove(waiter)
             if not waiters:
                 del self._waiters[run_id]
+            self._unanswered.pop(waiter, None)
             if self._leader is waiter:
-                self._leader = None
-            if self._leader is None:
                 self._hand_over()
 
     def _hand_over(self) -> None:
-        """Wake a waiter still waiting to lead in place of the one that left."""
-        for waiters in self._waiters.values():
-            for other in waiters:
-                if other.found is None:
-                    other.wake.set()
-                    return
+        """The leader leaves: the lead goes to a waiter still waiting for its end, woken to
+        take it, or to nobody (the next waiter to register takes it). Only the leader
+        hands over, once: when a shared read hands out thousands of ends at once, every
+        one of their waiters leaves, and a search for a successor by each was quadratic.
+        Invariant: while a waiter waits for its end, there is a leader or it is woken."""
+        self._leader = None
+        for other in self._unanswered:
+            self._leader = other
+            other.wake.set()
+            return
 
     async def _settle(self, seq: int) -> None:
         """Return once every seq up to ``seq`` is final: at once if it is known to be (on a
@@ -230,6 +238,7 @@ class EndFollowers:
                 for waiter in self._waiters.get(event.run_id, ()):
                     if waiter.found is None and event.seq > waiter.since:
                         waiter.found = found
+                        del self._unanswered[waiter]
                         waiter.wake.set()
             if events:
                 self._cursor = events[-1].seq

@@ -251,6 +251,50 @@ async def test_many_handles_on_runs_elsewhere_share_one_read_per_change(
     assert 1 <= shared_reads < RUNS // 4, counting.reads
 
 
+async def test_handles_answered_by_one_read_pass_the_lead_on_once(
+    shared_store: MemoryStore,
+    autojump_clock: trio.testing.MockClock,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A read hands every waiting handle its end at once, and they all leave: the lead
+    passes on when its holder leaves, not once for each handle that leaves (each of which
+    searched all the others, quadratic in the handles: seconds of CPU for 10,000)."""
+    release = trio.Event()
+    handed_over: list[None] = []
+    hand_over = _follow.EndFollowers._hand_over
+
+    def counted(self: _follow.EndFollowers) -> None:
+        handed_over.append(None)
+        hand_over(self)
+
+    monkeypatch.setattr(_follow.EndFollowers, "_hand_over", counted)
+
+    async def body(ctx: RunContext) -> object:
+        await release.wait()
+        return ctx.run_id
+
+    async with (
+        shared_runtime(shared_store) as a,
+        shared_runtime(shared_store, bodies={"job": body}) as b,
+        serving(b, concurrency=RUNS),
+    ):
+        handles = [await a.submit("job", run_id=f"r{i}") for i in range(RUNS)]
+        ends: dict[str, RunState] = {}
+
+        async def wait_for(i: int) -> None:
+            ends[f"r{i}"] = await settle(handles[i])
+
+        async with trio.open_nursery() as nursery:
+            for i in range(RUNS):
+                nursery.start_soon(wait_for, i)
+            for i in range(RUNS):
+                await until_state(a, f"r{i}", is_running)
+            release.set()
+    assert ends == {f"r{i}": NATURAL for i in range(RUNS)}
+    # Once for each leader that left: a few, as the ends land in a few group commits.
+    assert 1 <= len(handed_over) < RUNS // 4, len(handed_over)
+
+
 async def test_a_waiter_cancelled_while_it_reads_for_the_others_leaves_them_waiting(
     shared_store: MemoryStore, autojump_clock: trio.testing.MockClock
 ) -> None:
