@@ -212,21 +212,20 @@ class StallingStore(CountingStore):
 RUNS = 40
 
 
-async def test_many_handles_on_runs_elsewhere_share_one_read_per_change(
-    shared_store: MemoryStore, autojump_clock: trio.testing.MockClock
-) -> None:
-    """A submitter waits on many runs another runtime executes: each handle reads its own
-    run once, and after that every change costs one read of the log for all of them, not
-    one per handle (which made a busy submitter read the store RUNS times per commit)."""
+async def _ended_together(
+    store: Any, shared_store: MemoryStore, before_release: Callable[[], None]
+) -> dict[str, RunState]:
+    """RUNS handles of a runtime on ``store`` wait on runs another runtime on
+    ``shared_store`` executes, whose bodies return together once every run is running
+    (``before_release`` is called then); the state each handle answered."""
     release = trio.Event()
 
     async def body(ctx: RunContext) -> object:
         await release.wait()
         return ctx.run_id
 
-    counting = CountingStore(shared_store)
     async with (
-        shared_runtime(counting) as a,
+        shared_runtime(store) as a,
         shared_runtime(shared_store, bodies={"job": body}) as b,
         serving(b, concurrency=RUNS),
     ):
@@ -241,10 +240,21 @@ async def test_many_handles_on_runs_elsewhere_share_one_read_per_change(
                 nursery.start_soon(wait_for, i)
             for i in range(RUNS):
                 await until_state(a, f"r{i}", is_running)
-            counting.reads.clear()
+            before_release()
             release.set()
-        shared_reads = counting.reads.count(None)
-        own_reads = len(counting.reads) - shared_reads
+    return ends
+
+
+async def test_many_handles_on_runs_elsewhere_share_one_read_per_change(
+    shared_store: MemoryStore, autojump_clock: trio.testing.MockClock
+) -> None:
+    """A submitter waits on many runs another runtime executes: each handle reads its own
+    run once, and after that every change costs one read of the log for all of them, not
+    one per handle (which made a busy submitter read the store RUNS times per commit)."""
+    counting = CountingStore(shared_store)
+    ends = await _ended_together(counting, shared_store, counting.reads.clear)
+    shared_reads = counting.reads.count(None)
+    own_reads = len(counting.reads) - shared_reads
     assert ends == {f"r{i}": NATURAL for i in range(RUNS)}
     assert own_reads == 0  # the handles read their own runs when they began waiting
     # The ends land in a few group commits; each wakes every waiter once.
@@ -259,7 +269,6 @@ async def test_handles_answered_by_one_read_pass_the_lead_on_once(
     """A read hands every waiting handle its end at once, and they all leave: the lead
     passes on when its holder leaves, not once for each handle that leaves (each of which
     searched all the others, quadratic in the handles: seconds of CPU for 10,000)."""
-    release = trio.Event()
     handed_over: list[None] = []
     hand_over = _follow.EndFollowers._hand_over
 
@@ -268,28 +277,7 @@ async def test_handles_answered_by_one_read_pass_the_lead_on_once(
         hand_over(self)
 
     monkeypatch.setattr(_follow.EndFollowers, "_hand_over", counted)
-
-    async def body(ctx: RunContext) -> object:
-        await release.wait()
-        return ctx.run_id
-
-    async with (
-        shared_runtime(shared_store) as a,
-        shared_runtime(shared_store, bodies={"job": body}) as b,
-        serving(b, concurrency=RUNS),
-    ):
-        handles = [await a.submit("job", run_id=f"r{i}") for i in range(RUNS)]
-        ends: dict[str, RunState] = {}
-
-        async def wait_for(i: int) -> None:
-            ends[f"r{i}"] = await settle(handles[i])
-
-        async with trio.open_nursery() as nursery:
-            for i in range(RUNS):
-                nursery.start_soon(wait_for, i)
-            for i in range(RUNS):
-                await until_state(a, f"r{i}", is_running)
-            release.set()
+    ends = await _ended_together(shared_store, shared_store, lambda: None)
     assert ends == {f"r{i}": NATURAL for i in range(RUNS)}
     # Once for each leader that left: a few, as the ends land in a few group commits.
     assert 1 <= len(handed_over) < RUNS // 4, len(handed_over)
