@@ -3,7 +3,9 @@ worker thread (`Connections.call`), and what is done when a call fails (`Retry`)
 
 psycopg's async connections do not run under Trio, so every call runs a sync pooled
 connection in a worker thread: reads at most ``pool_size`` at once, writes at most
-`WRITERS` more of their own, so a commit never queues behind reads.
+`WRITERS` more of their own, so a commit never queues behind reads, and a held look one
+more (`hold`). With the listener's own (``_listen``), a store holds at most
+``pool_size + WRITERS + 2`` connections.
 
 A call that fails is answered by one of three policies, one value (`Retry`):
 
