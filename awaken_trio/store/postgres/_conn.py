@@ -53,6 +53,14 @@ CONNECT_TIMEOUT: Final = 10.0
 """Seconds a call waits for a pooled connection (the server down, or every one busy)."""
 WRITERS: Final = 2
 """Connections kept for writes, beyond the ``pool_size`` that reads share."""
+_NO_SLOT: Final = (
+    "too many clients already",
+    "remaining connection slots are reserved",
+    "too many connections for",
+)
+"""What the server says refusing a connection for want of a slot: none left at all, only
+the superusers' left, or a role's or a database's limit reached (SQLSTATE 53300, which a
+connection refused at its start does not carry in psycopg)."""
 CLIENT_ENCODING: Final = "utf8"
 """The pooled connections' encoding, which the statements are composed in (as bytes)."""
 
@@ -214,8 +222,9 @@ class Connections:
                 t.conninfo, autocommit=True, connect_timeout=int(CONNECT_TIMEOUT)
             )
         except psycopg.Error as exc:
+            said = self.scrub(exc)
             raise StoreError(
-                f"cannot connect to the PostgreSQL store {where!r}: {self.scrub(exc)}",
+                f"cannot connect to the PostgreSQL store {where!r}: {said}{self._no_slot(said)}",
                 outcome_unknown=False,
             ) from None
         try:
@@ -255,6 +264,19 @@ class Connections:
                 outcome_unknown=False,
             ) from None
         return pool
+
+    def _no_slot(self, said: str) -> str:
+        """What to do, when the server refused a connection for want of a slot (``said``
+        is its refusal); else nothing."""
+        if not any(words in said for words in _NO_SLOT):
+            return ""
+        most = self._target.pool_size + WRITERS + 2
+        return (
+            "; the server has no connection left for this store: raise its max_connections"
+            " (or the role's or the database's connection limit), lower ?pool_size= (a"
+            f" runtime holds at most pool_size + {WRITERS + 2} connections, {most} here),"
+            " or put a pooler in session mode in front of it"
+        )
 
     def _configure(self, conn: Conn) -> None:
         """Every pooled connection, once (``queries.sql`` says why)."""

@@ -2,14 +2,18 @@
 writes' two (`_conn.WRITERS`), one for a held look, and its listener's. That is the bound
 "Scaling out on PostgreSQL" tells a deployment to size ``max_connections`` by. Every way in
 is made to wait at once: another session locks every table of the store's schema, so each
-call holds its connection until the lock is let go. Real time, bounded by
-``trio.fail_after``."""
+call holds its connection until the lock is let go. And a server with no connection left
+for a store is refused with what to do. Real time, bounded by ``trio.fail_after``."""
 
 from __future__ import annotations
 
+import secrets
+
 import psycopg
+import pytest
 import trio
 
+from awaken_trio import StoreError, open_runtime
 from awaken_trio.store.postgres._conn import WRITERS
 from awaken_trio.store.postgres._store import PostgresStore
 from tests.commits import new_queued
@@ -125,3 +129,26 @@ async def test_a_store_holds_its_pool_its_writers_a_held_look_and_a_listener_at_
 async def _return(value: bool) -> bool:
     await trio.lowlevel.checkpoint()
     return value
+
+
+async def test_a_server_with_no_connection_left_for_the_store_is_refused_with_what_to_do(
+    pg_server: PgServer, pg_url: str
+) -> None:
+    # A role allowed no connection: the server refuses it for want of a slot, as it does a
+    # store whose workers outnumber max_connections.
+    role, password = f"full_{secrets.token_hex(4)}", secrets.token_urlsafe(12)
+    pg_server.admin_sql(f"CREATE ROLE {role} LOGIN PASSWORD '{password}' CONNECTION LIMIT 0")
+    try:
+        info = psycopg.conninfo.conninfo_to_dict(pg_url)
+        url = f"postgresql://{role}:{password}@{info['host']}:{info['port']}/{info['dbname']}"
+        with trio.fail_after(30), pytest.raises(StoreError) as refused:
+            async with open_runtime(f"{url}?pool_size=3"):
+                pass
+    finally:
+        pg_server.admin_sql(f"DROP ROLE {role}")
+    said = str(refused.value)
+    assert f'too many connections for role "{role}"' in said
+    assert "raise its max_connections" in said
+    assert f"lower ?pool_size= (a runtime holds at most pool_size + {WRITERS + 2}" in said
+    assert f"{3 + WRITERS + 2} here" in said
+    assert password not in said
