@@ -5,7 +5,7 @@ psycopg's async connections do not run under Trio, so every call runs a sync poo
 connection in a worker thread: reads at most ``pool_size`` at once, writes at most
 `WRITERS` more of their own, so a commit never queues behind reads, and a held look one
 more (`hold`). With the listener's own (``_listen``), a store holds at most
-``pool_size + WRITERS + 2`` connections.
+``pool_size + BEYOND_POOL_SIZE`` connections.
 
 A call that fails is answered by one of three policies, one value (`Retry`):
 
@@ -53,6 +53,9 @@ CONNECT_TIMEOUT: Final = 10.0
 """Seconds a call waits for a pooled connection (the server down, or every one busy)."""
 WRITERS: Final = 2
 """Connections kept for writes, beyond the ``pool_size`` that reads share."""
+BEYOND_POOL_SIZE: Final = WRITERS + 2
+"""The most connections a store holds beyond its ``pool_size``: its writers', a held
+look's and its listener's."""
 _NO_SLOT: Final = (
     "too many clients already",
     "remaining connection slots are reserved",
@@ -270,11 +273,11 @@ class Connections:
         is its refusal); else nothing."""
         if not any(words in said for words in _NO_SLOT):
             return ""
-        most = self._target.pool_size + WRITERS + 2
+        most = self._target.pool_size + BEYOND_POOL_SIZE
         return (
             "; the server has no connection left for this store: raise its max_connections"
             " (or the role's or the database's connection limit), lower ?pool_size= (a"
-            f" runtime holds at most pool_size + {WRITERS + 2} connections, {most} here),"
+            f" runtime holds at most pool_size + {BEYOND_POOL_SIZE} connections, {most} here),"
             " or put a pooler in session mode in front of it"
         )
 
