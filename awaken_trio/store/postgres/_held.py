@@ -172,9 +172,10 @@ def hold(
     reservations of looks that did not hold theirs (`reads.runnable`) once they passed."""
     with conn.pipeline():
         conn.execute("BEGIN")
-        conn.execute(r.look_held, (str(round(IDLE_AT_MOST * 1000)),))
+        configured = conn.execute(r.look_held, (str(round(IDLE_AT_MOST * 1000)),))
         found_clock = conn.execute(r.server_now)
     at = time.monotonic()
+    (plan_mode, *_) = configured.fetchone() or ("auto",)
     (read,) = found_clock.fetchone() or (0.0,)
     server_now = float(read) if clock is None else clock()
     try:
@@ -182,7 +183,7 @@ def hold(
         found = reads.look_once(conn, r, names, now, lease_now, limit, by, served)
         if found and sweep:
             conn.execute(r.forget_reserved, (lease_now,))
-        held = _take(conn, r, found, thread_space, thread_key) if found else None
+        held = _take(conn, r, found, thread_space, thread_key, plan_mode) if found else None
     except BaseException:
         conn.roll_back()
         raise
@@ -208,11 +209,13 @@ def _take(
     found: list[tuple[Sequence[Any], RunRecord]],
     thread_space: int,
     thread_key: Callable[[str], int],
+    plan_mode: str,
 ) -> _Taken | None:
     """Lock the claims and threads of the runs ``found`` (locked already) where nobody
     else holds them, and read their live attempts and stored commands, in one round trip;
     the runs whose claim and thread this transaction now holds, and what it read of them
-    (None if none)."""
+    (None if none). The statements after it are planned in ``plan_mode`` again, the mode
+    the look replaced."""
     ids = [row[0] for row, _ in found]
     threads = sorted({record.thread_id for _, record in found})
     key_of = {thread_id: thread_key(thread_id) for thread_id in threads}  # (hashed once)
@@ -252,5 +255,5 @@ def _take(
     # The last statement before the look waits for its batch, out of the pipeline: the
     # server times a transaction's idleness only from a statement's end outside one
     # (measured: after a pipeline's Sync a transaction idled past the limit, unended).
-    conn.execute(r.look_held_done)
+    conn.execute(r.look_held_done, (plan_mode,))
     return [record for _, record in kept], [row for row, _ in kept], claims, live, commands

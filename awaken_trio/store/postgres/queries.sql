@@ -372,15 +372,18 @@ SELECT set_config('synchronous_commit', 'off', true),
 -- A look that holds its runs (``_held``) commits with the starts written in its
 -- transaction, so with the WAL flush; its own statements are planned as `look_async`'s.
 -- And the server ends its session should it stay idle in the transaction past the
--- milliseconds given (its process stopped or stuck): its locks go with it.
-SELECT set_config('plan_cache_mode', 'force_custom_plan', true),
+-- milliseconds given (its process stopped or stuck): its locks go with it. The plan mode
+-- it replaces comes back, for `look_held_done` to put back.
+SELECT current_setting('plan_cache_mode'),
+  set_config('plan_cache_mode', 'force_custom_plan', true),
   set_config('idle_in_transaction_session_timeout', %s, true);
 
 -- look_held_done --
 -- The statements after a held look's, the starts' writes among them, are planned as every
--- other transaction's.
-SELECT set_config('plan_cache_mode', reset_val, true) FROM pg_settings
-WHERE name = 'plan_cache_mode';
+-- other transaction's: the plan mode `look_held` replaced is put back. (Read from
+-- ``pg_settings``, the mode cost the server a quarter of a millisecond a look: the view
+-- makes a row of every setting the server has.)
+SELECT set_config('plan_cache_mode', %s, true);
 
 -- claims_skip_locked --
 -- The claims of the runs a held look locked (stale ones: a queued run holds no live

@@ -17,6 +17,7 @@ import trio
 from awaken_trio import EndCause, RunContext, RunState, open_runtime
 from awaken_trio.store import Accepted, Claim, Commit, Expect, Rejected, RejectReason
 from awaken_trio.store.postgres import _held as held_module
+from awaken_trio.store.postgres._conn import StoreConnection
 from awaken_trio.store.postgres._held import HeldLook
 from awaken_trio.store.postgres._store import PostgresStore
 from awaken_trio.store.postgres._tx import PgTx, thread_key, thread_locks
@@ -121,6 +122,45 @@ async def test_a_held_look_s_runs_start_in_the_look_s_own_transaction(
             assert record is not None
             assert record.state == RunState.Running(1)
         assert _owners(pg_url) == {"a": "w", "b": "w"}
+
+
+def _plan_mode_after_a_held_look(store: PostgresStore, pg_url: str, mode: str) -> str:
+    """The plan mode a session planning in ``mode`` is left in, in the transaction a look
+    held on it (where the look's batch is then written)."""
+    with StoreConnection.connect(pg_url, autocommit=True) as conn:
+        conn.execute(f"SET plan_cache_mode = {mode}")
+        held = held_module.hold(
+            conn,
+            store._queries,
+            sorted(NAMES),
+            2.0,
+            10,
+            by="w",
+            served=None,
+            thread_space=store._thread_locks,
+            thread_key=thread_key,
+            clock=None,
+            offset=0.0,
+            sweep=False,
+        )
+        assert held is not None
+        (after,) = conn.execute("SHOW plan_cache_mode").fetchone() or ("",)
+        conn.rollback()
+    return str(after)
+
+
+@pytest.mark.parametrize("mode", ["auto", "force_generic_plan"])
+async def test_the_statements_after_a_held_look_are_planned_in_the_mode_it_replaced(
+    stores: list[PostgresStore], pg_url: str, mode: str
+) -> None:
+    # The look plans its own statements anew (`look_held`); the starts written in its
+    # transaction are planned as the session plans every other, even in a mode the session
+    # set for itself, which the server's default would not give back.
+    store = stores[0]
+    await _queue(store, "a")
+    with trio.fail_after(30):
+        after = await _in_thread(lambda: _plan_mode_after_a_held_look(store, pg_url, mode))
+    assert after == mode
 
 
 async def test_a_look_no_batch_took_is_let_go_when_its_block_exits(
