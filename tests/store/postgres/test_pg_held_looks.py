@@ -96,11 +96,16 @@ async def _queue(store: PostgresStore, *run_ids: str) -> None:
     assert all(isinstance(result, Accepted) for result in results)
 
 
+async def _queued(stores: list[PostgresStore], *run_ids: str) -> PostgresStore:
+    """The first of ``stores``, with ``run_ids`` queued in it."""
+    await _queue(stores[0], *run_ids)
+    return stores[0]
+
+
 async def test_a_held_look_s_runs_start_in_the_look_s_own_transaction(
     stores: list[PostgresStore], pg_url: str
 ) -> None:
-    store = stores[0]
-    await _queue(store, "a", "b")
+    store = await _queued(stores, "a", "b")
     with trio.fail_after(30):
         async with store.looking(NAMES, 2.0, 10) as found:
             assert [r.run_id for r in found] == ["a", "b"]
@@ -156,8 +161,7 @@ async def test_the_statements_after_a_held_look_are_planned_in_the_mode_it_repla
     # The look plans its own statements anew (`look_held`); the starts written in its
     # transaction are planned as the session plans every other, even in a mode the session
     # set for itself, which the server's default would not give back.
-    store = stores[0]
-    await _queue(store, "a")
+    store = await _queued(stores, "a")
     with trio.fail_after(30):
         after = await _in_thread(lambda: _plan_mode_after_a_held_look(store, pg_url, mode))
     assert after == mode
@@ -181,8 +185,7 @@ async def test_a_look_no_batch_took_is_let_go_when_its_block_exits(
 async def test_a_look_is_let_go_when_its_block_is_cancelled_or_raises(
     stores: list[PostgresStore], pg_url: str, how: str
 ) -> None:
-    store = stores[0]
-    await _queue(store, "a")
+    store = await _queued(stores, "a")
     with trio.fail_after(30):
         with trio.CancelScope() as scope:
             try:
@@ -217,8 +220,7 @@ async def test_other_looks_pass_a_held_look_s_runs_over(stores: list[PostgresSto
 async def test_a_second_look_on_the_same_store_reserves_as_runnable_does(
     stores: list[PostgresStore], pg_url: str
 ) -> None:
-    store = stores[0]
-    await _queue(store, "a", "b")
+    store = await _queued(stores, "a", "b")
     with trio.fail_after(30):
         async with (
             store.looking(NAMES, 2.0, 1) as held,
@@ -236,8 +238,7 @@ async def test_any_batch_is_written_in_the_held_look_and_frees_the_rest(
     """A batch that starts none of the look's runs (here: it creates one, a batch that
     would be guessed) is written in the look's transaction all the same; the look's runs
     are free once it commits, and start in transactions of their own."""
-    store = stores[0]
-    await _queue(store, "a")
+    store = await _queued(stores, "a")
     with trio.fail_after(30):
         async with store.looking(NAMES, 2.0, 10) as found:
             assert [r.run_id for r in found] == ["a"]
@@ -287,8 +288,7 @@ async def test_a_command_posted_to_a_held_run_waits_for_its_start_and_is_kept(
 async def test_a_run_whose_thread_or_claim_another_transaction_holds_is_not_held(
     stores: list[PostgresStore], pg_url: str, taken: str
 ) -> None:
-    store = stores[0]
-    await _queue(store, "a", "b")
+    store = await _queued(stores, "a", "b")
     with _admin(pg_url) as conn:  # a claim its owner lost long ago
         conn.execute("INSERT INTO awaken.claims VALUES ('a', 'gone', 1, 0.0)")
     with trio.fail_after(30), psycopg.connect(pg_url) as other:
@@ -314,8 +314,7 @@ async def test_a_run_whose_thread_or_claim_another_transaction_holds_is_not_held
 async def test_a_start_in_a_look_whose_connection_broke_runs_again_on_its_own(
     stores: list[PostgresStore], pg_url: str
 ) -> None:
-    store = stores[0]
-    await _queue(store, "a")
+    store = await _queued(stores, "a")
     with trio.fail_after(30):
         async with store.looking(NAMES, 2.0, 10) as found:
             assert [r.run_id for r in found] == ["a"]
@@ -336,8 +335,7 @@ async def test_a_start_in_a_held_look_measures_its_lease_from_the_clock_at_its_s
 ) -> None:
     """The look read the server's clock; the start's lease runs from the clock as it
     reads when the start is written (here the store's offset moved on meanwhile)."""
-    store = stores[0]
-    await _queue(store, "a")
+    store = await _queued(stores, "a")
     with trio.fail_after(30):
         looked = await _in_thread(lambda: _server_now(pg_url))
         async with store.looking(NAMES, 2.0, 10) as found:
@@ -355,8 +353,7 @@ async def test_a_refused_start_in_a_held_look_leaves_the_run_as_it_was(
 ) -> None:
     """The rules run on what the look read as on what a transaction reads: a start that
     expects another generation is refused, and the run stays queued for the next look."""
-    store = stores[0]
-    await _queue(store, "a")
+    store = await _queued(stores, "a")
     stale = run("a", 2, expect=Expect(generation=1, state=Queued), at=3.0, claim=Claim("w", 1.0))
     with trio.fail_after(30):
         async with store.looking(NAMES, 2.0, 10) as found:
@@ -397,8 +394,7 @@ async def test_a_serving_runtime_holds_its_looks_and_starts_its_runs_in_them(
 async def test_a_look_whose_pooled_connection_broke_looks_again_on_a_fresh_one(
     stores: list[PostgresStore], pg_url: str
 ) -> None:
-    store = stores[0]
-    await _queue(store, "a")
+    store = await _queued(stores, "a")
     with _admin(pg_url) as conn:  # every pooled connection's server process ends
         conn.execute(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
