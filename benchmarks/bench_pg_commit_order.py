@@ -19,32 +19,52 @@ ticket lock and its seqs from a sequence and commits, without waiting for anothe
 (readers of every run's events read below a watermark): no lock is shared by every
 writer.
 
-This measures all three on a throwaway server (the system's PostgreSQL with its defaults,
+Each write transaction of the store also tells the other runtimes it committed: a notice
+on the store's channel (``NOTIFY``), which their listeners hear. PostgreSQL commits the
+transactions that notify one at a time (a lock every notifying transaction of the server
+takes before its commit and holds through the WAL flush), so the store sends the notice
+after the ``COMMIT``, in the same pipeline, in a transaction of its own committed without
+waiting for a flush (``store/postgres/_tx.py``'s docstring).
+
+This measures five shapes on a throwaway server (the system's PostgreSQL with its defaults,
 fsync on, ``synchronous_commit = on``), with 1, 2, 4 and 8 connections, each in a thread of
 its own committing one transaction after another, each transaction one round trip
-(``BEGIN``, the statement, ``COMMIT`` pipelined):
+(``BEGIN``, the statement, ``COMMIT`` pipelined), one more connection listening on the
+channel throughout, as a runtime's listener does:
 
 - ``ours``: the store's shape (its schema, made by the store's migrations): an ``INSERT`` of
   an event numbered by ``next_seq`` (its ticket, then ``nextval``), ``COMMIT``;
+- ``ours, noticed``: ours, its notice sent as the store sends it (its statement,
+  ``notice``, after the ``COMMIT``);
+- ``ours, notifying in it``: ours with ``pg_notify`` in the transaction (how the store
+  sent its notices before);
 - ``counter row``: ``UPDATE counters SET last_seq = last_seq + 1 ... RETURNING``, one
   ``INSERT`` of an event numbered by it, ``COMMIT``;
 - ``sequence``: the same ``INSERT`` numbered by ``nextval``, ``COMMIT``: no order at all for
   readers (the ceiling).
 
-Each figure is the median of three rounds; the ratios are ours / sequence and counter row /
-sequence.
+Each figure is the median of three rounds (the shapes in turns within a round): the
+transactions a second, their ratio to the sequence's, and the transactions committed a
+WAL flush (``pg_stat_wal``): 1.00 when every commit flushes alone, more when the server
+flushes several writers' commits together. That one does not depend on the machine's
+cores: a lock held through every commit's flush shows as 1.00 at any number of
+connections.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import NamedTuple
 
 import _harness  # noqa: F401  (it puts the checkout first on the import path)
+import psycopg
+from psycopg import sql
 
 from tests.pg_server import ServerUnavailable, start_server
 
@@ -63,17 +83,98 @@ _BY_COUNTER = (
 )
 _BY_SEQUENCE = "INSERT INTO sequenced VALUES (nextval('event_seq'), %s)"
 _BY_TICKET = "INSERT INTO ticketed VALUES (ordered.next_seq(%s), %s)"
+_NOTICED = (
+    "WITH e AS (INSERT INTO ticketed VALUES (ordered.next_seq(%s), %s) RETURNING seq)"
+    " SELECT set_config('awaken_trio.notice', 'a notice', false) FROM e"
+)
+_NOTIFYING = (
+    "WITH e AS (INSERT INTO ticketed VALUES (ordered.next_seq(%s), %s) RETURNING seq)"
+    " SELECT pg_notify(%s, 'a notice') FROM e"
+)
+_SCHEMA_NAME = "ordered"
+
+Transact = Callable[[psycopg.Connection[tuple[object, ...]]], None]
 
 
-def _rate(
-    url: str, statement: str, connections: int, seconds: float, *, space: int | None = None
-) -> float:
-    """Transactions a second, ``connections`` threads committing ``statement`` each (with
-    ``space``: the store's ticket first)."""
-    import psycopg
+def _committing(statement: str, params: tuple[object, ...]) -> Transact:
+    """One transaction of ``statement``: ``BEGIN``, it, ``COMMIT``, in one round trip."""
 
-    conns = [psycopg.connect(url, autocommit=True) for _ in range(connections)]
-    params: tuple[object, ...] = ("an event",) if space is None else (space, "an event")
+    def transact(conn: psycopg.Connection[tuple[object, ...]]) -> None:
+        with conn.pipeline():
+            conn.execute("BEGIN")
+            conn.execute(statement, params)
+            conn.execute("COMMIT")
+
+    return transact
+
+
+def _noticed(space: int) -> Transact:
+    """Ours with its notice as the store sends it: left in the session by the statement,
+    and sent (``notice``, the store's own statement) after the ``COMMIT`` in the same
+    pipeline, in a transaction of its own."""
+    from awaken_trio.store.postgres._queries import Queries
+
+    q = Queries.of(_SCHEMA_NAME)
+
+    def transact(conn: psycopg.Connection[tuple[object, ...]]) -> None:
+        with conn.pipeline():
+            conn.execute("BEGIN")
+            conn.execute(_NOTICED, (space, "an event"))
+            conn.execute("COMMIT")
+            conn.execute(q.notice, (q.channel,))
+
+    return transact
+
+
+_WRITER = "bench_pg_commit_order writer"
+"""The measured connections' ``application_name``."""
+
+
+class Measured(NamedTuple):
+    rate: float
+    """Transactions a second."""
+    per_flush: float
+    """Transactions committed a WAL flush (``pg_stat_wal.wal_sync``): 1.0 when every
+    commit flushes alone, more when the server flushes several writers' commits together
+    (group commit)."""
+
+
+_STILL_WRITING = "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s"
+
+
+def _measured(
+    url: str, transact: Callable[[], Transact], connections: int, seconds: float
+) -> Measured:
+    """Transactions a second, ``connections`` threads each committing ``transact()``'s
+    transactions one after another, and the transactions a WAL flush: read once the
+    measured connections' server processes have ended (a process reports its WAL
+    statistics as it ends, and now and then before)."""
+    with psycopg.connect(url, autocommit=True) as admin:
+
+        def flushes() -> int:
+            deadline = time.monotonic() + 10.0
+            while admin.execute(_STILL_WRITING, (_WRITER,)).fetchone() != (0,):
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the measured connections' server processes did not end")
+                time.sleep(0.01)
+            found = admin.execute("SELECT wal_sync FROM pg_stat_wal").fetchone()
+            assert found is not None
+            return int(found[0])
+
+        before = flushes()
+        committed, elapsed = _committed(url, transact, connections, seconds)
+        return Measured(committed / elapsed, committed / max(flushes() - before, 1))
+
+
+def _committed(
+    url: str, transact: Callable[[], Transact], connections: int, seconds: float
+) -> tuple[int, float]:
+    """The transactions ``connections`` threads committed, each ``transact()``'s one after
+    another for about ``seconds``, and the seconds they took."""
+    conns = [
+        psycopg.connect(url, autocommit=True, application_name=_WRITER) for _ in range(connections)
+    ]
+    one = transact()
     counts = [0] * connections
     failed: list[BaseException] = []
     start = threading.Barrier(connections + 1)
@@ -85,10 +186,7 @@ def _rate(
         n = 0
         try:
             while not stop.is_set():
-                with conn.pipeline():
-                    conn.execute("BEGIN")
-                    conn.execute(statement, params)
-                    conn.execute("COMMIT")
+                one(conn)
                 n += 1
         except BaseException as exc:  # shown by the measuring thread
             failed.append(exc)
@@ -111,7 +209,29 @@ def _rate(
             conn.close()
     if failed:
         raise failed[0]
-    return sum(counts) / elapsed
+    return sum(counts), elapsed
+
+
+@contextlib.contextmanager
+def _listening(url: str, channel: str) -> Iterator[None]:
+    """A connection listening on ``channel`` and reading what it hears, for the block."""
+    conn = psycopg.connect(url, autocommit=True)
+    conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+    done = threading.Event()
+
+    def hear() -> None:
+        while not done.is_set():
+            for _ in conn.notifies(timeout=0.1):
+                pass
+
+    thread = threading.Thread(target=hear)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+        conn.close()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -125,36 +245,43 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"not measured: {exc}")
         return 0
     with server:
-        import psycopg
-
         from awaken_trio.store.postgres._order import ticket_space
+        from awaken_trio.store.postgres._queries import Queries
         from awaken_trio.store.postgres._schema import open_schema
 
         url = server.create_database("commit_order")
         with psycopg.connect(url, autocommit=True) as conn:
             for statement in _SCHEMA:
                 conn.execute(statement)
-            open_schema(conn, "ordered", "the benchmark's database")
+            open_schema(conn, _SCHEMA_NAME, "the benchmark's database")
             conn.execute("CREATE TABLE ticketed (seq bigint PRIMARY KEY, detail text NOT NULL)")
-        space = ticket_space("ordered")
-        print("== write transactions a second, each connection committing one after another ==")
+        space = ticket_space(_SCHEMA_NAME)
+        channel = Queries.of(_SCHEMA_NAME).channel
+        shapes: dict[str, Callable[[], Transact]] = {
+            "ours": lambda: _committing(_BY_TICKET, (space, "an event")),
+            "ours, noticed": lambda: _noticed(space),
+            "ours, notifying in it": lambda: _committing(_NOTIFYING, (space, "an event", channel)),
+            "counter row": lambda: _committing(_BY_COUNTER, ("an event",)),
+            "sequence": lambda: _committing(_BY_SEQUENCE, ("an event",)),
+        }
         print(
-            f"  {'connections':>11}  {'ours':>7}  {'counter row':>11}  {'sequence':>9}"
-            "  ours/seq  counter/seq"
+            "== write transactions a second, each connection committing one after another"
+            " (over the sequence's), and transactions a WAL flush =="
         )
-        for connections in CONNECTIONS:
-            found: dict[str, list[float]] = {"ours": [], "counter": [], "sequence": []}
-            for _ in range(3):  # in turns, so all see the machine alike
-                found["ours"].append(_rate(url, _BY_TICKET, connections, seconds, space=space))
-                found["counter"].append(_rate(url, _BY_COUNTER, connections, seconds))
-                found["sequence"].append(_rate(url, _BY_SEQUENCE, connections, seconds))
-            ours = statistics.median(found["ours"])
-            counter = statistics.median(found["counter"])
-            sequence = statistics.median(found["sequence"])
-            print(
-                f"  {connections:>11}  {ours:>7,.0f}  {counter:>11,.0f}  {sequence:>9,.0f}"
-                f"  {ours / sequence:>8.2f}  {counter / sequence:>11.2f}"
-            )
+        print(f"  {'connections':>11}" + "".join(f"  {name:>24}" for name in shapes))
+        with _listening(url, channel):
+            for connections in CONNECTIONS:
+                found: dict[str, list[Measured]] = {name: [] for name in shapes}
+                for _ in range(3):  # in turns, so all see the machine alike
+                    for name, shape in shapes.items():
+                        found[name].append(_measured(url, shape, connections, seconds))
+                sequence = statistics.median(m.rate for m in found["sequence"])
+                cells = []
+                for name in shapes:
+                    rate = statistics.median(m.rate for m in found[name])
+                    per_flush = statistics.median(m.per_flush for m in found[name])
+                    cells.append(f"{rate:,.0f} ({rate / sequence:.2f}x) {per_flush:4.2f}")
+                print(f"  {connections:>11}" + "".join(f"  {cell:>24}" for cell in cells))
     command = " ".join(["python", *sys.argv])
     print(f"command: {command}")
     return 0

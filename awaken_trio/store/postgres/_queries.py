@@ -332,6 +332,7 @@ class Queries:
     drop_chunks: bytes
     seal: bytes
     seal_guessed: bytes
+    notice: bytes
     settle_seq: bytes
     forget_writers: bytes
     forget_written: bytes

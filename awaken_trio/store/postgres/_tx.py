@@ -14,7 +14,8 @@ every result back (a flush, not a Sync, so nothing commits early); only the end 
    it guards take one more;
 2. `PgTx.commit` queues every write (one statement per kind of row, many rows each), one
    statement that numbers (the first seq with its ticket) and writes the events, counts the
-   write, keeps the token and notifies, and ``COMMIT``, and syncs: one round trip.
+   write, keeps the token and leaves its notice in the session, ``COMMIT``, and the notice
+   (``NOTIFY``) in a transaction of its own, and syncs: one round trip.
 
 A batch whose every commit creates a run (an awaited ``start``, a ``submit``) or is a step
 or the end of a run whose row this store wrote last (``_known``) skips the first round
@@ -52,6 +53,24 @@ commits, without waiting for another writer. What a transaction answers
 between two transactions (rare: locks taken in a different order by lazy reads) is
 detected by the server and the loser is run again from the start.
 
+Nor does a transaction's notice take a lock every writer holds through its commit. The
+notice (a ``NOTIFY`` on the store's channel, which the other runtimes' listeners hear:
+``_listen``) is not sent in the transaction it announces: PostgreSQL commits the
+transactions that notify one at a time. Before such a transaction commits, the server takes
+a lock every notifying transaction of the whole server takes (``PreCommit_Notify`` locks
+"database 0", so that notices queue in commit order) and holds it until the commit has
+ended, its WAL flush included, so the server cannot flush two of them together
+(``bench_pg_commit_order.py``: one commit a WAL flush at any number of connections, against
+1.6 at eight without). So the seal leaves the notice in the session (a setting), and the
+pipeline sends it after the ``COMMIT`` (``notice``) in a transaction of its own, which the
+server runs only if the ``COMMIT`` succeeded (a pipeline skips what follows an error).
+That transaction writes no WAL but its commit record, and the server waits for the flush
+of no such commit (nor for a standby): the lock is held for microseconds, not through a
+flush. A notice is still sent only once the transaction it announces has committed
+(`HeardEnd`'s promise). A notice not sent (the transaction's answer was lost, or the
+server refused the notice: its queue full) fails nothing: the commit stands, and the
+runtimes' looks at the store find it anyway (``worker/_relay.py``).
+
 A read the transaction's cache cannot answer goes to the server: a run row or a claim it
 has not read is one it has not written (every write starts from a read), so it needs no
 flush; a query over other rows (the live attempts on a thread, a run's children, expired
@@ -63,6 +82,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 import math
 import uuid
 from collections.abc import Callable, Collection, Iterable, Sequence
@@ -78,6 +98,7 @@ from ..._core import (
     NewRun,
     RunRecord,
     RunState,
+    safe_repr,
 )
 from .._codec import dump_json, dump_retry, record_of
 from .._rules import ClaimRow
@@ -93,8 +114,10 @@ from ._updates import RowUpdates
 
 Conn = StoreConnection
 
+logger = logging.getLogger("awaken_trio.store")
+
 ENDS_MAX_BYTES: Final = 7_000
-"""The most bytes of ended runs a NOTIFY names (PostgreSQL refuses payloads of 8,000 bytes
+"""The most bytes of ended runs a notice names (PostgreSQL refuses payloads of 8,000 bytes
 and more; the sender and the seq take the rest)."""
 
 
@@ -132,7 +155,6 @@ class PgTx(TextRunTx[TextRow, _Insert]):
         self.q = queries
         self.token = uuid.uuid4()
         self._thread_locks = thread_locks
-        self._channel = queries.channel
         self._sender = sender
         self._offset = offset
         self._clock = clock
@@ -142,9 +164,9 @@ class PgTx(TextRunTx[TextRow, _Insert]):
         self.writes = 0
         """The store's count of write transactions before this one, once it committed."""
         self.controls = False
-        """Whether the transaction stored a command (its NOTIFY says so: `CONTROL`)."""
+        """Whether the transaction stored a command (its notice says so: `CONTROL`)."""
         self.streamed = False
-        """Whether the transaction wrote stream chunks (its NOTIFY says so: `STREAM`)."""
+        """Whether the transaction wrote stream chunks (its notice says so: `STREAM`)."""
         # The children of the runs a batch ends with their descendants, read with `begin`,
         # and kept up to date with the children this transaction creates.
         self._children: dict[str, list[str]] = {}
@@ -296,8 +318,22 @@ class PgTx(TextRunTx[TextRow, _Insert]):
                 if self.token.int % 1024 == 1:  # and fold the rows of ended server processes
                     conn.execute(q.forget_writers)
                 counted = conn.execute(q.seal, _sealing(self))
-        conn.execute("COMMIT")
-        self._pipeline.close()  # the one Sync: every result comes back, or the first error
+        committed = conn.execute("COMMIT")
+        if counted is not None:
+            # Its notice, in a transaction of its own (the module's docstring says why).
+            conn.execute(q.notice, (q.channel,))
+        try:
+            self._pipeline.close()  # the one Sync: every result comes back, or the first error
+        except psycopg.Error as exc:
+            if committed.statusmessage != "COMMIT":
+                raise
+            # Committed: only the notice after it failed (the server's notice queue full,
+            # say). The commit stands; the other runtimes find it by their next look.
+            logger.warning(
+                "store: a commit's notice to the other runtimes was not sent (they find the"
+                " commit at their next look at the store): %s",
+                safe_repr(exc),
+            )
         if counted is not None:
             found = counted.fetchone()
             assert found is not None
@@ -816,7 +852,6 @@ def _sealing(tx: PgTx) -> dict[str, object]:
             [(run_id, number, text) for (run_id, number), text in history.items()]
         ),
         "token": tx.token,
-        "channel": tx._channel,
         # A transaction that stored a command or ended a live attempt controls a run.
         "sender": (
             f"{tx._sender}{STREAM if tx.streamed else ''}{CONTROL if tx.controls or live else ''}"

@@ -239,8 +239,10 @@ WHERE c.run_id = d.run_id AND c.channel = d.channel AND c.last_offset < d.before
 -- transaction's ticket (``_queries.EVENTS``: a SELECT's volatile expressions are evaluated
 -- after its ORDER BY), keep the checkpoints by the seqs of their events (0: the seq before
 -- the transaction's first, or the last handed out when it wrote none), keep the token
--- with the seqs, and NOTIFY (sent at COMMIT); its answer ends with the transaction's id
--- as a row's ``xmin`` holds it (``_known``). No row is shared with another writer.
+-- with the seqs, and leave its notice in the session (``notice`` sends it after COMMIT:
+-- ``_tx``'s docstring says why), which it answers too; its answer ends with the
+-- transaction's id as a row's ``xmin`` holds it (``_known``). No row is shared with
+-- another writer.
 WITH w AS (
   INSERT INTO {s}.writes (pid, n) VALUES (pg_backend_pid(), 1)
   ON CONFLICT (pid) DO UPDATE SET n = {s}.writes.n + 1),
@@ -260,10 +262,18 @@ h AS (
 k AS (
   INSERT INTO {s}.written (token, seq_base, writes, seqs)
   SELECT %(token)s, c.base, b.writes + 1, c.seqs FROM b, c)
-SELECT c.base, c.seqs, b.writes, pg_notify(%(channel)s, %(sender)s
-  || CASE WHEN %(ends)s = '' THEN '' ELSE E'\n' || c.base::text || E'\n' || %(ends)s END),
+SELECT c.base, c.seqs, b.writes, set_config('awaken_trio.notice', %(sender)s
+  || CASE WHEN %(ends)s = '' THEN '' ELSE E'\n' || c.base::text || E'\n' || %(ends)s END, false),
   pg_current_xact_id()::xid::text::bigint
 FROM b, c;
+
+-- notice --
+-- After a write transaction's COMMIT, in its pipeline: the notice its seal left in the
+-- session, a NOTIFY on the store's channel, in a transaction of its own. That transaction
+-- writes no WAL but its commit record, so the server does not wait for its flush (nor for
+-- a standby): the lock every notifying commit takes is held for microseconds, not through
+-- a flush (``_tx``'s docstring).
+SELECT pg_notify(%s, current_setting('awaken_trio.notice'));
 
 -- settle_seq --
 -- Wait until every seq up to a given one is final: at or below the watermark
