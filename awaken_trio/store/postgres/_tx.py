@@ -322,18 +322,7 @@ class PgTx(TextRunTx[TextRow, _Insert]):
         if counted is not None:
             # Its notice, in a transaction of its own (the module's docstring says why).
             conn.execute(q.notice, (q.channel,))
-        try:
-            self._pipeline.close()  # the one Sync: every result comes back, or the first error
-        except psycopg.Error as exc:
-            if committed.statusmessage != "COMMIT":
-                raise
-            # Committed: only the notice after it failed (the server's notice queue full,
-            # say). The commit stands; the other runtimes find it by their next look.
-            logger.warning(
-                "store: a commit's notice to the other runtimes was not sent (they find the"
-                " commit at their next look at the store): %s",
-                safe_repr(exc),
-            )
+        _sync(self._pipeline, committed)
         if counted is not None:
             found = counted.fetchone()
             assert found is not None
@@ -766,6 +755,23 @@ def _guessed(tx: PgTx, guess: Guess) -> dict[str, object]:
         "relative": tx._relative,
         "claims": rows_json(put),
     }
+
+
+def _sync(pipeline: contextlib.ExitStack, committed: psycopg.Cursor[Any]) -> None:
+    """End a transaction's pipeline (the one Sync): every result comes back, or the first
+    error is raised; but for an error of the notice after a ``COMMIT`` that landed
+    (``committed``'s): the commit stands, and the other runtimes find it by their next
+    look (logged at WARNING: the server's notice queue full, say)."""
+    try:
+        pipeline.close()
+    except psycopg.Error as exc:
+        if committed.statusmessage != "COMMIT":
+            raise
+        logger.warning(
+            "store: a commit's notice to the other runtimes was not sent (they find the"
+            " commit at their next look at the store): %s",
+            safe_repr(exc),
+        )
 
 
 def written(tx: PgTx) -> list[TextRow]:
