@@ -8,6 +8,7 @@ the ``postgres`` extra)::
 
     python benchmarks/bench_pg_commit_order.py           # 3 s a measurement
     python benchmarks/bench_pg_commit_order.py --quick   # 1 s
+    python benchmarks/bench_pg_commit_order.py --flush-delay-ms 1   # a slower disk
 
 The PostgreSQL store gives every event a seq that must never become visible after a greater
 one did (followers read events by seq: ``store/postgres/_order.py``'s docstring). Numbering
@@ -48,7 +49,9 @@ transactions a second, their ratio to the sequence's, and the transactions commi
 WAL flush (``pg_stat_wal``): 1.00 when every commit flushes alone, more when the server
 flushes several writers' commits together. That one does not depend on the machine's
 cores: a lock held through every commit's flush shows as 1.00 at any number of
-connections.
+connections. ``--flush-delay-ms MS`` makes every WAL flush wait that long first
+(``commit_delay``, with ``commit_siblings = 0``): a disk that flushes more slowly than this
+machine's, as network storage does, where a lock held through each flush costs most.
 """
 
 from __future__ import annotations
@@ -237,6 +240,13 @@ def _listening(url: str, channel: str) -> Iterator[None]:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument(
+        "--flush-delay-ms",
+        type=float,
+        default=0.0,
+        metavar="MS",
+        help="make every WAL flush wait this long first (a slower disk)",
+    )
     args = parser.parse_args(argv)
     seconds = 1.0 if args.quick else 3.0
     try:
@@ -255,6 +265,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 conn.execute(statement)
             open_schema(conn, _SCHEMA_NAME, "the benchmark's database")
             conn.execute("CREATE TABLE ticketed (seq bigint PRIMARY KEY, detail text NOT NULL)")
+            if args.flush_delay_ms:
+                delay = round(args.flush_delay_ms * 1000)
+                conn.execute(f"ALTER SYSTEM SET commit_delay = {delay}")
+                conn.execute("ALTER SYSTEM SET commit_siblings = 0")
+                conn.execute("SELECT pg_reload_conf()")
+                print(f"every WAL flush waits {args.flush_delay_ms:g} ms first (commit_delay)")
         space = ticket_space(_SCHEMA_NAME)
         channel = Queries.of(_SCHEMA_NAME).channel
         shapes: dict[str, Callable[[], Transact]] = {

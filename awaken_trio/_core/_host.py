@@ -165,7 +165,7 @@ was not this runtime's to start after all; or what the store or the commit raise
 @attrs.frozen
 class HeardEnd:
     """An end committed by another runtime, as its transaction announced it (PostgreSQL:
-    in its ``NOTIFY``, which the server delivers only once the transaction has committed),
+    in the ``NOTIFY`` sent after the transaction's ``COMMIT``, so only once it committed),
     so it is as true as a read of the store.
 
     ``epoch`` is the claim epoch of the attempt the end stopped (the run's live-attempt

@@ -75,7 +75,7 @@ class NoticesControl(Protocol):
 @runtime_checkable
 class HearsEnds(Protocol):
     """A store whose notices name the runs another runtime ended while their attempt is
-    live (PostgreSQL, in the NOTIFY its transaction sends at commit), so their attempts
+    live (PostgreSQL, in the NOTIFY sent after its transaction's COMMIT), so their attempts
     stop without waiting for a look at the store."""
 
     def heard_ends(self) -> list[HeardEnd]: ...
