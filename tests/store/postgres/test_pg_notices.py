@@ -18,6 +18,7 @@ import trio
 
 from awaken_trio._core import Queued
 from awaken_trio.store import Accepted
+from awaken_trio.store.postgres import _listen as listen_module
 from awaken_trio.store.postgres._queries import Queries
 from awaken_trio.store.postgres._store import PostgresStore
 from tests.commits import new_queued
@@ -83,13 +84,15 @@ async def _until(url: str, query: str, wanted: object) -> None:
 
 @pytest.mark.usefixtures("no_standby_answers")
 async def test_a_write_commits_while_another_transaction_holds_the_notify_lock(
-    pg_url: str,
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Another session's notifying transaction holds the lock through its commit (it
     waits there for the standby). The store's write still commits: its run can be read
     while its notice waits for the lock; once the lock is let go, the write is answered
     and another store hears the notice. A write that notified in its own transaction
     would wait for the lock before committing, and its run could not be read."""
+    # (A listener's ping is a notice too, which would wait for the lock meanwhile.)
+    monkeypatch.setattr(listen_module, "PING_EVERY", 3600.0)
     holder = _connect(pg_url)
     try:
         holder.execute("SET synchronous_commit = local")
