@@ -61,9 +61,10 @@ a lock every notifying transaction of the whole server takes (``PreCommit_Notify
 "database 0", so that notices queue in commit order) and holds it until the commit has
 ended, its WAL flush included, so the server cannot flush two of them together
 (``bench_pg_commit_order.py``: one commit a WAL flush at any number of connections, against
-1.6 at eight without). So the seal leaves the notice in the session (a setting), and the
-pipeline sends it after the ``COMMIT`` (``notice``) in a transaction of its own, which the
-server runs only if the ``COMMIT`` succeeded (a pipeline skips what follows an error).
+1.3 to 1.4 at eight with the notice after it). So the seal leaves the notice in the session
+(a setting), and the pipeline sends it after the ``COMMIT`` (``notice``) in a transaction
+of its own, which the server runs only if the ``COMMIT`` succeeded (a pipeline skips what
+follows an error).
 That transaction writes no WAL but its commit record, and the server waits for the flush
 of no such commit (nor for a standby): the lock is held for microseconds, not through a
 flush. A notice is still sent only once the transaction it announces has committed
