@@ -42,17 +42,21 @@ def no_standby_answers(pg_server: PgServer, pg_url: str) -> Iterator[None]:
     session that sets ``synchronous_commit = on`` waits. Set back afterwards."""
     database = pg_url.rsplit("/", 1)[1]
     with _connect(pg_url) as admin:
-        admin.execute("SET synchronous_commit = local")
         admin.execute(f'ALTER DATABASE "{database}" SET synchronous_commit = local')
-        admin.execute("ALTER SYSTEM SET synchronous_standby_names = 'nobody'")
-        admin.execute("SELECT pg_reload_conf()")
+    _standby(pg_url, "'nobody'")
     try:
         yield
     finally:
-        with _connect(pg_url) as admin:
-            admin.execute("SET synchronous_commit = local")
-            admin.execute("ALTER SYSTEM RESET synchronous_standby_names")
-            admin.execute("SELECT pg_reload_conf()")
+        _standby(pg_url, "DEFAULT")
+
+
+def _standby(url: str, names: str) -> None:
+    """Set the server's ``synchronous_standby_names`` to ``names`` (SQL) and reload, from
+    a session that waits for no standby itself."""
+    with _connect(url) as admin:
+        admin.execute("SET synchronous_commit = local")
+        admin.execute(f"ALTER SYSTEM SET synchronous_standby_names = {names}")
+        admin.execute("SELECT pg_reload_conf()")
 
 
 def _commit_then_notice(
@@ -132,10 +136,7 @@ async def test_a_write_commits_while_another_transaction_holds_the_notify_lock(
                     await _until(pg_url, _NOTIFY_LOCK_WAITS, 1)
                     assert not answered.is_set()  # (its notice waits for the lock)
                     heard.append(await there.wait_for_change(0.05))
-                    with _connect(pg_url) as admin:
-                        admin.execute("SET synchronous_commit = local")
-                        admin.execute("ALTER SYSTEM RESET synchronous_standby_names")
-                        admin.execute("SELECT pg_reload_conf()")
+                    _standby(pg_url, "DEFAULT")
                     await answered.wait()
                     heard.append(await there.wait_for_change(10.0))
             assert heard == [False, True]
