@@ -30,21 +30,39 @@ counting when the loop begins and stops when it ends, switched from Python by a 
 library built on the spot (it needs a C compiler and valgrind's headers, which valgrind's
 package installs). Ratio = ours / bare (times the work, as the latency ratio: smaller is
 better).
+
+``--drain`` counts a run of ``bench_postgres.py``'s no-op drain against a pgqueuer job, on
+the client's side, in all its threads (callgrind's instrumentation switched on and off around
+the drain): ``DRAINED`` runs queued first on a throwaway
+PostgreSQL server (the tests' ``tests/pg_server.py``; needs its binaries and the ``bench``
+extra), then served by one runtime at concurrency 1,024 with its heap settled, as
+``awaken-trio worker`` serves them, counted from the serve's start to the last end
+committed; as many pgqueuer jobs enqueued, then dequeued and acknowledged by 1 and by 5
+consumers at batch 100 (its cheapest ways), counted from the consumers' start to the last
+job's handler. Beside them, the parts of a run without a store: the same drain served
+from the memory store (the kernel and the rules, no I/O), and the floor of this design, a
+Trio task with a nursery of its own per unit of work. The server's side is not counted
+(its processes are not under valgrind): ``bench_postgres.py`` times it. Ratio = a job's
+instructions / a run's (as the throughput ratio: bigger is better).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
+import functools
 import gc
+import importlib
 import random
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import trio
 import trio.testing
@@ -52,9 +70,13 @@ import trio.testing
 ROOT = Path(__file__).resolve().parent.parent
 SMALL, LARGE = 500, 2_500
 PARKED, CANCELS = 2_000, 500
+DRAINED, DRAIN_CONCURRENCY = 2_000, 1_024
+PGQUEUER_CONSUMERS = (1, 5)
 
 _TOGGLE_C = """#include <valgrind/callgrind.h>
 void toggle(void) { CALLGRIND_TOGGLE_COLLECT; }
+void start(void) { CALLGRIND_START_INSTRUMENTATION; }
+void stop(void) { CALLGRIND_STOP_INSTRUMENTATION; }
 """
 
 
@@ -146,25 +168,144 @@ _CANCEL_WORKLOADS = {
 }
 
 
-def _cancel_workload(kind: str, library: str) -> None:
+async def _noop(ctx: object) -> int:
+    return 1
+
+
+async def _served(runtime: Any, count: ctypes.CDLL, n: int) -> None:
+    """Serve ``runtime``'s queue with the heap settled, counted from the serve's start to
+    the last end committed (the checks whether it is over are counted too: one every
+    0.2 s, a few hundred instructions a run)."""
+    from awaken_trio._heap import settle_heap
+
+    settle_heap(DRAIN_CONCURRENCY)
+    count.start()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(functools.partial(runtime.serve, concurrency=DRAIN_CONCURRENCY))
+        while True:
+            if (await runtime.count_runs()).natural_end == n:
+                break
+            await trio.sleep(0.2)
+        count.stop()
+        nursery.cancel_scope.cancel()
+
+
+async def _drain_ours(count: ctypes.CDLL, url: str) -> None:
+    from awaken_trio import open_runtime
+
+    async with open_runtime(url) as runtime:
+        for _ in range(DRAINED):
+            await runtime.submit("noop")
+    async with open_runtime(url, bodies={"noop": _noop}, poll=0.05, lease=30) as runtime:
+        await _served(runtime, count, DRAINED)
+
+
+async def _drain_memory(count: ctypes.CDLL, url: str) -> None:
+    from awaken_trio import open_runtime
+    from awaken_trio.store.memory import MemoryStore
+
+    # Its commits through the mailbox, as a store with I/O takes them (not inline).
+    store = MemoryStore(max_ended_runs=DRAINED, inline=False)
+    async with open_runtime(store, bodies={"noop": _noop}, poll=0.05) as runtime:
+        for _ in range(DRAINED):
+            await runtime.submit("noop")
+        await _served(runtime, count, DRAINED)
+
+
+async def _drain_floor(count: ctypes.CDLL, url: str) -> None:
+    async def unit() -> None:
+        async with trio.open_nursery():
+            await _noop(None)
+
+    count.start()
+    for start in range(0, DRAINED, DRAIN_CONCURRENCY):
+        async with trio.open_nursery() as nursery:
+            for _ in range(min(DRAIN_CONCURRENCY, DRAINED - start)):
+                nursery.start_soon(unit)
+    count.stop()
+
+
+def _drain_pgqueuer(count: ctypes.CDLL, url: str, consumers: int) -> None:
+    import asyncio
+    import logging
+
+    import pgqueuer
+    import psycopg
+
+    logging.disable(logging.WARNING)
+
+    async def main() -> None:
+        conn = await psycopg.AsyncConnection.connect(url, autocommit=True)
+        queries = pgqueuer.Queries(pgqueuer.PsycopgDriver(conn))
+        await queries.install()
+        for i in range(0, DRAINED, 500):
+            size = min(500, DRAINED - i)
+            await queries.enqueue(["job"] * size, [b"x"] * size, [0] * size)
+        done = 0
+        finished = asyncio.get_running_loop().create_future()
+        connections = [
+            await psycopg.AsyncConnection.connect(url, autocommit=True) for _ in range(consumers)
+        ]
+        managers = []
+        for connection in connections:
+            manager = pgqueuer.QueueManager(pgqueuer.Queries(pgqueuer.PsycopgDriver(connection)))
+
+            @manager.entrypoint("job")
+            async def job(_: object) -> None:
+                nonlocal done
+                done += 1
+                if done == DRAINED:
+                    count.stop()
+                    finished.set_result(None)
+
+            managers.append(manager)
+        count.start()
+        tasks = [asyncio.create_task(m.run(batch_size=100)) for m in managers]
+        await asyncio.wait_for(finished, 3600)
+        for manager in managers:
+            manager.shutdown.set()
+        await asyncio.gather(*tasks)
+        for connection in [conn, *connections]:
+            await connection.close()
+
+    asyncio.run(main())
+
+
+_DRAIN_WORKLOADS: dict[str, Any] = {
+    "drain-ours": _drain_ours,
+    "drain-memory": _drain_memory,
+    "drain-floor": _drain_floor,
+}
+
+
+def _cancel_workload(kind: str, library: str, *given: str) -> None:
     sys.path.insert(0, str(ROOT))
     sys.path.insert(0, str(ROOT / "benchmarks"))
     toggle = ctypes.CDLL(library)
-    trio.run(_CANCEL_WORKLOADS[kind], toggle)
+    if kind.startswith("drain-pgqueuer-"):
+        _drain_pgqueuer(toggle, given[0], int(kind.rpartition("-")[2]))
+    elif kind.startswith("drain-"):
+        trio.run(_DRAIN_WORKLOADS[kind], toggle, *given)
+    else:
+        trio.run(_CANCEL_WORKLOADS[kind], toggle)
 
 
-def _cancel_counts(kind: str, library: str) -> int:
-    """Instructions callgrind counted between the toggles of one ``kind`` process."""
+def _cancel_counts(kind: str, library: str, *given: str) -> int:
+    """Instructions callgrind counted between the toggles (a drain: between ``start`` and
+    ``stop``) of one ``kind`` process."""
     command = [
         "valgrind",
         "--tool=callgrind",
-        "--collect-atstart=no",
+        # A drain is counted in all its threads (the store's too): instrumented between
+        # ``start`` and ``stop``. A toggle counts its caller's thread alone.
+        "--instr-atstart=no" if kind.startswith("drain") else "--collect-atstart=no",
         "--callgrind-out-file=/dev/null",
         sys.executable,
         __file__,
         "--workload",
         kind,
         library,
+        *given,
     ]
     done = subprocess.run(command, capture_output=True, text=True, check=True, cwd=ROOT)
     found = re.search(r"==\d+== Collected : (\d+)", done.stderr)
@@ -173,7 +314,11 @@ def _cancel_counts(kind: str, library: str) -> int:
     return int(found.group(1))
 
 
-def _count_cancels() -> None:
+@contextlib.contextmanager
+def _toggle_library() -> Iterator[str]:
+    """The path of a library whose ``toggle()`` switches callgrind's counting on and off
+    in the calling thread, and whose ``start()`` and ``stop()`` switch its instrumentation
+    in every thread, built for the duration."""
     with tempfile.TemporaryDirectory() as tmp:
         source = Path(tmp) / "toggle.c"
         source.write_text(_TOGGLE_C)
@@ -185,6 +330,11 @@ def _count_cancels() -> None:
         )
         if built.returncode != 0:
             raise SystemExit(f"the toggle library did not build:\n{built.stderr}")
+        yield library
+
+
+def _count_cancels() -> None:
+    with _toggle_library() as library:
         print(
             f"== instructions per live cancel among {PARKED:,} parked, to the canceller's"
             f" return ({CANCELS} cancels, gc off)"
@@ -198,6 +348,51 @@ def _count_cancels() -> None:
     print(f"  {'ours (deliver + wait)':30s} {ours:13,.0f}")
     print(f"  ratio ours/bare                {ours / bare:12.2f}x")
     print(f"  ratio ours/floor               {ours / floor:12.2f}x")
+
+
+def _count_drain() -> int:
+    sys.path.insert(0, str(ROOT))
+    from tests.pg_server import ServerUnavailable, start_server
+
+    try:
+        importlib.import_module("pgqueuer")
+    except ImportError:
+        print("pgqueuer is not installed (pip install -e '.[bench]')")
+        return 1
+    try:
+        server = start_server()
+    except ServerUnavailable as exc:
+        print(f"no PostgreSQL server: {exc}")
+        return 1
+    print(
+        f"== instructions per no-op run drained from PostgreSQL, client side ({DRAINED:,}"
+        f" queued first; ours served at concurrency {DRAIN_CONCURRENCY:,})"
+    )
+    found: dict[str, float] = {}
+    try:
+        with _toggle_library() as library:
+            for label, kind in (
+                ("floor (a task, a nursery)", "drain-floor"),
+                ("ours, the memory store", "drain-memory"),
+                ("ours, PostgreSQL", "drain-ours"),
+                *(
+                    (f"pgqueuer, {c} consumer(s)", f"drain-pgqueuer-{c}")
+                    for c in PGQUEUER_CONSUMERS
+                ),
+            ):
+                url = server.create_database(kind.replace("-", "_"))
+                found[label] = _cancel_counts(kind, library, url) / DRAINED
+                print(f"  {label:30s} {found[label]:13,.0f}", flush=True)
+    finally:
+        server.stop()
+    job = min(v for k, v in found.items() if k.startswith("pgqueuer"))
+    for label, of in (
+        ("a run, PostgreSQL", "ours, PostgreSQL"),
+        ("a run, the memory store", "ours, the memory store"),
+        ("the floor's unit", "floor (a task, a nursery)"),
+    ):
+        print(f"  ratio a job / {label:26s} {job / found[of]:8.2f}x")
+    return 0
 
 
 def _counts(kind: str, n: int, *, cache: bool) -> dict[str, int]:
@@ -236,10 +431,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--cancel", action="store_true", help="count a live cancel instead of a trivial run"
     )
-    parser.add_argument("--workload", nargs=2, metavar=("KIND", "N"), help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--drain",
+        action="store_true",
+        help="count a run of a no-op drain from PostgreSQL against a pgqueuer job",
+    )
+    parser.add_argument("--workload", nargs="+", metavar="ARG", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.workload:
-        if args.workload[0].startswith("cancel"):
+        if args.workload[0].startswith(("cancel", "drain")):
             _cancel_workload(*args.workload)
         else:
             _workload(args.workload[0], int(args.workload[1]))
@@ -247,11 +447,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if shutil.which("valgrind") is None:
         print("valgrind is not installed (Debian: apt-get install valgrind)")
         return 1
-    if args.cancel:
-        _count_cancels()
-        given = sys.argv[1:] if argv is None else list(argv)
+    given = sys.argv[1:] if argv is None else list(argv)
+    if args.cancel or args.drain:
+        code = 0
+        if args.cancel:
+            _count_cancels()
+        else:
+            code = _count_drain()
         print(f"command: {' '.join(['python', 'benchmarks/bench_instructions.py', *given])}")
-        return 0
+        return code
     print(f"== instructions per trivial run, start -> committed Ended ({LARGE} - {SMALL} runs)")
     ours = _per_run("ours", cache=args.cache)
     floor = _per_run("floor", cache=args.cache)
@@ -262,7 +466,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             row += f" {counts['D1 misses']:10,.0f}"
         print(row)
     print(f"  ratio floor/ours          {floor['I refs'] / ours['I refs']:12.2f}x")
-    given = sys.argv[1:] if argv is None else list(argv)
     print(f"command: {' '.join(['python', 'benchmarks/bench_instructions.py', *given])}")
     return 0
 
