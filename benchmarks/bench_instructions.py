@@ -54,15 +54,18 @@ import ctypes
 import functools
 import gc
 import importlib
+import os
+import pwd
 import random
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import trio
 import trio.testing
@@ -71,7 +74,12 @@ ROOT = Path(__file__).resolve().parent.parent
 SMALL, LARGE = 500, 2_500
 PARKED, CANCELS = 2_000, 500
 DRAINED, DRAIN_CONCURRENCY = 2_000, 1_024
+SERVER_SMALL, SERVER_LARGE = 1_000, 3_000
 PGQUEUER_CONSUMERS = (1, 5)
+
+Stage = Literal["queued", "drained"]
+"""How far a drain's process goes: its runs or jobs queued, or queued then drained."""
+_STAGES: dict[str, Stage] = {"queued": "queued", "drained": "drained"}
 
 _TOGGLE_C = """#include <valgrind/callgrind.h>
 void toggle(void) { CALLGRIND_TOGGLE_COLLECT; }
@@ -190,42 +198,43 @@ async def _served(runtime: Any, count: ctypes.CDLL, n: int) -> None:
         nursery.cancel_scope.cancel()
 
 
-async def _drain_ours(count: ctypes.CDLL, url: str) -> None:
+async def _drain_ours(count: ctypes.CDLL, url: str, n: int, stage: Stage) -> None:
     from awaken_trio import open_runtime
 
     async with open_runtime(url) as runtime:
-        for _ in range(DRAINED):
+        for _ in range(n):
             await runtime.submit("noop")
-    async with open_runtime(url, bodies={"noop": _noop}, poll=0.05, lease=30) as runtime:
-        await _served(runtime, count, DRAINED)
+    if stage == "drained":
+        async with open_runtime(url, bodies={"noop": _noop}, poll=0.05, lease=30) as runtime:
+            await _served(runtime, count, n)
 
 
-async def _drain_memory(count: ctypes.CDLL, url: str) -> None:
+async def _drain_memory(count: ctypes.CDLL, url: str, n: int, stage: Stage) -> None:
     from awaken_trio import open_runtime
     from awaken_trio.store.memory import MemoryStore
 
     # Its commits through the mailbox, as a store with I/O takes them (not inline).
-    store = MemoryStore(max_ended_runs=DRAINED, inline=False)
+    store = MemoryStore(max_ended_runs=n, inline=False)
     async with open_runtime(store, bodies={"noop": _noop}, poll=0.05) as runtime:
-        for _ in range(DRAINED):
+        for _ in range(n):
             await runtime.submit("noop")
-        await _served(runtime, count, DRAINED)
+        await _served(runtime, count, n)
 
 
-async def _drain_floor(count: ctypes.CDLL, url: str) -> None:
+async def _drain_floor(count: ctypes.CDLL, url: str, n: int, stage: Stage) -> None:
     async def unit() -> None:
         async with trio.open_nursery():
             await _noop(None)
 
     count.start()
-    for start in range(0, DRAINED, DRAIN_CONCURRENCY):
+    for start in range(0, n, DRAIN_CONCURRENCY):
         async with trio.open_nursery() as nursery:
-            for _ in range(min(DRAIN_CONCURRENCY, DRAINED - start)):
+            for _ in range(min(DRAIN_CONCURRENCY, n - start)):
                 nursery.start_soon(unit)
     count.stop()
 
 
-def _drain_pgqueuer(count: ctypes.CDLL, url: str, consumers: int) -> None:
+def _drain_pgqueuer(count: ctypes.CDLL, url: str, n: int, stage: Stage, consumers: int) -> None:
     import asyncio
     import logging
 
@@ -238,9 +247,12 @@ def _drain_pgqueuer(count: ctypes.CDLL, url: str, consumers: int) -> None:
         conn = await psycopg.AsyncConnection.connect(url, autocommit=True)
         queries = pgqueuer.Queries(pgqueuer.PsycopgDriver(conn))
         await queries.install()
-        for i in range(0, DRAINED, 500):
-            size = min(500, DRAINED - i)
+        for i in range(0, n, 500):
+            size = min(500, n - i)
             await queries.enqueue(["job"] * size, [b"x"] * size, [0] * size)
+        if stage == "queued":
+            await conn.close()
+            return
         done = 0
         finished = asyncio.get_running_loop().create_future()
         connections = [
@@ -254,7 +266,7 @@ def _drain_pgqueuer(count: ctypes.CDLL, url: str, consumers: int) -> None:
             async def job(_: object) -> None:
                 nonlocal done
                 done += 1
-                if done == DRAINED:
+                if done == n:
                     count.stop()
                     finished.set_result(None)
 
@@ -282,10 +294,12 @@ def _cancel_workload(kind: str, library: str, *given: str) -> None:
     sys.path.insert(0, str(ROOT))
     sys.path.insert(0, str(ROOT / "benchmarks"))
     toggle = ctypes.CDLL(library)
-    if kind.startswith("drain-pgqueuer-"):
-        _drain_pgqueuer(toggle, given[0], int(kind.rpartition("-")[2]))
-    elif kind.startswith("drain-"):
-        trio.run(_DRAIN_WORKLOADS[kind], toggle, *given)
+    if kind.startswith("drain-"):
+        url, n, stage = given[0], int(given[1]), _STAGES[given[2]]
+        if kind.startswith("drain-pgqueuer-"):
+            _drain_pgqueuer(toggle, url, n, stage, int(kind.rpartition("-")[2]))
+        else:
+            trio.run(_DRAIN_WORKLOADS[kind], toggle, url, n, stage)
     else:
         trio.run(_CANCEL_WORKLOADS[kind], toggle)
 
@@ -350,6 +364,65 @@ def _count_cancels() -> None:
     print(f"  ratio ours/floor               {ours / floor:12.2f}x")
 
 
+_WRAPPER = """#!/bin/sh
+exec valgrind --tool=cachegrind --cache-sim=no --cachegrind-out-file={out}/server.%p {binary} "$@"
+"""
+
+
+def _server_counts(kind: str, library: str, n: int, stage: Stage) -> int:
+    """Instructions of every process of a throwaway server started under cachegrind, over
+    its whole life, while one ``kind`` process, itself not under valgrind, queued ``n``
+    runs or jobs and, at ``stage`` "drained", drained them."""
+    from tests.pg_server import SERVER_USER, find_bindir, start_server
+
+    bindir = find_bindir()
+    assert bindir is not None  # (`_count_drain` started a server before)
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "counts"
+        out.mkdir()
+        wrapper = Path(tmp) / "postgres"
+        wrapper.write_text(_WRAPPER.format(out=out, binary=bindir / "postgres"))
+        wrapper.chmod(0o755)
+        Path(tmp).chmod(0o755)
+        if os.geteuid() == 0:  # (the server runs as its own user, and writes its counts)
+            account = pwd.getpwnam(SERVER_USER)
+            os.chown(out, account.pw_uid, account.pw_gid)
+        server = start_server(postgres=wrapper)
+        try:
+            url = server.create_database("counted")
+            subprocess.run(
+                [sys.executable, __file__, "--workload", kind, library, url, str(n), stage],
+                check=True,
+                cwd=ROOT,
+            )
+        finally:
+            server.stop()
+        # A process's counts are written as it exits, after the server reads as stopped.
+        deadline = time.monotonic() + 120
+        while subprocess.run(["pgrep", "-f", str(out)], capture_output=True).returncode == 0:
+            if time.monotonic() > deadline:
+                raise SystemExit("the server's processes under valgrind did not exit")
+            time.sleep(0.2)
+        total = 0
+        for counted in out.iterdir():
+            summary = re.search(r"^summary: (\d+)", counted.read_text(), re.MULTILINE)
+            if summary is None:
+                raise SystemExit(f"{counted.name} holds no count")
+            total += int(summary.group(1))
+        return total
+
+
+def _server_per_unit(kind: str, library: str) -> float:
+    """The server's instructions a run or job drained by ``kind``: each drain's less its
+    queueing's, at two sizes, the difference over the runs between them (what a server
+    process spends once, its start, a connection's, cancels out)."""
+    spent = {
+        n: _server_counts(kind, library, n, "drained") - _server_counts(kind, library, n, "queued")
+        for n in (SERVER_SMALL, SERVER_LARGE)
+    }
+    return (spent[SERVER_LARGE] - spent[SERVER_SMALL]) / (SERVER_LARGE - SERVER_SMALL)
+
+
 def _count_drain() -> int:
     sys.path.insert(0, str(ROOT))
     from tests.pg_server import ServerUnavailable, start_server
@@ -381,8 +454,27 @@ def _count_drain() -> int:
                 ),
             ):
                 url = server.create_database(kind.replace("-", "_"))
-                found[label] = _cancel_counts(kind, library, url) / DRAINED
+                found[label] = _cancel_counts(kind, library, url, str(DRAINED), "drained") / DRAINED
                 print(f"  {label:30s} {found[label]:13,.0f}", flush=True)
+        print(
+            f"== the server's instructions a run or job drained ({SERVER_LARGE:,} less"
+            f" {SERVER_SMALL:,}, the server under valgrind, its clients not)"
+        )
+        served: dict[str, float] = {}
+        with _toggle_library() as library:
+            for label, kind in (
+                ("ours, PostgreSQL", "drain-ours"),
+                *(
+                    (f"pgqueuer, {c} consumer(s)", f"drain-pgqueuer-{c}")
+                    for c in PGQUEUER_CONSUMERS
+                ),
+            ):
+                served[label] = _server_per_unit(kind, library)
+                total = served[label] + found[label]
+                print(
+                    f"  {label:30s} {served[label]:13,.0f}   client and server {total:13,.0f}",
+                    flush=True,
+                )
     finally:
         server.stop()
     job = min(v for k, v in found.items() if k.startswith("pgqueuer"))
@@ -392,6 +484,9 @@ def _count_drain() -> int:
         ("the floor's unit", "floor (a task, a nursery)"),
     ):
         print(f"  ratio a job / {label:26s} {job / found[of]:8.2f}x")
+    jobs = min(v + found[k] for k, v in served.items() if k.startswith("pgqueuer"))
+    runs = served["ours, PostgreSQL"] + found["ours, PostgreSQL"]
+    print(f"  ratio a job / a run, client and server  {jobs / runs:8.2f}x")
     return 0
 
 

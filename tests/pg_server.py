@@ -107,10 +107,20 @@ class PgServer:
     """One running throwaway server. `url()` names a database on it (with the password)."""
 
     def __init__(
-        self, *, bindir: Path, root: Path, port: int, password: str, preload: str = ""
+        self,
+        *,
+        bindir: Path,
+        root: Path,
+        port: int,
+        password: str,
+        preload: str = "",
+        postgres: Path | None = None,
     ) -> None:
         self.bindir = bindir
         self.preload = preload  # shared_preload_libraries (a benchmark's pg_stat_statements)
+        # What pg_ctl starts instead of the server binary: a benchmark's wrapper that runs
+        # it under valgrind, say (it is given the server's arguments).
+        self.postgres = postgres
         self.root = root
         self.data_dir = root / "data"
         self.socket_dir = root / "sock"
@@ -193,6 +203,7 @@ class PgServer:
             self.log_file,
             "-o",
             self._options(),
+            *(() if self.postgres is None else ("-p", self.postgres)),
         )
         self._running = True
 
@@ -260,9 +271,10 @@ class PgServer:
         return int(str(rows[0][0]))
 
 
-def start_server(*, preload: str = "") -> PgServer:
-    """A new running server (``preload``: its ``shared_preload_libraries``); raises
-    `ServerUnavailable` when the binaries are missing."""
+def start_server(*, preload: str = "", postgres: Path | None = None) -> PgServer:
+    """A new running server (``preload``: its ``shared_preload_libraries``; ``postgres``:
+    what pg_ctl starts instead of the server binary); raises `ServerUnavailable` when the
+    binaries are missing."""
     bindir = find_bindir()
     if bindir is None:
         raise ServerUnavailable(INSTALL_HINT)
@@ -276,6 +288,7 @@ def start_server(*, preload: str = "") -> PgServer:
             port=_free_port(),
             password=secrets.token_urlsafe(12),
             preload=preload,
+            postgres=postgres,
         )
         try:
             server.init()
