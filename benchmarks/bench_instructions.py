@@ -31,19 +31,26 @@ library built on the spot (it needs a C compiler and valgrind's headers, which v
 package installs). Ratio = ours / bare (times the work, as the latency ratio: smaller is
 better).
 
-``--drain`` counts a run of ``bench_postgres.py``'s no-op drain against a pgqueuer job, on
-the client's side, in all its threads (callgrind's instrumentation switched on and off around
-the drain): ``DRAINED`` runs queued first on a throwaway
-PostgreSQL server (the tests' ``tests/pg_server.py``; needs its binaries and the ``bench``
-extra), then served by one runtime at concurrency 1,024 with its heap settled, as
-``awaken-trio worker`` serves them, counted from the serve's start to the last end
-committed; as many pgqueuer jobs enqueued, then dequeued and acknowledged by 1 and by 5
-consumers at batch 100 (its cheapest ways), counted from the consumers' start to the last
-job's handler. Beside them, the parts of a run without a store: the same drain served
-from the memory store (the kernel and the rules, no I/O), and the floor of this design, a
-Trio task with a nursery of its own per unit of work. The server's side is not counted
-(its processes are not under valgrind): ``bench_postgres.py`` times it. Ratio = a job's
-instructions / a run's (as the throughput ratio: bigger is better).
+``--drain`` counts a run of ``bench_postgres.py``'s no-op drain against a pgqueuer job
+(about 5 minutes; needs the PostgreSQL server binaries, as the tests do, and the ``bench``
+extra), on both sides of the connection:
+
+- the client, in all its threads (callgrind's instrumentation switched on and off around
+  the drain): ``DRAINED`` runs queued first on a throwaway server (``tests/pg_server.py``),
+  then served by one runtime at concurrency 1,024 with its heap settled, as ``awaken-trio
+  worker`` serves them, counted from the serve's start to the last end committed; as many
+  pgqueuer jobs enqueued, then dequeued and acknowledged by 1 and by 5 consumers at batch
+  100 (its cheapest ways), counted from the consumers' start to the last job's handler.
+  Beside them, the parts of a run without a store: the same drain served from the memory
+  store (the kernel and the rules, no I/O), and the floor of this design, a Trio task with
+  a nursery of its own per unit of work.
+- the server: every process of a throwaway server started under cachegrind (``pg_ctl``
+  starts a wrapper) for its whole life, while a client not under valgrind queued
+  ``SERVER_SMALL`` and ``SERVER_LARGE`` runs or jobs and drained them; each drain's count
+  less its queueing's alone, and the difference of the two sizes over the runs between
+  them.
+
+Ratio = a job's instructions / a run's (as the throughput ratio: bigger is better).
 """
 
 from __future__ import annotations
