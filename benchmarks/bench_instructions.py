@@ -245,8 +245,10 @@ def _drain_pgqueuer(count: ctypes.CDLL, url: str, n: int, stage: Stage, consumer
     import asyncio
     import logging
 
-    import pgqueuer
     import psycopg
+
+    # (Imported by name: the ``bench`` extra installs it, the tests' environment may not.)
+    pgqueuer: Any = importlib.import_module("pgqueuer")
 
     logging.disable(logging.WARNING)
 
@@ -269,7 +271,7 @@ def _drain_pgqueuer(count: ctypes.CDLL, url: str, n: int, stage: Stage, consumer
         for connection in connections:
             manager = pgqueuer.QueueManager(pgqueuer.Queries(pgqueuer.PsycopgDriver(connection)))
 
-            @manager.entrypoint("job")
+            @manager.entrypoint("job")  # type: ignore[untyped-decorator]
             async def job(_: object) -> None:
                 nonlocal done
                 done += 1
