@@ -299,7 +299,7 @@ _DRAIN_WORKLOADS: dict[str, Any] = {
 }
 
 
-def _cancel_workload(kind: str, library: str, *given: str) -> None:
+def _toggled_workload(kind: str, library: str, *given: str) -> None:
     sys.path.insert(0, str(ROOT))
     sys.path.insert(0, str(ROOT / "benchmarks"))
     toggle = ctypes.CDLL(library)
@@ -313,7 +313,7 @@ def _cancel_workload(kind: str, library: str, *given: str) -> None:
         trio.run(_CANCEL_WORKLOADS[kind], toggle)
 
 
-def _cancel_counts(kind: str, library: str, *given: str) -> int:
+def _toggled_counts(kind: str, library: str, *given: str) -> int:
     """Instructions callgrind counted between the toggles (a drain: between ``start`` and
     ``stop``) of one ``kind`` process."""
     command = [
@@ -362,9 +362,9 @@ def _count_cancels() -> None:
             f"== instructions per live cancel among {PARKED:,} parked, to the canceller's"
             f" return ({CANCELS} cancels, gc off)"
         )
-        bare = _cancel_counts("cancel-bare", library) / CANCELS
-        floor = _cancel_counts("cancel-floor", library) / CANCELS
-        ours = _cancel_counts("cancel", library) / CANCELS
+        bare = _toggled_counts("cancel-bare", library) / CANCELS
+        floor = _toggled_counts("cancel-floor", library) / CANCELS
+        ours = _toggled_counts("cancel", library) / CANCELS
     print(f"  {'':30s} {'instructions':>13s}")
     print(f"  {'bare (scope.cancel + event)':30s} {bare:13,.0f}")
     print(f"  {'floor (the same, a nursery each)':30s} {floor:13,.0f}")
@@ -450,6 +450,9 @@ def _count_drain() -> int:
         f"== instructions per no-op run drained from PostgreSQL, client side ({DRAINED:,}"
         f" queued first; ours served at concurrency {DRAIN_CONCURRENCY:,})"
     )
+    pgqueuer_ways = [
+        (f"pgqueuer, {c} consumer(s)", f"drain-pgqueuer-{c}") for c in PGQUEUER_CONSUMERS
+    ]
     found: dict[str, float] = {}
     try:
         with _toggle_library() as library:
@@ -457,26 +460,21 @@ def _count_drain() -> int:
                 ("floor (a task, a nursery)", "drain-floor"),
                 ("ours, the memory store", "drain-memory"),
                 ("ours, PostgreSQL", "drain-ours"),
-                *(
-                    (f"pgqueuer, {c} consumer(s)", f"drain-pgqueuer-{c}")
-                    for c in PGQUEUER_CONSUMERS
-                ),
+                *pgqueuer_ways,
             ):
                 url = server.create_database(kind.replace("-", "_"))
-                found[label] = _cancel_counts(kind, library, url, str(DRAINED), "drained") / DRAINED
+                found[label] = (
+                    _toggled_counts(kind, library, url, str(DRAINED), "drained") / DRAINED
+                )
                 print(f"  {label:30s} {found[label]:13,.0f}", flush=True)
-        print(
-            f"== the server's instructions a run or job drained ({SERVER_LARGE:,} less"
-            f" {SERVER_SMALL:,}, the server under valgrind, its clients not)"
-        )
-        served: dict[str, float] = {}
-        with _toggle_library() as library:
+            print(
+                f"== the server's instructions a run or job drained ({SERVER_LARGE:,} less"
+                f" {SERVER_SMALL:,}, the server under valgrind, its clients not)"
+            )
+            served: dict[str, float] = {}
             for label, kind in (
                 ("ours, PostgreSQL", "drain-ours"),
-                *(
-                    (f"pgqueuer, {c} consumer(s)", f"drain-pgqueuer-{c}")
-                    for c in PGQUEUER_CONSUMERS
-                ),
+                *pgqueuer_ways,
             ):
                 served[label] = _server_per_unit(kind, library)
                 total = served[label] + found[label]
@@ -544,7 +542,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.workload:
         if args.workload[0].startswith(("cancel", "drain")):
-            _cancel_workload(*args.workload)
+            _toggled_workload(*args.workload)
         else:
             _workload(args.workload[0], int(args.workload[1]))
         return 0
