@@ -246,6 +246,7 @@ def _drain_pgqueuer(count: ctypes.CDLL, url: str, n: int, stage: Stage, consumer
     import logging
 
     import psycopg
+    from _pgqueuer import pgqueuer_consumers
 
     # (Imported by name: the ``bench`` extra installs it, the tests' environment may not.)
     pgqueuer: Any = importlib.import_module("pgqueuer")
@@ -262,24 +263,8 @@ def _drain_pgqueuer(count: ctypes.CDLL, url: str, n: int, stage: Stage, consumer
         if stage == "queued":
             await conn.close()
             return
-        done = 0
-        finished = asyncio.get_running_loop().create_future()
-        connections = [
-            await psycopg.AsyncConnection.connect(url, autocommit=True) for _ in range(consumers)
-        ]
-        managers = []
-        for connection in connections:
-            manager = pgqueuer.QueueManager(pgqueuer.Queries(pgqueuer.PsycopgDriver(connection)))
-
-            @manager.entrypoint("job")  # type: ignore[untyped-decorator]
-            async def job(_: object) -> None:
-                nonlocal done
-                done += 1
-                if done == n:
-                    count.stop()
-                    finished.set_result(None)
-
-            managers.append(manager)
+        # (The count stops in the last job's handler.)
+        managers, connections, finished = await pgqueuer_consumers(url, consumers, n, count.stop)
         count.start()
         tasks = [asyncio.create_task(m.run(batch_size=100)) for m in managers]
         await asyncio.wait_for(finished, 3600)

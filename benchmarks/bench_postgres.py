@@ -110,6 +110,7 @@ from typing import Any, Final, Literal
 import attrs
 import trio
 from _harness import ROOT, percentile, write_json
+from _pgqueuer import pgqueuer_consumers
 
 from awaken_trio import EndCause, RunContext, RunState, Runtime, open_runtime
 from awaken_trio._heap import SettledHeap, settle_heap
@@ -1066,23 +1067,9 @@ def _pgqueuer_run(
         for i in range(0, n, 500):
             size = min(500, n - i)
             await queries.enqueue(["job"] * size, [b"x"] * size, [0] * size)
-        done = 0
-        finished: asyncio.Future[float] = asyncio.get_running_loop().create_future()
-        managers = []
-        connections = [
-            await psycopg.AsyncConnection.connect(url, autocommit=True) for _ in range(consumers)
-        ]
-        for connection in connections:
-            manager = pgqueuer.QueueManager(pgqueuer.Queries(pgqueuer.PsycopgDriver(connection)))
-
-            @manager.entrypoint("job")  # type: ignore[untyped-decorator]
-            async def job(_: object) -> None:
-                nonlocal done
-                done += 1
-                if done == n:
-                    finished.set_result(time.perf_counter())
-
-            managers.append(manager)
+        managers, connections, finished = await pgqueuer_consumers(
+            url, consumers, n, time.perf_counter
+        )
         server_before = 0.0 if postmaster is None else _children_cpu(postmaster)
         cpu_before = time.process_time()
         started = time.perf_counter()
