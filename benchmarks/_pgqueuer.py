@@ -12,6 +12,17 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 
+ENQUEUED_AT_ONCE = 500
+"""The jobs a statement enqueues."""
+
+
+async def enqueue_jobs(queries: Any, n: int) -> None:
+    """Enqueue ``n`` jobs named "job" through pgqueuer's ``queries``, `ENQUEUED_AT_ONCE` a
+    statement."""
+    for i in range(0, n, ENQUEUED_AT_ONCE):
+        size = min(ENQUEUED_AT_ONCE, n - i)
+        await queries.enqueue(["job"] * size, [b"x"] * size, [0] * size)
+
 
 async def pgqueuer_consumers(
     url: str, consumers: int, n: int, at_last: Callable[[], T]

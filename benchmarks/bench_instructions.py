@@ -246,7 +246,7 @@ def _drain_pgqueuer(count: ctypes.CDLL, url: str, n: int, stage: Stage, consumer
     import logging
 
     import psycopg
-    from _pgqueuer import pgqueuer_consumers
+    from _pgqueuer import enqueue_jobs, pgqueuer_consumers
 
     # (Imported by name: the ``bench`` extra installs it, the tests' environment may not.)
     pgqueuer: Any = importlib.import_module("pgqueuer")
@@ -257,9 +257,7 @@ def _drain_pgqueuer(count: ctypes.CDLL, url: str, n: int, stage: Stage, consumer
         conn = await psycopg.AsyncConnection.connect(url, autocommit=True)
         queries = pgqueuer.Queries(pgqueuer.PsycopgDriver(conn))
         await queries.install()
-        for i in range(0, n, 500):
-            size = min(500, n - i)
-            await queries.enqueue(["job"] * size, [b"x"] * size, [0] * size)
+        await enqueue_jobs(queries, n)
         if stage == "queued":
             await conn.close()
             return

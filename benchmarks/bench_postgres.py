@@ -110,7 +110,7 @@ from typing import Any, Final, Literal
 import attrs
 import trio
 from _harness import ROOT, percentile, write_json
-from _pgqueuer import pgqueuer_consumers
+from _pgqueuer import enqueue_jobs, pgqueuer_consumers
 
 from awaken_trio import EndCause, RunContext, RunState, Runtime, open_runtime
 from awaken_trio._heap import SettledHeap, settle_heap
@@ -1064,9 +1064,7 @@ def _pgqueuer_run(
         queries = pgqueuer.Queries(pgqueuer.PsycopgDriver(conn))
         await queries.install()
         enqueued = time.perf_counter()
-        for i in range(0, n, 500):
-            size = min(500, n - i)
-            await queries.enqueue(["job"] * size, [b"x"] * size, [0] * size)
+        await enqueue_jobs(queries, n)
         managers, connections, finished = await pgqueuer_consumers(
             url, consumers, n, time.perf_counter
         )
